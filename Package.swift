@@ -1,0 +1,53 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Roam",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "agent", targets: ["agent"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+    ],
+    targets: [
+        // C libraries from Debian packages, and the macros Swift cannot import.
+        .systemLibrary(name: "CMnl", pkgConfig: "libmnl", providers: [.apt(["libmnl-dev"])]),
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .target(name: "CShims"),
+
+        // Facts from the kernel: links, addresses, routes, and the path to the server.
+        .target(name: "PathMonitor", dependencies: ["CMnl", "CShims"], swiftSettings: strict),
+        // The pure decision core: inputs and time in, actions out.
+        .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
+        // Timelines replayed through the real model and state machine on a virtual clock.
+        .target(
+            name: "Replay",
+            dependencies: ["PathMonitor", "Reconnector", .product(name: "Yams", package: "Yams")],
+            swiftSettings: strict),
+        // The data plane: TUN device, UDP session, wire protocol.
+        .target(name: "Tunnel", dependencies: ["CSodium", "CShims"], swiftSettings: strict),
+        .executableTarget(
+            name: "agent",
+            dependencies: [
+                "PathMonitor", "Reconnector", "Replay", "Tunnel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
+            path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
+
+        .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "TunnelTests", dependencies: ["Tunnel"], swiftSettings: strict),
+    ],
+    swiftLanguageModes: [.v6]
+)

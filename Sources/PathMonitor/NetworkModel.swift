@@ -1,0 +1,206 @@
+/// The way the tunnel's UDP flow leaves this host for the server: an uplink, the source
+/// address the session binds to, and the route that carries it.
+public struct Path: Hashable, Sendable, CustomStringConvertible {
+    /// What makes two paths the same for the session: the socket is bound to a link and a source.
+    public struct ID: Hashable, Sendable, CustomStringConvertible {
+        public var linkIndex: Int32
+        public var source: IPAddress
+        public init(linkIndex: Int32, source: IPAddress) {
+            self.linkIndex = linkIndex
+            self.source = source
+        }
+        public var description: String { "\(linkIndex)/\(source)" }
+    }
+
+    public var linkIndex: Int32
+    public var interface: String
+    public var kind: LinkKind
+    public var source: IPAddress
+    public var gateway: IPAddress?
+    public var metric: UInt32
+    /// Prefix length of the route that matched the server: longer is more specific.
+    public var prefixLength: Int
+    public var mtu: Int
+
+    public init(linkIndex: Int32, interface: String, kind: LinkKind, source: IPAddress, gateway: IPAddress?,
+                metric: UInt32, prefixLength: Int, mtu: Int) {
+        self.linkIndex = linkIndex
+        self.interface = interface
+        self.kind = kind
+        self.source = source
+        self.gateway = gateway
+        self.metric = metric
+        self.prefixLength = prefixLength
+        self.mtu = mtu
+    }
+
+    public var id: ID { ID(linkIndex: linkIndex, source: source) }
+
+    /// True when the kernel would prefer this path over `other`: longest prefix, then lowest metric.
+    public func ranks(above other: Path) -> Bool {
+        if prefixLength != other.prefixLength { return prefixLength > other.prefixLength }
+        if metric != other.metric { return metric < other.metric }
+        return linkIndex < other.linkIndex
+    }
+
+    public var description: String {
+        "\(interface) \(source)" + (gateway.map { " via \($0)" } ?? "") + " metric \(metric)"
+    }
+}
+
+/// A pure model of the kernel's links, addresses and routes, fed with decoded changes.
+///
+/// It answers one question for the tunnel: which uplinks can carry its UDP flow to the
+/// server, best first. Nothing here does I/O, so recorded changes replay through it exactly.
+public struct NetworkModel: Sendable {
+    public private(set) var links: [Int32: Link] = [:]
+    public private(set) var addresses: [Address.Key: Address] = [:]
+    public private(set) var routes: [Route.Key: Route] = [:]
+    /// The agent's own tunnel interface: never a path, whatever its routes say.
+    public var tunnelInterface: String?
+    /// Routing tables consulted for the server; the tunnel's own table stays out.
+    public var tables: Set<UInt32> = [Route.mainTable]
+
+    public init(tunnelInterface: String? = nil) {
+        self.tunnelInterface = tunnelInterface
+    }
+
+    /// The link called `name`, if any.
+    public func link(named name: String) -> Link? {
+        links.values.first { $0.name == name }
+    }
+
+    /// Applies one change; returns false when it changed nothing (a duplicate notification).
+    @discardableResult
+    public mutating func apply(_ change: NetworkChange) -> Bool {
+        switch change {
+        case .linkChanged(let link):
+            let old = links.updateValue(link, forKey: link.index)
+            if old == link { return false }
+            // The kernel flushes a downed link's IPv4 routes without sending RTM_DELROUTE
+            // (fib_sync_down_dev on NETDEV_DOWN); IPv6 routes stay.
+            if old?.isUp == true && !link.isUp { removeRoutes(family: .v4) { $0 == link.index } }
+            return true
+        case .linkRemoved(let index):
+            guard links.removeValue(forKey: index) != nil else { return false }
+            addresses = addresses.filter { $0.key.linkIndex != index }
+            removeRoutes(family: nil) { $0 == index }
+            return true
+        case .addressAdded(let address):
+            return addresses.updateValue(address, forKey: address.key) != address
+        case .addressRemoved(let key):
+            guard let removed = addresses.removeValue(forKey: key) else { return false }
+            if removed.ip.family == .v4 { flushAfterRemoving(removed) }
+            return true
+        case .routeAdded(let route):
+            return routes.updateValue(route, forKey: route.key) != route
+        case .routeRemoved(let key):
+            return routes.removeValue(forKey: key) != nil
+        }
+    }
+
+    /// Mirrors fib_del_ifaddr: routes that named the address as source go with it, and a link
+    /// left without any IPv4 address loses its IPv4 routes. Neither is notified by the kernel.
+    private mutating func flushAfterRemoving(_ removed: Address) {
+        routes = routes.filter { $0.value.preferredSource != removed.ip }
+        let stillAddressed = addresses.values.contains { $0.linkIndex == removed.linkIndex && $0.ip.family == .v4 }
+        if !stillAddressed { removeRoutes(family: .v4) { $0 == removed.linkIndex } }
+    }
+
+    /// Drops the next hops through links matching `isGone`; a route with none left goes.
+    private mutating func removeRoutes(family: IPAddress.Family?, through isGone: (Int32) -> Bool) {
+        for (key, route) in routes where family == nil || key.destination.address.family == family {
+            let kept = route.nextHops.filter { !isGone($0.linkIndex) }
+            if kept.isEmpty {
+                routes.removeValue(forKey: key)
+            } else if kept.count != route.nextHops.count {
+                routes[key]?.nextHops = kept
+            }
+        }
+    }
+
+    /// Every uplink that can carry a flow to `endpoint` now, best first, one path per link.
+    ///
+    /// A link counts when it is up with carrier, is not the tunnel, and has a usable source
+    /// address of the endpoint's family; its route is the most specific, then lowest metric,
+    /// unicast route through it. The first path is the one the kernel would pick.
+    public func paths(to endpoint: IPAddress) -> [Path] {
+        var best: [Path] = []
+        for route in routes.values where route.type == .unicast && tables.contains(route.table) {
+            guard route.destination.contains(endpoint) else { continue }
+            for hop in route.nextHops {
+                guard let link = links[hop.linkIndex], link.isUsable, link.kind != .tunnel,
+                      link.name != tunnelInterface,
+                      let source = sourceAddress(on: link.index, family: endpoint.family, route: route, gateway: hop.gateway)
+                else { continue }
+                let path = Path(linkIndex: link.index, interface: link.name, kind: link.kind, source: source,
+                                gateway: hop.gateway, metric: route.metric,
+                                prefixLength: route.destination.length, mtu: link.mtu)
+                if let i = best.firstIndex(where: { $0.linkIndex == link.index }) {
+                    if path.ranks(above: best[i]) { best[i] = path }
+                } else {
+                    best.append(path)
+                }
+            }
+        }
+        best.sort { $0.ranks(above: $1) }
+        return best
+    }
+
+    /// The address a socket bound to this link should use: the route's preferred source if it
+    /// is usable, else a stable one. Temporary IPv6 addresses rotate, and binding to one would
+    /// turn every rotation into a roam, so they come after stable ones.
+    private func sourceAddress(on linkIndex: Int32, family: IPAddress.Family, route: Route,
+                               gateway: IPAddress?) -> IPAddress? {
+        var chosen: Address?
+        for address in addresses.values where address.linkIndex == linkIndex && address.ip.family == family {
+            guard address.isUsable else { continue }
+            if address.ip == route.preferredSource { return address.ip }
+            if chosen == nil || Self.sourcePreference(address, gateway) < Self.sourcePreference(chosen!, gateway) {
+                chosen = address
+            }
+        }
+        return chosen?.ip
+    }
+
+    private static func sourcePreference(_ a: Address, _ gateway: IPAddress?) -> (Int, Int, Int, IPAddress) {
+        let onGatewaySubnet = gateway.map { a.prefix.contains($0) } ?? true
+        return (a.flags.contains(.deprecated) ? 1 : 0,
+                a.flags.contains(.secondary) ? 1 : 0,  // temporary (v6) or secondary (v4)
+                onGatewaySubnet ? 0 : 1,
+                a.ip)
+    }
+
+    /// True when the tunnel must hear about the change from `old` to `new` paths: a path came
+    /// or went, changed its source, or the ranking changed. Metric or gateway changes that
+    /// leave the order intact do not move the session.
+    public static func isSignificant(from old: [Path], to new: [Path]) -> Bool {
+        old.count != new.count || zip(old, new).contains { $0.id != $1.id }
+    }
+}
+
+/// Follows the paths to one server endpoint as changes arrive, reporting only significant ones.
+public struct PathTracker: Sendable {
+    public private(set) var model: NetworkModel
+    public let endpoint: IPAddress
+    /// The ranked paths as last reported.
+    public private(set) var paths: [Path]
+
+    public init(model: NetworkModel, endpoint: IPAddress) {
+        self.model = model
+        self.endpoint = endpoint
+        self.paths = model.paths(to: endpoint)
+    }
+
+    /// Applies `change`; returns the new ranked paths when they differ significantly, else nil.
+    public mutating func apply(_ change: NetworkChange) -> [Path]? {
+        guard model.apply(change) else { return nil }
+        let new = model.paths(to: endpoint)
+        guard NetworkModel.isSignificant(from: paths, to: new) else {
+            paths = new  // keep metrics and gateways current for the next comparison's log lines
+            return nil
+        }
+        paths = new
+        return new
+    }
+}

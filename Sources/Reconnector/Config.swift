@@ -1,0 +1,61 @@
+/// Every duration and limit the state machine uses, with the defaults an always-on laptop
+/// VPN should start from.
+public struct Config: Sendable, Equatable {
+    /// How fast reconnects may come, for one power source.
+    public struct Budget: Sendable, Equatable {
+        /// Attempts that may be spent at once (token bucket capacity).
+        public var burst: Int
+        /// One token comes back every `refill`: the sustained rate.
+        public var refill: Duration
+        /// First backoff step after a failed attempt; it doubles per consecutive failure.
+        public var backoffBase: Duration
+        /// Longest backoff; full jitter draws the actual wait from zero up to the step.
+        public var backoffCap: Duration
+
+        public init(burst: Int, refill: Duration, backoffBase: Duration, backoffCap: Duration) {
+            self.burst = burst
+            self.refill = refill
+            self.backoffBase = backoffBase
+            self.backoffCap = backoffCap
+        }
+    }
+
+    /// Quiet time a better path must stay before the session moves to it; flaps inside it
+    /// are coalesced. A lost path with an alternative does not wait.
+    public var debounce: Duration = .milliseconds(300)
+    /// A path that keeps flapping waits `debounce` doubled per recent loss, up to this.
+    public var maxHoldDown: Duration = .seconds(60)
+    /// Losses of one interface closer together than this count as flapping.
+    public var flapWindow: Duration = .seconds(60)
+    /// How long a handshake may take before the attempt counts as failed.
+    public var handshakeTimeout: Duration = .seconds(5)
+    /// Shortest wait for a probe echo; the wait grows to 3 smoothed RTTs on slow paths.
+    public var probeTimeout: Duration = .milliseconds(250)
+    /// Unanswered probes in a row before a path counts as dead.
+    public var probeAttempts: Int = 3
+    /// Data sent and nothing received for this long makes the path suspect.
+    public var livenessTimeout: Duration = .seconds(1)
+    /// After this long without hearing from the server, its session is gone and only a
+    /// handshake helps (the server drops idle sessions after the same time).
+    public var sessionLifetime: Duration = .seconds(180)
+    /// Connected this long, the connection counts as stable and backoff starts over.
+    public var stableAfter: Duration = .seconds(30)
+    /// A path that failed its probes is avoided this long, doubling per repeat failure up to
+    /// `maxHoldDown`, before it is tried again as a better path.
+    public var deadPathHoldDown: Duration = .seconds(15)
+    /// Budget on mains power.
+    public var ac = Budget(burst: 10, refill: .seconds(6), backoffBase: .milliseconds(250), backoffCap: .seconds(60))
+    /// Budget on battery: fewer radio wake-ups during a long outage.
+    public var battery = Budget(burst: 4, refill: .seconds(30), backoffBase: .milliseconds(500),
+                                backoffCap: .seconds(300))
+
+    public init() {}
+
+    /// The budget in force for `power`.
+    public func budget(on power: PowerSource) -> Budget { power == .battery ? battery : ac }
+}
+
+/// Where the machine's power comes from.
+public enum PowerSource: String, Sendable, Equatable {
+    case ac, battery
+}

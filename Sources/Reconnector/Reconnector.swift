@@ -1,0 +1,454 @@
+public import PathMonitor
+
+/// The pure decision core: facts and the time go in, commands come out.
+///
+/// It owns no clock, socket or timer. The driver reports what happened (`Input`) with the
+/// current time and performs the returned actions in order; a replay does the same on a
+/// virtual clock, so a recorded day of roaming replays in milliseconds.
+public struct Reconnector: Sendable {
+    public private(set) var state: State = .offline
+    public var config: Config
+    public private(set) var power: PowerSource
+    /// Latest ranked usable paths to the server.
+    public private(set) var paths: [Path] = []
+    /// Reconnect attempts made since the session last worked.
+    public private(set) var attempt = 0
+    /// Reconnect tokens left now.
+    public private(set) var tokens: Int
+
+    /// Where the driver's UDP socket is bound, if it has one.
+    private var socket: Path.ID?
+    /// When the current session's keys were made and when the server was last heard.
+    private var session: (established: Instant, lastHeard: Instant)?
+    /// Paths that failed their probes, avoided until the instant, with repeat count.
+    private var dead: [Path.ID: (until: Instant, strikes: Int)] = [:]
+    /// Recent losses per interface name, for flap damping.
+    private var losses: [String: (count: Int, last: Instant)] = [:]
+    /// The better path the debounce timer waits for.
+    private var candidate: Path.ID?
+    private var deadlines: [TimerKind: Instant] = [:]
+    private var refilledAt: Instant
+    private var failures = 0
+    private var enteredAt: Instant
+    private var coalesced = 0
+    private var smoothedRTT: Duration?
+    private var rng: SeededRandom
+    private var stateBeforeSleep: State = .offline
+    private var trigger = ""
+
+    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero) {
+        self.config = config
+        self.power = power
+        self.rng = SeededRandom(seed: seed)
+        self.tokens = config.budget(on: power).burst
+        self.refilledAt = now
+        self.enteredAt = now
+    }
+
+    /// The earliest armed timer, so a driver or a replay knows when to wake next.
+    public var nextDeadline: Instant? { deadlines.values.min() }
+
+    /// Armed timers and their deadlines.
+    public var timers: [TimerKind: Instant] { deadlines }
+
+    /// True while a handshake is in flight.
+    public var isHandshaking: Bool { if case .connecting = state { true } else { false } }
+
+    /// Feeds one fact in; returns what to do, in order.
+    public mutating func handle(_ input: Input, now: Instant) -> [Action] {
+        var out: [Action] = []
+        trigger = input.name
+        switch input {
+        case .paths(let new): pathsChanged(new, now, &out)
+        case .sleep: sleep(now, &out)
+        case .wake(let slept): wake(after: slept, now, &out)
+        case .probeReply(let id, let rtt): probeReply(on: id, rtt: rtt, now, &out)
+        case .handshakeSucceeded(let rtt): handshakeSucceeded(rtt: rtt, now, &out)
+        case .handshakeFailed(let failure): handshakeFailed(failure, now, &out)
+        case .dataSent: dataSent(now, &out)
+        case .dataReceived: dataReceived(now, &out)
+        case .timerFired(let kind): timerFired(kind, now, &out)
+        case .powerChanged(let source): powerChanged(source, now)
+        case .reconnectRequested: reconnectRequested(now, &out)
+        }
+        return out
+    }
+
+    // MARK: Inputs
+
+    private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Action]) {
+        paths = new
+        dead = dead.filter { id, _ in new.contains { $0.id == id } }
+        switch state {
+        case .sleeping, .failed:
+            coalesced += 1
+        case .offline:
+            if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
+        case .backingOff(let path):
+            guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
+            if best.id != path.id {
+                // A different path is a new chance, not a retry of what failed: no backoff wait.
+                attempt(on: best, reasonForLeaving(path, to: best), now, &out, handshake: true)
+            } else {
+                state = .backingOff(best)
+                coalesced += 1
+            }
+        case .connecting(let current), .connected(let current), .probing(let current, _),
+             .switching(let current, _, _):
+            guard let best = preferred(now) else {
+                noteLoss(of: current, now)
+                return enter(.offline, .pathLost(current.interface), now, &out)
+            }
+            guard let same = new.first(where: { $0.id == current.id }) else {
+                // The session's path is gone and another exists: act at once.
+                noteLoss(of: current, now)
+                return attempt(on: best, reasonForLeaving(current, to: best), now, &out,
+                               handshake: isHandshaking)
+            }
+            switch state {
+            case .connecting: state = .connecting(same); coalesced += 1
+            case .probing(_, let sent): state = .probing(same, sent: sent); coalesced += 1
+            case .switching(_, let to, let sent):
+                if let target = new.first(where: { $0.id == to.id }) {
+                    state = .switching(from: same, to: target, sent: sent)
+                    coalesced += 1
+                } else {
+                    enter(.connected(same), .candidateLost(to.interface), now, &out)
+                    considerBetterPath(now, &out)
+                }
+            default:
+                state = .connected(same)
+                considerBetterPath(now, &out)
+            }
+        }
+    }
+
+    private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
+        if case .sleeping = state { return }
+        stateBeforeSleep = state
+        enter(.sleeping, .goingToSleep, now, &out)
+        out.append(.quiesce)
+    }
+
+    private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
+        let before: State
+        if case .sleeping = state { before = stateBeforeSleep } else { before = state }
+        if case .failed(let why) = before { return enter(.failed(why), .wokeAfter(slept), now, &out) }
+        // The networks may all be different now: old verdicts about paths no longer hold.
+        dead.removeAll()
+        candidate = nil
+        guard let best = preferred(now) else { return enter(.offline, .wokeAfter(slept), now, &out) }
+        if isSessionFresh(now), best.id == socket {
+            // Short sleep on the same network: one probe tells whether anything changed.
+            probe(best, now, &out)
+            return enter(.probing(best, sent: 1), .wokeAfter(slept), now, &out)
+        }
+        attempt(on: best, .wokeAfter(slept), now, &out)
+    }
+
+    private mutating func probeReply(on id: Path.ID, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+        noteHeard(now, rtt: rtt)
+        switch state {
+        case .probing(let path, _) where path.id == id:
+            dead[id] = nil
+            enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
+            considerBetterPath(now, &out)
+        case .switching(_, let to, _) where to.id == id:
+            dead[id] = nil
+            moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
+            enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
+        default:
+            break
+        }
+    }
+
+    private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+        guard case .connecting(let path) = state else { return }
+        session = (now, now)
+        noteHeard(now, rtt: rtt)
+        dead[path.id] = nil
+        enter(.connected(path), .handshakeSucceeded(rtt: rtt), now, &out)
+        considerBetterPath(now, &out)
+    }
+
+    private mutating func handshakeFailed(_ failure: HandshakeFailure, _ now: Instant, _ out: inout [Action]) {
+        switch failure {
+        case .timeout:
+            if case .connecting(let path) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
+        case .rejected(let why):
+            switch state {
+            case .sleeping, .failed, .offline: return
+            default:
+                enter(.failed(.rejected(why)), .rejected(why), now, &out)
+                out.append(.reportFailure(.rejected(why)))
+            }
+        case .sessionUnknown:
+            // Authoritative: the keys are dead, so waiting for timeouts would only lengthen the outage.
+            session = nil
+            switch state {
+            case .connected(let path), .probing(let path, _), .switching(let path, _, _):
+                attempt(on: path, .sessionUnknown, now, &out, handshake: true)
+            default:
+                coalesced += 1
+            }
+        }
+    }
+
+    private mutating func dataSent(_ now: Instant, _ out: inout [Action]) {
+        guard case .connected(let path) = state else { return }
+        if let session, now - session.lastHeard >= config.sessionLifetime {
+            return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
+        }
+        if deadlines[.liveness] == nil { arm(.liveness, at: now + config.livenessTimeout, &out) }
+    }
+
+    private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
+        noteHeard(now, rtt: nil)
+        switch state {
+        case .connected:
+            if deadlines[.liveness] != nil { cancel(.liveness, &out) }
+        case .probing(let path, _):
+            enter(.connected(path), .trafficResumed, now, &out)
+            considerBetterPath(now, &out)
+        default:
+            break
+        }
+    }
+
+    private mutating func timerFired(_ kind: TimerKind, _ now: Instant, _ out: inout [Action]) {
+        // A timer the state machine no longer wants (cancelled, or fired late) is ignored.
+        guard let due = deadlines[kind], due <= now else { return }
+        deadlines[kind] = nil
+        switch (kind, state) {
+        case (.liveness, .connected(let path)):
+            probe(path, now, &out)
+            enter(.probing(path, sent: 1), .livenessTimeout(config.livenessTimeout), now, &out)
+        case (.probe, .probing(let path, let sent)):
+            if sent < config.probeAttempts {
+                probe(path, now, &out)
+                state = .probing(path, sent: sent + 1)
+            } else {
+                failed(on: path, .probeTimeout(sent, of: config.probeAttempts), now, &out)
+            }
+        case (.probe, .switching(let from, let to, let sent)):
+            if sent < config.probeAttempts {
+                probe(to, now, &out)
+                state = .switching(from: from, to: to, sent: sent + 1)
+            } else {
+                markDead(to.id, now)
+                enter(.connected(from), .candidateUnreachable(to.interface, probes: sent), now, &out)
+                considerBetterPath(now, &out)
+            }
+        case (.handshake, .connecting(let path)):
+            failed(on: path, .handshakeTimeout(path.interface), now, &out)
+        case (.debounce, .connected(let current)):
+            guard let id = candidate, let target = paths.first(where: { $0.id == id }),
+                  target.ranks(above: current), !isDead(id, now)
+            else { return considerBetterPath(now, &out) }
+            guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
+            candidate = nil
+            probe(target, now, &out)
+            enter(.switching(from: current, to: target, sent: 1), .betterPath(target, over: current), now, &out)
+        case (.retry, .backingOff):
+            guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
+            attempt(on: best, .retry, now, &out, handshake: true)
+        default:
+            break
+        }
+    }
+
+    private mutating func powerChanged(_ source: PowerSource, _ now: Instant) {
+        refill(now)
+        power = source
+        tokens = min(tokens, config.budget(on: source).burst)
+    }
+
+    private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
+        if case .sleeping = state { return }
+        failures = 0
+        guard let best = preferred(now) else { return enter(.offline, .operatorRequest, now, &out) }
+        // An operator's explicit request is not a storm: it bypasses the budget.
+        session = nil
+        startAttempt(on: best, .operatorRequest, now, &out, handshake: true)
+    }
+
+    // MARK: Decisions
+
+    /// The best path that has not recently failed its probes; the best of all if every one has.
+    private func preferred(_ now: Instant) -> Path? {
+        paths.first { !isDead($0.id, now) } ?? paths.first
+    }
+
+    private func reasonForLeaving(_ old: Path, to new: Path) -> Reason {
+        old.linkIndex == new.linkIndex && old.source != new.source
+            ? .addressChanged(old.interface, from: old.source, to: new.source)
+            : .pathLost(old.interface)
+    }
+
+    /// Spends a token on a reconnect to `path`, or backs off until one comes back.
+    private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+                                  handshake: Bool = false) {
+        guard takeToken(now) else {
+            let next = nextToken()
+            arm(.retry, at: next, &out)
+            return enter(.backingOff(path), .budgetExhausted(nextIn: next - now), now, &out)
+        }
+        startAttempt(on: path, reason, now, &out, handshake: handshake)
+    }
+
+    /// Moves the socket if needed, then proves the path: a probe if the session is still
+    /// alive (the server follows us on the first authenticated packet), else a handshake.
+    private mutating func startAttempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+                                       handshake: Bool) {
+        attempt += 1
+        moveSocket(to: path, reason, &out)
+        if handshake || !isSessionFresh(now) {
+            out.append(.handshake(on: path, reason: reason))
+            arm(.handshake, at: now + config.handshakeTimeout, &out)
+            enter(.connecting(path), reason, now, &out)
+        } else {
+            probe(path, now, &out)
+            enter(.probing(path, sent: 1), reason, now, &out)
+        }
+    }
+
+    /// An attempt on `path` failed: move to another path at once if one is left, else back off.
+    private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+        markDead(path.id, now)
+        if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
+            return attempt(on: other, reason, now, &out, handshake: isHandshaking)
+        }
+        failures += 1
+        let budget = config.budget(on: power)
+        let step = min(budget.backoffCap, budget.backoffBase * (1 << min(failures - 1, 30)))
+        refill(now)
+        let wait = max(rng.upTo(step), tokens > 0 ? .zero : nextToken() - now)
+        arm(.retry, at: now + wait, &out)
+        enter(.backingOff(path), reason, now, &out)
+    }
+
+    /// Starts or keeps the debounce for a path that ranks above the current one.
+    private mutating func considerBetterPath(_ now: Instant, _ out: inout [Action]) {
+        guard case .connected(let current) = state,
+              let better = paths.first(where: { $0.id != current.id && $0.ranks(above: current) })
+        else {
+            candidate = nil
+            if deadlines[.debounce] != nil { cancel(.debounce, &out) }
+            return
+        }
+        if candidate == better.id, deadlines[.debounce] != nil {
+            coalesced += 1
+            return
+        }
+        candidate = better.id
+        let quietUntil = now + holdDown(for: better, now)
+        let due = dead[better.id].map { max($0.until, quietUntil) } ?? quietUntil
+        arm(.debounce, at: due, &out)
+    }
+
+    /// The debounce, doubled for every recent loss of the interface: a flapping uplink
+    /// must stay up longer before the session trusts it again.
+    private func holdDown(for path: Path, _ now: Instant) -> Duration {
+        guard let loss = losses[path.interface], now - loss.last < config.flapWindow else { return config.debounce }
+        return min(config.maxHoldDown, config.debounce * (1 << min(loss.count, 20)))
+    }
+
+    // MARK: Bookkeeping
+
+    private mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+        if case .connected = state, now - enteredAt >= config.stableAfter { failures = 0 }
+        if case .connected = new { attempt = 0 }
+        for kind in TimerKind.allCases where deadlines[kind] != nil && !Self.allows(new, kind) {
+            cancel(kind, &out)
+        }
+        if !Self.allows(new, .debounce) { candidate = nil }
+        let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,
+                                    attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced)
+        state = new
+        enteredAt = now
+        coalesced = 0
+        out.append(.report(transition))
+    }
+
+    /// Which timers may stay armed in a state; entering a state cancels the rest, so
+    /// offline, sleeping and failed never keep a timer.
+    private static func allows(_ state: State, _ kind: TimerKind) -> Bool {
+        switch (state, kind) {
+        case (.connecting, .handshake), (.connected, .liveness), (.connected, .debounce),
+             (.probing, .probe), (.switching, .probe), (.backingOff, .retry): true
+        default: false
+        }
+    }
+
+    private mutating func arm(_ kind: TimerKind, at due: Instant, _ out: inout [Action]) {
+        deadlines[kind] = due
+        out.append(.armTimer(kind, at: due))
+    }
+
+    private mutating func cancel(_ kind: TimerKind, _ out: inout [Action]) {
+        deadlines[kind] = nil
+        out.append(.cancelTimer(kind))
+    }
+
+    private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+        out.append(.probe(via: path))
+        let wait = max(config.probeTimeout, (smoothedRTT ?? .zero) * 3)
+        arm(.probe, at: now + wait, &out)
+    }
+
+    private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
+        guard socket != path.id else { return }
+        out.append(socket == nil ? .bind(path, reason: reason) : .rebind(path, reason: reason))
+        socket = path.id
+    }
+
+    private func isSessionFresh(_ now: Instant) -> Bool {
+        guard let session else { return false }
+        return now - session.lastHeard < config.sessionLifetime
+    }
+
+    private mutating func noteHeard(_ now: Instant, rtt: Duration?) {
+        if session != nil { session?.lastHeard = now }
+        if let rtt { smoothedRTT = smoothedRTT.map { ($0 * 7 + rtt) / 8 } ?? rtt }
+    }
+
+    private mutating func noteLoss(of path: Path, _ now: Instant) {
+        let previous = losses[path.interface]
+        let recent = previous.map { now - $0.last < config.flapWindow } ?? false
+        losses[path.interface] = (recent ? previous!.count + 1 : 1, now)
+    }
+
+    private func isDead(_ id: Path.ID, _ now: Instant) -> Bool {
+        dead[id].map { now < $0.until } ?? false
+    }
+
+    private mutating func markDead(_ id: Path.ID, _ now: Instant) {
+        let strikes = (dead[id]?.strikes ?? 0) + 1
+        let hold = min(config.maxHoldDown, config.deadPathHoldDown * (1 << min(strikes - 1, 20)))
+        dead[id] = (now + hold, strikes)
+    }
+
+    private mutating func refill(_ now: Instant) {
+        let budget = config.budget(on: power)
+        let step = max(budget.refill.nanoseconds, 1)
+        let earned = (now.nanoseconds - refilledAt.nanoseconds) / step
+        guard earned > 0 else { return }
+        if tokens + Int(clamping: earned) >= budget.burst {
+            tokens = budget.burst
+            refilledAt = now
+        } else {
+            tokens += Int(earned)
+            refilledAt = Instant(nanoseconds: refilledAt.nanoseconds + earned * step)
+        }
+    }
+
+    private mutating func takeToken(_ now: Instant) -> Bool {
+        refill(now)
+        guard tokens > 0 else { return false }
+        if tokens == config.budget(on: power).burst { refilledAt = now }
+        tokens -= 1
+        return true
+    }
+
+    private func nextToken() -> Instant { refilledAt + config.budget(on: power).refill }
+}

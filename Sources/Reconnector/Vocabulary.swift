@@ -1,0 +1,228 @@
+public import PathMonitor
+
+/// Why a handshake did not produce a session.
+public enum HandshakeFailure: Equatable, Sendable {
+    /// No response within the handshake timeout.
+    case timeout
+    /// The server refused our credentials or key; retrying cannot help.
+    case rejected(String)
+    /// The server says it holds no session for us (it restarted): the keys are dead.
+    case sessionUnknown
+}
+
+/// A fact the state machine learns. Nothing here is a command.
+public enum Input: Equatable, Sendable {
+    /// The ranked usable paths to the server changed significantly (best first; empty = none).
+    case paths([Path])
+    /// The machine is about to suspend.
+    case sleep
+    /// The machine resumed after `sleptFor`; also sent for a suspend nobody announced.
+    case wake(sleptFor: Duration)
+    /// A probe echo came back over the path `on`.
+    case probeReply(on: Path.ID, rtt: Duration)
+    /// The handshake completed; the session has fresh keys.
+    case handshakeSucceeded(rtt: Duration)
+    /// The handshake or the session failed.
+    case handshakeFailed(HandshakeFailure)
+    /// The tunnel sent a data packet to the server.
+    case dataSent
+    /// An authenticated packet arrived from the server.
+    case dataReceived
+    /// A timer armed by `Action.armTimer` expired.
+    case timerFired(TimerKind)
+    /// The machine switched between mains and battery.
+    case powerChanged(PowerSource)
+    /// An operator asked for a fresh connection (`agent reconnect`).
+    case reconnectRequested
+
+    /// Short name of the input, as the `trigger` of a log line.
+    public var name: String {
+        switch self {
+        case .paths: "paths"
+        case .sleep: "sleep"
+        case .wake: "wake"
+        case .probeReply: "probe-reply"
+        case .handshakeSucceeded: "handshake-ok"
+        case .handshakeFailed: "handshake-failed"
+        case .dataSent: "data-sent"
+        case .dataReceived: "data-received"
+        case .timerFired(let kind): "timer:\(kind.rawValue)"
+        case .powerChanged: "power"
+        case .reconnectRequested: "operator"
+        }
+    }
+}
+
+/// The timers the state machine asks the driver to keep; at most one of each kind.
+public enum TimerKind: String, CaseIterable, Sendable {
+    /// A better path has been quiet long enough to try.
+    case debounce
+    /// The handshake in flight took too long.
+    case handshake
+    /// The last probe went unanswered.
+    case probe
+    /// Data went out and nothing came back.
+    case liveness
+    /// Backoff is over; try again.
+    case retry
+}
+
+/// A command for the driver. The tunnel device is deliberately absent: no decision can
+/// touch it, only the UDP session underneath.
+public enum Action: Equatable, Sendable {
+    /// Open the session's first UDP socket on `path`.
+    case bind(Path, reason: Reason)
+    /// Move the session's UDP socket to `path`; keys and tunnel stay.
+    case rebind(Path, reason: Reason)
+    /// Send a handshake initiation over the session's socket, on `path`, for fresh keys.
+    case handshake(on: Path, reason: Reason)
+    /// Send an authenticated probe over `path` (through a second socket if the session is elsewhere).
+    case probe(via: Path)
+    /// Fire `timerFired(kind)` at `at`, replacing any timer of the same kind.
+    case armTimer(TimerKind, at: Instant)
+    /// Forget the timer of this kind.
+    case cancelTimer(TimerKind)
+    /// Stop probes and I/O timers for a suspend; keep the tunnel device and the session keys.
+    case quiesce
+    /// Tell the operator that the tunnel cannot come up without their help.
+    case reportFailure(Reason)
+    /// Write this transition to the operator log.
+    case report(Transition)
+}
+
+/// The state of the session as the state machine sees it.
+public enum State: Equatable, Sendable {
+    /// No usable path: no attempts, no timers, nothing on the radio.
+    case offline
+    /// A handshake is in flight on the path.
+    case connecting(Path)
+    /// The session works on the path.
+    case connected(Path)
+    /// The path is suspect (or newly joined): probes are out, waiting for an echo.
+    case probing(Path, sent: Int)
+    /// Make-before-break: still on `from`, probing `to` before moving there.
+    case switching(from: Path, to: Path, sent: Int)
+    /// Quiesced for a suspend.
+    case sleeping
+    /// Waiting for the reconnect budget or a backoff step before trying the path again.
+    case backingOff(Path)
+    /// Cannot connect without an operator (credentials rejected): no retries.
+    case failed(Reason)
+
+    /// The state's name in logs and status.
+    public var name: String {
+        switch self {
+        case .offline: "offline"
+        case .connecting: "connecting"
+        case .connected: "connected"
+        case .probing: "probing"
+        case .switching: "switching"
+        case .sleeping: "sleeping"
+        case .backingOff: "backing-off"
+        case .failed: "failed"
+        }
+    }
+
+    /// The path the session is on or heading for.
+    public var path: Path? {
+        switch self {
+        case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p): p
+        case .switching(let from, _, _): from
+        case .offline, .sleeping, .failed: nil
+        }
+    }
+}
+
+/// Why a transition happened. Every transition has one; it is what the operator reads.
+public enum Reason: Equatable, Sendable, CustomStringConvertible {
+    /// A path to the server appeared while there was none.
+    case pathAppeared(String)
+    /// The path through this interface disappeared.
+    case pathLost(String)
+    /// The interface stayed but its source address changed.
+    case addressChanged(String, from: IPAddress, to: IPAddress)
+    /// A path ranks above the current one and stayed through the debounce window.
+    case betterPath(Path, over: Path)
+    /// The probed better path answered; the session moved there.
+    case switched(String, rtt: Duration)
+    /// The better path did not answer its probes; the session stays.
+    case candidateUnreachable(String, probes: Int)
+    /// The candidate path went away while being probed.
+    case candidateLost(String)
+    /// The handshake completed.
+    case handshakeSucceeded(rtt: Duration)
+    /// No handshake response in time.
+    case handshakeTimeout(String)
+    /// The server refused us.
+    case rejected(String)
+    /// The server lost our session (restart); a handshake follows at once.
+    case sessionUnknown
+    /// Nothing heard from the server for longer than a session lives.
+    case sessionExpired(idle: Duration)
+    /// Data went out and nothing came back for this long.
+    case livenessTimeout(Duration)
+    /// This many probes in a row went unanswered.
+    case probeTimeout(Int, of: Int)
+    /// A probe echo came back.
+    case probeAnswered(rtt: Duration)
+    /// Data arrived while probing: the path works.
+    case trafficResumed
+    /// The machine is about to suspend.
+    case goingToSleep
+    /// The machine resumed after this long.
+    case wokeAfter(Duration)
+    /// No reconnect token left; the next comes in this long.
+    case budgetExhausted(nextIn: Duration)
+    /// The attempt failed; the next waits this long (full jitter).
+    case backoff(nextIn: Duration)
+    /// A backoff step ended.
+    case retry
+    /// An operator asked for it.
+    case operatorRequest
+
+    public var description: String {
+        switch self {
+        case .pathAppeared(let i): "pathAppeared(\(i))"
+        case .pathLost(let i): "pathLost(\(i))"
+        case .addressChanged(let i, let a, let b): "addressChanged(\(i) \(a) -> \(b))"
+        case .betterPath(let b, let c):
+            b.prefixLength != c.prefixLength
+                ? "betterPath(\(b.interface) /\(b.prefixLength) > \(c.interface) /\(c.prefixLength))"
+                : "betterPath(\(b.interface) metric \(b.metric) < \(c.interface) \(c.metric))"
+        case .switched(let i, let rtt): "switched(\(i) rtt \(rtt.short))"
+        case .candidateUnreachable(let i, let n): "candidateUnreachable(\(i) \(n) probes)"
+        case .candidateLost(let i): "candidateLost(\(i))"
+        case .handshakeSucceeded(let rtt): "handshakeSucceeded(rtt \(rtt.short))"
+        case .handshakeTimeout(let i): "handshakeTimeout(\(i))"
+        case .rejected(let why): "rejected(\(why))"
+        case .sessionUnknown: "sessionUnknown"
+        case .sessionExpired(let idle): "sessionExpired(idle \(idle.short))"
+        case .livenessTimeout(let d): "livenessTimeout(\(d.short))"
+        case .probeTimeout(let n, let m): "probeTimeout(\(n) of \(m))"
+        case .probeAnswered(let rtt): "probeAnswered(rtt \(rtt.short))"
+        case .trafficResumed: "trafficResumed"
+        case .goingToSleep: "goingToSleep"
+        case .wokeAfter(let d): "wokeAfter(\(d.short))"
+        case .budgetExhausted(let d): "budgetExhausted(next in \(d.short))"
+        case .backoff(let d): "backoff(next in \(d.short))"
+        case .retry: "retry"
+        case .operatorRequest: "operatorRequest"
+        }
+    }
+}
+
+/// One state change, with everything an operator needs to understand it.
+public struct Transition: Equatable, Sendable {
+    public var at: Instant
+    public var from: State
+    public var to: State
+    /// The input that caused it.
+    public var trigger: String
+    public var reason: Reason
+    /// Attempts since the session last worked (0 when connected).
+    public var attempt: Int
+    /// When the next retry is due, if one is scheduled.
+    public var nextRetry: Instant?
+    /// Inputs absorbed without a transition since the previous one (flaps, duplicates).
+    public var coalesced: Int
+}

@@ -1,0 +1,467 @@
+import PathMonitor
+public import Reconnector
+
+/// What a replay found: the transitions, the counts the expectations speak of, and every
+/// broken invariant or unmet expectation.
+public struct ReplayReport: Sendable {
+    public var transitions: [Transition] = []
+    /// Decisions that bound, rebound or handshook.
+    public var attempts = 0
+    public var handshakes = 0
+    public var probes = 0
+    /// Longest time the tunnel did not work while some uplink could have carried it.
+    public var maxOutage: Duration = .zero
+    /// Inputs fed to the state machine.
+    public var inputs = 0
+    /// Network changes applied to the model.
+    public var networkChanges = 0
+    public var finalState: State = .offline
+    /// Invariants the state machine broke: always a bug.
+    public var violations: [String] = []
+    /// Expectations of the scenario that did not hold.
+    public var failures: [String] = []
+
+    public var passed: Bool { violations.isEmpty && failures.isEmpty }
+}
+
+/// A scenario that cannot run: an event names a link that does not exist, and the like.
+public struct ReplayError: Error, CustomStringConvertible, Sendable {
+    public var file: String
+    public var line: Int
+    public var message: String
+    public var description: String { "\(file):\(line): \(message)" }
+}
+
+/// Replays a scenario through the real NetworkModel and Reconnector on a virtual clock.
+///
+/// The replay is also the world: it answers handshakes and probes as the server would over
+/// the paths that really pass traffic, delivers application data, and acts as the driver for
+/// the state machine's timers. It checks the machine's invariants after every input.
+public struct Replay {
+    public let scenario: Scenario
+    private var tracker: PathTracker
+    private var machine: Reconnector
+    private var now = Instant.zero
+    private var queue = EventQueue()
+    private var report = ReplayReport()
+    private var onTransition: (Transition) -> Void = { _ in }
+
+    // The world.
+    private var dropped: Set<String> = []
+    private var rtt: [String: Duration] = [:]
+    private var serverUp = true
+    private var serverHasSession = false
+    private var lastHint: Instant?
+    private var acceptsAuth = true
+    private var sleeping = false
+    private var sleptAt = Instant.zero
+
+    // The driver's view.
+    private var socket: Path.ID?
+    private var clientHasSession = false
+    private var armed: [TimerKind: Instant] = [:]
+    private var handshakeGeneration = 0
+    private var handshakeInFlight: Path.ID?
+    private var outageStart: Instant?
+    private var attemptLog: [(at: Instant, power: PowerSource, budgeted: Bool)] = []
+    private var pathAtResults: [String?] = []
+
+    public init(_ scenario: Scenario) {
+        self.scenario = scenario
+        tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
+        machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
+    }
+
+    /// Runs the whole timeline; `onTransition` sees each operator log line as it happens.
+    public mutating func run(onTransition: @escaping (Transition) -> Void = { _ in }) throws(ReplayError) -> ReplayReport {
+        self.onTransition = onTransition
+        // The initial network is what the first dump shows: the model starts from it.
+        for event in scenario.network { try applyNetwork(event, report: false) }
+        for (i, event) in scenario.timeline.enumerated() { queue.push(event.at, .timeline(i)) }
+        for (i, check) in scenario.expect.pathAt.enumerated() { queue.push(check.at, .checkpoint(i)) }
+        pathAtResults = Array(repeating: nil, count: scenario.expect.pathAt.count)
+        if let every = scenario.traffic { queue.push(.zero + every, .traffic) }
+        feed(.paths(tracker.paths))
+        updateOutage()
+
+        while let next = queue.pop(), next.at <= scenario.until {
+            // After an unannounced suspend, overdue timers fire at once, as CLOCK_BOOTTIME ones do.
+            now = max(now, next.at)
+            switch next.what {
+            case .timeline(let i): try play(scenario.timeline[i])
+            case .timer(let kind):
+                if armed[kind] == next.at {
+                    armed[kind] = nil
+                    feed(.timerFired(kind))
+                }
+            case .deliver(let input, let generation):
+                // Answers in flight when the machine slept or the clock jumped are lost.
+                guard !sleeping, next.at == now else { break }
+                if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
+                if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
+                deliver(input)
+            case .traffic:
+                sendTraffic()
+                if let every = scenario.traffic { queue.push(now + every, .traffic) }
+            case .checkpoint(let i):
+                pathAtResults[i] = machine.state.path?.interface
+            }
+            updateOutage()
+        }
+        now = max(now, scenario.until)
+        if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
+        report.finalState = machine.state
+        checkBudget()
+        checkExpectations()
+        return report
+    }
+
+    // MARK: Timeline
+
+    private mutating func play(_ event: TimedEvent) throws(ReplayError) {
+        switch event.event {
+        case .link, .linkRemoved, .addressAdded, .addressRemoved, .routeAdded, .routeRemoved, .change:
+            try applyNetwork(event)
+        case .sleep:
+            feed(.sleep)
+            sleeping = true
+            sleptAt = now
+        case .wake:
+            sleeping = false
+            feed(.wake(sleptFor: now - sleptAt))
+        case .clockJump(let length):
+            now = now + length
+            feed(.wake(sleptFor: length))
+        case .power(let source): feed(.powerChanged(source))
+        case .server(let change):
+            serverHasSession = false
+            serverUp = change != .down
+        case .drop(let name): dropped.insert(name)
+        case .restore(let name): dropped.remove(name)
+        case .auth(let accepts): acceptsAuth = accepts
+        case .reconnect: feed(.reconnectRequested)
+        }
+    }
+
+    private mutating func applyNetwork(_ event: TimedEvent, report feeding: Bool = true) throws(ReplayError) {
+        for change in try resolve(event) {
+            report.networkChanges += 1
+            if let paths = tracker.apply(change), feeding { feed(.paths(paths)) }
+        }
+    }
+
+    /// Turns a named event into model changes, as the kernel would report them.
+    private mutating func resolve(_ event: TimedEvent) throws(ReplayError) -> [NetworkChange] {
+        let model = tracker.model
+        func index(_ name: String) throws(ReplayError) -> Int32 {
+            guard let link = model.link(named: name) else {
+                throw ReplayError(file: scenario.file, line: event.line, message: "no link named '\(name)' at \(now)s")
+            }
+            return link.index
+        }
+        switch event.event {
+        case .change(let change):
+            return [change]
+        case .link(let spec):
+            if let rtt = spec.rtt { self.rtt[spec.name] = rtt }
+            let old = model.link(named: spec.name)
+            let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
+            let link = Link(index: index, name: spec.name, kind: spec.kind ?? old?.kind ?? .other,
+                            isUp: spec.up ?? old?.isUp ?? true, hasCarrier: spec.carrier ?? old?.hasCarrier ?? true,
+                            mtu: spec.mtu ?? old?.mtu ?? 1500)
+            return [.linkChanged(link)]
+        case .linkRemoved(let name):
+            return [.linkRemoved(index: try index(name))]
+        case .addressAdded(let dev, let prefix, let flags):
+            return [.addressAdded(Address(linkIndex: try index(dev), prefix: prefix, flags: flags))]
+        case .addressRemoved(let dev, let prefix):
+            return [.addressRemoved(Address.Key(linkIndex: try index(dev), prefix: prefix))]
+        case .routeAdded(let spec):
+            var hops: [NextHop] = []
+            for hop in spec.hops { hops.append(NextHop(gateway: hop.gateway, linkIndex: try index(hop.dev))) }
+            return [.routeAdded(Route(table: spec.table, destination: spec.to, type: spec.type, nextHops: hops,
+                                      metric: spec.metric ?? 0, preferredSource: spec.source))]
+        case .routeRemoved(let spec):
+            var devs: [Int32] = []
+            for hop in spec.hops { devs.append(try index(hop.dev)) }
+            let keys = model.routes.values.filter { route in
+                route.table == spec.table && route.destination == spec.to
+                    && (spec.metric == nil || route.metric == spec.metric)
+                    && (devs.isEmpty || route.nextHops.contains { devs.contains($0.linkIndex) })
+            }.map(\.key)
+            guard !keys.isEmpty else {
+                throw ReplayError(file: scenario.file, line: event.line, message: "no route to \(spec.to) to delete at \(now)s")
+            }
+            return keys.map { .routeRemoved($0) }
+        default:
+            return []
+        }
+    }
+
+    // MARK: The world
+
+    private func interface(of id: Path.ID) -> String? { tracker.model.links[id.linkIndex]?.name }
+
+    /// True when packets sent from this path reach the server.
+    private func passes(_ id: Path.ID) -> Bool {
+        guard !sleeping, serverUp, tracker.paths.contains(where: { $0.id == id }),
+              let name = interface(of: id) else { return false }
+        return !dropped.contains(name)
+    }
+
+    private func roundTrip(_ id: Path.ID) -> Duration {
+        interface(of: id).flatMap { rtt[$0] } ?? scenario.rtt
+    }
+
+    private var carrying: Bool {
+        switch machine.state {
+        case .connected, .probing, .switching: true
+        default: false
+        }
+    }
+
+    private mutating func sendTraffic() {
+        guard !sleeping, carrying, let socket else { return }
+        feed(.dataSent)
+        answer(from: socket, clientHasSession ? .dataReceived : nil)
+    }
+
+    /// The server's answer to an authenticated packet from `id`: `reply` if it knows the
+    /// session, else its rate-limited "session unknown" hint.
+    private mutating func answer(from id: Path.ID, _ reply: Input?) {
+        guard passes(id), let reply else { return }
+        if serverHasSession {
+            queue.push(now + roundTrip(id), .deliver(reply, generation: 0))
+        } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
+            lastHint = now
+            queue.push(now + roundTrip(id), .deliver(.handshakeFailed(.sessionUnknown), generation: 0))
+        }
+    }
+
+    private mutating func deliver(_ input: Input) {
+        switch input {
+        case .handshakeSucceeded: clientHasSession = true
+        case .handshakeFailed(.sessionUnknown): clientHasSession = false
+        default: break
+        }
+        feed(input)
+    }
+
+    private mutating func updateOutage() {
+        let couldWork = !sleeping && serverUp && acceptsAuth
+            && tracker.paths.contains { !dropped.contains($0.interface) }
+        let works = carrying && clientHasSession && serverHasSession && socket.map(passes) == true
+        if couldWork && !works {
+            if outageStart == nil { outageStart = now }
+        } else if let start = outageStart {
+            report.maxOutage = max(report.maxOutage, now - start)
+            outageStart = nil
+        }
+    }
+
+    // MARK: The driver
+
+    private mutating func feed(_ input: Input) {
+        report.inputs += 1
+        let before = machine.state
+        let actions = machine.handle(input, now: now)
+        var attempted = false
+        var reported = false
+        for action in actions {
+            switch action {
+            case .bind(let path, _), .rebind(let path, _):
+                requireKnown(path, action: "bind")
+                socket = path.id
+                attempted = true
+            case .handshake(let path, _):
+                requireKnown(path, action: "handshake")
+                if let inFlight = handshakeInFlight, inFlight == path.id {
+                    violation("a second handshake on \(path.interface) while one is in flight")
+                }
+                report.handshakes += 1
+                attempted = true
+                handshake(on: path)
+            case .probe(let path):
+                requireKnown(path, action: "probe")
+                report.probes += 1
+                answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)))
+            case .armTimer(let kind, let at):
+                if at < now { violation("timer \(kind) armed in the past") }
+                armed[kind] = at
+                queue.push(at, .timer(kind))
+            case .cancelTimer(let kind):
+                armed[kind] = nil
+            case .quiesce, .reportFailure:
+                break
+            case .report(let transition):
+                reported = true
+                if transition.from != before && report.transitions.last?.to != transition.from {
+                    violation("transition from \(transition.from.name) but the machine was \(before.name)")
+                }
+                report.transitions.append(transition)
+                onTransition(transition)
+            }
+        }
+        if attempted {
+            report.attempts += 1
+            attemptLog.append((now, machine.power, input != .reconnectRequested))
+        }
+        if !machine.isHandshaking { handshakeInFlight = nil }
+        if before.name != machine.state.name && !reported {
+            violation("\(before.name) -> \(machine.state.name) on \(input.name) without a logged transition")
+        }
+        switch machine.state {
+        case .offline, .sleeping, .failed:
+            if !armed.isEmpty || !machine.timers.isEmpty {
+                violation("timers armed while \(machine.state.name): \(armed.keys.map(\.rawValue).sorted())")
+            }
+        default: break
+        }
+        if machine.nextDeadline != armed.values.min() {
+            violation("the machine's next deadline disagrees with the timers it armed")
+        }
+    }
+
+    private mutating func handshake(on path: Path) {
+        handshakeGeneration += 1
+        handshakeInFlight = path.id
+        guard passes(path.id) else { return }
+        let rtt = roundTrip(path.id)
+        if acceptsAuth {
+            serverHasSession = true
+            queue.push(now + rtt, .deliver(.handshakeSucceeded(rtt: rtt), generation: handshakeGeneration))
+        } else {
+            queue.push(now + rtt, .deliver(.handshakeFailed(.rejected("unknown key")), generation: handshakeGeneration))
+        }
+    }
+
+    private mutating func requireKnown(_ path: Path, action: String) {
+        if tracker.paths.isEmpty {
+            violation("\(action) on \(path.interface) while offline")
+        } else if !tracker.paths.contains(where: { $0.id == path.id }) {
+            violation("\(action) on \(path.interface)/\(path.source), which is not a current path")
+        }
+    }
+
+    private mutating func violation(_ message: String) {
+        report.violations.append("\(now)s: \(message)")
+    }
+
+    // MARK: Checks
+
+    /// No window of the timeline may hold more attempts than the token bucket allows.
+    private mutating func checkBudget() {
+        let log = attemptLog.filter(\.budgeted)
+        for j in log.indices {
+            var i = j
+            while i > 0 && j - i < 400 {
+                i -= 1
+                let powers = log[i...j].map(\.power)
+                let budget = machine.config.budget(on: powers.contains(.ac) ? .ac : .battery)
+                let span = (log[j].at - log[i].at).nanoseconds
+                let allowed = budget.burst + Int(span / budget.refill.nanoseconds)
+                if j - i + 1 > allowed {
+                    violation("\(j - i + 1) attempts between \(log[i].at)s and \(log[j].at)s exceed the budget of \(allowed)")
+                    return
+                }
+            }
+        }
+    }
+
+    private mutating func checkExpectations() {
+        let e = scenario.expect
+        var failures: [String] = []
+        func expect(_ ok: Bool, _ message: @autoclosure () -> String) { if !ok { failures.append(message()) } }
+        if let state = e.state { expect(machine.state.name == state, "final state: expected \(state), got \(machine.state.name)") }
+        if let path = e.path {
+            let actual = machine.state.path?.interface ?? "none"
+            expect(actual == path, "final path: expected \(path), got \(actual)")
+        }
+        if let max = e.maxAttempts { expect(report.attempts <= max, "attempts: expected at most \(max), got \(report.attempts)") }
+        if let min = e.minAttempts { expect(report.attempts >= min, "attempts: expected at least \(min), got \(report.attempts)") }
+        if let max = e.maxHandshakes {
+            expect(report.handshakes <= max, "handshakes: expected at most \(max), got \(report.handshakes)")
+        }
+        if let min = e.minHandshakes {
+            expect(report.handshakes >= min, "handshakes: expected at least \(min), got \(report.handshakes)")
+        }
+        if let max = e.maxOutage {
+            expect(report.maxOutage <= max, "outage: expected at most \(max.short), got \(report.maxOutage.short)")
+        }
+        var remaining = e.sequence[...]
+        for t in report.transitions {
+            guard let want = remaining.first else { break }
+            let parts = want.split(separator: ":", maxSplits: 1)
+            if t.to.name == parts[0] && (parts.count == 1 || t.reason.description.hasPrefix(parts[1])) {
+                remaining.removeFirst()
+            }
+        }
+        if let missing = remaining.first {
+            failures.append("sequence: never saw '\(missing)'; transitions were "
+                + report.transitions.map { "\($0.to.name):\($0.reason)" }.joined(separator: ", "))
+        }
+        for state in e.never {
+            if let t = report.transitions.first(where: { $0.to.name == state }) {
+                failures.append("entered \(state) at \(t.at)s (\(t.reason)), which must never happen")
+            }
+        }
+        for w in e.windows {
+            let n = attemptLog.filter { $0.at >= w.from && $0.at <= w.to }.count
+            if let max = w.maxAttempts { expect(n <= max, "attempts in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)") }
+            if let min = w.minAttempts { expect(n >= min, "attempts in \(w.from)s...\(w.to)s: expected at least \(min), got \(n)") }
+        }
+        for (i, check) in e.pathAt.enumerated() {
+            let actual = pathAtResults[i] ?? "none"
+            expect(actual == check.path, "path at \(check.at)s: expected \(check.path), got \(actual)")
+        }
+        report.failures = failures
+    }
+}
+
+/// A min-heap of pending events, ordered by time and then by insertion.
+struct EventQueue {
+    enum What {
+        case timeline(Int)
+        case timer(TimerKind)
+        case deliver(Input, generation: Int)
+        case traffic
+        case checkpoint(Int)
+    }
+    struct Entry {
+        var at: Instant
+        var seq: Int
+        var what: What
+        func before(_ other: Entry) -> Bool { at != other.at ? at < other.at : seq < other.seq }
+    }
+    private var heap: [Entry] = []
+    private var seq = 0
+
+    mutating func push(_ at: Instant, _ what: What) {
+        seq += 1
+        heap.append(Entry(at: at, seq: seq, what: what))
+        var i = heap.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            guard heap[i].before(heap[parent]) else { break }
+            heap.swapAt(i, parent)
+            i = parent
+        }
+    }
+
+    mutating func pop() -> Entry? {
+        guard !heap.isEmpty else { return nil }
+        heap.swapAt(0, heap.count - 1)
+        let top = heap.removeLast()
+        var i = 0
+        while true {
+            let l = 2 * i + 1, r = l + 1
+            var m = i
+            if l < heap.count && heap[l].before(heap[m]) { m = l }
+            if r < heap.count && heap[r].before(heap[m]) { m = r }
+            guard m != i else { break }
+            heap.swapAt(i, m)
+            i = m
+        }
+        return top
+    }
+}

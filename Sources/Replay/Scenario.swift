@@ -1,0 +1,138 @@
+public import PathMonitor
+public import Reconnector
+
+/// A timeline of a laptop's network life: where it starts, what happens when, and what the
+/// agent must have done by the end. Written by hand or recorded from the kernel.
+public struct Scenario: Sendable {
+    /// File the scenario came from, for messages.
+    public var file: String
+    public var name: String
+    public var about: String
+    /// The server endpoint whose paths are watched.
+    public var server: IPAddress
+    /// The agent's own tunnel interface, never a path.
+    public var tunnelInterface: String?
+    public var config: Config
+    public var power: PowerSource
+    /// Seed for backoff jitter.
+    public var seed: UInt64
+    /// The application sends a packet this often while the tunnel carries traffic.
+    public var traffic: Duration?
+    /// Round-trip time to the server on links that do not set their own.
+    public var rtt: Duration
+    /// Initial network, applied before the clock starts.
+    public var network: [TimedEvent]
+    public var timeline: [TimedEvent]
+    /// The replay stops here.
+    public var until: Instant
+    public var expect: Expectations
+
+    /// Where the scenario library lives in the source tree.
+    public static let libraryPath: String = {
+        var parts = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false)
+        parts.removeLast(3)  // Sources/Replay/Scenario.swift
+        return parts.joined(separator: "/") + "/Scenarios"
+    }()
+}
+
+/// One event at one instant, with the line it came from.
+public struct TimedEvent: Sendable {
+    public var at: Instant
+    public var line: Int
+    public var event: ScenarioEvent
+    public init(at: Instant, line: Int, event: ScenarioEvent) {
+        self.at = at
+        self.line = line
+        self.event = event
+    }
+}
+
+/// Something that happens to the laptop, its networks or the server.
+public enum ScenarioEvent: Sendable {
+    /// A link appears or changes; unset fields keep their value.
+    case link(LinkSpec)
+    /// A link is deleted (USB adapter unplugged).
+    case linkRemoved(String)
+    case addressAdded(dev: String, Prefix, AddressFlags)
+    case addressRemoved(dev: String, Prefix)
+    case routeAdded(RouteSpec)
+    case routeRemoved(RouteSpec)
+    /// A change already in the model's terms (recorded from the kernel).
+    case change(NetworkChange)
+    /// The suspend hook announces a suspend.
+    case sleep
+    /// The machine resumed (after an announced sleep).
+    case wake
+    /// The machine was suspended for this long and nobody said so.
+    case clockJump(Duration)
+    case power(PowerSource)
+    case server(ServerChange)
+    /// The interface stays up but silently drops everything (captive portal, dead AP uplink).
+    case drop(String)
+    /// The interface passes traffic again.
+    case restore(String)
+    /// The server starts accepting or rejecting our credentials.
+    case auth(accepts: Bool)
+    /// An operator runs `agent reconnect`.
+    case reconnect
+}
+
+/// What happens to the server.
+public enum ServerChange: String, Sendable {
+    /// Stops answering; its sessions are gone.
+    case down
+    /// Answers again, with no sessions.
+    case up
+    /// Down and up at once: every session is gone.
+    case restart
+}
+
+/// A link as a scenario describes it, by name.
+public struct LinkSpec: Sendable {
+    public var name: String
+    public var index: Int32?
+    public var kind: LinkKind?
+    public var up: Bool?
+    public var carrier: Bool?
+    public var mtu: Int?
+    /// Round-trip time to the server through this link.
+    public var rtt: Duration?
+}
+
+/// A route as a scenario describes it, naming links.
+public struct RouteSpec: Sendable {
+    public var to: Prefix
+    public var hops: [(gateway: IPAddress?, dev: String)]
+    public var metric: UInt32?
+    public var source: IPAddress?
+    public var table: UInt32
+    public var type: RouteType
+}
+
+/// What must hold at the end of a replay.
+public struct Expectations: Sendable {
+    public var state: String?
+    /// Interface of the final path, or `none`.
+    public var path: String?
+    public var maxAttempts: Int?
+    public var minAttempts: Int?
+    public var maxHandshakes: Int?
+    public var minHandshakes: Int?
+    /// Longest time the tunnel did not work while some uplink could have carried it.
+    public var maxOutage: Duration?
+    /// Transitions that must appear in this order: `state` or `state:reasonPrefix`.
+    public var sequence: [String] = []
+    /// States that must never be entered.
+    public var never: [String] = []
+    /// Attempt counts inside windows of the timeline.
+    public var windows: [Window] = []
+    /// Which interface the session uses at given instants.
+    public var pathAt: [(at: Instant, path: String)] = []
+
+    public struct Window: Sendable {
+        public var from: Instant
+        public var to: Instant
+        public var maxAttempts: Int?
+        public var minAttempts: Int?
+    }
+}

@@ -1,0 +1,495 @@
+import Foundation
+import PathMonitor
+import Reconnector
+import Yams
+
+/// A scenario file that cannot be replayed, with the line to look at.
+public struct ScenarioError: Error, CustomStringConvertible, Sendable {
+    public var file: String
+    public var line: Int
+    public var message: String
+    public var description: String { "\(file):\(line): \(message)" }
+}
+
+extension Scenario {
+    /// Reads and parses the scenario at `path`.
+    public static func load(_ path: String) throws(ScenarioError) -> Scenario {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ScenarioError(file: path, line: 0, message: "cannot read the file")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ScenarioError(file: path, line: 0, message: "not UTF-8 text")
+        }
+        return try parse(text, file: path)
+    }
+
+    /// Every scenario file in `directory`, sorted by name.
+    public static func files(in directory: String = libraryPath) -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted().map { directory + "/" + $0 }
+    }
+
+    /// Parses scenario text; `file` names it in errors.
+    public static func parse(_ text: String, file: String) throws(ScenarioError) -> Scenario {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch let error as YamlError {
+            throw ScenarioError(file: file, line: error.line, message: "not valid YAML: \(error.problem)")
+        } catch {
+            throw ScenarioError(file: file, line: 0, message: "not valid YAML: \(error)")
+        }
+        guard let root else { throw ScenarioError(file: file, line: 1, message: "the file is empty") }
+        return try ScenarioParser(file: file).scenario(root)
+    }
+}
+
+extension YamlError {
+    fileprivate var line: Int {
+        switch self {
+        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _): mark.line
+        default: 0
+        }
+    }
+    fileprivate var problem: String {
+        switch self {
+        case .scanner(_, let problem, _, _), .parser(_, let problem, _, _), .composer(_, let problem, _, _): problem
+        default: "\(self)"
+        }
+    }
+}
+
+/// Turns YAML nodes into a scenario, rejecting anything unknown with its line number.
+struct ScenarioParser {
+    let file: String
+
+    func fail(_ node: Node?, _ message: String) -> ScenarioError {
+        ScenarioError(file: file, line: node?.mark?.line ?? 0, message: message)
+    }
+
+    func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
+        let top = try fields(root, "the scenario", allowed: [
+            "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "rtt", "network",
+            "timeline", "until", "expect",
+        ])
+        let serverNode = try top.required("server")
+        let serverText = try string(serverNode)
+        // A port may follow; only the address decides the path.
+        let host = serverText.hasPrefix("[")
+            ? String(serverText.dropFirst().prefix { $0 != "]" })
+            : (serverText.filter { $0 == ":" }.count == 1 ? String(serverText.prefix { $0 != ":" }) : serverText)
+        guard let server = IPAddress(host) else {
+            throw fail(serverNode, "'server' needs an IP address (with an optional port), got \"\(serverText)\"")
+        }
+        let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []
+        let events = try opt(top.optional("timeline")) { node throws(ScenarioError) in try self.timeline(node) } ?? []
+        let last = events.map(\.at).max() ?? .zero
+        let until = try opt(top.optional("until")) { node throws(ScenarioError) in try instant(node) }
+            ?? last + .seconds(60)
+        if let node = top.optional("until"), until < last {
+            throw fail(node, "'until' (\(until)s) is before the last event (\(last)s)")
+        }
+        var config = Config()
+        if let node = top.optional("config") { try applyConfig(node, to: &config) }
+        return Scenario(
+            file: file,
+            name: try opt(top.optional("name")) { node throws(ScenarioError) in try string(node) }
+                ?? String(file.split(separator: "/").last ?? ""),
+            about: try opt(top.optional("about")) { node throws(ScenarioError) in try string(node) } ?? "",
+            server: server,
+            tunnelInterface: try opt(top.optional("tunnel")) { node throws(ScenarioError) in try string(node) },
+            config: config,
+            power: try opt(top.optional("power")) { node throws(ScenarioError) in try power(node) } ?? .ac,
+            seed: try opt(top.optional("seed")) { node throws(ScenarioError) in UInt64(try int(node, 0...Int.max)) } ?? 1,
+            traffic: try opt(top.optional("traffic")) { node throws(ScenarioError) in try positiveDuration(node) },
+            rtt: try opt(top.optional("rtt")) { node throws(ScenarioError) in try duration(node) } ?? .milliseconds(20),
+            network: network,
+            timeline: events,
+            until: until,
+            expect: try opt(top.optional("expect")) { node throws(ScenarioError) in try expectations(node) }
+                ?? Expectations())
+    }
+
+    // MARK: Network and timeline
+
+    func initialNetwork(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
+        let net = try fields(node, "'network'", allowed: ["links", "addresses", "routes"])
+        var events: [TimedEvent] = []
+        for item in try list(net.optional("links")) {
+            events.append(TimedEvent(at: .zero, line: line(item), event: .link(try linkSpec(item))))
+        }
+        for item in try list(net.optional("addresses")) {
+            let (dev, prefix, flags) = try address(item, withFlags: true)
+            events.append(TimedEvent(at: .zero, line: line(item), event: .addressAdded(dev: dev, prefix, flags)))
+        }
+        for item in try list(net.optional("routes")) {
+            events.append(TimedEvent(at: .zero, line: line(item), event: .routeAdded(try route(item, adding: true))))
+        }
+        return events
+    }
+
+    static let eventKeys = [
+        "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap",
+    ]
+
+    func timeline(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
+        var events: [TimedEvent] = []
+        // The earliest instant the next event may have: time never runs backwards, and a
+        // suspend or clock jump moves it forward by its length.
+        var floor = Instant.zero
+        var sleeping = false
+        for item in try list(node) {
+            let entry = try fields(item, "a timeline entry", allowed: ["at"] + Self.eventKeys)
+            let atNode = try entry.required("at")
+            let at = try instant(atNode)
+            if at < floor {
+                throw fail(atNode, "time goes backwards: \(at)s comes after \(floor)s")
+            }
+            let kinds = entry.keys.filter { $0 != "at" }
+            guard kinds.count == 1, let kind = kinds.first, let value = entry.optional(kind) else {
+                throw fail(item, "each timeline entry needs exactly one event besides 'at', one of: "
+                    + Self.eventKeys.joined(separator: ", ") + (kinds.isEmpty ? "" : "; got " + kinds.joined(separator: ", ")))
+            }
+            let line = line(item)
+            func add(_ event: ScenarioEvent, at time: Instant = at) { events.append(TimedEvent(at: time, line: line, event: event)) }
+            floor = at
+            switch kind {
+            case "link": add(.link(try linkSpec(value)))
+            case "link-del": add(.linkRemoved(try string(value)))
+            case "addr-add":
+                let (dev, prefix, flags) = try address(value, withFlags: true)
+                add(.addressAdded(dev: dev, prefix, flags))
+            case "addr-del":
+                let (dev, prefix, _) = try address(value, withFlags: false)
+                add(.addressRemoved(dev: dev, prefix))
+            case "route-add": add(.routeAdded(try route(value, adding: true)))
+            case "route-del": add(.routeRemoved(try route(value, adding: false)))
+            case "sleep":
+                if sleeping { throw fail(item, "'sleep' while already asleep") }
+                sleeping = true
+                add(.sleep)
+            case "wake":
+                if !sleeping { throw fail(item, "'wake' without a 'sleep' before it") }
+                sleeping = false
+                add(.wake)
+            case "suspend":
+                if sleeping { throw fail(item, "'suspend' while already asleep") }
+                let length = try positiveDuration(value)
+                add(.sleep)
+                add(.wake, at: at + length)
+                floor = at + length
+            case "clock-jump":
+                let length = try positiveDuration(value)
+                add(.clockJump(length))
+                floor = at + length
+            case "power": add(.power(try power(value)))
+            case "server":
+                let text = try string(value)
+                guard let change = ServerChange(rawValue: text) else {
+                    throw fail(value, "'server' is down, up or restart, got \"\(text)\"")
+                }
+                add(.server(change))
+            case "drop": add(.drop(try string(value)))
+            case "restore": add(.restore(try string(value)))
+            case "auth":
+                let text = try string(value)
+                guard text == "accept" || text == "reject" else {
+                    throw fail(value, "'auth' is accept or reject, got \"\(text)\"")
+                }
+                add(.auth(accepts: text == "accept"))
+            case "reconnect": add(.reconnect)
+            case "flap":
+                let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])
+                let dev = try string(try flap.required("dev"))
+                let every = try positiveDuration(try flap.required("every"))
+                let length = try positiveDuration(try flap.required("for"))
+                // Carrier toggles, ending with carrier back, as a loose cable or a bad AP does.
+                var t = at
+                var carrier = false
+                while t < at + length {
+                    add(.link(LinkSpec(name: dev, carrier: carrier)), at: t)
+                    carrier.toggle()
+                    t = t + every
+                }
+                if !carrier { add(.link(LinkSpec(name: dev, carrier: true)), at: t) }
+                floor = t
+            default:
+                throw fail(item, "unknown event '\(kind)'")
+            }
+        }
+        return events
+    }
+
+    func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
+        let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt"])
+        var spec = LinkSpec(name: try string(try f.required("name")))
+        if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
+        if let n = f.optional("kind") {
+            let text = try string(n)
+            guard let kind = LinkKind(rawValue: text) else {
+                throw fail(n, "unknown link kind \"\(text)\"; use one of "
+                    + LinkKind.allCases.map(\.rawValue).joined(separator: ", "))
+            }
+            spec.kind = kind
+        }
+        if let n = f.optional("up") { spec.up = try bool(n) }
+        if let n = f.optional("carrier") { spec.carrier = try bool(n) }
+        if let n = f.optional("mtu") { spec.mtu = try int(n, 68...65535) }
+        if let n = f.optional("rtt") { spec.rtt = try duration(n) }
+        return spec
+    }
+
+    func address(_ node: Node, withFlags: Bool) throws(ScenarioError) -> (String, Prefix, AddressFlags) {
+        let f = try fields(node, "an address", allowed: withFlags ? ["dev", "addr", "flags"] : ["dev", "addr"])
+        let dev = try string(try f.required("dev"))
+        let addrNode = try f.required("addr")
+        let text = try string(addrNode)
+        guard text.contains("/"), let prefix = Prefix(text) else {
+            throw fail(addrNode, "'addr' needs address/length, e.g. 192.168.1.23/24, got \"\(text)\"")
+        }
+        var flags: AddressFlags = []
+        for flag in try list(f.optional("flags")) {
+            switch try string(flag) {
+            case "temporary": flags.insert(.temporary)
+            case "secondary": flags.insert(.secondary)
+            case "deprecated": flags.insert(.deprecated)
+            case "tentative": flags.insert(.tentative)
+            case "dadfailed": flags.insert(.dadFailed)
+            case "permanent": flags.insert(.permanent)
+            case let other:
+                throw fail(flag, "unknown address flag \"\(other)\"; use temporary, secondary, deprecated, tentative, dadfailed or permanent")
+            }
+        }
+        return (dev, prefix, flags)
+    }
+
+    func route(_ node: Node, adding: Bool) throws(ScenarioError) -> RouteSpec {
+        let f = try fields(node, "a route", allowed: ["to", "via", "dev", "nexthops", "metric", "src", "table", "type"])
+        var hops: [(IPAddress?, String)] = []
+        if let list = f.optional("nexthops") {
+            for hop in try self.list(list) {
+                let h = try fields(hop, "a next hop", allowed: ["via", "dev"])
+                hops.append((try opt(h.optional("via")) { node throws(ScenarioError) in try ip(node) },
+                             try string(try h.required("dev"))))
+            }
+        }
+        if let dev = f.optional("dev") {
+            hops.insert((try opt(f.optional("via")) { node throws(ScenarioError) in try ip(node) }, try string(dev)), at: 0)
+        }
+        if adding && hops.isEmpty { throw fail(node, "a route needs 'dev' (or 'nexthops')") }
+        let source = try opt(f.optional("src")) { node throws(ScenarioError) in try ip(node) }
+        let family = hops.compactMap(\.0).first?.family ?? source?.family ?? .v4
+        let toNode = try f.required("to")
+        let toText = try string(toNode)
+        guard let to = Prefix(toText, defaultFamily: family) else {
+            throw fail(toNode, "'to' needs default, an address or address/length, got \"\(toText)\"")
+        }
+        var type = RouteType.unicast
+        if let n = f.optional("type") {
+            let text = try string(n)
+            switch text {
+            case "unicast": type = .unicast
+            case "local", "broadcast": type = .local
+            case "blackhole", "unreachable", "prohibit": type = .reject
+            default: throw fail(n, "unknown route type \"\(text)\"")
+            }
+        }
+        return RouteSpec(
+            to: to, hops: hops,
+            metric: try opt(f.optional("metric")) { node throws(ScenarioError) in UInt32(try int(node, 0...Int(UInt32.max))) },
+            source: source,
+            table: try opt(f.optional("table")) { node throws(ScenarioError) in UInt32(try int(node, 0...Int(UInt32.max))) }
+                ?? Route.mainTable,
+            type: type)
+    }
+
+    // MARK: Configuration and expectations
+
+    func applyConfig(_ node: Node, to config: inout Config) throws(ScenarioError) {
+        let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
+        let f = try fields(node, "'config'", allowed: [
+            "debounce", "max-hold-down", "flap-window", "handshake-timeout", "probe-timeout", "probe-attempts",
+            "liveness-timeout", "session-lifetime", "stable-after", "dead-path-hold-down", "ac", "battery",
+        ])
+        if let n = f.optional("debounce") { config.debounce = try duration(n) }
+        if let n = f.optional("max-hold-down") { config.maxHoldDown = try duration(n) }
+        if let n = f.optional("flap-window") { config.flapWindow = try duration(n) }
+        if let n = f.optional("handshake-timeout") { config.handshakeTimeout = try positiveDuration(n) }
+        if let n = f.optional("probe-timeout") { config.probeTimeout = try positiveDuration(n) }
+        if let n = f.optional("probe-attempts") { config.probeAttempts = try int(n, 1...100) }
+        if let n = f.optional("liveness-timeout") { config.livenessTimeout = try positiveDuration(n) }
+        if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }
+        if let n = f.optional("stable-after") { config.stableAfter = try duration(n) }
+        if let n = f.optional("dead-path-hold-down") { config.deadPathHoldDown = try duration(n) }
+        for (key, path) in [("ac", \Config.ac), ("battery", \Config.battery)] {
+            guard let n = f.optional(key) else { continue }
+            let b = try fields(n, "'\(key)'", allowed: budgetKeys)
+            if let v = b.optional("burst") { config[keyPath: path].burst = try int(v, 1...10_000) }
+            if let v = b.optional("refill") { config[keyPath: path].refill = try positiveDuration(v) }
+            if let v = b.optional("backoff-base") { config[keyPath: path].backoffBase = try positiveDuration(v) }
+            if let v = b.optional("backoff-cap") { config[keyPath: path].backoffCap = try positiveDuration(v) }
+        }
+    }
+
+    func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
+        let f = try fields(node, "'expect'", allowed: [
+            "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-outage",
+            "sequence", "never", "windows", "path-at",
+        ])
+        var e = Expectations()
+        if let n = f.optional("state") { e.state = try stateName(n) }
+        if let n = f.optional("path") { e.path = try string(n) }
+        if let n = f.optional("max-attempts") { e.maxAttempts = try int(n, 0...Int.max) }
+        if let n = f.optional("min-attempts") { e.minAttempts = try int(n, 0...Int.max) }
+        if let n = f.optional("max-handshakes") { e.maxHandshakes = try int(n, 0...Int.max) }
+        if let n = f.optional("min-handshakes") { e.minHandshakes = try int(n, 0...Int.max) }
+        if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
+        for item in try list(f.optional("sequence")) {
+            let text = try string(item)
+            _ = try stateName(item, text: String(text.prefix { $0 != ":" }))
+            e.sequence.append(text)
+        }
+        for item in try list(f.optional("never")) { e.never.append(try stateName(item)) }
+        for item in try list(f.optional("windows")) {
+            let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts"])
+            let from = try instant(try w.required("from"))
+            let toNode = try w.required("to")
+            let to = try instant(toNode)
+            if to < from { throw fail(toNode, "a window's 'to' comes before its 'from'") }
+            e.windows.append(Expectations.Window(
+                from: from, to: to,
+                maxAttempts: try opt(w.optional("max-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
+                minAttempts: try opt(w.optional("min-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) }))
+        }
+        for item in try list(f.optional("path-at")) {
+            let p = try fields(item, "a path-at entry", allowed: ["at", "path"])
+            e.pathAt.append((try instant(try p.required("at")), try string(try p.required("path"))))
+        }
+        return e
+    }
+
+    static let stateNames = ["offline", "connecting", "connected", "probing", "switching", "sleeping",
+                             "backing-off", "failed"]
+
+    /// Reads a state name, or checks `text` (the state part of a `state:reason` entry).
+    func stateName(_ node: Node, text: String? = nil) throws(ScenarioError) -> String {
+        let name: String
+        if let text { name = text } else { name = try string(node) }
+        guard Self.stateNames.contains(name) else {
+            throw fail(node, "unknown state \"\(name)\"; states are " + Self.stateNames.joined(separator: ", "))
+        }
+        return name
+    }
+
+    // MARK: Scalars
+
+    struct Fields {
+        let entries: [(key: String, value: Node)]
+        var keys: [String] { entries.map(\.key) }
+        let parser: ScenarioParser
+        let node: Node
+        func optional(_ key: String) -> Node? { entries.first { $0.key == key }?.value }
+        func required(_ key: String) throws(ScenarioError) -> Node {
+            guard let value = optional(key) else { throw parser.fail(node, "missing '\(key)'") }
+            return value
+        }
+    }
+
+    func fields(_ node: Node, _ what: String, allowed: [String]) throws(ScenarioError) -> Fields {
+        guard case .mapping(let mapping) = node else { throw fail(node, "\(what) must be a mapping of keys to values") }
+        var entries: [(key: String, value: Node)] = []
+        for (key, value) in mapping {
+            let name = try string(key)
+            guard allowed.contains(name) else {
+                throw fail(key, "unknown key '\(name)' in \(what); known keys: " + allowed.joined(separator: ", "))
+            }
+            guard !entries.contains(where: { $0.key == name }) else { throw fail(key, "'\(name)' appears twice") }
+            entries.append((name, value))
+        }
+        return Fields(entries: entries, parser: self, node: node)
+    }
+
+    func opt<T>(_ node: Node?, _ read: (Node) throws(ScenarioError) -> T) throws(ScenarioError) -> T? {
+        guard let node else { return nil }
+        return try read(node)
+    }
+
+    func list(_ node: Node?) throws(ScenarioError) -> [Node] {
+        guard let node else { return [] }
+        guard case .sequence(let sequence) = node else { throw fail(node, "expected a list") }
+        return Array(sequence)
+    }
+
+    func line(_ node: Node) -> Int { node.mark?.line ?? 0 }
+
+    func string(_ node: Node) throws(ScenarioError) -> String {
+        guard case .scalar(let scalar) = node else { throw fail(node, "expected a single value, not a list or mapping") }
+        return scalar.string
+    }
+
+    func int(_ node: Node, _ range: ClosedRange<Int>) throws(ScenarioError) -> Int {
+        let text = try string(node)
+        guard let value = Int(text), range.contains(value) else {
+            throw fail(node, "expected a whole number in \(range.lowerBound)...\(range.upperBound), got \"\(text)\"")
+        }
+        return value
+    }
+
+    func bool(_ node: Node) throws(ScenarioError) -> Bool {
+        switch try string(node) {
+        case "true", "yes", "on": return true
+        case "false", "no", "off": return false
+        case let text: throw fail(node, "expected true or false, got \"\(text)\"")
+        }
+    }
+
+    func ip(_ node: Node) throws(ScenarioError) -> IPAddress {
+        let text = try string(node)
+        guard let address = IPAddress(text) else { throw fail(node, "expected an IP address, got \"\(text)\"") }
+        return address
+    }
+
+    func power(_ node: Node) throws(ScenarioError) -> PowerSource {
+        let text = try string(node)
+        guard let source = PowerSource(rawValue: text) else { throw fail(node, "'power' is ac or battery, got \"\(text)\"") }
+        return source
+    }
+
+    func duration(_ node: Node) throws(ScenarioError) -> Duration {
+        let text = try string(node)
+        guard let d = Self.parseDuration(text) else {
+            throw fail(node, "expected a duration such as 250ms, 1.5s, 10m or 1h30m, got \"\(text)\"")
+        }
+        return d
+    }
+
+    func positiveDuration(_ node: Node) throws(ScenarioError) -> Duration {
+        let d = try duration(node)
+        guard d > .zero else { throw fail(node, "the duration must be more than zero") }
+        return d
+    }
+
+    func instant(_ node: Node) throws(ScenarioError) -> Instant { Instant.zero + (try duration(node)) }
+
+    /// Parses `0`, `250ms`, `1.5s`, `10m`, `1h30m`, `2d`: numbers with units, summed.
+    static func parseDuration(_ text: String) -> Duration? {
+        if text == "0" { return .zero }
+        let units: [(String, Double)] = [("ns", 1), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9),
+                                         ("m", 60e9), ("h", 3600e9), ("d", 86400e9)]
+        var rest = Substring(text)
+        var total = 0.0
+        guard !rest.isEmpty else { return nil }
+        while !rest.isEmpty {
+            let number = rest.prefix { $0.isNumber || $0 == "." }
+            guard !number.isEmpty, let value = Double(number) else { return nil }
+            rest = rest.dropFirst(number.count)
+            let unit = rest.prefix { !$0.isNumber && $0 != "." }
+            guard let scale = units.first(where: { $0.0 == unit })?.1 else { return nil }
+            rest = rest.dropFirst(unit.count)
+            total += value * scale
+        }
+        guard total < 1e18 else { return nil }
+        return .nanoseconds(Int64(total.rounded()))
+    }
+}

@@ -1,0 +1,19 @@
+import CSodium
+
+/// Errors from the cryptographic library.
+public enum CryptoError: Error, Equatable {
+    /// `sodium_init` failed: the library could not find a source of randomness.
+    case unavailable
+}
+
+/// libsodium, initialised once before any key is made or used.
+public enum Sodium {
+    /// Initialises libsodium; safe to call from any thread, any number of times.
+    public static func initialize() throws(CryptoError) {
+        // sodium_init returns 1 when already initialised, -1 on failure.
+        guard sodium_init() >= 0 else { throw .unavailable }
+    }
+
+    /// The linked libsodium's version, as operators see it in `agent --version`.
+    public static var version: String { String(cString: sodium_version_string()) }
+}

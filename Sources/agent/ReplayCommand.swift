@@ -1,0 +1,73 @@
+import ArgumentParser
+import Foundation
+import Reconnector
+import Replay
+
+/// `agent replay`: runs scenario timelines through the real model and state machine.
+struct ReplayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Replay scenario timelines on a virtual clock and check their expectations.",
+        discussion: """
+            Prints one operator log line per transition and a verdict per file. Exit status: 0 when \
+            every file passes, 1 when an expectation or invariant fails, 2 when a file is malformed.
+            """)
+
+    @Argument(help: "Scenario files or directories (default: the scenario library).")
+    var files: [String] = []
+
+    @Flag(help: "Print log lines as JSON objects.")
+    var json = false
+
+    @Flag(name: .shortAndLong, help: "Print only the verdicts, not the transitions.")
+    var quiet = false
+
+    func run() throws {
+        var paths: [String] = []
+        for file in files.isEmpty ? [Scenario.libraryPath] : files {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
+                paths += Scenario.files(in: file)
+            } else {
+                paths.append(file)
+            }
+        }
+        var malformed = 0
+        var failed = 0
+        var passed = 0
+        for path in paths {
+            do {
+                let scenario = try Scenario.load(path)
+                var replay = Replay(scenario)
+                if !quiet { print("== \(scenario.name) (\(path))") }
+                let report = try replay.run { transition in
+                    if !quiet { print("  " + (json ? transition.json : transition.logfmt)) }
+                }
+                let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) probes=\(report.probes) "
+                    + "max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
+                if report.passed {
+                    passed += 1
+                    print("PASS \(path) \(summary)")
+                } else {
+                    failed += 1
+                    print("FAIL \(path) \(summary)")
+                    for line in report.violations { print("  invariant broken: \(line)") }
+                    for line in report.failures { print("  \(line)") }
+                }
+            } catch let error as ScenarioError {
+                malformed += 1
+                printError("\(error)")
+            } catch let error as ReplayError {
+                malformed += 1
+                printError("\(error)")
+            }
+        }
+        print("\(passed) passed, \(failed) failed" + (malformed > 0 ? ", \(malformed) malformed" : ""))
+        if malformed > 0 { throw ExitCode(2) }
+        if failed > 0 { throw ExitCode(1) }
+    }
+}
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data(("agent: " + message + "\n").utf8))
+}
