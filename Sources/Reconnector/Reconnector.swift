@@ -77,6 +77,7 @@ public struct Reconnector: Sendable {
     // MARK: Inputs
 
     private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Action]) {
+        for old in paths where !new.contains(where: { $0.id == old.id }) { noteLoss(of: old, now) }
         paths = new
         dead = dead.filter { id, _ in new.contains { $0.id == id } }
         switch state {
@@ -95,13 +96,9 @@ public struct Reconnector: Sendable {
             }
         case .connecting(let current), .connected(let current), .probing(let current, _),
              .switching(let current, _, _):
-            guard let best = preferred(now) else {
-                noteLoss(of: current, now)
-                return enter(.offline, .pathLost(current.interface), now, &out)
-            }
+            guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
             guard let same = new.first(where: { $0.id == current.id }) else {
                 // The session's path is gone and another exists: act at once.
-                noteLoss(of: current, now)
                 return attempt(on: best, reasonForLeaving(current, to: best), now, &out,
                                handshake: isHandshaking)
             }
@@ -264,7 +261,11 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
-        if case .sleeping = state { return }
+        switch state {
+        case .sleeping: return
+        case .connecting: coalesced += 1; return  // the fresh handshake asked for is already in flight
+        default: break
+        }
         failures = 0
         guard let best = preferred(now) else { return enter(.offline, .operatorRequest, now, &out) }
         // An operator's explicit request is not a storm: it bypasses the budget.
@@ -412,6 +413,7 @@ public struct Reconnector: Sendable {
         if let rtt { smoothedRTT = smoothedRTT.map { ($0 * 7 + rtt) / 8 } ?? rtt }
     }
 
+    /// Counts a path's disappearance against its interface, whether or not the session used it.
     private mutating func noteLoss(of path: Path, _ now: Instant) {
         let previous = losses[path.interface]
         let recent = previous.map { now - $0.last < config.flapWindow } ?? false

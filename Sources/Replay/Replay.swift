@@ -63,7 +63,9 @@ public struct Replay {
     private var handshakeGeneration = 0
     private var handshakeInFlight: Path.ID?
     private var outageStart: Instant?
+    /// Attempts, each with the most generous power source in force since the previous one.
     private var attemptLog: [(at: Instant, power: PowerSource, budgeted: Bool)] = []
+    private var acSinceLastAttempt = false
     private var pathAtResults: [String?] = []
 
     public init(_ scenario: Scenario) {
@@ -130,9 +132,13 @@ public struct Replay {
             sleeping = false
             feed(.wake(sleptFor: now - sleptAt))
         case .clockJump(let length):
+            // A handshake in flight across a suspend was lost with the machine's network state.
+            handshakeInFlight = nil
             now = now + length
             feed(.wake(sleptFor: length))
-        case .power(let source): feed(.powerChanged(source))
+        case .power(let source):
+            if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
+            feed(.powerChanged(source))
         case .server(let change):
             serverHasSession = false
             serverUp = change != .down
@@ -304,7 +310,10 @@ public struct Replay {
         }
         if attempted {
             report.attempts += 1
-            attemptLog.append((now, machine.power, input != .reconnectRequested))
+            let budgeted = input != .reconnectRequested
+            let power: PowerSource = acSinceLastAttempt || machine.power == .ac ? .ac : .battery
+            attemptLog.append((now, power, budgeted))
+            if budgeted { acSinceLastAttempt = false }
         }
         if !machine.isHandshaking { handshakeInFlight = nil }
         if before.name != machine.state.name && !reported {

@@ -16,6 +16,12 @@ struct ReplayCommand: ParsableCommand {
     @Argument(help: "Scenario files or directories (default: the scenario library).")
     var files: [String] = []
 
+    @Option(help: "Replay a generated random timeline with this seed instead of files.")
+    var random: UInt64?
+
+    @Option(help: "Events in a generated timeline.")
+    var events = 120
+
     @Flag(help: "Print log lines as JSON objects.")
     var json = false
 
@@ -24,7 +30,7 @@ struct ReplayCommand: ParsableCommand {
 
     func run() throws {
         var paths: [String] = []
-        for file in files.isEmpty ? [Scenario.libraryPath] : files {
+        for file in random != nil ? [] : files.isEmpty ? [Scenario.libraryPath] : files {
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
                 paths += Scenario.files(in: file)
@@ -35,9 +41,12 @@ struct ReplayCommand: ParsableCommand {
         var malformed = 0
         var failed = 0
         var passed = 0
-        for path in paths {
+        let sources: [String?] = random != nil ? [nil] : paths
+        for path in sources {
             do {
-                let scenario = try Scenario.load(path)
+                let scenario = try path.map { file throws(ScenarioError) in try Scenario.load(file) }
+                    ?? Scenario.random(seed: random ?? 0, events: events, spacing: .milliseconds(700))
+                let path = path ?? scenario.file
                 var replay = Replay(scenario)
                 if !quiet { print("== \(scenario.name) (\(path))") }
                 let report = try replay.run { transition in

@@ -1,0 +1,171 @@
+import Testing
+@testable import PathMonitor
+
+private let server = IPAddress("198.51.100.7")!
+private let server6 = IPAddress("2001:db8::7")!
+
+private func prefix(_ text: String) -> Prefix { Prefix(text)! }
+
+/// A laptop with Wi-Fi (metric 600) and Ethernet (metric 100), both with IPv4 defaults.
+private func laptop() -> NetworkModel {
+    var m = NetworkModel(tunnelInterface: "roam0")
+    m.apply(.linkChanged(Link(index: 2, name: "wifi0", kind: .wifi)))
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet)))
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("192.168.1.23/24"))))
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("10.20.0.57/24"))))
+    m.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)], metric: 600)))
+    m.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("10.20.0.1"), linkIndex: 3)], metric: 100)))
+    return m
+}
+
+@Test func lowestMetricRanksFirst() {
+    let paths = laptop().paths(to: server)
+    #expect(paths.map(\.interface) == ["eth0", "wifi0"])
+    #expect(paths[0].source == IPAddress("10.20.0.57"))
+    #expect(paths[0].gateway == IPAddress("10.20.0.1"))
+    #expect(paths[1].metric == 600)
+}
+
+@Test func longestPrefixBeatsMetric() {
+    var m = laptop()
+    m.apply(.routeAdded(Route(destination: prefix("198.51.100.0/24"), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)], metric: 900)))
+    #expect(m.paths(to: server).map(\.interface) == ["wifi0", "eth0"])
+    // A more specific route that does not cover the server changes nothing.
+    m.apply(.routeAdded(Route(destination: prefix("198.51.101.0/24"), nextHops: [NextHop(linkIndex: 3)], metric: 0)))
+    #expect(m.paths(to: server).first?.prefixLength == 24)
+}
+
+@Test func carrierLossAndAdminDownRemovePaths() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, hasCarrier: false)))
+    #expect(m.paths(to: server).map(\.interface) == ["wifi0"])
+    // Carrier back: the routes were kept, so the path returns.
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet)))
+    #expect(m.paths(to: server).map(\.interface) == ["eth0", "wifi0"])
+    // Admin down flushes IPv4 routes, as the kernel does without telling; up alone brings none back.
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, isUp: false)))
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet)))
+    #expect(m.paths(to: server).map(\.interface) == ["wifi0"])
+    #expect(!m.routes.values.contains { $0.nextHops.contains { $0.linkIndex == 3 } })
+}
+
+@Test func tunnelLoopbackAndTunnelKindAreNeverPaths() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 9, name: "roam0", kind: .other)))
+    m.apply(.addressAdded(Address(linkIndex: 9, prefix: prefix("100.64.0.2/32"))))
+    m.apply(.routeAdded(Route(destination: prefix("0.0.0.0/1"), nextHops: [NextHop(linkIndex: 9)], metric: 0)))
+    m.apply(.linkChanged(Link(index: 10, name: "wg0", kind: .tunnel)))
+    m.apply(.addressAdded(Address(linkIndex: 10, prefix: prefix("100.65.0.2/32"))))
+    m.apply(.routeAdded(Route(destination: prefix("198.51.100.7/32"), nextHops: [NextHop(linkIndex: 10)])))
+    m.apply(.linkChanged(Link(index: 1, name: "lo", kind: .loopback)))
+    m.apply(.addressAdded(Address(linkIndex: 1, prefix: prefix("127.0.0.1/8"))))
+    m.apply(.routeAdded(Route(destination: prefix("198.51.100.0/24"), nextHops: [NextHop(linkIndex: 1)])))
+    #expect(m.paths(to: server).map(\.interface) == ["eth0", "wifi0"])
+}
+
+@Test func rejectRoutesAndOtherTablesAreIgnored() {
+    var m = laptop()
+    m.apply(.routeAdded(Route(destination: prefix("198.51.100.7/32"), type: .reject, nextHops: [NextHop(linkIndex: 2)])))
+    m.apply(.routeAdded(Route(table: 51820, destination: .any(.v4), nextHops: [NextHop(linkIndex: 2)])))
+    #expect(m.paths(to: server).map(\.prefixLength) == [0, 0])
+}
+
+@Test func sourceSelectionPrefersRouteSourceThenStableAddresses() {
+    var m = laptop()
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("10.20.0.99/24"), flags: .secondary)))
+    #expect(m.paths(to: server).first?.source == IPAddress("10.20.0.57"))
+    m.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("10.20.0.1"), linkIndex: 3)],
+                              metric: 100, preferredSource: IPAddress("10.20.0.99"))))
+    #expect(m.paths(to: server).first?.source == IPAddress("10.20.0.99"))
+}
+
+@Test func ipv6SkipsTentativeLinkLocalAndPrefersStableOverTemporary() {
+    var m = NetworkModel()
+    m.apply(.linkChanged(Link(index: 2, name: "wifi0", kind: .wifi)))
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("fe80::1c2:3ff:fe44:5566/64"), flags: .permanent)))
+    m.apply(.routeAdded(Route(destination: .any(.v6), nextHops: [NextHop(gateway: IPAddress("fe80::1"), linkIndex: 2)], metric: 600)))
+    #expect(m.paths(to: server6).isEmpty, "link-local alone cannot reach the server")
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("2001:db8:1::50/64"), flags: .tentative)))
+    #expect(m.paths(to: server6).isEmpty, "a tentative address cannot be used before DAD completes")
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("2001:db8:1::77/64"), flags: .temporary)))
+    #expect(m.paths(to: server6).first?.source == IPAddress("2001:db8:1::77"))
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("2001:db8:1::50/64"))))
+    #expect(m.paths(to: server6).first?.source == IPAddress("2001:db8:1::50"))
+    #expect(m.paths(to: server).isEmpty, "no IPv4 route")
+}
+
+@Test func multipathGivesOnePathPerLink() {
+    var m = laptop()
+    m.apply(.routeAdded(Route(destination: prefix("198.51.100.0/24"), nextHops: [
+        NextHop(gateway: IPAddress("10.20.0.1"), linkIndex: 3), NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2),
+    ], metric: 50)))
+    let paths = m.paths(to: server)
+    #expect(paths.map(\.interface) == ["wifi0", "eth0"] || paths.map(\.interface) == ["eth0", "wifi0"])
+    #expect(paths.allSatisfy { $0.prefixLength == 24 })
+    // Losing one link keeps the route through the other.
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, isUp: false)))
+    #expect(m.paths(to: server).map(\.interface) == ["wifi0"])
+    #expect(m.paths(to: server).first?.prefixLength == 24)
+}
+
+@Test func removingTheLastAddressFlushesTheLinksRoutes() {
+    var m = laptop()
+    m.apply(.addressRemoved(Address.Key(linkIndex: 3, prefix: prefix("10.20.0.57/24"))))
+    #expect(m.paths(to: server).map(\.interface) == ["wifi0"])
+    #expect(m.routes.count == 1)
+}
+
+@Test func removingALinkRemovesItsAddressesAndRoutes() {
+    var m = laptop()
+    let result1 = m.apply(.linkRemoved(index: 3))
+    #expect(result1)
+    let result2 = m.apply(.linkRemoved(index: 3))
+    #expect(!result2, "removing twice changes nothing")
+    #expect(m.addresses.count == 1 && m.routes.count == 1)
+}
+
+@Test func duplicateNotificationsChangeNothing() {
+    var m = laptop()
+    let result3 = m.apply(.linkChanged(Link(index: 2, name: "wifi0", kind: .wifi)))
+    #expect(!result3)
+    let result4 = m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("192.168.1.23/24"))))
+    #expect(!result4)
+    let result5 = m.apply(.routeRemoved(Route.Key(table: 254, destination: prefix("203.0.113.0/24"), metric: 0)))
+    #expect(!result5)
+}
+
+@Test func unrelatedChurnIsNotSignificant() {
+    var tracker = PathTracker(model: laptop(), endpoint: server)
+    let churn: [NetworkChange] = [
+        .linkChanged(Link(index: 20, name: "docker0", kind: .virtual)),
+        .addressAdded(Address(linkIndex: 20, prefix: prefix("172.17.0.1/16"))),
+        .routeAdded(Route(destination: prefix("172.17.0.0/16"), nextHops: [NextHop(linkIndex: 20)], preferredSource: IPAddress("172.17.0.1"))),
+        .linkChanged(Link(index: 21, name: "veth1a2b", kind: .virtual)),
+        .linkRemoved(index: 21),
+        .addressAdded(Address(linkIndex: 2, prefix: prefix("2001:db8:1::99/64"), flags: .temporary)),
+        .addressAdded(Address(linkIndex: 2, prefix: prefix("192.168.1.23/24"))),
+        // A metric change that keeps the order is not worth a reconnect.
+        .routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)], metric: 600)),
+    ]
+    for change in churn { #expect(tracker.apply(change) == nil, "\(change)") }
+    // Losing the preferred uplink is significant.
+    let after = tracker.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, hasCarrier: false)))
+    #expect(after?.map(\.interface) == ["wifi0"])
+}
+
+@Test func addressParsingAndFormatting() {
+    #expect(IPAddress("10.0.0.1") == .v4(0x0A00_0001))
+    #expect(IPAddress("2001:db8::7")?.description == "2001:db8::7")
+    #expect(IPAddress("300.1.1.1") == nil)
+    #expect(IPAddress("eth0") == nil)
+    #expect(IPAddress(bytes: [192, 168, 1, 1])?.description == "192.168.1.1")
+    #expect(IPAddress(bytes: [1, 2, 3]) == nil)
+    #expect(Prefix("10.0.0.0/33") == nil)
+    #expect(Prefix("10.0.0.0/8")!.contains(IPAddress("10.255.1.1")!))
+    #expect(!Prefix("10.0.0.0/8")!.contains(IPAddress("11.0.0.1")!))
+    #expect(Prefix("2001:db8::/32")!.contains(IPAddress("2001:db8:ffff::1")!))
+    #expect(Prefix("2001:db8::1/128")!.contains(IPAddress("2001:db8::1")!))
+    #expect(!Prefix("2001:db8::1/127")!.contains(IPAddress("2001:db8::2")!))
+    #expect(Prefix("default")!.contains(IPAddress("8.8.8.8")!))
+    #expect(!Prefix("default")!.contains(IPAddress("::1")!))
+}

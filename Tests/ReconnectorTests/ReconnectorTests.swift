@@ -1,0 +1,263 @@
+import PathMonitor
+import Testing
+@testable import Reconnector
+
+private let eth0 = Path(linkIndex: 3, interface: "eth0", kind: .ethernet, source: IPAddress("10.20.0.57")!,
+                        gateway: IPAddress("10.20.0.1"), metric: 100, prefixLength: 0, mtu: 1500)
+private let wifi0 = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("192.168.1.23")!,
+                         gateway: IPAddress("192.168.1.1"), metric: 600, prefixLength: 0, mtu: 1500)
+
+private func at(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
+
+private extension [Action] {
+    var transitions: [Transition] { compactMap { if case .report(let t) = $0 { t } else { nil } } }
+    var reasons: [String] { transitions.map(\.reason.description) }
+    var binds: Int { filter { if case .bind = $0 { true } else { false } }.count }
+    var rebinds: [String] { compactMap { if case .rebind(let p, _) = $0 { p.interface } else { nil } } }
+    var handshakes: [String] { compactMap { if case .handshake(let p, _) = $0 { p.interface } else { nil } } }
+    var probes: [String] { compactMap { if case .probe(let p) = $0 { p.interface } else { nil } } }
+}
+
+/// A machine connected on `paths.first` at 20 ms.
+private func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
+    var r = Reconnector(config: config)
+    _ = r.handle(.paths(paths), now: at(0))
+    _ = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
+    return r
+}
+
+@Test func offlineMachineDoesNothing() {
+    var r = Reconnector()
+    let result1 = r.handle(.paths([]), now: at(0))
+    #expect(result1.isEmpty)
+    let result2 = r.handle(.dataSent, now: at(10))
+    #expect(result2.isEmpty)
+    let result3 = r.handle(.timerFired(.retry), now: at(20))
+    #expect(result3.isEmpty)
+    #expect(r.state == .offline && r.nextDeadline == nil)
+}
+
+@Test func firstPathBindsAndHandshakes() {
+    var r = Reconnector()
+    let out = r.handle(.paths([eth0, wifi0]), now: at(0))
+    #expect(out.binds == 1 && out.handshakes == ["eth0"])
+    #expect(out.contains(.armTimer(.handshake, at: at(5000))))
+    #expect(r.state == .connecting(eth0))
+    #expect(out.reasons == ["pathAppeared(eth0)"])
+    let done = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
+    #expect(r.state == .connected(eth0))
+    #expect(done.contains(.cancelTimer(.handshake)))
+    #expect(r.nextDeadline == nil, "a connected, idle tunnel keeps no timer")
+}
+
+@Test func pathLossWithAlternativeRebindsAtOnceWithoutHandshake() {
+    var r = connected([eth0, wifi0])
+    let out = r.handle(.paths([wifi0]), now: at(1000))
+    #expect(out.rebinds == ["wifi0"] && out.handshakes.isEmpty && out.probes == ["wifi0"])
+    #expect(out.reasons == ["pathLost(eth0)"])
+    _ = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(30)), now: at(1030))
+    #expect(r.state == .connected(wifi0))
+}
+
+@Test func addressChangeIsReportedAsSuch() {
+    var r = connected([wifi0])
+    var renumbered = wifi0
+    renumbered.source = IPAddress("192.168.1.80")!
+    let out = r.handle(.paths([renumbered]), now: at(1000))
+    #expect(out.reasons == ["addressChanged(wifi0 192.168.1.23 -> 192.168.1.80)"])
+    #expect(out.rebinds == ["wifi0"])
+}
+
+@Test func lastPathLostGoesOfflineAndCancelsEverything() {
+    var r = connected([eth0])
+    _ = r.handle(.dataSent, now: at(100))
+    #expect(r.nextDeadline != nil)
+    let out = r.handle(.paths([]), now: at(200))
+    #expect(r.state == .offline && r.nextDeadline == nil)
+    #expect(out.contains(.cancelTimer(.liveness)))
+    let result4 = r.handle(.dataSent, now: at(300))
+    #expect(result4.isEmpty)
+}
+
+@Test func betterPathWaitsForDebounceThenProbesBeforeSwitching() {
+    var r = connected([wifi0])
+    let offer = r.handle(.paths([eth0, wifi0]), now: at(1000))
+    #expect(offer == [.armTimer(.debounce, at: at(1300))])
+    let start = r.handle(.timerFired(.debounce), now: at(1300))
+    #expect(start.probes == ["eth0"] && start.rebinds.isEmpty)
+    #expect(start.reasons == ["betterPath(eth0 metric 100 < wifi0 600)"])
+    #expect(r.state == .switching(from: wifi0, to: eth0, sent: 1))
+    let moved = r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(5)), now: at(1305))
+    #expect(moved.rebinds == ["eth0"] && moved.handshakes.isEmpty)
+    #expect(r.state == .connected(eth0))
+}
+
+@Test func flapsInsideTheDebounceWindowAreCoalesced() {
+    var r = connected([wifi0])
+    _ = r.handle(.paths([eth0, wifi0]), now: at(1000))
+    let result5 = r.handle(.paths([wifi0]), now: at(1100))
+    #expect(result5.contains(.cancelTimer(.debounce)))
+    _ = r.handle(.paths([eth0, wifi0]), now: at(1200))
+    // The loss at 1.1 s counts against eth0: its hold-down doubles to 600 ms.
+    #expect(r.timers[.debounce] == at(1800))
+    #expect(r.state == .connected(wifi0))
+}
+
+@Test func flappingInterfaceEarnsALongerHoldDown() {
+    var r = connected([eth0, wifi0])
+    for i in 0..<4 {
+        _ = r.handle(.paths([wifi0]), now: at(1000 + Int64(i) * 500))
+        _ = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(20)), now: at(1020 + Int64(i) * 500))
+        _ = r.handle(.paths([eth0, wifi0]), now: at(1250 + Int64(i) * 500))
+    }
+    // The first loss moved the session; later ones only reset the better-path timer.
+    let due = r.timers[.debounce]!
+    #expect(due - at(2750) > .seconds(1), "four losses in a minute hold eth0 down for more than the 300 ms debounce")
+    #expect(due - at(2750) <= Config().maxHoldDown)
+}
+
+@Test func unreachableCandidateIsAbandonedAndTheSessionStays() {
+    var r = connected([wifi0])
+    _ = r.handle(.paths([eth0, wifi0]), now: at(1000))
+    _ = r.handle(.timerFired(.debounce), now: at(1300))
+    var t: Int64 = 1300
+    var last: [Action] = []
+    for _ in 0..<3 {
+        t += 250
+        last = r.handle(.timerFired(.probe), now: at(t))
+    }
+    #expect(r.state == .connected(wifi0))
+    #expect(last.reasons == ["candidateUnreachable(eth0 3 probes)"])
+    #expect(last.rebinds.isEmpty)
+    // It is retried only after the dead-path hold-down.
+    #expect(r.timers[.debounce]! >= at(t) + Config().deadPathHoldDown)
+}
+
+@Test func silentBlackholeFailsOverToTheAlternative() {
+    var r = connected([eth0, wifi0])
+    let result6 = r.handle(.dataSent, now: at(100))
+    #expect(result6 == [.armTimer(.liveness, at: at(1100))])
+    let result7 = r.handle(.dataSent, now: at(200))
+    #expect(result7.isEmpty, "one liveness timer, however much is sent")
+    let suspect = r.handle(.timerFired(.liveness), now: at(1100))
+    #expect(suspect.probes == ["eth0"] && suspect.reasons == ["livenessTimeout(1s)"])
+    _ = r.handle(.timerFired(.probe), now: at(1350))
+    _ = r.handle(.timerFired(.probe), now: at(1600))
+    let moved = r.handle(.timerFired(.probe), now: at(1850))
+    #expect(moved.reasons == ["probeTimeout(3 of 3)"])
+    #expect(moved.rebinds == ["wifi0"] && moved.probes == ["wifi0"])
+}
+
+@Test func dataReceivedCancelsLiveness() {
+    var r = connected([eth0])
+    _ = r.handle(.dataSent, now: at(100))
+    let result8 = r.handle(.dataReceived, now: at(120))
+    #expect(result8 == [.cancelTimer(.liveness)])
+    #expect(r.nextDeadline == nil)
+}
+
+@Test func sessionUnknownHintTriggersAnImmediateHandshake() {
+    var r = connected([eth0])
+    let out = r.handle(.handshakeFailed(.sessionUnknown), now: at(5000))
+    #expect(out.handshakes == ["eth0"] && out.rebinds.isEmpty)
+    #expect(out.reasons == ["sessionUnknown"])
+    let result9 = r.handle(.handshakeFailed(.sessionUnknown), now: at(5001))
+    #expect(result9.handshakes.isEmpty,
+            "a second hint while the handshake is in flight starts no second one")
+}
+
+@Test func rejectionFailsWithoutRetries() {
+    var r = Reconnector()
+    _ = r.handle(.paths([eth0]), now: at(0))
+    let out = r.handle(.handshakeFailed(.rejected("unknown key")), now: at(20))
+    #expect(out.contains(.reportFailure(.rejected("unknown key"))))
+    #expect(r.state == .failed(.rejected("unknown key")) && r.nextDeadline == nil)
+    let result10 = r.handle(.paths([eth0, wifi0]), now: at(1000))
+    #expect(result10.isEmpty)
+    let result11 = r.handle(.wake(sleptFor: .seconds(60)), now: at(61_000))
+    #expect(result11.handshakes.isEmpty)
+    let retry = r.handle(.reconnectRequested, now: at(70_000))
+    #expect(retry.handshakes == ["eth0"] && retry.reasons == ["operatorRequest"])
+}
+
+@Test func handshakeTimeoutsBackOffWithinTheBudget() {
+    var r = Reconnector(seed: 7)
+    _ = r.handle(.paths([eth0]), now: at(0))
+    var now = at(0)
+    var attempts = 1
+    for _ in 0..<40 {
+        guard let due = r.nextDeadline else { break }
+        now = due
+        let kind = r.timers.first { $0.value == due }!.key
+        let out = r.handle(.timerFired(kind), now: now)
+        attempts += out.handshakes.count
+    }
+    #expect(r.state.name == "backing-off" || r.state.name == "connecting")
+    // Ten tokens at once, then one per six seconds.
+    let allowed = 10 + Int((now - at(0)).nanoseconds / Duration.seconds(6).nanoseconds)
+    #expect(attempts <= allowed)
+    #expect(attempts >= 5)
+}
+
+@Test func budgetExhaustionIsExplained() {
+    var config = Config()
+    config.ac = .init(burst: 2, refill: .seconds(30), backoffBase: .milliseconds(100), backoffCap: .seconds(1))
+    var r = connected([eth0, wifi0], config: config)  // one token spent
+    _ = r.handle(.paths([wifi0]), now: at(1000))  // second token
+    let out = r.handle(.paths([eth0, wifi0]), now: at(1100))
+    #expect(out.isEmpty || out == [.armTimer(.debounce, at: r.timers[.debounce]!)])
+    let stuck = r.handle(.paths([eth0]), now: at(1200))
+    #expect(r.state.name == "backing-off")
+    #expect(stuck.reasons.first?.hasPrefix("budgetExhausted(next in ") == true)
+}
+
+@Test func shortSleepOnTheSameNetworkOnlyProbes() {
+    var r = connected([eth0])
+    let sleep = r.handle(.sleep, now: at(1000))
+    #expect(sleep.contains(.quiesce) && r.nextDeadline == nil)
+    let wake = r.handle(.wake(sleptFor: .seconds(42)), now: at(43_000))
+    #expect(wake.handshakes.isEmpty && wake.rebinds.isEmpty && wake.probes == ["eth0"])
+    #expect(wake.reasons == ["wokeAfter(42s)"])
+}
+
+@Test func longSleepNeedsAHandshake() {
+    var r = connected([eth0])
+    _ = r.handle(.sleep, now: at(1000))
+    let wake = r.handle(.wake(sleptFor: .seconds(42 * 60)), now: at(1000 + 42 * 60_000))
+    #expect(wake.handshakes == ["eth0"])
+    #expect(wake.reasons == ["wokeAfter(42m)"])
+}
+
+@Test func wakeOnAnotherNetworkRebinds() {
+    var r = connected([eth0, wifi0])
+    _ = r.handle(.sleep, now: at(1000))
+    let result12 = r.handle(.paths([wifi0]), now: at(2000))
+    #expect(result12.isEmpty, "paths are noted while asleep, not acted on")
+    let wake = r.handle(.wake(sleptFor: .seconds(30)), now: at(31_000))
+    #expect(wake.rebinds == ["wifi0"] && wake.handshakes.isEmpty)
+}
+
+@Test func powerSourceChangesTheBudget() {
+    var r = connected([eth0])
+    _ = r.handle(.powerChanged(.battery), now: at(100))
+    #expect(r.tokens <= Config().battery.burst)
+    #expect(r.power == .battery)
+}
+
+@Test func reasonsReadAsTheOperatorExpects() {
+    #expect(Reason.betterPath(eth0, over: wifi0).description == "betterPath(eth0 metric 100 < wifi0 600)")
+    #expect(Reason.probeTimeout(3, of: 3).description == "probeTimeout(3 of 3)")
+    #expect(Reason.wokeAfter(.seconds(42 * 60)).description == "wokeAfter(42m)")
+    #expect(Reason.budgetExhausted(nextIn: .seconds(32)).description == "budgetExhausted(next in 32s)")
+    #expect(Duration.milliseconds(1500).short == "1.5s")
+    #expect(Duration.seconds(5400).short == "1h30m")
+    #expect(Duration.milliseconds(250).short == "250ms")
+    #expect(Instant(nanoseconds: 12_300_000_000).description == "12.300")
+}
+
+@Test func transitionsFormatAsLogfmtAndJSON() {
+    var r = Reconnector()
+    let t = r.handle(.paths([eth0]), now: at(0)).transitions[0]
+    #expect(t.logfmt == "t=0.000 from=offline to=connecting trigger=paths reason=pathAppeared(eth0) path=eth0/10.20.0.57 attempt=1 coalesced=0")
+    #expect(t.json.hasPrefix("{\"t\":0.000,\"from\":\"offline\",\"to\":\"connecting\""))
+}
