@@ -1,1 +1,59 @@
-print("todo")
+// Measures the decision core: a generated 24-hour timeline with one event per second,
+// replayed through the real NetworkModel and Reconnector.
+//
+// Usage: swift run -c release ReplayBenchmark [hours] [seed]
+import Foundation
+import PathMonitor
+import Reconnector
+import Replay
+
+let arguments = CommandLine.arguments.dropFirst()
+let hours = arguments.first.flatMap(Int.init) ?? 24
+let seed = arguments.dropFirst().first.flatMap(UInt64.init) ?? 1
+let events = hours * 3600
+
+func timed<T>(_ body: () throws -> T) rethrows -> (T, seconds: Double) {
+    let start = ContinuousClock.now
+    let value = try body()
+    let elapsed = ContinuousClock.now - start
+    return (value, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+}
+
+let scenario = Scenario.random(seed: seed, events: events, spacing: .seconds(1), clockJumps: false,
+                               name: "\(hours)h")
+print("timeline: \(hours) h, \(scenario.timeline.count) timeline events, seed \(seed)")
+
+// 1. The whole replay: world simulation, application traffic every 500 ms, invariant checks.
+var replay = Replay(scenario, keepTrace: true)
+let (report, full) = try timed { try replay.run() }
+let fed = report.networkChanges + report.inputs
+print(String(format: "full replay:  %.3f s wall, %d network changes + %d inputs, %.0f facts/s, %d transitions, %d violations",
+             full, report.networkChanges, report.inputs, Double(fed) / full, report.transitions.count,
+             report.violations.count))
+
+// 2. The core alone: the same facts through PathTracker + Reconnector, nothing else.
+let trace = report.trace
+var sink = 0
+var best = Double.infinity
+for _ in 0..<5 {
+    let (_, t) = timed {
+        var model = NetworkModel(tunnelInterface: scenario.tunnelInterface)
+        for event in scenario.network {
+            if case .change(let change) = event.event { model.apply(change) }
+        }
+        var tracker = PathTracker(model: model, endpoint: scenario.server)
+        var machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
+        sink &+= machine.handle(.paths(tracker.paths), now: .zero).count
+        for (at, fact) in trace {
+            switch fact {
+            case .change(let change):
+                if let paths = tracker.apply(change) { sink &+= machine.handle(.paths(paths), now: at).count }
+            case .input(let input):
+                sink &+= machine.handle(input, now: at).count
+            }
+        }
+    }
+    best = min(best, t)
+}
+print(String(format: "core only:    %.3f s wall (best of 5) for %d facts: %.2f M facts/s (%d actions)",
+             best, trace.count, Double(trace.count) / best / 1e6, sink / 5))

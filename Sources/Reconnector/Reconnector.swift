@@ -26,7 +26,7 @@ public struct Reconnector: Sendable {
     private var losses: [String: (count: Int, last: Instant)] = [:]
     /// The better path the debounce timer waits for.
     private var candidate: Path.ID?
-    private var deadlines: [TimerKind: Instant] = [:]
+    private var deadlines = TimerTable()
     private var refilledAt: Instant
     private var failures = 0
     private var enteredAt: Instant
@@ -46,10 +46,12 @@ public struct Reconnector: Sendable {
     }
 
     /// The earliest armed timer, so a driver or a replay knows when to wake next.
-    public var nextDeadline: Instant? { deadlines.values.min() }
+    public var nextDeadline: Instant? { deadlines.earliest }
 
     /// Armed timers and their deadlines.
-    public var timers: [TimerKind: Instant] { deadlines }
+    public var timers: [TimerKind: Instant] {
+        Dictionary(uniqueKeysWithValues: TimerKind.allCases.compactMap { k in deadlines[k].map { (k, $0) } })
+    }
 
     /// True while a handshake is in flight.
     public var isHandshaking: Bool { if case .connecting = state { true } else { false } }
@@ -79,7 +81,7 @@ public struct Reconnector: Sendable {
     private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Action]) {
         for old in paths where !new.contains(where: { $0.id == old.id }) { noteLoss(of: old, now) }
         paths = new
-        dead = dead.filter { id, _ in new.contains { $0.id == id } }
+        if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id } } }
         switch state {
         case .sleeping, .failed:
             coalesced += 1
@@ -453,4 +455,28 @@ public struct Reconnector: Sendable {
     }
 
     private func nextToken() -> Instant { refilledAt + config.budget(on: power).refill }
+}
+
+/// One optional deadline per timer kind, without hashing on the hot path.
+private struct TimerTable: Sendable {
+    private var slots = [Instant?](repeating: nil, count: TimerKind.allCases.count)
+
+    subscript(kind: TimerKind) -> Instant? {
+        get { slots[kind.slot] }
+        set { slots[kind.slot] = newValue }
+    }
+
+    var earliest: Instant? { slots.lazy.compactMap { $0 }.min() }
+}
+
+extension TimerKind {
+    fileprivate var slot: Int {
+        switch self {
+        case .debounce: 0
+        case .handshake: 1
+        case .probe: 2
+        case .liveness: 3
+        case .retry: 4
+        }
+    }
 }

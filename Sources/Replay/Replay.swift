@@ -1,4 +1,4 @@
-import PathMonitor
+public import PathMonitor
 public import Reconnector
 
 /// What a replay found: the transitions, the counts the expectations speak of, and every
@@ -22,6 +22,16 @@ public struct ReplayReport: Sendable {
     public var failures: [String] = []
 
     public var passed: Bool { violations.isEmpty && failures.isEmpty }
+
+    /// Everything that entered the model and the state machine, in order, when the replay
+    /// was asked to keep it: path inputs are left out, since the model derives them.
+    public var trace: [(at: Instant, fact: Fact)] = []
+
+    /// One entry of the trace.
+    public enum Fact: Sendable {
+        case change(NetworkChange)
+        case input(Input)
+    }
 }
 
 /// A scenario that cannot run: an event names a link that does not exist, and the like.
@@ -68,7 +78,11 @@ public struct Replay {
     private var acSinceLastAttempt = false
     private var pathAtResults: [String?] = []
 
-    public init(_ scenario: Scenario) {
+    private let keepsTrace: Bool
+
+    /// `keepTrace` keeps every fact fed in, for the benchmark to replay without the world.
+    public init(_ scenario: Scenario, keepTrace: Bool = false) {
+        keepsTrace = keepTrace
         self.scenario = scenario
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
         machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
@@ -152,6 +166,7 @@ public struct Replay {
     private mutating func applyNetwork(_ event: TimedEvent, report feeding: Bool = true) throws(ReplayError) {
         for change in try resolve(event) {
             report.networkChanges += 1
+            if keepsTrace { report.trace.append((now, .change(change))) }
             if let paths = tracker.apply(change), feeding { feed(.paths(paths)) }
         }
     }
@@ -269,6 +284,7 @@ public struct Replay {
 
     private mutating func feed(_ input: Input) {
         report.inputs += 1
+        if keepsTrace, !input.isPaths { report.trace.append((now, .input(input))) }
         let before = machine.state
         let actions = machine.handle(input, now: now)
         var attempted = false
@@ -362,11 +378,12 @@ public struct Replay {
     private mutating func checkBudget() {
         let log = attemptLog.filter(\.budgeted)
         for j in log.indices {
+            var sawAC = false
             var i = j
             while i > 0 && j - i < 400 {
                 i -= 1
-                let powers = log[i...j].map(\.power)
-                let budget = machine.config.budget(on: powers.contains(.ac) ? .ac : .battery)
+                if log[i + 1].power == .ac || log[i].power == .ac { sawAC = true }
+                let budget = machine.config.budget(on: sawAC ? .ac : .battery)
                 let span = (log[j].at - log[i].at).nanoseconds
                 let allowed = budget.burst + Int(span / budget.refill.nanoseconds)
                 if j - i + 1 > allowed {
@@ -473,4 +490,8 @@ struct EventQueue {
         }
         return top
     }
+}
+
+extension Input {
+    fileprivate var isPaths: Bool { if case .paths = self { true } else { false } }
 }
