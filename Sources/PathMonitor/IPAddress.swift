@@ -146,3 +146,39 @@ public struct Prefix: Hashable, Sendable, CustomStringConvertible {
         length == 0 ? "default" : "\(address)/\(length)"
     }
 }
+
+/// A server endpoint as operators write it: `198.51.100.7:51820`, `[2001:db8::7]:51820`, a bare
+/// address, or `host.example:51820` (the host resolved elsewhere).
+public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
+    public var host: String
+    public var port: UInt16?
+    /// The host as an address, when it is one.
+    public var address: IPAddress? { IPAddress(host) }
+
+    /// Parses endpoint text; nil when the port is not a number in 1...65535 or the host is empty.
+    public init?(_ text: String) {
+        var host = Substring(text)
+        var port: UInt16?
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return nil }
+            let rest = host[host.index(after: close)...]
+            host = host[host.index(after: host.startIndex)..<close]
+            if !rest.isEmpty {
+                guard rest.hasPrefix(":"), let p = UInt16(rest.dropFirst()), p > 0 else { return nil }
+                port = p
+            }
+        } else if host.filter({ $0 == ":" }).count == 1, let colon = host.firstIndex(of: ":") {
+            guard let p = UInt16(host[host.index(after: colon)...]), p > 0 else { return nil }
+            port = p
+            host = host[..<colon]
+        }
+        guard !host.isEmpty else { return nil }
+        self.host = String(host)
+        self.port = port
+    }
+
+    public var description: String {
+        let h = host.contains(":") ? "[\(host)]" : host
+        return port.map { "\(h):\($0)" } ?? h
+    }
+}

@@ -52,7 +52,7 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
 ///
 /// It answers one question for the tunnel: which uplinks can carry its UDP flow to the
 /// server, best first. Nothing here does I/O, so recorded changes replay through it exactly.
-public struct NetworkModel: Sendable {
+public struct NetworkModel: Sendable, Equatable {
     public private(set) var links: [Int32: Link] = [:]
     public private(set) var addresses: [Address.Key: Address] = [:]
     public private(set) var routes: [Route.Key: Route] = [:]
@@ -169,6 +169,44 @@ public struct NetworkModel: Sendable {
                 a.flags.contains(.secondary) ? 1 : 0,  // temporary (v6) or secondary (v4)
                 onGatewaySubnet ? 0 : 1,
                 a.ip)
+    }
+
+    /// A change in an operator's words, with link names where the model knows them.
+    public func describe(_ change: NetworkChange) -> String {
+        func name(_ index: Int32) -> String { links[index]?.name ?? "if\(index)" }
+        switch change {
+        case .linkChanged(let l):
+            return "link \(l.name) \(l.isUp ? "up" : "down") \(l.hasCarrier ? "carrier" : "no-carrier") kind \(l.kind.rawValue) mtu \(l.mtu)"
+        case .linkRemoved(let index): return "link \(name(index)) removed"
+        case .addressAdded(let a):
+            return "address \(a.prefix) on \(name(a.linkIndex)) added" + (a.flags.isEmpty ? "" : " flags 0x\(String(a.flags.rawValue, radix: 16))")
+        case .addressRemoved(let k): return "address \(k.prefix) on \(name(k.linkIndex)) removed"
+        case .routeAdded(let r):
+            let hops = r.nextHops.map { ($0.gateway.map { "via \($0) " } ?? "") + "dev \(name($0.linkIndex))" }
+            return "route \(r.destination) \(hops.joined(separator: ", ")) metric \(r.metric)"
+                + (r.table == Route.mainTable ? "" : " table \(r.table)") + (r.type == .unicast ? "" : " \(r.type.rawValue)") + " added"
+        case .routeRemoved(let k):
+            return "route \(k.destination) metric \(k.metric)" + (k.table == Route.mainTable ? "" : " table \(k.table)") + " removed"
+        }
+    }
+
+    /// The changes that turn this model into `other`, removals first: after an overrun, the
+    /// fresh dump is `other`, and only the net difference is applied and reported.
+    public func changes(toMatch other: NetworkModel) -> [NetworkChange] {
+        var working = self
+        var out: [NetworkChange] = []
+        func add(_ change: NetworkChange) {
+            if working.apply(change) { out.append(change) }
+        }
+        // Each stage is computed against the model as the previous stages (and the kernel's
+        // silent flushes they imply) left it.
+        for key in working.routes.keys where other.routes[key] == nil { add(.routeRemoved(key)) }
+        for key in working.addresses.keys where other.addresses[key] == nil { add(.addressRemoved(key)) }
+        for index in working.links.keys where other.links[index] == nil { add(.linkRemoved(index: index)) }
+        for (index, link) in other.links where working.links[index] != link { add(.linkChanged(link)) }
+        for (key, address) in other.addresses where working.addresses[key] != address { add(.addressAdded(address)) }
+        for (key, route) in other.routes where working.routes[key] != route { add(.routeAdded(route)) }
+        return out
     }
 
     /// True when the tunnel must hear about the change from `old` to `new` paths: a path came

@@ -1,20 +1,10 @@
 /// Operator log lines for transitions: logfmt for people and grep, JSON lines for machines.
 extension Transition {
     /// `t=12.300 from=connected to=probing trigger=timer:liveness reason="livenessTimeout(1s)" ...`
-    public var logfmt: String {
-        fields.map { key, value in
-            let needsQuotes = value.contains(" ") || value.contains("\"") || value.contains("=") || value.isEmpty
-            return "\(key)=" + (needsQuotes ? Self.quoted(value) : value)
-        }.joined(separator: " ")
-    }
+    public var logfmt: String { LogLine.logfmt(fields) }
 
     /// The same fields as one JSON object.
-    public var json: String {
-        "{" + fields.map { key, value in
-            let number = key == "t" || key == "attempt" || key == "coalesced"
-            return Self.quoted(key) + ":" + (number ? value : Self.quoted(value))
-        }.joined(separator: ",") + "}"
-    }
+    public var json: String { LogLine.json(fields, numbers: ["t", "attempt", "coalesced"]) }
 
     private var fields: [(String, String)] {
         var out: [(String, String)] = [
@@ -28,8 +18,26 @@ extension Transition {
         out.append(("coalesced", String(coalesced)))
         return out
     }
+}
 
-    private static func quoted(_ s: String) -> String {
+/// The two line formats every operator log line of the agent uses.
+public enum LogLine {
+    /// `key=value key="value with spaces"`.
+    public static func logfmt(_ fields: [(String, String)]) -> String {
+        fields.map { key, value in
+            let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\n" }
+            return "\(key)=" + (needsQuotes ? quoted(value) : value)
+        }.joined(separator: " ")
+    }
+
+    /// One JSON object; keys in `numbers` are written unquoted.
+    public static func json(_ fields: [(String, String)], numbers: Set<String> = ["t"]) -> String {
+        "{" + fields.map { key, value in
+            quoted(key) + ":" + (numbers.contains(key) ? value : quoted(value))
+        }.joined(separator: ",") + "}"
+    }
+
+    static func quoted(_ s: String) -> String {
         var out = "\""
         for c in s.unicodeScalars {
             switch c {

@@ -74,11 +74,7 @@ struct ScenarioParser {
         ])
         let serverNode = try top.required("server")
         let serverText = try string(serverNode)
-        // A port may follow; only the address decides the path.
-        let host = serverText.hasPrefix("[")
-            ? String(serverText.dropFirst().prefix { $0 != "]" })
-            : (serverText.filter { $0 == ":" }.count == 1 ? String(serverText.prefix { $0 != ":" }) : serverText)
-        guard let server = IPAddress(host) else {
+        guard let server = Endpoint(serverText)?.address else {
             throw fail(serverNode, "'server' needs an IP address (with an optional port), got \"\(serverText)\"")
         }
         let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []

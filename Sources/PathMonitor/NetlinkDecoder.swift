@@ -1,0 +1,260 @@
+/// Decodes rtnetlink messages (links, addresses, routes) into model changes.
+///
+/// Pure: bytes in, changes out, so recorded kernel messages replay through exactly the code
+/// the live monitor runs. Nothing here trusts a length field: a truncated or malformed
+/// message is counted and skipped, never fatal.
+public struct NetlinkDecoder: Sendable {
+    /// Messages of types the model does not use (neighbours, rules, ...), skipped.
+    public private(set) var skipped = 0
+    /// Messages that were truncated or inconsistent, skipped.
+    public private(set) var malformed = 0
+    /// Route lookups answer with clones; change notifications' clones are cache noise.
+    public var acceptsClonedRoutes = false
+
+    public init() {}
+
+    /// What one buffer of netlink messages held.
+    public struct Batch: Equatable, Sendable {
+        public var changes: [NetworkChange] = []
+        /// `NLMSG_DONE` ended a dump.
+        public var done = false
+        /// A negative errno from `NLMSG_ERROR` (0 is an acknowledgement), with the request's sequence.
+        public var error: (code: Int32, sequence: UInt32)?
+
+        public static func == (a: Batch, b: Batch) -> Bool {
+            a.changes == b.changes && a.done == b.done && a.error?.code == b.error?.code
+                && a.error?.sequence == b.error?.sequence
+        }
+    }
+
+    /// Decodes every message in `bytes` (one `recv` worth).
+    public mutating func decode(_ bytes: some Collection<UInt8>) -> Batch {
+        let buffer = Array(bytes)
+        var batch = Batch()
+        var offset = 0
+        while offset + 16 <= buffer.count {
+            let length = Int(buffer.u32(offset))
+            let type = buffer.u16(offset + 4)
+            guard length >= 16, offset + length <= buffer.count else {
+                malformed += 1
+                break
+            }
+            let body = offset + 16..<offset + length
+            switch type {
+            case NL.done:
+                batch.done = true
+            case NL.error:
+                if body.count >= 4 {
+                    batch.error = (Int32(bitPattern: buffer.u32(body.lowerBound)), buffer.u32(offset + 8))
+                } else {
+                    malformed += 1
+                }
+            case NL.noop, NL.overrun:
+                break
+            case RTM.newLink, RTM.delLink:
+                if let change = link(buffer, body, removed: type == RTM.delLink) { batch.changes.append(change) }
+            case RTM.newAddr, RTM.delAddr:
+                if let change = address(buffer, body, removed: type == RTM.delAddr) { batch.changes.append(change) }
+            case RTM.newRoute, RTM.delRoute:
+                if let change = route(buffer, body, removed: type == RTM.delRoute) { batch.changes.append(change) }
+            default:
+                skipped += 1
+            }
+            offset += NL.align(length)
+        }
+        if offset < buffer.count && offset + 16 > buffer.count && buffer.count - offset >= 4 { malformed += 1 }
+        return batch
+    }
+
+    // MARK: Messages
+
+    private mutating func link(_ b: [UInt8], _ body: Range<Int>, removed: Bool) -> NetworkChange? {
+        guard body.count >= 16 else { malformed += 1; return nil }
+        let arphrd = b.u16(body.lowerBound + 2)
+        let index = Int32(bitPattern: b.u32(body.lowerBound + 4))
+        let flags = b.u32(body.lowerBound + 8)
+        guard index > 0 else { malformed += 1; return nil }
+        if removed { return .linkRemoved(index: index) }
+        var name: String?
+        var mtu = 1500
+        var infoKind: String?
+        guard attributes(b, body.lowerBound + 16..<body.upperBound, { type, value in
+            switch type {
+            case IFLA.ifname: name = b.cString(value)
+            case IFLA.mtu: if value.count >= 4 { mtu = Int(b.u32(value.lowerBound)) }
+            case IFLA.linkinfo:
+                _ = attributes(b, value) { inner, v in if inner == IFLA.infoKind { infoKind = b.cString(v) } }
+            default: break
+            }
+        }) else { malformed += 1; return nil }
+        guard let name, !name.isEmpty else { malformed += 1; return nil }
+        return .linkChanged(Link(index: index, name: name, kind: Self.kind(arphrd: arphrd, infoKind: infoKind),
+                                 isUp: flags & IFF.up != 0, hasCarrier: flags & IFF.lowerUp != 0, mtu: mtu))
+    }
+
+    /// The kind netlink alone can tell; the live monitor refines ethernet into wifi or wwan from sysfs.
+    static func kind(arphrd: UInt16, infoKind: String?) -> LinkKind {
+        switch infoKind {
+        case "tun", "wireguard", "ipip", "gre", "sit", "vti", "ip6tnl": return .tunnel
+        case "veth", "bridge", "dummy", "macvlan", "ipvlan", "vxlan", "vrf", "ifb", "netkit": return .virtual
+        default: break
+        }
+        switch arphrd {
+        case ARPHRD.loopback: return .loopback
+        case ARPHRD.ether: return .ethernet
+        case ARPHRD.none, ARPHRD.ppp, ARPHRD.tunnel, ARPHRD.tunnel6, ARPHRD.sit, ARPHRD.ipgre: return .tunnel
+        default: return .other
+        }
+    }
+
+    private mutating func address(_ b: [UInt8], _ body: Range<Int>, removed: Bool) -> NetworkChange? {
+        guard body.count >= 8 else { malformed += 1; return nil }
+        let family = b[body.lowerBound]
+        let prefixLength = Int(b[body.lowerBound + 1])
+        var flags = UInt32(b[body.lowerBound + 2])
+        let index = Int32(bitPattern: b.u32(body.lowerBound + 4))
+        guard family == AF.inet || family == AF.inet6 else { skipped += 1; return nil }
+        var local: IPAddress?
+        var address: IPAddress?
+        guard attributes(b, body.lowerBound + 8..<body.upperBound, { type, value in
+            switch type {
+            case IFA.address: address = IPAddress(bytes: b[value])
+            case IFA.local: local = IPAddress(bytes: b[value])
+            case IFA.flags: if value.count >= 4 { flags = b.u32(value.lowerBound) }
+            default: break
+            }
+        }) else { malformed += 1; return nil }
+        // IPv4 puts the interface's own address in IFA_LOCAL (IFA_ADDRESS is the peer on
+        // point-to-point links); IPv6 has only IFA_ADDRESS.
+        guard let ip = local ?? address, index > 0,
+              ip.family == (family == AF.inet ? .v4 : .v6),
+              let prefix = Prefix(ip, length: prefixLength)
+        else { malformed += 1; return nil }
+        let key = Address.Key(linkIndex: index, prefix: prefix)
+        return removed ? .addressRemoved(key)
+            : .addressAdded(Address(linkIndex: index, prefix: prefix, flags: AddressFlags(rawValue: flags)))
+    }
+
+    private mutating func route(_ b: [UInt8], _ body: Range<Int>, removed: Bool) -> NetworkChange? {
+        guard body.count >= 12 else { malformed += 1; return nil }
+        let s = body.lowerBound
+        let family = b[s]
+        let dstLength = Int(b[s + 1])
+        var table = UInt32(b[s + 4])
+        let rtnType = b[s + 7]
+        let rtmFlags = b.u32(s + 8)
+        guard family == AF.inet || family == AF.inet6 else { skipped += 1; return nil }
+        // IPv6 route-cache clones are per-destination copies, not routes anyone configured.
+        if rtmFlags & RTM.clonedFlag != 0 && !acceptsClonedRoutes { skipped += 1; return nil }
+        let v6 = family == AF.inet6
+        var destination: IPAddress?
+        var gateway: IPAddress?
+        var oif: Int32?
+        var metric: UInt32 = 0
+        var source: IPAddress?
+        var hops: [NextHop] = []
+        var ok = true
+        guard attributes(b, s + 12..<body.upperBound, { type, value in
+            switch type {
+            case RTA.dst: destination = IPAddress(bytes: b[value])
+            case RTA.gateway: gateway = IPAddress(bytes: b[value])
+            case RTA.oif: if value.count >= 4 { oif = Int32(bitPattern: b.u32(value.lowerBound)) }
+            case RTA.priority: if value.count >= 4 { metric = b.u32(value.lowerBound) }
+            case RTA.prefsrc: source = IPAddress(bytes: b[value])
+            case RTA.table: if value.count >= 4 { table = b.u32(value.lowerBound) }
+            case RTA.multipath:
+                guard let decoded = Self.nextHops(b, value) else { ok = false; return }
+                hops = decoded
+            default: break
+            }
+        }), ok else { malformed += 1; return nil }
+        let zero: IPAddress = v6 ? .v6(0, 0) : .v4(0)
+        guard let dst = Prefix(destination ?? zero, length: dstLength), dst.address.family == zero.family else {
+            malformed += 1
+            return nil
+        }
+        if hops.isEmpty, let oif { hops = [NextHop(gateway: gateway, linkIndex: oif)] }
+        let type: RouteType = switch rtnType {
+        case RTN.unicast: .unicast
+        case RTN.blackhole, RTN.unreachable, RTN.prohibit, RTN.throwRoute: .reject
+        default: .local
+        }
+        let route = Route(table: table, destination: dst, type: type, nextHops: hops, metric: metric,
+                          preferredSource: source)
+        return removed ? .routeRemoved(route.key) : .routeAdded(route)
+    }
+
+    /// `RTA_MULTIPATH`: a list of `rtnexthop` headers, each followed by its own attributes.
+    private static func nextHops(_ b: [UInt8], _ range: Range<Int>) -> [NextHop]? {
+        var hops: [NextHop] = []
+        var offset = range.lowerBound
+        while offset + 8 <= range.upperBound {
+            let length = Int(b.u16(offset))
+            guard length >= 8, offset + length <= range.upperBound else { return nil }
+            let index = Int32(bitPattern: b.u32(offset + 4))
+            var gateway: IPAddress?
+            guard attributes(b, offset + 8..<offset + length, { type, value in
+                if type == RTA.gateway { gateway = IPAddress(bytes: b[value]) }
+            }) else { return nil }
+            hops.append(NextHop(gateway: gateway, linkIndex: index))
+            offset += NL.align(length)
+        }
+        return hops
+    }
+
+    /// Walks `rtattr`s in `range`; false when one overruns it.
+    private static func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
+        var offset = range.lowerBound
+        while offset + 4 <= range.upperBound {
+            let length = Int(b.u16(offset))
+            guard length >= 4, offset + length <= range.upperBound else { return false }
+            visit(b.u16(offset + 2) & 0x3FFF, offset + 4..<offset + length)  // strip NLA_F_NESTED/BYTEORDER
+            offset += NL.align(length)
+        }
+        return true
+    }
+
+    private func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
+        Self.attributes(b, range, visit)
+    }
+}
+
+// Kernel ABI constants (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h, linux/if_addr.h,
+// linux/if_arp.h). They never change, and spelling them here keeps the decoder free of C.
+enum NL {
+    static let noop: UInt16 = 1, error: UInt16 = 2, done: UInt16 = 3, overrun: UInt16 = 4
+    static func align(_ n: Int) -> Int { (n + 3) & ~3 }
+}
+enum RTM {
+    static let newLink: UInt16 = 16, delLink: UInt16 = 17, getLink: UInt16 = 18
+    static let newAddr: UInt16 = 20, delAddr: UInt16 = 21, getAddr: UInt16 = 22
+    static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
+    static let clonedFlag: UInt32 = 0x200
+}
+enum IFLA { static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1 }
+enum IFA { static let address: UInt16 = 1, local: UInt16 = 2, flags: UInt16 = 8 }
+enum RTA {
+    static let dst: UInt16 = 1, oif: UInt16 = 4, gateway: UInt16 = 5, priority: UInt16 = 6, prefsrc: UInt16 = 7
+    static let multipath: UInt16 = 9, table: UInt16 = 15
+}
+enum RTN {
+    static let unicast: UInt8 = 1, blackhole: UInt8 = 6, unreachable: UInt8 = 7, prohibit: UInt8 = 8
+    static let throwRoute: UInt8 = 9
+}
+enum IFF { static let up: UInt32 = 0x1, lowerUp: UInt32 = 0x10000 }
+enum AF { static let inet: UInt8 = 2, inet6: UInt8 = 10 }
+enum ARPHRD {
+    static let ether: UInt16 = 1, ppp: UInt16 = 512, tunnel: UInt16 = 768, tunnel6: UInt16 = 769
+    static let loopback: UInt16 = 772, sit: UInt16 = 776, ipgre: UInt16 = 778, none: UInt16 = 0xFFFE
+}
+
+extension [UInt8] {
+    /// Host-order (little-endian on every Linux target Roam runs on) integers, as netlink sends them.
+    func u16(_ at: Int) -> UInt16 { UInt16(self[at]) | UInt16(self[at + 1]) << 8 }
+    func u32(_ at: Int) -> UInt32 {
+        UInt32(self[at]) | UInt32(self[at + 1]) << 8 | UInt32(self[at + 2]) << 16 | UInt32(self[at + 3]) << 24
+    }
+    func cString(_ range: Range<Int>) -> String {
+        String(decoding: self[range].prefix { $0 != 0 }, as: UTF8.self)
+    }
+}

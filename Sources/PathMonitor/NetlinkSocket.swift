@@ -1,0 +1,170 @@
+import CMnl
+import Glibc
+
+/// A failed kernel call, with the operation and errno, readable by an operator.
+public struct NetlinkError: Error, CustomStringConvertible, Equatable, Sendable {
+    public var operation: String
+    public var code: Int32
+    public init(_ operation: String, _ code: Int32) {
+        self.operation = operation
+        self.code = code
+    }
+    /// The kernel dropped messages because the receive buffer was full: the model must resync.
+    public var isOverrun: Bool { code == ENOBUFS }
+    public var description: String { "\(operation): \(String(cString: strerror(code))) (errno \(code))" }
+}
+
+/// The change groups a monitor subscribes to.
+public struct NetlinkGroups: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let link = NetlinkGroups(rawValue: 0x1)  // RTMGRP_LINK
+    public static let ipv4Address = NetlinkGroups(rawValue: 0x10)  // RTMGRP_IPV4_IFADDR
+    public static let ipv4Route = NetlinkGroups(rawValue: 0x40)  // RTMGRP_IPV4_ROUTE
+    public static let ipv6Address = NetlinkGroups(rawValue: 0x100)  // RTMGRP_IPV6_IFADDR
+    public static let ipv6Route = NetlinkGroups(rawValue: 0x400)  // RTMGRP_IPV6_ROUTE
+    /// Everything the path model needs.
+    public static let paths: NetlinkGroups = [.link, .ipv4Address, .ipv4Route, .ipv6Address, .ipv6Route]
+}
+
+/// A `NETLINK_ROUTE` socket through libmnl; the one owner of the C socket, closed in deinit.
+public final class NetlinkSocket {
+    private let socket: OpaquePointer
+    private var sequence: UInt32
+    /// Receive buffer: big enough for any single message the kernel sends in a dump.
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    /// Opens a socket subscribed to `groups` (none for a request-only socket). A non-zero
+    /// `receiveBuffer` sets SO_RCVBUF(FORCE): the headroom before a burst overruns it.
+    public init(groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
+        guard let socket = mnl_socket_open(NETLINK_ROUTE) else { throw NetlinkError("open netlink socket", errno) }
+        self.socket = socket
+        sequence = UInt32(truncatingIfNeeded: time(nil))
+        guard mnl_socket_bind(socket, groups.rawValue, pid_t(MNL_SOCKET_AUTOPID)) >= 0 else {
+            let code = errno
+            mnl_socket_close(socket)
+            throw NetlinkError("bind netlink socket", code)
+        }
+        if receiveBuffer > 0 { try setReceiveBuffer(receiveBuffer) }
+    }
+
+    deinit { mnl_socket_close(socket) }
+
+    /// The file descriptor, for poll.
+    public var fileDescriptor: Int32 { mnl_socket_get_fd(socket) }
+
+    /// Sets the receive buffer; root may exceed net.core.rmem_max (SO_RCVBUFFORCE).
+    public func setReceiveBuffer(_ bytes: Int) throws(NetlinkError) {
+        var size = Int32(clamping: bytes)
+        let fd = fileDescriptor
+        if setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, socklen_t(MemoryLayout<Int32>.size)) < 0,
+           setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) < 0
+        {
+            throw NetlinkError("set netlink receive buffer", errno)
+        }
+    }
+
+    /// Waits for the next buffer of messages; `timeout` nil waits forever, and an expired
+    /// timeout returns an empty array. A full receive queue throws an overrun error.
+    public func receive(timeout: Duration? = nil) throws(NetlinkError) -> ArraySlice<UInt8> {
+        if let timeout {
+            var fds = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+            let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+            while true {
+                let ready = poll(&fds, 1, ms)
+                if ready > 0 { break }
+                if ready == 0 { return [] }
+                if errno != EINTR { throw NetlinkError("poll netlink socket", errno) }
+            }
+        }
+        while true {
+            let n = buffer.withUnsafeMutableBytes { mnl_socket_recvfrom(socket, $0.baseAddress, $0.count) }
+            if n >= 0 { return buffer[0..<n] }
+            if errno != EINTR { throw NetlinkError("receive from netlink", errno) }
+        }
+    }
+
+    /// Sends one request built by `build` and returns its sequence number.
+    @discardableResult
+    func request(type: UInt16, flags: UInt16, header: [UInt8], build: (UnsafeMutablePointer<nlmsghdr>) -> Void = { _ in })
+        throws(NetlinkError) -> UInt32
+    {
+        sequence &+= 1
+        var message = [UInt8](repeating: 0, count: 512)
+        let length = message.withUnsafeMutableBytes { raw -> Int in
+            let nlh = mnl_nlmsg_put_header(raw.baseAddress)!
+            nlh.pointee.nlmsg_type = type
+            nlh.pointee.nlmsg_flags = UInt16(NLM_F_REQUEST) | flags
+            nlh.pointee.nlmsg_seq = sequence
+            let extra = mnl_nlmsg_put_extra_header(nlh, header.count)!
+            header.withUnsafeBytes { extra.copyMemory(from: $0.baseAddress!, byteCount: header.count) }
+            build(nlh)
+            return Int(nlh.pointee.nlmsg_len)
+        }
+        while true {
+            let sent = message.withUnsafeBytes { mnl_socket_sendto(socket, $0.baseAddress, length) }
+            if sent >= 0 { return sequence }
+            if errno != EINTR { throw NetlinkError("send netlink request", errno) }
+        }
+    }
+
+    /// Dumps links, then addresses, then routes (IPv4 and IPv6): the kernel's whole state,
+    /// as changes that build a model from nothing. `raw` sees every buffer, for a recording.
+    public func dump(decoder: inout NetlinkDecoder, raw: (ArraySlice<UInt8>) -> Void = { _ in })
+        throws(NetlinkError) -> [NetworkChange]
+    {
+        var changes: [NetworkChange] = []
+        let requests: [(UInt16, [UInt8], String)] = [
+            (RTM.getLink, [UInt8](repeating: 0, count: 16), "dump links"),
+            (RTM.getAddr, [UInt8](repeating: 0, count: 8), "dump addresses"),
+            (RTM.getRoute, [UInt8](repeating: 0, count: 12), "dump routes"),
+        ]
+        for (type, header, what) in requests {
+            let seq = try request(type: type, flags: UInt16(NLM_F_DUMP), header: header)
+            // Bounded: a dump ends with NLMSG_DONE; a socket that never says so is an error.
+            var done = false
+            // Bounded in count, and in time by the receive timeout.
+            for _ in 0..<1_000_000 where !done {
+                let bytes = try receive(timeout: .seconds(5))
+                if bytes.isEmpty { throw NetlinkError(what, ETIMEDOUT) }
+                raw(bytes)
+                let batch = decoder.decode(bytes)
+                if let error = batch.error, error.sequence == seq, error.code != 0 {
+                    throw NetlinkError(what, -error.code)
+                }
+                changes += batch.changes
+                done = batch.done
+            }
+        }
+        return changes
+    }
+
+    /// Asks the kernel which route it would use to reach `destination` with socket mark
+    /// `mark`, honouring policy rules: the answer to compare the model against.
+    public func lookupRoute(to destination: IPAddress, mark: UInt32 = 0,
+                            decoder: NetlinkDecoder = NetlinkDecoder()) throws(NetlinkError) -> Route? {
+        var header = [UInt8](repeating: 0, count: 12)
+        header[0] = destination.family == .v4 ? AF.inet : AF.inet6
+        header[1] = UInt8(destination.family.bitWidth)
+        let bytes = destination.bytes
+        let seq = try request(type: RTM.getRoute, flags: 0, header: header) { nlh in
+            bytes.withUnsafeBytes { mnl_attr_put(nlh, RTA.dst, bytes.count, $0.baseAddress) }
+            if mark != 0 { mnl_attr_put_u32(nlh, 16 /* RTA_MARK */, mark) }
+        }
+        // The kernel marks a lookup's answer RTM_F_CLONED; a monitor's decoder skips those.
+        var decoder = decoder
+        decoder.acceptsClonedRoutes = true
+        for _ in 0..<100 {
+            let bytes = try receive(timeout: .seconds(2))
+            if bytes.isEmpty { throw NetlinkError("look up route to \(destination)", ETIMEDOUT) }
+            let batch = decoder.decode(bytes)
+            if let error = batch.error, error.sequence == seq {
+                if error.code == 0 { continue }
+                if -error.code == ENETUNREACH || -error.code == EHOSTUNREACH { return nil }
+                throw NetlinkError("look up route to \(destination)", -error.code)
+            }
+            for change in batch.changes { if case .routeAdded(let route) = change { return route } }
+        }
+        return nil
+    }
+}

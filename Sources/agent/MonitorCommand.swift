@@ -1,0 +1,141 @@
+import ArgumentParser
+import Foundation
+import PathMonitor
+import Reconnector
+
+/// `agent monitor`: the path monitor alone, printing what the tunnel's path does and why.
+struct MonitorCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "monitor",
+        abstract: "Watch the kernel's routing state and print the path to the server as it changes.",
+        discussion: """
+            One line per event: the initial paths, every change that moves the path (with the kernel \
+            message that did), overrun resyncs, and whether the kernel's own route lookup agrees with \
+            the model. --verbose also prints the changes that were ignored, and why.
+            """)
+
+    @Option(help: "The server endpoint whose path is watched (address or host, optional port).")
+    var server: String = "198.51.100.7:51820"
+
+    @Option(help: "The tunnel's own interface, never a path.")
+    var tunnel: String = "roam0"
+
+    @Option(help: "Watch this network namespace (from `ip netns`) instead of the agent's own.")
+    var netns: String?
+
+    @Option(help: "Stop after this many seconds (default: run until interrupted).")
+    var seconds: Double?
+
+    @Option(help: "Socket mark the tunnel's UDP socket will carry, for the kernel route lookup.")
+    var mark: UInt32 = 0
+
+    @Flag(help: "Print JSON objects instead of logfmt.")
+    var json = false
+
+    @Flag(name: .shortAndLong, help: "Also print changes that did not move the path.")
+    var verbose = false
+
+    func run() throws {
+        let endpoint = try resolve(server)
+        let namespace = try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        let start = ContinuousClock.now
+        let out = LineWriter(json: json, start: start)
+        let monitor: LiveMonitor
+        do {
+            monitor = try LiveMonitor(endpoint: endpoint, tunnelInterface: tunnel, namespace: namespace)
+        } catch {
+            throw ValidationError("cannot watch the kernel's routes: \(error) (the monitor needs a Linux kernel with rtnetlink)")
+        }
+        out.write(["event": "start", "server": "\(endpoint)", "paths": describe(monitor.paths)])
+        var disagreement: String?
+        func crossCheck() {
+            let kernel = try? monitor.kernelRoute(mark: mark)
+            let hop = kernel?.nextHops.first
+            let modelBest = monitor.paths.first
+            let agrees = hop?.linkIndex == modelBest?.linkIndex
+                && (kernel?.preferredSource == nil || kernel?.preferredSource == modelBest?.source)
+            let kernelText = hop.map { h in
+                (monitor.tracker.model.links[h.linkIndex]?.name ?? "if\(h.linkIndex)")
+                    + (kernel?.preferredSource.map { "/\($0)" } ?? "")
+            } ?? "unreachable"
+            if agrees {
+                disagreement = nil
+            } else if disagreement != kernelText {
+                disagreement = kernelText
+                out.write(["event": "disagree", "kernel": kernelText,
+                           "model": modelBest.map { "\($0.interface)/\($0.source)" } ?? "none"])
+            }
+        }
+        crossCheck()
+        let deadline = seconds.map { start + .milliseconds(Int64($0 * 1000)) }
+        while deadline.map({ ContinuousClock.now < $0 }) ?? true {
+            let wait = deadline.map { $0 - ContinuousClock.now } ?? .seconds(3600)
+            for event in monitor.next(timeout: max(wait, .milliseconds(1))) {
+                switch event {
+                case .paths(let paths, let after):
+                    out.write(["event": "paths", "best": paths.first.map { "\($0.interface)/\($0.source)" } ?? "none",
+                               "paths": describe(paths), "after": after])
+                    crossCheck()
+                case .ignored(let change, let why):
+                    if verbose { out.write(["event": "ignored", "change": change, "why": why]) }
+                case .resynced(let changes, let paths):
+                    out.write(["event": "resync", "changes": "\(changes)", "paths": describe(paths ?? monitor.paths),
+                               "resyncs": "\(monitor.resyncs)"])
+                    crossCheck()
+                case .reopened(let error):
+                    out.write(["event": "reopened", "error": "\(error)"])
+                }
+            }
+        }
+        let d = monitor.decoder
+        out.write(["event": "stop", "resyncs": "\(monitor.resyncs)", "skipped": "\(d.skipped)", "malformed": "\(d.malformed)"])
+    }
+
+    private func describe(_ paths: [Path]) -> String {
+        paths.isEmpty ? "none" : paths.map(\.description).joined(separator: "; ")
+    }
+}
+
+/// Resolves a server endpoint to an address: literal addresses as they are, hosts through getaddrinfo.
+func resolve(_ text: String) throws -> IPAddress {
+    guard let endpoint = Endpoint(text) else {
+        throw ValidationError("'--server' needs host[:port], got \"\(text)\"")
+    }
+    if let address = endpoint.address { return address }
+    var hints = addrinfo()
+    hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+    var result: UnsafeMutablePointer<addrinfo>?
+    let status = getaddrinfo(endpoint.host, nil, &hints, &result)
+    guard status == 0, let first = result else {
+        throw ValidationError("cannot resolve \(endpoint.host): \(String(cString: gai_strerror(status)))")
+    }
+    defer { freeaddrinfo(result) }
+    var node: UnsafeMutablePointer<addrinfo>? = first
+    while let info = node {
+        if let sa = info.pointee.ai_addr {
+            if info.pointee.ai_family == AF_INET {
+                let a = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr.s_addr }
+                return .v4(UInt32(bigEndian: a))
+            }
+            if info.pointee.ai_family == AF_INET6 {
+                var a = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+                if let address = withUnsafeBytes(of: &a, { IPAddress(bytes: Array($0)) }) { return address }
+            }
+        }
+        node = info.pointee.ai_next
+    }
+    throw ValidationError("\(endpoint.host) has no IPv4 or IPv6 address")
+}
+
+/// Writes one event per line, logfmt or JSON, with seconds since start, flushed at once.
+struct LineWriter {
+    var json: Bool
+    var start: ContinuousClock.Instant
+
+    func write(_ fields: KeyValuePairs<String, String>) {
+        let t = Instant(nanoseconds: (ContinuousClock.now - start).nanoseconds).description
+        let all = [("t", t)] + fields.map { ($0.key, $0.value) }
+        let line = (json ? LogLine.json(all) : LogLine.logfmt(all)) + "\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+    }
+}
