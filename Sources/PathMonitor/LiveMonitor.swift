@@ -81,6 +81,11 @@ public final class LiveMonitor {
     /// Re-dumps and applies only the net difference, so a lost message never leaves the model stale.
     public func resync() -> MonitorEvent {
         resyncs += 1
+        // What is still queued predates the overrun: replayed after the dump it would undo
+        // the kernel's silent flushes. Drop it; the dump says everything it said.
+        for _ in 0..<100_000 {
+            guard let bytes = try? events.receive(timeout: .zero), !bytes.isEmpty else { break }
+        }
         guard let fresh = try? freshModel(recording: false) else { return .resynced(changes: 0, paths: nil) }
         let difference = tracker.model.changes(toMatch: fresh)
         var changed: [Path]?

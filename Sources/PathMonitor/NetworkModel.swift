@@ -93,6 +93,10 @@ public struct NetworkModel: Sendable, Equatable {
             if removed.ip.family == .v4 { flushAfterRemoving(removed) }
             return true
         case .routeAdded(let route):
+            // The kernel refuses IPv4 routes through a link that is administratively down, so
+            // such a message can only be stale (queued before the link went down).
+            if route.destination.address.family == .v4,
+               route.nextHops.allSatisfy({ links[$0.linkIndex].map { !$0.isUp } ?? false }) { return false }
             return routes.updateValue(route, forKey: route.key) != route
         case .routeRemoved(let key):
             return routes.removeValue(forKey: key) != nil

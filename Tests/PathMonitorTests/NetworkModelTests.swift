@@ -169,3 +169,28 @@ private func laptop() -> NetworkModel {
     #expect(Prefix("default")!.contains(IPAddress("8.8.8.8")!))
     #expect(!Prefix("default")!.contains(IPAddress("::1")!))
 }
+
+@Test func changesToMatchReachTheOtherModelExactly() {
+    let old = laptop()
+    var new = laptop()
+    new.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, hasCarrier: false)))
+    new.apply(.addressRemoved(Address.Key(linkIndex: 2, prefix: prefix("192.168.1.23/24"))))
+    new.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("192.168.1.80/24"))))
+    new.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)], metric: 600)))
+    new.apply(.linkChanged(Link(index: 7, name: "wwan0", kind: .wwan)))
+    var reconciled = old
+    let diff = old.changes(toMatch: new)
+    for change in diff { reconciled.apply(change) }
+    #expect(reconciled == new)
+    #expect(diff.count <= 6)
+    #expect(old.changes(toMatch: old).isEmpty)
+}
+
+@Test func staleRouteThroughADownedLinkIsRefused() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, isUp: false)))
+    let route = Route(destination: prefix("10.99.0.0/16"), nextHops: [NextHop(gateway: IPAddress("10.20.0.1"), linkIndex: 3)])
+    let result = m.apply(.routeAdded(route))
+    #expect(!result)
+    #expect(m.routes[route.key] == nil)
+}
