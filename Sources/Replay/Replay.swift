@@ -50,6 +50,7 @@ public struct ReplayError: Error, CustomStringConvertible, Sendable {
 public struct Replay {
     public let scenario: Scenario
     private var tracker: PathTracker
+    private var decoder = NetlinkDecoder()
     private var machine: Reconnector
     private var now = Instant.zero
     private var queue = EventQueue()
@@ -136,7 +137,7 @@ public struct Replay {
 
     private mutating func play(_ event: TimedEvent) throws(ReplayError) {
         switch event.event {
-        case .link, .linkRemoved, .addressAdded, .addressRemoved, .routeAdded, .routeRemoved, .change:
+        case .link, .linkRemoved, .addressAdded, .addressRemoved, .routeAdded, .routeRemoved, .change, .netlink:
             try applyNetwork(event)
         case .sleep:
             feed(.sleep)
@@ -183,6 +184,17 @@ public struct Replay {
         switch event.event {
         case .change(let change):
             return [change]
+        case .netlink(let bytes):
+            let before = decoder.malformed
+            let changes = decoder.decode(bytes).changes
+            if decoder.malformed > before {
+                throw ReplayError(file: scenario.file, line: event.line, message: "malformed netlink message")
+            }
+            return changes.map { change in
+                guard case .linkChanged(var link) = change, let kind = scenario.linkKinds[link.name] else { return change }
+                link.kind = kind
+                return .linkChanged(link)
+            }
         case .link(let spec):
             if let rtt = spec.rtt { self.rtt[spec.name] = rtt }
             let old = model.link(named: spec.name)

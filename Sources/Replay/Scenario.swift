@@ -10,6 +10,9 @@ public struct Scenario: Sendable {
     public var about: String
     /// The server endpoint whose paths are watched.
     public var server: IPAddress
+    /// Link kinds that sysfs knew when the timeline was recorded (raw messages cannot tell
+    /// Wi-Fi from Ethernet).
+    public var linkKinds: [String: LinkKind] = [:]
     /// The agent's own tunnel interface, never a path.
     public var tunnelInterface: String?
     public var config: Config
@@ -57,8 +60,11 @@ public enum ScenarioEvent: Sendable {
     case addressRemoved(dev: String, Prefix)
     case routeAdded(RouteSpec)
     case routeRemoved(RouteSpec)
-    /// A change already in the model's terms (recorded from the kernel).
+    /// A change already in the model's terms.
     case change(NetworkChange)
+    /// One buffer of raw rtnetlink messages, as `agent record` received it from the kernel;
+    /// decoded by the same decoder the live monitor runs.
+    case netlink([UInt8])
     /// The suspend hook announces a suspend.
     case sleep
     /// The machine resumed (after an announced sleep).

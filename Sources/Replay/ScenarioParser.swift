@@ -70,7 +70,7 @@ struct ScenarioParser {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "rtt", "network",
-            "timeline", "until", "expect",
+            "timeline", "until", "expect", "link-kinds", "recorded",
         ])
         let serverNode = try top.required("server")
         let serverText = try string(serverNode)
@@ -87,7 +87,12 @@ struct ScenarioParser {
         }
         var config = Config()
         if let node = top.optional("config") { try applyConfig(node, to: &config) }
-        return Scenario(
+        var kinds: [String: LinkKind] = [:]
+        if let node = top.optional("link-kinds") {
+            guard case .mapping(let mapping) = node else { throw fail(node, "'link-kinds' maps link names to kinds") }
+            for (key, value) in mapping { kinds[try string(key)] = try linkKind(value) }
+        }
+        var scenario = Scenario(
             file: file,
             name: try opt(top.optional("name")) { node throws(ScenarioError) in try string(node) }
                 ?? String(file.split(separator: "/").last ?? ""),
@@ -104,13 +109,18 @@ struct ScenarioParser {
             until: until,
             expect: try opt(top.optional("expect")) { node throws(ScenarioError) in try expectations(node) }
                 ?? Expectations())
+        scenario.linkKinds = kinds
+        return scenario
     }
 
     // MARK: Network and timeline
 
     func initialNetwork(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
-        let net = try fields(node, "'network'", allowed: ["links", "addresses", "routes"])
+        let net = try fields(node, "'network'", allowed: ["links", "addresses", "routes", "netlink"])
         var events: [TimedEvent] = []
+        for item in try list(net.optional("netlink")) {
+            events.append(TimedEvent(at: .zero, line: line(item), event: .netlink(try hex(item))))
+        }
         for item in try list(net.optional("links")) {
             events.append(TimedEvent(at: .zero, line: line(item), event: .link(try linkSpec(item))))
         }
@@ -126,7 +136,7 @@ struct ScenarioParser {
 
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
-        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink",
     ]
 
     func timeline(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
@@ -136,13 +146,14 @@ struct ScenarioParser {
         var floor = Instant.zero
         var sleeping = false
         for item in try list(node) {
-            let entry = try fields(item, "a timeline entry", allowed: ["at"] + Self.eventKeys)
+            // A recording keeps both kernel clocks of each message, for whoever investigates it.
+            let entry = try fields(item, "a timeline entry", allowed: ["at", "monotonic", "boottime"] + Self.eventKeys)
             let atNode = try entry.required("at")
             let at = try instant(atNode)
             if at < floor {
                 throw fail(atNode, "time goes backwards: \(at)s comes after \(floor)s")
             }
-            let kinds = entry.keys.filter { $0 != "at" }
+            let kinds = entry.keys.filter { $0 != "at" && $0 != "monotonic" && $0 != "boottime" }
             guard kinds.count == 1, let kind = kinds.first, let value = entry.optional(kind) else {
                 throw fail(item, "each timeline entry needs exactly one event besides 'at', one of: "
                     + Self.eventKeys.joined(separator: ", ") + (kinds.isEmpty ? "" : "; got " + kinds.joined(separator: ", ")))
@@ -195,6 +206,7 @@ struct ScenarioParser {
                 }
                 add(.auth(accepts: text == "accept"))
             case "reconnect": add(.reconnect)
+            case "netlink": add(.netlink(try hex(value)))
             case "flap":
                 let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])
                 let dev = try string(try flap.required("dev"))
@@ -221,19 +233,41 @@ struct ScenarioParser {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
-        if let n = f.optional("kind") {
-            let text = try string(n)
-            guard let kind = LinkKind(rawValue: text) else {
-                throw fail(n, "unknown link kind \"\(text)\"; use one of "
-                    + LinkKind.allCases.map(\.rawValue).joined(separator: ", "))
-            }
-            spec.kind = kind
-        }
+        if let n = f.optional("kind") { spec.kind = try linkKind(n) }
         if let n = f.optional("up") { spec.up = try bool(n) }
         if let n = f.optional("carrier") { spec.carrier = try bool(n) }
         if let n = f.optional("mtu") { spec.mtu = try int(n, 68...65535) }
         if let n = f.optional("rtt") { spec.rtt = try duration(n) }
         return spec
+    }
+
+    func linkKind(_ node: Node) throws(ScenarioError) -> LinkKind {
+        let text = try string(node)
+        guard let kind = LinkKind(rawValue: text) else {
+            throw fail(node, "unknown link kind \"\(text)\"; use one of "
+                + LinkKind.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        return kind
+    }
+
+    /// Raw bytes written as hexadecimal text (spaces allowed).
+    func hex(_ node: Node) throws(ScenarioError) -> [UInt8] {
+        let digits = try string(node).filter { !$0.isWhitespace }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        var high: UInt8?
+        for c in digits.utf8 {
+            let v: UInt8
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
+            default: throw fail(node, "netlink bytes must be hexadecimal")
+            }
+            if let h = high { bytes.append(h << 4 | v); high = nil } else { high = v }
+        }
+        if high != nil { throw fail(node, "netlink bytes have an odd number of hex digits") }
+        return bytes
     }
 
     func address(_ node: Node, withFlags: Bool) throws(ScenarioError) -> (String, Prefix, AddressFlags) {

@@ -1,0 +1,129 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import PathMonitor
+import Reconnector
+import Synchronization
+
+/// Set by SIGINT/SIGTERM while recording: the recording is written, not lost.
+private let stopRequested = Atomic<Bool>(false)
+
+/// `agent record`: writes the kernel's routing messages into a scenario file.
+struct RecordCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "record",
+        abstract: "Record the kernel's rtnetlink messages into a scenario file that `agent replay` replays.",
+        discussion: """
+            Writes the initial dump and every later message as received (hex), each with its \
+            CLOCK_MONOTONIC and CLOCK_BOOTTIME time. A suspend shows as a gap between the two clocks \
+            and is written as a clock jump. Stops after --seconds, or on Ctrl-C or SIGTERM. Add an \
+            'expect:' block by hand to make the recording a test.
+            """)
+
+    @Option(help: "The scenario file to write.")
+    var out: String
+
+    @Option(help: "The server endpoint (an address) whose path the replay follows.")
+    var server: String = "198.51.100.7:51820"
+
+    @Option(help: "Record this network namespace (from `ip netns`) instead of the agent's own.")
+    var netns: String?
+
+    @Option(help: "Stop after this many seconds.")
+    var seconds: Double?
+
+    @Option(help: "Name written into the scenario.")
+    var name: String = "recorded"
+
+    @Option(help: "Application traffic interval written into the scenario, e.g. 100ms.")
+    var traffic: String = "100ms"
+
+    func validate() throws {
+        guard let endpoint = Endpoint(server), endpoint.address != nil else {
+            throw ValidationError("'--server' needs an IP address with an optional port for a recording, got \"\(server)\"")
+        }
+        if let seconds, seconds <= 0 { throw ValidationError("'--seconds' must be more than zero") }
+    }
+
+    func run() throws {
+        guard let address = Endpoint(server)?.address else { throw ExitCode(2) }
+        let namespace = try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        var dump: [String] = []
+        var timeline: [String] = []
+        let start = Clocks.now()
+        var lastGap = start.boottime - start.monotonic
+        let monitor = try LiveMonitor(endpoint: address, namespace: namespace) { bytes, isDump in
+            if isDump {
+                dump.append(bytes.hexString)
+                return
+            }
+            let now = Clocks.now()
+            let gap = now.boottime - now.monotonic
+            if gap - lastGap > 1.0 {
+                timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime - (gap - lastGap))), clock-jump: \(Self.seconds(gap - lastGap))}")
+            }
+            lastGap = gap
+            timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime)), monotonic: \(String(format: "%.6f", now.monotonic)), "
+                + "boottime: \(String(format: "%.6f", now.boottime)), netlink: \(bytes.hexString)}")
+        }
+        signal(SIGINT) { _ in stopRequested.store(true, ordering: .relaxed) }
+        signal(SIGTERM) { _ in stopRequested.store(true, ordering: .relaxed) }
+        let deadline = seconds.map { ContinuousClock.now + .milliseconds(Int64($0 * 1000)) }
+        var events = 0
+        while !stopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {
+            events += monitor.next(timeout: .milliseconds(200)).count
+        }
+        var kinds: [String] = []
+        for link in monitor.tracker.model.links.values.sorted(by: { $0.index < $1.index })
+        where link.kind == .wifi || link.kind == .wwan {
+            kinds.append("\(link.name): \(link.kind.rawValue)")
+        }
+        let host = ProcessInfo.processInfo.hostName
+        var text = """
+            # Recorded by `agent record` on \(host)\(netns.map { " in namespace \($0)" } ?? ""), \(Date()).
+            name: "\(name.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))"
+            about: >
+              Raw rtnetlink messages from a live kernel, replayed through the same decoder.
+            server: \(server)
+            traffic: \(traffic)
+
+            """
+        if !kinds.isEmpty { text += "link-kinds: {\(kinds.joined(separator: ", "))}\n" }
+        text += "network:\n  netlink:\n" + dump.map { "    - \($0)\n" }.joined()
+        text += "timeline:\n" + (timeline.isEmpty ? "  []\n" : timeline.joined(separator: "\n") + "\n")
+        do {
+            try text.write(toFile: out, atomically: true, encoding: .utf8)
+        } catch {
+            throw ValidationError("cannot write \(out): \(error.localizedDescription)")
+        }
+        FileHandle.standardError.write(Data("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n".utf8))
+    }
+
+    private static func seconds(_ value: Double) -> String { String(format: "%.3fs", max(0, value)) }
+}
+
+/// The two kernel clocks: CLOCK_BOOTTIME keeps counting through a suspend, CLOCK_MONOTONIC does not.
+enum Clocks {
+    static func now() -> (monotonic: Double, boottime: Double) {
+        (read(CLOCK_MONOTONIC), read(CLOCK_BOOTTIME))
+    }
+
+    private static func read(_ clock: clockid_t) -> Double {
+        var ts = timespec()
+        clock_gettime(clock, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}
+
+extension Collection<UInt8> {
+    var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(count * 2)
+        for b in self {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
