@@ -43,6 +43,9 @@ let package = Package(
         .executableTarget(
             name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
+        .executableTarget(
+            name: "MonitorBenchmark", dependencies: ["PathMonitor"],
+            path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),

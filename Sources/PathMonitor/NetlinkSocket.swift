@@ -139,6 +139,48 @@ public final class NetlinkSocket {
         return changes
     }
 
+    /// Adds (or replaces) `route` in the kernel, or deletes it, and waits for the kernel's answer.
+    /// Multipath routes are not written this way; the agent only installs single-hop routes.
+    public func write(_ route: Route, delete: Bool = false) throws(NetlinkError) {
+        guard let hop = route.nextHops.first else { throw NetlinkError("write route \(route.destination)", EINVAL) }
+        let family = route.destination.address.family
+        var header = [UInt8](repeating: 0, count: 12)
+        header[0] = family == .v4 ? AF.inet : AF.inet6
+        header[1] = UInt8(route.destination.length)
+        header[4] = route.table < 256 ? UInt8(route.table) : 252  // RT_TABLE_COMPAT; RTA_TABLE has the rest
+        header[5] = 4  // RTPROT_STATIC
+        header[6] = delete ? 255 /* RT_SCOPE_NOWHERE: any */ : (hop.gateway == nil ? 253 /* LINK */ : 0 /* UNIVERSE */)
+        header[7] = RTN.unicast
+        let destination = route.destination.address.bytes
+        let gateway = hop.gateway?.bytes
+        let what = "\(delete ? "delete" : "add") route \(route.destination)"
+        let flags = delete ? 0 : UInt16(NLM_F_CREATE | NLM_F_REPLACE)
+        let seq = try request(type: delete ? RTM.delRoute : RTM.newRoute, flags: flags | UInt16(NLM_F_ACK), header: header) { nlh in
+            if route.destination.length > 0 {
+                destination.withUnsafeBytes { mnl_attr_put(nlh, RTA.dst, destination.count, $0.baseAddress) }
+            }
+            if let gateway { gateway.withUnsafeBytes { mnl_attr_put(nlh, RTA.gateway, gateway.count, $0.baseAddress) } }
+            mnl_attr_put_u32(nlh, RTA.oif, UInt32(bitPattern: hop.linkIndex))
+            mnl_attr_put_u32(nlh, RTA.priority, route.metric)
+            mnl_attr_put_u32(nlh, RTA.table, route.table)
+        }
+        try awaitAcknowledgement(seq, what)
+    }
+
+    /// Reads until the kernel acknowledges request `seq`; throws its error if it refused.
+    private func awaitAcknowledgement(_ seq: UInt32, _ what: String) throws(NetlinkError) {
+        var decoder = NetlinkDecoder()
+        for _ in 0..<100 {
+            let bytes = try receive(timeout: .seconds(2))
+            if bytes.isEmpty { throw NetlinkError(what, ETIMEDOUT) }
+            if let error = decoder.decode(bytes).error, error.sequence == seq {
+                if error.code != 0 { throw NetlinkError(what, -error.code) }
+                return
+            }
+        }
+        throw NetlinkError(what, ETIMEDOUT)
+    }
+
     /// Asks the kernel which route it would use to reach `destination` with socket mark
     /// `mark`, honouring policy rules: the answer to compare the model against.
     public func lookupRoute(to destination: IPAddress, mark: UInt32 = 0,

@@ -70,7 +70,7 @@ public struct Reconnector: Sendable {
         case .dataSent: dataSent(now, &out)
         case .dataReceived: dataReceived(now, &out)
         case .timerFired(let kind): timerFired(kind, now, &out)
-        case .powerChanged(let source): powerChanged(source, now)
+        case .powerChanged(let source): powerChanged(source, now, &out)
         case .reconnectRequested: reconnectRequested(now, &out)
         }
         return out
@@ -256,10 +256,15 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func powerChanged(_ source: PowerSource, _ now: Instant) {
+    private mutating func powerChanged(_ source: PowerSource, _ now: Instant, _ out: inout [Action]) {
         refill(now)
         power = source
         tokens = min(tokens, config.budget(on: source).burst)
+        // A wait drawn under battery's long backoff has lost its reason once on mains: draw
+        // it again under the budget now in force, if that is sooner.
+        guard case .backingOff = state, let due = deadlines[.retry] else { return }
+        let wait = backoffWait(now)
+        if now + wait < due { arm(.retry, at: now + wait, &out) }
     }
 
     private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
@@ -322,12 +327,16 @@ public struct Reconnector: Sendable {
             return attempt(on: other, reason, now, &out, handshake: isHandshaking)
         }
         failures += 1
-        let budget = config.budget(on: power)
-        let step = min(budget.backoffCap, budget.backoffBase * (1 << min(failures - 1, 30)))
-        refill(now)
-        let wait = max(rng.upTo(step), tokens > 0 ? .zero : nextToken() - now)
-        arm(.retry, at: now + wait, &out)
+        arm(.retry, at: now + backoffWait(now), &out)
         enter(.backingOff(path), reason, now, &out)
+    }
+
+    /// Full jitter over the backoff step for the failures so far, but never before a token is back.
+    private mutating func backoffWait(_ now: Instant) -> Duration {
+        let budget = config.budget(on: power)
+        let step = min(budget.backoffCap, budget.backoffBase * (1 << min(max(failures, 1) - 1, 30)))
+        refill(now)
+        return max(rng.upTo(step), tokens > 0 ? .zero : nextToken() - now)
     }
 
     /// Starts or keeps the debounce for a path that ranks above the current one.

@@ -62,6 +62,9 @@ public struct Replay {
     private var rtt: [String: Duration] = [:]
     private var serverUp = true
     private var serverHasSession = false
+    /// When the server last heard an authenticated packet: it drops sessions idle longer
+    /// than the session lifetime, as the real server does.
+    private var serverHeardAt = Instant.zero
     private var lastHint: Instant?
     private var acceptsAuth = true
     private var sleeping = false
@@ -263,7 +266,9 @@ public struct Replay {
     /// session, else its rate-limited "session unknown" hint.
     private mutating func answer(from id: Path.ID, _ reply: Input?) {
         guard passes(id), let reply else { return }
+        if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
+            serverHeardAt = now
             queue.push(now + roundTrip(id), .deliver(reply, generation: 0))
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
@@ -366,6 +371,7 @@ public struct Replay {
         let rtt = roundTrip(path.id)
         if acceptsAuth {
             serverHasSession = true
+            serverHeardAt = now
             queue.push(now + rtt, .deliver(.handshakeSucceeded(rtt: rtt), generation: handshakeGeneration))
         } else {
             queue.push(now + rtt, .deliver(.handshakeFailed(.rejected("unknown key")), generation: handshakeGeneration))

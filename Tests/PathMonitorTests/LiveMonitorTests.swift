@@ -85,4 +85,22 @@ struct LiveMonitorTests {
         #expect(monitor.tracker.model == fresh.tracker.model)
         #expect(monitor.paths.map(\.interface) == ["wifi0"])
     }
+
+    @Test func routesWrittenThroughNetlinkMoveThePathAndRefusalsAreErrors() throws {
+        let lab = try NamespaceLab()
+        try lab.laptop()
+        let monitor = try LiveMonitor(endpoint: server, namespace: lab.namespace)
+        let writer = try lab.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
+        let wifi = try #require(monitor.tracker.model.link(named: "wifi0"))
+        let host = Route(destination: Prefix("198.51.100.7/32")!, nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: wifi.index)])
+        try writer.write(host)
+        var events = monitor.events { $0.contains { $0.paths?.first?.interface == "wifi0" } }
+        #expect(events.compactMap(\.paths).last?.first?.prefixLength == 32)
+        try writer.write(host, delete: true)
+        events = monitor.events { $0.contains { $0.paths?.first?.interface == "eth0" } }
+        #expect(events.compactMap(\.paths).last?.map(\.interface) == ["eth0", "wifi0"])
+        #expect(throws: NetlinkError.self) { try writer.write(host, delete: true) }
+        let bogus = Route(destination: Prefix("203.0.113.0/24")!, nextHops: [NextHop(gateway: IPAddress("172.31.0.1"), linkIndex: wifi.index)])
+        #expect(throws: NetlinkError.self) { try writer.write(bogus) }
+    }
 }

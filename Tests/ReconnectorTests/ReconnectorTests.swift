@@ -261,3 +261,18 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
     #expect(t.logfmt == "t=0.000 from=offline to=connecting trigger=paths reason=pathAppeared(eth0) path=eth0/10.20.0.57 attempt=1 coalesced=0")
     #expect(t.json.hasPrefix("{\"t\":0.000,\"from\":\"offline\",\"to\":\"connecting\""))
 }
+
+@Test func pluggingInShortensABatteryBackoff() {
+    var config = Config()
+    config.battery.backoffBase = .seconds(300)  // the first battery step is already the cap
+    var r = Reconnector(config: config, power: .battery, seed: 3)
+    _ = r.handle(.paths([eth0]), now: at(0))
+    _ = r.handle(.timerFired(.handshake), now: at(5000))
+    #expect(r.state.name == "backing-off")
+    let drawn = r.timers[.retry]!
+    let plugged = r.handle(.powerChanged(.ac), now: at(6000))
+    let redrawn = r.timers[.retry]!
+    #expect(redrawn <= at(6000) + config.ac.backoffBase, "one failure on mains waits at most one base step")
+    #expect(redrawn <= drawn)
+    #expect(plugged.isEmpty == (redrawn == drawn))
+}
