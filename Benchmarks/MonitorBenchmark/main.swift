@@ -107,5 +107,7 @@ let switchesBefore = status("voluntary_ctxt_switches")
 Thread.sleep(forTimeInterval: 5)
 let switchesAfter = status("voluntary_ctxt_switches")
 let rss = status("VmRSS")
+let anonymous = status("RssAnon")
 process.waitUntilExit()
-print("agent monitor idle: RSS \(rss / 1024) MB (\(rss) kB), \(switchesAfter - switchesBefore) voluntary context switches in 5 s")
+print("agent monitor idle: RSS \(rss) kB, of which private (RssAnon) \(anonymous) kB and the rest shared library pages; "
+    + "\(switchesAfter - switchesBefore) voluntary context switches in 5 s")
