@@ -32,7 +32,7 @@ let package = Package(
             dependencies: ["PathMonitor", "Reconnector", .product(name: "Yams", package: "Yams")],
             swiftSettings: strict),
         // The data plane: TUN device, UDP session, wire protocol.
-        .target(name: "Tunnel", dependencies: ["CSodium", "CShims"], swiftSettings: strict),
+        .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
@@ -50,7 +50,7 @@ let package = Package(
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "TunnelTests", dependencies: ["Tunnel"], swiftSettings: strict),
+        .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )
