@@ -14,17 +14,10 @@ struct MonitorCommand: ParsableCommand {
             the model. --verbose also prints the changes that were ignored, and why.
             """)
 
-    @Option(help: "The server endpoint whose path is watched (address or host, optional port).")
-    var server: String = "198.51.100.7:51820"
+    @OptionGroup var watch: WatchOptions
 
     @Option(help: "The tunnel's own interface, never a path.")
     var tunnel: String = "roam0"
-
-    @Option(help: "Watch this network namespace (from `ip netns`) instead of the agent's own.")
-    var netns: String?
-
-    @Option(help: "Stop after this many seconds (default: run until interrupted).")
-    var seconds: Double?
 
     @Option(help: "Socket mark the tunnel's UDP socket will carry, for the kernel route lookup.")
     var mark: UInt32 = 0
@@ -36,8 +29,8 @@ struct MonitorCommand: ParsableCommand {
     var verbose = false
 
     func run() throws {
-        let endpoint = try resolve(server)
-        let namespace = try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        let endpoint = try resolve(watch.server)
+        let namespace = try watch.namespace()
         let start = ContinuousClock.now
         let out = LineWriter(json: json, start: start)
         let monitor: LiveMonitor
@@ -67,7 +60,7 @@ struct MonitorCommand: ParsableCommand {
             }
         }
         crossCheck()
-        let deadline = seconds.map { start + .milliseconds(Int64($0 * 1000)) }
+        let deadline = watch.seconds.map { start + .milliseconds(Int64($0 * 1000)) }
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
             let wait = deadline.map { $0 - ContinuousClock.now } ?? .seconds(3600)
             for event in monitor.next(timeout: max(wait, .milliseconds(1))) {
@@ -93,6 +86,26 @@ struct MonitorCommand: ParsableCommand {
 
     private func describe(_ paths: [Path]) -> String {
         paths.isEmpty ? "none" : paths.map(\.description).joined(separator: "; ")
+    }
+}
+
+/// What the path-watching commands share: which server, which namespace, for how long.
+struct WatchOptions: ParsableArguments {
+    @Option(help: "The server endpoint whose path is watched (address or host, optional port).")
+    var server: String = "198.51.100.7:51820"
+
+    @Option(help: "Watch this network namespace (from `ip netns`) instead of the agent's own.")
+    var netns: String?
+
+    @Option(help: "Stop after this many seconds (default: run until interrupted).")
+    var seconds: Double?
+
+    func validate() throws {
+        if let seconds, seconds <= 0 { throw ValidationError("'--seconds' must be more than zero") }
+    }
+
+    func namespace() throws -> NetworkNamespace? {
+        try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
     }
 }
 

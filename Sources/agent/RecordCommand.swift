@@ -23,14 +23,7 @@ struct RecordCommand: ParsableCommand {
     @Option(help: "The scenario file to write.")
     var out: String
 
-    @Option(help: "The server endpoint (an address) whose path the replay follows.")
-    var server: String = "198.51.100.7:51820"
-
-    @Option(help: "Record this network namespace (from `ip netns`) instead of the agent's own.")
-    var netns: String?
-
-    @Option(help: "Stop after this many seconds.")
-    var seconds: Double?
+    @OptionGroup var watch: WatchOptions
 
     @Option(help: "Name written into the scenario.")
     var name: String = "recorded"
@@ -39,15 +32,14 @@ struct RecordCommand: ParsableCommand {
     var traffic: String = "100ms"
 
     func validate() throws {
-        guard let endpoint = Endpoint(server), endpoint.address != nil else {
-            throw ValidationError("'--server' needs an IP address with an optional port for a recording, got \"\(server)\"")
+        guard let endpoint = Endpoint(watch.server), endpoint.address != nil else {
+            throw ValidationError("'--server' needs an IP address with an optional port for a recording, got \"\(watch.server)\"")
         }
-        if let seconds, seconds <= 0 { throw ValidationError("'--seconds' must be more than zero") }
     }
 
     func run() throws {
-        guard let address = Endpoint(server)?.address else { throw ExitCode(2) }
-        let namespace = try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        guard let address = Endpoint(watch.server)?.address else { throw ExitCode(2) }
+        let namespace = try watch.namespace()
         var dump: [String] = []
         var timeline: [String] = []
         let start = Clocks.now()
@@ -68,7 +60,7 @@ struct RecordCommand: ParsableCommand {
         }
         signal(SIGINT) { _ in stopRequested.store(true, ordering: .relaxed) }
         signal(SIGTERM) { _ in stopRequested.store(true, ordering: .relaxed) }
-        let deadline = seconds.map { ContinuousClock.now + .milliseconds(Int64($0 * 1000)) }
+        let deadline = watch.seconds.map { ContinuousClock.now + .milliseconds(Int64($0 * 1000)) }
         var events = 0
         while !stopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {
             events += monitor.next(timeout: .milliseconds(200)).count
@@ -80,11 +72,11 @@ struct RecordCommand: ParsableCommand {
         }
         let host = ProcessInfo.processInfo.hostName
         var text = """
-            # Recorded by `agent record` on \(host)\(netns.map { " in namespace \($0)" } ?? ""), \(Date()).
+            # Recorded by `agent record` on \(host)\(watch.netns.map { " in namespace \($0)" } ?? ""), \(Date()).
             name: "\(name.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))"
             about: >
               Raw rtnetlink messages from a live kernel, replayed through the same decoder.
-            server: \(server)
+            server: \(watch.server)
             traffic: \(traffic)
 
             """
