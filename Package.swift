@@ -26,10 +26,14 @@ let package = Package(
         .target(name: "PathMonitor", dependencies: ["CMnl", "CShims"], swiftSettings: strict),
         // The pure decision core: inputs and time in, actions out.
         .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
+        // Line-numbered YAML for configuration and scenario files.
+        .target(
+            name: "ConfigReader", dependencies: ["PathMonitor", .product(name: "Yams", package: "Yams")],
+            swiftSettings: strict),
         // Timelines replayed through the real model and state machine on a virtual clock.
         .target(
             name: "Replay",
-            dependencies: ["PathMonitor", "Reconnector", .product(name: "Yams", package: "Yams")],
+            dependencies: ["PathMonitor", "Reconnector", "ConfigReader", .product(name: "Yams", package: "Yams")],
             swiftSettings: strict),
         // The data plane: TUN device, UDP session, wire protocol.
         .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),

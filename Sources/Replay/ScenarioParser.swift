@@ -1,15 +1,11 @@
+public import ConfigReader
 import Foundation
+import Yams
 import PathMonitor
 import Reconnector
-import Yams
 
 /// A scenario file that cannot be replayed, with the line to look at.
-public struct ScenarioError: Error, CustomStringConvertible, Sendable {
-    public var file: String
-    public var line: Int
-    public var message: String
-    public var description: String { "\(file):\(line): \(message)" }
-}
+public typealias ScenarioError = ConfigError
 
 extension Scenario {
     /// Reads and parses the scenario at `path`.
@@ -31,42 +27,15 @@ extension Scenario {
 
     /// Parses scenario text; `file` names it in errors.
     public static func parse(_ text: String, file: String) throws(ScenarioError) -> Scenario {
-        let root: Node?
-        do {
-            root = try Yams.compose(yaml: text)
-        } catch let error as YamlError {
-            throw ScenarioError(file: file, line: error.line, message: "not valid YAML: \(error.problem)")
-        } catch {
-            throw ScenarioError(file: file, line: 0, message: "not valid YAML: \(error)")
-        }
-        guard let root else { throw ScenarioError(file: file, line: 1, message: "the file is empty") }
-        return try ScenarioParser(file: file).scenario(root)
+        let reader = YAMLReader(file: file)
+        return try reader.scenario(try reader.document(text))
     }
 }
 
-extension YamlError {
-    fileprivate var line: Int {
-        switch self {
-        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _): mark.line
-        default: 0
-        }
-    }
-    fileprivate var problem: String {
-        switch self {
-        case .scanner(_, let problem, _, _), .parser(_, let problem, _, _), .composer(_, let problem, _, _): problem
-        default: "\(self)"
-        }
-    }
-}
+/// The scenario grammar, on top of the line-numbered YAML reader.
+typealias ScenarioParser = YAMLReader
 
-/// Turns YAML nodes into a scenario, rejecting anything unknown with its line number.
-struct ScenarioParser {
-    let file: String
-
-    func fail(_ node: Node?, _ message: String) -> ScenarioError {
-        ScenarioError(file: file, line: node?.mark?.line ?? 0, message: message)
-    }
-
+extension YAMLReader {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "rtt", "network",
@@ -250,26 +219,6 @@ struct ScenarioParser {
         return kind
     }
 
-    /// Raw bytes written as hexadecimal text (spaces allowed).
-    func hex(_ node: Node) throws(ScenarioError) -> [UInt8] {
-        let digits = try string(node).filter { !$0.isWhitespace }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(digits.count / 2)
-        var high: UInt8?
-        for c in digits.utf8 {
-            let v: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
-            default: throw fail(node, "netlink bytes must be hexadecimal")
-            }
-            if let h = high { bytes.append(h << 4 | v); high = nil } else { high = v }
-        }
-        if high != nil { throw fail(node, "netlink bytes have an odd number of hex digits") }
-        return bytes
-    }
-
     func address(_ node: Node, withFlags: Bool) throws(ScenarioError) -> (String, Prefix, AddressFlags) {
         let f = try fields(node, "an address", allowed: withFlags ? ["dev", "addr", "flags"] : ["dev", "addr"])
         let dev = try string(try f.required("dev"))
@@ -412,114 +361,11 @@ struct ScenarioParser {
         return name
     }
 
-    // MARK: Scalars
-
-    struct Fields {
-        let entries: [(key: String, value: Node)]
-        var keys: [String] { entries.map(\.key) }
-        let parser: ScenarioParser
-        let node: Node
-        func optional(_ key: String) -> Node? { entries.first { $0.key == key }?.value }
-        func required(_ key: String) throws(ScenarioError) -> Node {
-            guard let value = optional(key) else { throw parser.fail(node, "missing '\(key)'") }
-            return value
-        }
-    }
-
-    func fields(_ node: Node, _ what: String, allowed: [String]) throws(ScenarioError) -> Fields {
-        guard case .mapping(let mapping) = node else { throw fail(node, "\(what) must be a mapping of keys to values") }
-        var entries: [(key: String, value: Node)] = []
-        for (key, value) in mapping {
-            let name = try string(key)
-            guard allowed.contains(name) else {
-                throw fail(key, "unknown key '\(name)' in \(what); known keys: " + allowed.joined(separator: ", "))
-            }
-            guard !entries.contains(where: { $0.key == name }) else { throw fail(key, "'\(name)' appears twice") }
-            entries.append((name, value))
-        }
-        return Fields(entries: entries, parser: self, node: node)
-    }
-
-    func opt<T>(_ node: Node?, _ read: (Node) throws(ScenarioError) -> T) throws(ScenarioError) -> T? {
-        guard let node else { return nil }
-        return try read(node)
-    }
-
-    func list(_ node: Node?) throws(ScenarioError) -> [Node] {
-        guard let node else { return [] }
-        guard case .sequence(let sequence) = node else { throw fail(node, "expected a list") }
-        return Array(sequence)
-    }
-
-    func line(_ node: Node) -> Int { node.mark?.line ?? 0 }
-
-    func string(_ node: Node) throws(ScenarioError) -> String {
-        guard case .scalar(let scalar) = node else { throw fail(node, "expected a single value, not a list or mapping") }
-        return scalar.string
-    }
-
-    func int(_ node: Node, _ range: ClosedRange<Int>) throws(ScenarioError) -> Int {
-        let text = try string(node)
-        guard let value = Int(text), range.contains(value) else {
-            throw fail(node, "expected a whole number in \(range.lowerBound)...\(range.upperBound), got \"\(text)\"")
-        }
-        return value
-    }
-
-    func bool(_ node: Node) throws(ScenarioError) -> Bool {
-        switch try string(node) {
-        case "true", "yes", "on": return true
-        case "false", "no", "off": return false
-        case let text: throw fail(node, "expected true or false, got \"\(text)\"")
-        }
-    }
-
-    func ip(_ node: Node) throws(ScenarioError) -> IPAddress {
-        let text = try string(node)
-        guard let address = IPAddress(text) else { throw fail(node, "expected an IP address, got \"\(text)\"") }
-        return address
-    }
-
     func power(_ node: Node) throws(ScenarioError) -> PowerSource {
         let text = try string(node)
         guard let source = PowerSource(rawValue: text) else { throw fail(node, "'power' is ac or battery, got \"\(text)\"") }
         return source
     }
 
-    func duration(_ node: Node) throws(ScenarioError) -> Duration {
-        let text = try string(node)
-        guard let d = Self.parseDuration(text) else {
-            throw fail(node, "expected a duration such as 250ms, 1.5s, 10m or 1h30m, got \"\(text)\"")
-        }
-        return d
-    }
-
-    func positiveDuration(_ node: Node) throws(ScenarioError) -> Duration {
-        let d = try duration(node)
-        guard d > .zero else { throw fail(node, "the duration must be more than zero") }
-        return d
-    }
-
     func instant(_ node: Node) throws(ScenarioError) -> Instant { Instant.zero + (try duration(node)) }
-
-    /// Parses `0`, `250ms`, `1.5s`, `10m`, `1h30m`, `2d`: numbers with units, summed.
-    static func parseDuration(_ text: String) -> Duration? {
-        if text == "0" { return .zero }
-        let units: [(String, Double)] = [("ns", 1), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9),
-                                         ("m", 60e9), ("h", 3600e9), ("d", 86400e9)]
-        var rest = Substring(text)
-        var total = 0.0
-        guard !rest.isEmpty else { return nil }
-        while !rest.isEmpty {
-            let number = rest.prefix { $0.isNumber || $0 == "." }
-            guard !number.isEmpty, let value = Double(number) else { return nil }
-            rest = rest.dropFirst(number.count)
-            let unit = rest.prefix { !$0.isNumber && $0 != "." }
-            guard let scale = units.first(where: { $0.0 == unit })?.1 else { return nil }
-            rest = rest.dropFirst(unit.count)
-            total += value * scale
-        }
-        guard total < 1e18 else { return nil }
-        return .nanoseconds(Int64(total.rounded()))
-    }
 }
