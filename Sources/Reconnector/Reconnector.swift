@@ -182,7 +182,9 @@ public struct Reconnector: Sendable {
                 out.append(.reportFailure(.rejected(why)))
             }
         case .sessionUnknown:
-            // Authoritative: the keys are dead, so waiting for timeouts would only lengthen the outage.
+            // The server says it lost our keys: a handshake settles it at once, where waiting for
+            // timeouts would only lengthen the outage. The hint is unauthenticated, so a forged one
+            // costs one handshake and one token from the budget, and tears nothing down.
             session = nil
             switch state {
             case .connected(let path), .probing(let path, _), .switching(let path, _, _):
