@@ -210,3 +210,145 @@ public final class NetlinkSocket {
         return nil
     }
 }
+
+// MARK: Configuring a link, its addresses and policy rules
+
+/// A policy routing rule (`ip rule`): which routing table a packet consults, chosen by its mark.
+public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
+    public var family: IPAddress.Family
+    /// Rules run in ascending priority; the main table's own rule is 32766.
+    public var priority: UInt32
+    /// The table to look up.
+    public var table: UInt32
+    /// Matches packets carrying exactly this mark (`SO_MARK`); nil matches every packet.
+    public var mark: UInt32?
+    /// `not`: matches the packets the rest of the rule does not (`FIB_RULE_INVERT`).
+    public var inverted: Bool
+    /// Ignores the table's answer when its prefix is this long or shorter: 0 skips default routes.
+    public var suppressPrefixLength: Int?
+
+    public init(family: IPAddress.Family, priority: UInt32, table: UInt32, mark: UInt32? = nil,
+                inverted: Bool = false, suppressPrefixLength: Int? = nil) {
+        self.family = family
+        self.priority = priority
+        self.table = table
+        self.mark = mark
+        self.inverted = inverted
+        self.suppressPrefixLength = suppressPrefixLength
+    }
+
+    /// As `ip rule` prints it, with the family in front.
+    public var description: String {
+        var text = "\(family) \(priority): \(inverted ? "not " : "")"
+        if let mark { text += "fwmark 0x\(String(mark, radix: 16)) " } else { text += "from all " }
+        text += "lookup \(table == Route.mainTable ? "main" : String(table))"
+        if let suppressPrefixLength { text += " suppress_prefixlength \(suppressPrefixLength)" }
+        return text
+    }
+}
+
+extension NetlinkSocket {
+    /// The link named `name`, or nil when the kernel has none by that name.
+    public func link(named name: String) throws(NetlinkError) -> Link? {
+        let what = "look up link '\(name)'"
+        // IFNAMSIZ - 1; the kernel would refuse a longer name with a less helpful error.
+        guard (1...15).contains(name.utf8.count) else { throw NetlinkError(what, EINVAL) }
+        let seq = try request(type: RTM.getLink, flags: 0, header: [UInt8](repeating: 0, count: 16)) { nlh in
+            mnl_attr_put_strz(nlh, IFLA.ifname, name)
+        }
+        var decoder = NetlinkDecoder()
+        for _ in 0..<100 {
+            let bytes = try receive(timeout: .seconds(2))
+            if bytes.isEmpty { break }
+            let batch = decoder.decode(bytes)
+            if let error = batch.error, error.sequence == seq, error.code != 0 {
+                if -error.code == ENODEV { return nil }
+                throw NetlinkError(what, -error.code)
+            }
+            for change in batch.changes { if case .linkChanged(let link) = change, link.name == name { return link } }
+        }
+        throw NetlinkError(what, ETIMEDOUT)
+    }
+
+    /// Sets link `index` up or down and/or its MTU (`RTM_NEWLINK` with `ifi_change`), and waits
+    /// for the kernel's answer.
+    public func setLink(_ index: Int32, up: Bool? = nil, mtu: Int? = nil) throws(NetlinkError) {
+        let what = "set link \(index)\(up.map { $0 ? " up" : " down" } ?? "")\(mtu.map { " mtu \($0)" } ?? "")"
+        guard let mtuValue = UInt32(exactly: mtu ?? 0) else { throw NetlinkError(what, EINVAL) }
+        var header = [UInt8](repeating: 0, count: 16)
+        header.store(UInt32(bitPattern: index), at: 4)
+        header.store(up == true ? IFF.up : 0, at: 8)  // ifi_flags
+        header.store(up == nil ? 0 : IFF.up, at: 12)  // ifi_change: only the bits to change
+        let seq = try request(type: RTM.newLink, flags: UInt16(NLM_F_ACK), header: header) { nlh in
+            if mtu != nil { mnl_attr_put_u32(nlh, IFLA.mtu, mtuValue) }
+        }
+        try awaitAcknowledgement(seq, what)
+    }
+
+    /// Adds (or replaces) `address` on its link, or deletes it, and waits for the kernel's
+    /// answer. IPv6 addresses skip duplicate address detection (`IFA_F_NODAD`): a tunnel's
+    /// inner address is assigned, not discovered, and must be usable at once.
+    public func write(_ address: Address, delete: Bool = false) throws(NetlinkError) {
+        let family = address.ip.family
+        let noDAD: UInt8 = family == .v6 ? 0x02 : 0  // IFA_F_NODAD
+        var header = [UInt8](repeating: 0, count: 8)
+        header[0] = family == .v4 ? AF.inet : AF.inet6
+        header[1] = UInt8(address.prefix.length)
+        header[2] = noDAD
+        header.store(UInt32(bitPattern: address.linkIndex), at: 4)
+        let bytes = address.ip.bytes
+        let what = "\(delete ? "delete" : "add") address \(address.prefix) on link \(address.linkIndex)"
+        let flags = delete ? 0 : UInt16(NLM_F_CREATE | NLM_F_REPLACE)
+        let seq = try request(type: delete ? RTM.delAddr : RTM.newAddr, flags: flags | UInt16(NLM_F_ACK), header: header) { nlh in
+            bytes.withUnsafeBytes {
+                mnl_attr_put(nlh, IFA.local, bytes.count, $0.baseAddress)
+                mnl_attr_put(nlh, IFA.address, bytes.count, $0.baseAddress)
+            }
+            if noDAD != 0 { mnl_attr_put_u32(nlh, IFA.flags, UInt32(noDAD)) }
+        }
+        try awaitAcknowledgement(seq, what)
+    }
+
+    /// Adds `rule`, or deletes it, and waits for the kernel's answer. Adding a rule that exists
+    /// already fails with `EEXIST` rather than stacking a duplicate.
+    public func write(_ rule: RoutingRule, delete: Bool = false) throws(NetlinkError) {
+        let what = "\(delete ? "delete" : "add") rule \(rule)"
+        var header = [UInt8](repeating: 0, count: 12)  // struct fib_rule_hdr
+        header[0] = rule.family == .v4 ? AF.inet : AF.inet6
+        header[4] = rule.table < 256 ? UInt8(rule.table) : 0  // RT_TABLE_UNSPEC; FRA_TABLE has it
+        header[7] = 1  // FR_ACT_TO_TBL
+        header.store(rule.inverted ? 0x2 : 0, at: 8)  // FIB_RULE_INVERT
+        let suppress: UInt32?
+        if let length = rule.suppressPrefixLength {
+            guard (0...rule.family.bitWidth).contains(length) else { throw NetlinkError(what, EINVAL) }
+            suppress = UInt32(length)
+        } else {
+            suppress = nil
+        }
+        let flags = delete ? 0 : UInt16(NLM_F_CREATE | NLM_F_EXCL)
+        let seq = try request(type: delete ? FRA.delRule : FRA.newRule, flags: flags | UInt16(NLM_F_ACK), header: header) { nlh in
+            mnl_attr_put_u32(nlh, FRA.priority, rule.priority)
+            mnl_attr_put_u32(nlh, FRA.table, rule.table)
+            if let mark = rule.mark {
+                mnl_attr_put_u32(nlh, FRA.fwmark, mark)
+                mnl_attr_put_u32(nlh, FRA.fwmask, .max)
+            }
+            if let suppress { mnl_attr_put_u32(nlh, FRA.suppressPrefixLength, suppress) }
+        }
+        try awaitAcknowledgement(seq, what)
+    }
+}
+
+// linux/fib_rules.h: rule messages and their attributes.
+private enum FRA {
+    static let newRule: UInt16 = 32, delRule: UInt16 = 33
+    static let priority: UInt16 = 6, fwmark: UInt16 = 10, suppressPrefixLength: UInt16 = 14
+    static let table: UInt16 = 15, fwmask: UInt16 = 16
+}
+
+extension [UInt8] {
+    /// Stores `value` in host order (little-endian on every Linux target Roam runs on) at `offset`.
+    fileprivate mutating func store(_ value: UInt32, at offset: Int) {
+        for i in 0..<4 { self[offset + i] = UInt8(truncatingIfNeeded: value >> (8 * i)) }
+    }
+}

@@ -4,6 +4,11 @@ import CSodium
 public enum CryptoError: Error, Equatable {
     /// `sodium_init` failed: the library could not find a source of randomness.
     case unavailable
+    /// A public key is a low-order point: any Diffie-Hellman with it yields zero, so it cannot
+    /// be anybody's key (a corrupted or hostile configuration).
+    case weakPublicKey
+    /// Argon2id could not hash a password, almost always because memory ran out.
+    case passwordHashing
 }
 
 /// libsodium, initialised once before any key is made or used.

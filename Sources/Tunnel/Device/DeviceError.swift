@@ -1,0 +1,114 @@
+import Glibc
+public import PathMonitor
+
+/// A failed system call or kernel request at the tunnel's edge (TUN device, UDP socket,
+/// routes and rules): the operation, the errno, and what an operator can do about it.
+public struct DeviceError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// What was being done, e.g. `open /dev/net/tun`.
+    public var operation: String
+    /// The errno; `EINVAL` also for input refused before it reached the kernel.
+    public var code: Int32
+    /// What to do about it, when that is known.
+    public var help: String?
+
+    /// An error; without `help`, errors every operation shares (no privilege) still get one.
+    public init(_ operation: String, _ code: Int32, help: String? = nil) {
+        self.operation = operation
+        self.code = code
+        self.help = help ?? (code == EPERM || code == EACCES ? "run the agent as root or give it CAP_NET_ADMIN" : nil)
+    }
+
+    /// A refused netlink request (link, address, route or rule).
+    public init(_ error: NetlinkError) { self.init(error.operation, error.code) }
+
+    /// One line: `open /dev/net/tun: No such file or directory (errno 2); run 'modprobe tun'...`.
+    public var description: String {
+        "\(operation): \(String(cString: strerror(code))) (errno \(code))" + (help.map { "; \($0)" } ?? "")
+    }
+}
+
+/// Runs a system call again while a signal interrupts it (`EINTR`). Returns nil when a
+/// non-blocking descriptor has nothing to give or no room (`EAGAIN`); any other failure
+/// throws with the operation and errno. Every kernel call in the data plane goes through here.
+@inline(__always)
+func nonBlocking<T: BinaryInteger>(_ operation: @autoclosure () -> String, _ call: () -> T) throws(DeviceError) -> T? {
+    while true {
+        let result = call()
+        if result >= 0 { return result }
+        let code = errno
+        if code == EAGAIN || code == EWOULDBLOCK { return nil }
+        if code != EINTR { throw DeviceError(operation(), code) }
+    }
+}
+
+/// `nonBlocking` for calls that never block: `EAGAIN` is a failure like any other.
+@inline(__always)
+@discardableResult
+func kernel<T: BinaryInteger>(_ operation: @autoclosure () -> String, _ call: () -> T) throws(DeviceError) -> T {
+    guard let result = try nonBlocking(operation(), call) else { throw DeviceError(operation(), EAGAIN) }
+    return result
+}
+
+/// Runs `body` inside `namespace`, or here when it is nil: descriptors it opens stay there.
+func inNamespace<T>(_ namespace: NetworkNamespace?, _ body: () throws(DeviceError) -> T) throws(DeviceError) -> T {
+    guard let namespace else { return try body() }
+    let result: Result<T, DeviceError>
+    do {
+        result = try namespace.run { () throws(NetlinkError) -> Result<T, DeviceError> in
+            do throws(DeviceError) { return .success(try body()) } catch { return .failure(error) }
+        }
+    } catch {
+        throw DeviceError(error)
+    }
+    return try result.get()
+}
+
+/// A valid interface name is 1 to 15 bytes (`IFNAMSIZ` - 1) of no '/', ':', '%' or white space.
+func checkInterfaceName(_ name: String, _ operation: @autoclosure () -> String) throws(DeviceError) {
+    let valid = (1...15).contains(name.utf8.count) && name != "." && name != ".."
+        && !name.contains { $0 == "/" || $0 == ":" || $0 == "%" || $0.isWhitespace }
+    guard valid else {
+        throw DeviceError(operation(), EINVAL, help: "an interface name is 1 to 15 characters without '/', ':', '%' or spaces")
+    }
+}
+
+/// Waits until one of `descriptors` is readable (an error or hang-up counts: the next read
+/// reports it) and returns those that are; empty when `timeout` passed first. A nil
+/// `timeout` waits as long as it takes, zero only looks.
+public func pollReadable(_ descriptors: [Int32], timeout: Duration?) throws(DeviceError) -> [Int32] {
+    var fds = descriptors.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+    let deadline = timeout.map { ContinuousClock.now + $0 }
+    // Recomputed on every retry, so signals cannot stretch the wait.
+    let ready = try kernel("poll \(descriptors)") {
+        poll(&fds, nfds_t(fds.count), deadline.map { milliseconds(until: $0) } ?? -1)
+    }
+    guard ready > 0 else { return [] }
+    if let closed = fds.first(where: { $0.revents & Int16(POLLNVAL) != 0 }) {
+        throw DeviceError("poll descriptor \(closed.fd)", EBADF)
+    }
+    return fds.filter { $0.revents != 0 }.map(\.fd)
+}
+
+/// Milliseconds left until `deadline` for poll: rounded up, so a short wait never spins.
+private func milliseconds(until deadline: ContinuousClock.Instant) -> Int32 {
+    let left = deadline - ContinuousClock.now
+    guard left > .zero else { return 0 }
+    let (seconds, attoseconds) = left.components
+    return Int32(clamping: seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+}
+
+/// Tries `once` (a non-blocking read or receive), and while it finds nothing, waits for
+/// `descriptor` to become readable until `timeout` passes (nil: no limit, zero: no wait).
+func waitingForInput<T>(on descriptor: Int32, timeout: Duration?, _ once: () throws(DeviceError) -> T?)
+    throws(DeviceError) -> T?
+{
+    if let result = try once() { return result }
+    guard timeout != .zero else { return nil }
+    let deadline = timeout.map { ContinuousClock.now + $0 }
+    while true {
+        let left = deadline.map { $0 - ContinuousClock.now }
+        if let left, left <= .zero { return nil }
+        _ = try pollReadable([descriptor], timeout: left)
+        if let result = try once() { return result }
+    }
+}

@@ -1,0 +1,114 @@
+import CShims
+import Glibc
+
+/// Preallocated room for a batch of packets, read or sent with one system call
+/// (`recvmmsg`/`sendmmsg` on a UDP socket; one read or write per packet on the TUN device):
+/// `capacity` slots of `slotSize` bytes, each with its length and, for UDP, its peer.
+/// Allocated once and reused, so the data path allocates nothing per packet.
+public final class PacketBatch {
+    /// Bytes per slot: a full-size tunnel packet (MTU 1420 plus headers) with room to spare.
+    public static let slotSize = 2048
+    /// The most slots one `sendmmsg`/`recvmmsg` call takes (`UIO_MAXIOV`).
+    public static let maximumCapacity = 1024
+
+    public let capacity: Int
+    /// Slots in use, from the front.
+    public private(set) var count = 0
+
+    private let data: UnsafeMutableRawPointer
+    // The kernel's view of each slot. A slot's length lives in its iovec, and its peer in its
+    // name (msg_name nil: no peer), so a batch received can be sent on as it is.
+    let messages: UnsafeMutablePointer<CShims_mmsghdr>
+    private let vectors: UnsafeMutablePointer<iovec>
+    private let names: UnsafeMutablePointer<sockaddr_in6>
+
+    /// A batch of `capacity` slots, clamped to 1...`maximumCapacity`.
+    public init(capacity: Int = 32) {
+        self.capacity = min(max(capacity, 1), Self.maximumCapacity)
+        data = .allocate(byteCount: self.capacity * Self.slotSize, alignment: 16)
+        messages = .allocate(capacity: self.capacity)
+        vectors = .allocate(capacity: self.capacity)
+        names = .allocate(capacity: self.capacity)
+        for i in 0..<self.capacity {
+            vectors[i] = iovec(iov_base: data + i * Self.slotSize, iov_len: 0)
+            names[i] = sockaddr_in6()
+            messages[i] = CShims_mmsghdr(msg_hdr: msghdr(), msg_len: 0)
+            messages[i].msg_hdr.msg_iov = vectors + i
+            messages[i].msg_hdr.msg_iovlen = 1
+        }
+    }
+
+    deinit {
+        data.deallocate()
+        messages.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+    }
+
+    public var isFull: Bool { count == capacity }
+
+    /// The bytes of packet `index` (< `count`), valid until the batch is next filled.
+    public func packet(at index: Int) -> UnsafeRawBufferPointer {
+        precondition(index < count, "packet \(index) of a batch of \(count)")
+        return UnsafeRawBufferPointer(start: vectors[index].iov_base, count: vectors[index].iov_len)
+    }
+
+    /// Where packet `index` (< `count`) came from or goes to; nil for TUN packets.
+    public func peer(at index: Int) -> SocketAddress? {
+        precondition(index < count, "peer \(index) of a batch of \(count)")
+        let header = messages[index].msg_hdr
+        guard header.msg_name != nil else { return nil }
+        return SocketAddress(reading: names + index, length: header.msg_namelen)
+    }
+
+    /// Appends a copy of `packet`, to go to `peer`; false when the batch is full or the
+    /// packet is longer than a slot.
+    @discardableResult
+    public func append(_ packet: UnsafeRawBufferPointer, to peer: SocketAddress? = nil) -> Bool {
+        append(to: peer) { slot in
+            guard packet.count <= slot.count else { return nil }
+            slot.copyMemory(from: packet)
+            return packet.count
+        }
+    }
+
+    /// Appends a packet that `fill` writes straight into the next slot (an encryption, say),
+    /// returning its length, or nil to append nothing; false when the batch is full or `fill`
+    /// gave nil or a length beyond the slot.
+    @discardableResult
+    public func append(to peer: SocketAddress? = nil, _ fill: (UnsafeMutableRawBufferPointer) -> Int?) -> Bool {
+        guard count < capacity else { return false }
+        let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: Self.slotSize)
+        guard let length = fill(slot), (0...Self.slotSize).contains(length) else { return false }
+        vectors[count].iov_len = length
+        if let peer {
+            messages[count].msg_hdr.msg_name = UnsafeMutableRawPointer(names + count)
+            messages[count].msg_hdr.msg_namelen = peer.write(to: names + count)
+        } else {
+            messages[count].msg_hdr.msg_name = nil
+            messages[count].msg_hdr.msg_namelen = 0
+        }
+        count += 1
+        return true
+    }
+
+    /// Empties the batch; the slots stay allocated.
+    public func removeAll() { count = 0 }
+
+    /// Readies every slot to receive a datagram and its sender; `received(_:)` follows.
+    func prepareToReceive() {
+        for i in 0..<capacity {
+            vectors[i].iov_len = Self.slotSize
+            messages[i].msg_hdr.msg_name = UnsafeMutableRawPointer(names + i)
+            messages[i].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            messages[i].msg_hdr.msg_flags = 0
+        }
+        count = 0
+    }
+
+    /// Records that the kernel filled the first `received` slots (`msg_len`, `msg_namelen`).
+    func received(_ received: Int) {
+        for i in 0..<received { vectors[i].iov_len = Int(messages[i].msg_len) }
+        count = received
+    }
+}

@@ -1,0 +1,137 @@
+import Glibc
+public import PathMonitor
+
+/// Which traffic the kernel sends into the tunnel.
+public enum RoutingMode: Hashable, Sendable {
+    /// Only these prefixes, through routes in the main table; everything else keeps its route.
+    /// None of them may hold the server, or the tunnel's own packets would loop into it.
+    case split([Prefix])
+    /// Everything, the way wg-quick does it: see `FullTunnel`.
+    case full(FullTunnel)
+
+    /// The mark the session's sockets must carry (`UDPSocket(mark:)`) in this mode.
+    public var socketMark: UInt32? {
+        if case .full(let policy) = self { policy.mark } else { nil }
+    }
+
+    /// The routes and rules that put this mode in place for the TUN interface `linkIndex`,
+    /// in the order they are installed: a packet never meets a rule whose route is missing.
+    public func plan(linkIndex: Int32) -> RoutingPlan {
+        let hop = [NextHop(linkIndex: linkIndex)]
+        switch self {
+        case .split(let prefixes):
+            return RoutingPlan(routes: prefixes.map { Route(destination: $0, nextHops: hop) }, rules: [])
+        case .full(let policy):
+            var plan = RoutingPlan(routes: [], rules: [])
+            for family in policy.families {
+                plan.routes.append(Route(table: policy.table, destination: .any(family), nextHops: hop))
+                // The main table first, but only for what it routes more specifically than a
+                // default route: the LAN, the uplinks' own subnets.
+                plan.rules.append(RoutingRule(family: family, priority: policy.priority, table: Route.mainTable,
+                                              suppressPrefixLength: 0))
+                // Then every packet without the tunnel's mark goes to the tunnel's table. The
+                // session's packets carry the mark, skip this rule, and meet the main table's
+                // default route: whichever uplink is current, so no host route can be stranded.
+                plan.rules.append(RoutingRule(family: family, priority: policy.priority + 1, table: policy.table,
+                                              mark: policy.mark, inverted: true))
+            }
+            return plan
+        }
+    }
+}
+
+/// Full-tunnel policy routing, as wg-quick sets it up for a `/0` allowed IP:
+/// ```
+/// ip rule add priority 32764 lookup main suppress_prefixlength 0
+/// ip rule add priority 32765 not fwmark 0xca6c lookup 51820
+/// ip route add default dev roam0 table 51820
+/// ```
+public struct FullTunnel: Hashable, Sendable {
+    /// The table holding the default route into the tunnel.
+    public var table: UInt32
+    /// The mark on the session's own packets.
+    public var mark: UInt32
+    /// The suppressing rule's priority; the mark rule takes the next. Both must come before
+    /// the main table's rule (32766).
+    public var priority: UInt32
+    /// Families whose default route goes into the tunnel. Both by default, even when the
+    /// tunnel carries only one: the other family's traffic then dies in the tunnel rather
+    /// than leaking past it.
+    public var families: [IPAddress.Family]
+
+    public init(table: UInt32 = 51820, mark: UInt32 = 0xca6c, priority: UInt32 = 32764,
+                families: [IPAddress.Family] = [.v4, .v6]) {
+        self.table = table
+        self.mark = mark
+        self.priority = priority
+        self.families = families
+    }
+}
+
+/// Routes and rules to install, in order.
+public struct RoutingPlan: Hashable, Sendable {
+    public var routes: [Route]
+    public var rules: [RoutingRule]
+}
+
+/// A routing mode installed in the kernel for one TUN device; the one owner of its routes and
+/// rules, removed by `remove()` or, failing that, deinit.
+///
+/// Rules outlive the TUN device (its routes die with it), so a crash leaves them: a rule that
+/// exists already when installing is taken as this agent's own, and removed with the rest.
+public final class TunnelRoutes {
+    public let plan: RoutingPlan
+    private let netlink: NetlinkSocket
+    private var installedRoutes = 0
+    private var installedRules = 0
+
+    /// Installs `mode` for `device`; on failure removes what it installed, then throws.
+    public init(_ mode: RoutingMode, device: TunDevice, namespace: NetworkNamespace? = nil) throws(DeviceError) {
+        plan = mode.plan(linkIndex: device.index)
+        netlink = try inNamespace(namespace) { () throws(DeviceError) in
+            do throws(NetlinkError) { return try NetlinkSocket() } catch { throw DeviceError(error) }
+        }
+        do throws(NetlinkError) {
+            for route in plan.routes {
+                try netlink.write(route)
+                installedRoutes += 1
+            }
+            for rule in plan.rules {
+                do throws(NetlinkError) { try netlink.write(rule) } catch where error.code == EEXIST {}
+                installedRules += 1
+            }
+        } catch {
+            try? remove()
+            guard error.code == EAFNOSUPPORT else { throw DeviceError(error) }
+            throw DeviceError(error.operation, error.code,
+                              help: "IPv6 is disabled on this host: route only IPv4 into the tunnel (FullTunnel families)")
+        }
+    }
+
+    deinit { try? remove() }
+
+    /// Removes the rules (first, so no packet meets a rule without its route), then the
+    /// routes. Whatever is gone already (routes die with the TUN device) is not an error;
+    /// anything else is, after the rest was removed. Safe to call again.
+    public func remove() throws(DeviceError) {
+        var failure: NetlinkError?
+        func undo(_ body: () throws(NetlinkError) -> Void) {
+            do throws(NetlinkError) {
+                try body()
+            } catch where [ENOENT, ESRCH, ENODEV].contains(error.code) {
+                // Gone already.
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        while installedRules > 0 {
+            installedRules -= 1
+            undo { () throws(NetlinkError) in try netlink.write(plan.rules[installedRules], delete: true) }
+        }
+        while installedRoutes > 0 {
+            installedRoutes -= 1
+            undo { () throws(NetlinkError) in try netlink.write(plan.routes[installedRoutes], delete: true) }
+        }
+        if let failure { throw DeviceError(failure) }
+    }
+}

@@ -1,0 +1,140 @@
+import CShims
+import Glibc
+public import PathMonitor
+
+/// A non-blocking UDP socket for one path, the one owner of its descriptor (closed in deinit).
+///
+/// Bound to a source address (port 0: the kernel picks one), and optionally to an interface
+/// (`SO_BINDTODEVICE`), so its packets leave through that uplink whatever the routing table
+/// prefers and fail rather than wander off when the uplink is gone; optionally marked
+/// (`SO_MARK`) so full-tunnel rules let its packets past the tunnel.
+public final class UDPSocket: Sendable {
+    /// The bound address, with the port the kernel picked.
+    public let local: SocketAddress
+    /// The interface the socket is bound to, if any.
+    public let device: String?
+    public let mark: UInt32?
+    /// The descriptor, for `pollReadable`.
+    public let fileDescriptor: Int32
+
+    /// Opens a socket bound to `local`. With `namespace`, the socket lives there.
+    public init(bindingTo local: SocketAddress, device: String? = nil, mark: UInt32? = nil,
+                namespace: NetworkNamespace? = nil) throws(DeviceError) {
+        let what = "UDP socket on \(local)\(device.map { " via \($0)" } ?? "")"
+        if let device { try checkInterfaceName(device, "bind \(what)") }
+        let v4 = local.ip.family == .v4
+        let fd = try inNamespace(namespace) { () throws(DeviceError) in
+            try kernel("open \(what)") { socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        }
+        do throws(DeviceError) {
+            if !v4 { try Self.set(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "set IPV6_V6ONLY on \(what)") }
+            if let device {
+                do {
+                    try kernel("bind \(what)") {
+                        setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, socklen_t(device.utf8.count))
+                    }
+                } catch where error.code == ENODEV {
+                    throw DeviceError(error.operation, error.code, help: "there is no interface named '\(device)'")
+                }
+            }
+            if let mark { try Self.set(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: mark), "set mark on \(what)") }
+            var storage = sockaddr_in6()
+            let length = local.write(to: &storage)
+            do {
+                try kernel("bind \(what)") { withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } }
+            } catch where error.code == EADDRNOTAVAIL {
+                throw DeviceError(error.operation, error.code, help: "\(local.ip) is not an address of this host (any more)")
+            } catch where error.code == EADDRINUSE {
+                throw DeviceError(error.operation, error.code, help: "another socket holds port \(local.port); choose another or stop it")
+            }
+            var boundLength = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            try kernel("read the address of \(what)") {
+                withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &boundLength) } }
+            }
+            self.local = SocketAddress(reading: &storage, length: boundLength) ?? local
+        } catch {
+            close(fd)
+            throw error
+        }
+        self.device = device
+        self.mark = mark
+        fileDescriptor = fd
+    }
+
+    deinit { close(fileDescriptor) }
+
+    private static func set(_ fd: Int32, _ level: Int32, _ option: Int32, _ value: Int32, _ what: String) throws(DeviceError) {
+        var value = value
+        try kernel(what) { setsockopt(fd, level, option, &value, socklen_t(MemoryLayout<Int32>.size)) }
+    }
+
+    // MARK: One packet
+
+    /// Sends one datagram to `peer`; false when the socket buffer is full (dropped).
+    @discardableResult
+    public func send(_ packet: UnsafeRawBufferPointer, to peer: SocketAddress) throws(DeviceError) -> Bool {
+        var storage = sockaddr_in6()
+        let length = peer.write(to: &storage)
+        return try nonBlocking("send to \(peer) from \(local)") {
+            withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fileDescriptor, packet.baseAddress, packet.count, 0, $0, length)
+                }
+            }
+        } != nil
+    }
+
+    /// Receives one datagram into `buffer` (cut short if longer), or nil when none came within
+    /// `timeout` (zero: do not wait; nil: wait as long as it takes).
+    public func receive(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration? = .zero)
+        throws(DeviceError) -> (length: Int, peer: SocketAddress)?
+    {
+        try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) -> (length: Int, peer: SocketAddress)? in
+            var storage = sockaddr_in6()
+            var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            let received = try nonBlocking("receive on \(local)") {
+                withUnsafeMutablePointer(to: &storage) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        recvfrom(fileDescriptor, buffer.baseAddress, buffer.count, 0, $0, &length)
+                    }
+                }
+            }
+            guard let received, let peer = SocketAddress(reading: &storage, length: length) else { return nil }
+            return (received, peer)
+        }
+    }
+
+    // MARK: Batches
+
+    /// Sends the packets of `batch` to their peers with `sendmmsg` and returns how many the
+    /// kernel took: fewer than `batch.count` when the socket buffer filled (the rest are
+    /// dropped, as a congested link drops them). An error throws after the packets before
+    /// it were sent; the rest are not.
+    @discardableResult
+    public func send(_ batch: PacketBatch) throws(DeviceError) -> Int {
+        var sent = 0
+        while sent < batch.count {
+            let more = try nonBlocking("send \(batch.count - sent) datagrams from \(local)") {
+                CShims_sendmmsg(fileDescriptor, batch.messages + sent, UInt32(batch.count - sent), 0)
+            }
+            guard let more, more > 0 else { break }
+            sent += Int(more)
+        }
+        return sent
+    }
+
+    /// Fills `batch` with the datagrams waiting, with `recvmmsg`, and returns how many; waits
+    /// for the first up to `timeout` (zero: do not wait; nil: as long as it takes). A datagram
+    /// longer than a slot is cut short.
+    @discardableResult
+    public func receive(into batch: PacketBatch, timeout: Duration? = .zero) throws(DeviceError) -> Int {
+        batch.prepareToReceive()
+        let received = try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) -> Int32? in
+            try nonBlocking("receive datagrams on \(local)") {
+                CShims_recvmmsg(fileDescriptor, batch.messages, UInt32(batch.capacity), Int32(MSG_DONTWAIT), nil)
+            }
+        }
+        batch.received(Int(received ?? 0))
+        return batch.count
+    }
+}

@@ -1,0 +1,251 @@
+public import PathMonitor
+
+/// A username and password for servers that ask for one. The description never shows the password.
+public struct Credentials: Sendable, CustomStringConvertible {
+    /// The most bytes of UTF-8 either field may have.
+    public static let maxLength = 255
+
+    public let username: String
+    let password: String
+
+    /// Nil when either is empty or longer than `maxLength` bytes of UTF-8.
+    public init?(username: String, password: String) {
+        guard (1...Self.maxLength).contains(username.utf8.count), (1...Self.maxLength).contains(password.utf8.count)
+        else { return nil }
+        self.username = username
+        self.password = password
+    }
+
+    public var description: String { "\(username):<redacted>" }
+}
+
+/// What the client core made of one datagram.
+public enum ClientEvent: Equatable, Sendable {
+    /// An inner IP packet from the server, decrypted in place at `range` of the datagram's buffer.
+    case packet(range: Range<Int>)
+    /// The handshake completed: the new session is in use.
+    case established(HandshakeCompletion)
+    /// The server refused our key or credentials; retrying with the same ones will not help.
+    case rejected
+    /// The echo of our probe `id`, `rtt` after we sent it.
+    case probeEcho(id: UInt64, rtt: Duration)
+    /// The server says it holds no session for the one we use: it restarted. Start a handshake;
+    /// keep the session meanwhile (the hint is unauthenticated, see docs/PROTOCOL.md).
+    case sessionUnknown
+    /// The server sent a keepalive.
+    case keepalive
+    /// The datagram was dropped, and counted, for `reason`.
+    case dropped(DropReason)
+}
+
+/// A finished handshake.
+public struct HandshakeCompletion: Equatable, Sendable {
+    /// From sending the initiation to reading the response.
+    public var rtt: Duration
+    /// The inner addresses the server holds for us.
+    public var addresses: [IPAddress]
+    /// A keepalive on the new session: send it at once if no data is about to go, so the
+    /// server learns we hold the keys and starts using them too.
+    public var confirmation: [UInt8]
+}
+
+/// The client's side of the protocol: builds initiations, turns responses into a session, seals
+/// and opens packets. It knows nothing of sockets, so a session survives any rebind.
+public struct ClientCore: Sendable {
+    /// Our static public key, as the server's users file lists it.
+    public let publicKey: PublicKey
+    /// The server's static key, pinned.
+    public let serverKey: PublicKey
+    /// Dropped datagrams by reason.
+    public private(set) var drops = DropCounters()
+    /// The inner addresses from the last accepted handshake.
+    public private(set) var addresses: [IPAddress] = []
+
+    private let privateKey: PrivateKey
+    private let credentials: Credentials?
+    private let mac1: Mac1
+    private let limits: SessionLimits
+    private var pending: Pending?
+    private var current: TransportSession?
+    private var previous: TransportSession?
+    private var lastTimestamp: TAI64N?
+    /// Whether `current` has had its session-unknown hint reported: one is enough.
+    private var hintReported = false
+
+    private struct Pending {
+        var initiator: NoiseIK.Initiator
+        var localIndex: UInt32
+        var sentAt: Moment
+    }
+
+    /// Throws `weakPublicKey` when `serverKey` is a low-order point that no server can hold.
+    public init(
+        privateKey: PrivateKey, serverKey: PublicKey, credentials: Credentials? = nil,
+        limits: SessionLimits = SessionLimits()
+    ) throws(CryptoError) {
+        try Sodium.initialize()
+        guard Primitives.dh(privateKey, serverKey) != nil else { throw .weakPublicKey }
+        self.privateKey = privateKey
+        publicKey = privateKey.publicKey
+        self.serverKey = serverKey
+        self.credentials = credentials
+        mac1 = Mac1(serverKey: serverKey)
+        self.limits = limits
+    }
+
+    // MARK: Handshake
+
+    /// A new handshake initiation, replacing any in flight. `wallClock` dates it so the server
+    /// can refuse replays; a clock that stands still or steps back is nudged forward.
+    public mutating func initiate(now: Moment, wallClock: TAI64N) throws(CryptoError) -> [UInt8] {
+        var timestamp = wallClock
+        if let last = lastTimestamp, timestamp <= last { timestamp = last.successor }
+        lastTimestamp = timestamp
+        var payload = InitiationPayload(
+            timestamp: timestamp, username: credentials.map { Array($0.username.utf8) },
+            password: credentials.map { Array($0.password.utf8) })
+        var plaintext = payload.encoded()
+        defer {
+            payload.wipePassword()
+            Primitives.wipe(&plaintext)
+        }
+        let index = freshIndex()
+        guard let (initiator, message) = NoiseIK.Initiator.start(
+            localStatic: privateKey, remoteStatic: serverKey, prologue: Wire.prologue, ephemeral: .random(),
+            payload: plaintext)
+        else { throw .weakPublicKey }
+        pending = Pending(initiator: initiator, localIndex: index, sentAt: now)
+        var datagram = Wire.header(.initiation) + withUnsafeBytes(of: index.littleEndian) { Array($0) } + message
+            + [UInt8](repeating: 0, count: Initiation.macLength)
+        mac1.stamp(&datagram)
+        return datagram
+    }
+
+    /// True when a handshake is due: no usable session, or the current one has sent
+    /// `rekeyAfterMessages` or is `rekeyAfterTime` old.
+    public func needsRekey(now: Moment) -> Bool {
+        guard let current, !current.isExpired(now: now, limits: limits) else { return true }
+        return current.needsRekey(now: now, limits: limits)
+    }
+
+    /// True while a session can seal packets.
+    public func hasSession(now: Moment) -> Bool {
+        current.map { !$0.isExpired(now: now, limits: limits) && $0.sendCounter < limits.rejectAfterMessages } ?? false
+    }
+
+    /// True while an initiation awaits its response.
+    public var isHandshaking: Bool { pending != nil }
+
+    // MARK: Receiving
+
+    /// Handles one datagram from the server, decrypting a data packet in place.
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, now: Moment) -> ClientEvent {
+        switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
+        case .failure(let reason): drop(reason)
+        case .success(.data): receiveData(datagram, now: now)
+        case .success(.response): receiveResponse(UnsafeRawBufferPointer(datagram), now: now)
+        case .success(.sessionUnknown): receiveHint(UnsafeRawBufferPointer(datagram))
+        case .success(.initiation): drop(.unexpected)
+        }
+    }
+
+    /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
+    public mutating func receive(_ datagram: inout [UInt8], now: Moment) -> ClientEvent {
+        datagram.withUnsafeMutableBytes { receive($0, now: now) }
+    }
+
+    private mutating func receiveResponse(_ datagram: UnsafeRawBufferPointer, now: Moment) -> ClientEvent {
+        let receiver = datagram.loadLittleEndian(UInt32.self, at: Response.receiverOffset)
+        guard let pending, pending.localIndex == receiver else { return drop(.unexpected) }
+        guard let (payload, keys, _) = pending.initiator.finish(Array(datagram[Response.noiseOffset...])) else {
+            return drop(.handshakeFailed)
+        }
+        guard let verdict = ResponsePayload(decoding: payload) else { return drop(.malformed) }
+        self.pending = nil
+        guard verdict.accepted else { return .rejected }
+        let sender = datagram.loadLittleEndian(UInt32.self, at: Response.senderOffset)
+        previous = current
+        current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, established: now)
+        hintReported = false
+        addresses = verdict.addresses
+        let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
+        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, confirmation: confirmation))
+    }
+
+    private mutating func receiveHint(_ datagram: UnsafeRawBufferPointer) -> ClientEvent {
+        let index = datagram.loadLittleEndian(UInt32.self, at: 4)
+        guard let current, current.remoteIndex == index, !hintReported else { return drop(.unexpected) }
+        hintReported = true
+        return .sessionUnknown
+    }
+
+    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, now: Moment) -> ClientEvent {
+        let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
+        let result: Result<TransportSession.Opened, DropReason>
+        if current?.localIndex == index, let opened = current?.open(datagram, now: now, limits: limits) {
+            result = opened
+        } else if previous?.localIndex == index, let opened = previous?.open(datagram, now: now, limits: limits) {
+            result = opened
+        } else {
+            return drop(.unknownSession)
+        }
+        let opened: TransportSession.Opened
+        switch result {
+        case .failure(let reason): return drop(reason)
+        case .success(let value): opened = value
+        }
+        switch InnerContent(UnsafeRawBufferPointer(rebasing: datagram[opened.range])) {
+        case .keepalive: return .keepalive
+        case .packet: return .packet(range: opened.range)
+        case .echo(let id, let sentAt): return .probeEcho(id: id, rtt: now - sentAt)
+        case .probe: return drop(.unexpected)
+        case .malformed: return drop(.malformed)
+        }
+    }
+
+    // MARK: Sending
+
+    /// Seals an inner packet in place: `buffer` holds `DataPacket.headroom` spare bytes,
+    /// `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes. Returns the
+    /// datagram's length.
+    public mutating func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Moment) throws(SealFailure) -> Int {
+        guard let length = try current?.seal(buffer, innerLength: innerLength, now: now, limits: limits) else {
+            throw .noSession
+        }
+        return length
+    }
+
+    /// Seals a framed packet (see `DataPacket.frame`); the array becomes the datagram.
+    public mutating func seal(_ framed: inout [UInt8], now: Moment) throws(SealFailure) {
+        let innerLength = framed.count - DataPacket.overhead
+        _ = try framed.withMutableBytes { (buffer) throws(SealFailure) in try seal(buffer, innerLength: innerLength, now: now) }
+    }
+
+    /// A probe the server echoes: liveness and round-trip time for the path it is sent on.
+    public mutating func probe(id: UInt64, now: Moment) throws(SealFailure) -> [UInt8] {
+        try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now), now: now)
+    }
+
+    /// An empty data packet: keeps NAT state and tells the server we are here.
+    public mutating func keepalive(now: Moment) throws(SealFailure) -> [UInt8] {
+        try sealMessage([], now: now)
+    }
+
+    private mutating func sealMessage(_ message: [UInt8], now: Moment) throws(SealFailure) -> [UInt8] {
+        guard let datagram = try current?.seal(message: message, now: now, limits: limits) else { throw .noSession }
+        return datagram
+    }
+
+    private mutating func drop(_ reason: DropReason) -> ClientEvent {
+        drops.count(reason)
+        return .dropped(reason)
+    }
+
+    /// A random index for a new session, distinct from the ones still in use.
+    private func freshIndex() -> UInt32 {
+        while true {
+            let index = Primitives.randomUInt32()
+            if index != 0, index != current?.localIndex, index != previous?.localIndex { return index }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+/// Why a datagram was dropped. Every drop is counted under exactly one reason.
+public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConvertible {
+    /// Too short or too long for its type, an unknown type, reserved bits set, or an
+    /// authenticated payload that does not parse.
+    case malformed
+    /// The version byte is not one this build speaks.
+    case unsupportedVersion
+    /// The initiation's mac1 is wrong: not meant for this server, or random bytes.
+    case badMAC
+    /// Over a handshake or hint rate limit (per source, or for the whole server).
+    case rateLimited
+    /// The Noise handshake did not authenticate: wrong pinned server key, tampering, or a
+    /// response that does not match the initiation in flight.
+    case handshakeFailed
+    /// No user has that username or static key.
+    case unknownUser
+    /// The user exists but pins a different static key.
+    case wrongKey
+    /// The user needs a password and the initiation carried none, or a wrong one.
+    case badPassword
+    /// The initiation's timestamp is not newer than the last one accepted for that user.
+    case replayedHandshake
+    /// A data packet for a receiver index this side does not hold (the server may send a hint).
+    case unknownSession
+    /// The data packet's tag did not verify: tampered, or sealed with other keys.
+    case decryptFailed
+    /// The data packet's counter was seen before or is too far behind the newest.
+    case replayed
+    /// The session is past its message or age limit and accepts nothing more.
+    case sessionExpired
+    /// The server received an inner packet whose source is not the peer's inner address.
+    case wrongInnerSource
+    /// A well-formed message this side never expects: a response with no handshake in flight,
+    /// an initiation at a client, a hint for a session we do not use, a probe at a client.
+    case unexpected
+
+    /// The reason as operator logs and `agent status` show it.
+    public var description: String {
+        switch self {
+        case .malformed: "malformed"
+        case .unsupportedVersion: "unsupported-version"
+        case .badMAC: "bad-mac"
+        case .rateLimited: "rate-limited"
+        case .handshakeFailed: "handshake-failed"
+        case .unknownUser: "unknown-user"
+        case .wrongKey: "wrong-key"
+        case .badPassword: "bad-password"
+        case .replayedHandshake: "replayed-handshake"
+        case .unknownSession: "unknown-session"
+        case .decryptFailed: "decrypt-failed"
+        case .replayed: "replayed"
+        case .sessionExpired: "session-expired"
+        case .wrongInnerSource: "wrong-inner-source"
+        case .unexpected: "unexpected"
+        }
+    }
+}
+
+/// Dropped datagrams, counted by reason.
+public struct DropCounters: Equatable, Sendable, CustomStringConvertible {
+    private var counts = [UInt64](repeating: 0, count: DropReason.allCases.count)
+
+    public init() {}
+
+    /// Drops counted for `reason`.
+    public subscript(reason: DropReason) -> UInt64 { counts[reason.rawValue] }
+
+    /// All drops.
+    public var total: UInt64 { counts.reduce(0, &+) }
+
+    mutating func count(_ reason: DropReason) { counts[reason.rawValue] &+= 1 }
+
+    /// Non-zero counters as `reason=n` pairs, in declaration order.
+    public var description: String {
+        DropReason.allCases.filter { self[$0] > 0 }.map { "\($0)=\(self[$0])" }.joined(separator: " ")
+    }
+}

@@ -1,0 +1,116 @@
+import PathMonitor
+
+/// Rates that bound the work and traffic a flood can cause. See docs/PROTOCOL.md, "DoS defences".
+public struct ServerLimits: Equatable, Sendable {
+    /// Handshakes one source may start per second, sustained, and in a burst. A source is an
+    /// IPv4 address or an IPv6 /64 (what one host or one NAT can cheaply spread over).
+    public var handshakesPerSource: Rate
+    /// Handshakes the whole server does (each costs four X25519 operations).
+    public var handshakes: Rate
+    /// Argon2id checks the whole server starts (each costs about 80 ms of a core and 64 MiB at the
+    /// interactive cost). Only a first login, or a changed password, needs one: rekeys present a
+    /// password the server already verified and cost one HMAC.
+    public var passwordChecks: Rate
+    /// Session-unknown hints sent to one source.
+    public var hintsPerSource: Rate
+    /// Session-unknown hints sent in all.
+    public var hints: Rate
+    /// Sources tracked at once per table; past it, idle ones are forgotten, and new ones wait.
+    public var trackedSources: Int
+
+    public init(
+        handshakesPerSource: Rate = Rate(perSecond: 5, burst: 10),
+        handshakes: Rate = Rate(perSecond: 1000, burst: 500),
+        passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
+        hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
+        hints: Rate = Rate(perSecond: 1000, burst: 1000),
+        trackedSources: Int = 65_536
+    ) {
+        self.handshakesPerSource = handshakesPerSource
+        self.handshakes = handshakes
+        self.passwordChecks = passwordChecks
+        self.hintsPerSource = hintsPerSource
+        self.hints = hints
+        self.trackedSources = trackedSources
+    }
+
+    /// A token bucket's refill rate and size.
+    public struct Rate: Equatable, Sendable {
+        public var perSecond: Double
+        public var burst: Double
+        public init(perSecond: Double, burst: Double) {
+            self.perSecond = perSecond
+            self.burst = burst
+        }
+    }
+}
+
+/// A token bucket: starts full, refills at `rate.perSecond` up to `rate.burst`, one token per event.
+struct TokenBucket {
+    let rate: ServerLimits.Rate
+    private var tokens: Double
+    private var updated: Moment?
+
+    init(_ rate: ServerLimits.Rate) {
+        self.rate = rate
+        tokens = rate.burst
+    }
+
+    /// Takes a token if there is one.
+    mutating func take(now: Moment) -> Bool {
+        refill(now: now)
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+
+    /// True when the bucket would be full now: forgetting it changes nothing.
+    func isFull(now: Moment) -> Bool {
+        var copy = self
+        copy.refill(now: now)
+        return copy.tokens >= rate.burst
+    }
+
+    private mutating func refill(now: Moment) {
+        if let updated, now > updated {
+            tokens = min(rate.burst, tokens + (now - updated).inSeconds * rate.perSecond)
+        }
+        if updated.map({ now > $0 }) ?? true { updated = now }
+    }
+}
+
+/// A token bucket per source, in a table of bounded size so spoofed sources cannot grow it
+/// without end. Idle (full) buckets are forgotten at most once a second.
+struct SourceRateLimiter {
+    private let rate: ServerLimits.Rate
+    private let capacity: Int
+    private var buckets: [IPAddress: TokenBucket] = [:]
+    private var lastPrune: Moment?
+
+    init(_ rate: ServerLimits.Rate, capacity: Int) {
+        self.rate = rate
+        self.capacity = capacity
+    }
+
+    mutating func allow(_ address: IPAddress, now: Moment) -> Bool {
+        let key = Self.key(address)
+        if buckets[key] == nil, buckets.count >= capacity {
+            prune(now: now)
+            guard buckets.count < capacity else { return false }
+        }
+        return buckets[key, default: TokenBucket(rate)].take(now: now)
+    }
+
+    /// Forgets full buckets, at most once a second (a prune walks the whole table).
+    mutating func prune(now: Moment) {
+        if let lastPrune, now - lastPrune < .seconds(1) { return }
+        lastPrune = now
+        buckets = buckets.filter { !$0.value.isFull(now: now) }
+    }
+
+    /// IPv6 hosts get a /64 each, so limit the /64, not the address.
+    private static func key(_ address: IPAddress) -> IPAddress {
+        if case .v6(let high, _) = address { return .v6(high, 0) }
+        return address
+    }
+}

@@ -1,0 +1,417 @@
+import CSodium
+public import PathMonitor
+
+/// What the server core made of one datagram. Replies go to the datagram's source, which is
+/// not always the peer's endpoint (a probe over a path the client is still trying, say).
+public enum ServerEvent: Equatable, Sendable {
+    /// `peer` sent an inner IP packet, now decrypted in place at `range` of the datagram's buffer.
+    case packet(from: PeerID, range: Range<Int>)
+    /// `peer` completed a handshake: send `response` to `to`. Its previous session, if any,
+    /// keeps working until the client's first packet on the new one.
+    case handshake(peer: PeerID, response: [UInt8], to: SocketAddress)
+    /// A handshake authenticated but the user may not connect: send `response` (a Noise
+    /// response saying "rejected", with no session behind it) to `to`. Counted under `reason`.
+    case rejected(DropReason, response: [UInt8], to: SocketAddress)
+    /// A handshake needs an Argon2id password check, which takes tens of milliseconds: run
+    /// `check.verify()` away from the data path, then pass the result to `finish(_:verified:now:)`.
+    case checkPassword(PasswordCheck)
+    /// `peer` probed: send `echo` to `to`.
+    case echo(peer: PeerID, datagram: [UInt8], to: SocketAddress)
+    /// A data packet named a session this server does not hold (it restarted, or forgot an idle
+    /// one): send `hint` to `to`. Counted as an `unknownSession` drop.
+    case sessionUnknown(hint: [UInt8], to: SocketAddress)
+    /// `peer` sent a keepalive: the session is alive, nothing to deliver.
+    case keepalive(from: PeerID)
+    /// The datagram was dropped, and counted, for `reason`.
+    case dropped(DropReason)
+}
+
+/// Where a sealed datagram goes.
+public struct SealedDatagram: Equatable, Sendable {
+    /// Bytes of the datagram, from the start of the buffer.
+    public var length: Int
+    /// The peer's current endpoint.
+    public var destination: SocketAddress
+}
+
+/// The server's side of the protocol: datagrams, their sources and the time in; replies,
+/// decrypted packets and drop counts out. No sockets, no clock, no threads.
+///
+/// Each user of the database is a peer with up to three sessions: `current` (used to send),
+/// `next` (from the newest handshake, promoted when the client first uses it: only then does
+/// the server know the client holds the keys) and `previous` (still accepted, for packets that
+/// were in flight during a rekey).
+public struct ServerCore: Sendable {
+    /// The server's static public key, which clients pin.
+    public let publicKey: PublicKey
+    /// Who may connect.
+    public let users: UserDatabase
+    /// Dropped datagrams by reason.
+    public private(set) var drops = DropCounters()
+
+    private let privateKey: PrivateKey
+    private let mac1: Mac1
+    private let sessionLimits: SessionLimits
+    private let passwordProofKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
+    private var peers: [PeerState]
+    /// Receiver index to peer slot, for every session the server holds.
+    private var indices: [UInt32: Int] = [:]
+    private var handshakesBySource: SourceRateLimiter
+    private var handshakes: TokenBucket
+    private var passwordChecks: TokenBucket
+    private var hintsBySource: SourceRateLimiter
+    private var hints: TokenBucket
+
+    public init(
+        privateKey: PrivateKey, users: UserDatabase, limits: ServerLimits = ServerLimits(),
+        sessionLimits: SessionLimits = SessionLimits()
+    ) throws(CryptoError) {
+        try Sodium.initialize()
+        self.privateKey = privateKey
+        publicKey = privateKey.publicKey
+        self.users = users
+        mac1 = Mac1(serverKey: privateKey.publicKey)
+        self.sessionLimits = sessionLimits
+        peers = users.users.map { PeerState(addresses: $0.addresses) }
+        handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
+        handshakes = TokenBucket(limits.handshakes)
+        passwordChecks = TokenBucket(limits.passwordChecks)
+        hintsBySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
+        hints = TokenBucket(limits.hints)
+    }
+
+    // MARK: Receiving
+
+    /// Handles one datagram from `source`, decrypting a data packet in place.
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+        switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
+        case .failure(let reason): drop(reason)
+        case .success(.data): receiveData(datagram, from: source, now: now)
+        case .success(.initiation): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, now: now)
+        case .success(.response), .success(.sessionUnknown): drop(.unexpected)
+        }
+    }
+
+    /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
+    public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, now: Moment) -> ServerEvent {
+        datagram.withUnsafeMutableBytes { receive($0, from: source, now: now) }
+    }
+
+    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+        let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
+        guard let slot = indices[index] else { return sessionUnknown(index, from: source, now: now) }
+        let peer = PeerID(index: slot)
+        let opened: TransportSession.Opened
+        switch peers[slot].open(datagram, index: index, now: now, limits: sessionLimits) {
+        case .none: return sessionUnknown(index, from: source, now: now)
+        case .some((.failure(let reason), _)): return drop(reason)
+        case .some((.success(let result), let which)):
+            opened = result
+            if which == .next { retire(peers[slot].promote()) }
+            // Roaming: only a fresh, authenticated packet on the session in use, and only the
+            // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
+            if which != .previous, opened.isNewest { peers[slot].endpoint = source }
+        }
+        let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
+        switch InnerContent(plaintext) {
+        case .keepalive:
+            return .keepalive(from: peer)
+        case .packet(let inner):
+            guard peers[slot].addresses.contains(inner) else { return drop(.wrongInnerSource) }
+            return .packet(from: peer, range: opened.range)
+        case .probe(let id, let sentAt):
+            let echo = Control.encode(kind: Control.echo, id: id, sentAt: sentAt)
+            guard let datagram = try? peers[slot].current?.seal(message: echo, now: now, limits: sessionLimits) else {
+                return drop(.sessionExpired)
+            }
+            return .echo(peer: peer, datagram: datagram, to: source)
+        case .echo:
+            return drop(.unexpected)
+        case .malformed:
+            return drop(.malformed)
+        }
+    }
+
+    private mutating func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Moment) -> ServerEvent {
+        let event = drop(.unknownSession)
+        guard hintsBySource.allow(source.ip, now: now), hints.take(now: now) else { return event }
+        return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
+    }
+
+    private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+        // Cheapest checks first: a MAC, then the buckets, and only then Diffie-Hellman.
+        guard mac1.verify(datagram) else { return drop(.badMAC) }
+        guard handshakesBySource.allow(source.ip, now: now), handshakes.take(now: now) else {
+            return drop(.rateLimited)
+        }
+        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macLength)])
+        guard var responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
+            return drop(.handshakeFailed)
+        }
+        defer { responder.wipePayload() }
+        guard var payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
+        defer { payload.wipePassword() }
+        let senderIndex = datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset)
+
+        let peer: PeerID
+        switch identify(payload, key: responder.remoteStatic) {
+        case .success(let found): peer = found
+        case .failure(.rejected(let reason)): return reject(reason, responder: responder, senderIndex: senderIndex, to: source)
+        case .failure(.dropped(let reason)): return drop(reason)
+        }
+        if let hash = users[peer].passwordHash {
+            guard let password = payload.password else {
+                return reject(.badPassword, responder: responder, senderIndex: senderIndex, to: source)
+            }
+            // A password this peer already proved (every rekey sends it again) costs one HMAC.
+            let proof = passwordProof(password)
+            let proven = peers[peer.index].passwordProof.map { known in
+                known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
+            } ?? false
+            if !proven {
+                guard passwordChecks.take(now: now) else { return drop(.rateLimited) }
+                return .checkPassword(PasswordCheck(
+                    peer: peer, source: source, senderIndex: senderIndex, responder: responder,
+                    timestamp: payload.timestamp, hash: hash, password: password, proof: proof))
+            }
+        }
+        return accept(peer, responder: responder, senderIndex: senderIndex, timestamp: payload.timestamp, from: source, now: now)
+    }
+
+    /// Completes a handshake held for a password check, once `check.verify()` has run.
+    public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Moment) -> ServerEvent {
+        guard verified else {
+            return reject(.badPassword, responder: check.responder, senderIndex: check.senderIndex, to: check.source)
+        }
+        // Another handshake of this peer may have been accepted while the check ran.
+        if let last = peers[check.peer.index].lastTimestamp, check.timestamp <= last { return drop(.replayedHandshake) }
+        peers[check.peer.index].passwordProof = check.proof
+        return accept(
+            check.peer, responder: check.responder, senderIndex: check.senderIndex, timestamp: check.timestamp,
+            from: check.source, now: now)
+    }
+
+    private mutating func accept(
+        _ peer: PeerID, responder: NoiseIK.Responder, senderIndex: UInt32, timestamp: TAI64N,
+        from source: SocketAddress, now: Moment
+    ) -> ServerEvent {
+        let index = freshIndex()
+        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses)
+        guard let (message, keys, _) = responder.respond(payload: accepted.encoded(), ephemeral: .random()) else {
+            return drop(.handshakeFailed)
+        }
+        let slot = peer.index
+        peers[slot].lastTimestamp = timestamp
+        retire(peers[slot].next)
+        peers[slot].next = TransportSession(localIndex: index, remoteIndex: senderIndex, keys: keys, established: now)
+        indices[index] = slot
+        peers[slot].endpoint = source
+        return .handshake(peer: peer, response: Self.response(message, sender: index, receiver: senderIndex), to: source)
+    }
+
+    private enum Refusal: Error {
+        /// Answer with a rejection: the client learns that retrying will not help.
+        case rejected(DropReason)
+        /// Say nothing.
+        case dropped(DropReason)
+    }
+
+    /// Finds the user and checks the factors that cost nothing: the pinned key, then the
+    /// timestamp. The password comes last, so a replay or a wrong key costs no Argon2id.
+    private func identify(_ payload: InitiationPayload, key: PublicKey) -> Result<PeerID, Refusal> {
+        let found: PeerID?
+        if let username = payload.username {
+            found = String(validating: username, as: UTF8.self).flatMap { users.peer(named: $0) }
+        } else {
+            found = users.peer(forKey: key)
+        }
+        guard let peer = found else { return .failure(.rejected(.unknownUser)) }
+        if let pinned = users[peer].publicKey, pinned != key { return .failure(.rejected(.wrongKey)) }
+        if let last = peers[peer.index].lastTimestamp, payload.timestamp <= last {
+            return .failure(.dropped(.replayedHandshake))
+        }
+        return .success(peer)
+    }
+
+    /// HMAC of a password under a key this process draws at start: what the server remembers of
+    /// a password that passed Argon2id, so it need not run Argon2id again for the same peer.
+    private func passwordProof(_ password: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: Primitives.hashLength)
+        passwordProofKey.withBytes { key in
+            password.withUnsafeBytes { password in
+                out.withUnsafeMutableBufferPointer {
+                    Primitives.hmac(key: UnsafeRawBufferPointer(start: key, count: SecretBytes.count), [password], into: $0.baseAddress!)
+                }
+            }
+        }
+        return out
+    }
+
+    private mutating func reject(
+        _ reason: DropReason, responder: NoiseIK.Responder, senderIndex: UInt32, to source: SocketAddress
+    ) -> ServerEvent {
+        drops.count(reason)
+        let refusal = ResponsePayload(accepted: false, addresses: [])
+        guard let (message, _, _) = responder.respond(payload: refusal.encoded(), ephemeral: .random()) else {
+            return .dropped(reason)
+        }
+        return .rejected(reason, response: Self.response(message, sender: 0, receiver: senderIndex), to: source)
+    }
+
+    private static func response(_ noise: [UInt8], sender: UInt32, receiver: UInt32) -> [UInt8] {
+        Wire.header(.response) + withUnsafeBytes(of: sender.littleEndian) { Array($0) }
+            + withUnsafeBytes(of: receiver.littleEndian) { Array($0) } + noise
+    }
+
+    // MARK: Sending
+
+    /// The peer an inner packet for `destination` goes to (a client's stable address).
+    public func peer(forInnerDestination destination: IPAddress) -> PeerID? { users.peer(owning: destination) }
+
+    /// Where `peer` was last heard from with an authenticated packet.
+    public func endpoint(of peer: PeerID) -> SocketAddress? {
+        peers.indices.contains(peer.index) ? peers[peer.index].endpoint : nil
+    }
+
+    /// Seals an inner packet for `peer` in place: `buffer` holds `DataPacket.headroom` spare
+    /// bytes, `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes.
+    public mutating func seal(
+        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Moment
+    ) throws(SealFailure) -> SealedDatagram {
+        guard peers.indices.contains(peer.index), let destination = peers[peer.index].endpoint else {
+            throw .noSession
+        }
+        guard let length = try peers[peer.index].current?.seal(buffer, innerLength: innerLength, now: now, limits: sessionLimits)
+        else { throw .noSession }
+        return SealedDatagram(length: length, destination: destination)
+    }
+
+    /// Seals a framed packet (see `DataPacket.frame`) for `peer`; the array becomes the datagram.
+    public mutating func seal(_ framed: inout [UInt8], to peer: PeerID, now: Moment) throws(SealFailure) -> SealedDatagram {
+        let innerLength = framed.count - DataPacket.overhead
+        return try framed.withMutableBytes { (buffer) throws(SealFailure) in
+            try seal(buffer, innerLength: innerLength, to: peer, now: now)
+        }
+    }
+
+    // MARK: Upkeep
+
+    /// Call about once a second: forgets sessions three reject-times old (wiping their keys, as
+    /// WireGuard does) and idle rate-limit state.
+    public mutating func tick(now: Moment) {
+        let forgetAfter = sessionLimits.rejectAfterTime * 3
+        for slot in peers.indices {
+            for index in peers[slot].forget(olderThan: forgetAfter, now: now) { indices[index] = nil }
+        }
+        handshakesBySource.prune(now: now)
+        hintsBySource.prune(now: now)
+    }
+
+    /// Sessions held, counting unconfirmed and previous ones.
+    public var sessionCount: Int { indices.count }
+
+    private mutating func drop(_ reason: DropReason) -> ServerEvent {
+        drops.count(reason)
+        return .dropped(reason)
+    }
+
+    /// Forgets the index of a session pushed out; its keys are wiped when it goes.
+    private mutating func retire(_ session: TransportSession?) {
+        if let session { indices[session.localIndex] = nil }
+    }
+
+    /// A random receiver index that no session uses (zero is reserved for rejections).
+    private func freshIndex() -> UInt32 {
+        while true {
+            let index = Primitives.randomUInt32()
+            if index != 0, indices[index] == nil { return index }
+        }
+    }
+}
+
+/// A handshake held while its password is checked. It carries the password, so keep it only
+/// as long as the check runs.
+public struct PasswordCheck: Equatable, Sendable {
+    /// The user who claims to be logging in.
+    public let peer: PeerID
+    let source: SocketAddress
+    let senderIndex: UInt32
+    let responder: NoiseIK.Responder
+    let timestamp: TAI64N
+    let hash: PasswordHash
+    let password: [UInt8]
+    let proof: [UInt8]
+
+    /// Runs Argon2id (tens of milliseconds and 64 MiB at the interactive cost): call it off the data path.
+    public func verify() -> Bool { hash.verify(password) }
+
+    public static func == (a: PasswordCheck, b: PasswordCheck) -> Bool {
+        a.peer == b.peer && a.senderIndex == b.senderIndex && a.timestamp == b.timestamp && a.source == b.source
+    }
+}
+
+/// What the server keeps per user.
+struct PeerState {
+    enum Slot { case current, next, previous }
+
+    /// The user's inner addresses: the only sources their packets may carry.
+    let addresses: [IPAddress]
+    var endpoint: SocketAddress?
+    var current: TransportSession?
+    var next: TransportSession?
+    var previous: TransportSession?
+    /// The greatest initiation timestamp accepted: older or equal ones are replays.
+    var lastTimestamp: TAI64N?
+    /// The keyed hash of the last password that passed Argon2id for this peer.
+    var passwordProof: [UInt8]?
+
+    init(addresses: [IPAddress]) { self.addresses = addresses }
+
+    /// Opens a data packet on whichever session has `index`; nil when none has.
+    mutating func open(
+        _ datagram: UnsafeMutableRawBufferPointer, index: UInt32, now: Moment, limits: SessionLimits
+    ) -> (Result<TransportSession.Opened, DropReason>, Slot)? {
+        if current?.localIndex == index, let result = current?.open(datagram, now: now, limits: limits) {
+            return (result, .current)
+        }
+        if next?.localIndex == index, let result = next?.open(datagram, now: now, limits: limits) {
+            return (result, .next)
+        }
+        if previous?.localIndex == index, let result = previous?.open(datagram, now: now, limits: limits) {
+            return (result, .previous)
+        }
+        return nil
+    }
+
+    /// The client used the newest session: it becomes current. Returns the session pushed out.
+    mutating func promote() -> TransportSession? {
+        let retired = previous
+        previous = current
+        current = next
+        next = nil
+        return retired
+    }
+
+    /// Drops sessions established longer than `age` ago; returns their indices.
+    mutating func forget(olderThan age: Duration, now: Moment) -> [UInt32] {
+        var forgotten: [UInt32] = []
+        func check(_ session: inout TransportSession?) {
+            if let s = session, now - s.established >= age {
+                forgotten.append(s.localIndex)
+                session = nil
+            }
+        }
+        check(&current)
+        check(&next)
+        check(&previous)
+        return forgotten
+    }
+}
+
+extension InitiationPayload {
+    /// Overwrites the password bytes this copy holds.
+    mutating func wipePassword() {
+        if password != nil { Primitives.wipe(&password!) }
+        password = nil
+    }
+}

@@ -1,0 +1,131 @@
+/// When a session should be replaced and when it must stop, as WireGuard sets them
+/// (whitepaper §6.1); tests shrink them to reach the edges.
+public struct SessionLimits: Equatable, Sendable {
+    /// After sending this many messages the client starts a new handshake.
+    public var rekeyAfterMessages: UInt64
+    /// No counter at or past this is sent or accepted: far below 2^64, where the nonce would repeat.
+    public var rejectAfterMessages: UInt64
+    /// A session this old makes the client start a new handshake.
+    public var rekeyAfterTime: Duration
+    /// A session this old is used for nothing, in either direction.
+    public var rejectAfterTime: Duration
+
+    public init(
+        rekeyAfterMessages: UInt64 = 1 << 60,
+        rejectAfterMessages: UInt64 = .max - 1984 - 1,  // 2^64 - 1 - ReplayWindow.size
+        rekeyAfterTime: Duration = .seconds(120),
+        rejectAfterTime: Duration = .seconds(180)
+    ) {
+        self.rekeyAfterMessages = rekeyAfterMessages
+        self.rejectAfterMessages = rejectAfterMessages
+        self.rekeyAfterTime = rekeyAfterTime
+        self.rejectAfterTime = rejectAfterTime
+    }
+}
+
+/// Why an outgoing packet could not be sealed.
+public enum SealFailure: Error, Equatable, Sendable {
+    /// No session to seal with: no handshake has completed, or (at the server) the peer has not
+    /// yet confirmed the newest one.
+    case noSession
+    /// The session reached its message or age limit; a new handshake is needed.
+    case sessionExpired
+    /// The buffer cannot hold headroom, packet and tailroom, or the packet exceeds a datagram.
+    case badLength
+}
+
+/// One direction pair of keys after a handshake, with the counters and replay window that
+/// keep its nonces unique and its packets fresh.
+struct TransportSession {
+    /// The index this side chose: peers put it in the packets they send us.
+    let localIndex: UInt32
+    /// The index the other side chose: we put it in the packets we send.
+    let remoteIndex: UInt32
+    let keys: TransportKeys
+    /// When the handshake completed, on this side's clock.
+    let established: Moment
+    private(set) var sendCounter: UInt64 = 0
+    private(set) var window = ReplayWindow()
+
+    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, established: Moment) {
+        self.localIndex = localIndex
+        self.remoteIndex = remoteIndex
+        self.keys = keys
+        self.established = established
+    }
+
+    func isExpired(now: Moment, limits: SessionLimits) -> Bool {
+        now - established >= limits.rejectAfterTime
+    }
+
+    func needsRekey(now: Moment, limits: SessionLimits) -> Bool {
+        sendCounter >= limits.rekeyAfterMessages || now - established >= limits.rekeyAfterTime
+    }
+
+    /// Seals in place: `buffer` holds `DataPacket.headroom` spare bytes, `innerLength` bytes of
+    /// inner packet, then `DataPacket.tailroom` spare bytes. Returns the datagram's length.
+    mutating func seal(
+        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Moment, limits: SessionLimits
+    ) throws(SealFailure) -> Int {
+        guard innerLength >= 0, innerLength <= DataPacket.maxInnerLength,
+              buffer.count >= innerLength + DataPacket.overhead
+        else { throw .badLength }
+        guard sendCounter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {
+            throw .sessionExpired
+        }
+        let counter = sendCounter
+        sendCounter += 1
+        let header = UInt32(Wire.version) | UInt32(MessageType.data.rawValue) << 8  // version, type, 0, 0
+        buffer.storeBytes(of: header.littleEndian, toByteOffset: 0, as: UInt32.self)
+        buffer.storeBytes(of: remoteIndex.littleEndian, toByteOffset: DataPacket.receiverOffset, as: UInt32.self)
+        buffer.storeBytes(of: counter.littleEndian, toByteOffset: DataPacket.counterOffset, as: UInt64.self)
+        let end = DataPacket.headroom + innerLength
+        Primitives.sealInPlace(
+            key: keys.send, counter: counter,
+            ad: UnsafeRawBufferPointer(rebasing: buffer[..<DataPacket.headroom]),
+            text: UnsafeMutableRawBufferPointer(rebasing: buffer[DataPacket.headroom..<end]),
+            tag: buffer.baseAddress! + end)
+        return end + DataPacket.tailroom
+    }
+
+    /// Seals a whole message (a keepalive or control message) into a new datagram.
+    mutating func seal(message: [UInt8], now: Moment, limits: SessionLimits) throws(SealFailure) -> [UInt8] {
+        var datagram = DataPacket.frame(message)
+        let count = message.count
+        _ = try datagram.withMutableBytes { (buffer) throws(SealFailure) in
+            try seal(buffer, innerLength: count, now: now, limits: limits)
+        }
+        return datagram
+    }
+
+    /// What opening a data packet yields.
+    struct Opened {
+        /// Where the plaintext lies in the datagram.
+        var range: Range<Int>
+        /// True when the counter is the greatest seen on this session: only such a packet may
+        /// move the peer's endpoint, so a late packet from an old address cannot undo a roam.
+        var isNewest: Bool
+    }
+
+    /// Opens a data packet in place, after the caller matched its receiver index to this session.
+    /// Nothing changes unless the packet authenticates and is fresh.
+    mutating func open(
+        _ datagram: UnsafeMutableRawBufferPointer, now: Moment, limits: SessionLimits
+    ) -> Result<Opened, DropReason> {
+        let counter = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt64.self, at: DataPacket.counterOffset)
+        guard counter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {
+            return .failure(.sessionExpired)
+        }
+        guard window.check(counter) else { return .failure(.replayed) }
+        let end = datagram.count - DataPacket.tailroom
+        let authentic = Primitives.openInPlace(
+            key: keys.receive, counter: counter,
+            ad: UnsafeRawBufferPointer(rebasing: datagram[..<DataPacket.headroom]),
+            text: UnsafeMutableRawBufferPointer(rebasing: datagram[DataPacket.headroom..<end]),
+            tag: UnsafeRawPointer(datagram.baseAddress! + end))
+        guard authentic else { return .failure(.decryptFailed) }
+        let isNewest = counter >= window.next
+        _ = window.accept(counter)
+        return .success(Opened(range: DataPacket.headroom..<end, isNewest: isNewest))
+    }
+}

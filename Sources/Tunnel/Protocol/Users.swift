@@ -1,0 +1,185 @@
+import CSodium
+public import PathMonitor
+
+/// Argon2id work per password check. Production uses `.interactive`; tests use `.minimum`.
+public struct PasswordCost: Equatable, Sendable {
+    /// Passes over memory.
+    public var operations: Int
+    /// Bytes of memory.
+    public var memory: Int
+
+    public init(operations: Int, memory: Int) {
+        self.operations = operations
+        self.memory = memory
+    }
+
+    /// libsodium's interactive level (2 passes over 64 MiB): tens of milliseconds per check.
+    public static var interactive: PasswordCost {
+        PasswordCost(operations: crypto_pwhash_opslimit_interactive(), memory: crypto_pwhash_memlimit_interactive())
+    }
+
+    /// The least libsodium allows: only for tests, where speed matters more than strength.
+    public static var minimum: PasswordCost {
+        PasswordCost(operations: crypto_pwhash_opslimit_min(), memory: crypto_pwhash_memlimit_min())
+    }
+}
+
+/// A password as the server stores it: an Argon2id string (`$argon2id$v=19$m=...,t=...,p=1$salt$hash`)
+/// that carries its own salt and cost, so hashes made at different costs verify alike.
+public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
+    /// The encoded hash, as the users file stores it.
+    public let encoded: String
+
+    /// A stored hash; nil unless it is an Argon2id string of sane length.
+    public init?(encoded: String) {
+        guard encoded.hasPrefix("$argon2id$"), encoded.utf8.count < crypto_pwhash_strbytes() else { return nil }
+        self.encoded = encoded
+    }
+
+    /// Hashes `password` with a fresh random salt (for `agent passwd` and for tests).
+    public static func create(password: String, cost: PasswordCost = .interactive) throws(CryptoError) -> PasswordHash {
+        try Sodium.initialize()
+        var out = [CChar](repeating: 0, count: crypto_pwhash_strbytes())
+        // A NUL past the end so even an empty password has an address to pass.
+        var bytes = Array(password.utf8) + [0]
+        defer { bytes.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) } }
+        let status = bytes.withUnsafeBufferPointer { password in
+            password.withMemoryRebound(to: CChar.self) {
+                crypto_pwhash_str_alg(
+                    &out, $0.baseAddress!, UInt64($0.count - 1), UInt64(cost.operations), cost.memory,
+                    crypto_pwhash_alg_argon2id13())
+            }
+        }
+        guard status == 0,
+              let hash = PasswordHash(encoded: String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        else { throw .passwordHashing }
+        return hash
+    }
+
+    /// True when `password` matches.
+    public func verify(_ password: String) -> Bool { verify(Array(password.utf8)) }
+
+    func verify(_ password: [UInt8]) -> Bool {
+        var bytes = password + [0]
+        defer { bytes.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) } }
+        return encoded.withCString { hash in
+            bytes.withUnsafeBufferPointer { password in
+                password.withMemoryRebound(to: CChar.self) {
+                    crypto_pwhash_str_verify(hash, $0.baseAddress!, UInt64($0.count - 1)) == 0
+                }
+            }
+        }
+    }
+
+    /// Hashes are not secrets, but they invite offline guessing: logs show only the kind.
+    public var description: String { "argon2id(redacted)" }
+}
+
+/// One person or device allowed in, and the inner addresses that are always theirs.
+public struct User: Hashable, Sendable {
+    /// The login name, for password users (at most 255 bytes of UTF-8, compared byte for byte).
+    public var name: String?
+    /// The static key the client must hold, when pinned.
+    public var publicKey: PublicKey?
+    /// At most one IPv4 and one IPv6 address: the only sources this user's packets may carry,
+    /// and where packets to them are routed.
+    public var addresses: [IPAddress]
+    /// Argon2id hash of the password, for users who must give one.
+    public var passwordHash: PasswordHash?
+
+    public init(name: String? = nil, publicKey: PublicKey? = nil, addresses: [IPAddress], passwordHash: PasswordHash? = nil) {
+        self.name = name
+        self.publicKey = publicKey
+        self.addresses = addresses
+        self.passwordHash = passwordHash
+    }
+
+    /// How logs name the user: the name, else the key.
+    public var label: String { name ?? publicKey.map { "key:\($0)" } ?? "?" }
+}
+
+/// A user by position in the server's database: cheap to hash on the data path.
+public struct PeerID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// Index into `UserDatabase.users`.
+    public let index: Int
+    public init(index: Int) { self.index = index }
+    public static func < (a: PeerID, b: PeerID) -> Bool { a.index < b.index }
+    public var description: String { "peer#\(index)" }
+}
+
+/// A users file that cannot work as written.
+public enum UserDatabaseError: Error, Equatable, CustomStringConvertible {
+    /// The entry has neither a name nor a key: no handshake could ever select it.
+    case noIdentity(entry: Int)
+    /// The entry has no key and no password: anyone who knew the name could log in.
+    case noCredential(entry: Int)
+    /// The name is empty or longer than 255 bytes.
+    case badName(entry: Int)
+    /// The entry needs one or two addresses, at most one per family.
+    case badAddresses(entry: Int)
+    /// Two entries have the same name.
+    case duplicateName(String)
+    /// Two entries pin the same key.
+    case duplicateKey(PublicKey)
+    /// Two entries claim the same inner address.
+    case duplicateAddress(IPAddress)
+
+    public var description: String {
+        switch self {
+        case .noIdentity(let n): "user \(n + 1): needs a name or a public key"
+        case .noCredential(let n): "user \(n + 1): needs a public key or a password hash, or anyone could log in as it"
+        case .badName(let n): "user \(n + 1): the name must be 1 to 255 bytes"
+        case .badAddresses(let n): "user \(n + 1): needs an IPv4 and/or an IPv6 address, at most one of each"
+        case .duplicateName(let name): "user '\(name)' is listed twice"
+        case .duplicateKey(let key): "key \(key) is listed for two users"
+        case .duplicateAddress(let address): "address \(address) is given to two users"
+        }
+    }
+}
+
+/// The server's users: who may connect, how they prove it, and their stable inner addresses.
+public struct UserDatabase: Sendable {
+    public let users: [User]
+    private let byName: [String: PeerID]
+    private let byKey: [PublicKey: PeerID]
+    private let byAddress: [IPAddress: PeerID]
+
+    /// Checks that every user can be selected, needs a secret, and owns addresses nobody else has.
+    public init(_ users: [User]) throws(UserDatabaseError) {
+        var byName: [String: PeerID] = [:]
+        var byKey: [PublicKey: PeerID] = [:]
+        var byAddress: [IPAddress: PeerID] = [:]
+        for (index, user) in users.enumerated() {
+            let peer = PeerID(index: index)
+            guard user.name != nil || user.publicKey != nil else { throw .noIdentity(entry: index) }
+            guard user.publicKey != nil || user.passwordHash != nil else { throw .noCredential(entry: index) }
+            let families = user.addresses.map(\.family)
+            guard (1...2).contains(families.count), Set(families).count == families.count else {
+                throw .badAddresses(entry: index)
+            }
+            if let name = user.name {
+                guard (1...255).contains(name.utf8.count) else { throw .badName(entry: index) }
+                guard byName.updateValue(peer, forKey: name) == nil else { throw .duplicateName(name) }
+            }
+            if let key = user.publicKey {
+                guard byKey.updateValue(peer, forKey: key) == nil else { throw .duplicateKey(key) }
+            }
+            for address in user.addresses {
+                guard byAddress.updateValue(peer, forKey: address) == nil else { throw .duplicateAddress(address) }
+            }
+        }
+        self.users = users
+        self.byName = byName
+        self.byKey = byKey
+        self.byAddress = byAddress
+    }
+
+    public subscript(peer: PeerID) -> User { users[peer.index] }
+
+    /// The user with this login name.
+    public func peer(named name: String) -> PeerID? { byName[name] }
+    /// The user who pinned this static key.
+    public func peer(forKey key: PublicKey) -> PeerID? { byKey[key] }
+    /// The user whose inner address this is: where the server routes a packet for `address`.
+    public func peer(owning address: IPAddress) -> PeerID? { byAddress[address] }
+}

@@ -1,0 +1,353 @@
+public import PathMonitor
+
+/// Every datagram starts with the same 4-byte header:
+///
+///     0       1       2       3
+///     version type    reserved (zero)
+///
+/// Multi-byte integers are little-endian except inside TAI64N labels and IP addresses.
+enum Wire {
+    /// The protocol version this build speaks.
+    static let version: UInt8 = 1
+    /// The Noise prologue. It names the version, so a transcript of one version can never
+    /// complete as another's: both sides hash it before the first message.
+    static let prologue = Array("roam protocol version 1".utf8)
+    static let headerLength = 4
+    /// The largest datagram either side reads: the largest UDP payload.
+    static let maxDatagram = 65_535
+
+    /// The message type, once the header and the length fit it; otherwise why not.
+    static func messageType(of datagram: UnsafeRawBufferPointer) -> Result<MessageType, DropReason> {
+        guard datagram.count >= headerLength else { return .failure(.malformed) }
+        guard datagram[0] == version else { return .failure(.unsupportedVersion) }
+        guard datagram[2] == 0, datagram[3] == 0, let type = MessageType(rawValue: datagram[1]) else {
+            return .failure(.malformed)
+        }
+        guard type.lengths.contains(datagram.count) else { return .failure(.malformed) }
+        return .success(type)
+    }
+
+    /// The header for `type`.
+    static func header(_ type: MessageType) -> [UInt8] { [version, type.rawValue, 0, 0] }
+}
+
+/// The second header byte.
+enum MessageType: UInt8 {
+    /// Client to server: Noise IK message 1, credentials and timestamp inside, mac1 outside.
+    case initiation = 1
+    /// Server to client: Noise IK message 2, the verdict and inner addresses inside.
+    case response = 2
+    /// Either way: an encrypted inner IP packet, keepalive or control message.
+    case data = 3
+    /// Server to client, unauthenticated: "I hold no session for the index you used".
+    case sessionUnknown = 4
+
+    /// Datagram lengths this type may have.
+    var lengths: ClosedRange<Int> {
+        switch self {
+        case .initiation: Initiation.minLength...Initiation.maxLength
+        case .response: Response.minLength...Response.maxLength
+        case .data: DataPacket.overhead...Wire.maxDatagram
+        case .sessionUnknown: SessionUnknown.length...SessionUnknown.length
+        }
+    }
+}
+
+/// Handshake initiation layout:
+///
+///     0   header (version, 1, 0, 0)
+///     4   sender index: the client's index for the new session (u32 LE)
+///     8   ephemeral public key (32)
+///     40  encrypted static public key (32 + 16 tag)
+///     88  encrypted payload (n + 16 tag), n padded to a multiple of 64
+///     -16 mac1 (16)
+enum Initiation {
+    static let senderOffset = 4
+    static let noiseOffset = 8
+    static let macLength = 16
+    /// The payload before padding: timestamp, two lengths, username and password of 0...255 bytes.
+    static let minPayload = TAI64N.length + 2
+    static let maxPayload = paddedLength(minPayload + 255 + 255)
+    static let minLength = noiseOffset + NoiseIK.initiationOverhead + minPayload + macLength
+    static let maxLength = noiseOffset + NoiseIK.initiationOverhead + maxPayload + macLength
+
+    /// Payloads are padded to 64-byte blocks so the length of a username and password barely shows.
+    static func paddedLength(_ n: Int) -> Int { (n + 63) / 64 * 64 }
+}
+
+/// mac1, WireGuard's cheap filter: HMAC-SHA256 over the initiation up to the MAC, keyed with
+/// HASH("mac1----" || server public key) and truncated to 16 bytes. Anyone who knows the server's
+/// public key can compute it, so it proves nothing about the sender; it lets the server discard
+/// random and misdirected packets before any Diffie-Hellman, and a scan cannot confirm that a
+/// server exists without its public key.
+struct Mac1 {
+    private let key: [UInt8]
+
+    init(serverKey: PublicKey) { key = Primitives.hash(Array("mac1----".utf8), serverKey.bytes) }
+
+    /// Writes the MAC of everything before the last 16 bytes of `message` into those bytes.
+    func stamp(_ message: inout [UInt8]) {
+        let covered = message.count - Initiation.macLength
+        let mac = compute(message.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[..<covered]) }, key: key)
+        message.replaceSubrange(covered..., with: mac)
+    }
+
+    /// True when the last 16 bytes of `message` are the MAC of the rest.
+    func verify(_ message: UnsafeRawBufferPointer) -> Bool {
+        let covered = message.count - Initiation.macLength
+        guard covered > 0 else { return false }
+        let mac = compute(UnsafeRawBufferPointer(rebasing: message[..<covered]), key: key)
+        return mac.withUnsafeBytes {
+            Primitives.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: message[covered...]))
+        }
+    }
+
+    private func compute(_ covered: UnsafeRawBufferPointer, key: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        key.withUnsafeBytes { key in out.withUnsafeMutableBufferPointer { Primitives.hmac(key: key, [covered], into: $0.baseAddress!) } }
+        return Array(out.prefix(Initiation.macLength))
+    }
+}
+
+/// The initiation's encrypted payload:
+///
+///     0   timestamp (TAI64N, 12)
+///     12  username length U (0 = none)
+///     13  password length P (0 = none)
+///     14  username (U bytes, UTF-8), then password (P bytes, UTF-8)
+///     ..  zero padding to a multiple of 64 bytes
+struct InitiationPayload {
+    var timestamp: TAI64N
+    var username: [UInt8]?
+    var password: [UInt8]?
+
+    func encoded() -> [UInt8] {
+        let user = username ?? []
+        let pass = password ?? []
+        var bytes = timestamp.bytes + [UInt8(user.count), UInt8(pass.count)] + user + pass
+        bytes += [UInt8](repeating: 0, count: Initiation.paddedLength(bytes.count) - bytes.count)
+        return bytes
+    }
+
+    /// Nil when the lengths overrun the payload or the timestamp is not a TAI64N label.
+    init?(decoding bytes: [UInt8]) {
+        guard bytes.count >= Initiation.minPayload,
+              let timestamp = TAI64N(bytes: bytes[0..<TAI64N.length])
+        else { return nil }
+        let userLength = Int(bytes[12])
+        let passLength = Int(bytes[13])
+        guard bytes.count >= Initiation.minPayload + userLength + passLength else { return nil }
+        self.timestamp = timestamp
+        username = userLength == 0 ? nil : Array(bytes[14..<14 + userLength])
+        password = passLength == 0 ? nil : Array(bytes[(14 + userLength)..<(14 + userLength + passLength)])
+    }
+
+    init(timestamp: TAI64N, username: [UInt8]?, password: [UInt8]?) {
+        self.timestamp = timestamp
+        self.username = username
+        self.password = password
+    }
+}
+
+/// Handshake response layout:
+///
+///     0   header (version, 2, 0, 0)
+///     4   sender index: the server's index for the new session (u32 LE)
+///     8   receiver index: the client's index from the initiation (u32 LE)
+///     12  ephemeral public key (32)
+///     44  encrypted payload (22 + 16 tag)
+enum Response {
+    static let senderOffset = 4
+    static let receiverOffset = 8
+    static let noiseOffset = 12
+    static let minLength = noiseOffset + NoiseIK.responseOverhead + ResponsePayload.length
+    /// Room for later versions to say more; this one reads the first 22 bytes.
+    static let maxLength = noiseOffset + NoiseIK.responseOverhead + 256
+}
+
+/// The response's encrypted payload:
+///
+///     0   verdict: 0 accepted, 1 rejected (unknown user, wrong key or wrong password; which is not said)
+///     1   flags: bit 0 an IPv4 address follows, bit 1 an IPv6 address follows
+///     2   IPv4 inner address (4, zero when absent)
+///     6   IPv6 inner address (16, zero when absent)
+struct ResponsePayload: Equatable {
+    static let length = 22
+    var accepted: Bool
+    var addresses: [IPAddress]
+
+    func encoded() -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: Self.length)
+        bytes[0] = accepted ? 0 : 1
+        for address in addresses {
+            switch address {
+            case .v4:
+                bytes[1] |= 1
+                bytes.replaceSubrange(2..<6, with: address.bytes)
+            case .v6:
+                bytes[1] |= 2
+                bytes.replaceSubrange(6..<22, with: address.bytes)
+            }
+        }
+        return bytes
+    }
+
+    init(accepted: Bool, addresses: [IPAddress]) {
+        self.accepted = accepted
+        self.addresses = addresses
+    }
+
+    init?(decoding bytes: [UInt8]) {
+        guard bytes.count >= Self.length, bytes[0] <= 1, bytes[1] & ~3 == 0 else { return nil }
+        accepted = bytes[0] == 0
+        addresses = []
+        if bytes[1] & 1 != 0, let v4 = IPAddress(bytes: bytes[2..<6]) { addresses.append(v4) }
+        if bytes[1] & 2 != 0, let v6 = IPAddress(bytes: bytes[6..<22]) { addresses.append(v6) }
+    }
+}
+
+/// Data packet layout, the only message on the hot path:
+///
+///     0   header (version, 3, 0, 0)
+///     4   receiver index: the index the receiving side chose for this session (u32 LE)
+///     8   counter: the sender's message number, also the AEAD nonce (u64 LE)
+///     16  ciphertext of the inner packet (n bytes)
+///     16+n  Poly1305 tag (16)
+///
+/// The 16-byte header is the AEAD's associated data. Sealing and opening work in place: a
+/// buffer holds `headroom` spare bytes, the inner packet, then `tailroom` spare bytes.
+public enum DataPacket {
+    /// Bytes before the inner packet in a sealed datagram.
+    public static let headroom = 16
+    /// Bytes after the inner packet in a sealed datagram.
+    public static let tailroom = Primitives.tagLength
+    /// Bytes a datagram adds to its inner packet.
+    public static let overhead = headroom + tailroom
+    /// The largest inner packet a datagram can carry.
+    public static let maxInnerLength = Wire.maxDatagram - overhead
+
+    static let receiverOffset = 4
+    static let counterOffset = 8
+
+    /// `packet` framed for sealing: zeroed headroom, the packet, zeroed tailroom.
+    public static func frame(_ packet: some Collection<UInt8>) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: headroom)
+        buffer.reserveCapacity(packet.count + overhead)
+        buffer += packet
+        buffer += [UInt8](repeating: 0, count: tailroom)
+        return buffer
+    }
+}
+
+/// Session-unknown hint layout:
+///
+///     0   header (version, 4, 0, 0)
+///     4   the receiver index the server did not recognise (u32 LE)
+enum SessionUnknown {
+    static let length = 8
+
+    static func encode(index: UInt32) -> [UInt8] {
+        Wire.header(.sessionUnknown) + withUnsafeBytes(of: index.littleEndian) { Array($0) }
+    }
+}
+
+/// Control messages ride inside data packets. An IP packet's first nibble is 4 or 6, so a first
+/// byte of zero cannot be one; an empty plaintext is a keepalive.
+///
+///     0   zero
+///     1   kind: 1 probe, 2 echo
+///     2   probe id (u64 LE), chosen by the prober
+///     10  the prober's clock when it sent the probe, in nanoseconds (i64 LE); echoed unchanged
+enum Control {
+    static let length = 18
+    static let probe: UInt8 = 1
+    static let echo: UInt8 = 2
+
+    static func encode(kind: UInt8, id: UInt64, sentAt: Moment) -> [UInt8] {
+        [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
+            + withUnsafeBytes(of: sentAt.nanoseconds.littleEndian) { Array($0) }
+    }
+}
+
+/// What an authenticated plaintext turned out to be.
+enum InnerContent: Equatable {
+    case keepalive
+    case packet(source: IPAddress)
+    case probe(id: UInt64, sentAt: Moment)
+    case echo(id: UInt64, sentAt: Moment)
+    case malformed
+
+    init(_ plaintext: UnsafeRawBufferPointer) {
+        guard let first = plaintext.first else {
+            self = .keepalive
+            return
+        }
+        if first != 0 {
+            self = InnerPacket.source(of: plaintext).map { .packet(source: $0) } ?? .malformed
+            return
+        }
+        guard plaintext.count == Control.length else {
+            self = .malformed
+            return
+        }
+        let id = plaintext.loadLittleEndian(UInt64.self, at: 2)
+        let sentAt = Moment(nanoseconds: Int64(bitPattern: plaintext.loadLittleEndian(UInt64.self, at: 10)))
+        switch plaintext[1] {
+        case Control.probe: self = .probe(id: id, sentAt: sentAt)
+        case Control.echo: self = .echo(id: id, sentAt: sentAt)
+        default: self = .malformed
+        }
+    }
+}
+
+/// Addresses in an inner IPv4 or IPv6 header, read without allocating, for routing by inner
+/// destination and for checking that a client sends only from its own inner address.
+public enum InnerPacket {
+    /// The source address; nil when the bytes are not an IPv4 or IPv6 header.
+    public static func source(of packet: UnsafeRawBufferPointer) -> IPAddress? {
+        address(in: packet, v4Offset: 12, v6Offset: 8)
+    }
+
+    /// The destination address; nil when the bytes are not an IPv4 or IPv6 header.
+    public static func destination(of packet: UnsafeRawBufferPointer) -> IPAddress? {
+        address(in: packet, v4Offset: 16, v6Offset: 24)
+    }
+
+    private static func address(in packet: UnsafeRawBufferPointer, v4Offset: Int, v6Offset: Int) -> IPAddress? {
+        guard let first = packet.first else { return nil }
+        switch first >> 4 {
+        case 4 where packet.count >= 20:
+            return .v4(packet.loadBigEndian(UInt32.self, at: v4Offset))
+        case 6 where packet.count >= 40:
+            return .v6(packet.loadBigEndian(UInt64.self, at: v6Offset), packet.loadBigEndian(UInt64.self, at: v6Offset + 8))
+        default:
+            return nil
+        }
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    @inline(__always)
+    func loadLittleEndian<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
+        T(littleEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+
+    @inline(__always)
+    func loadBigEndian<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
+        T(bigEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// `withUnsafeMutableBytes` for a body that throws a typed error, which `rethrows` would erase.
+    mutating func withMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        let result: Result<R, E> = withUnsafeMutableBytes { buffer in
+            do throws(E) {
+                return .success(try body(buffer))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+}

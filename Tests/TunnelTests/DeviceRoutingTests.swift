@@ -1,0 +1,99 @@
+import Glibc
+import PathMonitor
+import Testing
+import Tunnel
+
+@Suite(.enabled(if: TunnelLab.isRoot, TunnelLab.skipReason), .serialized)
+struct DeviceRoutingTests {
+    @Test func fullTunnelInstallsWgQuicksRulesAndRemovesThem() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: laptop.namespace)
+        let routes = try TunnelRoutes(.full(FullTunnel()), device: tun, namespace: laptop.namespace)
+        for family in ["-4", "-6"] {
+            let rules = try laptop.ip("\(family) rule show")
+            #expect(rules.contains("32764:\tfrom all lookup main suppress_prefixlength 0"), "\(rules)")
+            #expect(rules.contains("32765:\tnot from all fwmark 0xca6c lookup 51820"), "\(rules)")
+            #expect(try laptop.ip("\(family) route show table 51820").contains("default dev roam0"))
+        }
+        // The kernel's own answer: everything unmarked goes into the tunnel, marked packets
+        // take the main table's best uplink, and the LAN stays on the LAN.
+        let netlink = try laptop.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
+        let far = IPAddress("198.51.100.7")!
+        let eth0 = try #require(try netlink.link(named: "eth0"))
+        #expect(try netlink.lookupRoute(to: far)?.nextHops.first?.linkIndex == tun.index)
+        #expect(try netlink.lookupRoute(to: far, mark: 0xca6c)?.nextHops.first?.linkIndex == eth0.index)
+        #expect(try netlink.lookupRoute(to: IPAddress("10.20.0.1")!)?.nextHops.first?.linkIndex == eth0.index)
+        #expect(try netlink.lookupRoute(to: IPAddress("2001:db8::1")!)?.nextHops.first?.linkIndex == tun.index)
+
+        try routes.remove()
+        try routes.remove()  // again: nothing left, no error
+        for family in ["-4", "-6"] {
+            let rules = try laptop.ip("\(family) rule show")
+            #expect(!rules.contains("51820") && !rules.contains("suppress_prefixlength"), "\(rules)")
+            #expect(try laptop.ip("\(family) route show table all").contains("table 51820") == false)
+        }
+        withExtendedLifetime(server) {}
+    }
+
+    @Test func theSessionsMarkedSocketReachesTheServerPastTheTunnel() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: laptop.namespace)
+        let mode = RoutingMode.full(FullTunnel())
+        let routes = try TunnelRoutes(mode, device: tun, namespace: laptop.namespace)
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
+
+        // The session's socket: marked, so it takes the current uplink (eth0, metric 100).
+        let session = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), mark: mode.socketMark, namespace: laptop.namespace)
+        var mark: UInt32 = 0
+        var length = socklen_t(MemoryLayout<UInt32>.size)
+        #expect(getsockopt(session.fileDescriptor, SOL_SOCKET, SO_MARK, &mark, &length) == 0 && mark == 0xca6c)
+        #expect(try session.send(Array("handshake".utf8), to: listener.local))
+        let arrived = try #require(try listener.receive())
+        #expect(arrived.bytes == Array("handshake".utf8) && arrived.peer.ip == IPAddress("10.20.0.57"))
+        // And the answer comes back to it.
+        #expect(try listener.send(Array("welcome".utf8), to: arrived.peer))
+        #expect(try session.receive()?.bytes == Array("welcome".utf8))
+
+        // Any other socket's packet to the same server goes into the tunnel instead.
+        let other = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        #expect(try other.send(Array("app".utf8), to: listener.local))
+        #expect(try tun.nextIPv4 { $0.destination == listener.local.ip } != nil)
+        #expect(try listener.receive(timeout: .milliseconds(200)) == nil)
+
+        // The uplink goes: the marked socket follows the main table to wifi0, no route to fix.
+        try laptop.ip("link set eth0 down")
+        #expect(try session.send(Array("roamed".utf8), to: listener.local))
+        #expect(try listener.receive()?.peer.ip == IPAddress("192.168.1.23"))
+        try routes.remove()
+    }
+
+    @Test func rulesLeftByACrashAreAdoptedAndRemoved() throws {
+        let lab = try TunnelLab()
+        try lab.ip("rule add priority 32765 not fwmark 0xca6c lookup 51820")
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [], namespace: lab.namespace)
+        let routes = try TunnelRoutes(.full(FullTunnel(families: [.v4])), device: tun, namespace: lab.namespace)
+        #expect(try lab.ip("rule show").components(separatedBy: "lookup 51820").count == 2, "one rule, not two")
+        try routes.remove()
+        #expect(try !lab.ip("rule show").contains("51820"))
+    }
+
+    @Test func droppingTheOwnerRemovesRulesAndARefusedPlanLeavesNothing() throws {
+        let lab = try TunnelLab()
+        var tun: TunDevice? = try TunDevice(name: "roam0", mtu: 1420, addresses: [], namespace: lab.namespace)
+        var routes: TunnelRoutes? = try TunnelRoutes(.full(FullTunnel()), device: tun!, namespace: lab.namespace)
+        tun = nil  // the TUN goes first: its table routes die with it, the rules do not
+        #expect(try lab.ip("rule show").contains("51820"))
+        routes = nil
+        #expect(try !lab.ip("rule show").contains("51820"))
+        #expect(try !lab.ip("-6 rule show").contains("51820"))
+        withExtendedLifetime(routes) {}
+
+        // A mode the kernel refuses halfway (host bits set in a route's prefix) rolls back
+        // what it had installed.
+        let second = try TunDevice(name: "roam1", mtu: 1420, addresses: [], namespace: lab.namespace)
+        #expect(throws: DeviceError.self) {
+            try TunnelRoutes(.split([Prefix("198.18.0.0/15")!, Prefix("10.1.2.3/8")!]), device: second, namespace: lab.namespace)
+        }
+        #expect(try !lab.ip("route show").contains("198.18.0.0/15"))
+    }
+}

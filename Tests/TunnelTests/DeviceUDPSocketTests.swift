@@ -1,0 +1,107 @@
+import Glibc
+import PathMonitor
+import Testing
+import Tunnel
+
+@Suite(.enabled(if: TunnelLab.isRoot, TunnelLab.skipReason), .serialized)
+struct DeviceUDPSocketTests {
+    @Test func batchesOf64GoOverAVethAndComeBackAsTheyAre() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
+        let client = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                   namespace: laptop.namespace)
+        #expect(client.local.port != 0 && client.local.ip == IPAddress("10.20.0.57"))
+
+        let outgoing = PacketBatch(capacity: 64)
+        for i in 0..<64 {
+            #expect(outgoing.append(to: listener.local) { slot in
+                for j in 0..<1400 { slot[j] = UInt8(truncatingIfNeeded: i &+ j) }
+                return 1400
+            })
+        }
+        #expect(try client.send(outgoing) == 64)
+
+        // The listener takes them 32 at a time, then echoes each batch as it stands: a
+        // received batch keeps its peers.
+        let incoming = PacketBatch(capacity: 32)
+        var firstBytes: [UInt8] = []
+        let deadline = ContinuousClock.now + .seconds(3)
+        while firstBytes.count < 64, ContinuousClock.now < deadline {
+            let n = try listener.receive(into: incoming, timeout: .milliseconds(500))
+            for i in 0..<n {
+                #expect(incoming.packet(at: i).count == 1400)
+                #expect(incoming.peer(at: i) == client.local)
+                firstBytes.append(incoming.packet(at: i)[0])
+            }
+            #expect(try listener.send(incoming) == n)
+        }
+        #expect(firstBytes == (0..<64).map { UInt8($0) })
+
+        var echoed = 0
+        while echoed < 64, ContinuousClock.now < deadline {
+            let n = try client.receive(into: incoming, timeout: .milliseconds(500))
+            #expect((0..<n).allSatisfy { incoming.peer(at: $0) == listener.local })
+            echoed += n
+        }
+        #expect(echoed == 64)
+        #expect(try client.receive(into: incoming) == 0, "nothing waiting: no wait, no error")
+    }
+
+    @Test func aSocketBoundToAnUplinkLeavesThroughItOrFails() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let target = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        // The server sees which uplink a packet came in on: one listener per ingress.
+        let viaEth = try UDPSocket(bindingTo: target, device: "eth-l", namespace: server.namespace)
+        let viaWifi = try UDPSocket(bindingTo: target, device: "wifi-l", namespace: server.namespace)
+
+        // The main table prefers eth0 (metric 100); the socket bound to wifi0 still uses wifi0.
+        let wifi = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0",
+                                 namespace: laptop.namespace)
+        #expect(try wifi.send(Array("over wifi".utf8), to: target))
+        #expect(try viaWifi.receive()?.bytes == Array("over wifi".utf8))
+        #expect(try viaEth.receive(timeout: .milliseconds(200)) == nil)
+
+        let eth = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                namespace: laptop.namespace)
+        #expect(try eth.send(Array("over eth".utf8), to: target))
+        #expect(try viaEth.receive()?.peer == eth.local)
+
+        // The uplink goes down: its socket fails at once instead of wandering to wifi0.
+        try laptop.ip("link set eth0 down")
+        #expect { try eth.send(Array("lost".utf8), to: target) } throws: { error in
+            (error as? DeviceError)?.code == ENETUNREACH
+        }
+        #expect(try viaWifi.receive(timeout: .milliseconds(200)) == nil)
+    }
+
+    @Test func ipv6SocketsSendAndReceive() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::1")!, port: 0), namespace: server.namespace)
+        let client = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::57")!, port: 0), device: "eth0",
+                                   namespace: laptop.namespace)
+        #expect(try client.send(Array("v6".utf8), to: listener.local))
+        let got = try #require(try listener.receive())
+        #expect(got.bytes == Array("v6".utf8) && got.peer == client.local)
+        #expect(got.peer.description.hasPrefix("[fd00:20::57]:"))
+        // One socket, one family.
+        #expect { try client.send([1], to: SocketAddress(IPAddress("10.20.0.1")!, port: 9)) } throws: { error in
+            error is DeviceError
+        }
+    }
+
+    @Test func badBindingsAreClearErrors() throws {
+        let (laptop, _) = try TunnelLab.laptopAndServer()
+        let any = SocketAddress(.v4(0), port: 0)
+        #expect { try UDPSocket(bindingTo: any, device: "nope0", namespace: laptop.namespace) } throws: { error in
+            let error = error as? DeviceError
+            return error?.code == ENODEV && error?.help == "there is no interface named 'nope0'"
+        }
+        #expect { try UDPSocket(bindingTo: SocketAddress(IPAddress("10.99.0.1")!, port: 0), namespace: laptop.namespace) } throws: { error in
+            "\(error)".contains("10.99.0.1 is not an address of this host")
+        }
+        let taken = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), namespace: laptop.namespace)
+        #expect { try UDPSocket(bindingTo: taken.local, namespace: laptop.namespace) } throws: { error in
+            (error as? DeviceError)?.code == EADDRINUSE
+        }
+    }
+}

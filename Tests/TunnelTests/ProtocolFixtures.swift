@@ -1,0 +1,92 @@
+import PathMonitor
+import Testing
+@testable import Tunnel
+
+/// Keys, users and a connected pair of cores, shared by the protocol tests.
+struct ProtocolFixture {
+    static let clientAddress = SocketAddress(.v4(0xC000_0201), port: 40_000)  // 192.0.2.1
+    static let roamedAddress = SocketAddress(.v4(0xC633_6401), port: 50_000)  // 198.51.100.1
+    static let attackerAddress = SocketAddress(.v4(0xCB00_7101), port: 666)  // 203.0.113.1
+    static let innerV4 = IPAddress("10.9.0.2")!
+    static let innerV6 = IPAddress("fd00::2")!
+    static let wall = TAI64N(unixNanoseconds: 1_700_000_000_000_000_000)
+
+    let serverKey: PrivateKey
+    let clientKey: PrivateKey
+    var server: ServerCore
+    var client: ClientCore
+    var now = Moment(nanoseconds: 1_000_000_000)
+
+    /// A server whose only user is the client's key (plus `extraUsers`), and that client.
+    init(
+        users extraUsers: [User] = [], credentials: Credentials? = nil, keyUser: Bool = true,
+        limits: ServerLimits = ServerLimits(), sessionLimits: SessionLimits = SessionLimits()
+    ) throws {
+        serverKey = try PrivateKey.generate()
+        clientKey = try PrivateKey.generate()
+        var users = extraUsers
+        if keyUser { users.insert(User(publicKey: clientKey.publicKey, addresses: [Self.innerV4, Self.innerV6]), at: 0) }
+        server = try ServerCore(privateKey: serverKey, users: UserDatabase(users), limits: limits, sessionLimits: sessionLimits)
+        client = try ClientCore(
+            privateKey: clientKey, serverKey: serverKey.publicKey, credentials: credentials, limits: sessionLimits)
+    }
+
+    /// Runs a handshake from `from`, delivers the confirmation, and returns the peer.
+    @discardableResult
+    mutating func connect(from source: SocketAddress = clientAddress, wall: TAI64N = wall) throws -> PeerID {
+        var initiation = try client.initiate(now: now, wallClock: wall)
+        guard case .handshake(let peer, var response, let to) = deliver(&initiation, from: source) else {
+            Issue.record("handshake not accepted: \(server.drops)")
+            throw FixtureError.failed
+        }
+        #expect(to == source)
+        guard case .established(let done) = client.receive(&response, now: now) else {
+            Issue.record("response not accepted: \(client.drops)")
+            throw FixtureError.failed
+        }
+        var confirmation = done.confirmation
+        #expect(server.receive(&confirmation, from: source, now: now) == .keepalive(from: peer))
+        return peer
+    }
+
+    /// Delivers a datagram to the server, running any password check at once, as a driver
+    /// would on a worker thread.
+    mutating func deliver(_ datagram: inout [UInt8], from source: SocketAddress = clientAddress) -> ServerEvent {
+        let event = server.receive(&datagram, from: source, now: now)
+        guard case .checkPassword(let check) = event else { return event }
+        return server.finish(check, verified: check.verify(), now: now)
+    }
+
+    /// An IPv4 packet from `source` to `destination` with `payload`.
+    static func ipv4(from source: IPAddress = innerV4, to destination: IPAddress = IPAddress("10.9.0.1")!, payload: [UInt8] = [1, 2, 3]) -> [UInt8] {
+        var packet = [UInt8](repeating: 0, count: 20) + payload
+        packet[0] = 0x45
+        packet[2] = UInt8(packet.count >> 8)
+        packet[3] = UInt8(packet.count & 0xFF)
+        packet[9] = 17
+        packet.replaceSubrange(12..<16, with: source.bytes)
+        packet.replaceSubrange(16..<20, with: destination.bytes)
+        return packet
+    }
+
+    /// A datagram from the client carrying `packet`.
+    mutating func clientDatagram(_ packet: [UInt8] = ipv4()) throws -> [UInt8] {
+        var framed = DataPacket.frame(packet)
+        try client.seal(&framed, now: now)
+        return framed
+    }
+
+    enum FixtureError: Error { case failed }
+}
+
+/// Bytes from hex text.
+func hex(_ text: String) -> [UInt8] {
+    var bytes: [UInt8] = []
+    var index = text.startIndex
+    while index < text.endIndex {
+        let next = text.index(index, offsetBy: 2)
+        bytes.append(UInt8(text[index..<next], radix: 16)!)
+        index = next
+    }
+    return bytes
+}

@@ -1,0 +1,250 @@
+import PathMonitor
+import Testing
+@testable import Tunnel
+
+@Test func tamperedDataIsDroppedCountedAndMovesNothing() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let datagram = try f.clientDatagram()
+    var drops = 0
+    for i in datagram.indices {
+        var tampered = datagram
+        tampered[i] ^= 0x20
+        let event = f.server.receive(&tampered, from: ProtocolFixture.attackerAddress, now: f.now)
+        switch i {
+        case 0: #expect(event == .dropped(.unsupportedVersion))
+        case 1...3: #expect(event == .dropped(.malformed))
+        case 4..<8:
+            // An index nobody holds: a hint goes back while the source's bucket lasts.
+            if case .sessionUnknown = event {} else { #expect(event == .dropped(.unknownSession)) }
+        default: #expect(event == .dropped(.decryptFailed), "byte \(i)")
+        }
+        drops += 1
+    }
+    #expect(f.server.drops.total == UInt64(drops))
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.clientAddress)
+    // The genuine packet, untouched by all of that, still gets through.
+    var genuine = datagram
+    guard case .packet = f.server.receive(&genuine, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("genuine packet refused")
+        return
+    }
+}
+
+@Test func truncatedAndOversizedDataIsDropped() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let datagram = try f.clientDatagram()
+    for length in 0..<datagram.count {
+        var short = Array(datagram.prefix(length))
+        let event = f.server.receive(&short, from: ProtocolFixture.attackerAddress, now: f.now)
+        #expect(event == .dropped(length < 4 ? .malformed : length < DataPacket.overhead ? .malformed : .decryptFailed), "\(length)")
+    }
+    var long = datagram + [0]
+    #expect(f.server.receive(&long, from: ProtocolFixture.attackerAddress, now: f.now) == .dropped(.decryptFailed))
+    var huge = Array(datagram.prefix(16)) + [UInt8](repeating: 0, count: Wire.maxDatagram)
+    #expect(f.server.receive(&huge, from: ProtocolFixture.attackerAddress, now: f.now) == .dropped(.malformed))
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.clientAddress)
+    // Sealing refuses what a datagram cannot carry.
+    var tooBig = DataPacket.frame([UInt8](repeating: 0x45, count: DataPacket.maxInnerLength + 1))
+    #expect(throws: SealFailure.badLength) { try f.client.seal(&tooBig, now: f.now) }
+    var noRoom: [UInt8] = [0x45]
+    #expect(throws: SealFailure.badLength) { try f.client.seal(&noRoom, now: f.now) }
+}
+
+@Test func replayedDataIsDroppedAndMovesNothing() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let datagram = try f.clientDatagram()
+    var first = datagram
+    guard case .packet = f.server.receive(&first, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("refused")
+        return
+    }
+    var replay = datagram
+    #expect(f.server.receive(&replay, from: ProtocolFixture.attackerAddress, now: f.now) == .dropped(.replayed))
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.clientAddress)
+    #expect(f.server.drops[.replayed] == 1)
+}
+
+@Test func theEndpointMovesOnlyWithTheNewestAuthenticatedPacket() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let early = try f.clientDatagram()  // sealed before the roam, delivered after it
+    var roamed = try f.clientDatagram()
+    guard case .packet = f.server.receive(&roamed, from: ProtocolFixture.roamedAddress, now: f.now) else {
+        Issue.record("roamed packet refused")
+        return
+    }
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.roamedAddress)
+    var late = early
+    guard case .packet = f.server.receive(&late, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("late packet refused")
+        return
+    }
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.roamedAddress, "a late packet must not undo a roam")
+    var framed = DataPacket.frame(ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4))
+    #expect(try f.server.seal(&framed, to: peer, now: f.now).destination == ProtocolFixture.roamedAddress)
+    // Garbage from yet another address moves nothing either.
+    var garbage = roamed
+    garbage[20] ^= 1
+    _ = f.server.receive(&garbage, from: ProtocolFixture.attackerAddress, now: f.now)
+    #expect(f.server.endpoint(of: peer) == ProtocolFixture.roamedAddress)
+}
+
+@Test func probesComeBackAsEchoesWithTheirRoundTrip() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    var probe = try f.client.probe(id: 42, now: f.now)
+    guard case .echo(peer, var echo, let to) = f.server.receive(&probe, from: ProtocolFixture.roamedAddress, now: f.now) else {
+        Issue.record("no echo")
+        return
+    }
+    #expect(to == ProtocolFixture.roamedAddress, "an echo answers the path the probe came on")
+    #expect(f.client.receive(&echo, now: f.now + .milliseconds(25)) == .probeEcho(id: 42, rtt: .milliseconds(25)))
+    var keepalive = try f.client.keepalive(now: f.now)
+    #expect(f.server.receive(&keepalive, from: ProtocolFixture.roamedAddress, now: f.now) == .keepalive(from: peer))
+}
+
+@Test func aClientMaySendOnlyFromItsOwnInnerAddresses() throws {
+    var f = try ProtocolFixture()
+    try f.connect()
+    var spoofed = try f.clientDatagram(ProtocolFixture.ipv4(from: IPAddress("10.9.0.3")!))
+    #expect(f.server.receive(&spoofed, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.wrongInnerSource))
+    var junk = try f.clientDatagram([0x45, 0, 0])  // an IPv4 nibble, but no header
+    #expect(f.server.receive(&junk, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.malformed))
+    var unknownControl = try f.clientDatagram([0, 9] + [UInt8](repeating: 0, count: 16))
+    #expect(f.server.receive(&unknownControl, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.malformed))
+    var v6 = [UInt8](repeating: 0, count: 40)
+    v6[0] = 0x60
+    v6.replaceSubrange(8..<24, with: ProtocolFixture.innerV6.bytes)
+    var fromV6 = try f.clientDatagram(v6)
+    guard case .packet = f.server.receive(&fromV6, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("IPv6 from the client's own address refused")
+        return
+    }
+}
+
+@Test func aRestartedServerHintsAndTheHintTearsNothingDown() throws {
+    var f = try ProtocolFixture()
+    try f.connect()
+    let users = f.server.users
+    f.server = try ServerCore(privateKey: f.serverKey, users: users)  // restarted: no sessions
+    var datagram = try f.clientDatagram()
+    guard case .sessionUnknown(var hint, let to) = f.server.receive(&datagram, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("no hint")
+        return
+    }
+    #expect(to == ProtocolFixture.clientAddress)
+    #expect(hint.count < datagram.count, "a hint must never amplify")
+    let copy = hint
+    #expect(f.client.receive(&hint, now: f.now) == .sessionUnknown)
+    var again = copy
+    #expect(f.client.receive(&again, now: f.now) == .dropped(.unexpected), "one hint per session is enough")
+    #expect(f.client.hasSession(now: f.now), "the hint alone must not end the session")
+    // A hint naming some other index is noise.
+    var forged = copy
+    forged[4] ^= 1
+    #expect(f.client.receive(&forged, now: f.now) == .dropped(.unexpected))
+    // The re-handshake the hint prompts works at once.
+    try f.connect()
+}
+
+@Test func hintsAreRateLimitedPerSource() throws {
+    var f = try ProtocolFixture()
+    try f.connect()
+    f.server = try ServerCore(privateKey: f.serverKey, users: f.server.users)
+    var hints = 0
+    for _ in 0..<20 {
+        var datagram = try f.clientDatagram()
+        if case .sessionUnknown = f.server.receive(&datagram, from: ProtocolFixture.clientAddress, now: f.now) { hints += 1 }
+    }
+    #expect(hints == 3, "the burst")
+    #expect(f.server.drops[.unknownSession] == 20)
+    f.now = f.now + .seconds(1)
+    var datagram = try f.clientDatagram()
+    guard case .sessionUnknown = f.server.receive(&datagram, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("the bucket should have refilled one hint")
+        return
+    }
+    var other = try f.clientDatagram()
+    guard case .sessionUnknown = f.server.receive(&other, from: ProtocolFixture.roamedAddress, now: f.now) else {
+        Issue.record("another source has its own bucket")
+        return
+    }
+}
+
+@Test func rekeyIsDueAtTheSoftLimitsAndSealingStopsAtTheHardOnes() throws {
+    let limits = SessionLimits(rekeyAfterMessages: 4, rejectAfterMessages: 6, rekeyAfterTime: .seconds(10), rejectAfterTime: .seconds(20))
+    var f = try ProtocolFixture(sessionLimits: limits)
+    #expect(f.client.needsRekey(now: f.now), "no session yet")
+    try f.connect()  // the confirmation keepalive used counter 0
+    #expect(!f.client.needsRekey(now: f.now))
+    for _ in 1..<4 { _ = try f.clientDatagram() }
+    #expect(f.client.needsRekey(now: f.now), "after rekeyAfterMessages")
+    _ = try f.clientDatagram()
+    _ = try f.clientDatagram()
+    #expect(throws: SealFailure.sessionExpired) { try f.clientDatagram() }
+    #expect(!f.client.hasSession(now: f.now))
+
+    try f.connect()
+    #expect(!f.client.needsRekey(now: f.now + .seconds(9)))
+    #expect(f.client.needsRekey(now: f.now + .seconds(10)))
+    let old = try f.clientDatagram()
+    f.now = f.now + .seconds(20)
+    #expect(throws: SealFailure.sessionExpired) { try f.clientDatagram() }
+    var late = old
+    #expect(f.server.receive(&late, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.sessionExpired))
+}
+
+@Test func packetsInFlightDuringARekeyStillArrive() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let inFlight = try f.clientDatagram()
+    var framed = DataPacket.frame(ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4))
+    _ = try f.server.seal(&framed, to: peer, now: f.now)
+    try f.connect()
+    var up = inFlight
+    guard case .packet = f.server.receive(&up, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("server dropped a packet sealed with the previous keys")
+        return
+    }
+    guard case .packet = f.client.receive(&framed, now: f.now) else {
+        Issue.record("client dropped a packet sealed with the previous keys")
+        return
+    }
+}
+
+@Test func sessionsAreForgottenAfterThreeRejectTimes() throws {
+    var f = try ProtocolFixture()
+    try f.connect()
+    #expect(f.server.sessionCount == 1)
+    f.server.tick(now: f.now + .seconds(539))
+    #expect(f.server.sessionCount == 1)
+    f.server.tick(now: f.now + .seconds(540))
+    #expect(f.server.sessionCount == 0)
+}
+
+@Test func theReplayWindowKeepsTheNewest1984Counters() {
+    var window = ReplayWindow()
+    func accept(_ n: UInt64) -> Bool { window.accept(n) }
+    #expect(accept(0) && !accept(0))
+    #expect(accept(2) && accept(1) && !accept(1) && !accept(2))
+    #expect(accept(5000))
+    #expect(!window.check(5000 - 1984), "just too old")
+    #expect(accept(5000 - 1983), "the oldest still tracked")
+    #expect(!accept(5000 - 1983))
+    #expect(accept(4999) && accept(3100))
+    // A jump past the whole ring forgets everything behind the new head.
+    #expect(accept(1_000_000))
+    #expect(!window.check(5000) && window.check(999_999) && !window.check(1_000_000))
+    // Every bit of every word is tracked as the head walks forward one at a time.
+    var walk = ReplayWindow()
+    for n in UInt64(0)..<5000 {
+        let fresh = walk.accept(n)
+        #expect(fresh)
+        if n >= 1983 { #expect(!walk.check(n - 1983)) }
+        if n >= 64 { #expect(!walk.check(n - 64)) }
+    }
+    #expect(!ReplayWindow().check(.max))
+}

@@ -1,0 +1,151 @@
+import Foundation
+import Glibc
+import PathMonitor
+import Testing
+import Tunnel
+
+/// A throwaway network namespace for the tunnel's integration tests, deleted (with every
+/// device in it) on deinit, so a failing test leaves nothing behind. Adapted from
+/// PathMonitorTests' NamespaceLab: test targets cannot share files.
+final class TunnelLab {
+    static let isRoot = getuid() == 0
+    static let skipReason: Comment = "needs root to create network namespaces and TUN devices; run the suite as root (CI does)"
+    nonisolated(unsafe) private static var counter = 0
+    private static let lock = NSLock()
+
+    let name: String
+    let namespace: NetworkNamespace
+
+    init() throws {
+        Self.lock.lock()
+        Self.counter += 1
+        name = "roamtun-\(getpid())-\(Self.counter)"
+        Self.lock.unlock()
+        try Self.ip(["netns", "add", name])
+        do {
+            namespace = try NetworkNamespace(named: name)
+            try ip("link set lo up")
+        } catch {
+            _ = try? Self.ip(["netns", "del", name])
+            throw error
+        }
+    }
+
+    deinit { _ = try? Self.ip(["netns", "del", name]) }
+
+    /// A laptop and a server: the laptop's `eth0` (10.20.0.57/24, fd00:20::57/64; default
+    /// route metric 100) and `wifi0` (192.168.1.23/24; default metric 600) are veths whose
+    /// peers `eth-l` (10.20.0.1, fd00:20::1) and `wifi-l` (192.168.1.1) sit in `server`, which
+    /// also answers on 198.51.100.7 (on its loopback).
+    static func laptopAndServer() throws -> (laptop: TunnelLab, server: TunnelLab) {
+        let laptop = try TunnelLab()
+        let server = try TunnelLab()
+        for (dev, peer, address, gateway, metric) in [("eth0", "eth-l", "10.20.0.57/24", "10.20.0.1", 100),
+                                                      ("wifi0", "wifi-l", "192.168.1.23/24", "192.168.1.1", 600)] {
+            try laptop.ip("link add \(dev) type veth peer name \(peer) netns \(server.name)")
+            try laptop.ip("address add \(address) dev \(dev)")
+            try laptop.ip("link set \(dev) up")
+            try server.ip("address add \(gateway)/24 dev \(peer)")
+            try server.ip("link set \(peer) up")
+            try laptop.ip("route add default via \(gateway) dev \(dev) metric \(metric)")
+        }
+        try laptop.ip("address add fd00:20::57/64 dev eth0 nodad")
+        try server.ip("address add fd00:20::1/64 dev eth-l nodad")
+        try server.ip("address add 198.51.100.7/32 dev lo")
+        return (laptop, server)
+    }
+
+    /// Runs `ip -n NAME <arguments>` and returns what it printed.
+    @discardableResult
+    func ip(_ arguments: String) throws -> String {
+        try Self.ip(["-n", name] + arguments.split(separator: " ").map(String.init))
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    @discardableResult
+    static func ip(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: FileManager.default.fileExists(atPath: "/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard process.terminationStatus == 0 else {
+            throw Failure(description: "ip \(arguments.joined(separator: " ")): \(text)")
+        }
+        return text
+    }
+}
+
+/// The fields of an IPv4 header a test looks at.
+struct IPv4Header: Equatable {
+    var version: Int
+    var protocolNumber: UInt8
+    var source: IPAddress
+    var destination: IPAddress
+    var payload: [UInt8]
+
+    init?(_ packet: [UInt8]) {
+        guard packet.count >= 20, packet[0] >> 4 == 4 else { return nil }
+        let headerLength = Int(packet[0] & 0x0F) * 4
+        guard packet.count >= headerLength else { return nil }
+        version = 4
+        protocolNumber = packet[9]
+        source = IPAddress(bytes: packet[12..<16])!
+        destination = IPAddress(bytes: packet[16..<20])!
+        payload = Array(packet[headerLength...])
+    }
+
+    /// An IPv4 UDP packet (no UDP checksum, which IPv4 allows) with a correct header checksum.
+    static func udp(from source: SocketAddress, to destination: SocketAddress, payload: [UInt8]) -> [UInt8] {
+        let total = 28 + payload.count
+        var packet: [UInt8] = [0x45, 0, UInt8(total >> 8), UInt8(total & 0xFF), 0, 0, 0x40, 0, 64, 17, 0, 0]
+        packet += source.ip.bytes + destination.ip.bytes
+        var sum: UInt32 = 0
+        for i in stride(from: 0, to: 20, by: 2) { sum += UInt32(packet[i]) << 8 | UInt32(packet[i + 1]) }
+        while sum > 0xFFFF { sum = (sum & 0xFFFF) + (sum >> 16) }
+        let checksum = ~UInt16(sum)
+        packet[10] = UInt8(checksum >> 8)
+        packet[11] = UInt8(checksum & 0xFF)
+        let udpLength = 8 + payload.count
+        packet += [UInt8(source.port >> 8), UInt8(source.port & 0xFF), UInt8(destination.port >> 8), UInt8(destination.port & 0xFF),
+                   UInt8(udpLength >> 8), UInt8(udpLength & 0xFF), 0, 0]
+        return packet + payload
+    }
+}
+
+extension TunDevice {
+    /// The next IPv4 packet that `matches` within `limit`, skipping the rest (the kernel's own
+    /// IPv6 router solicitations and MLD reports go into the TUN too).
+    func nextIPv4(within limit: Duration = .seconds(2), where matches: (IPv4Header) -> Bool) throws -> IPv4Header? {
+        let deadline = ContinuousClock.now + limit
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        while deadline > .now {
+            let left = deadline - .now
+            guard let n = try buffer.withUnsafeMutableBytes({ try read(into: $0, timeout: left) }) else { return nil }
+            if let header = IPv4Header(Array(buffer[..<n])), matches(header) { return header }
+        }
+        return nil
+    }
+}
+
+extension UDPSocket {
+    @discardableResult
+    func send(_ bytes: [UInt8], to peer: SocketAddress) throws -> Bool {
+        try bytes.withUnsafeBytes { try send($0, to: peer) }
+    }
+
+    /// The next datagram within `timeout`, copied out.
+    func receive(timeout: Duration = .seconds(2)) throws -> (bytes: [UInt8], peer: SocketAddress)? {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        guard let (length, peer) = try buffer.withUnsafeMutableBytes({ try receive(into: $0, timeout: timeout) }) else { return nil }
+        return (Array(buffer[..<length]), peer)
+    }
+}
