@@ -1,8 +1,8 @@
 public import ConfigReader
 import Foundation
-import Yams
+public import Yams
 import PathMonitor
-import Reconnector
+public import Reconnector
 
 /// A scenario file that cannot be replayed, with the line to look at.
 public typealias ScenarioError = ConfigError
@@ -285,7 +285,9 @@ extension YAMLReader {
 
     // MARK: Configuration and expectations
 
-    func applyConfig(_ node: Node, to config: inout Config) throws(ScenarioError) {
+    /// Reads overrides of the state machine's settings (kebab-case keys), as scenario files
+    /// and the client's configuration file write them.
+    public func applyConfig(_ node: Node, to config: inout Config) throws(ScenarioError) {
         let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
         let f = try fields(node, "'config'", allowed: [
             "debounce", "max-hold-down", "flap-window", "handshake-timeout", "probe-timeout", "probe-attempts",

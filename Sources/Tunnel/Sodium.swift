@@ -19,6 +19,11 @@ public enum Sodium {
         guard sodium_init() >= 0 else { throw .unavailable }
     }
 
+    /// Overwrites secret bytes in a way the optimiser cannot drop (`sodium_memzero`).
+    public static func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) }
+    }
+
     /// The linked libsodium's version, as operators see it in `agent --version`.
     public static var version: String { String(cString: sodium_version_string()) }
 }

@@ -1,9 +1,37 @@
 import ArgumentParser
+import ConfigReader
+import Foundation
 
 @main
 struct Agent: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "agent",
         abstract: "Roam: an always-on VPN agent that follows a roaming laptop's network path.",
-        subcommands: [ReplayCommand.self, MonitorCommand.self, RecordCommand.self])
+        subcommands: [
+            ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
+            PasswdCommand.self,
+        ])
+
+    /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other
+    /// failure exits 1 with one line saying what to do. Argument errors keep the usual usage text.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch let error as ConfigError {
+            printError("\(error)")
+            Foundation.exit(2)
+        } catch let error as AgentError {
+            printError(error.message)
+            Foundation.exit(1)
+        } catch {
+            exit(withError: error)
+        }
+    }
+}
+
+/// A failure at run time, said in one line.
+struct AgentError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
 }

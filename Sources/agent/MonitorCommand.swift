@@ -31,13 +31,14 @@ struct MonitorCommand: ParsableCommand {
     func run() throws {
         let endpoint = try resolve(watch.server)
         let namespace = try watch.namespace()
+
         let start = ContinuousClock.now
         let out = LineWriter(json: json, start: start)
         let monitor: LiveMonitor
         do {
             monitor = try LiveMonitor(endpoint: endpoint, tunnelInterface: tunnel, namespace: namespace)
         } catch {
-            throw ValidationError("cannot watch the kernel's routes: \(error) (the monitor needs a Linux kernel with rtnetlink)")
+            throw AgentError("cannot watch the kernel's routes: \(error) (the monitor needs a Linux kernel with rtnetlink)")
         }
         out.write(["event": "start", "server": "\(endpoint)", "paths": describe(monitor.paths)])
         var disagreement: String?
@@ -105,7 +106,11 @@ struct WatchOptions: ParsableArguments {
     }
 
     func namespace() throws -> NetworkNamespace? {
-        try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        do {
+            return try netns.map { name throws(NetlinkError) in try NetworkNamespace(named: name) }
+        } catch {
+            throw AgentError("\(error) (list namespaces with `ip netns`)")
+        }
     }
 }
 
@@ -120,7 +125,7 @@ func resolve(_ text: String) throws -> IPAddress {
     var result: UnsafeMutablePointer<addrinfo>?
     let status = getaddrinfo(endpoint.host, nil, &hints, &result)
     guard status == 0, let first = result else {
-        throw ValidationError("cannot resolve \(endpoint.host): \(String(cString: gai_strerror(status)))")
+        throw AgentError("cannot resolve \(endpoint.host): \(String(cString: gai_strerror(status)))")
     }
     defer { freeaddrinfo(result) }
     var node: UnsafeMutablePointer<addrinfo>? = first
@@ -137,7 +142,7 @@ func resolve(_ text: String) throws -> IPAddress {
         }
         node = info.pointee.ai_next
     }
-    throw ValidationError("\(endpoint.host) has no IPv4 or IPv6 address")
+    throw AgentError("\(endpoint.host) has no IPv4 or IPv6 address")
 }
 
 /// Writes one event per line, logfmt or JSON, with seconds since start, flushed at once.

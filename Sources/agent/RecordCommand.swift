@@ -86,7 +86,7 @@ struct RecordCommand: ParsableCommand {
         do {
             try text.write(toFile: out, atomically: true, encoding: .utf8)
         } catch {
-            throw ValidationError("cannot write \(out): \(error.localizedDescription)")
+            throw AgentError("cannot write \(out): \(error.localizedDescription)")
         }
         FileHandle.standardError.write(Data("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n".utf8))
     }

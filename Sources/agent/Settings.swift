@@ -1,0 +1,159 @@
+import ConfigReader
+import Foundation
+import Glibc
+import PathMonitor
+import Reconnector
+import Replay
+import Tunnel
+import Yams
+
+/// The tunnel device as a configuration file describes it.
+struct TunnelSettings: Equatable {
+    var name = "roam0"
+    var mtu = 1380
+    /// Inner addresses of this end (the server's; a client gets its own from the server).
+    var addresses: [Prefix] = []
+}
+
+/// `agent up --config FILE`.
+struct ClientSettings {
+    var server: Endpoint
+    var serverKey: PublicKey
+    var privateKeyFile: String
+    var username: String?
+    var passwordFile: String?
+    var tunnel = TunnelSettings()
+    var mode = RoutingMode.full(FullTunnel())
+    var reconnect = Config()
+}
+
+/// `agent serve --config FILE`.
+struct ServerSettings {
+    var listenPort: UInt16
+    var privateKeyFile: String
+    var tunnel: TunnelSettings
+    var users: UserDatabase
+}
+
+extension YAMLReader {
+    static func load(_ path: String) throws(ConfigError) -> (YAMLReader, Node) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigError(file: path, line: 0, message: "cannot read the file (does it exist, and may this user read it?)")
+        }
+        let reader = YAMLReader(file: path)
+        return (reader, try reader.document(String(decoding: data, as: UTF8.self)))
+    }
+
+    func client(_ root: Node) throws(ConfigError) -> ClientSettings {
+        let f = try fields(root, "the client configuration", allowed: [
+            "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
+            "reconnect",
+        ])
+        let serverNode = try f.required("server")
+        guard let server = Endpoint(try string(serverNode)), server.port != nil else {
+            throw fail(serverNode, "'server' needs host:port, e.g. vpn.example.com:51820")
+        }
+        var settings = ClientSettings(
+            server: server, serverKey: try publicKey(try f.required("server-key")),
+            privateKeyFile: try string(try f.required("private-key-file")),
+            username: try opt(f.optional("username")) { node throws(ConfigError) in try string(node) },
+            passwordFile: try opt(f.optional("password-file")) { node throws(ConfigError) in try string(node) })
+        if settings.username != nil && settings.passwordFile == nil {
+            throw fail(root, "'username' needs 'password-file' (a file only root can read, holding the password)")
+        }
+        if let node = f.optional("tunnel") { settings.tunnel = try tunnel(node, needsAddress: false) }
+        let routes = try list(f.optional("routes")).map { node throws(ConfigError) in try prefix(node) }
+        let mode = try opt(f.optional("mode")) { node throws(ConfigError) in try string(node) } ?? "full"
+        switch mode {
+        case "full":
+            if let node = f.optional("routes"), !routes.isEmpty {
+                throw fail(node, "'routes' are for mode: split; full mode sends everything through the tunnel")
+            }
+            settings.mode = .full(FullTunnel())
+        case "split":
+            guard !routes.isEmpty else { throw fail(root, "mode: split needs 'routes', the prefixes to send through the tunnel") }
+            settings.mode = .split(routes)
+        case let other:
+            throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
+        }
+        if let node = f.optional("reconnect") { try applyConfig(node, to: &settings.reconnect) }
+        return settings
+    }
+
+    func server(_ root: Node) throws(ConfigError) -> ServerSettings {
+        let f = try fields(root, "the server configuration", allowed: ["listen-port", "private-key-file", "tunnel", "users"])
+        let usersNode = try f.required("users")
+        let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
+        let database: UserDatabase
+        do {
+            database = try UserDatabase(users)
+        } catch {
+            throw fail(usersNode, "\(error)")
+        }
+        return ServerSettings(
+            listenPort: UInt16(try int(try f.required("listen-port"), 1...65535)),
+            privateKeyFile: try string(try f.required("private-key-file")),
+            tunnel: try tunnel(try f.required("tunnel"), needsAddress: true),
+            users: database)
+    }
+
+    private func tunnel(_ node: Node, needsAddress: Bool) throws(ConfigError) -> TunnelSettings {
+        let f = try fields(node, "'tunnel'", allowed: ["name", "mtu", "addresses"])
+        var t = TunnelSettings()
+        if let n = f.optional("name") {
+            let name = try string(n)
+            guard (1...15).contains(name.utf8.count), !name.contains("/"), !name.contains(where: \.isWhitespace) else {
+                throw fail(n, "an interface name has 1 to 15 characters, no '/' or spaces")
+            }
+            t.name = name
+        }
+        if let n = f.optional("mtu") { t.mtu = try int(n, 576...9000) }
+        t.addresses = try list(f.optional("addresses")).map { node throws(ConfigError) in try prefix(node) }
+        if needsAddress && t.addresses.isEmpty { throw fail(node, "'tunnel' needs 'addresses', e.g. [10.77.0.1/16]") }
+        return t
+    }
+
+    /// A user: a name (also the login for password authentication), a public key, a password
+    /// hash, or a key and a hash for both factors; and the inner addresses that are always theirs.
+    private func user(_ node: Node) throws(ConfigError) -> User {
+        let f = try fields(node, "a user", allowed: ["name", "public-key", "password-hash", "addresses"])
+        let name = try string(try f.required("name"))
+        var hash: PasswordHash?
+        if let n = f.optional("password-hash") {
+            guard let parsed = PasswordHash(encoded: try string(n)) else {
+                throw fail(n, "user \(name): 'password-hash' must be an Argon2id hash made by `agent passwd`")
+            }
+            hash = parsed
+        }
+        let user = User(name: name, publicKey: try opt(f.optional("public-key")) { node throws(ConfigError) in try publicKey(node) },
+                        addresses: try list(try f.required("addresses")).map { node throws(ConfigError) in try ip(node) },
+                        passwordHash: hash)
+        if user.publicKey == nil && user.passwordHash == nil {
+            throw fail(node, "user \(name) needs 'public-key' or 'password-hash' (or both)")
+        }
+        return user
+    }
+
+    private func publicKey(_ node: Node) throws(ConfigError) -> PublicKey {
+        guard let key = PublicKey(base64: try string(node)) else {
+            throw fail(node, "expected a public key (44 characters of base64, from `agent pubkey`)")
+        }
+        return key
+    }
+}
+
+/// A secret file (private key, password) must be readable by its owner alone: refuse anything else.
+func readSecretFile(_ path: String) throws(ConfigError) -> String {
+    var info = stat()
+    guard stat(path, &info) == 0 else {
+        throw ConfigError(file: path, line: 0, message: "cannot read: \(String(cString: strerror(errno)))")
+    }
+    guard info.st_mode & 0o077 == 0 else {
+        throw ConfigError(file: path, line: 0, message: String(format: "mode is %o; a secret file must be 0600 (run: chmod 600 %@)",
+                                                               info.st_mode & 0o777, path))
+    }
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw ConfigError(file: path, line: 0, message: "cannot read the file")
+    }
+    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+}

@@ -1,0 +1,100 @@
+import ConfigReader
+import Foundation
+import PathMonitor
+import Testing
+import Tunnel
+import Yams
+@testable import agent
+
+private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
+
+private func parse<T>(_ text: String, _ read: (YAMLReader, Yams.Node) throws -> T) throws -> T {
+    let reader = YAMLReader(file: "test.yaml")
+    return try read(reader, try reader.document(text))
+}
+
+@Test func clientSettingsParse() throws {
+    let settings = try parse("""
+        server: vpn.example.com:51820
+        server-key: \(serverKey)
+        private-key-file: /etc/roam/client.key
+        mode: split
+        routes: [10.77.0.0/16, fd77::/48]
+        tunnel: {name: roam9, mtu: 1400}
+        reconnect: {debounce: 500ms}
+        """) { try $0.client($1) }
+    #expect(settings.server.description == "vpn.example.com:51820")
+    #expect(settings.serverKey.base64 == serverKey)
+    #expect(settings.mode == .split([Prefix("10.77.0.0/16")!, Prefix("fd77::/48")!]))
+    #expect(settings.tunnel.name == "roam9" && settings.tunnel.mtu == 1400)
+    #expect(settings.reconnect.debounce == .milliseconds(500))
+}
+
+@Test(arguments: [
+    ("server: vpn.example.com\nserver-key: \(serverKey)\nprivate-key-file: k", 1, "host:port"),
+    ("server: a:1\nserver-key: nope\nprivate-key-file: k", 2, "public key"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nmode: split", 1, "needs 'routes'"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nmode: sideways", 4, "full or split"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nusername: alice", 1, "password-file"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ntunnel: {mtu: 20}", 4, "576...9000"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ncolour: blue", 4, "unknown key 'colour'"),
+    ("server-key: \(serverKey)\nprivate-key-file: k", 1, "missing 'server'"),
+])
+func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
+    #expect {
+        try parse(text) { try $0.client($1) }
+    } throws: { error in
+        guard let error = error as? ConfigError else { return false }
+        return error.line == line && error.message.contains(message)
+    }
+}
+
+@Test func serverSettingsBuildTheUserDatabase() throws {
+    let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
+    let settings = try parse("""
+        listen-port: 51820
+        private-key-file: /etc/roam/server.key
+        tunnel: {addresses: [10.77.0.1/16]}
+        users:
+          - {name: alice, public-key: \(serverKey), addresses: [10.77.0.2]}
+          - {name: bob, password-hash: "\(hash)", addresses: [10.77.0.3, "fd77::3"]}
+        """) { try $0.server($1) }
+    #expect(settings.listenPort == 51820)
+    #expect(settings.tunnel.addresses == [Prefix("10.77.0.1/16")!])
+    #expect(settings.users.peer(named: "bob") != nil)
+    #expect(settings.users.peer(owning: IPAddress("10.77.0.2")!) != nil)
+}
+
+@Test func serverSettingsRefuseUsersWithoutCredentialsOrWithClashingAddresses() {
+    #expect {
+        try parse("listen-port: 1\nprivate-key-file: k\ntunnel: {addresses: [10.77.0.1/16]}\nusers:\n  - {name: eve, addresses: [10.77.0.9]}") { try $0.server($1) }
+    } throws: { error in
+        (error as? ConfigError).map { $0.line == 5 && $0.message.contains("needs 'public-key' or 'password-hash'") } ?? false
+    }
+    #expect {
+        try parse("""
+            listen-port: 1
+            private-key-file: k
+            tunnel: {addresses: [10.77.0.1/16]}
+            users:
+              - {name: a, public-key: \(serverKey), addresses: [10.77.0.2]}
+              - {name: b, public-key: \(serverKey), addresses: [10.77.0.2]}
+            """) { try $0.server($1) }
+    } throws: { error in
+        (error as? ConfigError)?.line == 5
+    }
+}
+
+@Test func secretFilesMustBeOwnerOnly() throws {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("roam-secret-\(getpid())").path
+    defer { unlink(path) }
+    let key = try PrivateKey.generate()
+    try (key.revealBase64() + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+    chmod(path, 0o644)
+    #expect { try loadPrivateKey(path) } throws: { error in "\(error)".contains("must be 0600") }
+    chmod(path, 0o600)
+    #expect(try loadPrivateKey(path).publicKey == key.publicKey)
+    try "not a key".write(toFile: path, atomically: false, encoding: .utf8)
+    chmod(path, 0o600)
+    #expect { try loadPrivateKey(path) } throws: { error in "\(error)".contains("not a private key") }
+}
