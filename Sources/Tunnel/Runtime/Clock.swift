@@ -1,0 +1,24 @@
+import Glibc
+
+extension Moment {
+    /// CLOCK_BOOTTIME now: it keeps counting through a suspend, so key ages and session
+    /// lifetimes include the time the laptop slept.
+    public static func now() -> Moment {
+        var ts = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &ts)
+        return Moment(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
+    }
+}
+
+/// Data-plane counters an operator reads in status.
+public struct TrafficCounters: Sendable, Equatable {
+    public var packetsIn = 0
+    public var packetsOut = 0
+    public var bytesIn = 0
+    public var bytesOut = 0
+    /// Inner packets dropped because no session could carry them (down, or no such peer).
+    public var noSession = 0
+    /// Datagrams the kernel had no room for.
+    public var sendFailures = 0
+    public init() {}
+}

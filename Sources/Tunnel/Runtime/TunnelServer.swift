@@ -1,0 +1,173 @@
+import Foundation
+import Synchronization
+
+/// The server's data plane: a TUN device, one UDP socket, and the protocol core between them.
+///
+/// Two threads: datagrams in (decrypt, deliver to the TUN or on to another client) and TUN
+/// packets out (route by inner destination, encrypt, send to the client's current endpoint).
+/// Argon2id password checks run on threads of their own, never on the data path.
+public final class TunnelServer: Sendable {
+    public let device: TunDevice
+    public let socket: UDPSocket
+    private let core: Mutex<ServerCore>
+    private let counters = Mutex(TrafficCounters())
+    private let running = Atomic<Bool>(false)
+    private let log: @Sendable (String) -> Void
+
+    public init(core: ServerCore, device: TunDevice, socket: UDPSocket, log: @escaping @Sendable (String) -> Void) {
+        self.core = Mutex(core)
+        self.device = device
+        self.socket = socket
+        self.log = log
+    }
+
+    /// Traffic so far.
+    public var traffic: TrafficCounters { counters.withLock { $0 } }
+    /// Drops by cause, from the protocol core.
+    public var drops: DropCounters { core.withLock { $0.drops } }
+    public var sessionCount: Int { core.withLock { $0.sessionCount } }
+
+    /// Runs until `stop()`: the outbound loop on a thread of its own, the inbound one here.
+    public func run() {
+        running.store(true, ordering: .relaxed)
+        let outboundDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { [self] in
+            outbound()
+            outboundDone.signal()
+        }
+        inbound()
+        outboundDone.wait()
+    }
+
+    /// Makes `run()` return within a second.
+    public func stop() { running.store(false, ordering: .relaxed) }
+
+    // MARK: Inbound: datagrams to the TUN
+
+    private func inbound() {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        var lastTick = Moment.now()
+        while running.load(ordering: .relaxed) {
+            let received: (length: Int, peer: SocketAddress)?
+            do {
+                received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
+                    try socket.receive(into: raw, timeout: .seconds(1))
+                }
+            } catch {
+                log("receive failed: \(error)")
+                continue
+            }
+            let now = Moment.now()
+            if now - lastTick >= .seconds(1) {
+                core.withLock { $0.tick(now: now) }
+                lastTick = now
+            }
+            guard let (length, source) = received else { continue }
+            buffer.withUnsafeMutableBytes { raw in
+                let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
+                let event = core.withLock { $0.receive(datagram, from: source, now: now) }
+                handle(event, in: raw, now: now)
+            }
+        }
+    }
+
+    private func handle(_ event: ServerEvent, in raw: UnsafeMutableRawBufferPointer, now: Moment) {
+        switch event {
+        case .packet(let peer, let range):
+            counters.withLock {
+                $0.packetsIn += 1
+                $0.bytesIn += range.count
+            }
+            let packet = UnsafeRawBufferPointer(rebasing: raw[range])
+            if let destination = InnerPacket.destination(of: packet),
+               let target = core.withLock({ $0.peer(forInnerDestination: destination) }), target != peer
+            {
+                // Client to client: seal again in place; the header and tag room are still there.
+                forward(raw, range, to: target, now: now)
+            } else {
+                do { try device.write(packet) } catch { log("write to \(device.name) failed: \(error)") }
+            }
+        case .handshake(let peer, let response, let to):
+            send(response, to: to)
+            log("handshake from \(to) for peer \(peer)")
+        case .rejected(let reason, let response, let to):
+            send(response, to: to)
+            log("handshake from \(to) rejected: \(reason)")
+        case .checkPassword(let check):
+            Thread.detachNewThread { [self] in
+                let verified = check.verify()
+                let event = core.withLock { $0.finish(check, verified: verified, now: Moment.now()) }
+                var nothing = [UInt8]()
+                nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Moment.now()) }
+            }
+        case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to):
+            send(datagram, to: to)
+        case .keepalive, .dropped:
+            break
+        }
+    }
+
+    private func forward(_ raw: UnsafeMutableRawBufferPointer, _ range: Range<Int>, to peer: PeerID, now: Moment) {
+        let start = range.lowerBound - DataPacket.headroom
+        let end = range.upperBound + DataPacket.tailroom
+        guard start >= 0, end <= raw.count else { return }
+        let frame = UnsafeMutableRawBufferPointer(rebasing: raw[start..<end])
+        do {
+            let sealed = try core.withLock { (core) throws(SealFailure) in
+                try core.seal(frame, innerLength: range.count, to: peer, now: now)
+            }
+            send(UnsafeRawBufferPointer(rebasing: frame[0..<sealed.length]), to: sealed.destination)
+        } catch {
+            counters.withLock { $0.noSession += 1 }
+        }
+    }
+
+    // MARK: Outbound: TUN packets to datagrams
+
+    private func outbound() {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        let room = buffer.count - DataPacket.overhead
+        while running.load(ordering: .relaxed) {
+            buffer.withUnsafeMutableBytes { raw in
+                let inner = UnsafeMutableRawBufferPointer(rebasing: raw[DataPacket.headroom..<(DataPacket.headroom + room)])
+                let length: Int?
+                do {
+                    length = try device.read(into: inner, timeout: .seconds(1))
+                } catch {
+                    log("read from \(device.name) failed: \(error)")
+                    return
+                }
+                guard let length, let destination = InnerPacket.destination(of: UnsafeRawBufferPointer(rebasing: inner[0..<length]))
+                else { return }
+                let now = Moment.now()
+                let frame = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(length + DataPacket.overhead)])
+                do {
+                    let sealed = try core.withLock { (core) throws(SealFailure) -> SealedDatagram in
+                        guard let peer = core.peer(forInnerDestination: destination) else { throw .noSession }
+                        return try core.seal(frame, innerLength: length, to: peer, now: now)
+                    }
+                    counters.withLock {
+                        $0.packetsOut += 1
+                        $0.bytesOut += length
+                    }
+                    send(UnsafeRawBufferPointer(rebasing: frame[0..<sealed.length]), to: sealed.destination)
+                } catch {
+                    counters.withLock { $0.noSession += 1 }
+                }
+            }
+        }
+    }
+
+    private func send(_ datagram: [UInt8], to peer: SocketAddress) {
+        datagram.withUnsafeBytes { send($0, to: peer) }
+    }
+
+    private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress) {
+        do {
+            if try !socket.send(datagram, to: peer) { counters.withLock { $0.sendFailures += 1 } }
+        } catch {
+            counters.withLock { $0.sendFailures += 1 }
+            log("send to \(peer) failed: \(error)")
+        }
+    }
+}

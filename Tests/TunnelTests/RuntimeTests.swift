@@ -1,0 +1,184 @@
+import Foundation
+import Glibc
+import PathMonitor
+import Testing
+@testable import Tunnel
+
+/// A TCP endpoint for traffic through the tunnel, made inside a lab namespace.
+private struct TCP {
+    let fd: Int32
+
+    static func listen(on address: SocketAddress, in lab: TunnelLab) throws -> TCP {
+        try lab.namespace.run { () throws(NetlinkError) -> TCP in
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var yes: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+            var sa = sockaddr_in(address)
+            let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard ok == 0, Glibc.listen(fd, 4) == 0 else { throw NetlinkError("listen", errno) }
+            return TCP(fd: fd)
+        }
+    }
+
+    static func connect(to address: SocketAddress, in lab: TunnelLab) throws -> TCP {
+        let fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
+        let tcp = TCP(fd: fd)
+        tcp.timeouts(.seconds(5))
+        var sa = sockaddr_in(address)
+        let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard ok == 0 else { _ = Glibc.close(fd); throw NetlinkError("connect to \(address)", errno) }
+        return tcp
+    }
+
+    func accept() throws -> TCP {
+        timeouts(.seconds(5))
+        let client = Glibc.accept(fd, nil, nil)
+        guard client >= 0 else { throw NetlinkError("accept", errno) }
+        let tcp = TCP(fd: client)
+        tcp.timeouts(.seconds(5))
+        return tcp
+    }
+
+    func timeouts(_ d: Duration) {
+        var tv = timeval(tv_sec: Int(d.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
+
+private func sockaddr_in(_ address: SocketAddress) -> Glibc.sockaddr_in {
+    var sa = Glibc.sockaddr_in()
+    sa.sin_family = sa_family_t(AF_INET)
+    sa.sin_port = address.port.bigEndian
+    if case .v4(let a) = address.ip { sa.sin_addr.s_addr = a.bigEndian }
+    return sa
+}
+
+/// The byte at `offset` of the test stream: a pattern a lost, duplicated or reordered byte breaks.
+private func streamByte(_ offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset &* 2_654_435_761 >> 7) }
+
+private final class Running: @unchecked Sendable {
+    let done = DispatchSemaphore(value: 0)
+    init(_ body: @escaping @Sendable () -> Void) {
+        Thread.detachNewThread { [done] in
+            body()
+            done.signal()
+        }
+    }
+    func wait() { _ = done.wait(timeout: .now() + 5) }
+}
+
+@Suite(.enabled(if: TunnelLab.isRoot, TunnelLab.skipReason), .serialized)
+struct RuntimeTests {
+    let serverKey: PrivateKey
+    let clientKey: PrivateKey
+    let users: UserDatabase
+
+    init() throws {
+        serverKey = try PrivateKey.generate()
+        clientKey = try PrivateKey.generate()
+        users = try UserDatabase([User(name: "alice", publicKey: clientKey.publicKey, addresses: [IPAddress("10.77.0.2")!])])
+    }
+
+    private func startServer(in lab: TunnelLab) throws -> (TunnelServer, Running) {
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.1/24")!], namespace: lab.namespace)
+        let socket = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace)
+        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, socket: socket) { _ in }
+        return (server, Running { server.run() })
+    }
+
+    @Test func tcpStreamSurvivesARebindWithNoHandshakeAndServerRestartRecovers() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        var (server, serverThread): (TunnelServer?, Running) = try startServer(in: serverLab)
+        let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
+        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+                                      socket: eth0, server: endpoint) { _ in }
+        let completion = try client.handshake(timeout: .seconds(3))
+        #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server?.stop()
+            clientThread.wait()
+            serverThread.wait()
+        }
+        let linkBefore = try laptop.ip("-o link show roam0")
+        let addressBefore = try laptop.ip("-o address show dev roam0")
+
+        // 4 MB through the tunnel, with a rebind from eth0 to wifi0 after the first megabyte.
+        let total = 4 << 20
+        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: serverLab)
+        defer { listener.close() }
+        let sender = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop)
+        defer { sender.close() }
+        let receiver = try listener.accept()
+        defer { receiver.close() }
+        let received = Mutex2()
+        let reader = Running {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            var offset = 0
+            var intact = true
+            while offset < total {
+                let n = read(receiver.fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                for i in 0..<n where buffer[i] != streamByte(offset + i) { intact = false }
+                offset += n
+            }
+            received.set(offset, intact)
+        }
+        var sent = 0
+        var chunk = [UInt8](repeating: 0, count: 32768)
+        var rebound = false
+        while sent < total {
+            if sent >= 1 << 20 && !rebound {
+                let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0", namespace: laptop.namespace)
+                client.rebind(to: wifi0)
+                rebound = true
+            }
+            for i in 0..<chunk.count { chunk[i] = streamByte(sent + i) }
+            let n = write(sender.fd, chunk, min(chunk.count, total - sent))
+            try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
+            sent += n
+        }
+        reader.wait()
+        let (count, intact) = received.get()
+        #expect(count == total)
+        #expect(intact, "every byte arrived in order")
+        #expect(client.handshakeCount == 1, "the rebind needed no handshake")
+        #expect(client.socket.device == "wifi0")
+        #expect(try laptop.ip("-o link show roam0") == linkBefore, "the TUN device is untouched")
+        #expect(try laptop.ip("-o address show dev roam0") == addressBefore)
+        #expect(try serverLab.ip("-s link show wifi-l").contains("RX"))
+
+        // The server restarts with no sessions: the client's next packet draws the hint, the
+        // client handshakes at once, and a new connection goes through within a second or two.
+        server?.stop()
+        serverThread.wait()
+        server = nil  // its TUN device goes with it, once the server thread has let go of it
+        for _ in 0..<100 where (try? serverLab.ip("link show roam0")) != nil { usleep(20_000) }
+        (server, serverThread) = try startServer(in: serverLab)
+        let restartedAt = ContinuousClock.now
+        var connected = false
+        for _ in 0..<20 where !connected {
+            if let again = try? TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop) {
+                again.close()
+                connected = true
+            }
+        }
+        #expect(connected)
+        #expect(ContinuousClock.now - restartedAt < .seconds(3))
+        #expect(client.handshakeCount == 2)
+    }
+}
+
+/// A tiny lock-protected box for the reader thread's result.
+private final class Mutex2: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = (0, false)
+    func set(_ count: Int, _ intact: Bool) { lock.withLock { value = (count, intact) } }
+    func get() -> (Int, Bool) { lock.withLock { value } }
+}
