@@ -9,7 +9,7 @@ struct Agent: ParsableCommand {
         abstract: "Roam: an always-on VPN agent that follows a roaming laptop's network path.",
         subcommands: [
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
-            PasswdCommand.self,
+            PasswdCommand.self, ServeCommand.self, UpCommand.self,
         ])
 
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other

@@ -1,0 +1,56 @@
+import ArgumentParser
+import ConfigReader
+import Foundation
+import PathMonitor
+import Tunnel
+
+/// `agent serve`: the server daemon.
+struct ServeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the server: a TUN device with the server's inner address, and sessions for the configured users.",
+        discussion: """
+            Every user has a stable inner address. For internet access through the server, an admin adds \
+            forwarding and NAT, e.g.: sysctl -w net.ipv4.ip_forward=1; nft add table ip roam; nft add chain \
+            ip roam post '{ type nat hook postrouting priority 100; }'; nft add rule ip roam post ip saddr \
+            10.77.0.0/16 oifname "eth0" masquerade
+            """)
+
+    @Option(help: "The server's configuration file.")
+    var config: String
+
+    @Option(help: "Log format: logfmt or json.")
+    var logFormat: String = "logfmt"
+
+    func validate() throws {
+        guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
+    }
+
+    func run() throws {
+        let log = OperatorLog(json: logFormat == "json")
+        let (reader, root) = try YAMLReader.load(config)
+        let settings = try reader.server(root)
+        let key = try loadPrivateKey(settings.privateKeyFile)
+        let core: ServerCore
+        do { core = try ServerCore(privateKey: key, users: settings.users) } catch { throw AgentError("\(error)") }
+        let tun: TunDevice
+        let socket: UDPSocket
+        do {
+            tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses)
+            socket = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort))
+        } catch {
+            throw AgentError("\(error)")
+        }
+        let server = TunnelServer(core: core, device: tun, socket: socket) { message in log("info", message) }
+        onTerminationSignal { signal in
+            log("info", "stopping", ["signal": "\(signal)"])
+            server.stop()
+        }
+        log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name,
+                                "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
+                                "public_key": key.publicKey.base64])
+        server.run()
+        let traffic = server.traffic
+        log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)"])
+    }
+}
