@@ -175,6 +175,49 @@ struct RuntimeTests {
     }
 }
 
+extension RuntimeTests {
+    /// Full tunnel: everything goes into the tunnel, yet the session's own marked UDP socket
+    /// leaves through the physical uplink, and keeps doing so through another after a roam.
+    @Test func fullTunnelCarriesEverythingAndSurvivesLosingTheUplink() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServer(in: serverLab)
+        let mode = RoutingMode.full(FullTunnel(families: [.v4]))
+        let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                 mark: mode.socketMark, namespace: laptop.namespace)
+        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+                                      socket: eth0, server: endpoint) { _ in }
+        _ = try client.handshake(timeout: .seconds(3))
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/32")!], namespace: laptop.namespace)
+        let routes = try TunnelRoutes(mode, device: tun, namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server.stop()
+            clientThread.wait()
+            serverThread.wait()
+            try? routes.remove()
+        }
+        // The server's outer address is reached through the tunnel too: the default route is the tunnel's.
+        #expect(try laptop.ip("route get 198.51.100.7").contains("dev roam0"))
+        let listener = try TCP.listen(on: SocketAddress(IPAddress("198.51.100.7")!, port: 5002), in: serverLab)
+        defer { listener.close() }
+        let first = try TCP.connect(to: SocketAddress(IPAddress("198.51.100.7")!, port: 5002), in: laptop)
+        first.close()
+        #expect(server.traffic.packetsIn > 0, "the connection came through the tunnel")
+
+        // eth0 goes down: the marked socket moves to wifi0, with no route added for the server.
+        try laptop.ip("link set eth0 down")
+        let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0",
+                                  mark: mode.socketMark, namespace: laptop.namespace)
+        client.rebind(to: wifi0)
+        let second = try TCP.connect(to: SocketAddress(IPAddress("198.51.100.7")!, port: 5002), in: laptop)
+        second.close()
+        #expect(client.handshakeCount == 1)
+        #expect(!(try laptop.ip("route show table main")).contains("198.51.100.7"), "no host route to strand")
+    }
+}
+
 /// A tiny lock-protected box for the reader thread's result.
 private final class Mutex2: @unchecked Sendable {
     private let lock = NSLock()
