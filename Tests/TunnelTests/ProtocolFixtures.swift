@@ -15,7 +15,7 @@ struct ProtocolFixture {
     let clientKey: PrivateKey
     var server: ServerCore
     var client: ClientCore
-    var now = Moment(nanoseconds: 1_000_000_000)
+    var now = Instant(nanoseconds: 1_000_000_000)
 
     /// A server whose only user is the client's key (plus `extraUsers`), and that client.
     init(

@@ -75,7 +75,7 @@ public struct ClientCore: Sendable {
     private struct Pending {
         var initiator: NoiseIK.Initiator
         var localIndex: UInt32
-        var sentAt: Moment
+        var sentAt: Instant
     }
 
     /// Throws `weakPublicKey` when `serverKey` is a low-order point that no server can hold.
@@ -97,7 +97,7 @@ public struct ClientCore: Sendable {
 
     /// A new handshake initiation, replacing any in flight. `wallClock` dates it so the server
     /// can refuse replays; a clock that stands still or steps back is nudged forward.
-    public mutating func initiate(now: Moment, wallClock: TAI64N) throws(CryptoError) -> [UInt8] {
+    public mutating func initiate(now: Instant, wallClock: TAI64N) throws(CryptoError) -> [UInt8] {
         var timestamp = wallClock
         if let last = lastTimestamp, timestamp <= last { timestamp = last.successor }
         lastTimestamp = timestamp
@@ -123,13 +123,13 @@ public struct ClientCore: Sendable {
 
     /// True when a handshake is due: no usable session, or the current one has sent
     /// `rekeyAfterMessages` or is `rekeyAfterTime` old.
-    public func needsRekey(now: Moment) -> Bool {
+    public func needsRekey(now: Instant) -> Bool {
         guard let current, !current.isExpired(now: now, limits: limits) else { return true }
         return current.needsRekey(now: now, limits: limits)
     }
 
     /// True while a session can seal packets.
-    public func hasSession(now: Moment) -> Bool {
+    public func hasSession(now: Instant) -> Bool {
         current.map { !$0.isExpired(now: now, limits: limits) && $0.sendCounter < limits.rejectAfterMessages } ?? false
     }
 
@@ -139,7 +139,7 @@ public struct ClientCore: Sendable {
     // MARK: Receiving
 
     /// Handles one datagram from the server, decrypting a data packet in place.
-    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, now: Moment) -> ClientEvent {
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, now: Instant) -> ClientEvent {
         switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, now: now)
@@ -150,11 +150,11 @@ public struct ClientCore: Sendable {
     }
 
     /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
-    public mutating func receive(_ datagram: inout [UInt8], now: Moment) -> ClientEvent {
+    public mutating func receive(_ datagram: inout [UInt8], now: Instant) -> ClientEvent {
         datagram.withUnsafeMutableBytes { receive($0, now: now) }
     }
 
-    private mutating func receiveResponse(_ datagram: UnsafeRawBufferPointer, now: Moment) -> ClientEvent {
+    private mutating func receiveResponse(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
         let receiver = datagram.loadLittleEndian(UInt32.self, at: Response.receiverOffset)
         guard let pending, pending.localIndex == receiver else { return drop(.unexpected) }
         guard let (payload, keys, _) = pending.initiator.finish(Array(datagram[Response.noiseOffset...])) else {
@@ -179,7 +179,7 @@ public struct ClientCore: Sendable {
         return .sessionUnknown
     }
 
-    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, now: Moment) -> ClientEvent {
+    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, now: Instant) -> ClientEvent {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         let result: Result<TransportSession.Opened, DropReason>
         if current?.localIndex == index, let opened = current?.open(datagram, now: now, limits: limits) {
@@ -208,7 +208,7 @@ public struct ClientCore: Sendable {
     /// Seals an inner packet in place: `buffer` holds `DataPacket.headroom` spare bytes,
     /// `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes. Returns the
     /// datagram's length.
-    public mutating func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Moment) throws(SealFailure) -> Int {
+    public mutating func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant) throws(SealFailure) -> Int {
         guard let length = try current?.seal(buffer, innerLength: innerLength, now: now, limits: limits) else {
             throw .noSession
         }
@@ -216,22 +216,22 @@ public struct ClientCore: Sendable {
     }
 
     /// Seals a framed packet (see `DataPacket.frame`); the array becomes the datagram.
-    public mutating func seal(_ framed: inout [UInt8], now: Moment) throws(SealFailure) {
+    public mutating func seal(_ framed: inout [UInt8], now: Instant) throws(SealFailure) {
         let innerLength = framed.count - DataPacket.overhead
         _ = try framed.withMutableBytes { (buffer) throws(SealFailure) in try seal(buffer, innerLength: innerLength, now: now) }
     }
 
     /// A probe the server echoes: liveness and round-trip time for the path it is sent on.
-    public mutating func probe(id: UInt64, now: Moment) throws(SealFailure) -> [UInt8] {
+    public mutating func probe(id: UInt64, now: Instant) throws(SealFailure) -> [UInt8] {
         try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now), now: now)
     }
 
     /// An empty data packet: keeps NAT state and tells the server we are here.
-    public mutating func keepalive(now: Moment) throws(SealFailure) -> [UInt8] {
+    public mutating func keepalive(now: Instant) throws(SealFailure) -> [UInt8] {
         try sealMessage([], now: now)
     }
 
-    private mutating func sealMessage(_ message: [UInt8], now: Moment) throws(SealFailure) -> [UInt8] {
+    private mutating func sealMessage(_ message: [UInt8], now: Instant) throws(SealFailure) -> [UInt8] {
         guard let datagram = try current?.seal(message: message, now: now, limits: limits) else { throw .noSession }
         return datagram
     }

@@ -49,7 +49,7 @@ public struct ServerLimits: Equatable, Sendable {
 struct TokenBucket {
     let rate: ServerLimits.Rate
     private var tokens: Double
-    private var updated: Moment?
+    private var updated: Instant?
 
     init(_ rate: ServerLimits.Rate) {
         self.rate = rate
@@ -57,7 +57,7 @@ struct TokenBucket {
     }
 
     /// Takes a token if there is one.
-    mutating func take(now: Moment) -> Bool {
+    mutating func take(now: Instant) -> Bool {
         refill(now: now)
         guard tokens >= 1 else { return false }
         tokens -= 1
@@ -65,13 +65,13 @@ struct TokenBucket {
     }
 
     /// True when the bucket would be full now: forgetting it changes nothing.
-    func isFull(now: Moment) -> Bool {
+    func isFull(now: Instant) -> Bool {
         var copy = self
         copy.refill(now: now)
         return copy.tokens >= rate.burst
     }
 
-    private mutating func refill(now: Moment) {
+    private mutating func refill(now: Instant) {
         if let updated, now > updated {
             tokens = min(rate.burst, tokens + (now - updated).inSeconds * rate.perSecond)
         }
@@ -85,14 +85,14 @@ struct SourceRateLimiter {
     private let rate: ServerLimits.Rate
     private let capacity: Int
     private var buckets: [IPAddress: TokenBucket] = [:]
-    private var lastPrune: Moment?
+    private var lastPrune: Instant?
 
     init(_ rate: ServerLimits.Rate, capacity: Int) {
         self.rate = rate
         self.capacity = capacity
     }
 
-    mutating func allow(_ address: IPAddress, now: Moment) -> Bool {
+    mutating func allow(_ address: IPAddress, now: Instant) -> Bool {
         let key = Self.key(address)
         if buckets[key] == nil, buckets.count >= capacity {
             prune(now: now)
@@ -102,7 +102,7 @@ struct SourceRateLimiter {
     }
 
     /// Forgets full buckets, at most once a second (a prune walks the whole table).
-    mutating func prune(now: Moment) {
+    mutating func prune(now: Instant) {
         if let lastPrune, now - lastPrune < .seconds(1) { return }
         lastPrune = now
         buckets = buckets.filter { !$0.value.isFull(now: now) }

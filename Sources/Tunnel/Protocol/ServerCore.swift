@@ -83,7 +83,7 @@ public struct ServerCore: Sendable {
     // MARK: Receiving
 
     /// Handles one datagram from `source`, decrypting a data packet in place.
-    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, from: source, now: now)
@@ -93,11 +93,11 @@ public struct ServerCore: Sendable {
     }
 
     /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
-    public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, now: Moment) -> ServerEvent {
+    public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, now: Instant) -> ServerEvent {
         datagram.withUnsafeMutableBytes { receive($0, from: source, now: now) }
     }
 
-    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         guard let slot = indices[index] else { return sessionUnknown(index, from: source, now: now) }
         let peer = PeerID(index: slot)
@@ -132,13 +132,13 @@ public struct ServerCore: Sendable {
         }
     }
 
-    private mutating func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Moment) -> ServerEvent {
+    private mutating func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Instant) -> ServerEvent {
         let event = drop(.unknownSession)
         guard hintsBySource.allow(source.ip, now: now), hints.take(now: now) else { return event }
         return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
     }
 
-    private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Moment) -> ServerEvent {
+    private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         // Cheapest checks first: a MAC, then the buckets, and only then Diffie-Hellman.
         guard mac1.verify(datagram) else { return drop(.badMAC) }
         guard handshakesBySource.allow(source.ip, now: now), handshakes.take(now: now) else {
@@ -179,7 +179,7 @@ public struct ServerCore: Sendable {
     }
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.
-    public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Moment) -> ServerEvent {
+    public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Instant) -> ServerEvent {
         guard verified else {
             return reject(.badPassword, responder: check.responder, senderIndex: check.senderIndex, to: check.source)
         }
@@ -193,7 +193,7 @@ public struct ServerCore: Sendable {
 
     private mutating func accept(
         _ peer: PeerID, responder: NoiseIK.Responder, senderIndex: UInt32, timestamp: TAI64N,
-        from source: SocketAddress, now: Moment
+        from source: SocketAddress, now: Instant
     ) -> ServerEvent {
         let index = freshIndex()
         let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses)
@@ -276,7 +276,7 @@ public struct ServerCore: Sendable {
     /// Seals an inner packet for `peer` in place: `buffer` holds `DataPacket.headroom` spare
     /// bytes, `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes.
     public mutating func seal(
-        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Moment
+        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Instant
     ) throws(SealFailure) -> SealedDatagram {
         guard peers.indices.contains(peer.index), let destination = peers[peer.index].endpoint else {
             throw .noSession
@@ -287,7 +287,7 @@ public struct ServerCore: Sendable {
     }
 
     /// Seals a framed packet (see `DataPacket.frame`) for `peer`; the array becomes the datagram.
-    public mutating func seal(_ framed: inout [UInt8], to peer: PeerID, now: Moment) throws(SealFailure) -> SealedDatagram {
+    public mutating func seal(_ framed: inout [UInt8], to peer: PeerID, now: Instant) throws(SealFailure) -> SealedDatagram {
         let innerLength = framed.count - DataPacket.overhead
         return try framed.withMutableBytes { (buffer) throws(SealFailure) in
             try seal(buffer, innerLength: innerLength, to: peer, now: now)
@@ -298,7 +298,7 @@ public struct ServerCore: Sendable {
 
     /// Call about once a second: forgets sessions three reject-times old (wiping their keys, as
     /// WireGuard does) and idle rate-limit state.
-    public mutating func tick(now: Moment) {
+    public mutating func tick(now: Instant) {
         let forgetAfter = sessionLimits.rejectAfterTime * 3
         for slot in peers.indices {
             for index in peers[slot].forget(olderThan: forgetAfter, now: now) { indices[index] = nil }
@@ -369,7 +369,7 @@ struct PeerState {
 
     /// Opens a data packet on whichever session has `index`; nil when none has.
     mutating func open(
-        _ datagram: UnsafeMutableRawBufferPointer, index: UInt32, now: Moment, limits: SessionLimits
+        _ datagram: UnsafeMutableRawBufferPointer, index: UInt32, now: Instant, limits: SessionLimits
     ) -> (Result<TransportSession.Opened, DropReason>, Slot)? {
         if current?.localIndex == index, let result = current?.open(datagram, now: now, limits: limits) {
             return (result, .current)
@@ -393,7 +393,7 @@ struct PeerState {
     }
 
     /// Drops sessions established longer than `age` ago; returns their indices.
-    mutating func forget(olderThan age: Duration, now: Moment) -> [UInt32] {
+    mutating func forget(olderThan age: Duration, now: Instant) -> [UInt32] {
         var forgotten: [UInt32] = []
         func check(_ session: inout TransportSession?) {
             if let s = session, now - s.established >= age {

@@ -1,3 +1,4 @@
+import PathMonitor
 /// When a session should be replaced and when it must stop, as WireGuard sets them
 /// (whitepaper §6.1); tests shrink them to reach the edges.
 public struct SessionLimits: Equatable, Sendable {
@@ -43,29 +44,29 @@ struct TransportSession {
     let remoteIndex: UInt32
     let keys: TransportKeys
     /// When the handshake completed, on this side's clock.
-    let established: Moment
+    let established: Instant
     private(set) var sendCounter: UInt64 = 0
     private(set) var window = ReplayWindow()
 
-    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, established: Moment) {
+    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, established: Instant) {
         self.localIndex = localIndex
         self.remoteIndex = remoteIndex
         self.keys = keys
         self.established = established
     }
 
-    func isExpired(now: Moment, limits: SessionLimits) -> Bool {
+    func isExpired(now: Instant, limits: SessionLimits) -> Bool {
         now - established >= limits.rejectAfterTime
     }
 
-    func needsRekey(now: Moment, limits: SessionLimits) -> Bool {
+    func needsRekey(now: Instant, limits: SessionLimits) -> Bool {
         sendCounter >= limits.rekeyAfterMessages || now - established >= limits.rekeyAfterTime
     }
 
     /// Seals in place: `buffer` holds `DataPacket.headroom` spare bytes, `innerLength` bytes of
     /// inner packet, then `DataPacket.tailroom` spare bytes. Returns the datagram's length.
     mutating func seal(
-        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Moment, limits: SessionLimits
+        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant, limits: SessionLimits
     ) throws(SealFailure) -> Int {
         guard innerLength >= 0, innerLength <= DataPacket.maxInnerLength,
               buffer.count >= innerLength + DataPacket.overhead
@@ -89,7 +90,7 @@ struct TransportSession {
     }
 
     /// Seals a whole message (a keepalive or control message) into a new datagram.
-    mutating func seal(message: [UInt8], now: Moment, limits: SessionLimits) throws(SealFailure) -> [UInt8] {
+    mutating func seal(message: [UInt8], now: Instant, limits: SessionLimits) throws(SealFailure) -> [UInt8] {
         var datagram = DataPacket.frame(message)
         let count = message.count
         _ = try datagram.withMutableBytes { (buffer) throws(SealFailure) in
@@ -110,7 +111,7 @@ struct TransportSession {
     /// Opens a data packet in place, after the caller matched its receiver index to this session.
     /// Nothing changes unless the packet authenticates and is fresh.
     mutating func open(
-        _ datagram: UnsafeMutableRawBufferPointer, now: Moment, limits: SessionLimits
+        _ datagram: UnsafeMutableRawBufferPointer, now: Instant, limits: SessionLimits
     ) -> Result<Opened, DropReason> {
         let counter = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt64.self, at: DataPacket.counterOffset)
         guard counter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {

@@ -263,7 +263,7 @@ enum Control {
     static let probe: UInt8 = 1
     static let echo: UInt8 = 2
 
-    static func encode(kind: UInt8, id: UInt64, sentAt: Moment) -> [UInt8] {
+    static func encode(kind: UInt8, id: UInt64, sentAt: Instant) -> [UInt8] {
         [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
             + withUnsafeBytes(of: sentAt.nanoseconds.littleEndian) { Array($0) }
     }
@@ -273,8 +273,8 @@ enum Control {
 enum InnerContent: Equatable {
     case keepalive
     case packet(source: IPAddress)
-    case probe(id: UInt64, sentAt: Moment)
-    case echo(id: UInt64, sentAt: Moment)
+    case probe(id: UInt64, sentAt: Instant)
+    case echo(id: UInt64, sentAt: Instant)
     case malformed
 
     init(_ plaintext: UnsafeRawBufferPointer) {
@@ -291,7 +291,7 @@ enum InnerContent: Equatable {
             return
         }
         let id = plaintext.loadLittleEndian(UInt64.self, at: 2)
-        let sentAt = Moment(nanoseconds: Int64(bitPattern: plaintext.loadLittleEndian(UInt64.self, at: 10)))
+        let sentAt = Instant(nanoseconds: Int64(bitPattern: plaintext.loadLittleEndian(UInt64.self, at: 10)))
         switch plaintext[1] {
         case Control.probe: self = .probe(id: id, sentAt: sentAt)
         case Control.echo: self = .echo(id: id, sentAt: sentAt)

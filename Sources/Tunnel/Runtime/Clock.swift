@@ -1,12 +1,13 @@
+public import PathMonitor
 import Glibc
 
-extension Moment {
+extension Instant {
     /// CLOCK_BOOTTIME now: it keeps counting through a suspend, so key ages and session
     /// lifetimes include the time the laptop slept.
-    public static func now() -> Moment {
+    public static func now() -> Instant {
         var ts = timespec()
         clock_gettime(CLOCK_BOOTTIME, &ts)
-        return Moment(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
+        return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
     }
 }
 

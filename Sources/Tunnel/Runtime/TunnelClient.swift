@@ -1,3 +1,4 @@
+import PathMonitor
 import Foundation
 import Synchronization
 
@@ -27,7 +28,7 @@ public final class TunnelClient: Sendable {
     private let device: Mutex<TunDevice?> = Mutex(nil)
     private let counters = Mutex(TrafficCounters())
     private let lastEcho = Mutex<(id: UInt64, rtt: Duration)?>(nil)
-    private let lastInitiation = Mutex<Moment?>(nil)
+    private let lastInitiation = Mutex<Instant?>(nil)
     private let handshakes = Atomic<Int>(0)
     private let running = Atomic<Bool>(false)
     private let inboundWakeup: Wakeup
@@ -55,17 +56,17 @@ public final class TunnelClient: Sendable {
     /// Handshakes on the current socket, sending the initiation again every second, before
     /// the data loops run.
     public func handshake(timeout: Duration) throws(ClientError) -> HandshakeCompletion {
-        let deadline = Moment.now() + timeout
+        let deadline = Instant.now() + timeout
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
-        while Moment.now() < deadline {
+        while Instant.now() < deadline {
             initiate(force: true)
-            let resend = Moment.now() + .seconds(1)
-            while Moment.now() < min(resend, deadline) {
+            let resend = Instant.now() + .seconds(1)
+            while Instant.now() < min(resend, deadline) {
                 let socket = self.socket
-                let wait = min(resend, deadline) - Moment.now()
+                let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
                     guard let (length, _) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    return core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: Moment.now()) }
+                    return core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: Instant.now()) }
                 }
                 switch event {
                 case .established(let completion)?:
@@ -105,14 +106,14 @@ public final class TunnelClient: Sendable {
     public func rebind(to socket: UDPSocket) {
         current.withLock { $0 = socket }
         inboundWakeup.signal()
-        if let keepalive = try? core.withLock({ (core) throws(SealFailure) in try core.keepalive(now: Moment.now()) }) {
+        if let keepalive = try? core.withLock({ (core) throws(SealFailure) in try core.keepalive(now: Instant.now()) }) {
             send(keepalive)
         }
     }
 
     /// Sends a probe on the current socket; `lastProbeEcho` shows the answer.
     public func probe(id: UInt64) {
-        if let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.probe(id: id, now: Moment.now()) }) {
+        if let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.probe(id: id, now: Instant.now()) }) {
             send(datagram)
         }
     }
@@ -135,7 +136,7 @@ public final class TunnelClient: Sendable {
                 _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                     for handled in 0..<64 {
                         guard let (length, _) = try socket.receive(into: raw, timeout: .zero) else { return handled }
-                        let now = Moment.now()
+                        let now = Instant.now()
                         let event = core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: now) }
                         handle(event, in: raw, tun: tun)
                     }
@@ -186,7 +187,7 @@ public final class TunnelClient: Sendable {
                 let sent = buffer.withUnsafeMutableBytes { raw -> Bool in
                     let inner = UnsafeMutableRawBufferPointer(rebasing: raw[DataPacket.headroom..<(DataPacket.headroom + room)])
                     guard let length = try? tun.read(into: inner, timeout: .zero) else { return false }
-                    let now = Moment.now()
+                    let now = Instant.now()
                     let frame = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(length + DataPacket.overhead)])
                     do {
                         let sealedLength = try core.withLock { (core) throws(SealFailure) -> Int in
@@ -212,7 +213,7 @@ public final class TunnelClient: Sendable {
 
     /// Sends a handshake initiation, at most once a second unless `force`.
     private func initiate(force: Bool) {
-        let now = Moment.now()
+        let now = Instant.now()
         let due = lastInitiation.withLock { last -> Bool in
             if !force, let last, now - last < .seconds(1) { return false }
             last = now

@@ -1,3 +1,4 @@
+import PathMonitor
 import Foundation
 import Synchronization
 
@@ -46,7 +47,7 @@ public final class TunnelServer: Sendable {
 
     private func inbound() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
-        var lastTick = Moment.now()
+        var lastTick = Instant.now()
         while running.load(ordering: .relaxed) {
             let received: (length: Int, peer: SocketAddress)?
             do {
@@ -57,7 +58,7 @@ public final class TunnelServer: Sendable {
                 log("receive failed: \(error)")
                 continue
             }
-            let now = Moment.now()
+            let now = Instant.now()
             if now - lastTick >= .seconds(1) {
                 core.withLock { $0.tick(now: now) }
                 lastTick = now
@@ -71,7 +72,7 @@ public final class TunnelServer: Sendable {
         }
     }
 
-    private func handle(_ event: ServerEvent, in raw: UnsafeMutableRawBufferPointer, now: Moment) {
+    private func handle(_ event: ServerEvent, in raw: UnsafeMutableRawBufferPointer, now: Instant) {
         switch event {
         case .packet(let peer, let range):
             counters.withLock {
@@ -96,9 +97,9 @@ public final class TunnelServer: Sendable {
         case .checkPassword(let check):
             Thread.detachNewThread { [self] in
                 let verified = check.verify()
-                let event = core.withLock { $0.finish(check, verified: verified, now: Moment.now()) }
+                let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
                 var nothing = [UInt8]()
-                nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Moment.now()) }
+                nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Instant.now()) }
             }
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to):
             send(datagram, to: to)
@@ -107,7 +108,7 @@ public final class TunnelServer: Sendable {
         }
     }
 
-    private func forward(_ raw: UnsafeMutableRawBufferPointer, _ range: Range<Int>, to peer: PeerID, now: Moment) {
+    private func forward(_ raw: UnsafeMutableRawBufferPointer, _ range: Range<Int>, to peer: PeerID, now: Instant) {
         let start = range.lowerBound - DataPacket.headroom
         let end = range.upperBound + DataPacket.tailroom
         guard start >= 0, end <= raw.count else { return }
@@ -139,7 +140,7 @@ public final class TunnelServer: Sendable {
                 }
                 guard let length, let destination = InnerPacket.destination(of: UnsafeRawBufferPointer(rebasing: inner[0..<length]))
                 else { return }
-                let now = Moment.now()
+                let now = Instant.now()
                 let frame = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(length + DataPacket.overhead)])
                 do {
                     let sealed = try core.withLock { (core) throws(SealFailure) -> SealedDatagram in
