@@ -1,3 +1,4 @@
+import ArgumentParser
 import Dispatch
 import Foundation
 import Glibc
@@ -15,6 +16,21 @@ struct OperatorLog: Sendable {
         let line = (json ? LogLine.json(all, numbers: ["ts"]) : LogLine.logfmt(all)) + "\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
+}
+
+/// What the daemons share: a configuration file and the log format.
+struct DaemonOptions: ParsableArguments {
+    @Option(help: "The configuration file.")
+    var config: String
+
+    @Option(help: "Log format: logfmt or json.")
+    var logFormat: String = "logfmt"
+
+    func validate() throws {
+        guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
+    }
+
+    var log: OperatorLog { OperatorLog(json: logFormat == "json") }
 }
 
 /// Waits for SIGINT or SIGTERM on a thread of its own and runs `stop` once. The signals are

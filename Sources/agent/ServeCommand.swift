@@ -16,19 +16,11 @@ struct ServeCommand: ParsableCommand {
             10.77.0.0/16 oifname "eth0" masquerade
             """)
 
-    @Option(help: "The server's configuration file.")
-    var config: String
-
-    @Option(help: "Log format: logfmt or json.")
-    var logFormat: String = "logfmt"
-
-    func validate() throws {
-        guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
-    }
+    @OptionGroup var daemon: DaemonOptions
 
     func run() throws {
-        let log = OperatorLog(json: logFormat == "json")
-        let (reader, root) = try YAMLReader.load(config)
+        let log = daemon.log
+        let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.server(root)
         let key = try loadPrivateKey(settings.privateKeyFile)
         let core: ServerCore

@@ -11,19 +11,11 @@ struct UpCommand: ParsableCommand {
         abstract: "Bring the tunnel up over the path the kernel uses to reach the server now.",
         discussion: "The session's UDP socket is bound to that path's interface and source address; the TUN device is configured once.")
 
-    @Option(help: "The client's configuration file.")
-    var config: String
-
-    @Option(help: "Log format: logfmt or json.")
-    var logFormat: String = "logfmt"
-
-    func validate() throws {
-        guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
-    }
+    @OptionGroup var daemon: DaemonOptions
 
     func run() throws {
-        let log = OperatorLog(json: logFormat == "json")
-        let (reader, root) = try YAMLReader.load(config)
+        let log = daemon.log
+        let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.client(root)
         let key = try loadPrivateKey(settings.privateKeyFile)
         var credentials: Credentials?
