@@ -51,11 +51,13 @@ let package = Package(
             name: "MonitorBenchmark", dependencies: ["PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
-        .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor"], swiftSettings: strict),
+        // Throwaway network namespaces for the integration tests.
+        .target(name: "NamespaceLab", dependencies: ["PathMonitor"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", .product(name: "Yams", package: "Yams")], swiftSettings: strict),
-        .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

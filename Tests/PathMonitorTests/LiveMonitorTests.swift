@@ -1,3 +1,4 @@
+import NamespaceLab
 import Testing
 @testable import PathMonitor
 

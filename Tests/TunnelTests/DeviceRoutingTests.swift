@@ -1,5 +1,6 @@
 import Glibc
 import PathMonitor
+import NamespaceLab
 import Testing
 import Tunnel
 

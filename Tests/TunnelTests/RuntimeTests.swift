@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import PathMonitor
+import NamespaceLab
 import Testing
 @testable import Tunnel
 

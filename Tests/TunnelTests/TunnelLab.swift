@@ -1,38 +1,14 @@
 import Foundation
 import Glibc
+import NamespaceLab
 import PathMonitor
 import Testing
 import Tunnel
 
-/// A throwaway network namespace for the tunnel's integration tests, deleted (with every
-/// device in it) on deinit, so a failing test leaves nothing behind. Adapted from
-/// PathMonitorTests' NamespaceLab: test targets cannot share files.
-final class TunnelLab {
-    static let isRoot = getuid() == 0
-    static let skipReason: Comment = "needs root to create network namespaces and TUN devices; run the suite as root (CI does)"
-    nonisolated(unsafe) private static var counter = 0
-    private static let lock = NSLock()
+/// The tunnel tests' lab is the shared one, with a laptop-and-server topology added.
+typealias TunnelLab = NamespaceLab
 
-    let name: String
-    let namespace: NetworkNamespace
-
-    init() throws {
-        Self.lock.lock()
-        Self.counter += 1
-        name = "roamtun-\(getpid())-\(Self.counter)"
-        Self.lock.unlock()
-        try Self.ip(["netns", "add", name])
-        do {
-            namespace = try NetworkNamespace(named: name)
-            try ip("link set lo up")
-        } catch {
-            _ = try? Self.ip(["netns", "del", name])
-            throw error
-        }
-    }
-
-    deinit { _ = try? Self.ip(["netns", "del", name]) }
-
+extension NamespaceLab {
     /// A laptop and a server: the laptop's `eth0` (10.20.0.57/24, fd00:20::57/64; default
     /// route metric 100) and `wifi0` (192.168.1.23/24; default metric 600) are veths whose
     /// peers `eth-l` (10.20.0.1, fd00:20::1) and `wifi-l` (192.168.1.1) sit in `server`, which
@@ -53,34 +29,6 @@ final class TunnelLab {
         try server.ip("address add fd00:20::1/64 dev eth-l nodad")
         try server.ip("address add 198.51.100.7/32 dev lo")
         return (laptop, server)
-    }
-
-    /// Runs `ip -n NAME <arguments>` and returns what it printed.
-    @discardableResult
-    func ip(_ arguments: String) throws -> String {
-        try Self.ip(["-n", name] + arguments.split(separator: " ").map(String.init))
-    }
-
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
-    @discardableResult
-    static func ip(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: FileManager.default.fileExists(atPath: "/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip")
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "ip \(arguments.joined(separator: " ")): \(text)")
-        }
-        return text
     }
 }
 
