@@ -10,7 +10,8 @@ import Yams
 /// The tunnel device as a configuration file describes it.
 struct TunnelSettings: Equatable {
     var name = "roam0"
-    var mtu = 1380
+    /// 1420 leaves room for the tunnel's 60 to 80 bytes over an IPv4 or IPv6 1500-byte uplink.
+    var mtu = 1420
     /// Inner addresses of this end (the server's; a client gets its own from the server).
     var addresses: [Prefix] = []
 }

@@ -90,7 +90,7 @@ public final class TunnelServer: Sendable {
             }
         case .handshake(let peer, let response, let to):
             send(response, to: to)
-            log("handshake from \(to) for peer \(peer)")
+            log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
         case .rejected(let reason, let response, let to):
             send(response, to: to)
             log("handshake from \(to) rejected: \(reason)")
