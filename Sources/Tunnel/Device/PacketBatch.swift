@@ -77,9 +77,16 @@ public final class PacketBatch {
     /// gave nil or a length beyond the slot.
     @discardableResult
     public func append(to peer: SocketAddress? = nil, _ fill: (UnsafeMutableRawBufferPointer) -> Int?) -> Bool {
+        append { slot in fill(slot).map { ($0, peer) } }
+    }
+
+    /// Appends a packet that `fill` writes into the next slot and addresses itself (a server
+    /// learns the destination only from the packet): its length and peer, or nil for nothing.
+    @discardableResult
+    public func append(_ fill: (UnsafeMutableRawBufferPointer) -> (length: Int, peer: SocketAddress?)?) -> Bool {
         guard count < capacity else { return false }
         let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: Self.slotSize)
-        guard let length = fill(slot), (0...Self.slotSize).contains(length) else { return false }
+        guard let (length, peer) = fill(slot), (0...Self.slotSize).contains(length) else { return false }
         vectors[count].iov_len = length
         if let peer {
             messages[count].msg_hdr.msg_name = UnsafeMutableRawPointer(names + count)

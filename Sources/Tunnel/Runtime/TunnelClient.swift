@@ -171,9 +171,9 @@ public final class TunnelClient: Sendable {
         }
     }
 
+    /// Packets from the TUN, sealed in place into a batch and sent with one `sendmmsg`.
     private func outbound(_ tun: TunDevice) {
-        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
-        let room = buffer.count - DataPacket.overhead
+        let batch = PacketBatch(capacity: 32)
         while running.load(ordering: .relaxed) {
             do {
                 let ready = try pollReadable([tun.fileDescriptor, outboundWakeup.readEnd], timeout: nil)
@@ -183,30 +183,53 @@ public final class TunnelClient: Sendable {
                 log("poll failed: \(error)")
                 continue
             }
-            for _ in 0..<64 {
-                let sent = buffer.withUnsafeMutableBytes { raw -> Bool in
-                    let inner = UnsafeMutableRawBufferPointer(rebasing: raw[DataPacket.headroom..<(DataPacket.headroom + room)])
-                    guard let length = try? tun.read(into: inner, timeout: .zero) else { return false }
-                    let now = Instant.now()
-                    let frame = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(length + DataPacket.overhead)])
-                    do {
-                        let sealedLength = try core.withLock { (core) throws(SealFailure) -> Int in
-                            try core.seal(frame, innerLength: length, now: now)
-                        }
-                        counters.withLock {
-                            $0.packetsOut += 1
-                            $0.bytesOut += length
-                        }
-                        send(UnsafeRawBufferPointer(rebasing: frame[0..<sealedLength]))
-                    } catch {
-                        counters.withLock { $0.noSession += 1 }
-                    }
-                    if core.withLock({ $0.needsRekey(now: now) && !$0.isHandshaking }) { initiate(force: false) }
-                    return true
+            var drained = false
+            while !drained {
+                batch.removeAll()
+                let now = Instant.now()
+                drained = fill(batch, from: tun) { frame, length throws(SealFailure) in
+                    try core.withLock { (core) throws(SealFailure) in try core.seal(frame, innerLength: length, now: now) }
                 }
-                if !sent { break }
+                guard batch.count > 0 else { continue }
+                let socket = self.socket
+                do {
+                    let sent = try socket.send(batch)
+                    if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
+                } catch {
+                    counters.withLock { $0.sendFailures += batch.count }
+                }
+                if core.withLock({ $0.needsRekey(now: now) && !$0.isHandshaking }) { initiate(force: false) }
             }
         }
+    }
+
+    /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
+    /// TUN had no more waiting.
+    private func fill(_ batch: PacketBatch, from tun: TunDevice,
+                      seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> Int) -> Bool {
+        while !batch.isFull {
+            var empty = false
+            batch.append(to: server) { slot in
+                let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
+                guard let length = try? tun.read(into: inner, timeout: .zero) else {
+                    empty = true
+                    return nil
+                }
+                do {
+                    let sealed = try seal(UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)]), length)
+                    counters.withLock {
+                        $0.packetsOut += 1
+                        $0.bytesOut += length
+                    }
+                    return sealed
+                } catch {
+                    counters.withLock { $0.noSession += 1 }
+                    return nil
+                }
+            }
+            if empty { return true }
+        }
+        return false
     }
 
     // MARK: Sending

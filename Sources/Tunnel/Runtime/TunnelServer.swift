@@ -125,35 +125,55 @@ public final class TunnelServer: Sendable {
 
     // MARK: Outbound: TUN packets to datagrams
 
+    /// Packets from the TUN, each sealed in place for the client owning its destination,
+    /// batched and sent with one `sendmmsg`.
     private func outbound() {
-        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
-        let room = buffer.count - DataPacket.overhead
+        let batch = PacketBatch(capacity: 32)
         while running.load(ordering: .relaxed) {
-            buffer.withUnsafeMutableBytes { raw in
-                let inner = UnsafeMutableRawBufferPointer(rebasing: raw[DataPacket.headroom..<(DataPacket.headroom + room)])
-                let length: Int?
-                do {
-                    length = try device.read(into: inner, timeout: .seconds(1))
-                } catch {
-                    log("read from \(device.name) failed: \(error)")
-                    return
-                }
-                guard let length, let destination = InnerPacket.destination(of: UnsafeRawBufferPointer(rebasing: inner[0..<length]))
-                else { return }
+            do {
+                guard try !pollReadable([device.fileDescriptor], timeout: .seconds(1)).isEmpty else { continue }
+            } catch {
+                log("poll \(device.name) failed: \(error)")
+                continue
+            }
+            var drained = false
+            while !drained {
+                batch.removeAll()
                 let now = Instant.now()
-                let frame = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(length + DataPacket.overhead)])
+                while !batch.isFull && !drained {
+                    batch.append { slot in
+                        let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
+                        guard let length = try? device.read(into: inner, timeout: .zero) else {
+                            drained = true
+                            return nil
+                        }
+                        guard let destination = InnerPacket.destination(of: UnsafeRawBufferPointer(rebasing: inner[0..<length])) else {
+                            return nil
+                        }
+                        let frame = UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)])
+                        do {
+                            let sealed = try core.withLock { (core) throws(SealFailure) -> SealedDatagram in
+                                guard let peer = core.peer(forInnerDestination: destination) else { throw .noSession }
+                                return try core.seal(frame, innerLength: length, to: peer, now: now)
+                            }
+                            counters.withLock {
+                                $0.packetsOut += 1
+                                $0.bytesOut += length
+                            }
+                            return (sealed.length, sealed.destination)
+                        } catch {
+                            counters.withLock { $0.noSession += 1 }
+                            return nil
+                        }
+                    }
+                }
+                guard batch.count > 0 else { continue }
                 do {
-                    let sealed = try core.withLock { (core) throws(SealFailure) -> SealedDatagram in
-                        guard let peer = core.peer(forInnerDestination: destination) else { throw .noSession }
-                        return try core.seal(frame, innerLength: length, to: peer, now: now)
-                    }
-                    counters.withLock {
-                        $0.packetsOut += 1
-                        $0.bytesOut += length
-                    }
-                    send(UnsafeRawBufferPointer(rebasing: frame[0..<sealed.length]), to: sealed.destination)
+                    let sent = try socket.send(batch)
+                    if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
                 } catch {
-                    counters.withLock { $0.noSession += 1 }
+                    counters.withLock { $0.sendFailures += batch.count }
+                    log("send failed: \(error)")
                 }
             }
         }
