@@ -28,6 +28,9 @@ struct UpCommand: ParsableCommand {
         let address = try resolve(settings.server.description)
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
         let server = SocketAddress(address, port: port)
+        if case .split(let prefixes) = settings.mode, let loop = prefixes.first(where: { $0.contains(address) }) {
+            throw AgentError("the split route \(loop) contains the server \(address): the tunnel would carry its own packets; narrow it")
+        }
 
         let path: Path
         do {
