@@ -26,14 +26,20 @@ struct ServeCommand: ParsableCommand {
         let core: ServerCore
         do { core = try ServerCore(privateKey: key, users: settings.users) } catch { throw AgentError("\(error)") }
         let tun: TunDevice
-        let socket: UDPSocket
+        var sockets: [UDPSocket] = []
         do {
             tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses)
-            socket = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort))
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort)))
         } catch {
             throw AgentError("\(error)")
         }
-        let server = TunnelServer(core: core, device: tun, socket: socket) { message in log("info", message) }
+        do {
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort)))
+        } catch {
+            // A host without IPv6 still serves IPv4 clients.
+            log("warning", "no IPv6 listening socket", ["error": "\(error)"])
+        }
+        let server = TunnelServer(core: core, device: tun, sockets: sockets) { message in log("info", message) }
         onTerminationSignal { signal in
             log("info", "stopping", ["signal": "\(signal)"])
             server.stop()

@@ -85,8 +85,9 @@ struct RuntimeTests {
 
     private func startServer(in lab: TunnelLab) throws -> (TunnelServer, Running) {
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.1/24")!], namespace: lab.namespace)
-        let socket = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace)
-        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, socket: socket) { _ in }
+        let sockets = [try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace),
+                       try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: 51820), namespace: lab.namespace)]
+        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, sockets: sockets) { _ in }
         return (server, Running { server.run() })
     }
 
@@ -220,6 +221,32 @@ extension RuntimeTests {
         second.close()
         #expect(client.handshakeCount == 1)
         #expect(!(try laptop.ip("route show table main")).contains("198.51.100.7"), "no host route to strand")
+    }
+}
+
+extension RuntimeTests {
+    /// The session runs over IPv6 just as well: the server listens on both families.
+    @Test func sessionOverAnIPv6Uplink() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServer(in: serverLab)
+        let socket = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::57")!, port: 0), device: "eth0",
+                                   namespace: laptop.namespace)
+        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+                                      socket: socket, server: SocketAddress(IPAddress("fd00:20::1")!, port: 51820)) { _ in }
+        _ = try client.handshake(timeout: .seconds(3))
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server.stop()
+            clientThread.wait()
+            serverThread.wait()
+        }
+        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: serverLab)
+        defer { listener.close() }
+        let connection = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: laptop)
+        connection.close()
+        #expect(server.traffic.packetsIn > 0)
     }
 }
 

@@ -2,23 +2,25 @@ import PathMonitor
 import Foundation
 import Synchronization
 
-/// The server's data plane: a TUN device, one UDP socket, and the protocol core between them.
+/// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
+/// core between them.
 ///
 /// Two threads: datagrams in (decrypt, deliver to the TUN or on to another client) and TUN
 /// packets out (route by inner destination, encrypt, send to the client's current endpoint).
 /// Argon2id password checks run on threads of their own, never on the data path.
 public final class TunnelServer: Sendable {
     public let device: TunDevice
-    public let socket: UDPSocket
+    /// The listening sockets: one IPv4, one IPv6, or both.
+    public let sockets: [UDPSocket]
     private let core: Mutex<ServerCore>
     private let counters = Mutex(TrafficCounters())
     private let running = Atomic<Bool>(false)
     private let log: @Sendable (String) -> Void
 
-    public init(core: ServerCore, device: TunDevice, socket: UDPSocket, log: @escaping @Sendable (String) -> Void) {
+    public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], log: @escaping @Sendable (String) -> Void) {
         self.core = Mutex(core)
         self.device = device
-        self.socket = socket
+        self.sockets = sockets
         self.log = log
     }
 
@@ -49,10 +51,13 @@ public final class TunnelServer: Sendable {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         var lastTick = Instant.now()
         while running.load(ordering: .relaxed) {
-            let received: (length: Int, peer: SocketAddress)?
+            var received: (length: Int, peer: SocketAddress)?
             do {
-                received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
-                    try socket.receive(into: raw, timeout: .seconds(1))
+                let ready = try pollReadable(sockets.map(\.fileDescriptor), timeout: .seconds(1))
+                if let socket = sockets.first(where: { ready.contains($0.fileDescriptor) }) {
+                    received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
+                        try socket.receive(into: raw, timeout: .zero)
+                    }
                 }
             } catch {
                 log("receive failed: \(error)")
@@ -168,12 +173,22 @@ public final class TunnelServer: Sendable {
                     }
                 }
                 guard batch.count > 0 else { continue }
-                do {
-                    let sent = try socket.send(batch)
-                    if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
-                } catch {
-                    counters.withLock { $0.sendFailures += batch.count }
-                    log("send failed: \(error)")
+                // One socket per family: a batch goes out through the socket of its first
+                // datagram's family, any others one by one.
+                let family = batch.peer(at: 0)?.ip.family
+                guard let socket = sockets.first(where: { $0.local.ip.family == family }) else { continue }
+                if (0..<batch.count).allSatisfy({ batch.peer(at: $0)?.ip.family == family }) {
+                    do {
+                        let sent = try socket.send(batch)
+                        if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
+                    } catch {
+                        counters.withLock { $0.sendFailures += batch.count }
+                        log("send failed: \(error)")
+                    }
+                } else {
+                    for i in 0..<batch.count {
+                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer) }
+                    }
                 }
             }
         }
@@ -184,6 +199,10 @@ public final class TunnelServer: Sendable {
     }
 
     private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress) {
+        guard let socket = sockets.first(where: { $0.local.ip.family == peer.ip.family }) else {
+            counters.withLock { $0.sendFailures += 1 }
+            return
+        }
         do {
             if try !socket.send(datagram, to: peer) { counters.withLock { $0.sendFailures += 1 } }
         } catch {
