@@ -40,7 +40,10 @@ struct MonitorCommand: ParsableCommand {
         } catch {
             throw AgentError("cannot watch the kernel's routes: \(error) (the monitor needs a Linux kernel with rtnetlink)")
         }
-        out.write(["event": "start", "server": "\(endpoint)", "paths": describe(monitor.paths)])
+        out.write(["event": "start", "server": "\(endpoint)", "power": PowerSupply.current().rawValue,
+                   "paths": describe(monitor.paths)])
+        let clocks = SuspendDetector.clocks()
+        var suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
         var disagreement: String?
         func crossCheck() {
             let kernel = try? monitor.kernelRoute(mark: mark)
@@ -64,7 +67,12 @@ struct MonitorCommand: ParsableCommand {
         let deadline = watch.seconds.map { start + .milliseconds(Int64($0 * 1000)) }
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
             let wait = deadline.map { $0 - ContinuousClock.now } ?? .seconds(3600)
-            for event in monitor.next(timeout: max(wait, .milliseconds(1))) {
+            let events = monitor.next(timeout: max(wait, .milliseconds(1)))
+            let now = SuspendDetector.clocks()
+            if let slept = suspends.check(monotonic: now.monotonic, boottime: now.boottime) {
+                out.write(["event": "resumed", "slept": slept.short, "power": PowerSupply.current().rawValue])
+            }
+            for event in events {
                 switch event {
                 case .paths(let paths, let after):
                     out.write(["event": "paths", "best": paths.first.map { "\($0.interface)/\($0.source)" } ?? "none",

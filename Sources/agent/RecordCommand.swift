@@ -42,21 +42,19 @@ struct RecordCommand: ParsableCommand {
         let namespace = try watch.namespace()
         var dump: [String] = []
         var timeline: [String] = []
-        let start = Clocks.now()
-        var lastGap = start.boottime - start.monotonic
+        let start = SuspendDetector.clocks()
+        var suspends = SuspendDetector(monotonic: start.monotonic, boottime: start.boottime)
         let monitor = try LiveMonitor(endpoint: address, namespace: namespace) { bytes, isDump in
             if isDump {
                 dump.append(bytes.hexString)
                 return
             }
-            let now = Clocks.now()
-            let gap = now.boottime - now.monotonic
-            if gap - lastGap > 1.0 {
-                timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime - (gap - lastGap))), clock-jump: \(Self.seconds(gap - lastGap))}")
+            let now = SuspendDetector.clocks()
+            if let slept = suspends.check(monotonic: now.monotonic, boottime: now.boottime) {
+                timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime - slept)), clock-jump: \(Self.seconds(slept))}")
             }
-            lastGap = gap
-            timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime)), monotonic: \(String(format: "%.6f", now.monotonic)), "
-                + "boottime: \(String(format: "%.6f", now.boottime)), netlink: \(bytes.hexString)}")
+            timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime)), monotonic: \(Self.decimal(now.monotonic)), "
+                + "boottime: \(Self.decimal(now.boottime)), netlink: \(bytes.hexString)}")
         }
         signal(SIGINT) { _ in stopRequested.store(true, ordering: .relaxed) }
         signal(SIGTERM) { _ in stopRequested.store(true, ordering: .relaxed) }
@@ -91,20 +89,11 @@ struct RecordCommand: ParsableCommand {
         FileHandle.standardError.write(Data("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n".utf8))
     }
 
-    private static func seconds(_ value: Double) -> String { String(format: "%.3fs", max(0, value)) }
-}
-
-/// The two kernel clocks: CLOCK_BOOTTIME keeps counting through a suspend, CLOCK_MONOTONIC does not.
-enum Clocks {
-    static func now() -> (monotonic: Double, boottime: Double) {
-        (read(CLOCK_MONOTONIC), read(CLOCK_BOOTTIME))
+    private static func seconds(_ value: Duration) -> String {
+        String(format: "%.3fs", max(0, Double(value.nanoseconds) / 1e9))
     }
 
-    private static func read(_ clock: clockid_t) -> Double {
-        var ts = timespec()
-        clock_gettime(clock, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
+    private static func decimal(_ value: Duration) -> String { String(format: "%.6f", Double(value.nanoseconds) / 1e9) }
 }
 
 extension Collection<UInt8> {
