@@ -136,6 +136,18 @@ public struct ClientCore: Sendable {
     /// True while an initiation awaits its response.
     public var isHandshaking: Bool { pending != nil }
 
+    /// How long a handshake may go unanswered before another is due (WireGuard's REKEY_TIMEOUT):
+    /// an initiation or its response can be lost, and waiting for it forever kills the tunnel.
+    public static let handshakeRetry: Duration = .seconds(5)
+
+    /// True when a new initiation is due: the session needs new keys (or has none) and no
+    /// handshake is in flight, or the one in flight went unanswered too long.
+    public func needsHandshake(now: Instant) -> Bool {
+        guard needsRekey(now: now) || !hasSession(now: now) else { return false }
+        guard let pending else { return true }
+        return now - pending.sentAt >= Self.handshakeRetry
+    }
+
     // MARK: Receiving
 
     /// Handles one datagram from the server, decrypting a data packet in place.

@@ -11,6 +11,9 @@ public struct ServerLimits: Equatable, Sendable {
     /// interactive cost). Only a first login, or a changed password, needs one: rekeys present a
     /// password the server already verified and cost one HMAC.
     public var passwordChecks: Rate
+    /// Argon2id checks one source may cause: well under the server's total, so one host guessing
+    /// passwords cannot use up everybody's logins.
+    public var passwordChecksPerSource: Rate
     /// Session-unknown hints sent to one source.
     public var hintsPerSource: Rate
     /// Session-unknown hints sent in all.
@@ -22,6 +25,7 @@ public struct ServerLimits: Equatable, Sendable {
         handshakesPerSource: Rate = Rate(perSecond: 5, burst: 10),
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
+        passwordChecksPerSource: Rate = Rate(perSecond: 1, burst: 2),
         hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
         hints: Rate = Rate(perSecond: 1000, burst: 1000),
         trackedSources: Int = 65_536
@@ -29,6 +33,7 @@ public struct ServerLimits: Equatable, Sendable {
         self.handshakesPerSource = handshakesPerSource
         self.handshakes = handshakes
         self.passwordChecks = passwordChecks
+        self.passwordChecksPerSource = passwordChecksPerSource
         self.hintsPerSource = hintsPerSource
         self.hints = hints
         self.trackedSources = trackedSources

@@ -59,6 +59,16 @@ public struct ServerCore: Sendable {
     private var handshakesBySource: SourceRateLimiter
     private var handshakes: TokenBucket
     private var passwordChecks: TokenBucket
+    private var passwordChecksBySource: SourceRateLimiter
+    /// Password checks handed out and not finished yet, by peer and timestamp: a replayed
+    /// initiation must not buy a second Argon2id while the first runs.
+    private var checksInFlight: Set<CheckKey> = []
+    private struct CheckKey: Hashable {
+        var peer: Int
+        var timestamp: TAI64N
+    }
+    /// Checks in flight at most; past it, new ones wait for a retry.
+    static let maxChecksInFlight = 32
     private var hintsBySource: SourceRateLimiter
     private var hints: TokenBucket
 
@@ -76,6 +86,7 @@ public struct ServerCore: Sendable {
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
         handshakes = TokenBucket(limits.handshakes)
         passwordChecks = TokenBucket(limits.passwordChecks)
+        passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
         hintsBySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
         hints = TokenBucket(limits.hints)
     }
@@ -169,7 +180,12 @@ public struct ServerCore: Sendable {
                 known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
             } ?? false
             if !proven {
-                guard passwordChecks.take(now: now) else { return drop(.rateLimited) }
+                let key = CheckKey(peer: peer.index, timestamp: payload.timestamp)
+                guard !checksInFlight.contains(key) else { return drop(.replayedHandshake) }
+                guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.allow(source.ip, now: now),
+                      passwordChecks.take(now: now)
+                else { return drop(.rateLimited) }
+                checksInFlight.insert(key)
                 return .checkPassword(PasswordCheck(
                     peer: peer, source: source, senderIndex: senderIndex, responder: responder,
                     timestamp: payload.timestamp, hash: hash, password: password, proof: proof))
@@ -180,6 +196,7 @@ public struct ServerCore: Sendable {
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.
     public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Instant) -> ServerEvent {
+        checksInFlight.remove(CheckKey(peer: check.peer.index, timestamp: check.timestamp))
         guard verified else {
             return reject(.badPassword, responder: check.responder, senderIndex: check.senderIndex, to: check.source)
         }
@@ -205,7 +222,8 @@ public struct ServerCore: Sendable {
         retire(peers[slot].next)
         peers[slot].next = TransportSession(localIndex: index, remoteIndex: senderIndex, keys: keys, established: now)
         indices[index] = slot
-        peers[slot].endpoint = source
+        // The endpoint stays: it moves only on the first authenticated packet of the new
+        // session, so a late or replayed initiation cannot drag it back to an old address.
         return .handshake(peer: peer, response: Self.response(message, sender: index, receiver: senderIndex), to: source)
     }
 
@@ -304,6 +322,7 @@ public struct ServerCore: Sendable {
             for index in peers[slot].forget(olderThan: forgetAfter, now: now) { indices[index] = nil }
         }
         handshakesBySource.prune(now: now)
+        passwordChecksBySource.prune(now: now)
         hintsBySource.prune(now: now)
     }
 

@@ -190,6 +190,9 @@ public final class TunnelClient: Sendable {
                 drained = fill(batch, from: tun) { frame, length throws(SealFailure) in
                     try core.withLock { (core) throws(SealFailure) in try core.seal(frame, innerLength: length, now: now) }
                 }
+                // Before the batch check: with an expired session every seal fails and the batch
+                // is empty, and that is exactly when a handshake is most needed.
+                if core.withLock({ $0.needsHandshake(now: now) }) { initiate(force: false) }
                 guard batch.count > 0 else { continue }
                 let socket = self.socket
                 do {
@@ -198,7 +201,6 @@ public final class TunnelClient: Sendable {
                 } catch {
                     counters.withLock { $0.sendFailures += batch.count }
                 }
-                if core.withLock({ $0.needsRekey(now: now) && !$0.isHandshaking }) { initiate(force: false) }
             }
         }
     }

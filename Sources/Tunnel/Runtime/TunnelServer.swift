@@ -15,6 +15,9 @@ public final class TunnelServer: Sendable {
     private let core: Mutex<ServerCore>
     private let counters = Mutex(TrafficCounters())
     private let running = Atomic<Bool>(false)
+    /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
+    private let checks = Mutex<[PasswordCheck]>([])
+    private let checksReady = DispatchSemaphore(value: 0)
     private let log: @Sendable (String) -> Void
 
     public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], log: @escaping @Sendable (String) -> Void) {
@@ -34,16 +37,37 @@ public final class TunnelServer: Sendable {
     public func run() {
         running.store(true, ordering: .relaxed)
         let outboundDone = DispatchSemaphore(value: 0)
+        let checkerDone = DispatchSemaphore(value: 0)
         Thread.detachNewThread { [self] in
             outbound()
             outboundDone.signal()
         }
+        Thread.detachNewThread { [self] in
+            checkPasswords()
+            checkerDone.signal()
+        }
         inbound()
         outboundDone.wait()
+        checksReady.signal()
+        checkerDone.wait()
     }
 
     /// Makes `run()` return within a second.
     public func stop() { running.store(false, ordering: .relaxed) }
+
+    /// One worker runs the Argon2id checks in turn (each takes tens of milliseconds and 64 MiB),
+    /// so a burst of logins costs time, not memory, and never the data path's.
+    private func checkPasswords() {
+        while true {
+            checksReady.wait()
+            guard running.load(ordering: .relaxed) else { return }
+            guard let check = checks.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
+            let verified = check.verify()
+            let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
+            var nothing = [UInt8]()
+            nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Instant.now()) }
+        }
+    }
 
     // MARK: Inbound: datagrams to the TUN
 
@@ -51,16 +75,11 @@ public final class TunnelServer: Sendable {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         var lastTick = Instant.now()
         while running.load(ordering: .relaxed) {
-            var received: (length: Int, peer: SocketAddress)?
+            let ready: [Int32]
             do {
-                let ready = try pollReadable(sockets.map(\.fileDescriptor), timeout: .seconds(1))
-                if let socket = sockets.first(where: { ready.contains($0.fileDescriptor) }) {
-                    received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
-                        try socket.receive(into: raw, timeout: .zero)
-                    }
-                }
+                ready = try pollReadable(sockets.map(\.fileDescriptor), timeout: .seconds(1))
             } catch {
-                log("receive failed: \(error)")
+                log("poll failed: \(error)")
                 continue
             }
             let now = Instant.now()
@@ -68,11 +87,25 @@ public final class TunnelServer: Sendable {
                 core.withLock { $0.tick(now: now) }
                 lastTick = now
             }
-            guard let (length, source) = received else { continue }
-            buffer.withUnsafeMutableBytes { raw in
-                let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
-                let event = core.withLock { $0.receive(datagram, from: source, now: now) }
-                handle(event, in: raw, now: now)
+            // Every ready socket gets its turn, so a flood on one family cannot starve the other.
+            for socket in sockets where ready.contains(socket.fileDescriptor) {
+                for _ in 0..<32 {
+                    let received: (length: Int, peer: SocketAddress)?
+                    do {
+                        received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
+                            try socket.receive(into: raw, timeout: .zero)
+                        }
+                    } catch {
+                        log("receive failed: \(error)")
+                        break
+                    }
+                    guard let (length, source) = received else { break }
+                    buffer.withUnsafeMutableBytes { raw in
+                        let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
+                        let event = core.withLock { $0.receive(datagram, from: source, now: now) }
+                        handle(event, in: raw, now: now)
+                    }
+                }
             }
         }
     }
@@ -100,12 +133,8 @@ public final class TunnelServer: Sendable {
             send(response, to: to)
             log("handshake from \(to) rejected: \(reason)")
         case .checkPassword(let check):
-            Thread.detachNewThread { [self] in
-                let verified = check.verify()
-                let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
-                var nothing = [UInt8]()
-                nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Instant.now()) }
-            }
+            checks.withLock { $0.append(check) }
+            checksReady.signal()
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to):
             send(datagram, to: to)
         case .keepalive, .dropped:
