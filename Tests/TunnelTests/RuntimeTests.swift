@@ -91,15 +91,21 @@ struct RuntimeTests {
         return (server, Running { server.run() })
     }
 
+    /// A client of `endpoint` on `socket`, with its session up; alice's inner address checked.
+    func connect(_ socket: UDPSocket, to endpoint: SocketAddress) throws -> TunnelClient {
+        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+                                      socket: socket, server: endpoint) { _ in }
+        let completion = try client.handshake(timeout: .seconds(3))
+        #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+        return client
+    }
+
     @Test func tcpStreamSurvivesARebindWithNoHandshakeAndServerRestartRecovers() throws {
         let (laptop, serverLab) = try TunnelLab.laptopAndServer()
         var (server, serverThread): (TunnelServer?, Running) = try startServer(in: serverLab)
         let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
         let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
-        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
-                                      socket: eth0, server: endpoint) { _ in }
-        let completion = try client.handshake(timeout: .seconds(3))
-        #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+        let client = try connect(eth0, to: endpoint)
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
         let clientThread = Running { client.run(with: tun) }
         defer {
@@ -191,9 +197,7 @@ extension RuntimeTests {
         let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
         let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
                                  mark: mode.socketMark, namespace: laptop.namespace)
-        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
-                                      socket: eth0, server: endpoint) { _ in }
-        _ = try client.handshake(timeout: .seconds(3))
+        let client = try connect(eth0, to: endpoint)
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/32")!], namespace: laptop.namespace)
         let routes = try TunnelRoutes(mode, device: tun, namespace: laptop.namespace)
         let clientThread = Running { client.run(with: tun) }
@@ -231,9 +235,7 @@ extension RuntimeTests {
         let (server, serverThread) = try startServer(in: serverLab)
         let socket = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::57")!, port: 0), device: "eth0",
                                    namespace: laptop.namespace)
-        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
-                                      socket: socket, server: SocketAddress(IPAddress("fd00:20::1")!, port: 51820)) { _ in }
-        _ = try client.handshake(timeout: .seconds(3))
+        let client = try connect(socket, to: SocketAddress(IPAddress("fd00:20::1")!, port: 51820))
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
         let clientThread = Running { client.run(with: tun) }
         defer {
