@@ -252,6 +252,58 @@ extension RuntimeTests {
     }
 }
 
+extension RuntimeTests {
+    /// What a driver hears: data going out unanswered and answers coming back, once per change;
+    /// and the echo of a probe sent over a path being tried, while the session stays put.
+    @Test func noticesAndProbesOverACandidatePath() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServer(in: serverLab)
+        let heard = Notices()
+        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
+        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+                                      socket: eth0, server: SocketAddress(IPAddress("198.51.100.7")!, port: 51820),
+                                      log: { _ in }, notify: { heard.append($0) })
+        _ = try client.handshake(timeout: .seconds(3))
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server.stop()
+            clientThread.wait()
+            serverThread.wait()
+        }
+        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: serverLab)
+        defer { listener.close() }
+        try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: laptop).close()
+        #expect(heard.wait { $0.contains(.dataSent) && $0.contains(.dataReceived) })
+        let sent = heard.all.filter { $0 == .dataSent }.count
+        #expect(sent <= heard.all.filter { $0 == .dataReceived }.count + 1, "edges, not packets")
+
+        let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0", namespace: laptop.namespace)
+        client.probe(id: 42, via: wifi0)
+        #expect(heard.wait { $0.contains { if case .probeEcho(42, _) = $0 { true } else { false } } })
+        #expect(client.socket.device == "eth0", "probing a path does not move the session")
+        client.forget(candidate: wifi0)
+        #expect(client.handshakeCount == 1)
+    }
+}
+
+/// Notices a test collects from the client's threads.
+private final class Notices: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [ClientNotice] = []
+    func append(_ notice: ClientNotice) { lock.withLock { list.append(notice) } }
+    var all: [ClientNotice] { lock.withLock { list } }
+    /// Waits up to 3 s for `done` to hold.
+    func wait(_ done: ([ClientNotice]) -> Bool) -> Bool {
+        for _ in 0..<150 {
+            if done(all) { return true }
+            usleep(20_000)
+        }
+        return done(all)
+    }
+}
+
 /// A tiny lock-protected box for the reader thread's result.
 private final class Mutex2: @unchecked Sendable {
     private let lock = NSLock()

@@ -19,6 +19,23 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
     }
 }
 
+/// What the client's data plane tells whoever decides (the state machine's driver): facts, each
+/// reported once per change, never per packet.
+public enum ClientNotice: Equatable, Sendable {
+    /// A handshake completed: the session has fresh keys.
+    case handshakeCompleted(rtt: Duration)
+    /// The server refused our key or credentials.
+    case rejected
+    /// The server says it holds no session for us.
+    case sessionUnknown
+    /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it).
+    case probeEcho(id: UInt64, rtt: Duration)
+    /// Data went out with nothing received since: the first send after a reply.
+    case dataSent
+    /// An authenticated packet arrived after data had gone out unanswered.
+    case dataReceived
+}
+
 /// The client's data plane: the TUN device, the session's current UDP socket, and the protocol
 /// core between them. A rebind swaps the socket; the device and the session keys stay.
 public final class TunnelClient: Sendable {
@@ -34,14 +51,22 @@ public final class TunnelClient: Sendable {
     private let inboundWakeup: Wakeup
     private let outboundWakeup: Wakeup
     private let log: @Sendable (String) -> Void
+    private let notify: @Sendable (ClientNotice) -> Void
+    /// Sockets on paths being tried (make-before-break): polled for echoes beside the current one.
+    private let candidates = Mutex<[UDPSocket]>([])
+    /// Data went out and nothing has come back since.
+    private let awaitingReply = Atomic<Bool>(false)
 
-    public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, log: @escaping @Sendable (String) -> Void)
-        throws(DeviceError)
+    /// `notify` hears the facts a driver needs; the client also answers hints and rekeys by
+    /// itself, so it works on its own (`agent up`) as well as under a state machine.
+    public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, log: @escaping @Sendable (String) -> Void,
+                notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
         self.core = Mutex(core)
         self.current = Mutex(socket)
         self.server = server
         self.log = log
+        self.notify = notify
         inboundWakeup = try Wakeup()
         outboundWakeup = try Wakeup()
     }
@@ -105,17 +130,34 @@ public final class TunnelClient: Sendable {
     /// authenticated packet, so a keepalive goes out at once. No handshake, keys unchanged.
     public func rebind(to socket: UDPSocket) {
         current.withLock { $0 = socket }
+        candidates.withLock { $0.removeAll { $0 === socket } }
         inboundWakeup.signal()
         if let keepalive = try? core.withLock({ (core) throws(SealFailure) in try core.keepalive(now: Instant.now()) }) {
             send(keepalive)
         }
     }
 
-    /// Sends a probe on the current socket; `lastProbeEcho` shows the answer.
-    public func probe(id: UInt64) {
-        if let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.probe(id: id, now: Instant.now()) }) {
-            send(datagram)
+    /// Sends a probe over `socket` (a path being tried; the current one when nil). Its echo is
+    /// reported as `.probeEcho(id:rtt:)` and shown by `lastProbeEcho`.
+    public func probe(id: UInt64, via socket: UDPSocket? = nil) {
+        guard let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.probe(id: id, now: Instant.now()) })
+        else { return }
+        guard let socket, socket !== self.socket else { return send(datagram) }
+        let added = candidates.withLock { list -> Bool in
+            guard !list.contains(where: { $0 === socket }) else { return false }
+            list.append(socket)
+            return true
         }
+        if added { inboundWakeup.signal() }
+        datagram.withUnsafeBytes { bytes in
+            if (try? socket.send(bytes, to: server)) != true { counters.withLock { $0.sendFailures += 1 } }
+        }
+    }
+
+    /// Stops listening on a path that was tried and not taken.
+    public func forget(candidate socket: UDPSocket) {
+        candidates.withLock { $0.removeAll { $0 === socket } }
+        inboundWakeup.signal()
     }
 
     /// The newest probe echo: its id and round-trip time.
@@ -126,21 +168,22 @@ public final class TunnelClient: Sendable {
     private func inbound(_ tun: TunDevice) {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         while running.load(ordering: .relaxed) {
-            let socket = self.socket
+            let sockets = [self.socket] + candidates.withLock { $0 }
             do {
-                let ready = try pollReadable([socket.fileDescriptor, inboundWakeup.readEnd], timeout: nil)
+                let ready = try pollReadable(sockets.map(\.fileDescriptor) + [inboundWakeup.readEnd], timeout: nil)
                 if ready.contains(inboundWakeup.readEnd) { inboundWakeup.drain() }
-                guard ready.contains(socket.fileDescriptor) else { continue }
-                // Drain what is queued, then poll again. (A typed-throws closure returning Void
-                // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
-                _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
-                    for handled in 0..<64 {
-                        guard let (length, _) = try socket.receive(into: raw, timeout: .zero) else { return handled }
-                        let now = Instant.now()
-                        let event = core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: now) }
-                        handle(event, in: raw, tun: tun)
+                for socket in sockets where ready.contains(socket.fileDescriptor) {
+                    // Drain what is queued, then poll again. (A typed-throws closure returning Void
+                    // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
+                    _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
+                        for handled in 0..<64 {
+                            guard let (length, _) = try socket.receive(into: raw, timeout: .zero) else { return handled }
+                            let now = Instant.now()
+                            let event = core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: now) }
+                            handle(event, in: raw, tun: tun)
+                        }
+                        return 64
                     }
-                    return 64
                 }
             } catch {
                 log("receive failed: \(error)")
@@ -149,6 +192,12 @@ public final class TunnelClient: Sendable {
     }
 
     private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer, tun: TunDevice) {
+        switch event {
+        case .packet, .keepalive, .probeEcho, .established:
+            if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
+        default:
+            break
+        }
         switch event {
         case .packet(let range):
             counters.withLock {
@@ -159,12 +208,16 @@ public final class TunnelClient: Sendable {
         case .established(let completion):
             send(completion.confirmation)
             log("session rekeyed, rtt \(completion.rtt)")
+            notify(.handshakeCompleted(rtt: completion.rtt))
         case .rejected:
             log("the server rejected a handshake")
+            notify(.rejected)
         case .probeEcho(let id, let rtt):
             lastEcho.withLock { $0 = (id, rtt) }
+            notify(.probeEcho(id: id, rtt: rtt))
         case .sessionUnknown:
             log("the server lost our session; handshaking")
+            notify(.sessionUnknown)
             initiate(force: false)
         case .keepalive, .dropped:
             break
@@ -194,6 +247,7 @@ public final class TunnelClient: Sendable {
                 // is empty, and that is exactly when a handshake is most needed.
                 if core.withLock({ $0.needsHandshake(now: now) }) { initiate(force: false) }
                 guard batch.count > 0 else { continue }
+                if !awaitingReply.exchange(true, ordering: .relaxed) { notify(.dataSent) }
                 let socket = self.socket
                 do {
                     let sent = try socket.send(batch)
