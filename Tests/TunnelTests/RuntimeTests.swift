@@ -263,15 +263,18 @@ extension RuntimeTests {
         let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
                                       socket: eth0, server: SocketAddress(IPAddress("198.51.100.7")!, port: 51820),
                                       log: { _ in }, notify: { heard.append($0) })
-        _ = try client.handshake(timeout: .seconds(3))
-        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
-        let clientThread = Running { client.run(with: tun) }
+        // The daemon's order: run first, handshake without blocking, then the TUN it gives.
+        let clientThread = Running { client.run() }
         defer {
             client.stop()
             server.stop()
             clientThread.wait()
             serverThread.wait()
         }
+        client.startHandshake()
+        #expect(heard.wait { $0.contains { if case .handshakeCompleted = $0 { true } else { false } } })
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        client.attach(tun)
         let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: serverLab)
         defer { listener.close() }
         try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: laptop).close()

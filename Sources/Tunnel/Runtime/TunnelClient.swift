@@ -43,6 +43,8 @@ public final class TunnelClient: Sendable {
     private let core: Mutex<ClientCore>
     private let current: Mutex<UDPSocket>
     private let device: Mutex<TunDevice?> = Mutex(nil)
+    private let outboundStarted = Atomic<Bool>(false)
+    private let outboundDone = DispatchSemaphore(value: 0)
     private let counters = Mutex(TrafficCounters())
     private let lastEcho = Mutex<(id: UInt64, rtt: Duration)?>(nil)
     private let lastInitiation = Mutex<Instant?>(nil)
@@ -107,18 +109,29 @@ public final class TunnelClient: Sendable {
         throw .timeout(timeout)
     }
 
-    /// Runs the data loops until `stop()`: packets from `tun` out, datagrams in.
-    public func run(with tun: TunDevice) {
-        device.withLock { $0 = tun }
+    /// Runs the data loops until `stop()`: datagrams in here, packets from the TUN out on a
+    /// thread of its own. Without `tun` the session can come up first (its handshake gives the
+    /// inner address the TUN needs); `attach(_:)` adds the device later.
+    public func run(with tun: TunDevice? = nil) {
         running.store(true, ordering: .relaxed)
-        let outboundDone = DispatchSemaphore(value: 0)
+        if let tun { attach(tun) }
+        inbound()
+        if outboundStarted.load(ordering: .relaxed) { outboundDone.wait() }
+    }
+
+    /// Gives the running client its TUN device, once: the device is configured once and stays.
+    public func attach(_ tun: TunDevice) {
+        guard !outboundStarted.exchange(true, ordering: .relaxed) else { return }
+        device.withLock { $0 = tun }
         Thread.detachNewThread { [self] in
             outbound(tun)
             outboundDone.signal()
         }
-        inbound(tun)
-        outboundDone.wait()
     }
+
+    /// Starts a handshake on the current socket without waiting: `.handshakeCompleted` (or
+    /// `.rejected`) reports the outcome while `run` is going.
+    public func startHandshake() { initiate(force: true) }
 
     public func stop() {
         running.store(false, ordering: .relaxed)
@@ -165,7 +178,7 @@ public final class TunnelClient: Sendable {
 
     // MARK: Loops
 
-    private func inbound(_ tun: TunDevice) {
+    private func inbound() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         while running.load(ordering: .relaxed) {
             let sockets = [self.socket] + candidates.withLock { $0 }
@@ -180,7 +193,7 @@ public final class TunnelClient: Sendable {
                             guard let (length, _) = try socket.receive(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
                             let event = core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: now) }
-                            handle(event, in: raw, tun: tun)
+                            handle(event, in: raw)
                         }
                         return 64
                     }
@@ -191,7 +204,7 @@ public final class TunnelClient: Sendable {
         }
     }
 
-    private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer, tun: TunDevice) {
+    private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer) {
         switch event {
         case .packet, .keepalive, .probeEcho, .established:
             if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
@@ -203,6 +216,10 @@ public final class TunnelClient: Sendable {
             counters.withLock {
                 $0.packetsIn += 1
                 $0.bytesIn += range.count
+            }
+            guard let tun = device.withLock({ $0 }) else {
+                counters.withLock { $0.noSession += 1 }  // no device yet: nowhere to deliver
+                return
             }
             do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
         case .established(let completion):
