@@ -56,7 +56,7 @@ let package = Package(
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", .product(name: "Yams", package: "Yams")], swiftSettings: strict),
+        .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Yams", package: "Yams")], swiftSettings: strict),
         .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -33,19 +33,21 @@ struct DaemonOptions: ParsableArguments {
     var log: OperatorLog { OperatorLog(json: logFormat == "json") }
 }
 
-/// Waits for SIGINT or SIGTERM on a thread of its own and runs `stop` once. The signals are
-/// blocked in every thread first, so none of the data-plane threads is interrupted by them.
-func onTerminationSignal(_ stop: @escaping @Sendable (Int32) -> Void) {
+/// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.
+/// The signals are blocked in every thread first (call this before starting any), so none of
+/// the data-plane threads is interrupted, and SIGTSTP no longer stops the process.
+func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) {
     var set = sigset_t()
     sigemptyset(&set)
-    sigaddset(&set, SIGINT)
-    sigaddset(&set, SIGTERM)
+    for signal in signals { sigaddset(&set, signal) }
     pthread_sigmask(SIG_BLOCK, &set, nil)
     let waitFor = set
     Thread.detachNewThread {
         var set = waitFor
-        var signal: Int32 = 0
-        sigwait(&set, &signal)
-        stop(signal)
+        while true {
+            var signal: Int32 = 0
+            guard sigwait(&set, &signal) == 0 else { continue }
+            handler(signal)
+        }
     }
 }

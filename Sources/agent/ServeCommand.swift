@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConfigReader
 import Foundation
+import Glibc
 import PathMonitor
 import Tunnel
 
@@ -40,7 +41,7 @@ struct ServeCommand: ParsableCommand {
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])
         }
         let server = TunnelServer(core: core, device: tun, sockets: sockets) { message in log("info", message) }
-        onTerminationSignal { signal in
+        forwardSignals([SIGINT, SIGTERM]) { signal in
             log("info", "stopping", ["signal": "\(signal)"])
             server.stop()
         }

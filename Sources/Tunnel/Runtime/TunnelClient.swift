@@ -1,4 +1,4 @@
-import PathMonitor
+public import PathMonitor
 import Foundation
 import Synchronization
 
@@ -59,11 +59,17 @@ public final class TunnelClient: Sendable {
     /// Data went out and nothing has come back since.
     private let awaitingReply = Atomic<Bool>(false)
 
-    /// `notify` hears the facts a driver needs; the client also answers hints and rekeys by
-    /// itself, so it works on its own (`agent up`) as well as under a state machine.
-    public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, log: @escaping @Sendable (String) -> Void,
+    /// Answers the server's "session unknown" hint with a handshake by itself; off when a
+    /// state machine decides (it hears `.sessionUnknown` and asks for the handshake).
+    private let answersHints: Bool
+
+    /// `notify` hears the facts a driver needs. The client rekeys by itself, and with
+    /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
+    public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, answersHints: Bool = true,
+                log: @escaping @Sendable (String) -> Void,
                 notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
+        self.answersHints = answersHints
         self.core = Mutex(core)
         self.current = Mutex(socket)
         self.server = server
@@ -77,6 +83,8 @@ public final class TunnelClient: Sendable {
     public var drops: DropCounters { core.withLock { $0.drops } }
     /// Handshakes started since the client was made.
     public var handshakeCount: Int { handshakes.load(ordering: .relaxed) }
+    /// The inner addresses the server gave this client.
+    public var addresses: [IPAddress] { core.withLock { $0.addresses } }
     /// The socket the session uses now.
     public var socket: UDPSocket { current.withLock { $0 } }
 
@@ -224,7 +232,7 @@ public final class TunnelClient: Sendable {
             do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
         case .established(let completion):
             send(completion.confirmation)
-            log("session rekeyed, rtt \(completion.rtt)")
+            log("handshake completed, rtt \(completion.rtt)")
             notify(.handshakeCompleted(rtt: completion.rtt))
         case .rejected:
             log("the server rejected a handshake")
@@ -235,7 +243,7 @@ public final class TunnelClient: Sendable {
         case .sessionUnknown:
             log("the server lost our session; handshaking")
             notify(.sessionUnknown)
-            initiate(force: false)
+            if answersHints { initiate(force: false) }
         case .keepalive, .dropped:
             break
         }

@@ -1,0 +1,235 @@
+import Foundation
+import Glibc
+import PathMonitor
+import Reconnector
+import Synchronization
+import Tunnel
+
+/// The always-on client: the path monitor's facts and the data plane's notices go into the
+/// Reconnector; its actions come out as sockets, handshakes and probes. One thread decides;
+/// the data plane runs on its own threads and never waits for a decision.
+final class ClientDaemon: @unchecked Sendable {
+    private let settings: ClientSettings
+    private let key: PrivateKey
+    private let credentials: Credentials?
+    private let server: SocketAddress
+    private let log: OperatorLog
+    private var machine: Reconnector
+    private let monitor: LiveMonitor
+    private var client: TunnelClient?
+    private var clientThread: Thread?
+    private var tun: TunDevice?
+    private var routes: TunnelRoutes?
+    /// One socket per path the session uses or tries.
+    private var sockets: [Path.ID: UDPSocket] = [:]
+    private var probes: [UInt64: Path.ID] = [:]
+    private var nextProbe: UInt64 = 1
+    private var suspends: SuspendDetector
+    /// Notices and signals from other threads, with a pipe that wakes the deciding thread.
+    private let inbox = Mutex<[Event]>([])
+    private let wakeup: (read: Int32, write: Int32)
+    private var running = true
+    /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
+    private var sleptAt: Instant?
+
+    enum Event: Sendable {
+        case notice(ClientNotice)
+        case signal(Int32)
+    }
+
+    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, log: OperatorLog) throws {
+        self.settings = settings
+        self.key = key
+        self.credentials = credentials
+        self.server = server
+        self.log = log
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw AgentError("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        wakeup = (fds[0], fds[1])
+        let clocks = SuspendDetector.clocks()
+        suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
+        machine = Reconnector(config: settings.reconnect, power: PowerSupply.current(), seed: UInt64(getpid()),
+                              now: Self.now())
+        do {
+            monitor = try LiveMonitor(endpoint: server.ip, tunnelInterface: settings.tunnel.name)
+        } catch {
+            throw AgentError("cannot read the routing tables: \(error)")
+        }
+    }
+
+    deinit {
+        close(wakeup.read)
+        close(wakeup.write)
+    }
+
+    /// Hands an event to the deciding thread (from any thread, signal threads included).
+    func post(_ event: Event) {
+        inbox.withLock { $0.append(event) }
+        var byte: UInt8 = 1
+        _ = write(wakeup.write, &byte, 1)
+    }
+
+    private static func now() -> Instant {
+        var ts = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &ts)
+        return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
+    }
+
+    /// Decides until SIGTERM/SIGINT, then takes the tunnel down.
+    func run() {
+        feed(.paths(monitor.paths))
+        while running {
+            let now = Self.now()
+            let timeout = machine.nextDeadline.map { max($0 - now, .zero) }
+            let ready = (try? pollReadable([monitor.fileDescriptor, wakeup.read], timeout: timeout)) ?? []
+            if let slept = checkSuspend() { feed(.wake(sleptFor: slept)) }
+            if ready.contains(monitor.fileDescriptor) {
+                for event in monitor.next(timeout: .zero) {
+                    switch event {
+                    case .paths(let paths, _): feed(.paths(paths))
+                    case .resynced(_, let paths?): feed(.paths(paths))
+                    default: break
+                    }
+                }
+            }
+            if ready.contains(wakeup.read) {
+                var bytes = [UInt8](repeating: 0, count: 64)
+                while read(wakeup.read, &bytes, bytes.count) > 0 {}
+                for event in inbox.withLock({ list in defer { list.removeAll() }; return list }) { handle(event) }
+            }
+            let after = Self.now()
+            for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
+                feed(.timerFired(kind))
+            }
+        }
+        client?.stop()
+        try? routes?.remove()
+    }
+
+    private func checkSuspend() -> Duration? {
+        let clocks = SuspendDetector.clocks()
+        return suspends.check(monotonic: clocks.monotonic, boottime: clocks.boottime)
+    }
+
+    private func handle(_ event: Event) {
+        switch event {
+        case .signal(SIGTSTP):
+            sleptAt = Self.now()
+            feed(.sleep)
+        case .signal(SIGCONT):
+            // The gap between the clocks says how long the machine really slept; the hook's
+            // announcement says when it went; both cover a suspend the hook missed.
+            let gap = checkSuspend() ?? .zero
+            let announced = sleptAt.map { Self.now() - $0 } ?? .zero
+            sleptAt = nil
+            feed(.powerChanged(PowerSupply.current()))
+            feed(.wake(sleptFor: max(gap, announced)))
+        case .signal:
+            log("info", "stopping")
+            running = false
+        case .notice(let notice):
+            switch notice {
+            case .handshakeCompleted(let rtt):
+                attachTunnel()
+                feed(.handshakeSucceeded(rtt: rtt))
+            case .rejected: feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
+            case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
+            case .probeEcho(let id, let rtt):
+                if let path = probes.removeValue(forKey: id) { feed(.probeReply(on: path, rtt: rtt)) }
+            case .dataSent: feed(.dataSent)
+            case .dataReceived: feed(.dataReceived)
+            }
+        }
+    }
+
+    private func feed(_ input: Input) {
+        for action in machine.handle(input, now: Self.now()) { perform(action) }
+    }
+
+    private func perform(_ action: Action) {
+        switch action {
+        case .bind(let path, _), .rebind(let path, _):
+            guard let socket = socket(for: path) else { return }
+            if let client {
+                client.rebind(to: socket)
+            } else {
+                start(on: socket)
+            }
+            forgetSocketsNotOn(machine.paths)
+        case .handshake(let path, _):
+            if let socket = socket(for: path), client?.socket !== socket { client?.rebind(to: socket) }
+            client?.startHandshake()
+        case .probe(let path):
+            guard let socket = socket(for: path) else { return }
+            let id = nextProbe
+            nextProbe += 1
+            probes[id] = path.id
+            if probes.count > 64, let oldest = probes.keys.min() { probes[oldest] = nil }
+            client?.probe(id: id, via: socket)
+        case .reportFailure(let reason):
+            log("error", "the tunnel cannot come up without help", ["reason": reason.description])
+        case .report(let transition):
+            log("info", "transition", [
+                "from": transition.from.name, "to": transition.to.name, "trigger": transition.trigger,
+                "reason": transition.reason.description,
+                "path": transition.to.path.map { "\($0.interface)/\($0.source)" } ?? "none",
+                "attempt": "\(transition.attempt)", "coalesced": "\(transition.coalesced)",
+            ])
+        case .armTimer, .cancelTimer, .quiesce:
+            break  // the loop sleeps until machine.nextDeadline; quiesced means no timers
+        }
+    }
+
+    /// The socket bound to `path`'s interface and source, made on first use.
+    private func socket(for path: Path) -> UDPSocket? {
+        if let socket = sockets[path.id] { return socket }
+        do {
+            let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
+                                       mark: settings.mode.socketMark)
+            sockets[path.id] = socket
+            return socket
+        } catch {
+            log("warning", "cannot open a socket on \(path.interface)", ["error": "\(error)"])
+            return nil
+        }
+    }
+
+    private func forgetSocketsNotOn(_ paths: [Path]) {
+        for id in sockets.keys where !paths.contains(where: { $0.id == id }) {
+            if let socket = sockets.removeValue(forKey: id) { client?.forget(candidate: socket) }
+        }
+    }
+
+    private func start(on socket: UDPSocket) {
+        do {
+            let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials)
+            let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
+                                          log: { [log] message in log("info", message) },
+                                          notify: { [weak self] notice in self?.post(.notice(notice)) })
+            self.client = client
+            let thread = Thread { client.run() }
+            thread.start()
+            clientThread = thread
+        } catch {
+            log("error", "cannot start the session", ["error": "\(error)"])
+        }
+    }
+
+    /// The TUN device comes up once, after the first handshake tells our inner address, and
+    /// stays through every reconnect.
+    private func attachTunnel() {
+        guard tun == nil, let client else { return }
+        let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
+        do {
+            let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes)
+            routes = try TunnelRoutes(settings.mode, device: device)
+            tun = device
+            client.attach(device)
+            log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
+        } catch {
+            log("error", "cannot configure the tunnel device", ["error": "\(error)"])
+            running = false
+        }
+    }
+}
