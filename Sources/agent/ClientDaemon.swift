@@ -31,6 +31,7 @@ final class ClientDaemon: @unchecked Sendable {
     private var running = true
     /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
     private var sleptAt: Instant?
+    private let systemd = SystemdNotifier()
 
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -103,6 +104,7 @@ final class ClientDaemon: @unchecked Sendable {
                 feed(.timerFired(kind))
             }
         }
+        systemd.notify("STOPPING=1")
         client?.stop()
         try? routes?.remove()
     }
@@ -170,6 +172,8 @@ final class ClientDaemon: @unchecked Sendable {
         case .reportFailure(let reason):
             log("error", "the tunnel cannot come up without help", ["reason": reason.description])
         case .report(let transition):
+            systemd.notify("STATUS=\(transition.to.name)"
+                + (transition.to.path.map { " on \($0.interface)" } ?? "") + ": \(transition.reason)")
             log("info", "transition", [
                 "from": transition.from.name, "to": transition.to.name, "trigger": transition.trigger,
                 "reason": transition.reason.description,
@@ -226,6 +230,7 @@ final class ClientDaemon: @unchecked Sendable {
             routes = try TunnelRoutes(settings.mode, device: device)
             tun = device
             client.attach(device)
+            systemd.notify("READY=1")
             log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
         } catch {
             log("error", "cannot configure the tunnel device", ["error": "\(error)"])

@@ -48,6 +48,7 @@ struct ServeCommand: ParsableCommand {
         log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name,
                                 "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
                                 "public_key": key.publicKey.base64])
+        SystemdNotifier().notify("READY=1")
         server.run()
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)"])

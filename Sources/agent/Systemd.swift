@@ -1,0 +1,41 @@
+import Foundation
+import Glibc
+
+/// sd_notify(3) without libsystemd: datagrams to the socket systemd names in $NOTIFY_SOCKET,
+/// so a `Type=notify` unit learns when the tunnel is really up and what it is doing.
+struct SystemdNotifier {
+    private let address: sockaddr_un?
+    private let length: socklen_t
+
+    /// Reads $NOTIFY_SOCKET (unset: every call does nothing).
+    init(socketPath: String? = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"]) {
+        guard let path = socketPath, !path.isEmpty, path.utf8.count < 108 else {
+            address = nil
+            length = 0
+            return
+        }
+        var sa = sockaddr_un()
+        sa.sun_family = sa_family_t(AF_UNIX)
+        var bytes = Array(path.utf8)
+        if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }  // an abstract socket
+        withUnsafeMutableBytes(of: &sa.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        address = sa
+        length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count)
+    }
+
+    var isActive: Bool { address != nil }
+
+    /// Sends `READY=1`, `STATUS=...` and the like; failures are ignored, as sd_notify's are.
+    func notify(_ state: String) {
+        guard var sa = address else { return }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let bytes = Array(state.utf8)
+        _ = withUnsafePointer(to: &sa) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, bytes, bytes.count, 0, $0, length) }
+        }
+    }
+}

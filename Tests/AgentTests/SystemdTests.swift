@@ -1,0 +1,29 @@
+import Foundation
+import Glibc
+import Testing
+@testable import agent
+
+@Test func notificationsReachTheNotifySocket() throws {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("roam-notify-\(getpid())").path
+    unlink(path)
+    let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+    defer {
+        close(fd)
+        unlink(path)
+    }
+    var sa = sockaddr_un()
+    sa.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &sa.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
+    let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    try #require(bound == 0)
+    var timeout = timeval(tv_sec: 2, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+
+    let notifier = SystemdNotifier(socketPath: path)
+    #expect(notifier.isActive)
+    notifier.notify("READY=1")
+    var buffer = [UInt8](repeating: 0, count: 256)
+    let n = recv(fd, &buffer, buffer.count, 0)
+    #expect(n > 0 && String(decoding: buffer[0..<n], as: UTF8.self) == "READY=1")
+    #expect(!SystemdNotifier(socketPath: nil).isActive, "outside systemd nothing is sent")
+}
