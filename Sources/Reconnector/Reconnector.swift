@@ -45,6 +45,9 @@ public struct Reconnector: Sendable {
         self.enteredAt = now
     }
 
+    /// The smoothed round-trip time to the server, from probe echoes and handshakes.
+    public var roundTripTime: Duration? { smoothedRTT }
+
     /// The earliest armed timer, so a driver or a replay knows when to wake next.
     public var nextDeadline: Instant? { deadlines.earliest }
 

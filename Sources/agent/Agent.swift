@@ -9,7 +9,8 @@ struct Agent: ParsableCommand {
         abstract: "Roam: an always-on VPN agent that follows a roaming laptop's network path.",
         subcommands: [
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
-            PasswdCommand.self, ServeCommand.self, UpCommand.self,
+            PasswdCommand.self, ServeCommand.self, UpCommand.self, StatusCommand.self, ReconnectCommand.self,
+            SleepCommand.self, WakeCommand.self,
         ])
 
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other

@@ -32,13 +32,19 @@ final class ClientDaemon: @unchecked Sendable {
     /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
     private var sleptAt: Instant?
     private let systemd = SystemdNotifier()
+    private let control: ControlSocket
+    private var lastTransition: Transition?
+    /// Decisions that bound, rebound or handshook, since start.
+    private var attempts = 0
 
     enum Event: Sendable {
         case notice(ClientNotice)
         case signal(Int32)
     }
 
-    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, log: OperatorLog) throws {
+    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, log: OperatorLog,
+         control: ControlSocket) throws {
+        self.control = control
         self.settings = settings
         self.key = key
         self.credentials = credentials
@@ -83,7 +89,8 @@ final class ClientDaemon: @unchecked Sendable {
         while running {
             let now = Self.now()
             let timeout = machine.nextDeadline.map { max($0 - now, .zero) }
-            let ready = (try? pollReadable([monitor.fileDescriptor, wakeup.read], timeout: timeout)) ?? []
+            let ready = (try? pollReadable([monitor.fileDescriptor, wakeup.read, control.fileDescriptor], timeout: timeout)) ?? []
+            if ready.contains(control.fileDescriptor) { control.serve { answer($0) } }
             if let slept = checkSuspend() { feed(.wake(sleptFor: slept)) }
             if ready.contains(monitor.fileDescriptor) {
                 for event in monitor.next(timeout: .zero) {
@@ -146,7 +153,49 @@ final class ClientDaemon: @unchecked Sendable {
     }
 
     private func feed(_ input: Input) {
-        for action in machine.handle(input, now: Self.now()) { perform(action) }
+        let actions = machine.handle(input, now: Self.now())
+        if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) { attempts += 1 }
+        for action in actions { perform(action) }
+    }
+
+    /// The answer to an operator's request on the control socket.
+    private func answer(_ request: ControlRequest?) -> String {
+        switch request {
+        case .status?: return status.map { LogLine.logfmt([$0]) }.joined(separator: "\n")
+        case .statusJSON?: return LogLine.json(status, numbers: ["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out", "drops"])
+        case .reconnect?:
+            feed(.reconnectRequested)
+            return "reconnecting"
+        case .sleep?:
+            handle(.signal(SIGTSTP))
+            return "sleeping"
+        case .wake?:
+            handle(.signal(SIGCONT))
+            return "awake"
+        case nil:
+            return "unknown request; ask one of: " + ControlRequest.allCases.map(\.rawValue).joined(separator: ", ")
+        }
+    }
+
+    private var status: [(String, String)] {
+        var fields: [(String, String)] = [("state", machine.state.name)]
+        if let path = machine.state.path {
+            fields += [("interface", path.interface), ("kind", path.kind.rawValue), ("source", "\(path.source)")]
+        }
+        if let rtt = machine.roundTripTime { fields.append(("rtt", rtt.short)) }
+        if let t = lastTransition {
+            fields += [("for", (Self.now() - t.at).short), ("last_transition", "\(t.from.name) -> \(t.to.name)"),
+                       ("reason", t.reason.description), ("trigger", t.trigger)]
+        }
+        fields += [("attempts", "\(attempts)"), ("budget_left", "\(machine.tokens)"), ("power", machine.power.rawValue)]
+        if let client {
+            let traffic = client.traffic
+            fields += [("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
+                       ("bytes_in", "\(traffic.bytesIn)"), ("bytes_out", "\(traffic.bytesOut)"),
+                       ("drops", "\(client.drops.total)"), ("drops_by_cause", client.drops.description),
+                       ("no_session_drops", "\(traffic.noSession)")]
+        }
+        return fields
     }
 
     private func perform(_ action: Action) {
@@ -172,6 +221,7 @@ final class ClientDaemon: @unchecked Sendable {
         case .reportFailure(let reason):
             log("error", "the tunnel cannot come up without help", ["reason": reason.description])
         case .report(let transition):
+            lastTransition = transition
             systemd.notify("STATUS=\(transition.to.name)"
                 + (transition.to.path.map { " on \($0.interface)" } ?? "") + ": \(transition.reason)")
             log("info", "transition", [

@@ -18,6 +18,7 @@ struct UpCommand: ParsableCommand {
             """)
 
     @OptionGroup var daemon: DaemonOptions
+    @OptionGroup var control: ControlOptions
 
     func run() throws {
         let log = daemon.log
@@ -38,7 +39,8 @@ struct UpCommand: ParsableCommand {
             throw AgentError("the split route \(loop) contains the server \(address): the tunnel would carry its own packets; narrow it")
         }
 
-        let session = try ClientDaemon(settings: settings, key: key, credentials: credentials, server: server, log: log)
+        let session = try ClientDaemon(settings: settings, key: key, credentials: credentials, server: server, log: log,
+                                       control: try ControlSocket(path: control.control))
         forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()

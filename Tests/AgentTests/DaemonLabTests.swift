@@ -63,6 +63,21 @@ private final class DaemonLab {
         return process
     }
 
+    /// Runs an agent command to completion (outside the namespaces: only the control socket is needed).
+    func run(_ arguments: [String]) throws -> String {
+        let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
+        let process = Process()
+        process.executableURL = agent
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+
     func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 
     /// Waits up to `seconds` for `name`'s log to contain `text`.
@@ -81,7 +96,8 @@ struct DaemonLabTests {
         let lab = try DaemonLab()
         try lab.start(lab.server, ["serve", "--config", lab.directory + "/server.yaml"], log: "server.log")
         #expect(lab.wait(for: "serving", in: "server.log"))
-        let client = try lab.start(lab.laptop, ["up", "--config", lab.directory + "/client.yaml"], log: "client.log")
+        let control = lab.directory + "/agent.sock"
+        let client = try lab.start(lab.laptop, ["up", "--config", lab.directory + "/client.yaml", "--control", control], log: "client.log")
         #expect(lab.wait(for: "tunnel up", in: "client.log"), "\(lab.log("client.log"))")
 
         // Datagrams every 20 ms through the tunnel while the laptop loses eth0.
@@ -106,6 +122,13 @@ struct DaemonLabTests {
         #expect(longestGap < .milliseconds(200), "longest gap \(longestGap)")
         #expect(clientLog.components(separatedBy: "to=connecting").count == 2, "one handshake only, the first")
 
+        // The operator's view and commands, over the control socket.
+        let status = try lab.run(["status", "--json", "--control", control])
+        #expect(status.contains("\"state\":\"connected\"") && status.contains("\"interface\":\"wifi0\""), "\(status)")
+        #expect(status.contains("\"attempts\":2"), "the first handshake and one rebind: \(status)")
+        _ = try lab.run(["reconnect", "--control", control])
+        #expect(lab.wait(for: "reason=operatorRequest", in: "client.log"))
+
         // Suspend and resume: the hook's signals.
         kill(client.processIdentifier, SIGTSTP)
         #expect(lab.wait(for: "to=sleeping", in: "client.log"))
@@ -117,5 +140,6 @@ struct DaemonLabTests {
         client.waitUntilExit()
         #expect(lab.wait(for: "msg=down", in: "client.log"))
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
+        #expect(try lab.run(["status", "--control", control]).contains("the agent is not running"))
     }
 }
