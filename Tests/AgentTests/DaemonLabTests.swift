@@ -12,7 +12,7 @@ private final class DaemonLab {
     let directory: String
     private var processes: [Process] = []
 
-    init() throws {
+    init(mode: String) throws {
         (laptop, server) = try NamespaceLab.laptopAndServer()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-daemon-\(getpid())-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -31,8 +31,8 @@ private final class DaemonLab {
             server: 198.51.100.7:51820
             server-key: \(serverKey.publicKey.base64)
             private-key-file: \(directory)/client.key
-            mode: split
-            routes: [10.77.0.0/24]
+            mode: \(mode)
+            \(mode == "split" ? "routes: [10.77.0.0/24]" : "")
             """.write(toFile: directory + "/client.yaml", atomically: true, encoding: .utf8)
     }
 
@@ -92,8 +92,11 @@ private final class DaemonLab {
 
 @Suite(.enabled(if: NamespaceLab.isRoot, NamespaceLab.skipReason), .serialized)
 struct DaemonLabTests {
-    @Test func theDaemonRoamsSleepsAndWakesWithTrafficFlowing() throws {
-        let lab = try DaemonLab()
+    /// In split mode, and in full-tunnel mode, where the default route goes into the tunnel and
+    /// other VPN clients lose their route to the server when an uplink goes.
+    @Test(arguments: ["split", "full"])
+    func theDaemonRoamsSleepsAndWakesWithTrafficFlowing(mode: String) throws {
+        let lab = try DaemonLab(mode: mode)
         try lab.start(lab.server, ["serve", "--config", lab.directory + "/server.yaml"], log: "server.log")
         #expect(lab.wait(for: "serving", in: "server.log"))
         let control = lab.directory + "/agent.sock"
@@ -140,6 +143,7 @@ struct DaemonLabTests {
         client.waitUntilExit()
         #expect(lab.wait(for: "msg=down", in: "client.log"))
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
+        #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
         #expect(try lab.run(["status", "--control", control]).contains("the agent is not running"))
     }
 }
