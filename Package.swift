@@ -40,7 +40,7 @@ let package = Package(
         .executableTarget(
             name: "agent",
             dependencies: [
-                "PathMonitor", "Reconnector", "Replay", "Tunnel",
+                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),

@@ -33,6 +33,7 @@ final class ClientDaemon: @unchecked Sendable {
     private var sleptAt: Instant?
     private let systemd = SystemdNotifier()
     private let control: ControlSocket
+    private let power = PowerEvents()
     private var lastTransition: Transition?
     /// Decisions that bound, rebound or handshook, since start.
     private var attempts = 0
@@ -89,7 +90,15 @@ final class ClientDaemon: @unchecked Sendable {
         while running {
             let now = Self.now()
             let timeout = machine.nextDeadline.map { max($0 - now, .zero) }
-            let ready = (try? pollReadable([monitor.fileDescriptor, wakeup.read, control.fileDescriptor], timeout: timeout)) ?? []
+            let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
+            let ready = (try? pollReadable(descriptors, timeout: timeout)) ?? []
+            if let power, ready.contains(power.fileDescriptor), power.drain() {
+                let source = PowerSupply.current()
+                if source != machine.power {
+                    log("info", "power", ["source": source.rawValue])
+                    feed(.powerChanged(source))
+                }
+            }
             if ready.contains(control.fileDescriptor) { control.serve { answer($0) } }
             if let slept = checkSuspend() { feed(.wake(sleptFor: slept)) }
             if ready.contains(monitor.fileDescriptor) {

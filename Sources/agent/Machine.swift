@@ -1,3 +1,4 @@
+import CShims
 import Foundation
 import Glibc
 import Reconnector
@@ -55,5 +56,48 @@ struct SuspendDetector {
             return .seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
         }
         return (read(CLOCK_MONOTONIC), read(CLOCK_BOOTTIME))
+    }
+}
+
+/// Kernel uevents (NETLINK_KOBJECT_UEVENT) for power supplies: the daemon hears a charger
+/// plugged in or pulled the moment it happens, with no polling. The kernel sends these only to
+/// the initial network namespace; elsewhere the socket stays silent and power is read on wake.
+final class PowerEvents {
+    let fileDescriptor: Int32
+
+    init?() {
+        let fd = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue),
+                        15 /* NETLINK_KOBJECT_UEVENT */)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_nl()
+        address.nl_family = sa_family_t(AF_NETLINK)
+        address.nl_groups = 1  // the kernel's own uevents (udev's come on group 2)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_nl>.size)) }
+        }
+        guard bound == 0 else {
+            close(fd)
+            return nil
+        }
+        fileDescriptor = fd
+    }
+
+    deinit { close(fileDescriptor) }
+
+    /// Reads what is queued; true when any of it concerned a power supply.
+    func drain() -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        var concerned = false
+        for _ in 0..<64 {
+            let n = recv(fileDescriptor, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            if Self.isPowerSupplyEvent(buffer[0..<n]) { concerned = true }
+        }
+        return concerned
+    }
+
+    /// A uevent is `ACTION@DEVPATH` then NUL-separated `KEY=VALUE` pairs.
+    static func isPowerSupplyEvent(_ message: some Collection<UInt8>) -> Bool {
+        message.split(separator: 0).contains { field in field.elementsEqual("SUBSYSTEM=power_supply".utf8) }
     }
 }

@@ -41,3 +41,22 @@ private func supplies(_ entries: [String: [String: String]]) throws -> String {
     #expect(detector.check(monotonic: m2, boottime: b2) == nil)
     #expect(b >= m)
 }
+
+@Test func powerSupplyUeventsAreRecognised() {
+    func message(_ fields: [String]) -> [UInt8] { fields.flatMap { Array($0.utf8) + [0] } }
+    let charger = message(["change@/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC", "ACTION=change",
+                           "DEVPATH=/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC", "SUBSYSTEM=power_supply",
+                           "POWER_SUPPLY_NAME=AC", "POWER_SUPPLY_ONLINE=1", "SEQNUM=4321"])
+    let usb = message(["add@/devices/pci0000:00/usb1/1-1", "ACTION=add", "SUBSYSTEM=usb", "SEQNUM=4322"])
+    #expect(PowerEvents.isPowerSupplyEvent(charger))
+    #expect(!PowerEvents.isPowerSupplyEvent(usb))
+    #expect(!PowerEvents.isPowerSupplyEvent([UInt8]()))
+    #expect(!PowerEvents.isPowerSupplyEvent(Array("SUBSYSTEM=power_supply_extra".utf8)))
+}
+
+@Test func theUeventSocketOpens() {
+    // Any Linux kernel offers it; in a namespace it stays silent, which is fine.
+    let events = PowerEvents()
+    #expect(events != nil)
+    #expect(events?.drain() == false)
+}
