@@ -32,6 +32,9 @@ final class ClientDaemon: @unchecked Sendable {
     /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
     private var sleptAt: Instant?
     private let systemd = SystemdNotifier()
+    /// WATCHDOG=1 pings, only when the unit asks for them (WatchdogSec=).
+    private let watchdog = SystemdNotifier.watchdogInterval()
+    private var nextPing: Instant?
     private let control: ControlSocket
     private let power = PowerEvents()
     private var lastTransition: Transition?
@@ -87,9 +90,15 @@ final class ClientDaemon: @unchecked Sendable {
     /// Decides until SIGTERM/SIGINT, then takes the tunnel down.
     func run() {
         feed(.paths(monitor.paths))
+        if let watchdog { nextPing = Self.now() + watchdog }
         while running {
             let now = Self.now()
-            let timeout = machine.nextDeadline.map { max($0 - now, .zero) }
+            if let due = nextPing, let watchdog, due <= now {
+                systemd.notify("WATCHDOG=1")
+                nextPing = now + watchdog
+            }
+            let wakeAt = [machine.nextDeadline, nextPing].compactMap { $0 }.min()
+            let timeout = wakeAt.map { max($0 - now, .zero) }
             let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
             let ready = (try? pollReadable(descriptors, timeout: timeout)) ?? []
             if let power, ready.contains(power.fileDescriptor), power.drain() {

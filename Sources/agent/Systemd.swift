@@ -27,6 +27,14 @@ struct SystemdNotifier {
 
     var isActive: Bool { address != nil }
 
+    /// How often to send WATCHDOG=1: half of WatchdogSec, when the unit sets one for this process.
+    static func watchdogInterval(usec: String? = ProcessInfo.processInfo.environment["WATCHDOG_USEC"],
+                                 pid: String? = ProcessInfo.processInfo.environment["WATCHDOG_PID"]) -> Duration? {
+        guard let usec, let micros = Int64(usec), micros > 0 else { return nil }
+        if let pid, Int32(pid) != getpid() { return nil }
+        return .microseconds(micros / 2)
+    }
+
     /// Sends `READY=1`, `STATUS=...` and the like; failures are ignored, as sd_notify's are.
     func notify(_ state: String) {
         guard var sa = address else { return }

@@ -27,3 +27,11 @@ import Testing
     #expect(n > 0 && String(decoding: buffer[0..<n], as: UTF8.self) == "READY=1")
     #expect(!SystemdNotifier(socketPath: nil).isActive, "outside systemd nothing is sent")
 }
+
+@Test func watchdogPingsAtHalfTheUnitsInterval() {
+    #expect(SystemdNotifier.watchdogInterval(usec: "30000000", pid: nil) == .seconds(15))
+    #expect(SystemdNotifier.watchdogInterval(usec: "30000000", pid: "\(getpid())") == .seconds(15))
+    #expect(SystemdNotifier.watchdogInterval(usec: "30000000", pid: "1") == nil, "meant for another process")
+    #expect(SystemdNotifier.watchdogInterval(usec: nil, pid: nil) == nil, "no WatchdogSec: no wake-ups for it")
+    #expect(SystemdNotifier.watchdogInterval(usec: "soon", pid: nil) == nil)
+}
