@@ -61,7 +61,7 @@ final class ClientDaemon: @unchecked Sendable {
         let clocks = SuspendDetector.clocks()
         suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
         machine = Reconnector(config: settings.reconnect, power: PowerSupply.current(), seed: UInt64(getpid()),
-                              now: Self.now())
+                              now: Instant.now())
         do {
             monitor = try LiveMonitor(endpoint: server.ip, tunnelInterface: settings.tunnel.name)
         } catch {
@@ -81,18 +81,12 @@ final class ClientDaemon: @unchecked Sendable {
         _ = write(wakeup.write, &byte, 1)
     }
 
-    private static func now() -> Instant {
-        var ts = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &ts)
-        return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
-    }
-
     /// Decides until SIGTERM/SIGINT, then takes the tunnel down.
     func run() {
         feed(.paths(monitor.paths))
-        if let watchdog { nextPing = Self.now() + watchdog }
+        if let watchdog { nextPing = Instant.now() + watchdog }
         while running {
-            let now = Self.now()
+            let now = Instant.now()
             if let due = nextPing, let watchdog, due <= now {
                 systemd.notify("WATCHDOG=1")
                 nextPing = now + watchdog
@@ -124,7 +118,7 @@ final class ClientDaemon: @unchecked Sendable {
                 while read(wakeup.read, &bytes, bytes.count) > 0 {}
                 for event in inbox.withLock({ list in defer { list.removeAll() }; return list }) { handle(event) }
             }
-            let after = Self.now()
+            let after = Instant.now()
             for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                 feed(.timerFired(kind))
             }
@@ -142,13 +136,13 @@ final class ClientDaemon: @unchecked Sendable {
     private func handle(_ event: Event) {
         switch event {
         case .signal(SIGTSTP):
-            sleptAt = Self.now()
+            sleptAt = Instant.now()
             feed(.sleep)
         case .signal(SIGCONT):
             // The gap between the clocks says how long the machine really slept; the hook's
             // announcement says when it went; both cover a suspend the hook missed.
             let gap = checkSuspend() ?? .zero
-            let announced = sleptAt.map { Self.now() - $0 } ?? .zero
+            let announced = sleptAt.map { Instant.now() - $0 } ?? .zero
             sleptAt = nil
             feed(.powerChanged(PowerSupply.current()))
             feed(.wake(sleptFor: max(gap, announced)))
@@ -171,7 +165,7 @@ final class ClientDaemon: @unchecked Sendable {
     }
 
     private func feed(_ input: Input) {
-        let actions = machine.handle(input, now: Self.now())
+        let actions = machine.handle(input, now: Instant.now())
         if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) { attempts += 1 }
         for action in actions { perform(action) }
     }
@@ -202,7 +196,7 @@ final class ClientDaemon: @unchecked Sendable {
         }
         if let rtt = machine.roundTripTime { fields.append(("rtt", rtt.short)) }
         if let t = lastTransition {
-            fields += [("for", (Self.now() - t.at).short), ("last_transition", "\(t.from.name) -> \(t.to.name)"),
+            fields += [("for", (Instant.now() - t.at).short), ("last_transition", "\(t.from.name) -> \(t.to.name)"),
                        ("reason", t.reason.description), ("trigger", t.trigger)]
         }
         fields += [("attempts", "\(attempts)"), ("budget_left", "\(machine.tokens)"), ("power", machine.power.rawValue)]

@@ -11,6 +11,8 @@ private final class DaemonLab {
     let server: NamespaceLab
     let directory: String
     private var processes: [Process] = []
+    /// The `agent` binary, built beside the test bundle.
+    static let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
 
     init(mode: String) throws {
         (laptop, server) = try NamespaceLab.laptopAndServer()
@@ -51,10 +53,9 @@ private final class DaemonLab {
     /// Starts the agent in `lab` with `arguments`; its log goes to `log` in the lab directory.
     @discardableResult
     func start(_ lab: NamespaceLab, _ arguments: [String], log: String) throws -> Process {
-        let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: FileManager.default.fileExists(atPath: "/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip")
-        process.arguments = ["netns", "exec", lab.name, agent.path] + arguments
+        process.executableURL = NamespaceLab.ipTool
+        process.arguments = ["netns", "exec", lab.name, Self.agent.path] + arguments
         _ = FileManager.default.createFile(atPath: directory + "/" + log, contents: nil)
         process.standardError = FileHandle(forWritingAtPath: directory + "/" + log)
         process.standardOutput = FileHandle.nullDevice
@@ -65,17 +66,7 @@ private final class DaemonLab {
 
     /// Runs an agent command to completion (outside the namespaces: only the control socket is needed).
     func run(_ arguments: [String]) throws -> String {
-        let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
-        let process = Process()
-        process.executableURL = agent
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        try NamespaceLab.capture(Self.agent, arguments).output
     }
 
     func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }

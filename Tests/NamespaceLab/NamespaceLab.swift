@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Glibc
 public import PathMonitor
 public import Testing
@@ -50,10 +50,13 @@ public final class NamespaceLab {
         public var description: String
     }
 
-    @discardableResult
-    public static func ip(_ arguments: [String]) throws -> String {
+    /// Where `ip` lives on this machine.
+    public static let ipTool = URL(fileURLWithPath: FileManager.default.fileExists(atPath: "/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip")
+
+    /// Runs `executable` to completion; returns its exit status and what it printed on both streams.
+    public static func capture(_ executable: URL, _ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: FileManager.default.fileExists(atPath: "/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip")
+        process.executableURL = executable
         process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
@@ -61,8 +64,13 @@ public final class NamespaceLab {
         try process.run()
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0 else {
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    @discardableResult
+    public static func ip(_ arguments: [String]) throws -> String {
+        let (status, text) = try capture(ipTool, arguments)
+        guard status == 0 else {
             throw Failure(description: "ip \(arguments.joined(separator: " ")): \(text)")
         }
         return text
