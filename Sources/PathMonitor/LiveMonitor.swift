@@ -133,7 +133,7 @@ public enum LinkClassifier {
         guard !name.contains("/"), !name.hasPrefix(".") else { return fallback }
         let base = "/sys/class/net/\(name)"
         if access(base + "/wireless", F_OK) == 0 || access(base + "/phy80211", F_OK) == 0 { return .wifi }
-        guard let uevent = readSmallFile(base + "/uevent") else { return fallback }
+        guard let uevent = SystemFiles.text(base + "/uevent") else { return fallback }
         for line in uevent.split(separator: "\n") where line.hasPrefix("DEVTYPE=") {
             switch line.dropFirst("DEVTYPE=".count) {
             case "wlan": return .wifi
@@ -142,15 +142,5 @@ public enum LinkClassifier {
             }
         }
         return fallback
-    }
-
-    private static func readSmallFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: 4096)
-        let n = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard n > 0 else { return nil }
-        return String(decoding: bytes[0..<n], as: UTF8.self)
     }
 }

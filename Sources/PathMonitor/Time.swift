@@ -28,6 +28,19 @@ extension Duration {
         return whole &+ attoseconds / 1_000_000_000
     }
 
+    /// Seconds with `decimals` digits after the point, rounded: `1.500`, `-0.020`.
+    public func seconds(decimals: Int) -> String {
+        let digits = min(max(decimals, 0), 9)
+        var scale: Int64 = 1
+        for _ in 0..<(9 - digits) { scale *= 10 }
+        let ns = nanoseconds
+        let units = (ns.magnitude + UInt64(scale / 2)) / UInt64(scale)
+        var one: UInt64 = 1
+        for _ in 0..<digits { one *= 10 }
+        let fraction = digits == 0 ? "" : "." + String(String(units % one + one).dropFirst())
+        return (ns < 0 && units > 0 ? "-" : "") + "\(units / one)" + fraction
+    }
+
     /// Compact text for operators: `250ms`, `1.5s`, `42m`, `1h30m`.
     public var short: String {
         let ns = nanoseconds

@@ -1,6 +1,6 @@
 import ArgumentParser
 import ConfigReader
-import Foundation
+import Glibc
 
 @main
 struct Agent: ParsableCommand {
@@ -21,10 +21,10 @@ struct Agent: ParsableCommand {
             try command.run()
         } catch let error as ConfigError {
             printError("\(error)")
-            Foundation.exit(2)
+            Glibc.exit(2)
         } catch let error as AgentError {
             printError(error.message)
-            Foundation.exit(1)
+            Glibc.exit(1)
         } catch {
             exit(withError: error)
         }

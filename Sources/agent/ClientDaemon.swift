@@ -1,4 +1,3 @@
-import Foundation
 import Glibc
 import PathMonitor
 import Reconnector
@@ -17,7 +16,7 @@ final class ClientDaemon: @unchecked Sendable {
     private var machine: Reconnector
     private let monitor: LiveMonitor
     private var client: TunnelClient?
-    private var clientThread: Thread?
+    private var clientThread: OSThread?
     private var tun: TunDevice?
     private var routes: TunnelRoutes?
     /// One socket per path the session uses or tries.
@@ -274,9 +273,7 @@ final class ClientDaemon: @unchecked Sendable {
                                           log: { [log] message in log("info", message) },
                                           notify: { [weak self] notice in self?.post(.notice(notice)) })
             self.client = client
-            let thread = Thread { client.run() }
-            thread.start()
-            clientThread = thread
+            clientThread = try OSThread { client.run() }
         } catch {
             log("error", "cannot start the session", ["error": "\(error)"])
         }

@@ -1,6 +1,6 @@
 import ArgumentParser
-import Foundation
 import Glibc
+import PathMonitor
 import Reconnector
 
 /// What an operator may ask the running client, over its control socket.
@@ -25,7 +25,7 @@ final class ControlSocket {
     let fileDescriptor: Int32
 
     init(path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = path.parentDirectory
         if !directory.isEmpty { mkdir(directory, 0o700) }
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
@@ -58,7 +58,7 @@ final class ControlSocket {
             setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             var buffer = [UInt8](repeating: 0, count: 256)
             let n = read(client, &buffer, buffer.count)
-            let line = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
+            let line = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmed : ""
             let reply = Array((answer(ControlRequest(rawValue: line)) + "\n").utf8)
             _ = write(client, reply, reply.count)
             close(client)
@@ -90,7 +90,7 @@ final class ControlSocket {
             if n <= 0 { break }
             answer += buffer[0..<n]
         }
-        return String(decoding: answer, as: UTF8.self).trimmingCharacters(in: .newlines)
+        return String(decoding: answer, as: UTF8.self).trimmed
     }
 
     private static func address(_ path: String) throws -> sockaddr_un {

@@ -1,8 +1,8 @@
 import ArgumentParser
-import Dispatch
-import Foundation
 import Glibc
+import PathMonitor
 import Reconnector
+import Tunnel
 
 /// Operator log lines on standard error: logfmt by default, JSON on request.
 struct OperatorLog: Sendable {
@@ -11,10 +11,11 @@ struct OperatorLog: Sendable {
     func callAsFunction(_ level: String, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
-        let all = [("ts", String(format: "%ld.%03ld", ts.tv_sec, ts.tv_nsec / 1_000_000)), ("level", level), ("msg", message)]
+        let now = Duration.seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
+        let all = [("ts", now.seconds(decimals: 3)), ("level", level), ("msg", message)]
             + fields.map { ($0.key, $0.value) }
         let line = (json ? LogLine.json(all, numbers: ["ts"]) : LogLine.logfmt(all)) + "\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        writeStandardError(line)
     }
 }
 
@@ -36,18 +37,23 @@ struct DaemonOptions: ParsableArguments {
 /// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.
 /// The signals are blocked in every thread first (call this before starting any), so none of
 /// the data-plane threads is interrupted, and SIGTSTP no longer stops the process.
-func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) {
+func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) throws {
     var set = sigset_t()
     sigemptyset(&set)
     for signal in signals { sigaddset(&set, signal) }
     pthread_sigmask(SIG_BLOCK, &set, nil)
     let waitFor = set
-    Thread.detachNewThread {
-        var set = waitFor
-        while true {
-            var signal: Int32 = 0
-            guard sigwait(&set, &signal) == 0 else { continue }
-            handler(signal)
+    do {
+        try OSThread.detach {
+            var set = waitFor
+            while true {
+                var signal: Int32 = 0
+                guard sigwait(&set, &signal) == 0 else { continue }
+                handler(signal)
+            }
         }
+    } catch {
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        throw AgentError("cannot start the signal thread: \(error)")
     }
 }

@@ -1,7 +1,7 @@
 import ArgumentParser
 import ConfigReader
-import Foundation
 import Glibc
+import PathMonitor
 import Tunnel
 
 /// `agent keygen`: a new private key, straight into a file only its owner can read.
@@ -68,7 +68,7 @@ struct PasswdCommand: ParsableCommand {
     }
 
     private func readHidden(prompt: String) throws -> String {
-        FileHandle.standardError.write(Data(prompt.utf8))
+        writeStandardError(prompt)
         var saved = termios()
         tcgetattr(STDIN_FILENO, &saved)
         var quiet = saved
@@ -76,7 +76,7 @@ struct PasswdCommand: ParsableCommand {
         tcsetattr(STDIN_FILENO, TCSANOW, &quiet)
         defer {
             tcsetattr(STDIN_FILENO, TCSANOW, &saved)
-            FileHandle.standardError.write(Data("\n".utf8))
+            writeStandardError("\n")
         }
         guard let line = readLine(strippingNewline: true) else { throw AgentError("no password given") }
         return line

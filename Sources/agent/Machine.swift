@@ -1,6 +1,6 @@
 import CShims
-import Foundation
 import Glibc
+import PathMonitor
 import Reconnector
 
 /// Where the power comes from, read from sysfs the way upower does: any online mains (or USB
@@ -8,26 +8,21 @@ import Reconnector
 /// no supplies listed (a desktop, a VM) is on AC.
 enum PowerSupply {
     static func current(root: String = "/sys/class/power_supply") -> PowerSource {
-        let supplies = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        let supplies = SystemFiles.names(in: root) ?? []
         var sawBattery = false
         for name in supplies where !name.hasPrefix(".") {
-            let type = read(root + "/" + name + "/type")
+            let type = SystemFiles.text(root + "/" + name + "/type")
             switch type {
             case "Mains", "USB", "USB_PD", "USB_C":
-                if read(root + "/" + name + "/online") == "1" { return .ac }
+                if SystemFiles.text(root + "/" + name + "/online") == "1" { return .ac }
             case "Battery":
                 // Peripheral batteries (a mouse) say scope=Device; only the system's own counts.
-                if read(root + "/" + name + "/scope") != "Device" { sawBattery = true }
+                if SystemFiles.text(root + "/" + name + "/scope") != "Device" { sawBattery = true }
             default:
                 break
             }
         }
         return sawBattery ? .battery : .ac
-    }
-
-    private static func read(_ path: String) -> String? {
-        guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }
 

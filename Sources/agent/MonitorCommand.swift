@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import Glibc
 import PathMonitor
 import Reconnector
 
@@ -162,6 +162,6 @@ struct LineWriter {
         let t = Instant(nanoseconds: (ContinuousClock.now - start).nanoseconds).description
         let all = [("t", t)] + fields.map { ($0.key, $0.value) }
         let line = (json ? LogLine.json(all) : LogLine.logfmt(all)) + "\n"
-        FileHandle.standardOutput.write(Data(line.utf8))
+        print(line, terminator: "")
     }
 }

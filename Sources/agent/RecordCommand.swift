@@ -1,5 +1,4 @@
 import ArgumentParser
-import Foundation
 import Glibc
 import PathMonitor
 import Reconnector
@@ -68,10 +67,18 @@ struct RecordCommand: ParsableCommand {
         where link.kind == .wifi || link.kind == .wwan {
             kinds.append("\(link.name): \(link.kind.rawValue)")
         }
-        let host = ProcessInfo.processInfo.hostName
+        var hostBytes = [CChar](repeating: 0, count: 256)
+        gethostname(&hostBytes, hostBytes.count - 1)
+        let host = String(decoding: hostBytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        var now = time(nil)
+        var parts = tm()
+        gmtime_r(&now, &parts)
+        var dateBytes = [CChar](repeating: 0, count: 64)
+        let dateLength = strftime(&dateBytes, dateBytes.count, "%Y-%m-%d %H:%M:%S +0000", &parts)
+        let date = String(decoding: dateBytes[0..<dateLength].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         var text = """
-            # Recorded by `agent record` on \(host)\(watch.netns.map { " in namespace \($0)" } ?? ""), \(Date()).
-            name: "\(name.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))"
+            # Recorded by `agent record` on \(host)\(watch.netns.map { " in namespace \($0)" } ?? ""), \(date).
+            name: "\(name.flatMap { $0 == "\\" || $0 == "\"" ? ["\\", $0] : [$0] }.map(String.init).joined())"
             about: >
               Raw rtnetlink messages from a live kernel, replayed through the same decoder.
             server: \(watch.server)
@@ -81,19 +88,17 @@ struct RecordCommand: ParsableCommand {
         if !kinds.isEmpty { text += "link-kinds: {\(kinds.joined(separator: ", "))}\n" }
         text += "network:\n  netlink:\n" + dump.map { "    - \($0)\n" }.joined()
         text += "timeline:\n" + (timeline.isEmpty ? "  []\n" : timeline.joined(separator: "\n") + "\n")
-        do {
-            try text.write(toFile: out, atomically: true, encoding: .utf8)
-        } catch {
-            throw AgentError("cannot write \(out): \(error.localizedDescription)")
+        if let failure = SystemFiles.write(text, to: out) {
+            throw AgentError("cannot write \(out): \(String(cString: strerror(failure)))")
         }
-        FileHandle.standardError.write(Data("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n".utf8))
+        writeStandardError("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n")
     }
 
     private static func seconds(_ value: Duration) -> String {
-        String(format: "%.3fs", max(0, Double(value.nanoseconds) / 1e9))
+        max(value, .zero).seconds(decimals: 3) + "s"
     }
 
-    private static func decimal(_ value: Duration) -> String { String(format: "%.6f", Double(value.nanoseconds) / 1e9) }
+    private static func decimal(_ value: Duration) -> String { value.seconds(decimals: 6) }
 }
 
 extension Collection<UInt8> {

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import PathMonitor
 import Reconnector
 import Replay
 
@@ -31,8 +31,7 @@ struct ReplayCommand: ParsableCommand {
     func run() throws {
         var paths: [String] = []
         for file in random != nil ? [] : files.isEmpty ? [Scenario.libraryPath] : files {
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
+            if SystemFiles.isDirectory(file) {
                 paths += Scenario.files(in: file)
             } else {
                 paths.append(file)
@@ -78,5 +77,5 @@ struct ReplayCommand: ParsableCommand {
 }
 
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data(("agent: " + message + "\n").utf8))
+    writeStandardError("agent: " + message + "\n")
 }

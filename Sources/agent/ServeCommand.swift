@@ -1,6 +1,5 @@
 import ArgumentParser
 import ConfigReader
-import Foundation
 import Glibc
 import PathMonitor
 import Tunnel
@@ -41,7 +40,7 @@ struct ServeCommand: ParsableCommand {
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])
         }
         let server = TunnelServer(core: core, device: tun, sockets: sockets) { message in log("info", message) }
-        forwardSignals([SIGINT, SIGTERM]) { signal in
+        try forwardSignals([SIGINT, SIGTERM]) { signal in
             log("info", "stopping", ["signal": "\(signal)"])
             server.stop()
         }

@@ -1,4 +1,3 @@
-import Foundation
 import Glibc
 
 /// sd_notify(3) without libsystemd: datagrams to the socket systemd names in $NOTIFY_SOCKET,
@@ -8,7 +7,7 @@ struct SystemdNotifier {
     private let length: socklen_t
 
     /// Reads $NOTIFY_SOCKET (unset: every call does nothing).
-    init(socketPath: String? = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"]) {
+    init(socketPath: String? = environment("NOTIFY_SOCKET")) {
         guard let path = socketPath, !path.isEmpty, path.utf8.count < 108 else {
             address = nil
             length = 0
@@ -28,8 +27,8 @@ struct SystemdNotifier {
     var isActive: Bool { address != nil }
 
     /// How often to send WATCHDOG=1: half of WatchdogSec, when the unit sets one for this process.
-    static func watchdogInterval(usec: String? = ProcessInfo.processInfo.environment["WATCHDOG_USEC"],
-                                 pid: String? = ProcessInfo.processInfo.environment["WATCHDOG_PID"]) -> Duration? {
+    static func watchdogInterval(usec: String? = environment("WATCHDOG_USEC"),
+                                 pid: String? = environment("WATCHDOG_PID")) -> Duration? {
         guard let usec, let micros = Int64(usec), micros > 0 else { return nil }
         if let pid, Int32(pid) != getpid() { return nil }
         return .microseconds(micros / 2)
@@ -47,3 +46,6 @@ struct SystemdNotifier {
         }
     }
 }
+
+/// The value of an environment variable, or nil when it is not set.
+func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }

@@ -1,6 +1,5 @@
 import ArgumentParser
 import ConfigReader
-import Foundation
 import Glibc
 import PathMonitor
 import Tunnel
@@ -41,7 +40,7 @@ struct UpCommand: ParsableCommand {
 
         let session = try ClientDaemon(settings: settings, key: key, credentials: credentials, server: server, log: log,
                                        control: try ControlSocket(path: control.control))
-        forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT]) { signal in session.post(.signal(signal)) }
+        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()
         log("info", "down")

@@ -1,5 +1,4 @@
 public import PathMonitor
-import Foundation
 import Synchronization
 
 /// Why the client could not bring the session up.
@@ -44,7 +43,7 @@ public final class TunnelClient: Sendable {
     private let current: Mutex<UDPSocket>
     private let device: Mutex<TunDevice?> = Mutex(nil)
     private let outboundStarted = Atomic<Bool>(false)
-    private let outboundDone = DispatchSemaphore(value: 0)
+    private let outboundThread = Mutex<OSThread?>(nil)
     private let counters = Mutex(TrafficCounters())
     private let lastEcho = Mutex<(id: UInt64, rtt: Duration)?>(nil)
     private let lastInitiation = Mutex<Instant?>(nil)
@@ -124,16 +123,18 @@ public final class TunnelClient: Sendable {
         running.store(true, ordering: .relaxed)
         if let tun { attach(tun) }
         inbound()
-        if outboundStarted.load(ordering: .relaxed) { outboundDone.wait() }
+        outboundThread.withLock { $0 }?.join()
     }
 
     /// Gives the running client its TUN device, once: the device is configured once and stays.
     public func attach(_ tun: TunDevice) {
         guard !outboundStarted.exchange(true, ordering: .relaxed) else { return }
         device.withLock { $0 = tun }
-        Thread.detachNewThread { [self] in
-            outbound(tun)
-            outboundDone.signal()
+        do {
+            let thread = try OSThread { [self] in outbound(tun) }
+            outboundThread.withLock { $0 = thread }
+        } catch {
+            log("cannot start the outbound thread: \(error); packets from the tunnel device are not sent")
         }
     }
 

@@ -1,5 +1,4 @@
 import PathMonitor
-import Foundation
 import Synchronization
 
 /// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
@@ -17,7 +16,7 @@ public final class TunnelServer: Sendable {
     private let running = Atomic<Bool>(false)
     /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
     private let checks = Mutex<[PasswordCheck]>([])
-    private let checksReady = DispatchSemaphore(value: 0)
+    private let checksReady = Semaphore()
     private let log: @Sendable (String) -> Void
 
     public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], log: @escaping @Sendable (String) -> Void) {
@@ -36,20 +35,26 @@ public final class TunnelServer: Sendable {
     /// Runs until `stop()`: the outbound loop on a thread of its own, the inbound one here.
     public func run() {
         running.store(true, ordering: .relaxed)
-        let outboundDone = DispatchSemaphore(value: 0)
-        let checkerDone = DispatchSemaphore(value: 0)
-        Thread.detachNewThread { [self] in
-            outbound()
-            outboundDone.signal()
+        let outbound: OSThread
+        let checker: OSThread
+        do {
+            outbound = try OSThread { [self] in self.outbound() }
+        } catch {
+            log("cannot start the outbound thread: \(error)")
+            return
         }
-        Thread.detachNewThread { [self] in
-            checkPasswords()
-            checkerDone.signal()
+        do {
+            checker = try OSThread { [self] in checkPasswords() }
+        } catch {
+            log("cannot start the password checker: \(error)")
+            stop()
+            outbound.join()
+            return
         }
         inbound()
-        outboundDone.wait()
+        outbound.join()
         checksReady.signal()
-        checkerDone.wait()
+        checker.join()
     }
 
     /// Makes `run()` return within a second.
