@@ -20,10 +20,14 @@ public struct Config: Sendable, Equatable {
         }
     }
 
-    /// Quiet time a better path must stay before the session moves to it; flaps inside it
-    /// are coalesced. A lost path with an alternative does not wait.
-    public var debounce: Duration = .milliseconds(300)
-    /// A path that keeps flapping waits `debounce` doubled per recent loss, up to this.
+    /// Quiet time a new better path must stay before it is probed: long enough to coalesce the
+    /// burst of address and route messages one configuration change makes, short enough that a
+    /// docked laptop moves to Ethernet at once. A lost path with an alternative does not wait.
+    public var debounce: Duration = .milliseconds(50)
+    /// A better path whose interface was lost within `flapWindow` waits this instead, doubled
+    /// for every further recent loss: a cable that is flapping must stay up longer each time.
+    public var flapHoldDown: Duration = .seconds(1)
+    /// The longest that flap damping or a dead path's hold-down makes a path wait.
     public var maxHoldDown: Duration = .seconds(60)
     /// Losses of one interface closer together than this count as flapping.
     public var flapWindow: Duration = .seconds(60)

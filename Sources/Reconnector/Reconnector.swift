@@ -363,11 +363,12 @@ public struct Reconnector: Sendable {
         arm(.debounce, at: due, &out)
     }
 
-    /// The debounce, doubled for every recent loss of the interface: a flapping uplink
-    /// must stay up longer before the session trusts it again.
+    /// The debounce for a new path; for an interface lost recently the flap hold-down, doubled
+    /// for every further recent loss: a flapping uplink must stay up longer before the session
+    /// trusts it again.
     private func holdDown(for path: Path, _ now: Instant) -> Duration {
         guard let loss = losses[path.interface], now - loss.last < config.flapWindow else { return config.debounce }
-        return min(config.maxHoldDown, config.debounce * (1 << min(loss.count, 20)))
+        return max(config.debounce, min(config.maxHoldDown, config.flapHoldDown * (1 << min(loss.count - 1, 20))))
     }
 
     // MARK: Bookkeeping

@@ -82,12 +82,12 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
 @Test func betterPathWaitsForDebounceThenProbesBeforeSwitching() {
     var r = connected([wifi0])
     let offer = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    #expect(offer == [.armTimer(.debounce, at: at(1300))])
-    let start = r.handle(.timerFired(.debounce), now: at(1300))
+    #expect(offer == [.armTimer(.debounce, at: at(1050))])
+    let start = r.handle(.timerFired(.debounce), now: at(1050))
     #expect(start.probes == ["eth0"] && start.rebinds.isEmpty)
     #expect(start.reasons == ["betterPath(eth0 metric 100 < wifi0 600)"])
     #expect(r.state == .switching(from: wifi0, to: eth0, sent: 1))
-    let moved = r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(5)), now: at(1305))
+    let moved = r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(5)), now: at(1055))
     #expect(moved.rebinds == ["eth0"] && moved.handshakes.isEmpty)
     #expect(r.state == .connected(eth0))
 }
@@ -95,11 +95,15 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
 @Test func flapsInsideTheDebounceWindowAreCoalesced() {
     var r = connected([wifi0])
     _ = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    let result5 = r.handle(.paths([wifi0]), now: at(1100))
+    let result5 = r.handle(.paths([wifi0]), now: at(1020))
     #expect(result5.contains(.cancelTimer(.debounce)))
     _ = r.handle(.paths([eth0, wifi0]), now: at(1200))
-    // The loss at 1.1 s counts against eth0: its hold-down doubles to 600 ms.
-    #expect(r.timers[.debounce] == at(1800))
+    // The loss at 1.02 s counts against eth0: it must stay up for the flap hold-down (1 s).
+    #expect(r.timers[.debounce] == at(2200))
+    _ = r.handle(.paths([wifi0]), now: at(1300))
+    _ = r.handle(.paths([eth0, wifi0]), now: at(1400))
+    // A second loss doubles it.
+    #expect(r.timers[.debounce] == at(3400))
     #expect(r.state == .connected(wifi0))
 }
 
