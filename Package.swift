@@ -48,11 +48,14 @@ let package = Package(
             name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "RoamingBenchmark", dependencies: ["NamespaceLab"],
+            path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
+        .executableTarget(
             name: "MonitorBenchmark", dependencies: ["PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
         // Throwaway network namespaces for the integration tests.
-        .target(name: "NamespaceLab", dependencies: ["PathMonitor"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .target(name: "NamespaceLab", dependencies: ["PathMonitor", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),

@@ -81,7 +81,7 @@ private final class DaemonLab {
     }
 }
 
-@Suite(.enabled(if: NamespaceLab.isRoot, NamespaceLab.skipReason), .serialized)
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct DaemonLabTests {
     /// In split mode, and in full-tunnel mode, where the default route goes into the tunnel and
     /// other VPN clients lose their route to the server when an uplink goes.

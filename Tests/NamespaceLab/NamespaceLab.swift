@@ -1,13 +1,12 @@
 public import Foundation
 import Glibc
 public import PathMonitor
-public import Testing
 
 /// A throwaway network namespace for tests that need a real kernel, deleted (with every
 /// device in it) on deinit, so a failing test leaves nothing behind.
 public final class NamespaceLab {
     public static let isRoot = getuid() == 0
-    public static let skipReason: Comment =
+    public static let skipReason =
         "needs root to create network namespaces and TUN devices; run the suite as root (CI does)"
     nonisolated(unsafe) private static var counter = 0
     private static let lock = NSLock()

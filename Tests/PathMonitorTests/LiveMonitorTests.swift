@@ -4,7 +4,7 @@ import Testing
 
 private let server = IPAddress("198.51.100.7")!
 
-@Suite(.enabled(if: NamespaceLab.isRoot, NamespaceLab.skipReason), .serialized)
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct LiveMonitorTests {
     @Test func dumpBuildsThePathsAndTheKernelAgrees() throws {
         let lab = try NamespaceLab()

@@ -4,7 +4,7 @@ import NamespaceLab
 import Testing
 import Tunnel
 
-@Suite(.enabled(if: TunnelLab.isRoot, TunnelLab.skipReason), .serialized)
+@Suite(.enabled(if: TunnelLab.isRoot, Comment(rawValue: TunnelLab.skipReason)), .serialized)
 struct DeviceTunTests {
     @Test func tunHasItsMTUAddressesAndRoutesAndClosingDeletesIt() throws {
         let lab = try TunnelLab()

@@ -71,7 +71,7 @@ private final class Running: @unchecked Sendable {
     func wait() { _ = done.wait(timeout: .now() + 5) }
 }
 
-@Suite(.enabled(if: TunnelLab.isRoot, TunnelLab.skipReason), .serialized)
+@Suite(.enabled(if: TunnelLab.isRoot, Comment(rawValue: TunnelLab.skipReason)), .serialized)
 struct RuntimeTests {
     let serverKey: PrivateKey
     let clientKey: PrivateKey

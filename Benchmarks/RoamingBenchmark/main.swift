@@ -1,0 +1,94 @@
+import Foundation
+import Glibc
+import NamespaceLab
+
+// Plays every roaming scenario on Roam and on wireguard-go, in full-tunnel and split mode, with
+// a probe through the tunnel every 20 ms, and prints one row per run; then the idle Roam
+// client's wakeups over a minute and its memory. Needs root; run through bench/roaming.sh.
+//
+// Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS]
+
+var vpns = TunnelUnderTest.allCases
+var modes: [LabRouting] = [.full, .split]
+var scenarios = RoamingScenario.allCases
+var idleSeconds = 60
+var arguments = CommandLine.arguments.dropFirst()
+var chosen: [RoamingScenario] = []
+while let argument = arguments.popFirst() {
+    let value = arguments.popFirst() ?? ""
+    switch argument {
+    case "--only": vpns = TunnelUnderTest(rawValue: value).map { [$0] } ?? vpns
+    case "--mode": modes = LabRouting(rawValue: value).map { [$0] } ?? modes
+    case "--scenario":
+        guard let s = RoamingScenario(rawValue: value) else {
+            print("unknown scenario \(value); known: \(RoamingScenario.allCases.map(\.rawValue).joined(separator: ", "))")
+            exit(2)
+        }
+        chosen.append(s)
+    case "--idle": idleSeconds = Int(value) ?? idleSeconds
+    default:
+        print("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS]")
+        exit(2)
+    }
+}
+if !chosen.isEmpty { scenarios = chosen }
+guard NamespaceLab.isRoot else {
+    print("RoamingBenchmark: \(NamespaceLab.skipReason)")
+    exit(2)
+}
+let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
+
+func ms(_ d: Duration?) -> String {
+    guard let d else { return "-" }
+    return String(format: "%.0f", Double(d.nanoseconds) / 1e6)
+}
+
+setvbuf(stdout, nil, _IOLBF, 0)
+print("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
+for mode in modes {
+    for scenario in scenarios {
+        for vpn in vpns {
+            do {
+                let o = try scenario.run(vpn: vpn, routing: mode, agent: agent, tcp: false)
+                let row = [
+                    scenario.rawValue.padding(toLength: 19, withPad: " ", startingAt: 0),
+                    mode.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0),
+                    vpn.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0),
+                    ms(o.outage).leftPadded(9), "\(o.lostProbes)/\(o.sentProbes)".leftPadded(10),
+                    "\(o.handshakes)".leftPadded(11), (o.attempts.map(String.init) ?? "-").leftPadded(9),
+                    ms(o.cpu).leftPadded(7), ms(o.moved).leftPadded(9), " " + (o.interface ?? "-"),
+                ]
+                print(row.joined(separator: " ")
+                      + (o.attemptsWhileOffline.map { "  (attempts while offline: \($0))" } ?? ""))
+            } catch {
+                print("\(scenario) \(mode) \(vpn): failed: \(error)")
+            }
+        }
+    }
+}
+
+// Idle: a settled lab, no traffic, a stable path.
+if vpns.contains(.roam) {
+    for mode in modes {
+        do {
+            let lab = try RoamingLab(vpn: .roam, routing: mode, agent: agent)
+            try lab.startServer()
+            try lab.startClient()
+            sleep(5)
+            let before = lab.clientWakeups()
+            let cpu = lab.clientCPU()
+            sleep(UInt32(idleSeconds))
+            let wakeups = lab.clientWakeups() - before
+            let memory = lab.clientMemory()
+            print("idle \(mode): \(wakeups) voluntary context switches in \(idleSeconds) s "
+                  + "(\(String(format: "%.1f", Double(wakeups) * 60 / Double(idleSeconds)))/min), CPU \(ms(lab.clientCPU() - cpu)) ms, "
+                  + "RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB)")
+        } catch {
+            print("idle \(mode): failed: \(error)")
+        }
+    }
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String { String(repeating: " ", count: max(0, width - count)) + self }
+}

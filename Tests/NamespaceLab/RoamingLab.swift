@@ -1,0 +1,305 @@
+public import Foundation
+import Glibc
+public import PathMonitor
+public import Tunnel
+
+/// The VPN a roaming run drives: Roam's own `agent serve` / `agent up`, or Debian's
+/// wireguard-go (userspace WireGuard) configured the way wg-quick would, on the same topology.
+public enum TunnelUnderTest: String, CaseIterable, Sendable {
+    case roam
+    case wireguardGo = "wireguard-go"
+}
+
+/// Split: only the tunnel's prefix goes into the tunnel. Full: the default route does, and
+/// the VPN's own packets must still find the physical uplink.
+public enum LabRouting: String, CaseIterable, Sendable {
+    case split
+    case full
+}
+
+/// A laptop namespace (`eth0` 10.20.0.57, metric 100; `wifi0` 192.168.1.23, metric 600) and a
+/// server namespace that is also the router (`eth-l`, `wifi-l`; the server answers on
+/// 198.51.100.7), with a VPN server and client running between them as real processes.
+public final class RoamingLab {
+    public let vpn: TunnelUnderTest
+    public let routing: LabRouting
+    public let laptop: NamespaceLab
+    public let server: NamespaceLab
+    /// Keys, configurations and logs; removed on deinit.
+    public let directory: String
+    private let agent: URL
+    public private(set) var client: Process?
+    private var serverProcess: Process?
+    private var processes: [Process] = []
+    private let names: (server: String, client: String)
+    nonisolated(unsafe) private static var counter = 0
+    private static let counterLock = NSLock()
+
+    public var serverInner: IPAddress { IPAddress(vpn == .roam ? "10.77.0.1" : "10.88.0.1")! }
+    public var clientInner: IPAddress { IPAddress(vpn == .roam ? "10.77.0.2" : "10.88.0.2")! }
+    /// The server's outer UDP port.
+    public var port: UInt16 { vpn == .roam ? 51820 : 51821 }
+    /// The client's tunnel device.
+    public var tunnelDevice: String { names.client }
+    public var controlSocket: String { directory + "/agent.sock" }
+
+    /// Builds the lab and starts the server; `startClient()` starts the client.
+    /// `agent` is the Roam binary (unused for wireguard-go).
+    public init(vpn: TunnelUnderTest, routing: LabRouting, agent: URL) throws {
+        self.vpn = vpn
+        self.routing = routing
+        self.agent = agent
+        (laptop, server) = try NamespaceLab.laptopAndServer()
+        Self.counterLock.lock()
+        Self.counter += 1
+        let n = Self.counter
+        Self.counterLock.unlock()
+        // wireguard-go's control sockets (/run/wireguard/NAME.sock) are shared by every namespace.
+        names = vpn == .roam ? ("roam0", "roam0") : ("wgs\(getpid() % 100_000)x\(n)", "wgl\(getpid() % 100_000)x\(n)")
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-lab-\(getpid())-\(n)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try writeKeysAndConfigurations()
+    }
+
+    deinit {
+        for process in processes where process.isRunning { process.terminate() }
+        for process in processes {
+            let deadline = Date().addingTimeInterval(5)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        if vpn == .wireguardGo {
+            for name in [names.server, names.client] { unlink("/run/wireguard/\(name).sock") }
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    // MARK: Processes
+
+    /// Starts the VPN server and returns when it serves.
+    @discardableResult
+    public func startServer() throws -> LabInstant {
+        switch vpn {
+        case .roam:
+            let process = try start(in: server, agent, ["serve", "--config", directory + "/server.yaml"], log: "server.log")
+            serverProcess = process
+            guard waitFor(seconds: 10, { self.log("server.log").components(separatedBy: "msg=serving").count > self.servings }) else {
+                throw NamespaceLab.Failure(description: "agent serve did not come up: \(log("server.log"))")
+            }
+            servings += 1
+        case .wireguardGo:
+            let process = try start(in: server, URL(fileURLWithPath: "/usr/bin/wireguard-go"), ["-f", names.server], log: "server.log")
+            serverProcess = process
+            guard waitFor(seconds: 10, { access("/run/wireguard/\(self.names.server).sock", F_OK) == 0 }) else {
+                throw NamespaceLab.Failure(description: "wireguard-go (server) did not come up: \(log("server.log"))")
+            }
+            try wg(server, "set \(names.server) listen-port \(port) private-key \(directory)/wg-server.key peer \(key("wg-client.pub")) allowed-ips 10.88.0.2/32")
+            try server.ip("address add 10.88.0.1/24 dev \(names.server)")
+            try server.ip("link set \(names.server) up")
+        }
+        return LabClock.now
+    }
+    private var servings = 0
+
+    /// Stops the server (SIGTERM) and waits until it is gone.
+    public func stopServer() {
+        guard let process = serverProcess else { return }
+        process.terminate()
+        _ = waitFor(seconds: 5) { !process.isRunning }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        serverProcess = nil
+        if vpn == .wireguardGo { _ = waitFor(seconds: 2) { (try? self.server.ip("link show \(self.names.server)")) == nil } }
+        _ = waitFor(seconds: 2) { (try? self.server.ip("link show \(self.names.server)")) == nil }
+    }
+
+    /// Starts the client and returns once its tunnel device carries the tunnel's routes.
+    public func startClient() throws {
+        switch vpn {
+        case .roam:
+            client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket], log: "client.log")
+            guard waitFor(seconds: 10, { self.log("client.log").contains("msg=\"tunnel up\"") }) else {
+                throw NamespaceLab.Failure(description: "agent up did not come up: \(log("client.log"))")
+            }
+        case .wireguardGo:
+            let name = names.client
+            client = try start(in: laptop, URL(fileURLWithPath: "/usr/bin/wireguard-go"), ["-f", name], log: "client.log")
+            guard waitFor(seconds: 10, { access("/run/wireguard/\(name).sock", F_OK) == 0 }) else {
+                throw NamespaceLab.Failure(description: "wireguard-go (client) did not come up: \(log("client.log"))")
+            }
+            let allowed = routing == .full ? "0.0.0.0/0" : "10.88.0.0/24"
+            try wg(laptop, "set \(name) private-key \(directory)/wg-client.key peer \(key("wg-server.pub")) endpoint 198.51.100.7:\(port) allowed-ips \(allowed)")
+            try laptop.ip("address add 10.88.0.2/24 dev \(name)")
+            try laptop.ip("link set \(name) up")
+            if routing == .full {
+                // What wg-quick does: the tunnel's own packets carry a mark and use the main
+                // table; everything else goes into the tunnel.
+                try wg(laptop, "set \(name) fwmark 51821")
+                try laptop.ip("route add default dev \(name) table 51821")
+                try laptop.ip("rule add not fwmark 51821 table 51821")
+                try laptop.ip("rule add table main suppress_prefixlength 0")
+            }
+        }
+    }
+
+    public var clientPID: Int32? { client.map(\.processIdentifier) }
+
+    /// SIGTSTP for Roam (its suspend hook's signal); wireguard-go knows no suspend, so it is
+    /// stopped like the rest of a suspending machine (SIGSTOP).
+    public func suspendClient() {
+        guard let pid = clientPID else { return }
+        kill(pid, vpn == .roam ? SIGTSTP : SIGSTOP)
+    }
+
+    public func resumeClient() {
+        guard let pid = clientPID else { return }
+        kill(pid, SIGCONT)
+    }
+
+    // MARK: Observations
+
+    public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
+
+    /// Roam's `agent status --json` as strings (empty for wireguard-go or a stopped agent).
+    public func status() -> [String: String] {
+        guard vpn == .roam, let output = try? NamespaceLab.capture(agent, ["status", "--json", "--control", controlSocket]).output,
+              let object = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else { return [:] }
+        return object.mapValues { "\($0)" }
+    }
+
+    /// Roam's reconnect attempts so far (binds, rebinds, handshakes).
+    public func attempts() -> Int? { status()["attempts"].flatMap { Int($0) } }
+
+    /// CPU time the client has used, all threads (from the scheduler's nanosecond counters).
+    public func clientCPU() -> Duration {
+        guard let pid = clientPID else { return .zero }
+        var total: Int64 = 0
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? [] {
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
+            total += text.split(separator: " ").first.flatMap { Int64($0) } ?? 0
+        }
+        return .nanoseconds(total)
+    }
+
+    /// Voluntary context switches of all the client's threads: how often it woke up.
+    public func clientWakeups() -> Int {
+        guard let pid = clientPID else { return 0 }
+        var total = 0
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? [] {
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+            for line in text.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches:") {
+                total += Int(line.split(separator: "\t").last ?? "") ?? 0
+            }
+        }
+        return total
+    }
+
+    /// The client's resident memory in kB: (VmRSS, RssAnon).
+    public func clientMemory() -> (rss: Int, anonymous: Int) {
+        guard let pid = clientPID else { return (0, 0) }
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        func field(_ name: String) -> Int {
+            text.split(separator: "\n").first { $0.hasPrefix(name + ":") }
+                .flatMap { Int($0.split(separator: " ").dropLast().last ?? "") } ?? 0
+        }
+        return (field("VmRSS"), field("RssAnon"))
+    }
+
+    /// The tunnel device as the kernel shows it: index, flags, MTU, addresses and the routes
+    /// into it. A reconnect must leave all of it as it was.
+    public func tunnelSnapshot() -> String {
+        let name = tunnelDevice
+        let link = (try? laptop.ip("-o link show \(name)")) ?? "absent"
+        let addresses = (try? laptop.ip("-o address show dev \(name)")) ?? ""
+        let routes = ((try? laptop.ip("route show table all dev \(name)")) ?? "")
+            .split(separator: "\n").filter { !$0.contains("linkdown") }.sorted().joined(separator: "\n")
+        return [link, addresses, routes].joined(separator: "\n")
+    }
+
+    /// The server-side index of the router's interface facing the laptop's `eth0`.
+    public func serverIndex(of interface: String) -> Int32? {
+        guard let line = try? server.ip("-o link show \(interface)") else { return nil }
+        return Int32(line.prefix { $0 != ":" })
+    }
+
+    /// Polls `condition` every 10 ms for up to `seconds`.
+    public func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = LabClock.now + .milliseconds(Int64(seconds * 1000))
+        while LabClock.now < deadline {
+            if condition() { return true }
+            usleep(10_000)
+        }
+        return condition()
+    }
+
+    // MARK: Setup
+
+    private func writeKeysAndConfigurations() throws {
+        switch vpn {
+        case .roam:
+            let serverKey = try PrivateKey.generate()
+            let clientKey = try PrivateKey.generate()
+            try secret(serverKey.revealBase64(), "server.key")
+            try secret(clientKey.revealBase64(), "client.key")
+            try """
+                listen-port: \(port)
+                private-key-file: \(directory)/server.key
+                tunnel: {name: roam0, addresses: [10.77.0.1/24]}
+                users:
+                  - {name: alice, public-key: \(clientKey.publicKey.base64), addresses: [10.77.0.2]}
+                """.write(toFile: directory + "/server.yaml", atomically: true, encoding: .utf8)
+            try """
+                server: 198.51.100.7:\(port)
+                server-key: \(serverKey.publicKey.base64)
+                private-key-file: \(directory)/client.key
+                mode: \(routing.rawValue)
+                \(routing == .split ? "routes: [10.77.0.0/24]" : "")
+                """.write(toFile: directory + "/client.yaml", atomically: true, encoding: .utf8)
+        case .wireguardGo:
+            for side in ["server", "client"] {
+                let key = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/wg"), ["genkey"]).output
+                try secret(key.trimmingCharacters(in: .whitespacesAndNewlines), "wg-\(side).key")
+                let pub = try shell("/usr/bin/wg pubkey < \(directory)/wg-\(side).key")
+                try pub.write(toFile: directory + "/wg-\(side).pub", atomically: true, encoding: .utf8)
+            }
+        }
+    }
+
+    private func key(_ name: String) -> String {
+        ((try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    private func secret(_ text: String, _ name: String) throws {
+        let path = directory + "/" + name
+        FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+        try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+    }
+
+    private func wg(_ lab: NamespaceLab, _ arguments: String) throws {
+        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
+            ["netns", "exec", lab.name, "/usr/bin/wg"] + arguments.split(separator: " ").map(String.init))
+        guard status == 0 else { throw NamespaceLab.Failure(description: "wg \(arguments): \(output)") }
+    }
+
+    private func shell(_ command: String) throws -> String {
+        let (status, output) = try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"), ["-c", command])
+        guard status == 0 else { throw NamespaceLab.Failure(description: "\(command): \(output)") }
+        return output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Starts `executable` inside `lab`; its output goes to `log` in the lab's directory.
+    private func start(in lab: NamespaceLab, _ executable: URL, _ arguments: [String], log: String) throws -> Process {
+        let process = Process()
+        process.executableURL = NamespaceLab.ipTool
+        process.arguments = ["netns", "exec", lab.name, executable.path] + arguments
+        let path = directory + "/" + log
+        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+        let handle = FileHandle(forWritingAtPath: path)
+        handle?.seekToEndOfFile()
+        process.standardError = handle
+        process.standardOutput = handle
+        try process.run()
+        processes.append(process)
+        return process
+    }
+}

@@ -1,0 +1,193 @@
+public import Foundation
+import Glibc
+import PathMonitor
+public import Tunnel
+
+/// The roaming situations the lab plays, each on a fresh lab, with a probe stream through the
+/// tunnel every 20 ms (and, for the tests, a TCP stream whose every byte is checked).
+public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvertible {
+    /// eth0 goes down while the session runs on it; wifi0 is up.
+    case uplinkLoss = "uplink-loss"
+    /// The session runs on wifi0; eth0 comes up and gets its default route.
+    case betterPath = "better-path"
+    /// DHCP renumbers eth0 (10.20.0.57 -> 10.20.0.58) under the session.
+    case addressChange = "address-change"
+    /// eth0 stays up, but the router drops everything that arrives from it.
+    case silentBlackhole = "silent-blackhole"
+    /// eth0 goes down and up every 250 ms for 20 s; wifi0 is healthy.
+    case flapStorm = "flap-storm"
+    /// The machine suspends (SIGTSTP), the dock with eth0 is pulled while it sleeps, it resumes (SIGCONT).
+    case suspendResume = "suspend-resume"
+    /// The VPN server restarts and comes back with no sessions.
+    case serverRestart = "server-restart"
+    /// Both uplinks go down for 30 s, then wifi0 comes back.
+    case bothUplinksDown = "both-uplinks-down"
+
+    public var description: String { rawValue }
+}
+
+/// What one run of a scenario measured.
+public struct RoamingOutcome: Sendable {
+    public var scenario: RoamingScenario
+    public var vpn: TunnelUnderTest
+    public var routing: LabRouting
+    /// The longest time without a probe echo, from the scenario's event (for suspend/resume:
+    /// from SIGCONT; for a server restart: from the server being back) to its end.
+    public var outage: Duration
+    public var lostProbes: Int
+    public var sentProbes: Int
+    /// Handshake initiations the server received during the scenario.
+    public var handshakes: Int
+    /// Roam's reconnect attempts (binds, rebinds, handshakes) during the scenario.
+    public var attempts: Int?
+    /// Roam's attempts while no uplink existed (both uplinks down).
+    public var attemptsWhileOffline: Int?
+    /// Client CPU time during the scenario.
+    public var cpu: Duration
+    /// Better path: from the route appearing to the probe stream arriving over eth0.
+    public var moved: Duration?
+    /// Roam's interface at the end.
+    public var interface: String?
+    /// The TCP stream: bytes written, bytes read, every byte in order, what failed.
+    public var tcp: (sent: Int, received: Int, intact: Bool, failure: String?)?
+    /// The tunnel device's index, flags, addresses and routes at the end, equal to the start.
+    public var tunnelUntouched: Bool
+    public var clientLog: String
+    public var serverLog: String
+}
+
+extension RoamingScenario {
+    /// Builds a lab, plays the scenario and measures it. With `tcp`, a TCP stream runs through
+    /// the tunnel the whole time and is checked at the end.
+    public func run(vpn: TunnelUnderTest, routing: LabRouting, agent: URL, tcp: Bool) throws -> RoamingOutcome {
+        let lab = try RoamingLab(vpn: vpn, routing: routing, agent: agent)
+        let laptop = lab.laptop
+        if self == .betterPath { try laptop.ip("link set eth0 down") }
+        if self == .addressChange { try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"]) }
+        try lab.startServer()
+        let tap = try PacketTap(port: lab.port, in: lab.server)
+        try lab.startClient()
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server)
+        defer { probes.stop() }
+        guard lab.waitFor(seconds: 10, { probes.firstEcho(after: LabClock.now - .seconds(1)) != nil }) else {
+            throw NamespaceLab.Failure(description: "no echo through the tunnel: \(lab.log("client.log"))")
+        }
+        let stream = tcp ? try TCPStream(to: SocketAddress(lab.serverInner, port: 5007), listenerIn: lab.server, from: laptop) : nil
+        usleep(500_000)
+        let tunnelBefore = lab.tunnelSnapshot()
+        let attemptsBefore = lab.attempts()
+        let cpuBefore = lab.clientCPU()
+        let start = LabClock.now
+        var measuredFrom = start
+        var moved: Duration?
+        var attemptsWhileOffline: Int?
+        let eth0 = lab.serverIndex(of: "eth-l")
+
+        switch self {
+        case .uplinkLoss:
+            try laptop.ip("link set eth0 down")
+            usleep(2_000_000)
+        case .betterPath:
+            try laptop.ip("link set eth0 up")
+            let appeared = LabClock.now
+            try laptop.ip("route add default via 10.20.0.1 dev eth0 metric 100")
+            _ = lab.waitFor(seconds: 2) { tap.packets(where: { $0.interface == eth0 && isProbeStream($0, vpn) && $0.at > appeared }).count > 0 }
+            moved = tap.packets(where: { $0.interface == eth0 && isProbeStream($0, vpn) && $0.at > appeared }).first.map { $0.at - appeared }
+            usleep(1_500_000)
+        case .addressChange:
+            try laptop.ip("address add 10.20.0.58/24 dev eth0")
+            try laptop.ip("address del 10.20.0.57/24 dev eth0")
+            usleep(2_000_000)
+        case .silentBlackhole:
+            try nft(lab.server, "add table inet lab")
+            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
+            try nft(lab.server, "add rule inet lab in iifname eth-l drop")
+            usleep(4_000_000)
+        case .flapStorm:
+            let end = LabClock.now + .seconds(20)
+            var next = LabClock.now
+            var up = true
+            while LabClock.now < end {
+                if up {
+                    try laptop.ip("link set eth0 down")
+                } else {
+                    try laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
+                }
+                up.toggle()
+                next = next + .milliseconds(250)
+                let now = LabClock.now
+                if next > now { usleep(UInt32((next - now).nanoseconds / 1000)) }
+            }
+            usleep(1_000_000)
+        case .suspendResume:
+            stream?.pause()
+            probes.pause()
+            lab.suspendClient()
+            usleep(300_000)
+            try laptop.ip("link del eth0")
+            usleep(1_000_000)
+            measuredFrom = LabClock.now
+            lab.resumeClient()
+            probes.resume()
+            stream?.resume()
+            usleep(2_000_000)
+        case .serverRestart:
+            lab.stopServer()
+            usleep(200_000)
+            measuredFrom = try lab.startServer()
+            usleep(2_000_000)
+        case .bothUplinksDown:
+            stream?.pause()
+            try laptop.ip("link set eth0 down")
+            try laptop.ip("link set wifi0 down")
+            usleep(500_000)
+            let offlineAttempts = lab.attempts()
+            usleep(29_500_000)
+            attemptsWhileOffline = difference(lab.attempts(), offlineAttempts)
+            try laptop.ip("link set wifi0 up")
+            measuredFrom = LabClock.now
+            try laptop.ip("route add default via 192.168.1.1 dev wifi0 metric 600")
+            stream?.resume()
+            usleep(2_000_000)
+        }
+
+        let end = LabClock.now
+        let cpu = lab.clientCPU() - cpuBefore
+        let attempts = difference(lab.attempts(), attemptsBefore)
+        let interface = lab.status()["interface"]
+        let handshakes = tap.packets(where: { $0.at >= start && isInitiation($0, vpn) }).count
+        let (lost, sent) = probes.lost(from: measuredFrom, to: end - .milliseconds(200))
+        let outage = probes.outage(from: measuredFrom, to: end)
+        let tcpResult = stream.map { $0.finish(within: .seconds(30)) }
+        let tunnelAfter = lab.tunnelSnapshot()
+        return RoamingOutcome(scenario: self, vpn: vpn, routing: routing, outage: outage, lostProbes: lost, sentProbes: sent,
+                              handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,
+                              cpu: cpu, moved: moved, interface: interface, tcp: tcpResult,
+                              tunnelUntouched: tunnelAfter == tunnelBefore, clientLog: lab.log("client.log"),
+                              serverLog: lab.log("server.log"))
+    }
+}
+
+/// The probe stream's datagrams (100-byte payload, 128-byte inner packet) as the tunnel carries them.
+private func isProbeStream(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -> Bool {
+    guard (128 + 16...128 + 48).contains(packet.payloadLength), packet.head.count >= 2 else { return false }
+    return vpn == .roam ? packet.head[1] == 3 : packet.head[0] == 4
+}
+
+/// A handshake initiation: Roam's header is version 1, type 1; WireGuard's type is 1 with three zero bytes.
+private func isInitiation(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -> Bool {
+    guard packet.head.count >= 4 else { return false }
+    return vpn == .roam ? packet.head[0] == 1 && packet.head[1] == 1 : packet.head == [1, 0, 0, 0]
+}
+
+private func difference(_ a: Int?, _ b: Int?) -> Int? {
+    guard let a, let b else { return nil }
+    return a - b
+}
+
+private func nft(_ lab: NamespaceLab, _ command: String) throws {
+    let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
+        ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
+    guard status == 0 else { throw NamespaceLab.Failure(description: "nft \(command): \(output)") }
+}
