@@ -6,34 +6,39 @@ import NamespaceLab
 // a probe through the tunnel every 20 ms, and prints one row per run; then the idle Roam
 // client's wakeups over a minute and its memory. Needs root; run through bench/roaming.sh.
 //
-// Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS]
+// Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]
 
 var vpns = TunnelUnderTest.allCases
 var modes: [LabRouting] = [.full, .split]
 var scenarios = RoamingScenario.allCases
 var idleSeconds = 60
+var showLogs = false
 var arguments = CommandLine.arguments.dropFirst()
 var chosen: [RoamingScenario] = []
 while let argument = arguments.popFirst() {
+    if argument == "--logs" {
+        showLogs = true
+        continue
+    }
     let value = arguments.popFirst() ?? ""
     switch argument {
     case "--only": vpns = TunnelUnderTest(rawValue: value).map { [$0] } ?? vpns
     case "--mode": modes = LabRouting(rawValue: value).map { [$0] } ?? modes
     case "--scenario":
         guard let s = RoamingScenario(rawValue: value) else {
-            print("unknown scenario \(value); known: \(RoamingScenario.allCases.map(\.rawValue).joined(separator: ", "))")
+            say("unknown scenario \(value); known: \(RoamingScenario.allCases.map(\.rawValue).joined(separator: ", "))")
             exit(2)
         }
         chosen.append(s)
     case "--idle": idleSeconds = Int(value) ?? idleSeconds
     default:
-        print("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS]")
+        say("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]")
         exit(2)
     }
 }
 if !chosen.isEmpty { scenarios = chosen }
 guard NamespaceLab.isRoot else {
-    print("RoamingBenchmark: \(NamespaceLab.skipReason)")
+    say("RoamingBenchmark: \(NamespaceLab.skipReason)")
     exit(2)
 }
 let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
@@ -43,8 +48,7 @@ func ms(_ d: Duration?) -> String {
     return String(format: "%.0f", Double(d.nanoseconds) / 1e6)
 }
 
-setvbuf(stdout, nil, _IOLBF, 0)
-print("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
+say("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
 for mode in modes {
     for scenario in scenarios {
         for vpn in vpns {
@@ -58,10 +62,13 @@ for mode in modes {
                     "\(o.handshakes)".leftPadded(11), (o.attempts.map(String.init) ?? "-").leftPadded(9),
                     ms(o.cpu).leftPadded(7), ms(o.moved).leftPadded(9), " " + (o.interface ?? "-"),
                 ]
-                print(row.joined(separator: " ")
+                say(row.joined(separator: " ")
                       + (o.attemptsWhileOffline.map { "  (attempts while offline: \($0))" } ?? ""))
+                if showLogs && vpn == .roam {
+                    say(o.clientLog.split(separator: "\n").map { "    " + $0 }.joined(separator: "\n"))
+                }
             } catch {
-                print("\(scenario) \(mode) \(vpn): failed: \(error)")
+                say("\(scenario) \(mode) \(vpn): failed: \(error)")
             }
         }
     }
@@ -80,13 +87,19 @@ if vpns.contains(.roam) {
             sleep(UInt32(idleSeconds))
             let wakeups = lab.clientWakeups() - before
             let memory = lab.clientMemory()
-            print("idle \(mode): \(wakeups) voluntary context switches in \(idleSeconds) s "
+            say("idle \(mode): \(wakeups) voluntary context switches in \(idleSeconds) s "
                   + "(\(String(format: "%.1f", Double(wakeups) * 60 / Double(idleSeconds)))/min), CPU \(ms(lab.clientCPU() - cpu)) ms, "
                   + "RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB)")
         } catch {
-            print("idle \(mode): failed: \(error)")
+            say("idle \(mode): failed: \(error)")
         }
     }
+}
+
+/// One line on standard output at once, unbuffered, so a pipe shows each row as it is measured.
+func say(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
 }
 
 extension String {

@@ -1,7 +1,7 @@
 public import Foundation
 import Glibc
 public import PathMonitor
-public import Tunnel
+import Tunnel
 
 /// The VPN a roaming run drives: Roam's own `agent serve` / `agent up`, or Debian's
 /// wireguard-go (userspace WireGuard) configured the way wg-quick would, on the same topology.
@@ -271,7 +271,7 @@ public final class RoamingLab {
 
     private func secret(_ text: String, _ name: String) throws {
         let path = directory + "/" + name
-        FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
         try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
     }
 

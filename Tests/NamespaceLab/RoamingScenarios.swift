@@ -1,11 +1,13 @@
 public import Foundation
 import Glibc
 import PathMonitor
-public import Tunnel
+import Tunnel
 
 /// The roaming situations the lab plays, each on a fresh lab, with a probe stream through the
 /// tunnel every 20 ms (and, for the tests, a TCP stream whose every byte is checked).
 public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvertible {
+    /// Nothing happens for 20 s: what the probe stream alone costs (the flap storm's baseline).
+    case steady
     /// eth0 goes down while the session runs on it; wifi0 is up.
     case uplinkLoss = "uplink-loss"
     /// The session runs on wifi0; eth0 comes up and gets its default route.
@@ -85,6 +87,8 @@ extension RoamingScenario {
         let eth0 = lab.serverIndex(of: "eth-l")
 
         switch self {
+        case .steady:
+            usleep(20_000_000)
         case .uplinkLoss:
             try laptop.ip("link set eth0 down")
             usleep(2_000_000)

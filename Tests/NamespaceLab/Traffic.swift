@@ -1,6 +1,6 @@
-public import Foundation
+import Foundation
 import Glibc
-public import PathMonitor
+import PathMonitor
 public import Tunnel
 
 /// Time as the lab measures it: one monotonic clock for every thread.
@@ -152,14 +152,16 @@ public final class TCPStream: @unchecked Sendable {
             return fd
         }
         defer { close(listener) }
-        sender = try sourceLab.namespace.run { () throws(NetlinkError) -> Int32 in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
-        Self.timeouts(sender, seconds: 10)
+        let out = try sourceLab.namespace.run { () throws(NetlinkError) -> Int32 in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
+        Self.timeouts(out, seconds: 10)
         var sa = Self.sockaddr(address)
-        let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: Glibc.sockaddr.self, capacity: 1) { connect(sender, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard ok == 0 else { let e = errno; close(sender); throw NetlinkError("connect to \(address)", e) }
+        let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: Glibc.sockaddr.self, capacity: 1) { connect(out, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard ok == 0 else { let e = errno; close(out); throw NetlinkError("connect to \(address)", e) }
         Self.timeouts(listener, seconds: 5)
-        receiver = accept(listener, nil, nil)
-        guard receiver >= 0 else { let e = errno; close(sender); throw NetlinkError("accept", e) }
+        let into = accept(listener, nil, nil)
+        guard into >= 0 else { let e = errno; close(out); throw NetlinkError("accept", e) }
+        sender = out
+        receiver = into
         Self.timeouts(receiver, seconds: 60)
         let step = max(bytesPerSecond / 50, 1)
         done.enter()
@@ -275,7 +277,7 @@ public final class PacketTap: @unchecked Sendable {
 
     public init(port: UInt16, in lab: NamespaceLab) throws {
         self.port = port
-        let protocolIP = UInt16(ETH_P_IP).bigEndian
+        let protocolIP = UInt16(0x0800).bigEndian  // ETH_P_IP
         fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in
             let fd = socket(AF_PACKET, Int32(SOCK_DGRAM.rawValue), Int32(protocolIP))
             guard fd >= 0 else { throw NetlinkError("packet socket", errno) }
@@ -286,20 +288,20 @@ public final class PacketTap: @unchecked Sendable {
         done.enter()
         Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 256)
-            var from = sockaddr_ll()
+            var from = LinkLayerAddress()
             while running.load() {
-                var length = socklen_t(MemoryLayout<sockaddr_ll>.size)
+                var length = socklen_t(MemoryLayout<LinkLayerAddress>.size)
                 let n = withUnsafeMutablePointer(to: &from) { sa in
                     sa.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, Int32(MSG_TRUNC), $0, &length) }
                 }
-                guard n > 0, from.sll_pkttype != UInt8(PACKET_OUTGOING) else { continue }
+                guard n > 0, from.packetType != 4 /* PACKET_OUTGOING */ else { continue }
                 let at = LabClock.now
                 let ihl = Int(buffer[0] & 0x0f) * 4
                 guard buffer[0] >> 4 == 4, buffer[9] == 17, ihl + 12 <= min(n, buffer.count) else { continue }
                 let destination = UInt16(buffer[ihl + 2]) << 8 | UInt16(buffer[ihl + 3])
                 guard destination == self.port else { continue }
                 let udpLength = Int(UInt16(buffer[ihl + 4]) << 8 | UInt16(buffer[ihl + 5]))
-                let packet = Packet(interface: from.sll_ifindex, at: at, payloadLength: udpLength - 8,
+                let packet = Packet(interface: from.interface, at: at, payloadLength: udpLength - 8,
                                     head: Array(buffer[(ihl + 8)..<min(ihl + 12, buffer.count)]))
                 lock.withLock { packets.append(packet) }
             }
@@ -317,6 +319,17 @@ public final class PacketTap: @unchecked Sendable {
     public func packets(where filter: (Packet) -> Bool = { _ in true }) -> [Packet] {
         lock.withLock { packets.filter(filter) }
     }
+}
+
+/// struct sockaddr_ll (<linux/if_packet.h>), which the C library module does not export.
+private struct LinkLayerAddress {
+    var family: UInt16 = 0
+    var networkProtocol: UInt16 = 0
+    var interface: Int32 = 0
+    var hardwareType: UInt16 = 0
+    var packetType: UInt8 = 0
+    var addressLength: UInt8 = 0
+    var address: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
 }
 
 /// A Sendable atomic flag for the lab's threads.

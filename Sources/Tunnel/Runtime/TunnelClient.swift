@@ -29,7 +29,7 @@ public enum ClientNotice: Equatable, Sendable {
     case sessionUnknown
     /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it).
     case probeEcho(id: UInt64, rtt: Duration)
-    /// Data went out with nothing received since: the first send after a reply.
+    /// Data went out more than `quietSpell` after the last arrival: the first such send.
     case dataSent
     /// An authenticated packet arrived after data had gone out unanswered.
     case dataReceived
@@ -56,7 +56,13 @@ public final class TunnelClient: Sendable {
     /// Sockets on paths being tried (make-before-break): polled for echoes beside the current one.
     private let candidates = Mutex<[UDPSocket]>([])
     /// Data went out and nothing has come back since.
+    /// Whether `.dataSent` was reported and no packet has arrived since.
     private let awaitingReply = Atomic<Bool>(false)
+    /// Sends this long after the last arrival count as unanswered; closer ones belong to a
+    /// conversation that is still answering. Delays the detection of a dead path by at most this.
+    public static let quietSpell = Duration.milliseconds(100)
+    /// When the last authenticated packet arrived (Instant nanoseconds).
+    private let lastReceived = Atomic<Int64>(0)
 
     /// Answers the server's "session unknown" hint with a handshake by itself; off when a
     /// state machine decides (it hears `.sessionUnknown` and asks for the handshake).
@@ -216,6 +222,7 @@ public final class TunnelClient: Sendable {
     private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer) {
         switch event {
         case .packet, .keepalive, .probeEcho, .established:
+            lastReceived.store(Instant.now().nanoseconds, ordering: .relaxed)
             if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
         default:
             break
@@ -273,7 +280,12 @@ public final class TunnelClient: Sendable {
                 // is empty, and that is exactly when a handshake is most needed.
                 if core.withLock({ $0.needsHandshake(now: now) }) { initiate(force: false) }
                 guard batch.count > 0 else { continue }
-                if !awaitingReply.exchange(true, ordering: .relaxed) { notify(.dataSent) }
+                // Data after a quiet spell is worth a liveness check; in a conversation whose
+                // answers keep coming, the decider hears nothing, so it is not woken per packet.
+                if now.nanoseconds - lastReceived.load(ordering: .relaxed) > Self.quietSpell.nanoseconds,
+                   !awaitingReply.exchange(true, ordering: .relaxed) {
+                    notify(.dataSent)
+                }
                 let socket = self.socket
                 do {
                     let sent = try socket.send(batch)
