@@ -39,6 +39,7 @@ final class ClientDaemon: @unchecked Sendable {
     private var lastTransition: Transition?
     /// Decisions that bound, rebound or handshook, since start.
     private var attempts = 0
+    private var flaps = FlapSummary()
 
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -90,7 +91,7 @@ final class ClientDaemon: @unchecked Sendable {
                 systemd.notify("WATCHDOG=1")
                 nextPing = now + watchdog
             }
-            let wakeAt = [machine.nextDeadline, nextPing].compactMap { $0 }.min()
+            let wakeAt = [machine.nextDeadline, nextPing, flaps.nextDue].compactMap { $0 }.min()
             let timeout = wakeAt.map { max($0 - now, .zero) }
             let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
             let ready = (try? pollReadable(descriptors, timeout: timeout)) ?? []
@@ -118,6 +119,7 @@ final class ClientDaemon: @unchecked Sendable {
                 for event in inbox.withLock({ list in defer { list.removeAll() }; return list }) { handle(event) }
             }
             let after = Instant.now()
+            report(flaps.tick(now: after))
             for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                 feed(.timerFired(kind))
             }
@@ -163,7 +165,12 @@ final class ClientDaemon: @unchecked Sendable {
         }
     }
 
+    private func report(_ lines: [FlapSummary.Line]) {
+        for line in lines { log(line.level, line.message, line.fields) }
+    }
+
     private func feed(_ input: Input) {
+        if case .paths(let paths) = input { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
         let actions = machine.handle(input, now: Instant.now())
         if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) { attempts += 1 }
         for action in actions { perform(action) }

@@ -9,11 +9,15 @@ struct OperatorLog: Sendable {
     var json: Bool
 
     func callAsFunction(_ level: String, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        self(level, message, fields.map { ($0.key, $0.value) })
+    }
+
+    func callAsFunction(_ level: String, _ message: String, _ fields: [(String, String)]) {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         let now = Duration.seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
         let all = [("ts", now.seconds(decimals: 3)), ("level", level), ("msg", message)]
-            + fields.map { ($0.key, $0.value) }
+            + fields
         let line = (json ? LogLine.json(all, numbers: ["ts"]) : LogLine.logfmt(all)) + "\n"
         writeStandardError(line)
     }

@@ -67,14 +67,18 @@ public final class TunnelClient: Sendable {
     /// Answers the server's "session unknown" hint with a handshake by itself; off when a
     /// state machine decides (it hears `.sessionUnknown` and asks for the handshake).
     private let answersHints: Bool
+    /// With a value, a keepalive goes out after this long without a packet from the tunnel
+    /// device, so a NAT on the way keeps its mapping; nil (the default) sends none.
+    private let persistentKeepalive: Duration?
 
     /// `notify` hears the facts a driver needs. The client rekeys by itself, and with
     /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
     public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, answersHints: Bool = true,
-                log: @escaping @Sendable (String) -> Void,
+                persistentKeepalive: Duration? = nil, log: @escaping @Sendable (String) -> Void,
                 notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
         self.answersHints = answersHints
+        self.persistentKeepalive = persistentKeepalive
         self.core = Mutex(core)
         self.current = Mutex(socket)
         self.server = server
@@ -160,6 +164,10 @@ public final class TunnelClient: Sendable {
         current.withLock { $0 = socket }
         candidates.withLock { $0.removeAll { $0 === socket } }
         inboundWakeup.signal()
+        sendKeepalive()
+    }
+
+    private func sendKeepalive() {
         if let keepalive = try? core.withLock({ (core) throws(SealFailure) in try core.keepalive(now: Instant.now()) }) {
             send(keepalive)
         }
@@ -262,7 +270,9 @@ public final class TunnelClient: Sendable {
         let batch = PacketBatch(capacity: 32)
         while running.load(ordering: .relaxed) {
             do {
-                let ready = try pollReadable([tun.fileDescriptor, outboundWakeup.readEnd], timeout: nil)
+                // Without a persistent keepalive an idle tunnel wakes nobody here.
+                let ready = try pollReadable([tun.fileDescriptor, outboundWakeup.readEnd], timeout: persistentKeepalive)
+                if ready.isEmpty, running.load(ordering: .relaxed) { sendKeepalive() }
                 if ready.contains(outboundWakeup.readEnd) { outboundWakeup.drain() }
                 guard ready.contains(tun.fileDescriptor) else { continue }
             } catch {
