@@ -1,3 +1,4 @@
+import ConfigReader
 import Glibc
 import PathMonitor
 import Reconnector
@@ -8,7 +9,11 @@ import Tunnel
 /// Reconnector; its actions come out as sockets, handshakes and probes. One thread decides;
 /// the data plane runs on its own threads and never waits for a decision.
 final class ClientDaemon: @unchecked Sendable {
-    private let settings: ClientSettings
+    private var settings: ClientSettings
+    /// Where the settings came from, read again on SIGHUP.
+    private let configPath: String
+    /// Set when a reload changed more than tunables: the caller starts the agent afresh.
+    private(set) var restartRequested = false
     private let key: PrivateKey
     private let credentials: Credentials?
     private let server: SocketAddress
@@ -46,8 +51,9 @@ final class ClientDaemon: @unchecked Sendable {
         case signal(Int32)
     }
 
-    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, log: OperatorLog,
-         control: ControlSocket) throws {
+    init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
+         log: OperatorLog, control: ControlSocket) throws {
+        self.configPath = configPath
         self.control = control
         self.settings = settings
         self.key = key
@@ -56,7 +62,10 @@ final class ClientDaemon: @unchecked Sendable {
         self.log = log
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw AgentError("cannot create a pipe: \(String(cString: strerror(errno)))") }
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // not inherited by a restart
+        }
         wakeup = (fds[0], fds[1])
         let clocks = SuspendDetector.clocks()
         suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
@@ -147,6 +156,8 @@ final class ClientDaemon: @unchecked Sendable {
             sleptAt = nil
             feed(.powerChanged(PowerSupply.current()))
             feed(.wake(sleptFor: max(gap, announced)))
+        case .signal(SIGHUP):
+            reload()
         case .signal:
             log("info", "stopping")
             running = false
@@ -163,6 +174,30 @@ final class ClientDaemon: @unchecked Sendable {
             case .dataReceived: feed(.dataReceived)
             }
         }
+    }
+
+    /// SIGHUP: reads the configuration again. Tunables (the `reconnect` section) apply at once
+    /// and the tunnel stays; a change to the server, keys, credentials, tunnel device or routing
+    /// mode takes the tunnel down and starts the agent afresh; a file with a mistake changes nothing.
+    private func reload() {
+        let fresh: ClientSettings
+        do {
+            let (reader, root) = try YAMLReader.load(configPath)
+            fresh = try reader.client(root)
+        } catch {
+            log("error", "configuration not reloaded; the running one stays", ["error": "\(error)"])
+            return
+        }
+        guard fresh.sameTunnel(as: settings) else {
+            log("warning", "configuration reloaded: the tunnel itself changed; restarting")
+            restartRequested = true
+            running = false
+            return
+        }
+        let changed = fresh.reconnect != settings.reconnect
+        settings = fresh
+        machine.config = fresh.reconnect
+        log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
     }
 
     private func report(_ lines: [FlapSummary.Line]) {
@@ -302,5 +337,14 @@ final class ClientDaemon: @unchecked Sendable {
             log("error", "cannot configure the tunnel device", ["error": "\(error)"])
             running = false
         }
+    }
+}
+
+extension ClientSettings {
+    /// Whether `other` describes the same tunnel: everything but the tunables.
+    func sameTunnel(as other: ClientSettings) -> Bool {
+        server == other.server && serverKey == other.serverKey && privateKeyFile == other.privateKeyFile
+            && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
+            && mode == other.mode
     }
 }

@@ -12,7 +12,8 @@ struct UpCommand: ParsableCommand {
         discussion: """
             The session's UDP socket is bound to the current path's interface and source address and \
             moves when the path does; the TUN device is configured once, after the first handshake, and \
-            stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGTERM or \
+            stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGHUP reads the \
+            configuration again (tunables apply at once, other changes restart the agent); SIGTERM or \
             SIGINT take the tunnel down.
             """)
 
@@ -38,11 +39,23 @@ struct UpCommand: ParsableCommand {
             throw AgentError("the split route \(loop) contains the server \(address): the tunnel would carry its own packets; narrow it")
         }
 
-        let session = try ClientDaemon(settings: settings, key: key, credentials: credentials, server: server, log: log,
-                                       control: try ControlSocket(path: control.control))
-        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT]) { signal in session.post(.signal(signal)) }
+        let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
+                                       server: server, log: log, control: try ControlSocket(path: control.control))
+        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()
         log("info", "down")
+        if session.restartRequested { try restart() }
     }
+}
+
+/// Starts this agent afresh in the same process (same PID, as systemd expects), with the same
+/// arguments, so a changed configuration is read from the start. Signals are unblocked first.
+private func restart() throws -> Never {
+    var none = sigset_t()
+    sigfillset(&none)
+    pthread_sigmask(SIG_UNBLOCK, &none, nil)
+    var arguments = CommandLine.arguments.map { strdup($0) } + [nil]
+    execv("/proc/self/exe", &arguments)
+    throw AgentError("cannot restart the agent: \(String(cString: strerror(errno)))")
 }

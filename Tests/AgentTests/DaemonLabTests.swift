@@ -123,6 +123,18 @@ struct DaemonLabTests {
         _ = try lab.run(["reconnect", "--control", control])
         #expect(lab.wait(for: "reason=operatorRequest", in: "client.log"))
 
+        // SIGHUP: the same tunnel with other tunables keeps the tunnel; a file with a mistake
+        // changes nothing.
+        let configuration = lab.directory + "/client.yaml"
+        let original = try String(contentsOfFile: configuration, encoding: .utf8)
+        try (original + "\nreconnect: {debounce: 80ms}\n").write(toFile: configuration, atomically: true, encoding: .utf8)
+        kill(client.processIdentifier, SIGHUP)
+        #expect(lab.wait(for: "msg=\"configuration reloaded\" tunnel=kept tunables=changed", in: "client.log"), "\(lab.log("client.log"))")
+        try (original + "\nnot-a-key: 1\n").write(toFile: configuration, atomically: true, encoding: .utf8)
+        kill(client.processIdentifier, SIGHUP)
+        #expect(lab.wait(for: "configuration not reloaded", in: "client.log"))
+        try original.write(toFile: configuration, atomically: true, encoding: .utf8)
+
         // Suspend and resume: the hook's signals.
         kill(client.processIdentifier, SIGTSTP)
         #expect(lab.wait(for: "to=sleeping", in: "client.log"))
