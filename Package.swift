@@ -14,7 +14,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
         // C libraries from Debian packages, and the macros Swift cannot import.
@@ -28,12 +27,12 @@ let package = Package(
         .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
         // Line-numbered YAML for configuration and scenario files.
         .target(
-            name: "ConfigReader", dependencies: ["PathMonitor", .product(name: "Yams", package: "Yams")],
+            name: "ConfigReader", dependencies: ["PathMonitor"],
             swiftSettings: strict),
         // Timelines replayed through the real model and state machine on a virtual clock.
         .target(
             name: "Replay",
-            dependencies: ["PathMonitor", "Reconnector", "ConfigReader", .product(name: "Yams", package: "Yams")],
+            dependencies: ["PathMonitor", "Reconnector", "ConfigReader"],
             swiftSettings: strict),
         // The data plane: TUN device, UDP session, wire protocol.
         .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),
@@ -59,7 +58,8 @@ let package = Package(
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Yams", package: "Yams")], swiftSettings: strict),
+        .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -1,5 +1,4 @@
 public import PathMonitor
-public import Yams
 
 /// A configuration or scenario file that cannot be used, with the line to look at.
 public struct ConfigError: Error, CustomStringConvertible, Sendable {
@@ -21,20 +20,25 @@ public struct YAMLReader: Sendable {
     public init(file: String) { self.file = file }
 
     public func fail(_ node: Node?, _ message: String) -> ConfigError {
-        ConfigError(file: file, line: node?.mark?.line ?? 0, message: message)
+        ConfigError(file: file, line: node?.line ?? 0, message: message)
+    }
+
+    /// Reads and parses the YAML file at `path`: a reader that names the file in errors, and the root.
+    public static func load(_ path: String) throws(ConfigError) -> (YAMLReader, Node) {
+        guard let bytes = SystemFiles.bytes(path) else {
+            throw ConfigError(file: path, line: 0, message: "cannot read the file (does it exist, and may this user read it?)")
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigError(file: path, line: 0, message: "not UTF-8 text")
+        }
+        let reader = YAMLReader(file: path)
+        return (reader, try reader.document(text))
     }
 
     /// Parses the text into its root node.
     public func document(_ text: String) throws(ConfigError) -> Node {
-        let root: Node?
-        do {
-            root = try Yams.compose(yaml: text)
-        } catch let error as YamlError {
-            throw ConfigError(file: file, line: error.line, message: "not valid YAML: \(error.problem)")
-        } catch {
-            throw ConfigError(file: file, line: 0, message: "not valid YAML: \(error)")
-        }
-        guard let root else { throw ConfigError(file: file, line: 1, message: "the file is empty") }
+        var parser = YAMLParser(text, file: file)
+        guard let root = try parser.document() else { throw ConfigError(file: file, line: 1, message: "the file is empty") }
         return root
     }
 
@@ -51,7 +55,7 @@ public struct YAMLReader: Sendable {
     }
 
     public func fields(_ node: Node, _ what: String, allowed: [String]) throws(ConfigError) -> Fields {
-        guard case .mapping(let mapping) = node else { throw fail(node, "\(what) must be a mapping of keys to values") }
+        guard case .mapping(let mapping) = node.value else { throw fail(node, "\(what) must be a mapping of keys to values") }
         var entries: [(key: String, value: Node)] = []
         for (key, value) in mapping {
             let name = try string(key)
@@ -71,15 +75,15 @@ public struct YAMLReader: Sendable {
 
     public func list(_ node: Node?) throws(ConfigError) -> [Node] {
         guard let node else { return [] }
-        guard case .sequence(let sequence) = node else { throw fail(node, "expected a list") }
-        return Array(sequence)
+        guard case .sequence(let items) = node.value else { throw fail(node, "expected a list") }
+        return items
     }
 
-    public func line(_ node: Node) -> Int { node.mark?.line ?? 0 }
+    public func line(_ node: Node) -> Int { node.line }
 
     public func string(_ node: Node) throws(ConfigError) -> String {
-        guard case .scalar(let scalar) = node else { throw fail(node, "expected a single value, not a list or mapping") }
-        return scalar.string
+        guard case .scalar(let text) = node.value else { throw fail(node, "expected a single value, not a list or mapping") }
+        return text
     }
 
     public func int(_ node: Node, _ range: ClosedRange<Int>) throws(ConfigError) -> Int {
@@ -168,19 +172,3 @@ public struct YAMLReader: Sendable {
         return bytes
     }
 }
-
-extension YamlError {
-    fileprivate var line: Int {
-        switch self {
-        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _): mark.line
-        default: 0
-        }
-    }
-    fileprivate var problem: String {
-        switch self {
-        case .scanner(_, let problem, _, _), .parser(_, let problem, _, _), .composer(_, let problem, _, _): problem
-        default: "\(self)"
-        }
-    }
-}
-

@@ -1,6 +1,4 @@
 public import ConfigReader
-import Foundation
-public import Yams
 import PathMonitor
 public import Reconnector
 
@@ -10,18 +8,13 @@ public typealias ScenarioError = ConfigError
 extension Scenario {
     /// Reads and parses the scenario at `path`.
     public static func load(_ path: String) throws(ScenarioError) -> Scenario {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ScenarioError(file: path, line: 0, message: "cannot read the file")
-        }
-        guard let text = String(data: data, encoding: .utf8) else {
-            throw ScenarioError(file: path, line: 0, message: "not UTF-8 text")
-        }
-        return try parse(text, file: path)
+        let (reader, root) = try YAMLReader.load(path)
+        return try reader.scenario(root)
     }
 
     /// Every scenario file in `directory`, sorted by name.
     public static func files(in directory: String = libraryPath) -> [String] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let names = SystemFiles.names(in: directory) ?? []
         return names.filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted().map { directory + "/" + $0 }
     }
 
@@ -58,8 +51,12 @@ extension YAMLReader {
         if let node = top.optional("config") { try applyConfig(node, to: &config) }
         var kinds: [String: LinkKind] = [:]
         if let node = top.optional("link-kinds") {
-            guard case .mapping(let mapping) = node else { throw fail(node, "'link-kinds' maps link names to kinds") }
-            for (key, value) in mapping { kinds[try string(key)] = try linkKind(value) }
+            guard case .mapping(let mapping) = node.value else { throw fail(node, "'link-kinds' maps link names to kinds") }
+            for (key, value) in mapping {
+                let name = try string(key)
+                guard kinds[name] == nil else { throw fail(key, "'\(name)' appears twice") }
+                kinds[name] = try linkKind(value)
+            }
         }
         var scenario = Scenario(
             file: file,

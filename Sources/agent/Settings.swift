@@ -1,11 +1,9 @@
 import ConfigReader
-import Foundation
 import Glibc
 import PathMonitor
 import Reconnector
 import Replay
 import Tunnel
-import Yams
 
 /// The tunnel device as a configuration file describes it.
 struct TunnelSettings: Equatable {
@@ -37,14 +35,6 @@ struct ServerSettings {
 }
 
 extension YAMLReader {
-    static func load(_ path: String) throws(ConfigError) -> (YAMLReader, Node) {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigError(file: path, line: 0, message: "cannot read the file (does it exist, and may this user read it?)")
-        }
-        let reader = YAMLReader(file: path)
-        return (reader, try reader.document(String(decoding: data, as: UTF8.self)))
-    }
-
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
@@ -150,11 +140,11 @@ func readSecretFile(_ path: String) throws(ConfigError) -> String {
         throw ConfigError(file: path, line: 0, message: "cannot read: \(String(cString: strerror(errno)))")
     }
     guard info.st_mode & 0o077 == 0 else {
-        throw ConfigError(file: path, line: 0, message: String(format: "mode is %o; a secret file must be 0600 (run: chmod 600 %@)",
-                                                               info.st_mode & 0o777, path))
+        let mode = String(info.st_mode & 0o777, radix: 8)
+        throw ConfigError(file: path, line: 0, message: "mode is \(mode); a secret file must be 0600 (run: chmod 600 \(path))")
     }
-    guard let data = FileManager.default.contents(atPath: path) else {
+    guard let bytes = SystemFiles.bytes(path) else {
         throw ConfigError(file: path, line: 0, message: "cannot read the file")
     }
-    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    return String(decoding: bytes, as: UTF8.self).trimmed
 }

@@ -3,12 +3,11 @@ import Foundation
 import PathMonitor
 import Testing
 import Tunnel
-import Yams
 @testable import agent
 
 private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
 
-private func parse<T>(_ text: String, _ read: (YAMLReader, Yams.Node) throws -> T) throws -> T {
+private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) throws -> T {
     let reader = YAMLReader(file: "test.yaml")
     return try read(reader, try reader.document(text))
 }
