@@ -50,18 +50,10 @@ public enum SystemFiles {
         let temporary = path + ".tmp-\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode_t(mode))
         guard fd >= 0 else { return errno }
-        let bytes = Array(text.utf8)
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                let failure = errno
-                close(fd)
-                unlink(temporary)
-                return failure
-            }
-            written += n
+        if let failure = writeAll(text, to: fd) {
+            close(fd)
+            unlink(temporary)
+            return failure
         }
         close(fd)
         guard rename(temporary, path) == 0 else {
@@ -89,14 +81,20 @@ extension String {
     }
 }
 
-/// Writes to standard error with one system call, so lines from several threads never mix.
-public func writeStandardError(_ text: String) {
-    var bytes = Array(text.utf8)
+/// Writes all of `text` to `fd`, retrying short writes and signals; returns the errno on failure.
+@discardableResult
+public func writeAll(_ text: String, to fd: Int32) -> Int32? {
+    let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
-        let n = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress! + offset, $0.count - offset) }
+        let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
         if n < 0 && errno == EINTR { continue }
-        guard n > 0 else { return }
+        guard n > 0 else { return errno }
         offset += n
     }
+    return nil
 }
+
+/// Writes to standard error with one system call for a short line, so lines from several
+/// threads never mix.
+public func writeStandardError(_ text: String) { writeAll(text, to: 2) }

@@ -60,8 +60,8 @@ extension Duration {
 }
 
 /// SplitMix64: a tiny seeded generator, so backoff jitter is random in the field and
-/// identical in every replay of the same seed.
-public struct SeededRandom: Sendable {
+/// identical in every replay of the same seed (and a fuzz test's failure can be replayed).
+public struct SeededRandom: RandomNumberGenerator, Sendable {
     private var state: UInt64
     public init(seed: UInt64) { state = seed }
 

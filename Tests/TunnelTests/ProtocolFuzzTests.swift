@@ -2,16 +2,7 @@ import PathMonitor
 import Testing
 @testable import Tunnel
 
-/// SplitMix64, so a failing run can be replayed from its seed.
-private struct SplitMix {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+extension SeededRandom {
     mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
     mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
 }
@@ -46,7 +37,7 @@ func garbageAndMutantsNeverCrashEitherCoreAndEveryDropIsCounted(seed: UInt64) th
     let seeds = [initiation, response, framed, SessionUnknown.encode(index: 7)] + toServer
     let sources = [ProtocolFixture.clientAddress, ProtocolFixture.roamedAddress, ProtocolFixture.attackerAddress]
 
-    var rng = SplitMix(state: seed)
+    var rng = SeededRandom(seed: seed)
     var serverDrops: UInt64 = 0
     var clientDrops: UInt64 = 0
     for _ in 0..<3000 {
