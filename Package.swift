@@ -47,7 +47,7 @@ let package = Package(
             name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "RoamingBenchmark", dependencies: ["NamespaceLab"],
+            name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "MonitorBenchmark", dependencies: ["PathMonitor"],

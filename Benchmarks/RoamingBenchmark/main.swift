@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NamespaceLab
+import PathMonitor
 
 // Plays every roaming scenario on Roam and on wireguard-go, in full-tunnel and split mode, with
 // a probe through the tunnel every 20 ms, and prints one row per run; then the idle Roam
@@ -41,7 +42,6 @@ guard NamespaceLab.isRoot else {
     say("RoamingBenchmark: \(NamespaceLab.skipReason)")
     exit(2)
 }
-let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
 
 func ms(_ d: Duration?) -> String {
     guard let d else { return "-" }
@@ -53,7 +53,7 @@ for mode in modes {
     for scenario in scenarios {
         for vpn in vpns {
             do {
-                let o = try scenario.run(vpn: vpn, routing: mode, agent: agent, tcp: false)
+                let o = try scenario.run(vpn: vpn, routing: mode, tcp: false)
                 let row = [
                     scenario.rawValue.padding(toLength: 19, withPad: " ", startingAt: 0),
                     mode.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0),
@@ -78,7 +78,7 @@ for mode in modes {
 if vpns.contains(.roam) {
     for mode in modes {
         do {
-            let lab = try RoamingLab(vpn: .roam, routing: mode, agent: agent)
+            let lab = try RoamingLab(vpn: .roam, routing: mode)
             try lab.startServer()
             try lab.startClient()
             sleep(5)
@@ -97,10 +97,7 @@ if vpns.contains(.roam) {
 }
 
 /// One line on standard output at once, unbuffered, so a pipe shows each row as it is measured.
-func say(_ line: String) {
-    let bytes = Array((line + "\n").utf8)
-    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-}
+func say(_ line: String) { writeAll(line + "\n", to: 1) }
 
 extension String {
     func leftPadded(_ width: Int) -> String { String(repeating: " ", count: max(0, width - count)) + self }

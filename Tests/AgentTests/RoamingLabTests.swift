@@ -8,14 +8,13 @@ import Testing
 /// The bounds are generous on purpose; bench/roaming.sh measures the tight numbers.
 @Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct RoamingLabTests {
-    static let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
 
     /// Every scenario but the benchmark's baseline, where nothing happens.
     static let scenarios = RoamingScenario.allCases.filter { $0 != .steady }
 
     @Test(arguments: scenarios, LabRouting.allCases)
     func roam(_ scenario: RoamingScenario, _ routing: LabRouting) throws {
-        let o = try scenario.run(vpn: .roam, routing: routing, agent: Self.agent, tcp: true)
+        let o = try scenario.run(vpn: .roam, routing: routing, tcp: true)
         let context = "\(scenario) \(routing): outage \(o.outage), lost \(o.lostProbes)/\(o.sentProbes), "
             + "handshakes \(o.handshakes), attempts \(o.attempts.map(String.init) ?? "-"), on \(o.interface ?? "-")\n"
             + "client log:\n\(o.clientLog)"

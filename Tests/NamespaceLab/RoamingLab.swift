@@ -43,9 +43,13 @@ public final class RoamingLab {
     public var tunnelDevice: String { names.client }
     public var controlSocket: String { directory + "/agent.sock" }
 
-    /// Builds the lab and starts the server; `startClient()` starts the client.
-    /// `agent` is the Roam binary (unused for wireguard-go).
-    public init(vpn: TunnelUnderTest, routing: LabRouting, agent: URL) throws {
+    /// The `agent` binary SwiftPM builds beside the test bundle or benchmark that is running.
+    public static let builtAgent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("agent")
+
+    /// Builds the lab with its keys and configurations; `startServer()` and `startClient()`
+    /// start the VPN. `agent` is the Roam binary (unused for wireguard-go).
+    public init(vpn: TunnelUnderTest, routing: LabRouting, agent: URL = builtAgent) throws {
         self.vpn = vpn
         self.routing = routing
         self.agent = agent
@@ -109,7 +113,6 @@ public final class RoamingLab {
         _ = waitFor(seconds: 5) { !process.isRunning }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         serverProcess = nil
-        if vpn == .wireguardGo { _ = waitFor(seconds: 2) { (try? self.server.ip("link show \(self.names.server)")) == nil } }
         _ = waitFor(seconds: 2) { (try? self.server.ip("link show \(self.names.server)")) == nil }
     }
 
@@ -162,9 +165,20 @@ public final class RoamingLab {
 
     /// Roam's `agent status --json` as strings (empty for wireguard-go or a stopped agent).
     public func status() -> [String: String] {
-        guard vpn == .roam, let output = try? NamespaceLab.capture(agent, ["status", "--json", "--control", controlSocket]).output,
+        guard vpn == .roam, let output = try? control("status", "--json"),
               let object = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else { return [:] }
         return object.mapValues { "\($0)" }
+    }
+
+    /// Runs an `agent` control command (status, reconnect, ...) against Roam's client and returns
+    /// what it printed; only the control socket is needed, not the namespaces.
+    public func control(_ arguments: String...) throws -> String {
+        try NamespaceLab.capture(agent, arguments + ["--control", controlSocket]).output
+    }
+
+    /// Polls every 20 ms for up to `seconds` until `name`'s log contains `text`.
+    public func wait(for text: String, in name: String, seconds: Double = 5) -> Bool {
+        waitFor(seconds: seconds) { self.log(name).contains(text) }
     }
 
     /// Roam's reconnect attempts so far (binds, rebinds, handshakes).

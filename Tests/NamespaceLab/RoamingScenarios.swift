@@ -61,7 +61,7 @@ public struct RoamingOutcome: Sendable {
 extension RoamingScenario {
     /// Builds a lab, plays the scenario and measures it. With `tcp`, a TCP stream runs through
     /// the tunnel the whole time and is checked at the end.
-    public func run(vpn: TunnelUnderTest, routing: LabRouting, agent: URL, tcp: Bool) throws -> RoamingOutcome {
+    public func run(vpn: TunnelUnderTest, routing: LabRouting, agent: URL = RoamingLab.builtAgent, tcp: Bool) throws -> RoamingOutcome {
         let lab = try RoamingLab(vpn: vpn, routing: routing, agent: agent)
         let laptop = lab.laptop
         if self == .betterPath { try laptop.ip("link set eth0 down") }
@@ -158,8 +158,9 @@ extension RoamingScenario {
 
         let end = LabClock.now
         let cpu = lab.clientCPU() - cpuBefore
-        let attempts = difference(lab.attempts(), attemptsBefore)
-        let interface = lab.status()["interface"]
+        let status = lab.status()
+        let attempts = difference(status["attempts"].flatMap { Int($0) }, attemptsBefore)
+        let interface = status["interface"]
         let handshakes = tap.packets(where: { $0.at >= start && isInitiation($0, vpn) }).count
         let (lost, sent) = probes.lost(from: measuredFrom, to: end - .milliseconds(200))
         let outage = probes.outage(from: measuredFrom, to: end)

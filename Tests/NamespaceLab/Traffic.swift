@@ -1,5 +1,6 @@
 import Foundation
-import Glibc
+public import Glibc
+import Synchronization
 import PathMonitor
 public import Tunnel
 
@@ -15,7 +16,7 @@ public final class ProbeStream: @unchecked Sendable {
     private var sent: [(seq: UInt32, at: LabInstant)] = []
     private var replies: [UInt32: LabInstant] = [:]
     private var paused = false
-    private let running = Atomic(true)
+    private let running = Atomic<Bool>(true)
     private var threads: [Thread] = []
     private let done = DispatchGroup()
 
@@ -27,7 +28,7 @@ public final class ProbeStream: @unchecked Sendable {
         let sender = try UDPSocket(bindingTo: source, namespace: sourceLab.namespace)
         run { [self] in
             var buffer = [UInt8](repeating: 0, count: 2048)
-            while running.load() {
+            while running.load(ordering: .relaxed) {
                 let got = try? buffer.withUnsafeMutableBytes { try echoSocket.receive(into: $0, timeout: .milliseconds(50)) }
                 guard let (length, peer) = got ?? nil else { continue }
                 _ = try? buffer.withUnsafeBytes { try echoSocket.send(UnsafeRawBufferPointer(rebasing: $0[0..<length]), to: peer) }
@@ -35,7 +36,7 @@ public final class ProbeStream: @unchecked Sendable {
         }
         run { [self] in
             var buffer = [UInt8](repeating: 0, count: 2048)
-            while running.load() {
+            while running.load(ordering: .relaxed) {
                 let got = try? buffer.withUnsafeMutableBytes { try sender.receive(into: $0, timeout: .milliseconds(50)) }
                 guard let (length, _) = got ?? nil, length >= 4 else { continue }
                 let seq = UInt32(buffer[0]) << 24 | UInt32(buffer[1]) << 16 | UInt32(buffer[2]) << 8 | UInt32(buffer[3])
@@ -47,7 +48,7 @@ public final class ProbeStream: @unchecked Sendable {
             var payload = [UInt8](repeating: 0x5a, count: max(size, 4))
             var seq: UInt32 = 0
             var next = LabClock.now
-            while running.load() {
+            while running.load(ordering: .relaxed) {
                 if !lock.withLock({ paused }) {
                     payload[0] = UInt8(seq >> 24); payload[1] = UInt8(seq >> 16 & 0xff)
                     payload[2] = UInt8(seq >> 8 & 0xff); payload[3] = UInt8(seq & 0xff)
@@ -90,7 +91,7 @@ public final class ProbeStream: @unchecked Sendable {
 
     /// Stops every thread (within 50 ms).
     public func stop() {
-        running.store(false)
+        running.store(false, ordering: .relaxed)
         _ = done.wait(timeout: .now() + 2)
     }
 
@@ -134,7 +135,7 @@ public final class TCPStream: @unchecked Sendable {
     private var received = 0
     private var intact = true
     private var failure: String?
-    private let writing = Atomic(true)
+    private let writing = Atomic<Bool>(true)
     private let done = DispatchGroup()
 
     /// Connects from `sourceLab` to a listener at `address` in `listenerLab` and starts
@@ -168,15 +169,15 @@ public final class TCPStream: @unchecked Sendable {
         Thread { [self] in
             var chunk = [UInt8](repeating: 0, count: step)
             var next = LabClock.now
-            while writing.load() {
+            while writing.load(ordering: .relaxed) {
                 if !lock.withLock({ paused }) {
                     let offset = lock.withLock { sent }
                     for i in 0..<step { chunk[i] = Self.byte(offset + i) }
                     var written = 0
-                    while written < step && writing.load() {
+                    while written < step && writing.load(ordering: .relaxed) {
                         let n = chunk.withUnsafeBytes { write(sender, $0.baseAddress! + written, step - written) }
                         if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
-                        guard n > 0 else { lock.withLock { failure = "write failed after \(sent) bytes: errno \(errno)" }; writing.store(false); break }
+                        guard n > 0 else { lock.withLock { failure = "write failed after \(sent) bytes: errno \(errno)" }; writing.store(false, ordering: .relaxed); break }
                         written += n
                     }
                     lock.withLock { sent += written }
@@ -206,7 +207,7 @@ public final class TCPStream: @unchecked Sendable {
     }
 
     deinit {
-        writing.store(false)
+        writing.store(false, ordering: .relaxed)
         shutdown(receiver, Int32(SHUT_RDWR))
         _ = done.wait(timeout: .now() + 5)
         close(sender)
@@ -231,7 +232,7 @@ public final class TCPStream: @unchecked Sendable {
 
     /// Stops writing, waits up to `limit` for the far end to read everything, and says how it went.
     public func finish(within limit: Duration = .seconds(30)) -> (sent: Int, received: Int, intact: Bool, failure: String?) {
-        writing.store(false)
+        writing.store(false, ordering: .relaxed)
         let seconds = Double(limit.nanoseconds) / 1e9
         if done.wait(timeout: .now() + seconds) == .timedOut {
             shutdown(receiver, Int32(SHUT_RDWR))
@@ -240,15 +241,17 @@ public final class TCPStream: @unchecked Sendable {
         return lock.withLock { (sent, received, intact, failure) }
     }
 
-    private static func byte(_ offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset &* 2_654_435_761 >> 7) }
+    /// The byte at `offset` of a test stream.
+    public static func byte(_ offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset &* 2_654_435_761 >> 7) }
 
-    private static func timeouts(_ fd: Int32, seconds: Int) {
+    /// Send and receive timeouts, so a stalled socket fails a test instead of hanging it.
+    public static func timeouts(_ fd: Int32, seconds: Int) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    private static func sockaddr(_ address: SocketAddress) -> sockaddr_in {
+    public static func sockaddr(_ address: SocketAddress) -> sockaddr_in {
         var sa = sockaddr_in()
         sa.sin_family = sa_family_t(AF_INET)
         sa.sin_port = address.port.bigEndian
@@ -272,7 +275,7 @@ public final class PacketTap: @unchecked Sendable {
     private let port: UInt16
     private let lock = NSLock()
     private var packets: [Packet] = []
-    private let running = Atomic(true)
+    private let running = Atomic<Bool>(true)
     private let done = DispatchGroup()
 
     public init(port: UInt16, in lab: NamespaceLab) throws {
@@ -289,7 +292,7 @@ public final class PacketTap: @unchecked Sendable {
         Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 256)
             var from = LinkLayerAddress()
-            while running.load() {
+            while running.load(ordering: .relaxed) {
                 var length = socklen_t(MemoryLayout<LinkLayerAddress>.size)
                 let n = withUnsafeMutablePointer(to: &from) { sa in
                     sa.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, Int32(MSG_TRUNC), $0, &length) }
@@ -310,7 +313,7 @@ public final class PacketTap: @unchecked Sendable {
     }
 
     deinit {
-        running.store(false)
+        running.store(false, ordering: .relaxed)
         _ = done.wait(timeout: .now() + 1)
         close(fd)
     }
@@ -330,13 +333,4 @@ private struct LinkLayerAddress {
     var packetType: UInt8 = 0
     var addressLength: UInt8 = 0
     var address: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
-}
-
-/// A Sendable atomic flag for the lab's threads.
-final class Atomic: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Bool
-    init(_ value: Bool) { self.value = value }
-    func load() -> Bool { lock.withLock { value } }
-    func store(_ new: Bool) { lock.withLock { value = new } }
 }

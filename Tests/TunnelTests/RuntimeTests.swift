@@ -14,7 +14,7 @@ private struct TCP {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var yes: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-            var sa = sockaddr_in(address)
+            var sa = TCPStream.sockaddr(address)
             let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
             guard ok == 0, Glibc.listen(fd, 4) == 0 else { throw NetlinkError("listen", errno) }
             return TCP(fd: fd)
@@ -25,7 +25,7 @@ private struct TCP {
         let fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
         let tcp = TCP(fd: fd)
         tcp.timeouts(.seconds(5))
-        var sa = sockaddr_in(address)
+        var sa = TCPStream.sockaddr(address)
         let ok = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard ok == 0 else { _ = Glibc.close(fd); throw NetlinkError("connect to \(address)", errno) }
         return tcp
@@ -40,25 +40,10 @@ private struct TCP {
         return tcp
     }
 
-    func timeouts(_ d: Duration) {
-        var tv = timeval(tv_sec: Int(d.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    }
+    func timeouts(_ d: Duration) { TCPStream.timeouts(fd, seconds: Int(d.components.seconds)) }
 
     func close() { _ = Glibc.close(fd) }
 }
-
-private func sockaddr_in(_ address: SocketAddress) -> Glibc.sockaddr_in {
-    var sa = Glibc.sockaddr_in()
-    sa.sin_family = sa_family_t(AF_INET)
-    sa.sin_port = address.port.bigEndian
-    if case .v4(let a) = address.ip { sa.sin_addr.s_addr = a.bigEndian }
-    return sa
-}
-
-/// The byte at `offset` of the test stream: a pattern a lost, duplicated or reordered byte breaks.
-private func streamByte(_ offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset &* 2_654_435_761 >> 7) }
 
 private final class Running: @unchecked Sendable {
     let done = DispatchSemaphore(value: 0)
@@ -133,7 +118,7 @@ struct RuntimeTests {
             while offset < total {
                 let n = read(receiver.fd, &buffer, buffer.count)
                 if n <= 0 { break }
-                for i in 0..<n where buffer[i] != streamByte(offset + i) { intact = false }
+                for i in 0..<n where buffer[i] != TCPStream.byte(offset + i) { intact = false }
                 offset += n
             }
             received.set(offset, intact)
@@ -147,7 +132,7 @@ struct RuntimeTests {
                 client.rebind(to: wifi0)
                 rebound = true
             }
-            for i in 0..<chunk.count { chunk[i] = streamByte(sent + i) }
+            for i in 0..<chunk.count { chunk[i] = TCPStream.byte(sent + i) }
             let n = write(sender.fd, chunk, min(chunk.count, total - sent))
             try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
             sent += n
