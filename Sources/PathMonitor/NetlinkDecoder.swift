@@ -231,7 +231,11 @@ enum RTM {
     static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
     static let clonedFlag: UInt32 = 0x200
 }
-enum IFLA { static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1 }
+enum IFLA {
+    static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
+    /// IFLA_INET6_ADDR_GEN_MODE, inside IFLA_AF_SPEC / AF_INET6.
+    static let inet6AddressGenerationMode: UInt16 = 8
+}
 enum IFA { static let address: UInt16 = 1, local: UInt16 = 2, flags: UInt16 = 8 }
 enum RTA {
     static let dst: UInt16 = 1, oif: UInt16 = 4, gateway: UInt16 = 5, priority: UInt16 = 6, prefsrc: UInt16 = 7

@@ -285,6 +285,26 @@ extension NetlinkSocket {
         try awaitAcknowledgement(seq, what)
     }
 
+    /// Tells the kernel not to give link `index` an IPv6 link-local address of its own
+    /// (`IFLA_INET6_ADDR_GEN_MODE` = `IN6_ADDR_GEN_MODE_NONE`). Set before the link comes up, it
+    /// keeps a tunnel quiet: with no link-local address the kernel sends no router solicitations
+    /// and no MLD reports into it, which would otherwise wake the tunnel and cross the network
+    /// for nothing. Inner IPv6 addresses still work. A kernel without IPv6 refuses with
+    /// `EAFNOSUPPORT`, which the caller may ignore.
+    public func disableIPv6LinkLocal(_ index: Int32) throws(NetlinkError) {
+        let what = "set link \(index) IPv6 address generation none"
+        var header = [UInt8](repeating: 0, count: 16)
+        header.store(UInt32(bitPattern: index), at: 4)
+        let seq = try request(type: RTM.newLink, flags: UInt16(NLM_F_ACK), header: header) { nlh in
+            let spec = mnl_attr_nest_start(nlh, IFLA.afSpec)
+            let inet6 = mnl_attr_nest_start(nlh, UInt16(AF.inet6))
+            mnl_attr_put_u8(nlh, IFLA.inet6AddressGenerationMode, 1)  // IN6_ADDR_GEN_MODE_NONE
+            mnl_attr_nest_end(nlh, inet6)
+            mnl_attr_nest_end(nlh, spec)
+        }
+        try awaitAcknowledgement(seq, what)
+    }
+
     /// Adds (or replaces) `address` on its link, or deletes it, and waits for the kernel's
     /// answer. IPv6 addresses skip duplicate address detection (`IFA_F_NODAD`): a tunnel's
     /// inner address is assigned, not discovered, and must be usable at once.

@@ -46,6 +46,11 @@ public final class TunDevice: Sendable {
             }
             try Self.netlink { () throws(NetlinkError) in
                 try netlink.setLink(link.index, mtu: mtu)
+                do throws(NetlinkError) {
+                    try netlink.disableIPv6LinkLocal(link.index)
+                } catch where error.code == EAFNOSUPPORT || error.code == EOPNOTSUPP {
+                    // No IPv6 in this kernel: nothing to keep quiet.
+                }
                 try netlink.setLink(link.index, up: true)
                 for prefix in addresses { try netlink.write(Address(linkIndex: link.index, prefix: prefix)) }
             }
