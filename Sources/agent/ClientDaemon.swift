@@ -194,9 +194,10 @@ final class ClientDaemon: @unchecked Sendable {
             running = false
             return
         }
-        let changed = fresh.reconnect != settings.reconnect
+        let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
         settings = fresh
         machine.config = fresh.reconnect
+        client?.setPersistentKeepalive(fresh.persistentKeepalive)
         log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
     }
 
@@ -312,6 +313,7 @@ final class ClientDaemon: @unchecked Sendable {
         do {
             let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
+                                          persistentKeepalive: settings.persistentKeepalive,
                                           log: { [log] message in log("info", message) },
                                           notify: { [weak self] notice in self?.post(.notice(notice)) })
             self.client = client

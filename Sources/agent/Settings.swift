@@ -24,6 +24,9 @@ struct ClientSettings {
     var tunnel = TunnelSettings()
     var mode = RoutingMode.full(FullTunnel())
     var reconnect = Config()
+    /// A keepalive after this long without outgoing packets, for a NAT that forgets idle
+    /// mappings; nil (the default) sends none, so an idle tunnel wakes nothing.
+    var persistentKeepalive: Duration?
 }
 
 /// `agent serve --config FILE`.
@@ -38,7 +41,7 @@ extension YAMLReader {
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect",
+            "reconnect", "persistent-keepalive",
         ])
         let serverNode = try f.required("server")
         guard let server = Endpoint(try string(serverNode)), server.port != nil else {
@@ -68,6 +71,13 @@ extension YAMLReader {
             throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
         }
         if let node = f.optional("reconnect") { try applyConfig(node, to: &settings.reconnect) }
+        if let node = f.optional("persistent-keepalive") {
+            let interval = try duration(node)
+            guard interval == .zero || (Duration.seconds(1)...Duration.seconds(3600)).contains(interval) else {
+                throw fail(node, "'persistent-keepalive' is 0 (off) or 1s to 1h, e.g. 25s")
+            }
+            settings.persistentKeepalive = interval == .zero ? nil : interval
+        }
         return settings
     }
 

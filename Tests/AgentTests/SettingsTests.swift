@@ -21,12 +21,20 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
         routes: [10.77.0.0/16, fd77::/48]
         tunnel: {name: roam9, mtu: 1400}
         reconnect: {debounce: 500ms}
+        persistent-keepalive: 25s
         """) { try $0.client($1) }
     #expect(settings.server.description == "vpn.example.com:51820")
     #expect(settings.serverKey.base64 == serverKey)
     #expect(settings.mode == .split([Prefix("10.77.0.0/16")!, Prefix("fd77::/48")!]))
     #expect(settings.tunnel.name == "roam9" && settings.tunnel.mtu == 1400)
     #expect(settings.reconnect.debounce == .milliseconds(500))
+    #expect(settings.persistentKeepalive == .seconds(25))
+}
+
+@Test func persistentKeepaliveIsOffUnlessAsked() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k"
+    #expect(try parse(base) { try $0.client($1) }.persistentKeepalive == nil)
+    #expect(try parse(base + "\npersistent-keepalive: 0") { try $0.client($1) }.persistentKeepalive == nil)
 }
 
 @Test(arguments: [
@@ -38,6 +46,8 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ntunnel: {mtu: 20}", 4, "576...9000"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ncolour: blue", 4, "unknown key 'colour'"),
     ("server-key: \(serverKey)\nprivate-key-file: k", 1, "missing 'server'"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: 10ms", 4, "1s to 1h"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: often", 4, "a duration"),
 ])
 func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     #expect {

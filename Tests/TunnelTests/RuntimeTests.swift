@@ -279,6 +279,40 @@ extension RuntimeTests {
     }
 }
 
+extension RuntimeTests {
+    /// Off by default, an idle tunnel sends nothing; with an interval, a keepalive reaches the
+    /// server after every idle spell of that length; turned off while running, they stop.
+    @Test func persistentKeepaliveOnlyWhenAsked() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServer(in: serverLab)
+        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
+        let client = try connect(eth0, to: SocketAddress(IPAddress("198.51.100.7")!, port: 51820))
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server.stop()
+            clientThread.wait()
+            serverThread.wait()
+        }
+        usleep(100_000)
+        let confirmed = server.traffic.keepalivesIn  // the handshake's confirmation is one
+        usleep(1_000_000)
+        #expect(server.traffic.keepalivesIn == confirmed, "no keepalive without the option")
+
+        client.setPersistentKeepalive(.milliseconds(200))
+        usleep(1_100_000)
+        let kept = server.traffic.keepalivesIn - confirmed
+        #expect((3...6).contains(kept), "about one per 200 ms idle, got \(kept)")
+
+        client.setPersistentKeepalive(nil)
+        usleep(100_000)
+        let stopped = server.traffic.keepalivesIn
+        usleep(600_000)
+        #expect(server.traffic.keepalivesIn == stopped)
+    }
+}
+
 /// Notices a test collects from the client's threads.
 private final class Notices: @unchecked Sendable {
     private let lock = NSLock()

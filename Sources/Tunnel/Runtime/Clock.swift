@@ -21,5 +21,7 @@ public struct TrafficCounters: Sendable, Equatable {
     public var noSession = 0
     /// Datagrams the kernel had no room for.
     public var sendFailures = 0
+    /// Keepalives received: authenticated, empty.
+    public var keepalivesIn = 0
     public init() {}
 }

@@ -69,7 +69,7 @@ public final class TunnelClient: Sendable {
     private let answersHints: Bool
     /// With a value, a keepalive goes out after this long without a packet from the tunnel
     /// device, so a NAT on the way keeps its mapping; nil (the default) sends none.
-    private let persistentKeepalive: Duration?
+    private let persistentKeepalive: Mutex<Duration?>
 
     /// `notify` hears the facts a driver needs. The client rekeys by itself, and with
     /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
@@ -78,7 +78,7 @@ public final class TunnelClient: Sendable {
                 notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
         self.answersHints = answersHints
-        self.persistentKeepalive = persistentKeepalive
+        self.persistentKeepalive = Mutex(persistentKeepalive)
         self.core = Mutex(core)
         self.current = Mutex(socket)
         self.server = server
@@ -190,6 +190,12 @@ public final class TunnelClient: Sendable {
         }
     }
 
+    /// Changes the persistent keepalive interval (nil: none) of the running client.
+    public func setPersistentKeepalive(_ interval: Duration?) {
+        persistentKeepalive.withLock { $0 = interval }
+        outboundWakeup.signal()
+    }
+
     /// Stops listening on a path that was tried and not taken.
     public func forget(candidate socket: UDPSocket) {
         candidates.withLock { $0.removeAll { $0 === socket } }
@@ -260,7 +266,9 @@ public final class TunnelClient: Sendable {
             log("the server lost our session; handshaking")
             notify(.sessionUnknown)
             if answersHints { initiate(force: false) }
-        case .keepalive, .dropped:
+        case .keepalive:
+            counters.withLock { $0.keepalivesIn += 1 }
+        case .dropped:
             break
         }
     }
@@ -271,7 +279,8 @@ public final class TunnelClient: Sendable {
         while running.load(ordering: .relaxed) {
             do {
                 // Without a persistent keepalive an idle tunnel wakes nobody here.
-                let ready = try pollReadable([tun.fileDescriptor, outboundWakeup.readEnd], timeout: persistentKeepalive)
+                let ready = try pollReadable([tun.fileDescriptor, outboundWakeup.readEnd],
+                                             timeout: persistentKeepalive.withLock { $0 })
                 if ready.isEmpty, running.load(ordering: .relaxed) { sendKeepalive() }
                 if ready.contains(outboundWakeup.readEnd) { outboundWakeup.drain() }
                 guard ready.contains(tun.fileDescriptor) else { continue }

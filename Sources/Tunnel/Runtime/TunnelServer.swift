@@ -142,7 +142,9 @@ public final class TunnelServer: Sendable {
             checksReady.signal()
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to):
             send(datagram, to: to)
-        case .keepalive, .dropped:
+        case .keepalive:
+            counters.withLock { $0.keepalivesIn += 1 }
+        case .dropped:
             break
         }
     }
