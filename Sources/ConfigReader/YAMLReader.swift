@@ -10,7 +10,8 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
         self.line = line
         self.message = message
     }
-    public var description: String { "\(file):\(line): \(message)" }
+    /// `file:line: message`, or `file: message` for the file as a whole (line 0).
+    public var description: String { line > 0 ? "\(file):\(line): \(message)" : "\(file): \(message)" }
 }
 
 /// Reads YAML with line numbers, so every error a person can make points at its line:

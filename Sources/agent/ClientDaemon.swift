@@ -45,6 +45,13 @@ final class ClientDaemon: @unchecked Sendable {
     /// Decisions that bound, rebound or handshook, since start.
     private var attempts = 0
     private var flaps = FlapSummary()
+    /// Before the tunnel first comes up, how long attempts on a usable path may go unanswered
+    /// before the agent gives up; nil waits for ever. Once up, it never gives up by itself.
+    private let waitForServer: Duration?
+    /// Since when attempts have gone unanswered, before the tunnel first came up (reset while offline).
+    private var unansweredSince: Instant?
+    /// Why the agent gave up, when it did: the caller exits with it.
+    private(set) var failure: String?
 
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -52,7 +59,8 @@ final class ClientDaemon: @unchecked Sendable {
     }
 
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
-         log: OperatorLog, control: ControlSocket) throws {
+         log: OperatorLog, control: ControlSocket, waitForServer: Duration?) throws {
+        self.waitForServer = waitForServer
         self.configPath = configPath
         self.control = control
         self.settings = settings
@@ -100,7 +108,8 @@ final class ClientDaemon: @unchecked Sendable {
                 systemd.notify("WATCHDOG=1")
                 nextPing = now + watchdog
             }
-            let wakeAt = [machine.nextDeadline, nextPing, flaps.nextDue].compactMap { $0 }.min()
+            let giveUpAt = unansweredSince.flatMap { since in waitForServer.map { since + $0 } }
+            let wakeAt = [machine.nextDeadline, nextPing, flaps.nextDue, giveUpAt].compactMap { $0 }.min()
             let timeout = wakeAt.map { max($0 - now, .zero) }
             let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
             let ready = (try? pollReadable(descriptors, timeout: timeout)) ?? []
@@ -132,8 +141,14 @@ final class ClientDaemon: @unchecked Sendable {
             for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                 feed(.timerFired(kind))
             }
+            if tun == nil, let giveUpAt, giveUpAt <= after, let waitForServer {
+                let path = machine.state.path.map { " over \($0.interface)" } ?? ""
+                giveUp("no answer from the server \(server) in \(waitForServer.short)\(path): check that it runs, its "
+                    + "address and port, that UDP reaches it, and that 'server-key' is its public key")
+            }
         }
         systemd.notify("STOPPING=1")
+        control.remove()
         client?.stop()
         try? routes?.remove()
     }
@@ -166,6 +181,9 @@ final class ClientDaemon: @unchecked Sendable {
             case .handshakeCompleted(let rtt):
                 attachTunnel()
                 feed(.handshakeSucceeded(rtt: rtt))
+            case .rejected where tun == nil:
+                giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
+                    + "users list this client's public key")
             case .rejected: feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
             case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
             case .probeEcho(let id, let rtt):
@@ -201,14 +219,27 @@ final class ClientDaemon: @unchecked Sendable {
         log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
     }
 
+    /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
+    private func giveUp(_ reason: String) {
+        log("error", "giving up", ["reason": reason])
+        failure = reason
+        running = false
+    }
+
     private func report(_ lines: [FlapSummary.Line]) {
         for line in lines { log(line.level, line.message, line.fields) }
     }
 
     private func feed(_ input: Input) {
         if case .paths(let paths) = input { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
-        let actions = machine.handle(input, now: Instant.now())
-        if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) { attempts += 1 }
+        let now = Instant.now()
+        let actions = machine.handle(input, now: now)
+        if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
+            attempts += 1
+            if tun == nil, unansweredSince == nil { unansweredSince = now }
+        }
+        // No path is not an unanswered server: waiting for a network has no deadline.
+        if machine.state == .offline || machine.state == .sleeping { unansweredSince = nil }
         for action in actions { perform(action) }
     }
 

@@ -27,6 +27,12 @@ final class ControlSocket {
     init(path: String) throws {
         let directory = path.parentDirectory
         if !directory.isEmpty { mkdir(directory, 0o700) }
+        // A socket file that still answers belongs to a running agent: taking it over would
+        // leave that agent unreachable. One that does not answer is left over from a crash.
+        if Self.answers(path) {
+            throw AgentError("an agent is running already (its control socket \(path) answers): "
+                + "stop it first, or give this one another --control and tunnel name")
+        }
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
@@ -45,8 +51,12 @@ final class ControlSocket {
 
     deinit {
         close(fileDescriptor)
-        unlink(path)
+        remove()
     }
+
+    /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
+    /// open until the owner lets go of it).
+    func remove() { unlink(path) }
 
     /// Answers every waiting connection with `answer(request)`; bounded, never blocks long.
     func serve(_ answer: (ControlRequest?) -> String) {
@@ -60,7 +70,8 @@ final class ControlSocket {
             let n = read(client, &buffer, buffer.count)
             let line = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmed : ""
             let reply = Array((answer(ControlRequest(rawValue: line)) + "\n").utf8)
-            _ = write(client, reply, reply.count)
+            // The asker may be gone already: no SIGPIPE for that.
+            _ = send(client, reply, reply.count, Int32(MSG_NOSIGNAL))
             close(client)
         }
     }
@@ -91,6 +102,17 @@ final class ControlSocket {
             answer += buffer[0..<n]
         }
         return String(decoding: answer, as: UTF8.self).trimmed
+    }
+
+    /// Whether something accepts connections at `path`.
+    private static func answers(_ path: String) -> Bool {
+        guard var sa = try? address(path) else { return false }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return withUnsafePointer(to: &sa) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
     }
 
     private static func address(_ path: String) throws -> sockaddr_un {

@@ -42,6 +42,8 @@ struct DaemonOptions: ParsableArguments {
 /// The signals are blocked in every thread first (call this before starting any), so none of
 /// the data-plane threads is interrupted, and SIGTSTP no longer stops the process.
 func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) throws {
+    // A peer that hangs up is an error on that one write, never the end of a daemon.
+    signal(SIGPIPE, SIG_IGN)
     var set = sigset_t()
     sigemptyset(&set)
     for signal in signals { sigaddset(&set, signal) }

@@ -20,8 +20,10 @@ struct ServeCommand: ParsableCommand {
 
     func run() throws {
         let log = daemon.log
+        try Preflight.requireNetworkAdmin(for: "serve")
         let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.server(root)
+        try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         let core: ServerCore
         do { core = try ServerCore(privateKey: key, users: settings.users) } catch { throw AgentError("\(error)") }

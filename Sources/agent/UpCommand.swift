@@ -20,10 +20,23 @@ struct UpCommand: ParsableCommand {
     @OptionGroup var daemon: DaemonOptions
     @OptionGroup var control: ControlOptions
 
+    @Option(help: ArgumentHelp(
+        "Before the tunnel first comes up, give up (exit 1) after this long without an answer on a usable path; 0 waits for ever.",
+        discussion: "Time without any network does not count. Once the tunnel is up, the agent never gives up by itself."))
+    var waitForServer = "30s"
+
+    func validate() throws {
+        guard YAMLReader.parseDuration(waitForServer) != nil else {
+            throw ValidationError("'--wait-for-server' is a duration such as 30s or 2m, or 0")
+        }
+    }
+
     func run() throws {
         let log = daemon.log
+        try Preflight.requireNetworkAdmin(for: "up")
         let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.client(root)
+        try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         var credentials: Credentials?
         if let username = settings.username, let file = settings.passwordFile {
@@ -39,12 +52,15 @@ struct UpCommand: ParsableCommand {
             throw AgentError("the split route \(loop) contains the server \(address): the tunnel would carry its own packets; narrow it")
         }
 
+        let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
-                                       server: server, log: log, control: try ControlSocket(path: control.control))
+                                       server: server, log: log, control: try ControlSocket(path: control.control),
+                                       waitForServer: wait)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()
         log("info", "down")
+        if let failure = session.failure { throw AgentError(failure) }
         if session.restartRequested { try restart() }
     }
 }

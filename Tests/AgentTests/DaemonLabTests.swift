@@ -33,6 +33,10 @@ struct DaemonLabTests {
         #expect(longestGap < .milliseconds(200), "longest gap \(longestGap)")
         #expect(clientLog.components(separatedBy: "to=connecting").count == 2, "one handshake only, the first")
 
+        // A second agent on the same control socket is refused and leaves the first one alone.
+        let second = try lab.runAgent(["up", "--config", lab.directory + "/client.yaml", "--control", lab.controlSocket])
+        #expect(second.status == 1 && second.output.contains("an agent is running already"), "\(second.output)")
+
         // The operator's view and commands, over the control socket.
         let status = try lab.control("status", "--json")
         #expect(status.contains("\"state\":\"connected\"") && status.contains("\"interface\":\"wifi0\""), "\(status)")

@@ -147,6 +147,33 @@ public final class RoamingLab {
 
     public var clientPID: Int32? { client.map(\.processIdentifier) }
 
+    /// Runs `agent ARGUMENTS` in the laptop namespace to its end (ended by PID after `seconds`)
+    /// and returns its exit status and everything it printed. `wrapper` runs the whole command
+    /// (e.g. unshare); `inside` runs the agent within the namespace (e.g. setpriv).
+    public func runAgent(_ arguments: [String], wrapper: [String] = [], inside: [String] = [], seconds: Double = 20)
+        throws -> (status: Int32, output: String)
+    {
+        let process = Process()
+        let command = wrapper + [NamespaceLab.ipTool.path, "netns", "exec", laptop.name] + inside + [agent.path] + arguments
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
+        let path = directory + "/run-\(runs).log"
+        runs += 1
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        let handle = FileHandle(forWritingAtPath: path)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        processes.append(process)
+        if !waitFor(seconds: seconds, { !process.isRunning }) {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        process.waitUntilExit()
+        return (process.terminationStatus, log("run-\(runs - 1).log"))
+    }
+    private var runs = 0
+
     /// SIGTSTP for Roam (its suspend hook's signal); wireguard-go knows no suspend, so it is
     /// stopped like the rest of a suspending machine (SIGSTOP).
     public func suspendClient() {

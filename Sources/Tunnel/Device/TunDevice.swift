@@ -67,16 +67,25 @@ public final class TunDevice: Sendable {
 
     deinit { close(fileDescriptor) }
 
-    /// Opens /dev/net/tun and attaches a new TUN interface `name` to it.
-    private static func open(_ name: String) throws(DeviceError) -> Int32 {
+    /// Checks that TUN devices can be made here (the driver is loaded and its device node is
+    /// there), so a daemon can refuse to start before it touches anything.
+    public static func checkDriver() throws(DeviceError) {
+        Glibc.close(try openDriver())
+    }
+
+    private static func openDriver() throws(DeviceError) -> Int32 {
         let path = "/dev/net/tun"
-        let fd: Int32
         do {
-            fd = try kernel("open \(path)") { Glibc.open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK) }
+            return try kernel("open \(path)") { Glibc.open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK) }
         } catch where error.code == ENOENT || error.code == ENODEV || error.code == ENXIO {
             throw DeviceError(error.operation, error.code,
                               help: "load the TUN driver ('modprobe tun'); in a container, pass the device in (--device /dev/net/tun)")
         }
+    }
+
+    /// Opens /dev/net/tun and attaches a new TUN interface `name` to it.
+    private static func open(_ name: String) throws(DeviceError) -> Int32 {
+        let fd = try openDriver()
         do {
             try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
         } catch where error.code == EBUSY {

@@ -1,0 +1,84 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import Testing
+import Tunnel
+
+/// What a user can get wrong when starting the client: each is one line saying what to do, a
+/// non-zero exit, and nothing left behind (no tunnel device, routes, rules or control socket).
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct BadInputTests {
+    /// Runs `agent up` on the lab's client configuration (or `config`) and checks the common part.
+    private func up(_ lab: RoamingLab, config: String? = nil, _ extra: [String] = [], wrapper: [String] = [],
+                    inside: [String] = []) throws -> (status: Int32, line: String)
+    {
+        let (status, output) = try lab.runAgent(
+            ["up", "--config", config ?? lab.directory + "/client.yaml", "--control", lab.controlSocket] + extra,
+            wrapper: wrapper, inside: inside)
+        let last = output.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.hasPrefix("agent: "), "the last line is the one for the user: \(output)")
+        #expect((try? lab.laptop.ip("link show roam0")) == nil, "no tunnel device left: \(output)")
+        #expect(try !lab.laptop.ip("rule show").contains("51820"), "no policy rules left")
+        #expect(try lab.laptop.ip("route show table all").contains("roam0") == false, "no routes left")
+        #expect(access(lab.controlSocket, F_OK) != 0, "no control socket left")
+        return (status, last)
+    }
+
+    @Test func configurationMissingOrMalformed() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let missing = try up(lab, config: lab.directory + "/nope.yaml")
+        #expect(missing.status == 2 && missing.line.contains("nope.yaml: cannot read the file"), "\(missing)")
+        try "server: [10.0.0.1\n".write(toFile: lab.directory + "/bad.yaml", atomically: true, encoding: .utf8)
+        let malformed = try up(lab, config: lab.directory + "/bad.yaml")
+        #expect(malformed.status == 2 && malformed.line.contains("bad.yaml:1:"), "\(malformed)")
+    }
+
+    @Test func serverNotRunningOrWrongServerKey() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let down = try up(lab, ["--wait-for-server", "2s"])
+        #expect(down.status == 1 && down.line.contains("no answer from the server 198.51.100.7:51820 in 2s"), "\(down)")
+
+        try lab.startServer()
+        let configuration = lab.directory + "/client.yaml"
+        let original = try String(contentsOfFile: configuration, encoding: .utf8)
+        let other = try PrivateKey.generate().publicKey.base64
+        let wrongKey = original.split(separator: "\n").map { $0.hasPrefix("server-key:") ? "server-key: \(other)" : String($0) }
+        try wrongKey.joined(separator: "\n").write(toFile: configuration, atomically: true, encoding: .utf8)
+        let unanswered = try up(lab, ["--wait-for-server", "2s"])
+        #expect(unanswered.status == 1 && unanswered.line.contains("'server-key' is its public key"), "\(unanswered)")
+    }
+
+    @Test func rejectedPassword() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let hash = try PasswordHash.create(password: "right", cost: .minimum).encoded
+        let server = lab.directory + "/server.yaml"
+        try (try String(contentsOfFile: server, encoding: .utf8) + "\n  - {name: bob, password-hash: \"\(hash)\", addresses: [10.77.0.3]}\n")
+            .write(toFile: server, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        let password = lab.directory + "/password"
+        _ = FileManager.default.createFile(atPath: password, contents: Data("wrong\n".utf8), attributes: [.posixPermissions: 0o600])
+        let client = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: client, encoding: .utf8) + "\nusername: bob\npassword-file: \(password)\n")
+            .write(toFile: client, atomically: true, encoding: .utf8)
+        let rejected = try up(lab)
+        #expect(rejected.status == 1 && rejected.line.contains("the server rejected this client"), "\(rejected)")
+        #expect(!lab.log("run-0.log").contains("wrong"), "the password is never logged")
+    }
+
+    @Test func noTunDriver() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        // A mount namespace of its own where /dev/net is empty: the machine without the driver.
+        let hidden = ["/usr/bin/unshare", "-m", "/bin/sh", "-c", "mount -t tmpfs none /dev/net && exec \"$@\"", "sh"]
+        let result = try up(lab, wrapper: hidden)
+        #expect(result.status == 1 && result.line.contains("/dev/net/tun") && result.line.contains("modprobe tun"), "\(result)")
+    }
+
+    @Test func notRoot() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        // `ip netns exec` needs root itself; the agent behind it runs as nobody, with no capabilities.
+        let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                      "--bounding-set=-all"]
+        let result = try up(lab, inside: nobody)
+        #expect(result.status == 1 && result.line.contains("needs root (or CAP_NET_ADMIN)"), "\(result)")
+    }
+}
