@@ -75,6 +75,7 @@ public struct Reconnector: Sendable {
         case .timerFired(let kind): timerFired(kind, now, &out)
         case .powerChanged(let source): powerChanged(source, now, &out)
         case .reconnectRequested: reconnectRequested(now, &out)
+        case .serverMoved: serverMoved(now, &out)
         }
         return out
     }
@@ -283,6 +284,24 @@ public struct Reconnector: Sendable {
         // An operator's explicit request is not a storm: it bypasses the budget.
         session = nil
         startAttempt(on: best, .operatorRequest, now, &out, handshake: true)
+    }
+
+    /// The server answers at another address now. A live session is proved with a probe (the
+    /// same server keeps it; another one behind the name answers "session unknown", which brings
+    /// a handshake); a handshake or a wait aimed at the old address starts afresh.
+    private mutating func serverMoved(_ now: Instant, _ out: inout [Action]) {
+        // Paths that failed their probes failed them towards the old address.
+        dead.removeAll()
+        switch state {
+        case .offline, .sleeping, .failed:
+            coalesced += 1  // the next attempt goes to the new address anyway
+        case .connected(let path), .probing(let path, _), .switching(let path, _, _):
+            probe(path, now, &out)
+            enter(.probing(path, sent: 1), .serverAddressChanged, now, &out)
+        case .connecting(let path), .backingOff(let path):
+            // A new address is a new chance, not a retry of what failed: no backoff wait.
+            attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
+        }
     }
 
     // MARK: Decisions

@@ -34,6 +34,8 @@ public enum Input: Equatable, Sendable {
     case powerChanged(PowerSource)
     /// An operator asked for a fresh connection (`agent reconnect`).
     case reconnectRequested
+    /// The server's name resolves to another address now: the session's peer has moved.
+    case serverMoved
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -49,6 +51,7 @@ public enum Input: Equatable, Sendable {
         case .timerFired(let kind): "timer:\(kind.rawValue)"
         case .powerChanged: "power"
         case .reconnectRequested: "operator"
+        case .serverMoved: "server-moved"
         }
     }
 }
@@ -179,6 +182,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case retry
     /// An operator asked for it.
     case operatorRequest
+    /// The server's name resolves to another address now.
+    case serverAddressChanged
 
     public var description: String {
         switch self {
@@ -207,6 +212,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .backoff(let d): "backoff(next in \(d.short))"
         case .retry: "retry"
         case .operatorRequest: "operatorRequest"
+        case .serverAddressChanged: "serverAddressChanged"
         }
     }
 }

@@ -85,7 +85,7 @@ extension Scenario {
             case 62..<70:  // the uplink silently drops everything, or recovers
                 let name = uplinks[i].link.name
                 if dropped.contains(name) { dropped.remove(name); add(.restore(name)) } else { dropped.insert(name); add(.drop(name)) }
-            case 70..<74: add(.server(chance(50) ? .restart : (chance(50) ? .down : .up)))
+            case 70..<74: add(.server(chance(50) ? .restart : (chance(40) ? .down : (chance(60) ? .up : .moved))))
             case 74..<80:
                 add(.sleep)
                 sleeping = true

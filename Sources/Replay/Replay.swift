@@ -157,6 +157,8 @@ public struct Replay {
         case .power(let source):
             if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
+        case .server(.moved):
+            feed(.serverMoved)
         case .server(let change):
             serverHasSession = false
             serverUp = change != .down

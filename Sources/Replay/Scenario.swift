@@ -91,6 +91,9 @@ public enum ServerChange: String, Sendable {
     case up
     /// Down and up at once: every session is gone.
     case restart
+    /// Its name resolves to another address of the same server: sessions stay, and the agent
+    /// learns of it from its resolver.
+    case moved
 }
 
 /// A link as a scenario describes it, by name.

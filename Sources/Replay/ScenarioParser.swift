@@ -160,7 +160,7 @@ extension YAMLReader {
             case "server":
                 let text = try string(value)
                 guard let change = ServerChange(rawValue: text) else {
-                    throw fail(value, "'server' is down, up or restart, got \"\(text)\"")
+                    throw fail(value, "'server' is down, up, restart or moved, got \"\(text)\"")
                 }
                 add(.server(change))
             case "drop": add(.drop(try string(value)))

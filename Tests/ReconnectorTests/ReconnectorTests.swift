@@ -280,3 +280,31 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
     #expect(redrawn <= drawn)
     #expect(plugged.isEmpty == (redrawn == drawn))
 }
+
+@Test func serverMovedProvesALiveSessionWithAProbe() {
+    var r = connected([eth0, wifi0])
+    let out = r.handle(.serverMoved, now: at(1000))
+    #expect(out.probes == ["eth0"] && out.handshakes.isEmpty && out.rebinds.isEmpty)
+    #expect(out.reasons == ["serverAddressChanged"] && r.state == .probing(eth0, sent: 1))
+    _ = r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(20)), now: at(1020))
+    #expect(r.state == .connected(eth0))
+}
+
+@Test func serverMovedEndsABackoffWithAHandshakeAndForgetsDeadPaths() {
+    var r = Reconnector()
+    _ = r.handle(.paths([eth0, wifi0]), now: at(0))
+    _ = r.handle(.timerFired(.handshake), now: at(5000))  // eth0 failed: dead for a while
+    _ = r.handle(.timerFired(.handshake), now: at(10_000))  // wifi0 too: backing off
+    guard case .backingOff = r.state else { Issue.record("expected a backoff, got \(r.state)"); return }
+    let out = r.handle(.serverMoved, now: at(10_010))
+    #expect(out.handshakes == ["eth0"], "the best path again: its failure was towards the old address")
+    #expect(out.reasons == ["serverAddressChanged"] && r.state == .connecting(eth0))
+}
+
+@Test func serverMovedWhileOfflineOrAsleepWaits() {
+    var offline = Reconnector()
+    #expect(offline.handle(.serverMoved, now: at(0)).isEmpty)
+    var asleep = connected([eth0])
+    _ = asleep.handle(.sleep, now: at(100))
+    #expect(asleep.handle(.serverMoved, now: at(200)).isEmpty && asleep.state == .sleeping)
+}
