@@ -18,7 +18,8 @@ public enum MonitorEvent: Sendable {
 /// Subscribes first, then dumps, so no change falls between the two; a later duplicate of
 /// something the dump already showed changes nothing in the model.
 public final class LiveMonitor {
-    public let endpoint: IPAddress
+    /// The server's address, whose paths are tracked.
+    public var endpoint: IPAddress { tracker.endpoint }
     public private(set) var tracker: PathTracker
     public private(set) var decoder = NetlinkDecoder()
     /// Overruns survived by re-dumping.
@@ -36,7 +37,6 @@ public final class LiveMonitor {
     public init(endpoint: IPAddress, tunnelInterface: String? = nil, receiveBuffer: Int = 4 << 20,
                 namespace: NetworkNamespace? = nil,
                 record: ((ArraySlice<UInt8>, _ isDump: Bool) -> Void)? = nil) throws(NetlinkError) {
-        self.endpoint = endpoint
         self.namespace = namespace
         self.tunnelInterface = tunnelInterface
         self.receiveBuffer = receiveBuffer
@@ -48,6 +48,9 @@ public final class LiveMonitor {
 
     /// The current ranked paths.
     public var paths: [Path] { tracker.paths }
+
+    /// Tracks the paths to `endpoint` from now on; returns them when they changed significantly.
+    public func retarget(to endpoint: IPAddress) -> [Path]? { tracker.retarget(to: endpoint) }
 
     /// The socket to poll for readiness.
     public var fileDescriptor: Int32 { events.fileDescriptor }

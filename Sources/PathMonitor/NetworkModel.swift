@@ -224,7 +224,7 @@ public struct NetworkModel: Sendable, Equatable {
 /// Follows the paths to one server endpoint as changes arrive, reporting only significant ones.
 public struct PathTracker: Sendable {
     public private(set) var model: NetworkModel
-    public let endpoint: IPAddress
+    public private(set) var endpoint: IPAddress
     /// The ranked paths as last reported.
     public private(set) var paths: [Path]
 
@@ -232,6 +232,15 @@ public struct PathTracker: Sendable {
         self.model = model
         self.endpoint = endpoint
         self.paths = model.paths(to: endpoint)
+    }
+
+    /// Follows the server to `endpoint` (its name resolves elsewhere now); returns the new
+    /// ranked paths when they differ significantly, else nil.
+    public mutating func retarget(to endpoint: IPAddress) -> [Path]? {
+        self.endpoint = endpoint
+        let new = model.paths(to: endpoint)
+        defer { paths = new }
+        return NetworkModel.isSignificant(from: paths, to: new) ? new : nil
     }
 
     /// Applies `change`; returns the new ranked paths when they differ significantly, else nil.

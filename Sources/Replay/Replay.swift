@@ -158,6 +158,9 @@ public struct Replay {
             if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
         case .server(.moved):
+            // A handshake in flight went to the old address: its answer never comes.
+            handshakeInFlight = nil
+            handshakeGeneration += 1
             feed(.serverMoved)
         case .server(let change):
             serverHasSession = false

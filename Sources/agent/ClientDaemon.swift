@@ -16,7 +16,11 @@ final class ClientDaemon: @unchecked Sendable {
     private(set) var restartRequested = false
     private let key: PrivateKey
     private let credentials: Credentials?
-    private let server: SocketAddress
+    /// Where the server is now; a server named by host follows its name (see `resolveServer`).
+    private var server: SocketAddress
+    /// A lookup of the server's name is running; another was asked for meanwhile.
+    private var resolving = false
+    private var resolveAgain = false
     private let log: OperatorLog
     private var machine: Reconnector
     private let monitor: LiveMonitor
@@ -56,6 +60,8 @@ final class ClientDaemon: @unchecked Sendable {
     enum Event: Sendable {
         case notice(ClientNotice)
         case signal(Int32)
+        /// The server's name resolved to these addresses, or could not be resolved.
+        case resolved([IPAddress], error: String?)
     }
 
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
@@ -121,7 +127,7 @@ final class ClientDaemon: @unchecked Sendable {
                 }
             }
             if ready.contains(control.fileDescriptor) { control.serve { answer($0) } }
-            if let slept = checkSuspend() { feed(.wake(sleptFor: slept)) }
+            if let slept = checkSuspend() { woke(after: slept) }
             if ready.contains(monitor.fileDescriptor) {
                 for event in monitor.next(timeout: .zero) {
                     switch event {
@@ -170,12 +176,14 @@ final class ClientDaemon: @unchecked Sendable {
             let announced = sleptAt.map { Instant.now() - $0 } ?? .zero
             sleptAt = nil
             feed(.powerChanged(PowerSupply.current()))
-            feed(.wake(sleptFor: max(gap, announced)))
+            woke(after: max(gap, announced))
         case .signal(SIGHUP):
             reload()
         case .signal:
             log("info", "stopping")
             running = false
+        case .resolved(let addresses, let error):
+            resolved(addresses, error: error)
         case .notice(let notice):
             switch notice {
             case .handshakeCompleted(let rtt):
@@ -219,6 +227,58 @@ final class ClientDaemon: @unchecked Sendable {
         log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
     }
 
+    /// After a suspend the machine may be on another network, where the server's name may
+    /// resolve elsewhere.
+    private func woke(after slept: Duration) {
+        feed(.wake(sleptFor: slept))
+        resolveServer()
+    }
+
+    /// Looks the server's name up again, off this thread: on a new path the name may resolve
+    /// elsewhere (split-horizon DNS), and a server that stopped answering may have moved. One
+    /// lookup at a time; asks made meanwhile are folded into one more.
+    private func resolveServer() {
+        guard settings.server.address == nil else { return }  // a literal address never moves
+        guard !resolving else { resolveAgain = true; return }
+        resolving = true
+        let host = settings.server.host
+        do {
+            try OSThread.detach { [weak self] in
+                do {
+                    self?.post(.resolved(try Resolver.addresses(of: host), error: nil))
+                } catch {
+                    self?.post(.resolved([], error: "\(error)"))
+                }
+            }
+        } catch {
+            resolving = false
+            log("warning", "cannot look up the server's name", ["error": "\(error)"])
+        }
+    }
+
+    /// Follows the server to a new address when its name no longer gives the current one.
+    private func resolved(_ addresses: [IPAddress], error: String?) {
+        resolving = false
+        defer { if resolveAgain { resolveAgain = false; resolveServer() } }
+        if let error { return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": error]) }
+        guard !addresses.contains(server.ip) else { return }
+        // A split route that holds the server would carry the tunnel's own packets.
+        let usable = addresses.filter { address in
+            if case .split(let prefixes) = settings.mode { return !prefixes.contains { $0.contains(address) } }
+            return true
+        }
+        guard let address = usable.first else {
+            return log("warning", "the server's name resolves only inside the tunnel's split routes; keeping its address",
+                       ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
+        }
+        let moved = SocketAddress(address, port: server.port)
+        log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)"])
+        server = moved
+        client?.setServer(moved)
+        if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
+        feed(.serverMoved)
+    }
+
     /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
     private func giveUp(_ reason: String) {
         log("error", "giving up", ["reason": reason])
@@ -237,6 +297,17 @@ final class ClientDaemon: @unchecked Sendable {
         if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
             attempts += 1
             if tun == nil, unansweredSince == nil { unansweredSince = now }
+        }
+        // A new path or attempts that fail: the moments the server's name may give another
+        // address. (Not after a move, which would only ask the same question again.)
+        if input != .serverMoved, actions.contains(where: { action in
+            switch action {
+            case .rebind: true
+            case .report(let t): t.to.name == "backing-off"
+            default: false
+            }
+        }) {
+            resolveServer()
         }
         // No path is not an unanswered server: waiting for a network has no deadline.
         if machine.state == .offline || machine.state == .sleeping { unansweredSince = nil }

@@ -122,35 +122,15 @@ struct WatchOptions: ParsableArguments {
     }
 }
 
-/// Resolves a server endpoint to an address: literal addresses as they are, hosts through getaddrinfo.
+/// Resolves `--server` text to an address: literal addresses as they are, hosts through the resolver.
 func resolve(_ text: String) throws -> IPAddress {
     guard let endpoint = Endpoint(text) else {
         throw ValidationError("'--server' needs host[:port], got \"\(text)\"")
     }
-    if let address = endpoint.address { return address }
-    var hints = addrinfo()
-    hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
-    var result: UnsafeMutablePointer<addrinfo>?
-    let status = getaddrinfo(endpoint.host, nil, &hints, &result)
-    guard status == 0, let first = result else {
-        throw AgentError("cannot resolve \(endpoint.host): \(String(cString: gai_strerror(status)))")
+    guard let first = try Resolver.addresses(of: endpoint.host).first else {
+        throw AgentError("\(endpoint.host) has no IPv4 or IPv6 address")
     }
-    defer { freeaddrinfo(result) }
-    var node: UnsafeMutablePointer<addrinfo>? = first
-    while let info = node {
-        if let sa = info.pointee.ai_addr {
-            if info.pointee.ai_family == AF_INET {
-                let a = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr.s_addr }
-                return .v4(UInt32(bigEndian: a))
-            }
-            if info.pointee.ai_family == AF_INET6 {
-                var a = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
-                if let address = withUnsafeBytes(of: &a, { IPAddress(bytes: Array($0)) }) { return address }
-            }
-        }
-        node = info.pointee.ai_next
-    }
-    throw AgentError("\(endpoint.host) has no IPv4 or IPv6 address")
+    return first
 }
 
 /// Writes one event per line, logfmt or JSON, with seconds since start, flushed at once.

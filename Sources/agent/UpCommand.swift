@@ -45,7 +45,9 @@ struct UpCommand: ParsableCommand {
             }
             credentials = c
         }
-        let address = try resolve(settings.server.description)
+        guard let address = try Resolver.addresses(of: settings.server.host).first else {
+            throw AgentError("\(settings.server.host) has no IPv4 or IPv6 address")
+        }
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
         let server = SocketAddress(address, port: port)
         if case .split(let prefixes) = settings.mode, let loop = prefixes.first(where: { $0.contains(address) }) {

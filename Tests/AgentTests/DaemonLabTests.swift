@@ -70,4 +70,36 @@ struct DaemonLabTests {
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
         #expect(try lab.control("status").contains("the agent is not running"))
     }
+
+    /// A server named by host: its name moves to another address of the server (the old one
+    /// goes away) with nothing changing on the laptop. Attempts that fail make the agent ask the
+    /// name again, and the session follows to the new address without a handshake.
+    @Test func followsTheServersNameToANewAddress() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.server.ip("address add 198.51.100.8/32 dev lo")
+        try lab.laptop.setHosts("198.51.100.7 vpn.roam.test\n")
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8)
+            .replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:"))
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        try lab.startClient()
+        #expect(lab.log("client.log").contains("server=198.51.100.7:51820"))
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5007), in: lab.server)
+        defer { probes.stop() }
+        usleep(300_000)
+
+        try lab.laptop.setHosts("198.51.100.8 vpn.roam.test\n")
+        try lab.server.ip("address del 198.51.100.7/32 dev lo")
+        let moved = LabClock.now
+        #expect(lab.wait(for: "msg=\"server address changed\" server=vpn.roam.test from=198.51.100.7:51820 to=198.51.100.8:51820",
+                         in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+        usleep(1_000_000)
+        let end = LabClock.now
+        let (lost, sent) = probes.lost(from: end - .milliseconds(800), to: end - .milliseconds(200))
+        #expect(sent > 20 && lost == 0, "traffic flows to the new address: \(sent - lost) of \(sent)")
+        #expect(probes.outage(from: moved, to: end) < .seconds(8), "outage \(probes.outage(from: moved, to: end))")
+        #expect(lab.log("client.log").components(separatedBy: "to=connecting").count == 2, "one handshake only, the first")
+    }
 }

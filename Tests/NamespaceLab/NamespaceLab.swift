@@ -29,7 +29,19 @@ public final class NamespaceLab {
         }
     }
 
-    deinit { _ = try? Self.ip(["netns", "del", name]) }
+    deinit {
+        _ = try? Self.ip(["netns", "del", name])
+        try? FileManager.default.removeItem(atPath: "/etc/netns/\(name)")
+    }
+
+    /// Gives programs started with `ip netns exec` in this namespace their own /etc/hosts
+    /// (`ip` bind-mounts /etc/netns/NAME/hosts over it). Written in place, so a program that is
+    /// running already reads the new names on its next lookup.
+    public func setHosts(_ text: String) throws {
+        let directory = "/etc/netns/\(name)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try text.write(toFile: directory + "/hosts", atomically: false, encoding: .utf8)
+    }
 
     /// Runs `ip -n NAME <arguments>` and returns what it printed.
     @discardableResult

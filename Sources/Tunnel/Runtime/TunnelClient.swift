@@ -38,7 +38,7 @@ public enum ClientNotice: Equatable, Sendable {
 /// The client's data plane: the TUN device, the session's current UDP socket, and the protocol
 /// core between them. A rebind swaps the socket; the device and the session keys stay.
 public final class TunnelClient: Sendable {
-    public let server: SocketAddress
+    private let serverAddress: Mutex<SocketAddress>
     private let core: Mutex<ClientCore>
     private let current: Mutex<UDPSocket>
     private let device: Mutex<TunDevice?> = Mutex(nil)
@@ -81,7 +81,7 @@ public final class TunnelClient: Sendable {
         self.persistentKeepalive = Mutex(persistentKeepalive)
         self.core = Mutex(core)
         self.current = Mutex(socket)
-        self.server = server
+        self.serverAddress = Mutex(server)
         self.log = log
         self.notify = notify
         inboundWakeup = try Wakeup()
@@ -96,6 +96,14 @@ public final class TunnelClient: Sendable {
     public var addresses: [IPAddress] { core.withLock { $0.addresses } }
     /// The socket the session uses now.
     public var socket: UDPSocket { current.withLock { $0 } }
+    /// Where the server is: every datagram goes there.
+    public var server: SocketAddress { serverAddress.withLock { $0 } }
+
+    /// Sends to the server at `address` from now on (its name resolves elsewhere now). The
+    /// session and keys stay; whoever decides proves the new address with a probe.
+    public func setServer(_ address: SocketAddress) {
+        serverAddress.withLock { $0 = address }
+    }
 
     /// Handshakes on the current socket, sending the initiation again every second, before
     /// the data loops run.
@@ -185,6 +193,7 @@ public final class TunnelClient: Sendable {
             return true
         }
         if added { inboundWakeup.signal() }
+        let server = self.server
         datagram.withUnsafeBytes { bytes in
             if (try? socket.send(bytes, to: server)) != true { counters.withLock { $0.sendFailures += 1 } }
         }
@@ -289,10 +298,11 @@ public final class TunnelClient: Sendable {
                 continue
             }
             var drained = false
+            let server = self.server
             while !drained {
                 batch.removeAll()
                 let now = Instant.now()
-                drained = fill(batch, from: tun) { frame, length throws(SealFailure) in
+                drained = fill(batch, from: tun, to: server) { frame, length throws(SealFailure) in
                     try core.withLock { (core) throws(SealFailure) in try core.seal(frame, innerLength: length, now: now) }
                 }
                 // Before the batch check: with an expired session every seal fails and the batch
@@ -318,7 +328,7 @@ public final class TunnelClient: Sendable {
 
     /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
     /// TUN had no more waiting.
-    private func fill(_ batch: PacketBatch, from tun: TunDevice,
+    private func fill(_ batch: PacketBatch, from tun: TunDevice, to server: SocketAddress,
                       seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> Int) -> Bool {
         while !batch.isFull {
             var empty = false

@@ -1,0 +1,37 @@
+import Glibc
+import PathMonitor
+
+/// The system's resolver (getaddrinfo: /etc/hosts, DNS, whatever nsswitch says), for a server
+/// named by host. It may wait for the network, so the daemon calls it off its deciding thread.
+enum Resolver {
+    /// Every address of `host`, in the resolver's order of preference (RFC 6724: addresses this
+    /// machine can reach first); a literal address is itself, with no lookup.
+    static func addresses(of host: String) throws -> [IPAddress] {
+        if let address = IPAddress(host) { return [address] }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(host, nil, &hints, &result)
+        guard status == 0, let first = result else {
+            throw AgentError("cannot resolve \(host): \(String(cString: gai_strerror(status)))")
+        }
+        defer { freeaddrinfo(result) }
+        var addresses: [IPAddress] = []
+        var node: UnsafeMutablePointer<addrinfo>? = first
+        for _ in 0..<256 {
+            guard let info = node else { break }
+            node = info.pointee.ai_next
+            guard let sa = info.pointee.ai_addr else { continue }
+            var address: IPAddress?
+            if info.pointee.ai_family == AF_INET {
+                let a = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr.s_addr }
+                address = .v4(UInt32(bigEndian: a))
+            } else if info.pointee.ai_family == AF_INET6 {
+                var a = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+                address = withUnsafeBytes(of: &a) { IPAddress(bytes: Array($0)) }
+            }
+            if let address, !addresses.contains(address) { addresses.append(address) }
+        }
+        return addresses
+    }
+}
