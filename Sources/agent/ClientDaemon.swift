@@ -40,6 +40,7 @@ final class ClientDaemon: @unchecked Sendable {
     /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
     private var sleptAt: Instant?
     private let systemd = SystemdNotifier()
+    private var readySent = false
     /// WATCHDOG=1 pings, only when the unit asks for them (WatchdogSec=).
     private let watchdog = SystemdNotifier.watchdogInterval()
     private var nextPing: Instant?
@@ -279,6 +280,14 @@ final class ClientDaemon: @unchecked Sendable {
         feed(.serverMoved)
     }
 
+    /// READY=1 for systemd, once: when the tunnel is up, or when there is no network to bring
+    /// it up on (then STATUS= tells the rest).
+    private func notifyReady() {
+        guard !readySent else { return }
+        readySent = true
+        systemd.notify("READY=1")
+    }
+
     /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
     private func giveUp(_ reason: String) {
         log("error", "giving up", ["reason": reason])
@@ -311,6 +320,8 @@ final class ClientDaemon: @unchecked Sendable {
         }
         // No path is not an unanswered server: waiting for a network has no deadline.
         if machine.state == .offline || machine.state == .sleeping { unansweredSince = nil }
+        // With no network there is nothing to wait for: a boot without one must not stall on us.
+        if machine.state == .offline { notifyReady() }
         for action in actions { perform(action) }
     }
 
@@ -435,7 +446,7 @@ final class ClientDaemon: @unchecked Sendable {
             routes = try TunnelRoutes(settings.mode, device: device)
             tun = device
             client.attach(device)
-            systemd.notify("READY=1")
+            notifyReady()
             log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
         } catch {
             log("error", "cannot configure the tunnel device", ["error": "\(error)"])
