@@ -5,6 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup
-swift build -c release --product agent >/dev/null
-swift build -c release --product MonitorBenchmark >/dev/null
-"$(swift build -c release --show-bin-path)/MonitorBenchmark" "$@"
+bin=$(scripts/build agent MonitorBenchmark)
+"$bin/MonitorBenchmark" "$@"

@@ -5,5 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup
-swift build -c release --product ReplayBenchmark >/dev/null
-"$(swift build -c release --show-bin-path)/ReplayBenchmark" "$@"
+"$(scripts/build ReplayBenchmark)/ReplayBenchmark" "$@"

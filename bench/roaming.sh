@@ -21,9 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 echo "roaming: building (release)" >&2
-swift build -c release --product agent >/dev/null
-swift build -c release --product RoamingBenchmark >/dev/null
-bin=$(swift build -c release --show-bin-path)
+bin=$(scripts/build agent RoamingBenchmark)
 echo "roaming: $(nproc) cores, $(uname -r), wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{print $NF}')" >&2
 # Every lab the benchmark makes is deleted when its run ends, also on failure; on Ctrl-C this
 # script ends the processes inside the benchmark's own namespaces (roamtest-PID-*) and deletes them.

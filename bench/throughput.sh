@@ -25,8 +25,7 @@ fi
 command -v python3 >/dev/null || { echo "throughput: needs python3" >&2; exit 2; }
 
 echo "throughput: building agent (release)" >&2
-swift build -c release --product agent >/dev/null
-A=$(swift build -c release --show-bin-path)/agent
+A=$(scripts/build agent)/agent
 [ -x "$A" ] || { echo "throughput: no agent binary at $A" >&2; exit 1; }
 
 # --- lab and cleanup ---------------------------------------------------------------------------

@@ -49,11 +49,14 @@ func ms(_ d: Duration?) -> String {
 }
 
 say("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
+/// Client CPU per run, to tell what the flap storm itself costs beside the probe stream's own.
+var cpuOf: [String: Duration] = [:]
 for mode in modes {
     for scenario in scenarios {
         for vpn in vpns {
             do {
                 let o = try scenario.run(vpn: vpn, routing: mode, tcp: false)
+                cpuOf["\(scenario.rawValue) \(mode.rawValue) \(vpn.rawValue)"] = o.cpu
                 let row = [
                     scenario.rawValue.padding(toLength: 19, withPad: " ", startingAt: 0),
                     mode.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0),
@@ -71,6 +74,17 @@ for mode in modes {
                 say("\(scenario) \(mode) \(vpn): failed: \(error)")
             }
         }
+    }
+}
+
+// The flap storm's CPU includes the probe stream's (50 echoes a second, each a wakeup of the
+// client's threads on both ways); the steady run is that stream alone for the same 20 s.
+for mode in modes {
+    for vpn in vpns {
+        let key = "\(mode.rawValue) \(vpn.rawValue)"
+        guard let storm = cpuOf["flap-storm " + key], let steady = cpuOf["steady " + key] else { continue }
+        say("flap-storm \(key): client CPU \(ms(storm)) ms, the probe stream alone (steady) \(ms(steady)) ms: "
+              + "\(ms(storm - steady)) ms for the storm itself")
     }
 }
 

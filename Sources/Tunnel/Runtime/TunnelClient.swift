@@ -263,7 +263,7 @@ public final class TunnelClient: Sendable {
             do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
         case .established(let completion):
             send(completion.confirmation)
-            log("handshake completed, rtt \(completion.rtt)")
+            log("handshake completed, rtt \(completion.rtt.short)")
             notify(.handshakeCompleted(rtt: completion.rtt))
         case .rejected:
             log("the server rejected a handshake")
@@ -272,7 +272,7 @@ public final class TunnelClient: Sendable {
             lastEcho.withLock { $0 = (id, rtt) }
             notify(.probeEcho(id: id, rtt: rtt))
         case .sessionUnknown:
-            log("the server lost our session; handshaking")
+            log(answersHints ? "the server lost our session; handshaking" : "the server says it lost our session")
             notify(.sessionUnknown)
             if answersHints { initiate(force: false) }
         case .keepalive:
