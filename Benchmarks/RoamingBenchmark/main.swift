@@ -80,7 +80,7 @@ for mode in modes {
 // The flap storm's CPU includes the probe stream's (50 echoes a second, each a wakeup of the
 // client's threads on both ways); the steady run is that stream alone for the same 20 s.
 for mode in modes {
-    for vpn in vpns {
+    for vpn in vpns where vpn == .roam {  // wireguard-go loses half the stream in the storm: no baseline
         let key = "\(mode.rawValue) \(vpn.rawValue)"
         guard let storm = cpuOf["flap-storm " + key], let steady = cpuOf["steady " + key] else { continue }
         say("flap-storm \(key): client CPU \(ms(storm)) ms, the probe stream alone (steady) \(ms(steady)) ms: "

@@ -1,20 +1,24 @@
+import PathMonitor
+
 /// Operator log lines for transitions: logfmt for people and grep, JSON lines for machines.
 extension Transition {
     /// `t=12.300 from=connected to=probing trigger=timer:liveness reason="livenessTimeout(1s)" ...`
-    public var logfmt: String { LogLine.logfmt(fields) }
+    public var logfmt: String { LogLine.logfmt([("t", at.description)] + fields) }
 
     /// The same fields as one JSON object.
-    public var json: String { LogLine.json(fields, numbers: ["t", "attempt", "coalesced"]) }
+    public var json: String { LogLine.json([("t", at.description)] + fields, numbers: ["t", "attempt", "coalesced"]) }
 
-    private var fields: [(String, String)] {
+    /// What an operator reads about a transition, in the order of every log line: from, to,
+    /// trigger, reason, path, candidate, attempt, the next retry (how long after the
+    /// transition), coalesced inputs.
+    public var fields: [(String, String)] {
         var out: [(String, String)] = [
-            ("t", at.description), ("from", from.name), ("to", to.name), ("trigger", trigger),
-            ("reason", reason.description),
+            ("from", from.name), ("to", to.name), ("trigger", trigger), ("reason", reason.description),
+            ("path", to.path.map { "\($0.interface)/\($0.source)" } ?? "none"),
         ]
-        if let path = to.path { out.append(("path", "\(path.interface)/\(path.source)")) }
         if case .switching(_, let candidate, _) = to { out.append(("candidate", candidate.interface)) }
         out.append(("attempt", String(attempt)))
-        if let nextRetry { out.append(("next_retry", nextRetry.description)) }
+        if let nextRetry { out.append(("next_retry", "in " + (nextRetry - at).short)) }
         out.append(("coalesced", String(coalesced)))
         return out
     }

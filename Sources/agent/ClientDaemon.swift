@@ -115,7 +115,7 @@ final class ClientDaemon: @unchecked Sendable {
                 systemd.notify("WATCHDOG=1")
                 nextPing = now + watchdog
             }
-            let giveUpAt = unansweredSince.flatMap { since in waitForServer.map { since + $0 } }
+            let giveUpAt = tun == nil ? unansweredSince.flatMap { since in waitForServer.map { since + $0 } } : nil
             let wakeAt = [machine.nextDeadline, nextPing, flaps.nextDue, giveUpAt].compactMap { $0 }.min()
             let timeout = wakeAt.map { max($0 - now, .zero) }
             let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
@@ -156,7 +156,7 @@ final class ClientDaemon: @unchecked Sendable {
         }
         systemd.notify("STOPPING=1")
         control.remove()
-        client?.stop()
+        client?.close()
         try? routes?.remove()
     }
 
@@ -351,7 +351,8 @@ final class ClientDaemon: @unchecked Sendable {
         }
         if let rtt = machine.roundTripTime { fields.append(("rtt", rtt.short)) }
         if let t = lastTransition {
-            fields += [("for", (Instant.now() - t.at).short), ("last_transition", "\(t.from.name) -> \(t.to.name)"),
+            fields += [("since", wallClock(ago: Instant.now() - t.at)), ("for", (Instant.now() - t.at).short),
+                       ("last_transition", "\(t.from.name) -> \(t.to.name)"),
                        ("reason", t.reason.description), ("trigger", t.trigger)]
         }
         fields += [("attempts", "\(attempts)"), ("budget_left", "\(machine.tokens)"), ("power", machine.power.rawValue)]
@@ -391,12 +392,7 @@ final class ClientDaemon: @unchecked Sendable {
             lastTransition = transition
             systemd.notify("STATUS=\(transition.to.name)"
                 + (transition.to.path.map { " on \($0.interface)" } ?? "") + ": \(transition.reason)")
-            log("info", "transition", [
-                "from": transition.from.name, "to": transition.to.name, "trigger": transition.trigger,
-                "reason": transition.reason.description,
-                "path": transition.to.path.map { "\($0.interface)/\($0.source)" } ?? "none",
-                "attempt": "\(transition.attempt)", "coalesced": "\(transition.coalesced)",
-            ])
+            log("info", "transition", transition.fields)
         case .armTimer, .cancelTimer, .quiesce:
             break  // the loop sleeps until machine.nextDeadline; quiesced means no timers
         }

@@ -4,9 +4,22 @@ import PathMonitor
 import Reconnector
 import Tunnel
 
-/// Operator log lines on standard error: logfmt by default, JSON on request.
+/// Operator log lines on standard error: logfmt by default, JSON on request. Under systemd,
+/// whose journal reads standard error ($JOURNAL_STREAM is set), each line starts with its
+/// syslog priority (`<4>`), so `journalctl -p warning` shows warnings and errors only.
 struct OperatorLog: Sendable {
     var json: Bool
+    var journal = environment("JOURNAL_STREAM") != nil
+
+    /// The syslog priority of a level: error 3, warning 4, info 6, debug 7.
+    static func priority(_ level: String) -> Int {
+        switch level {
+        case "error": 3
+        case "warning": 4
+        case "debug": 7
+        default: 6
+        }
+    }
 
     func callAsFunction(_ level: String, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
         self(level, message, fields.map { ($0.key, $0.value) })
@@ -18,9 +31,26 @@ struct OperatorLog: Sendable {
         let now = Duration.seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
         let all = [("ts", now.seconds(decimals: 3)), ("level", level), ("msg", message)]
             + fields
-        let line = (json ? LogLine.json(all, numbers: ["ts"]) : LogLine.logfmt(all)) + "\n"
-        writeStandardError(line)
+        writeStandardError(line(all, level: level))
     }
+
+    /// One line: the priority prefix for the journal, then logfmt or JSON.
+    func line(_ fields: [(String, String)], level: String) -> String {
+        (journal ? "<\(Self.priority(level))>" : "")
+            + (json ? LogLine.json(fields, numbers: ["ts", "attempt", "coalesced"]) : LogLine.logfmt(fields)) + "\n"
+    }
+}
+
+/// The wall-clock time `ago` before now, as RFC 3339 UTC to the second (`2026-11-22T19:04:01Z`).
+func wallClock(ago: Duration) -> String {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    var seconds = time_t(ts.tv_sec - Int(ago.components.seconds))
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    var buffer = [CChar](repeating: 0, count: 32)
+    let length = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
+    return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 /// What the daemons share: a configuration file and the log format.

@@ -66,6 +66,7 @@ struct DaemonLabTests {
         client.terminate()
         client.waitUntilExit()
         #expect(lab.wait(for: "msg=down", in: "client.log"))
+        #expect(lab.wait(for: "session closed by alice", in: "server.log"), "the client said goodbye: \(lab.log("server.log"))")
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
         #expect(try lab.control("status").contains("the agent is not running"))
@@ -101,5 +102,19 @@ struct DaemonLabTests {
         #expect(sent > 20 && lost == 0, "traffic flows to the new address: \(sent - lost) of \(sent)")
         #expect(probes.outage(from: moved, to: end) < .seconds(8), "outage \(probes.outage(from: moved, to: end))")
         #expect(lab.log("client.log").components(separatedBy: "to=connecting").count == 2, "one handshake only, the first")
+    }
+
+    /// Connected and idle on a stable path, the daemon sleeps: no timer, no probe, no spin, also
+    /// once the start-up's wait for the server has run out.
+    @Test func anIdleTunnelCostsNoCPU() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.startClient(["--wait-for-server", "1s"])
+        usleep(1_200_000)
+        let (cpu, wakeups) = (lab.clientCPU(), lab.clientWakeups())
+        usleep(2_000_000)
+        #expect(lab.clientCPU() - cpu < .milliseconds(50), "CPU while idle: \(lab.clientCPU() - cpu)")
+        #expect(lab.clientWakeups() - wakeups <= 2, "wakeups while idle: \(lab.clientWakeups() - wakeups)")
+        #expect(lab.status()["state"] == "connected")
     }
 }

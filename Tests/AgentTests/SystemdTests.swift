@@ -35,3 +35,13 @@ import Testing
     #expect(SystemdNotifier.watchdogInterval(usec: nil, pid: nil) == nil, "no WatchdogSec: no wake-ups for it")
     #expect(SystemdNotifier.watchdogInterval(usec: "soon", pid: nil) == nil)
 }
+
+@Test func logLinesCarryTheirPriorityForTheJournal() {
+    let fields = [("ts", "1.000"), ("level", "warning"), ("msg", "eth0 is flapping")]
+    #expect(OperatorLog(json: false, journal: true).line(fields, level: "warning") == "<4>ts=1.000 level=warning msg=\"eth0 is flapping\"\n")
+    #expect(OperatorLog(json: false, journal: false).line(fields, level: "warning") == "ts=1.000 level=warning msg=\"eth0 is flapping\"\n")
+    let transition = [("ts", "2.500"), ("level", "error"), ("msg", "giving up"), ("attempt", "3")]
+    #expect(OperatorLog(json: true, journal: true).line(transition, level: "error")
+        == "<3>{\"ts\":2.500,\"level\":\"error\",\"msg\":\"giving up\",\"attempt\":3}\n")
+    #expect(OperatorLog.priority("info") == 6 && OperatorLog.priority("debug") == 7)
+}

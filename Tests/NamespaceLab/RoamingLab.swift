@@ -117,10 +117,11 @@ public final class RoamingLab {
     }
 
     /// Starts the client and returns once its tunnel device carries the tunnel's routes.
-    public func startClient() throws {
+    public func startClient(_ extra: [String] = []) throws {
         switch vpn {
         case .roam:
-            client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket], log: "client.log")
+            client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket] + extra,
+                               log: "client.log")
             guard waitFor(seconds: 10, { self.log("client.log").contains("msg=\"tunnel up\"") }) else {
                 throw NamespaceLab.Failure(description: "agent up did not come up: \(log("client.log"))")
             }

@@ -248,3 +248,25 @@ import Testing
     }
     #expect(!ReplayWindow().check(.max))
 }
+
+@Test func aCloseForgetsTheClientsSessionsButAStaleOneCannot() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let stale = try f.client.close(now: f.now)  // sealed under the first session's keys
+    try f.connect()  // a newer handshake: the first session is now the previous one
+    var old = stale
+    #expect(f.server.receive(&old, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.unexpected),
+            "a close from an older session ends nothing")
+    #expect(f.server.sessionCount > 0)
+
+    var close = try f.client.close(now: f.now)
+    #expect(f.server.receive(&close, from: ProtocolFixture.clientAddress, now: f.now) == .closed(peer: peer))
+    #expect(f.server.sessionCount == 0 && f.server.endpoint(of: peer) == nil)
+    var after = try f.clientDatagram()
+    guard case .sessionUnknown = f.server.receive(&after, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("data after a close should draw the hint")
+        return
+    }
+    var replayed = close
+    #expect(f.server.receive(&replayed, from: ProtocolFixture.clientAddress, now: f.now) != .closed(peer: peer))
+}

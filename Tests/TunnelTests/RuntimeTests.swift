@@ -216,11 +216,24 @@ extension RuntimeTests {
 extension RuntimeTests {
     /// The session runs over IPv6 just as well: the server listens on both families.
     @Test func sessionOverAnIPv6Uplink() throws {
+        try withSession(from: SocketAddress(IPAddress("fd00:20::57")!, port: 0),
+                        to: SocketAddress(IPAddress("fd00:20::1")!, port: 51820)) { _, server, laptop, serverLab in
+            let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: serverLab)
+            defer { listener.close() }
+            let connection = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: laptop)
+            connection.close()
+            #expect(server.traffic.packetsIn > 0)
+        }
+    }
+
+    /// Runs `body` with a server and a client whose session is up (from `local` on the laptop's
+    /// eth0 to `endpoint`) and whose TUN device is attached; stops both afterwards.
+    func withSession(from local: SocketAddress, to endpoint: SocketAddress,
+                     _ body: (TunnelClient, TunnelServer, TunnelLab, TunnelLab) throws -> Void) throws {
         let (laptop, serverLab) = try TunnelLab.laptopAndServer()
         let (server, serverThread) = try startServer(in: serverLab)
-        let socket = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::57")!, port: 0), device: "eth0",
-                                   namespace: laptop.namespace)
-        let client = try connect(socket, to: SocketAddress(IPAddress("fd00:20::1")!, port: 51820))
+        let socket = try UDPSocket(bindingTo: local, device: "eth0", namespace: laptop.namespace)
+        let client = try connect(socket, to: endpoint)
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
         let clientThread = Running { client.run(with: tun) }
         defer {
@@ -229,53 +242,7 @@ extension RuntimeTests {
             clientThread.wait()
             serverThread.wait()
         }
-        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: serverLab)
-        defer { listener.close() }
-        let connection = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: laptop)
-        connection.close()
-        #expect(server.traffic.packetsIn > 0)
-    }
-}
-
-extension RuntimeTests {
-    /// What a driver hears: data going out unanswered and answers coming back, once per change;
-    /// and the echo of a probe sent over a path being tried, while the session stays put.
-    @Test func noticesAndProbesOverACandidatePath() throws {
-        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
-        let (server, serverThread) = try startServer(in: serverLab)
-        let heard = Notices()
-        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
-        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
-                                      socket: eth0, server: SocketAddress(IPAddress("198.51.100.7")!, port: 51820),
-                                      log: { _ in }, notify: { heard.append($0) })
-        // The daemon's order: run first, handshake without blocking, then the TUN it gives.
-        let clientThread = Running { client.run() }
-        defer {
-            client.stop()
-            server.stop()
-            clientThread.wait()
-            serverThread.wait()
-        }
-        client.startHandshake()
-        #expect(heard.wait { $0.contains { if case .handshakeCompleted = $0 { true } else { false } } })
-        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
-        client.attach(tun)
-        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: serverLab)
-        defer { listener.close() }
-        // A send after a quiet spell is worth a liveness check; the answers that follow keep
-        // the rest of the conversation quiet for the decider.
-        usleep(UInt32(TunnelClient.quietSpell.nanoseconds / 1000) + 50_000)
-        try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5005), in: laptop).close()
-        #expect(heard.wait { $0.contains(.dataSent) && $0.contains(.dataReceived) })
-        usleep(100_000)
-        #expect(heard.all.filter { $0 == .dataSent }.count == 1, "one notice for the conversation, not one per packet")
-
-        let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0", namespace: laptop.namespace)
-        client.probe(id: 42, via: wifi0)
-        #expect(heard.wait { $0.contains { if case .probeEcho(42, _) = $0 { true } else { false } } })
-        #expect(client.socket.device == "eth0", "probing a path does not move the session")
-        client.forget(candidate: wifi0)
-        #expect(client.handshakeCount == 1)
+        try body(client, server, laptop, serverLab)
     }
 }
 
@@ -283,33 +250,24 @@ extension RuntimeTests {
     /// Off by default, an idle tunnel sends nothing; with an interval, a keepalive reaches the
     /// server after every idle spell of that length; turned off while running, they stop.
     @Test func persistentKeepaliveOnlyWhenAsked() throws {
-        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
-        let (server, serverThread) = try startServer(in: serverLab)
-        let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0", namespace: laptop.namespace)
-        let client = try connect(eth0, to: SocketAddress(IPAddress("198.51.100.7")!, port: 51820))
-        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
-        let clientThread = Running { client.run(with: tun) }
-        defer {
-            client.stop()
-            server.stop()
-            clientThread.wait()
-            serverThread.wait()
+        try withSession(from: SocketAddress(IPAddress("10.20.0.57")!, port: 0),
+                        to: SocketAddress(IPAddress("198.51.100.7")!, port: 51820)) { client, server, _, _ in
+            usleep(100_000)
+            let confirmed = server.traffic.keepalivesIn  // the handshake's confirmation is one
+            usleep(1_000_000)
+            #expect(server.traffic.keepalivesIn == confirmed, "no keepalive without the option")
+
+            client.setPersistentKeepalive(.milliseconds(200))
+            usleep(1_100_000)
+            let kept = server.traffic.keepalivesIn - confirmed
+            #expect((3...6).contains(kept), "about one per 200 ms idle, got \(kept)")
+
+            client.setPersistentKeepalive(nil)
+            usleep(100_000)
+            let stopped = server.traffic.keepalivesIn
+            usleep(600_000)
+            #expect(server.traffic.keepalivesIn == stopped)
         }
-        usleep(100_000)
-        let confirmed = server.traffic.keepalivesIn  // the handshake's confirmation is one
-        usleep(1_000_000)
-        #expect(server.traffic.keepalivesIn == confirmed, "no keepalive without the option")
-
-        client.setPersistentKeepalive(.milliseconds(200))
-        usleep(1_100_000)
-        let kept = server.traffic.keepalivesIn - confirmed
-        #expect((3...6).contains(kept), "about one per 200 ms idle, got \(kept)")
-
-        client.setPersistentKeepalive(nil)
-        usleep(100_000)
-        let stopped = server.traffic.keepalivesIn
-        usleep(600_000)
-        #expect(server.traffic.keepalivesIn == stopped)
     }
 }
 

@@ -210,7 +210,7 @@ public struct ClientCore: Sendable {
         case .keepalive: return .keepalive
         case .packet: return .packet(range: opened.range)
         case .echo(let id, let sentAt): return .probeEcho(id: id, rtt: now - sentAt)
-        case .probe: return drop(.unexpected)
+        case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)
         }
     }
@@ -236,6 +236,12 @@ public struct ClientCore: Sendable {
     /// A probe the server echoes: liveness and round-trip time for the path it is sent on.
     public mutating func probe(id: UInt64, now: Instant) throws(SealFailure) -> [UInt8] {
         try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now), now: now)
+    }
+
+    /// Tells the server this client is going away, so it forgets the session at once rather
+    /// than after its timeouts.
+    public mutating func close(now: Instant) throws(SealFailure) -> [UInt8] {
+        try sealMessage(Control.encode(kind: Control.close, id: 0, sentAt: now), now: now)
     }
 
     /// An empty data packet: keeps NAT state and tells the server we are here.

@@ -22,6 +22,9 @@ public enum ServerEvent: Equatable, Sendable {
     case sessionUnknown(hint: [UInt8], to: SocketAddress)
     /// `peer` sent a keepalive: the session is alive, nothing to deliver.
     case keepalive(from: PeerID)
+    /// `peer` said it is going away: its sessions are forgotten (their keys wiped); its next
+    /// packet draws a "session unknown" hint.
+    case closed(peer: PeerID)
     /// The datagram was dropped, and counted, for `reason`.
     case dropped(DropReason)
 }
@@ -113,11 +116,13 @@ public struct ServerCore: Sendable {
         guard let slot = indices[index] else { return sessionUnknown(index, from: source, now: now) }
         let peer = PeerID(index: slot)
         let opened: TransportSession.Opened
+        let slotUsed: PeerState.Slot
         switch peers[slot].open(datagram, index: index, now: now, limits: sessionLimits) {
         case .none: return sessionUnknown(index, from: source, now: now)
         case .some((.failure(let reason), _)): return drop(reason)
         case .some((.success(let result), let which)):
             opened = result
+            slotUsed = which
             if which == .next { retire(peers[slot].promote()) }
             // Roaming: only a fresh, authenticated packet on the session in use, and only the
             // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
@@ -136,6 +141,13 @@ public struct ServerCore: Sendable {
                 return drop(.sessionExpired)
             }
             return .echo(peer: peer, datagram: datagram, to: source)
+        case .close:
+            // Only on the session in use: a close that lingered in the network from before the
+            // client's newest handshake must not end the session it made since.
+            guard slotUsed != .previous else { return drop(.unexpected) }
+            for forgotten in peers[slot].forgetAll() { indices[forgotten] = nil }
+            peers[slot].endpoint = nil
+            return .closed(peer: peer)
         case .echo:
             return drop(.unexpected)
         case .malformed:
@@ -409,6 +421,12 @@ struct PeerState {
         current = next
         next = nil
         return retired
+    }
+
+    /// Drops every session (the client closed); returns their indices.
+    mutating func forgetAll() -> [UInt32] {
+        defer { (current, next, previous) = (nil, nil, nil) }
+        return [current, next, previous].compactMap { $0?.localIndex }
     }
 
     /// Drops sessions established longer than `age` ago; returns their indices.

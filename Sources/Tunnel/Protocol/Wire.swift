@@ -255,13 +255,14 @@ enum SessionUnknown {
 /// byte of zero cannot be one; an empty plaintext is a keepalive.
 ///
 ///     0   zero
-///     1   kind: 1 probe, 2 echo
-///     2   probe id (u64 LE), chosen by the prober
+///     1   kind: 1 probe, 2 echo, 3 close (the client is going away: forget its sessions)
+///     2   probe id (u64 LE), chosen by the prober; zero in a close
 ///     10  the prober's clock when it sent the probe, in nanoseconds (i64 LE); echoed unchanged
 enum Control {
     static let length = 18
     static let probe: UInt8 = 1
     static let echo: UInt8 = 2
+    static let close: UInt8 = 3
 
     static func encode(kind: UInt8, id: UInt64, sentAt: Instant) -> [UInt8] {
         [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
@@ -275,6 +276,7 @@ enum InnerContent: Equatable {
     case packet(source: IPAddress)
     case probe(id: UInt64, sentAt: Instant)
     case echo(id: UInt64, sentAt: Instant)
+    case close
     case malformed
 
     init(_ plaintext: UnsafeRawBufferPointer) {
@@ -295,6 +297,7 @@ enum InnerContent: Equatable {
         switch plaintext[1] {
         case Control.probe: self = .probe(id: id, sentAt: sentAt)
         case Control.echo: self = .echo(id: id, sentAt: sentAt)
+        case Control.close: self = .close
         default: self = .malformed
         }
     }

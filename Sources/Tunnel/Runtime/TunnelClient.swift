@@ -160,6 +160,14 @@ public final class TunnelClient: Sendable {
     /// `.rejected`) reports the outcome while `run` is going.
     public func startHandshake() { initiate(force: true) }
 
+    /// Tells the server this client is going away (it forgets the session at once), then stops.
+    public func close() {
+        if let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.close(now: Instant.now()) }) {
+            send(datagram)
+        }
+        stop()
+    }
+
     public func stop() {
         running.store(false, ordering: .relaxed)
         inboundWakeup.signal()

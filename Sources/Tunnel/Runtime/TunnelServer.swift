@@ -144,6 +144,8 @@ public final class TunnelServer: Sendable {
             send(datagram, to: to)
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
+        case .closed(let peer):
+            log("session closed by \(core.withLock { $0.users[peer].label })")
         case .dropped:
             break
         }
