@@ -288,18 +288,19 @@ public struct Reconnector: Sendable {
 
     /// The server answers at another address now. A live session is proved with a probe (the
     /// same server keeps it; another one behind the name answers "session unknown", which brings
-    /// a handshake); a handshake or a wait aimed at the old address starts afresh.
+    /// a handshake); a handshake in flight to the old address starts afresh; a backoff keeps its
+    /// wait (its retry goes to the new address), so a name that rotates cannot cut it short.
     private mutating func serverMoved(_ now: Instant, _ out: inout [Action]) {
         // Paths that failed their probes failed them towards the old address.
         dead.removeAll()
         switch state {
-        case .offline, .sleeping, .failed:
+        case .offline, .sleeping, .failed, .backingOff:
             coalesced += 1  // the next attempt goes to the new address anyway
         case .connected(let path), .probing(let path, _), .switching(let path, _, _):
             probe(path, now, &out)
             enter(.probing(path, sent: 1), .serverAddressChanged, now, &out)
-        case .connecting(let path), .backingOff(let path):
-            // A new address is a new chance, not a retry of what failed: no backoff wait.
+        case .connecting(let path):
+            // The initiation went to the old address: its answer will not come.
             attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
         }
     }

@@ -21,6 +21,8 @@ final class ClientDaemon: @unchecked Sendable {
     /// A lookup of the server's name is running; another was asked for meanwhile.
     private var resolving = false
     private var resolveAgain = false
+    /// The session is being moved to the server's new address: no lookups meanwhile.
+    private var following = false
     private let log: OperatorLog
     private var machine: Reconnector
     private let monitor: LiveMonitor
@@ -115,7 +117,6 @@ final class ClientDaemon: @unchecked Sendable {
                 systemd.notify("WATCHDOG=1")
                 nextPing = now + watchdog
             }
-            let giveUpAt = tun == nil ? unansweredSince.flatMap { since in waitForServer.map { since + $0 } } : nil
             let wakeAt = [machine.nextDeadline, nextPing, flaps.nextDue, giveUpAt].compactMap { $0 }.min()
             let timeout = wakeAt.map { max($0 - now, .zero) }
             let descriptors = [monitor.fileDescriptor, wakeup.read, control.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
@@ -148,7 +149,7 @@ final class ClientDaemon: @unchecked Sendable {
             for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                 feed(.timerFired(kind))
             }
-            if tun == nil, let giveUpAt, giveUpAt <= after, let waitForServer {
+            if let giveUpAt, giveUpAt <= after, let waitForServer {
                 let path = machine.state.path.map { " over \($0.interface)" } ?? ""
                 giveUp("no answer from the server \(server) in \(waitForServer.short)\(path): check that it runs, its "
                     + "address and port, that UDP reaches it, and that 'server-key' is its public key")
@@ -228,9 +229,17 @@ final class ClientDaemon: @unchecked Sendable {
         log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
     }
 
+    /// When the agent gives up on a server that never answered: only before the tunnel first
+    /// came up, and only counting time with a usable path.
+    private var giveUpAt: Instant? {
+        guard tun == nil, let unansweredSince, let waitForServer else { return nil }
+        return unansweredSince + waitForServer
+    }
+
     /// After a suspend the machine may be on another network, where the server's name may
-    /// resolve elsewhere.
+    /// resolve elsewhere. The time asleep was no time without an answer.
     private func woke(after slept: Duration) {
+        unansweredSince = nil
         feed(.wake(sleptFor: slept))
         resolveServer()
     }
@@ -245,7 +254,7 @@ final class ClientDaemon: @unchecked Sendable {
         let host = settings.server.host
         do {
             try OSThread.detach { [weak self] in
-                do {
+                do throws(ResolverError) {
                     self?.post(.resolved(try Resolver.addresses(of: host), error: nil))
                 } catch {
                     self?.post(.resolved([], error: "\(error)"))
@@ -263,19 +272,23 @@ final class ClientDaemon: @unchecked Sendable {
         defer { if resolveAgain { resolveAgain = false; resolveServer() } }
         if let error { return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": error]) }
         guard !addresses.contains(server.ip) else { return }
-        // A split route that holds the server would carry the tunnel's own packets.
+        // A split route that holds the server would carry the tunnel's own packets; an address
+        // no uplink reaches (IPv6 on an IPv4-only network) would strand the session.
         let usable = addresses.filter { address in
-            if case .split(let prefixes) = settings.mode { return !prefixes.contains { $0.contains(address) } }
-            return true
+            if case .split(let prefixes) = settings.mode, prefixes.contains(where: { $0.contains(address) }) { return false }
+            return !monitor.tracker.model.paths(to: address).isEmpty
         }
         guard let address = usable.first else {
-            return log("warning", "the server's name resolves only inside the tunnel's split routes; keeping its address",
+            return log("warning", "the server's name gives no address this machine can use now; keeping its address",
                        ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
         }
         let moved = SocketAddress(address, port: server.port)
         log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)"])
         server = moved
         client?.setServer(moved)
+        probes.removeAll()  // an echo from the old address proves nothing about the new one
+        following = true
+        defer { following = false }
         if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
         feed(.serverMoved)
     }
@@ -308,8 +321,8 @@ final class ClientDaemon: @unchecked Sendable {
             if tun == nil, unansweredSince == nil { unansweredSince = now }
         }
         // A new path or attempts that fail: the moments the server's name may give another
-        // address. (Not after a move, which would only ask the same question again.)
-        if input != .serverMoved, actions.contains(where: { action in
+        // address. (Not while following a move, which would only ask the same question again.)
+        if !following, actions.contains(where: { action in
             switch action {
             case .rebind: true
             case .report(let t): t.to.name == "backing-off"

@@ -104,15 +104,17 @@ final class ControlSocket {
         return String(decoding: answer, as: UTF8.self).trimmed
     }
 
-    /// Whether something accepts connections at `path`.
+    /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once
+    /// (`EAGAIN`, its backlog full) is still there.
     private static func answers(_ path: String) -> Bool {
         guard var sa = try? address(path) else { return false }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        return withUnsafePointer(to: &sa) {
+        let connected = withUnsafePointer(to: &sa) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        } == 0
+        }
+        return connected == 0 || errno == EAGAIN
     }
 
     private static func address(_ path: String) throws -> sockaddr_un {

@@ -9,7 +9,17 @@ import Tunnel
 /// syslog priority (`<4>`), so `journalctl -p warning` shows warnings and errors only.
 struct OperatorLog: Sendable {
     var json: Bool
-    var journal = environment("JOURNAL_STREAM") != nil
+    var journal = OperatorLog.standardErrorIsJournal()
+
+    /// Whether standard error is the journal's stream: $JOURNAL_STREAM names it by device and
+    /// inode, and a child that inherited the variable but writes elsewhere must not prefix.
+    static func standardErrorIsJournal(_ variable: String? = environment("JOURNAL_STREAM")) -> Bool {
+        guard let parts = variable?.split(separator: ":"), parts.count == 2,
+              let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
+        var info = stat()
+        guard fstat(2, &info) == 0 else { return false }
+        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+    }
 
     /// The syslog priority of a level: error 3, warning 4, info 6, debug 7.
     static func priority(_ level: String) -> Int {

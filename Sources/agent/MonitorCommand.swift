@@ -127,7 +127,9 @@ func resolve(_ text: String) throws -> IPAddress {
     guard let endpoint = Endpoint(text) else {
         throw ValidationError("'--server' needs host[:port], got \"\(text)\"")
     }
-    guard let first = try Resolver.addresses(of: endpoint.host).first else {
+    let addresses: [IPAddress]
+    do { addresses = try Resolver.addresses(of: endpoint.host) } catch { throw AgentError("\(error)") }
+    guard let first = addresses.first else {
         throw AgentError("\(endpoint.host) has no IPv4 or IPv6 address")
     }
     return first

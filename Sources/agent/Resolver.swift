@@ -6,15 +6,13 @@ import PathMonitor
 enum Resolver {
     /// Every address of `host`, in the resolver's order of preference (RFC 6724: addresses this
     /// machine can reach first); a literal address is itself, with no lookup.
-    static func addresses(of host: String) throws -> [IPAddress] {
+    static func addresses(of host: String) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
         var result: UnsafeMutablePointer<addrinfo>?
         let status = getaddrinfo(host, nil, &hints, &result)
-        guard status == 0, let first = result else {
-            throw AgentError("cannot resolve \(host): \(String(cString: gai_strerror(status)))")
-        }
+        guard status == 0, let first = result else { throw ResolverError(host: host, code: status) }
         defer { freeaddrinfo(result) }
         var addresses: [IPAddress] = []
         var node: UnsafeMutablePointer<addrinfo>? = first
@@ -34,4 +32,17 @@ enum Resolver {
         }
         return addresses
     }
+}
+
+/// Why a name gave no address.
+struct ResolverError: Error, CustomStringConvertible {
+    var host: String
+    /// getaddrinfo's answer (EAI_...).
+    var code: Int32
+
+    /// No answer yet (no network, no reachable name server): worth asking again later, unlike
+    /// a name that does not exist.
+    var isTemporary: Bool { code == EAI_AGAIN }
+
+    var description: String { "cannot resolve \(host): \(String(cString: gai_strerror(code)))" }
 }

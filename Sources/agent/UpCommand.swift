@@ -45,14 +45,18 @@ struct UpCommand: ParsableCommand {
             }
             credentials = c
         }
-        guard let address = try Resolver.addresses(of: settings.server.host).first else {
-            throw AgentError("\(settings.server.host) has no IPv4 or IPv6 address")
+        let addresses = try resolveAtStart(settings.server.host, log: log)
+        // A split route that holds the server would carry the tunnel's own packets.
+        let outside = addresses.filter { address in
+            if case .split(let prefixes) = settings.mode { return !prefixes.contains { $0.contains(address) } }
+            return true
+        }
+        guard let address = outside.first else {
+            throw AgentError("the split routes contain the server (\(addresses.map(\.description).joined(separator: ", "))): "
+                + "the tunnel would carry its own packets; narrow them")
         }
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
         let server = SocketAddress(address, port: port)
-        if case .split(let prefixes) = settings.mode, let loop = prefixes.first(where: { $0.contains(address) }) {
-            throw AgentError("the split route \(loop) contains the server \(address): the tunnel would carry its own packets; narrow it")
-        }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
@@ -64,6 +68,33 @@ struct UpCommand: ParsableCommand {
         log("info", "down")
         if let failure = session.failure { throw AgentError(failure) }
         if session.restartRequested { try restart() }
+    }
+}
+
+/// The server's addresses. A name that gets no answer yet (no network at boot, no name server
+/// reachable) is asked again, 1 s doubling to 30 s apart, for as long as it takes: nothing is set
+/// up yet, and systemd hears READY so a boot does not wait. A name that does not exist is an error.
+private func resolveAtStart(_ host: String, log: OperatorLog) throws -> [IPAddress] {
+    var delay = Duration.seconds(1)
+    var told = false
+    while true {
+        let addresses: [IPAddress]
+        do throws(ResolverError) {
+            addresses = try Resolver.addresses(of: host)
+        } catch where error.isTemporary {
+            log("warning", "cannot resolve the server's name yet; asking again", ["server": host, "error": "\(error)", "next_in": delay.short])
+            if !told {
+                SystemdNotifier().notify("READY=1\nSTATUS=waiting to resolve \(host)")
+                told = true
+            }
+            usleep(UInt32(delay.components.seconds) * 1_000_000)
+            delay = min(delay * 2, .seconds(30))
+            continue
+        } catch {
+            throw AgentError("\(error): check 'server' in the configuration")
+        }
+        guard !addresses.isEmpty else { throw AgentError("\(host) has no IPv4 or IPv6 address") }
+        return addresses
     }
 }
 

@@ -117,4 +117,22 @@ struct DaemonLabTests {
         #expect(lab.clientWakeups() - wakeups <= 2, "wakeups while idle: \(lab.clientWakeups() - wakeups)")
         #expect(lab.status()["state"] == "connected")
     }
+
+    /// At boot the server's name may not resolve yet (no name server reachable): the agent
+    /// asks again until it does, then comes up, with nothing set up meanwhile.
+    @Test func waitsForTheServersNameToResolve() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.laptop.setHosts("127.0.0.1 localhost\n")
+        try lab.laptop.setResolvConf("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n")  // nobody answers there
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8)
+            .replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:"))
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.wait(for: "cannot resolve the server's name yet; asking again", in: "client.log"), "\(lab.log("client.log"))")
+        #expect((try? lab.laptop.ip("link show roam0")) == nil, "nothing is set up while the name does not resolve")
+        try lab.laptop.setHosts("127.0.0.1 localhost\n198.51.100.7 vpn.roam.test\n")
+        #expect(lab.wait(for: "msg=\"tunnel up\"", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+    }
 }

@@ -45,3 +45,11 @@ import Testing
         == "<3>{\"ts\":2.500,\"level\":\"error\",\"msg\":\"giving up\",\"attempt\":3}\n")
     #expect(OperatorLog.priority("info") == 6 && OperatorLog.priority("debug") == 7)
 }
+
+@Test func theJournalIsRecognisedByTheStreamItNames() {
+    var info = stat()
+    fstat(2, &info)
+    #expect(OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino)"))
+    #expect(!OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino + 1)"), "inherited, but not this stream")
+    #expect(!OperatorLog.standardErrorIsJournal(nil) && !OperatorLog.standardErrorIsJournal("garbage"))
+}

@@ -37,10 +37,15 @@ public final class NamespaceLab {
     /// Gives programs started with `ip netns exec` in this namespace their own /etc/hosts
     /// (`ip` bind-mounts /etc/netns/NAME/hosts over it). Written in place, so a program that is
     /// running already reads the new names on its next lookup.
-    public func setHosts(_ text: String) throws {
+    public func setHosts(_ text: String) throws { try setEtc("hosts", text) }
+
+    /// The same for /etc/resolv.conf: which name servers programs in this namespace ask.
+    public func setResolvConf(_ text: String) throws { try setEtc("resolv.conf", text) }
+
+    private func setEtc(_ file: String, _ text: String) throws {
         let directory = "/etc/netns/\(name)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try text.write(toFile: directory + "/hosts", atomically: false, encoding: .utf8)
+        try text.write(toFile: directory + "/" + file, atomically: false, encoding: .utf8)
     }
 
     /// Runs `ip -n NAME <arguments>` and returns what it printed.

@@ -117,11 +117,12 @@ public final class RoamingLab {
     }
 
     /// Starts the client and returns once its tunnel device carries the tunnel's routes.
-    public func startClient(_ extra: [String] = []) throws {
+    public func startClient(_ extra: [String] = [], waitForTunnel: Bool = true) throws {
         switch vpn {
         case .roam:
             client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket] + extra,
                                log: "client.log")
+            guard waitForTunnel else { return }
             guard waitFor(seconds: 10, { self.log("client.log").contains("msg=\"tunnel up\"") }) else {
                 throw NamespaceLab.Failure(description: "agent up did not come up: \(log("client.log"))")
             }

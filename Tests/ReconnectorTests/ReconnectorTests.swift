@@ -290,15 +290,24 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
     #expect(r.state == .connected(eth0))
 }
 
-@Test func serverMovedEndsABackoffWithAHandshakeAndForgetsDeadPaths() {
+@Test func serverMovedKeepsABackoffWaitAndForgetsDeadPaths() {
     var r = Reconnector()
     _ = r.handle(.paths([eth0, wifi0]), now: at(0))
     _ = r.handle(.timerFired(.handshake), now: at(5000))  // eth0 failed: dead for a while
     _ = r.handle(.timerFired(.handshake), now: at(10_000))  // wifi0 too: backing off
-    guard case .backingOff = r.state else { Issue.record("expected a backoff, got \(r.state)"); return }
-    let out = r.handle(.serverMoved, now: at(10_010))
+    guard case .backingOff = r.state, let retry = r.timers[.retry] else { Issue.record("expected a backoff, got \(r.state)"); return }
+    let moved = r.handle(.serverMoved, now: at(10_010))
+    #expect(moved.isEmpty && r.timers[.retry] == retry, "a name that rotates must not cut the backoff short")
+    let out = r.handle(.timerFired(.retry), now: retry)
     #expect(out.handshakes == ["eth0"], "the best path again: its failure was towards the old address")
-    #expect(out.reasons == ["serverAddressChanged"] && r.state == .connecting(eth0))
+}
+
+@Test func serverMovedDuringAHandshakeStartsItAgain() {
+    var r = Reconnector()
+    _ = r.handle(.paths([eth0]), now: at(0))
+    let out = r.handle(.serverMoved, now: at(100))
+    #expect(out.handshakes == ["eth0"] && out.reasons == ["serverAddressChanged"])
+    #expect(r.timers[.handshake] == at(5100), "a full timeout for the new initiation")
 }
 
 @Test func serverMovedWhileOfflineOrAsleepWaits() {

@@ -270,3 +270,23 @@ import Testing
     var replayed = close
     #expect(f.server.receive(&replayed, from: ProtocolFixture.clientAddress, now: f.now) != .closed(peer: peer))
 }
+
+@Test func aRestartedClientsHandshakeSurvivesTheOldProcesssGoodbye() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let goodbye = try f.client.close(now: f.now)  // the old process's last datagram, still on its way
+    // The restarted process handshakes with the same key; its response is out, its first packet not yet.
+    var restarted = try ClientCore(privateKey: f.clientKey, serverKey: f.serverKey.publicKey)
+    var initiation = try restarted.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_700_000_001_000_000_000))
+    guard case .handshake(_, var response, _) = f.deliver(&initiation) else { Issue.record("handshake refused"); return }
+    guard case .established = restarted.receive(&response, now: f.now) else { Issue.record("response refused"); return }
+
+    var late = goodbye
+    #expect(f.server.receive(&late, from: ProtocolFixture.clientAddress, now: f.now) == .closed(peer: peer))
+    var framed = DataPacket.frame(ProtocolFixture.ipv4())
+    try restarted.seal(&framed, now: f.now)
+    guard case .packet = f.server.receive(&framed, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("the new process's session was ended by the old one's goodbye")
+        return
+    }
+}

@@ -145,7 +145,7 @@ public struct ServerCore: Sendable {
             // Only on the session in use: a close that lingered in the network from before the
             // client's newest handshake must not end the session it made since.
             guard slotUsed != .previous else { return drop(.unexpected) }
-            for forgotten in peers[slot].forgetAll() { indices[forgotten] = nil }
+            for forgotten in peers[slot].forgetEstablished() { indices[forgotten] = nil }
             peers[slot].endpoint = nil
             return .closed(peer: peer)
         case .echo:
@@ -423,10 +423,12 @@ struct PeerState {
         return retired
     }
 
-    /// Drops every session (the client closed); returns their indices.
-    mutating func forgetAll() -> [UInt32] {
-        defer { (current, next, previous) = (nil, nil, nil) }
-        return [current, next, previous].compactMap { $0?.localIndex }
+    /// Drops the sessions in use and before (the client closed); returns their indices. A
+    /// `next` session stays: it comes from a handshake newer than the close, which a client
+    /// started since (a restart whose handshake overtook its old process's goodbye).
+    mutating func forgetEstablished() -> [UInt32] {
+        defer { (current, previous) = (nil, nil) }
+        return [current, previous].compactMap { $0?.localIndex }
     }
 
     /// Drops sessions established longer than `age` ago; returns their indices.
