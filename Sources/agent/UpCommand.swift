@@ -14,7 +14,7 @@ struct UpCommand: ParsableCommand {
             moves when the path does; the TUN device is configured once, after the first handshake, and \
             stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGHUP reads the \
             configuration again (tunables apply at once, other changes restart the agent); SIGTERM or \
-            SIGINT take the tunnel down.
+            SIGINT tell the server goodbye and take the tunnel down.
             """)
 
     @OptionGroup var daemon: DaemonOptions
