@@ -63,8 +63,8 @@ final class ClientDaemon: @unchecked Sendable {
     enum Event: Sendable {
         case notice(ClientNotice)
         case signal(Int32)
-        /// The server's name resolved to these addresses, or could not be resolved.
-        case resolved([IPAddress], error: String?)
+        /// What a lookup of the server's name gave.
+        case resolved(Result<[IPAddress], ResolverError>)
     }
 
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
@@ -184,8 +184,8 @@ final class ClientDaemon: @unchecked Sendable {
         case .signal:
             log("info", "stopping")
             running = false
-        case .resolved(let addresses, let error):
-            resolved(addresses, error: error)
+        case .resolved(let result):
+            resolved(result)
         case .notice(let notice):
             switch notice {
             case .handshakeCompleted(let rtt):
@@ -254,11 +254,7 @@ final class ClientDaemon: @unchecked Sendable {
         let host = settings.server.host
         do {
             try OSThread.detach { [weak self] in
-                do throws(ResolverError) {
-                    self?.post(.resolved(try Resolver.addresses(of: host), error: nil))
-                } catch {
-                    self?.post(.resolved([], error: "\(error)"))
-                }
+                self?.post(.resolved(Result { () throws(ResolverError) in try Resolver.addresses(of: host) }))
             }
         } catch {
             resolving = false
@@ -267,18 +263,21 @@ final class ClientDaemon: @unchecked Sendable {
     }
 
     /// Follows the server to a new address when its name no longer gives the current one.
-    private func resolved(_ addresses: [IPAddress], error: String?) {
+    private func resolved(_ result: Result<[IPAddress], ResolverError>) {
         resolving = false
         defer { if resolveAgain { resolveAgain = false; resolveServer() } }
-        if let error { return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": error]) }
-        guard !addresses.contains(server.ip) else { return }
-        // A split route that holds the server would carry the tunnel's own packets; an address
-        // no uplink reaches (IPv6 on an IPv4-only network) would strand the session.
-        let usable = addresses.filter { address in
-            if case .split(let prefixes) = settings.mode, prefixes.contains(where: { $0.contains(address) }) { return false }
-            return !monitor.tracker.model.paths(to: address).isEmpty
+        let addresses: [IPAddress]
+        switch result {
+        case .success(let list): addresses = list
+        case .failure(let error):
+            return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": "\(error)"])
         }
-        guard let address = usable.first else {
+        guard !addresses.contains(server.ip) else { return }
+        // Not one the tunnel's own routes would carry, nor one no uplink reaches (IPv6 on an
+        // IPv4-only network): either would strand the session.
+        guard let address = addresses.first(where: {
+            !settings.mode.wouldLoop(to: $0) && !monitor.tracker.model.paths(to: $0).isEmpty
+        }) else {
             return log("warning", "the server's name gives no address this machine can use now; keeping its address",
                        ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
         }
@@ -325,7 +324,7 @@ final class ClientDaemon: @unchecked Sendable {
         if !following, actions.contains(where: { action in
             switch action {
             case .rebind: true
-            case .report(let t): t.to.name == "backing-off"
+            case .report(let t): if case .backingOff = t.to { true } else { false }
             default: false
             }
         }) {

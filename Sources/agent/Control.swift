@@ -81,9 +81,7 @@ final class ControlSocket {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        var sa = try address(path)
-        let connected = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        guard connected == 0 else {
+        guard try connect(fd, to: path) else {
             if errno == ENOENT || errno == ECONNREFUSED {
                 throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
             }
@@ -107,14 +105,19 @@ final class ControlSocket {
     /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once
     /// (`EAGAIN`, its backlog full) is still there.
     private static func answers(_ path: String) -> Bool {
-        guard var sa = try? address(path) else { return false }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        let connected = withUnsafePointer(to: &sa) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        return connected == 0 || errno == EAGAIN
+        guard let connected = try? connect(fd, to: path) else { return false }
+        return connected || errno == EAGAIN
+    }
+
+    /// Connects `fd` to the socket at `path`; false (with `errno` set) when that failed.
+    private static func connect(_ fd: Int32, to path: String) throws -> Bool {
+        var sa = try address(path)
+        return withUnsafePointer(to: &sa) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
     }
 
     private static func address(_ path: String) throws -> sockaddr_un {

@@ -127,12 +127,7 @@ func resolve(_ text: String) throws -> IPAddress {
     guard let endpoint = Endpoint(text) else {
         throw ValidationError("'--server' needs host[:port], got \"\(text)\"")
     }
-    let addresses: [IPAddress]
-    do { addresses = try Resolver.addresses(of: endpoint.host) } catch { throw AgentError("\(error)") }
-    guard let first = addresses.first else {
-        throw AgentError("\(endpoint.host) has no IPv4 or IPv6 address")
-    }
-    return first
+    do { return try Resolver.addresses(of: endpoint.host)[0] } catch { throw AgentError("\(error)") }
 }
 
 /// Writes one event per line, logfmt or JSON, with seconds since start, flushed at once.

@@ -5,7 +5,7 @@ import PathMonitor
 /// named by host. It may wait for the network, so the daemon calls it off its deciding thread.
 enum Resolver {
     /// Every address of `host`, in the resolver's order of preference (RFC 6724: addresses this
-    /// machine can reach first); a literal address is itself, with no lookup.
+    /// machine can reach first), never none; a literal address is itself, with no lookup.
     static func addresses(of host: String) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
         var hints = addrinfo()
@@ -30,6 +30,7 @@ enum Resolver {
             }
             if let address, !addresses.contains(address) { addresses.append(address) }
         }
+        guard !addresses.isEmpty else { throw ResolverError(host: host, code: nil) }
         return addresses
     }
 }
@@ -37,12 +38,14 @@ enum Resolver {
 /// Why a name gave no address.
 struct ResolverError: Error, CustomStringConvertible {
     var host: String
-    /// getaddrinfo's answer (EAI_...).
-    var code: Int32
+    /// getaddrinfo's answer (EAI_...); nil when it answered with no IPv4 or IPv6 address.
+    var code: Int32?
 
     /// No answer yet (no network, no reachable name server): worth asking again later, unlike
     /// a name that does not exist.
     var isTemporary: Bool { code == EAI_AGAIN }
 
-    var description: String { "cannot resolve \(host): \(String(cString: gai_strerror(code)))" }
+    var description: String {
+        "cannot resolve \(host): " + (code.map { String(cString: gai_strerror($0)) } ?? "it has no IPv4 or IPv6 address")
+    }
 }

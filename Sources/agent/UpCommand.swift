@@ -46,12 +46,7 @@ struct UpCommand: ParsableCommand {
             credentials = c
         }
         let addresses = try resolveAtStart(settings.server.host, log: log)
-        // A split route that holds the server would carry the tunnel's own packets.
-        let outside = addresses.filter { address in
-            if case .split(let prefixes) = settings.mode { return !prefixes.contains { $0.contains(address) } }
-            return true
-        }
-        guard let address = outside.first else {
+        guard let address = addresses.first(where: { !settings.mode.wouldLoop(to: $0) }) else {
             throw AgentError("the split routes contain the server (\(addresses.map(\.description).joined(separator: ", "))): "
                 + "the tunnel would carry its own packets; narrow them")
         }
@@ -93,7 +88,6 @@ private func resolveAtStart(_ host: String, log: OperatorLog) throws -> [IPAddre
         } catch {
             throw AgentError("\(error): check 'server' in the configuration")
         }
-        guard !addresses.isEmpty else { throw AgentError("\(host) has no IPv4 or IPv6 address") }
         return addresses
     }
 }

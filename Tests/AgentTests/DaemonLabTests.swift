@@ -79,10 +79,7 @@ struct DaemonLabTests {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.server.ip("address add 198.51.100.8/32 dev lo")
         try lab.laptop.setHosts("198.51.100.7 vpn.roam.test\n")
-        let configuration = lab.directory + "/client.yaml"
-        try (try String(contentsOfFile: configuration, encoding: .utf8)
-            .replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:"))
-            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try nameTheServer(in: lab)
         try lab.startServer()
         try lab.startClient()
         #expect(lab.log("client.log").contains("server=198.51.100.7:51820"))
@@ -124,15 +121,20 @@ struct DaemonLabTests {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.laptop.setHosts("127.0.0.1 localhost\n")
         try lab.laptop.setResolvConf("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n")  // nobody answers there
-        let configuration = lab.directory + "/client.yaml"
-        try (try String(contentsOfFile: configuration, encoding: .utf8)
-            .replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:"))
-            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try nameTheServer(in: lab)
         try lab.startServer()
         try lab.startClient(waitForTunnel: false)
         #expect(lab.wait(for: "cannot resolve the server's name yet; asking again", in: "client.log"), "\(lab.log("client.log"))")
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "nothing is set up while the name does not resolve")
         try lab.laptop.setHosts("127.0.0.1 localhost\n198.51.100.7 vpn.roam.test\n")
         #expect(lab.wait(for: "msg=\"tunnel up\"", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+    }
+
+    /// The client's configuration names the server `vpn.roam.test` instead of its address.
+    private func nameTheServer(in lab: RoamingLab) throws {
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8)
+            .replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:"))
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
     }
 }

@@ -9,6 +9,12 @@ public enum RoutingMode: Hashable, Sendable {
     /// Everything, the way wg-quick does it: see `FullTunnel`.
     case full(FullTunnel)
 
+    /// Whether the tunnel's own routes would carry packets to `server`: a split prefix that
+    /// holds it (the tunnel's packets would loop into itself). Full mode's marked socket never is.
+    public func wouldLoop(to server: IPAddress) -> Bool {
+        if case .split(let prefixes) = self { prefixes.contains { $0.contains(server) } } else { false }
+    }
+
     /// The mark the session's sockets must carry (`UDPSocket(mark:)`) in this mode.
     public var socketMark: UInt32? {
         if case .full(let policy) = self { policy.mark } else { nil }
