@@ -18,12 +18,13 @@ public struct NetlinkDecoder: Sendable {
         public var changes: [NetworkChange] = []
         /// `NLMSG_DONE` ended a dump.
         public var done = false
-        /// A negative errno from `NLMSG_ERROR` (0 is an acknowledgement), with the request's sequence.
-        public var error: (code: Int32, sequence: UInt32)?
+        /// A negative errno from `NLMSG_ERROR` (0 is an acknowledgement), with the request's
+        /// sequence and the kernel's own words for it (extended ack, `NLMSGERR_ATTR_MSG`).
+        public var error: (code: Int32, sequence: UInt32, message: String?)?
 
         public static func == (a: Batch, b: Batch) -> Bool {
             a.changes == b.changes && a.done == b.done && a.error?.code == b.error?.code
-                && a.error?.sequence == b.error?.sequence
+                && a.error?.sequence == b.error?.sequence && a.error?.message == b.error?.message
         }
     }
 
@@ -45,7 +46,9 @@ public struct NetlinkDecoder: Sendable {
                 batch.done = true
             case NL.error:
                 if body.count >= 4 {
-                    batch.error = (Int32(bitPattern: buffer.u32(body.lowerBound)), buffer.u32(offset + 8))
+                    let flags = buffer.u16(offset + 6)
+                    batch.error = (Int32(bitPattern: buffer.u32(body.lowerBound)), buffer.u32(offset + 8),
+                                   Self.extendedAckMessage(buffer, body, flags: flags))
                 } else {
                     malformed += 1
                 }
@@ -67,6 +70,21 @@ public struct NetlinkDecoder: Sendable {
     }
 
     // MARK: Messages
+
+    /// The kernel's message in an extended acknowledgement: after the error code comes the
+    /// request's header (and, unless `NLM_F_CAPPED`, its payload), then attributes.
+    static func extendedAckMessage(_ b: [UInt8], _ body: Range<Int>, flags: UInt16) -> String? {
+        let ackTLVs: UInt16 = 0x200, capped: UInt16 = 0x100
+        guard flags & ackTLVs != 0, body.count >= 20 else { return nil }
+        let request = Int(b.u32(body.lowerBound + 4))
+        let start = body.lowerBound + 4 + (flags & capped != 0 ? 16 : NL.align(request))
+        guard start <= body.upperBound else { return nil }
+        var message: String?
+        _ = attributes(b, start..<body.upperBound) { type, value in
+            if type == 1 /* NLMSGERR_ATTR_MSG */ { message = b.cString(value) }
+        }
+        return message.flatMap { $0.isEmpty ? nil : $0 }
+    }
 
     private mutating func link(_ b: [UInt8], _ body: Range<Int>, removed: Bool) -> NetworkChange? {
         guard body.count >= 16 else { malformed += 1; return nil }

@@ -5,13 +5,20 @@ import Glibc
 public struct NetlinkError: Error, CustomStringConvertible, Equatable, Sendable {
     public var operation: String
     public var code: Int32
-    public init(_ operation: String, _ code: Int32) {
+    /// The kernel's own reason, when it gave one (extended ack): errnos are shared by many
+    /// causes, e.g. EACCES both for "not root" and "IPv6 is disabled on nexthop device".
+    public var message: String?
+    public init(_ operation: String, _ code: Int32, message: String? = nil) {
         self.operation = operation
         self.code = code
+        self.message = message
     }
     /// The kernel dropped messages because the receive buffer was full: the model must resync.
     public var isOverrun: Bool { code == ENOBUFS }
-    public var description: String { "\(operation): \(String(cString: strerror(code))) (errno \(code))" }
+    public var description: String {
+        "\(operation): " + (message.map { "\($0) (\(String(cString: strerror(code))), errno \(code))" }
+            ?? "\(String(cString: strerror(code))) (errno \(code))")
+    }
 }
 
 /// The change groups a monitor subscribes to.
@@ -46,6 +53,10 @@ public final class NetlinkSocket {
             throw NetlinkError("bind netlink socket", code)
         }
         if receiveBuffer > 0 { try setReceiveBuffer(receiveBuffer) }
+        // Ask for the kernel's reason with every refusal, without the echoed request.
+        var on: Int32 = 1
+        _ = setsockopt(mnl_socket_get_fd(socket), 270 /* SOL_NETLINK */, 11 /* NETLINK_EXT_ACK */, &on, 4)
+        _ = setsockopt(mnl_socket_get_fd(socket), 270 /* SOL_NETLINK */, 10 /* NETLINK_CAP_ACK */, &on, 4)
     }
 
     deinit { mnl_socket_close(socket) }
@@ -130,7 +141,7 @@ public final class NetlinkSocket {
                 raw(bytes)
                 let batch = decoder.decode(bytes)
                 if let error = batch.error, error.sequence == seq, error.code != 0 {
-                    throw NetlinkError(what, -error.code)
+                    throw NetlinkError(what, -error.code, message: error.message)
                 }
                 changes += batch.changes
                 done = batch.done
@@ -140,27 +151,30 @@ public final class NetlinkSocket {
     }
 
     /// Adds (or replaces) `route` in the kernel, or deletes it, and waits for the kernel's answer.
-    /// Multipath routes are not written this way; the agent only installs single-hop routes.
+    /// Multipath routes are not written this way; the agent only installs single-hop routes
+    /// and, as `.reject`, unreachable routes (no next hop).
     public func write(_ route: Route, delete: Bool = false) throws(NetlinkError) {
-        guard let hop = route.nextHops.first else { throw NetlinkError("write route \(route.destination)", EINVAL) }
+        let hop = route.nextHops.first
+        guard hop != nil || route.type == .reject else { throw NetlinkError("write route \(route.destination)", EINVAL) }
         let family = route.destination.address.family
         var header = [UInt8](repeating: 0, count: 12)
         header[0] = family == .v4 ? AF.inet : AF.inet6
         header[1] = UInt8(route.destination.length)
         header[4] = route.table < 256 ? UInt8(route.table) : 252  // RT_TABLE_COMPAT; RTA_TABLE has the rest
         header[5] = 4  // RTPROT_STATIC
-        header[6] = delete ? 255 /* RT_SCOPE_NOWHERE: any */ : (hop.gateway == nil ? 253 /* LINK */ : 0 /* UNIVERSE */)
-        header[7] = RTN.unicast
+        let linkScope = hop.map { $0.gateway == nil } ?? false
+        header[6] = delete ? 255 /* RT_SCOPE_NOWHERE: any */ : (linkScope ? 253 /* LINK */ : 0 /* UNIVERSE */)
+        header[7] = route.type == .reject ? RTN.unreachable : RTN.unicast
         let destination = route.destination.address.bytes
-        let gateway = hop.gateway?.bytes
-        let what = "\(delete ? "delete" : "add") route \(route.destination)"
+        let gateway = hop?.gateway?.bytes
+        let what = "\(delete ? "delete" : "add") \(route.type == .reject ? "unreachable " : "")route \(route.destination)"
         let flags = delete ? 0 : UInt16(NLM_F_CREATE | NLM_F_REPLACE)
         let seq = try request(type: delete ? RTM.delRoute : RTM.newRoute, flags: flags | UInt16(NLM_F_ACK), header: header) { nlh in
             if route.destination.length > 0 {
                 destination.withUnsafeBytes { mnl_attr_put(nlh, RTA.dst, destination.count, $0.baseAddress) }
             }
             if let gateway { gateway.withUnsafeBytes { mnl_attr_put(nlh, RTA.gateway, gateway.count, $0.baseAddress) } }
-            mnl_attr_put_u32(nlh, RTA.oif, UInt32(bitPattern: hop.linkIndex))
+            if let hop { mnl_attr_put_u32(nlh, RTA.oif, UInt32(bitPattern: hop.linkIndex)) }
             mnl_attr_put_u32(nlh, RTA.priority, route.metric)
             mnl_attr_put_u32(nlh, RTA.table, route.table)
         }
@@ -174,7 +188,7 @@ public final class NetlinkSocket {
             let bytes = try receive(timeout: .seconds(2))
             if bytes.isEmpty { throw NetlinkError(what, ETIMEDOUT) }
             if let error = decoder.decode(bytes).error, error.sequence == seq {
-                if error.code != 0 { throw NetlinkError(what, -error.code) }
+                if error.code != 0 { throw NetlinkError(what, -error.code, message: error.message) }
                 return
             }
         }
@@ -203,7 +217,7 @@ public final class NetlinkSocket {
             if let error = batch.error, error.sequence == seq {
                 if error.code == 0 { continue }
                 if -error.code == ENETUNREACH || -error.code == EHOSTUNREACH { return nil }
-                throw NetlinkError("look up route to \(destination)", -error.code)
+                throw NetlinkError("look up route to \(destination)", -error.code, message: error.message)
             }
             for change in batch.changes { if case .routeAdded(let route) = change { return route } }
         }

@@ -29,9 +29,13 @@ struct DevicePlanTests {
             "v6 32764: from all lookup main suppress_prefixlength 0",
             "v6 32765: not fwmark 0xca6c lookup 51820",
         ])
-        let v4Only = RoutingMode.full(FullTunnel(table: 100, mark: 1, priority: 1000, families: [.v4])).plan(linkIndex: 9)
-        #expect(v4Only.routes.map(\.table) == [100])
-        #expect(v4Only.rules.map(\.priority) == [1000, 1001])
+        // A tunnel with only an IPv4 inner address: IPv6 is unreachable, never in clear.
+        let v4Only = RoutingMode.full(FullTunnel(table: 100, mark: 1, priority: 1000)).plan(linkIndex: 9, tunneled: [.v4])
+        #expect(v4Only.routes == [
+            Route(table: 100, destination: .any(.v4), nextHops: [NextHop(linkIndex: 9)]),
+            Route(table: 100, destination: .any(.v6), type: .reject, nextHops: []),
+        ])
+        #expect(v4Only.rules.map(\.priority) == [1000, 1001, 1000, 1001])
     }
 
     @Test func socketAddressesReadLikeEndpoints() {
@@ -81,6 +85,9 @@ struct DevicePlanTests {
         #expect(error.description == "open /dev/net/tun: Permission denied (errno 13); run the agent as root or give it CAP_NET_ADMIN")
         #expect(!error.description.contains("\n"))
         #expect(DeviceError(NetlinkError("add rule", EEXIST)).description == "add rule: File exists (errno 17)")
+        // The kernel's own reason beats the errno's usual meaning.
+        let refused = DeviceError(NetlinkError("add route ::/0", EACCES, message: "IPv6 is disabled on nexthop device"))
+        #expect(refused.description == "add route ::/0: IPv6 is disabled on nexthop device (Permission denied, errno 13)")
     }
 
     @Test func pollReportsReadyDescriptorsAndTimesOut() throws {

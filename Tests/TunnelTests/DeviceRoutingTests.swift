@@ -14,8 +14,8 @@ struct DeviceRoutingTests {
             let rules = try laptop.ip("\(family) rule show")
             #expect(rules.contains("32764:\tfrom all lookup main suppress_prefixlength 0"), "\(rules)")
             #expect(rules.contains("32765:\tnot from all fwmark 0xca6c lookup 51820"), "\(rules)")
-            #expect(try laptop.ip("\(family) route show table 51820").contains("default dev roam0"))
         }
+        #expect(try laptop.ip("-4 route show table 51820").contains("default dev roam0"))
         // The kernel's own answer: everything unmarked goes into the tunnel, marked packets
         // take the main table's best uplink, and the LAN stays on the LAN.
         let netlink = try laptop.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
@@ -24,7 +24,9 @@ struct DeviceRoutingTests {
         #expect(try netlink.lookupRoute(to: far)?.nextHops.first?.linkIndex == tun.index)
         #expect(try netlink.lookupRoute(to: far, mark: 0xca6c)?.nextHops.first?.linkIndex == eth0.index)
         #expect(try netlink.lookupRoute(to: IPAddress("10.20.0.1")!)?.nextHops.first?.linkIndex == eth0.index)
-        #expect(try netlink.lookupRoute(to: IPAddress("2001:db8::1")!)?.nextHops.first?.linkIndex == tun.index)
+        // No IPv6 inner address: IPv6 is unreachable rather than sent in clear.
+        #expect(try laptop.ip("-6 route show table 51820").contains("unreachable default"))
+        #expect(try netlink.lookupRoute(to: IPAddress("2001:db8::1")!) == nil)
 
         try routes.remove()
         try routes.remove()  // again: nothing left, no error
@@ -72,10 +74,30 @@ struct DeviceRoutingTests {
         let lab = try TunnelLab()
         try lab.ip("rule add priority 32765 not fwmark 0xca6c lookup 51820")
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [], namespace: lab.namespace)
-        let routes = try TunnelRoutes(.full(FullTunnel(families: [.v4])), device: tun, namespace: lab.namespace)
+        let routes = try TunnelRoutes(.full(FullTunnel()), device: tun, namespace: lab.namespace)
         #expect(try lab.ip("rule show").components(separatedBy: "lookup 51820").count == 2, "one rule, not two")
+        #expect(try lab.ip("-6 rule show").components(separatedBy: "lookup 51820").count == 2)
         try routes.remove()
         #expect(try !lab.ip("rule show").contains("51820"))
+    }
+
+    /// Laptops often run with IPv6 switched off: full mode still comes up, IPv6 unreachable.
+    @Test func fullTunnelComesUpWhereIPv6IsDisabled() throws {
+        let lab = try TunnelLab()
+        try NamespaceLab.ip(["netns", "exec", lab.name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                             "net.ipv6.conf.default.disable_ipv6=1"])
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: lab.namespace)
+        let routes = try TunnelRoutes(.full(FullTunnel()), device: tun, namespace: lab.namespace)
+        #expect(try lab.ip("-6 route show table 51820").contains("unreachable default"))
+        #expect(try lab.ip("-4 route show table 51820").contains("default dev roam0"))
+        // A route the kernel refuses there names the kernel's reason, not "run as root".
+        let netlink = try lab.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
+        #expect { try netlink.write(Route(table: 51820, destination: .any(.v6), nextHops: [NextHop(linkIndex: tun.index)])) }
+            throws: { error in
+                let description = "\(DeviceError(error as! NetlinkError))"
+                return description.contains("IPv6 is disabled") && !description.contains("run the agent as root")
+            }
+        try routes.remove()
     }
 
     @Test func droppingTheOwnerRemovesRulesAndARefusedPlanLeavesNothing() throws {

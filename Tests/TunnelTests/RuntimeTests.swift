@@ -178,7 +178,7 @@ extension RuntimeTests {
     @Test func fullTunnelCarriesEverythingAndSurvivesLosingTheUplink() throws {
         let (laptop, serverLab) = try TunnelLab.laptopAndServer()
         let (server, serverThread) = try startServer(in: serverLab)
-        let mode = RoutingMode.full(FullTunnel(families: [.v4]))
+        let mode = RoutingMode.full(FullTunnel())
         let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
         let eth0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
                                  mark: mode.socketMark, namespace: laptop.namespace)

@@ -10,20 +10,26 @@ public struct DeviceError: Error, Equatable, Sendable, CustomStringConvertible {
     public var code: Int32
     /// What to do about it, when that is known.
     public var help: String?
+    /// The kernel's own reason, when it gave one (netlink's extended ack).
+    public var kernelMessage: String?
 
-    /// An error; without `help`, errors every operation shares (no privilege) still get one.
-    public init(_ operation: String, _ code: Int32, help: String? = nil) {
+    /// An error; without `help`, errors every operation shares (no privilege) still get one,
+    /// unless the kernel said what it really was.
+    public init(_ operation: String, _ code: Int32, help: String? = nil, kernelMessage: String? = nil) {
         self.operation = operation
         self.code = code
-        self.help = help ?? (code == EPERM || code == EACCES ? "run the agent as root or give it CAP_NET_ADMIN" : nil)
+        self.kernelMessage = kernelMessage
+        let noPrivilege = (code == EPERM || code == EACCES) && kernelMessage == nil
+        self.help = help ?? (noPrivilege ? "run the agent as root or give it CAP_NET_ADMIN" : nil)
     }
 
     /// A refused netlink request (link, address, route or rule).
-    public init(_ error: NetlinkError) { self.init(error.operation, error.code) }
+    public init(_ error: NetlinkError) { self.init(error.operation, error.code, kernelMessage: error.message) }
 
     /// One line: `open /dev/net/tun: No such file or directory (errno 2); run 'modprobe tun'...`.
     public var description: String {
-        "\(operation): \(String(cString: strerror(code))) (errno \(code))" + (help.map { "; \($0)" } ?? "")
+        "\(operation): " + (kernelMessage.map { "\($0) (" } ?? "") + String(cString: strerror(code))
+            + (kernelMessage == nil ? " (errno \(code))" : ", errno \(code))") + (help.map { "; \($0)" } ?? "")
     }
 }
 

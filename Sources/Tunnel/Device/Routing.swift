@@ -21,16 +21,24 @@ public enum RoutingMode: Hashable, Sendable {
     }
 
     /// The routes and rules that put this mode in place for the TUN interface `linkIndex`,
-    /// in the order they are installed: a packet never meets a rule whose route is missing.
-    public func plan(linkIndex: Int32) -> RoutingPlan {
+    /// whose inner addresses are of `tunneled` families, in the order they are installed: a
+    /// packet never meets a rule whose route is missing.
+    ///
+    /// Full mode covers both families whatever the tunnel carries: a family without an inner
+    /// address gets an unreachable default route, so its packets fail at once (applications
+    /// fall back to the other family) and never leave in clear. The kernel accepts that route
+    /// even where IPv6 is disabled, unlike one through a device.
+    public func plan(linkIndex: Int32, tunneled: Set<IPAddress.Family> = [.v4, .v6]) -> RoutingPlan {
         let hop = [NextHop(linkIndex: linkIndex)]
         switch self {
         case .split(let prefixes):
             return RoutingPlan(routes: prefixes.map { Route(destination: $0, nextHops: hop) }, rules: [])
         case .full(let policy):
             var plan = RoutingPlan(routes: [], rules: [])
-            for family in policy.families {
-                plan.routes.append(Route(table: policy.table, destination: .any(family), nextHops: hop))
+            for family in [IPAddress.Family.v4, .v6] {
+                plan.routes.append(tunneled.contains(family)
+                    ? Route(table: policy.table, destination: .any(family), nextHops: hop)
+                    : Route(table: policy.table, destination: .any(family), type: .reject, nextHops: []))
                 // The main table first, but only for what it routes more specifically than a
                 // default route: the LAN, the uplinks' own subnets.
                 plan.rules.append(RoutingRule(family: family, priority: policy.priority, table: Route.mainTable,
@@ -60,17 +68,11 @@ public struct FullTunnel: Hashable, Sendable {
     /// The suppressing rule's priority; the mark rule takes the next. Both must come before
     /// the main table's rule (32766).
     public var priority: UInt32
-    /// Families whose default route goes into the tunnel. Both by default, even when the
-    /// tunnel carries only one: the other family's traffic then dies in the tunnel rather
-    /// than leaking past it.
-    public var families: [IPAddress.Family]
 
-    public init(table: UInt32 = 51820, mark: UInt32 = 0xca6c, priority: UInt32 = 32764,
-                families: [IPAddress.Family] = [.v4, .v6]) {
+    public init(table: UInt32 = 51820, mark: UInt32 = 0xca6c, priority: UInt32 = 32764) {
         self.table = table
         self.mark = mark
         self.priority = priority
-        self.families = families
     }
 }
 
@@ -93,7 +95,7 @@ public final class TunnelRoutes {
 
     /// Installs `mode` for `device`; on failure removes what it installed, then throws.
     public init(_ mode: RoutingMode, device: TunDevice, namespace: NetworkNamespace? = nil) throws(DeviceError) {
-        plan = mode.plan(linkIndex: device.index)
+        plan = mode.plan(linkIndex: device.index, tunneled: Set(device.addresses.map(\.address.family)))
         netlink = try inNamespace(namespace) { () throws(DeviceError) in
             do throws(NetlinkError) { return try NetlinkSocket() } catch { throw DeviceError(error) }
         }
@@ -108,9 +110,7 @@ public final class TunnelRoutes {
             }
         } catch {
             try? remove()
-            guard error.code == EAFNOSUPPORT else { throw DeviceError(error) }
-            throw DeviceError(error.operation, error.code,
-                              help: "IPv6 is disabled on this host: route only IPv4 into the tunnel (FullTunnel families)")
+            throw DeviceError(error)
         }
     }
 

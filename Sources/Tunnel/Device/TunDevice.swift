@@ -15,7 +15,8 @@ public final class TunDevice: Sendable {
     /// The kernel's interface index, for routes through it.
     public let index: Int32
     public let mtu: Int
-    /// The inner addresses, with their subnets.
+    /// The inner addresses, with their subnets: those asked for, less IPv6 ones on a host
+    /// where IPv6 is disabled.
     public let addresses: [Prefix]
     /// The descriptor, for `pollReadable`.
     public let fileDescriptor: Int32
@@ -30,6 +31,7 @@ public final class TunDevice: Sendable {
             throw DeviceError("\(operation) with MTU \(mtu)", EINVAL,
                               help: "the MTU must be \(minimum) to 65535\(minimum == 1280 ? " with an IPv6 address" : "")")
         }
+        var added: [Prefix] = []
         let (fd, netlink) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket) in
             let fd = try Self.open(name)
             do throws(NetlinkError) {
@@ -52,7 +54,15 @@ public final class TunDevice: Sendable {
                     // No IPv6 in this kernel: nothing to keep quiet.
                 }
                 try netlink.setLink(link.index, up: true)
-                for prefix in addresses { try netlink.write(Address(linkIndex: link.index, prefix: prefix)) }
+                for prefix in addresses {
+                    do throws(NetlinkError) {
+                        try netlink.write(Address(linkIndex: link.index, prefix: prefix))
+                        added.append(prefix)
+                    } catch where prefix.address.family == .v6 && (error.code == EACCES || error.code == EAFNOSUPPORT) {
+                        // IPv6 is disabled on this host: the tunnel carries IPv4 only, and the
+                        // routing plan makes IPv6 unreachable.
+                    }
+                }
             }
             index = link.index
         } catch {
@@ -61,7 +71,7 @@ public final class TunDevice: Sendable {
         }
         self.name = name
         self.mtu = mtu
-        self.addresses = addresses
+        self.addresses = added
         fileDescriptor = fd
     }
 
