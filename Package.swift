@@ -19,6 +19,7 @@ let package = Package(
         // C libraries from Debian packages, and the macros Swift cannot import.
         .systemLibrary(name: "CMnl", pkgConfig: "libmnl", providers: [.apt(["libmnl-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .target(name: "CShims"),
 
         // Facts from the kernel: links, addresses, routes, and the path to the server.
@@ -36,10 +37,12 @@ let package = Package(
             swiftSettings: strict),
         // The data plane: TUN device, UDP session, wire protocol.
         .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),
+        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
+        .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
-                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims",
+                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),
@@ -59,6 +62,7 @@ let package = Package(
         .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
     ],

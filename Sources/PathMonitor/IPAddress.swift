@@ -122,6 +122,20 @@ public struct Prefix: Hashable, Sendable, CustomStringConvertible {
         Prefix(family == .v4 ? .v4(0) : .v6(0, 0), length: 0)!
     }
 
+    /// The subnet itself: the address with its host bits cleared (`192.168.1.23/24` -> `192.168.1.0/24`).
+    public var network: Prefix {
+        var copy = self
+        switch address {
+        case .v4(let a):
+            copy.address = .v4(length == 0 ? 0 : a & UInt32.max << (32 - length))
+        case .v6(let high, let low):
+            let h = length == 0 ? 0 : length >= 64 ? high : high & UInt64.max << (64 - length)
+            let l = length <= 64 ? 0 : length == 128 ? low : low & UInt64.max << (128 - length)
+            copy.address = .v6(h, l)
+        }
+        return copy
+    }
+
     /// True when `other` lies inside this prefix.
     public func contains(_ other: IPAddress) -> Bool {
         switch (address, other) {

@@ -334,3 +334,18 @@ private struct LinkLayerAddress {
     var addressLength: UInt8 = 0
     var address: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
 }
+
+extension UDPSocket {
+    /// Sends `bytes` to `peer`; false when the socket had no room.
+    @discardableResult
+    public func send(_ bytes: [UInt8], to peer: SocketAddress) throws -> Bool {
+        try bytes.withUnsafeBytes { try send($0, to: peer) }
+    }
+
+    /// The next datagram within `timeout`, copied out.
+    public func receive(timeout: Duration = .seconds(2)) throws -> (bytes: [UInt8], peer: SocketAddress)? {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        guard let (length, peer) = try buffer.withUnsafeMutableBytes({ try receive(into: $0, timeout: timeout) }) else { return nil }
+        return (Array(buffer[..<length]), peer)
+    }
+}

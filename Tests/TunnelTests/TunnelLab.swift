@@ -59,17 +59,3 @@ extension TunDevice {
         return nil
     }
 }
-
-extension UDPSocket {
-    @discardableResult
-    func send(_ bytes: [UInt8], to peer: SocketAddress) throws -> Bool {
-        try bytes.withUnsafeBytes { try send($0, to: peer) }
-    }
-
-    /// The next datagram within `timeout`, copied out.
-    func receive(timeout: Duration = .seconds(2)) throws -> (bytes: [UInt8], peer: SocketAddress)? {
-        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
-        guard let (length, peer) = try buffer.withUnsafeMutableBytes({ try receive(into: $0, timeout: timeout) }) else { return nil }
-        return (Array(buffer[..<length]), peer)
-    }
-}

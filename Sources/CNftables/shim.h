@@ -1,0 +1,1 @@
+#include <nftables/libnftables.h>

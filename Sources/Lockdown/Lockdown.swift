@@ -1,0 +1,65 @@
+public import PathMonitor
+
+/// The lockdown firewall in the kernel: Roam's own nftables table, replaced whole in one
+/// transaction whenever the policy changes, so no packet ever meets a half-made table.
+///
+/// The table outlives the process on purpose: a crash, `kill -9` or a restart in place leaves
+/// it, so the machine stays closed until an agent adopts it (`apply` replaces it) or an
+/// operator's stop removes it (`remove`).
+public final class Lockdown {
+    private let nft: Nftables
+    /// What is loaded now, as far as this process knows.
+    public private(set) var policy: LockdownPolicy?
+
+    public init(namespace: NetworkNamespace? = nil) throws(LockdownError) {
+        nft = try Nftables(namespace: namespace)
+    }
+
+    /// Loads `policy`, replacing whatever table of ours is there (an earlier agent's
+    /// included) in the same transaction. Nothing is sent to the kernel when it is loaded already.
+    public func apply(_ policy: LockdownPolicy) throws(LockdownError) {
+        guard policy != self.policy else { return }
+        // `add` makes the delete safe when no table exists; all three commit together.
+        try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n" + policy.ruleset,
+                    "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
+        self.policy = policy
+    }
+
+    /// Removes the table, whoever loaded it; none there is no error.
+    public func remove() throws(LockdownError) {
+        try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n",
+                    "remove the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
+        policy = nil
+    }
+
+    /// Whether the table is loaded, whoever loaded it.
+    public func isInstalled() throws(LockdownError) -> Bool {
+        let tables = try nft.run("list tables inet", "list nftables tables")
+        return tables.split(whereSeparator: \.isNewline).contains { $0.trimmingPrefix("table inet ") == LockdownPolicy.table[...] }
+    }
+
+    /// Packets stopped so far, by cause; empty when the table is not there.
+    public func counters() throws(LockdownError) -> [BlockCause: UInt64] {
+        guard try isInstalled() else { return [:] }
+        let text = try nft.run("list counters table inet \(LockdownPolicy.table)", "read the lockdown firewall's counters")
+        return Self.parseCounters(text)
+    }
+
+    /// Reads `counter blocked_dns { packets 3 bytes 180 }` out of nftables' listing.
+    static func parseCounters(_ text: String) -> [BlockCause: UInt64] {
+        var result: [BlockCause: UInt64] = [:]
+        var current: BlockCause?
+        for line in text.split(whereSeparator: \.isNewline) {
+            let words = line.split(separator: " ").flatMap { $0.split(separator: "\t") }
+            if words.first == "counter", words.count >= 2 {
+                current = BlockCause.allCases.first { $0.counter == words[1] }
+            }
+            if let cause = current, let at = words.firstIndex(of: "packets"), at + 1 < words.count,
+               let packets = UInt64(words[at + 1]) {
+                result[cause] = packets
+                current = nil
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,215 @@
+public import PathMonitor
+
+/// What the lockdown firewall lets out of this machine while the tunnel is (or is not yet) up,
+/// as one nftables table of Roam's own, `inet roam`. Pure: `ruleset` is the whole table as
+/// nftables' language, loaded in one transaction.
+///
+/// Full mode: only loopback, the tunnel device, the session's own marked UDP to the server,
+/// DHCP and the ICMPv6 messages an uplink needs leave; with `allowLAN`, also the local subnets
+/// (printers, casting), but never DNS to them. Everything else is rejected with an
+/// administratively-prohibited ICMP, so applications fail at once instead of hanging; nothing
+/// comes in from an uplink but the server's answers, DHCP, ICMP errors and neighbour discovery.
+///
+/// Split mode: the configured prefixes never leave but through the tunnel (before the first
+/// handshake and while it is down, they would follow the default route in clear); the rest
+/// of the traffic is the uplinks' business, as split mode means.
+public struct LockdownPolicy: Hashable, Sendable {
+    public enum Scope: Hashable, Sendable {
+        /// Everything goes through the tunnel; the session's own packets carry `mark`.
+        case full(mark: UInt32)
+        /// Only these prefixes go through the tunnel, and only through it.
+        case split([Prefix])
+    }
+
+    public var scope: Scope
+    /// The TUN device's name (it need not exist yet).
+    public var tunnelInterface: String
+    /// Where the session's UDP goes; nil while the server's address is not known yet.
+    public var server: (address: IPAddress, port: UInt16)?
+    /// Let the local subnets through (full mode): `localNetworks` are allowed, DNS to them is not.
+    public var allowLAN: Bool
+    /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
+    public var localNetworks: [Prefix]
+
+    public init(scope: Scope, tunnelInterface: String, server: (address: IPAddress, port: UInt16)? = nil,
+                allowLAN: Bool = false, localNetworks: [Prefix] = []) {
+        self.scope = scope
+        self.tunnelInterface = tunnelInterface
+        self.server = server
+        self.allowLAN = allowLAN
+        self.localNetworks = localNetworks
+    }
+
+    public static func == (a: LockdownPolicy, b: LockdownPolicy) -> Bool {
+        a.scope == b.scope && a.tunnelInterface == b.tunnelInterface && a.server?.address == b.server?.address
+            && a.server?.port == b.server?.port && a.allowLAN == b.allowLAN && a.localNetworks == b.localNetworks
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(scope)
+        hasher.combine(tunnelInterface)
+        hasher.combine(server?.address)
+        hasher.combine(server?.port)
+        hasher.combine(allowLAN)
+        hasher.combine(localNetworks)
+    }
+
+    /// The table's name in the `inet` family.
+    public static let table = "roam"
+
+    /// The table, complete, in nftables' language.
+    public var ruleset: String {
+        var lines = ["table inet \(Self.table) {"]
+        for cause in BlockCause.allCases { lines.append("    counter \(cause.counter) { }") }
+        switch scope {
+        case .full(let mark): lines += full(mark: mark)
+        case .split(let prefixes): lines += split(prefixes)
+        }
+        lines.append("}")
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private var tunnel: String { Self.quoted(tunnelInterface) }
+
+    private func full(mark: UInt32) -> [String] {
+        let lan = allowLAN ? localNetworks.map(\.network) + Self.linkScope : []
+        var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
+        let reject = "goto refuse"
+        lines += Self.refuse + [
+            "    chain output {",
+            "        type filter hook output priority filter; policy accept;",
+            "        oifname \"lo\" accept",
+            "        oifname \(tunnel) accept",
+        ]
+        if let server {
+            let family = server.address.family == .v4 ? "ip" : "ip6"
+            lines.append("        meta mark \(hex(mark)) \(family) daddr \(server.address) udp dport \(server.port) accept")
+        }
+        lines += [
+            // The agent's own look-ups of the server's name, on marked sockets like the session's.
+            "        meta mark \(hex(mark)) meta l4proto { tcp, udp } th dport 53 accept",
+            "        udp sport 68 udp dport 67 accept",
+            "        meta nfproto ipv6 udp sport 546 udp dport 547 accept",
+            "        icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report } accept",
+            "        meta l4proto { tcp, udp } th dport 53 counter name \(BlockCause.dns.counter) \(reject)",
+        ]
+        if allowLAN {
+            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
+        }
+        lines += [
+            "        meta nfproto ipv6 counter name \(BlockCause.ipv6.counter) \(reject)",
+            "        counter name \(BlockCause.outbound.counter) \(reject)",
+            "    }",
+            "    chain input {",
+            "        type filter hook input priority filter; policy accept;",
+            "        iifname \"lo\" accept",
+            "        iifname \(tunnel) accept",
+        ]
+        if let server {
+            let family = server.address.family == .v4 ? "ip" : "ip6"
+            lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
+        }
+        lines += [
+            // Answers to the agent's own look-ups: to a socket that carries the session's mark.
+            "        meta l4proto { tcp, udp } th sport 53 socket mark \(hex(mark)) accept",
+            "        udp sport 67 udp dport 68 accept",
+            "        meta nfproto ipv6 udp sport 547 udp dport 546 accept",
+            "        icmpv6 type { nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-query, packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",
+            "        icmp type { destination-unreachable, time-exceeded } accept",
+        ]
+        if allowLAN {
+            lines += ["        ip saddr @lan4 accept", "        ip6 saddr @lan6 accept"]
+        }
+        lines += [
+            "        counter name \(BlockCause.inbound.counter) drop",
+            "    }",
+            // Containers and VMs behind this machine: into the tunnel, and its answers back.
+            "    chain forward {",
+            "        type filter hook forward priority filter; policy accept;",
+            "        oifname \(tunnel) accept",
+            "        iifname \(tunnel) accept",
+        ]
+        if allowLAN {
+            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
+        }
+        lines += [
+            "        counter name \(BlockCause.forward.counter) drop",
+            "    }",
+        ]
+        return lines
+    }
+
+    private func split(_ prefixes: [Prefix]) -> [String] {
+        let networks = prefixes.map(\.network)
+        let v4 = networks.filter { $0.address.family == .v4 }
+        let v6 = networks.filter { $0.address.family == .v6 }
+        var lines = Self.set("tunneled4", v4) + Self.set("tunneled6", v6) + Self.refuse
+        lines += [
+            "    chain output {",
+            "        type filter hook output priority filter; policy accept;",
+            "        oifname \(tunnel) accept",
+            "        ip daddr @tunneled4 counter name \(BlockCause.outbound.counter) goto refuse",
+            "        ip6 daddr @tunneled6 counter name \(BlockCause.outbound.counter) goto refuse",
+            "    }",
+            "    chain forward {",
+            "        type filter hook forward priority filter; policy accept;",
+            "        oifname \(tunnel) accept",
+            "        ip daddr @tunneled4 counter name \(BlockCause.forward.counter) drop",
+            "        ip6 daddr @tunneled6 counter name \(BlockCause.forward.counter) drop",
+            "    }",
+        ]
+        return lines
+    }
+
+    /// How a packet of this machine's own is refused: TCP with a reset, which the kernel
+    /// delivers to a socket that is busy connecting (an ICMP error to it is dropped then, and
+    /// connect would wait for the SYN's retransmission), anything else with an
+    /// administratively-prohibited ICMP. Either way the application fails at once.
+    private static let refuse = [
+        "    chain refuse {",
+        "        meta l4proto tcp reject with tcp reset",
+        "        reject with icmpx admin-prohibited",
+        "    }",
+    ]
+
+    /// Link-local and multicast: what printers and casting use beside the subnets themselves.
+    private static let linkScope = ["169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32", "fe80::/10", "ff00::/8"]
+        .compactMap { Prefix($0) }
+
+    private static func set(_ name: String, _ prefixes: [Prefix]) -> [String] {
+        let type = name.hasSuffix("6") ? "ipv6_addr" : "ipv4_addr"
+        // Overlapping prefixes (two addresses in one subnet) would make the load fail.
+        let elements = Array(Set(prefixes)).sorted { $0.description < $1.description }
+            .filter { p in !prefixes.contains { $0 != p && $0.length < p.length && $0.contains(p.address) } }
+        var lines = ["    set \(name) {", "        type \(type); flags interval;"]
+        if !elements.isEmpty {
+            lines.append("        elements = { " + elements.map { "\($0.address)/\($0.length)" }.joined(separator: ", ") + " }")
+        }
+        lines.append("    }")
+        return lines
+    }
+
+    /// An interface name as an nftables string; names are checked (no quotes, no spaces) at configuration.
+    private static func quoted(_ name: String) -> String {
+        "\"" + name.filter { $0 != "\"" && $0 != "\\" } + "\""
+    }
+
+    private func hex(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }
+}
+
+/// Why the lockdown stopped a packet: one counter each in the table.
+public enum BlockCause: String, CaseIterable, Sendable {
+    /// A name look-up to a resolver outside the tunnel.
+    case dns
+    /// IPv6 that would have left outside the tunnel.
+    case ipv6
+    /// Anything else this machine tried to send outside the tunnel.
+    case outbound = "out"
+    /// Something an uplink sent in that no one here asked for.
+    case inbound = "in"
+    /// Traffic forwarded for containers or VMs that would have left outside the tunnel.
+    case forward
+
+    /// The named counter in the table.
+    public var counter: String { "blocked_\(rawValue)" }
+}

@@ -1,0 +1,163 @@
+import Foundation
+import Glibc
+@testable import Lockdown
+import NamespaceLab
+import PathMonitor
+import Testing
+import Tunnel
+
+/// The ruleset as text: no root, no kernel.
+struct LockdownPolicyTests {
+    let server = (address: IPAddress("198.51.100.7")!, port: UInt16(51820))
+
+    @Test func fullModeLetsOutOnlyTheTunnelTheSessionAndWhatAnUplinkNeeds() {
+        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server).ruleset
+        #expect(text.hasPrefix("table inet roam {"))
+        #expect(text.contains("oifname \"roam0\" accept"))
+        #expect(text.contains("meta mark 0xca6c ip daddr 198.51.100.7 udp dport 51820 accept"))
+        #expect(text.contains("udp sport 68 udp dport 67 accept"), "DHCP")
+        #expect(text.contains("counter name blocked_out goto refuse") && text.contains("reject with icmpx admin-prohibited"))
+        #expect(!text.contains("@lan4 accept"), "the LAN is closed unless allowed")
+        // DNS is refused before the LAN is let through.
+        let lan = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
+                                 localNetworks: [Prefix("192.168.1.23/24")!, Prefix("192.168.1.99/24")!, Prefix("fd00:20::57/64")!]).ruleset
+        #expect(lan.contains("elements = { 169.254.0.0/16, 192.168.1.0/24, 224.0.0.0/4, 255.255.255.255/32 }"), "\(lan)")
+        #expect(lan.contains("elements = { fd00:20::/64, fe80::/10, ff00::/8 }"))
+        let dns = try! #require(lan.range(of: "counter name blocked_dns"))
+        let open = try! #require(lan.range(of: "ip daddr @lan4 accept"))
+        #expect(dns.lowerBound < open.lowerBound)
+    }
+
+    @Test func anIPv6ServerIsMatchedAsIPv6() {
+        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
+                                  server: (IPAddress("2001:db8::7")!, 443)).ruleset
+        #expect(text.contains("meta mark 0xca6c ip6 daddr 2001:db8::7 udp dport 443 accept"))
+        #expect(text.contains("ip6 saddr 2001:db8::7 udp sport 443 accept"))
+    }
+
+    @Test func splitModeKeepsOnlyItsPrefixesInTheTunnel() {
+        let text = LockdownPolicy(scope: .split([Prefix("10.77.0.9/24")!, Prefix("fd77::/48")!]), tunnelInterface: "roam0").ruleset
+        #expect(text.contains("elements = { 10.77.0.0/24 }") && text.contains("elements = { fd77::/48 }"))
+        #expect(text.contains("ip daddr @tunneled4 counter name blocked_out goto refuse"))
+        #expect(!text.contains("chain input"), "split mode leaves the rest of the traffic alone")
+    }
+
+    @Test func countersAreReadOutOfTheListing() {
+        let listing = """
+            table inet roam {
+            \tcounter blocked_dns {
+            \t\tpackets 3 bytes 180
+            \t}
+            \tcounter blocked_out {
+            \t\tpackets 12 bytes 720
+            \t}
+            }
+            """
+        #expect(Lockdown.parseCounters(listing) == [.dns: 3, .outbound: 12])
+    }
+
+    @Test func nftablesErrorsReadAsOneLineOfHelp() {
+        let error = LockdownError("load the lockdown firewall", "Error: Could not process rule: Operation not permitted\nadd table inet roam\n^^^^^^^^^\n")
+        #expect(error.description == "load the lockdown firewall: Error: Could not process rule: Operation not permitted / add table inet roam; run the agent as root or give it CAP_NET_ADMIN")
+        #expect(LockdownError("x", "Error: Could not process rule: Not supported").help.contains("nf_tables"))
+    }
+}
+
+/// The table in a real kernel, in a namespace of its own.
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct LockdownKernelTests {
+    @Test func fullLockdownStopsEverythingButTheSessionAndComesOffWhole() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
+        let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5353), namespace: server.namespace)
+        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: (IPAddress("198.51.100.7")!, 51820))
+        try lockdown.apply(policy)
+        #expect(try lockdown.isInstalled())
+
+        // The session's marked socket gets through; an unmarked one does not, even to the server.
+        let session = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), mark: 0xca6c, namespace: laptop.namespace)
+        _ = try session.send(Array("hello".utf8), to: listener.local)
+        #expect(try listener.receive(timeout: .seconds(1))?.bytes == Array("hello".utf8))
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        _ = try? app.send(Array("leak".utf8), to: listener.local)
+        _ = try? app.send(Array("leak".utf8), to: other.local)
+        #expect(try listener.receive(timeout: .milliseconds(200)) == nil)
+        #expect(try other.receive(timeout: .milliseconds(200)) == nil)
+        // The server's answer comes back in; nothing else does.
+        #expect(try listener.send(Array("welcome".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: session.local.port)))
+        #expect(try session.receive(timeout: .seconds(1))?.bytes == Array("welcome".utf8))
+
+        // An application fails at once instead of hanging.
+        let start = ContinuousClock.now
+        let refused = try tcpConnect(from: laptop, to: "198.51.100.7", port: 80)
+        #expect(refused == EHOSTUNREACH || refused == EACCES || refused == ECONNREFUSED, "connect: \(String(cString: strerror(refused)))")
+        #expect(ContinuousClock.now - start < .milliseconds(200), "\(ContinuousClock.now - start)")
+        // DNS to the LAN's resolver is counted as its own cause.
+        _ = try? app.send(Array("query".utf8), to: SocketAddress(IPAddress("10.20.0.1")!, port: 53))
+        let counters = try lockdown.counters()
+        #expect((counters[.outbound] ?? 0) >= 3 && (counters[.dns] ?? 0) >= 1, "\(counters)")
+
+        // A second agent adopts the table: same result, one table.
+        let adopter = try Lockdown(namespace: laptop.namespace)
+        try adopter.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: (IPAddress("198.51.100.7")!, 51820)))
+        #expect(try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]).output
+            .components(separatedBy: "table inet roam").count == 2)
+
+        try adopter.remove()
+        #expect(try !lockdown.isInstalled())
+        try adopter.remove()  // again: nothing there, no error
+        _ = try app.send(Array("open".utf8), to: other.local)
+        #expect(try other.receive(timeout: .seconds(1))?.bytes == Array("open".utf8))
+    }
+
+    @Test func allowLANLetsTheLANThroughButNotItsResolver() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
+                                          localNetworks: [Prefix("10.20.0.57/24")!, Prefix("192.168.1.23/24")!]))
+        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: server.namespace)
+        let resolver = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 53), namespace: server.namespace)
+        let internet = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 9100), namespace: server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        for target in [printer, resolver, internet] { _ = try? app.send(Array("job".utf8), to: target.local) }
+        #expect(try printer.receive(timeout: .seconds(1))?.bytes == Array("job".utf8))
+        #expect(try resolver.receive(timeout: .milliseconds(200)) == nil)
+        #expect(try internet.receive(timeout: .milliseconds(200)) == nil)
+        // And the printer's answer comes back.
+        _ = try printer.send(Array("done".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
+        #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
+        try lockdown.remove()
+    }
+
+    @Test func splitLockdownKeepsTheTunnelsPrefixesOffTheUplinks() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        try server.ip("address add 10.77.0.1/32 dev lo")
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .split([Prefix("10.77.0.0/24")!]), tunnelInterface: "roam0"))
+        let inside = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.1")!, port: 7), namespace: server.namespace)
+        let outside = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 7), namespace: server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        _ = try? app.send(Array("x".utf8), to: inside.local)
+        _ = try app.send(Array("y".utf8), to: outside.local)
+        #expect(try inside.receive(timeout: .milliseconds(200)) == nil, "no tunnel: the split prefix stays in")
+        #expect(try outside.receive(timeout: .seconds(1))?.bytes == Array("y".utf8), "the rest is split mode's business")
+        try lockdown.remove()
+    }
+
+    /// A TCP connect from `lab`: 0 or the errno it failed with (within 2 s).
+    private func tcpConnect(from lab: NamespaceLab, to host: String, port: UInt16) throws -> Int32 {
+        let fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
+        defer { close(fd) }
+        var tv = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        inet_pton(AF_INET, host, &address.sin_addr)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        return result == 0 ? 0 : errno
+    }
+}
