@@ -110,8 +110,10 @@ public struct LockdownPolicy: Hashable, Sendable {
             lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
         }
         lines += [
-            // Answers to the agent's own look-ups: to a socket that carries the session's mark.
-            "        meta l4proto { tcp, udp } th sport 53 socket mark \(hex(mark)) accept",
+            // Anything else for the agent's own sockets, which carry the mark: answers to its
+            // look-ups of the server's name, and a multi-homed server that answers from another
+            // of its addresses than the one the session sends to.
+            "        socket mark \(hex(mark)) accept",
             "        udp sport 67 udp dport 68 accept",
             "        meta nfproto ipv6 udp sport 547 udp dport 546 accept",
             "        icmpv6 type { nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-query, packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",

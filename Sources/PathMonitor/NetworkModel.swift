@@ -151,6 +151,33 @@ public struct NetworkModel: Sendable, Equatable {
         return best
     }
 
+    /// The subnets of the uplinks' own usable addresses (link-local ones aside): what "the LAN"
+    /// means for a firewall that lets it through.
+    public var localNetworks: [Prefix] {
+        let prefixes = addresses.values.filter { address in
+            guard let link = links[address.linkIndex] else { return false }
+            return address.isUsable && link.kind != .loopback && link.kind != .tunnel && link.name != tunnelInterface
+        }.map(\.prefix.network)
+        return Array(Set(prefixes)).sorted { $0.description < $1.description }
+    }
+
+    /// Routes through a gateway on an uplink that are more specific than a default route:
+    /// with the tunnel's default route in place they win (a policy rule lets the main table
+    /// decide anything more specific than a default), so they take traffic out of a full
+    /// tunnel. A hostile network pushes them (DHCP option 121, router advertisements:
+    /// `0.0.0.0/1` and `128.0.0.0/1` via its gateway, "TunnelVision").
+    public var routesAroundTheTunnel: [DivertingRoute] {
+        var found: [DivertingRoute] = []
+        for route in routes.values where route.type == .unicast && route.table == Route.mainTable && route.destination.length > 0 {
+            for hop in route.nextHops {
+                guard let gateway = hop.gateway, let link = links[hop.linkIndex], link.kind != .tunnel,
+                      link.kind != .loopback, link.name != tunnelInterface else { continue }
+                found.append(DivertingRoute(destination: route.destination.network, gateway: gateway, interface: link.name))
+            }
+        }
+        return found.sorted { $0.description < $1.description }
+    }
+
     /// The address a socket bound to this link should use: the route's preferred source if it
     /// is usable, else a stable one. Temporary IPv6 addresses rotate, and binding to one would
     /// turn every rotation into a roam, so they come after stable ones.
@@ -254,4 +281,12 @@ public struct PathTracker: Sendable {
         paths = new
         return new
     }
+}
+
+/// A route that takes traffic around a full tunnel: `0.0.0.0/1 via 192.168.1.1 dev wifi0`.
+public struct DivertingRoute: Hashable, Sendable, CustomStringConvertible {
+    public var destination: Prefix
+    public var gateway: IPAddress
+    public var interface: String
+    public var description: String { "\(destination) via \(gateway) dev \(interface)" }
 }

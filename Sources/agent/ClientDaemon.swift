@@ -1,5 +1,6 @@
 import ConfigReader
 import Glibc
+import Lockdown
 import PathMonitor
 import Reconnector
 import Synchronization
@@ -59,6 +60,10 @@ final class ClientDaemon: @unchecked Sendable {
     private var unansweredSince: Instant?
     /// Why the agent gave up, when it did: the caller exits with it.
     private(set) var failure: String?
+    /// The lockdown firewall, when the configuration wants it (the default).
+    private let firewall: Firewall?
+    /// Routes that take traffic around a full tunnel, as last logged.
+    private var divertingRoutes: [DivertingRoute] = []
 
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -68,8 +73,9 @@ final class ClientDaemon: @unchecked Sendable {
     }
 
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
-         log: OperatorLog, control: ControlSocket, waitForServer: Duration?) throws {
+         log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         self.waitForServer = waitForServer
+        self.firewall = firewall
         self.configPath = configPath
         self.control = control
         self.settings = settings
@@ -109,6 +115,7 @@ final class ClientDaemon: @unchecked Sendable {
 
     /// Decides until SIGTERM/SIGINT, then takes the tunnel down.
     func run() {
+        networkChanged()
         feed(.paths(monitor.paths))
         if let watchdog { nextPing = Instant.now() + watchdog }
         while running {
@@ -138,6 +145,7 @@ final class ClientDaemon: @unchecked Sendable {
                     default: break
                     }
                 }
+                networkChanged()
             }
             if ready.contains(wakeup.read) {
                 var bytes = [UInt8](repeating: 0, count: 64)
@@ -159,6 +167,34 @@ final class ClientDaemon: @unchecked Sendable {
         control.remove()
         client?.close()
         try? routes?.remove()
+        // Only an operator's stop opens the machine again; a restart in place or a give-up
+        // (systemd starts the agent again) keeps it closed.
+        if let firewall, failure == nil, !restartRequested {
+            do {
+                try firewall.remove()
+                log("info", "lockdown removed")
+            } catch {
+                log("error", "cannot remove the lockdown firewall; remove it with 'agent lockdown off'", ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// What the firewall and the operator need to know of a change in links, addresses or routes.
+    private func networkChanged() {
+        let model = monitor.tracker.model
+        do {
+            try firewall?.localNetworksChanged(model.localNetworks)
+        } catch {
+            log("error", "cannot follow the local subnets in the lockdown", ["error": "\(error)"])
+        }
+        // Full mode only: split mode routes around the tunnel by design.
+        guard settings.mode.socketMark != nil else { return }
+        let diverting = model.routesAroundTheTunnel
+        for route in diverting where !divertingRoutes.contains(route) {
+            log("warning", "a route on an uplink takes traffic around the tunnel",
+                ["route": route.description, "lockdown": firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped"])
+        }
+        divertingRoutes = diverting
     }
 
     private func checkSuspend() -> Duration? {
@@ -252,9 +288,10 @@ final class ClientDaemon: @unchecked Sendable {
         guard !resolving else { resolveAgain = true; return }
         resolving = true
         let host = settings.server.host
+        let mark = settings.mode.socketMark
         do {
             try OSThread.detach { [weak self] in
-                self?.post(.resolved(Result { () throws(ResolverError) in try Resolver.addresses(of: host) }))
+                self?.post(.resolved(Result { () throws(ResolverError) in try Resolver.addresses(of: host, mark: mark) }))
             }
         } catch {
             resolving = false
@@ -282,6 +319,12 @@ final class ClientDaemon: @unchecked Sendable {
                        ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
         }
         let moved = SocketAddress(address, port: server.port)
+        do {
+            try firewall?.serve(moved)
+        } catch {
+            return log("error", "cannot open the lockdown firewall to the server's new address; keeping the old one",
+                       ["to": "\(moved)", "error": "\(error)"])
+        }
         log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)"])
         server = moved
         client?.setServer(moved)
@@ -341,7 +384,9 @@ final class ClientDaemon: @unchecked Sendable {
     private func answer(_ request: ControlRequest?) -> String {
         switch request {
         case .status?: return status.map { LogLine.logfmt([$0]) }.joined(separator: "\n")
-        case .statusJSON?: return LogLine.json(status, numbers: ["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out", "drops"])
+        case .statusJSON?:
+            return LogLine.json(status, numbers: Set(["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out",
+                                                      "drops"] + BlockCause.allCases.map(\.counter)))
         case .reconnect?:
             feed(.reconnectRequested)
             return "reconnecting"
@@ -374,6 +419,14 @@ final class ClientDaemon: @unchecked Sendable {
                        ("bytes_in", "\(traffic.bytesIn)"), ("bytes_out", "\(traffic.bytesOut)"),
                        ("drops", "\(client.drops.total)"), ("drops_by_cause", client.drops.description),
                        ("no_session_drops", "\(traffic.noSession)")]
+        }
+        fields.append(("lockdown", firewall == nil ? "off" : "on"))
+        if let firewall {
+            let counters = firewall.counters()
+            fields += BlockCause.allCases.map { ($0.counter, "\(counters[$0] ?? 0)") }
+        }
+        if !divertingRoutes.isEmpty {
+            fields.append(("diverting_routes", divertingRoutes.map(\.description).joined(separator: "; ")))
         }
         return fields
     }
@@ -457,8 +510,7 @@ final class ClientDaemon: @unchecked Sendable {
             notifyReady()
             log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
         } catch {
-            log("error", "cannot configure the tunnel device", ["error": "\(error)"])
-            running = false
+            giveUp("cannot configure the tunnel device: \(error)")
         }
     }
 }
@@ -468,6 +520,6 @@ extension ClientSettings {
     func sameTunnel(as other: ClientSettings) -> Bool {
         server == other.server && serverKey == other.serverKey && privateKeyFile == other.privateKeyFile
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
-            && mode == other.mode
+            && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN
     }
 }

@@ -6,8 +6,11 @@ import PathMonitor
 enum Resolver {
     /// Every address of `host`, in the resolver's order of preference (RFC 6724: addresses this
     /// machine can reach first), never none; a literal address is itself, with no lookup.
-    static func addresses(of host: String) throws(ResolverError) -> [IPAddress] {
+    /// With `mark` (full mode), the look-up goes out on marked sockets (`MarkedLookup`), past
+    /// the lockdown and the tunnel's routes.
+    static func addresses(of host: String, mark: UInt32? = nil) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
+        if let mark { return try MarkedLookup.addresses(of: host, mark: mark) }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
         var result: UnsafeMutablePointer<addrinfo>?

@@ -27,6 +27,11 @@ struct ClientSettings {
     /// A keepalive after this long without outgoing packets, for a NAT that forgets idle
     /// mappings; nil (the default) sends none, so an idle tunnel wakes nothing.
     var persistentKeepalive: Duration?
+    /// The lockdown firewall (on by default): nothing leaves outside the tunnel, also before
+    /// the first handshake, between restarts and after a crash. See `LockdownPolicy`.
+    var lockdown = true
+    /// Full mode with lockdown: let the local subnets through (printers, casting), not their DNS.
+    var allowLAN = false
 }
 
 /// `agent serve --config FILE`.
@@ -41,7 +46,7 @@ extension YAMLReader {
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect", "persistent-keepalive",
+            "reconnect", "persistent-keepalive", "lockdown", "allow-lan",
         ])
         let serverNode = try f.required("server")
         guard let server = Endpoint(try string(serverNode)), server.port != nil else {
@@ -77,6 +82,13 @@ extension YAMLReader {
                 throw fail(node, "'persistent-keepalive' is 0 (off) or 1s to 1h, e.g. 25s")
             }
             settings.persistentKeepalive = interval == .zero ? nil : interval
+        }
+        if let node = f.optional("lockdown") { settings.lockdown = try bool(node) }
+        if let node = f.optional("allow-lan") {
+            settings.allowLAN = try bool(node)
+            if settings.allowLAN, settings.mode.socketMark == nil {
+                throw fail(node, "'allow-lan' is for mode: full; split mode leaves the LAN alone already")
+            }
         }
         return settings
     }

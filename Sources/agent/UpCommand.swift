@@ -14,7 +14,8 @@ struct UpCommand: ParsableCommand {
             moves when the path does; the TUN device is configured once, after the first handshake, and \
             stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGHUP reads the \
             configuration again (tunables apply at once, other changes restart the agent); SIGTERM or \
-            SIGINT tell the server goodbye and take the tunnel down.
+            SIGINT tell the server goodbye and take the tunnel down, and the lockdown firewall with it; \
+            a restart in place, a give-up or a crash leaves the lockdown loaded.
             """)
 
     @OptionGroup var daemon: DaemonOptions
@@ -45,18 +46,35 @@ struct UpCommand: ParsableCommand {
             }
             credentials = c
         }
-        let addresses = try resolveAtStart(settings.server.host, log: log)
+        // The lockdown comes first: from here on nothing leaves outside the tunnel, whatever
+        // happens to this process. A machine where it cannot be loaded is not started open.
+        var firewall: Firewall?
+        if settings.lockdown {
+            do {
+                firewall = try Firewall(settings)
+            } catch {
+                throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
+            }
+        } else {
+            try? Firewall.removeLeftover()
+        }
+        let addresses = try resolveAtStart(settings.server.host, mark: settings.mode.socketMark, log: log)
         guard let address = addresses.first(where: { !settings.mode.wouldLoop(to: $0) }) else {
             throw AgentError("the split routes contain the server (\(addresses.map(\.description).joined(separator: ", "))): "
                 + "the tunnel would carry its own packets; narrow them")
         }
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
         let server = SocketAddress(address, port: port)
+        do {
+            try firewall?.serve(server)
+        } catch {
+            throw AgentError("cannot open the lockdown firewall to the server: \(error)")
+        }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
                                        server: server, log: log, control: try ControlSocket(path: control.control),
-                                       waitForServer: wait)
+                                       waitForServer: wait, firewall: firewall)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()
@@ -69,13 +87,13 @@ struct UpCommand: ParsableCommand {
 /// The server's addresses. A name that gets no answer yet (no network at boot, no name server
 /// reachable) is asked again, 1 s doubling to 30 s apart, for as long as it takes: nothing is set
 /// up yet, and systemd hears READY so a boot does not wait. A name that does not exist is an error.
-private func resolveAtStart(_ host: String, log: OperatorLog) throws -> [IPAddress] {
+private func resolveAtStart(_ host: String, mark: UInt32?, log: OperatorLog) throws -> [IPAddress] {
     var delay = Duration.seconds(1)
     var told = false
     while true {
         let addresses: [IPAddress]
         do throws(ResolverError) {
-            addresses = try Resolver.addresses(of: host)
+            addresses = try Resolver.addresses(of: host, mark: mark)
         } catch where error.isTemporary {
             log("warning", "cannot resolve the server's name yet; asking again", ["server": host, "error": "\(error)", "next_in": delay.short])
             if !told {

@@ -5,12 +5,14 @@ import Testing
 import Tunnel
 
 /// What a user can get wrong when starting the client: each is one line saying what to do, a
-/// non-zero exit, and nothing left behind (no tunnel device, routes, rules or control socket).
+/// non-zero exit, and nothing left behind (no tunnel device, routes, rules or control socket)
+/// but, once the agent got as far as loading it, the lockdown: a give-up is no reason to open
+/// the machine (systemd starts the agent again).
 @Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct BadInputTests {
     /// Runs `agent up` on the lab's client configuration (or `config`) and checks the common part.
     private func up(_ lab: RoamingLab, config: String? = nil, _ extra: [String] = [], wrapper: [String] = [],
-                    inside: [String] = []) throws -> (status: Int32, line: String)
+                    inside: [String] = [], lockdownStays: Bool = false) throws -> (status: Int32, line: String)
     {
         let (status, output) = try lab.runAgent(
             ["up", "--config", config ?? lab.directory + "/client.yaml", "--control", lab.controlSocket] + extra,
@@ -21,6 +23,9 @@ struct BadInputTests {
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "no policy rules left")
         #expect(try lab.laptop.ip("route show table all").contains("roam0") == false, "no routes left")
         #expect(access(lab.controlSocket, F_OK) != 0, "no control socket left")
+        let tables = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output
+        #expect(tables.contains("table inet roam") == lockdownStays, "lockdown \(lockdownStays ? "kept" : "never loaded"): \(tables)")
+        _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "delete", "table", "inet", "roam"])
         return (status, last)
     }
 
@@ -35,7 +40,7 @@ struct BadInputTests {
 
     @Test func serverNotRunningOrWrongServerKey() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
-        let down = try up(lab, ["--wait-for-server", "2s"])
+        let down = try up(lab, ["--wait-for-server", "2s"], lockdownStays: true)
         #expect(down.status == 1 && down.line.contains("no answer from the server 198.51.100.7:51820 in 2s"), "\(down)")
 
         try lab.startServer()
@@ -44,7 +49,7 @@ struct BadInputTests {
         let other = try PrivateKey.generate().publicKey.base64
         let wrongKey = original.split(separator: "\n").map { $0.hasPrefix("server-key:") ? "server-key: \(other)" : String($0) }
         try wrongKey.joined(separator: "\n").write(toFile: configuration, atomically: true, encoding: .utf8)
-        let unanswered = try up(lab, ["--wait-for-server", "2s"])
+        let unanswered = try up(lab, ["--wait-for-server", "2s"], lockdownStays: true)
         #expect(unanswered.status == 1 && unanswered.line.contains("'server-key' is its public key"), "\(unanswered)")
     }
 
@@ -60,7 +65,7 @@ struct BadInputTests {
         let client = lab.directory + "/client.yaml"
         try (try String(contentsOfFile: client, encoding: .utf8) + "\nusername: bob\npassword-file: \(password)\n")
             .write(toFile: client, atomically: true, encoding: .utf8)
-        let rejected = try up(lab)
+        let rejected = try up(lab, lockdownStays: true)
         #expect(rejected.status == 1 && rejected.line.contains("the server rejected this client"), "\(rejected)")
         #expect(!lab.log("run-0.log").contains("wrong"), "the password is never logged")
     }

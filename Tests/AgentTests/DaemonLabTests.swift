@@ -40,6 +40,7 @@ struct DaemonLabTests {
         // The operator's view and commands, over the control socket.
         let status = try lab.control("status", "--json")
         #expect(status.contains("\"state\":\"connected\"") && status.contains("\"interface\":\"wifi0\""), "\(status)")
+        #expect(status.contains("\"lockdown\":\"on\"") && status.contains("\"blocked_out\":"), "\(status)")
         #expect(status.contains("\"attempts\":2"), "the first handshake and one rebind: \(status)")
         _ = try lab.control("reconnect")
         #expect(lab.wait(for: "reason=operatorRequest", in: "client.log"))
@@ -69,6 +70,8 @@ struct DaemonLabTests {
         #expect(lab.wait(for: "session closed by alice", in: "server.log"), "the client said goodbye: \(lab.log("server.log"))")
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
+        let tables = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output
+        #expect(!tables.contains("table inet roam"), "an operator's stop takes the lockdown away: \(tables)")
         #expect(try lab.control("status").contains("the agent is not running"))
     }
 

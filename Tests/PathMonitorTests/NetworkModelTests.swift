@@ -194,3 +194,17 @@ private func laptop() -> NetworkModel {
     #expect(!result)
     #expect(m.routes[route.key] == nil)
 }
+
+/// "TunnelVision": a hostile network pushes halves of the address space via its gateway.
+@Test func routesAroundAFullTunnelAreFound() {
+    var m = laptop()
+    #expect(m.routesAroundTheTunnel.isEmpty, "defaults and on-link subnets are not")
+    m.apply(.linkChanged(Link(index: 9, name: "roam0", kind: .tunnel)))
+    m.apply(.routeAdded(Route(destination: prefix("10.77.0.0/24"), nextHops: [NextHop(gateway: IPAddress("10.77.0.1"), linkIndex: 9)])))
+    m.apply(.routeAdded(Route(destination: prefix("172.16.0.0/12"), nextHops: [NextHop(linkIndex: 2)])))
+    #expect(m.routesAroundTheTunnel.isEmpty, "the tunnel's own routes and on-link routes are not")
+    m.apply(.routeAdded(Route(destination: prefix("0.0.0.0/1"), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)])))
+    m.apply(.routeAdded(Route(destination: prefix("128.0.0.0/1"), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)])))
+    #expect(m.routesAroundTheTunnel.map(\.description) == ["0.0.0.0/1 via 192.168.1.1 dev wifi0", "128.0.0.0/1 via 192.168.1.1 dev wifi0"])
+    #expect(m.localNetworks == [prefix("10.20.0.0/24"), prefix("192.168.1.0/24")])
+}

@@ -1,0 +1,47 @@
+import Lockdown
+import PathMonitor
+import Tunnel
+
+/// The lockdown firewall as the client daemon drives it: loaded before anything else at start,
+/// following the server's address and (with allow-lan) the local subnets, and taken away only
+/// by an operator's stop. A restart in place, a give-up or a crash leaves it loaded: the next
+/// agent adopts it.
+final class Firewall {
+    private let lockdown: Lockdown
+    private var policy: LockdownPolicy
+
+    /// Loads the lockdown for `settings`, with no server yet (its name may still need looking
+    /// up): from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
+    init(_ settings: ClientSettings, localNetworks: [Prefix] = []) throws(LockdownError) {
+        lockdown = try Lockdown()
+        let scope: LockdownPolicy.Scope = switch settings.mode {
+        case .full(let policy): .full(mark: policy.mark)
+        case .split(let prefixes): .split(prefixes)
+        }
+        policy = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
+                                localNetworks: localNetworks)
+        try lockdown.apply(policy)
+    }
+
+    /// The session's UDP goes to `server` now.
+    func serve(_ server: SocketAddress) throws(LockdownError) {
+        policy.server = (server.ip, server.port)
+        try lockdown.apply(policy)
+    }
+
+    /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
+    func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
+        guard policy.allowLAN, networks != policy.localNetworks else { return }
+        policy.localNetworks = networks
+        try lockdown.apply(policy)
+    }
+
+    /// Packets stopped, by cause, for `agent status`.
+    func counters() -> [BlockCause: UInt64] { (try? lockdown.counters()) ?? [:] }
+
+    /// The operator stopped the agent: the machine is open again.
+    func remove() throws(LockdownError) { try lockdown.remove() }
+
+    /// With `lockdown: off`, a table an earlier agent left is taken away at start.
+    static func removeLeftover() throws(LockdownError) { try Lockdown().remove() }
+}
