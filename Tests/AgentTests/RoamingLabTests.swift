@@ -14,13 +14,16 @@ struct RoamingLabTests {
 
     @Test(arguments: scenarios, LabRouting.allCases)
     func roam(_ scenario: RoamingScenario, _ routing: LabRouting) throws {
-        let o = try scenario.run(vpn: .roam, routing: routing, tcp: true)
+        let o = try scenario.run(vpn: .roam, routing: routing, tcp: true, leaks: true)
         let context = "\(scenario) \(routing): outage \(o.outage), lost \(o.lostProbes)/\(o.sentProbes), "
             + "handshakes \(o.handshakes), attempts \(o.attempts.map(String.init) ?? "-"), on \(o.interface ?? "-")\n"
             + "client log:\n\(o.clientLog)"
         func check(_ ok: Bool, _ what: String = "", sourceLocation: SourceLocation = #_sourceLocation) {
             #expect(ok, Comment(rawValue: what + "\n" + context), sourceLocation: sourceLocation)
         }
+        // Nothing left outside the tunnel, from before the client started to the end.
+        print("leak check: \(scenario) \(routing): \(o.leaks?.count ?? -1) packets left outside the tunnel of \(o.packetsJudged) judged")
+        check(o.leaks == [] && o.packetsJudged > 0, "leaks: \(o.leaks ?? [])")
         let tcp = try #require(o.tcp)
         check(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
               "TCP stream: \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")")

@@ -190,6 +190,37 @@ public final class RoamingLab {
 
     // MARK: Observations
 
+    /// What the early-boot unit does before any interface is up: `agent lockdown on` from the
+    /// client's configuration.
+    public func loadBootLockdown() throws {
+        let (status, output) = try runAgent(["lockdown", "on", "--config", directory + "/client.yaml"])
+        guard status == 0 else { throw NamespaceLab.Failure(description: "agent lockdown on: \(output)") }
+    }
+
+    /// Whether the lockdown table is loaded in the laptop.
+    public func lockdownLoaded() -> Bool {
+        ((try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]))?.output ?? "")
+            .contains("table inet roam")
+    }
+
+    /// A tap on the router's side of both uplinks that judges what the laptop sends: in full
+    /// mode only the session, DHCP and neighbour discovery may leave; in split mode nothing for
+    /// the tunnel's prefix may.
+    public func leakTap(servers: [IPAddress] = [IPAddress("198.51.100.7")!]) throws -> LeakTap {
+        let rule: LeakTap.Rule = routing == .full ? .full(servers: servers, port: port)
+            : .split([Prefix(serverInner, length: 24)!])
+        return try LeakTap(["eth-l", "wifi-l"], in: server, rule: rule)
+    }
+
+    /// Applications on the laptop that keep trying: a host on the internet (UDP and TCP), the
+    /// LAN's resolver, IPv6 on the LAN, and (split mode) the tunnel's own prefix.
+    public func leakBait() throws -> LeakBait {
+        var targets = [SocketAddress(IPAddress("198.51.100.7")!, port: 9999), SocketAddress(IPAddress("198.51.100.7")!, port: 80),
+                       SocketAddress(IPAddress("10.20.0.1")!, port: 53), SocketAddress(IPAddress("fd00:20::1")!, port: 9999)]
+        if routing == .split { targets.append(SocketAddress(serverInner, port: 9999)) }
+        return try LeakBait(from: laptop, targets: targets)
+    }
+
     public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 
     /// Roam's `agent status --json` as strings (empty for wireguard-go or a stopped agent).

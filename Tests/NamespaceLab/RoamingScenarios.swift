@@ -56,18 +56,30 @@ public struct RoamingOutcome: Sendable {
     public var tunnelUntouched: Bool
     public var clientLog: String
     public var serverLog: String
+    /// With a leak check: what left the laptop outside the tunnel, from before the client
+    /// started to the end (see `LeakTap`), and how many packets the tap judged.
+    public var leaks: [String]?
+    public var packetsJudged: Int
 }
 
 extension RoamingScenario {
     /// Builds a lab, plays the scenario and measures it. With `tcp`, a TCP stream runs through
     /// the tunnel the whole time and is checked at the end.
-    public func run(vpn: TunnelUnderTest, routing: LabRouting, agent: URL = RoamingLab.builtAgent, tcp: Bool) throws -> RoamingOutcome {
+    /// With `leaks`, applications keep trying to send outside the tunnel from before the client
+    /// starts (`LeakBait`), and a tap on the router's side of the uplinks judges every packet.
+    public func run(vpn: TunnelUnderTest, routing: LabRouting, agent: URL = RoamingLab.builtAgent, tcp: Bool,
+                    leaks: Bool = false) throws -> RoamingOutcome {
         let lab = try RoamingLab(vpn: vpn, routing: routing, agent: agent)
         let laptop = lab.laptop
         if self == .betterPath { try laptop.ip("link set eth0 down") }
         if self == .addressChange { try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"]) }
         try lab.startServer()
         let tap = try PacketTap(port: lab.port, in: lab.server)
+        // The machine boots with the lockdown loaded before any application runs.
+        if leaks, vpn == .roam { try lab.loadBootLockdown() }
+        let leakTap = leaks ? try lab.leakTap() : nil
+        let bait = leaks ? try lab.leakBait() : nil
+        defer { bait?.stop() }
         try lab.startClient()
         let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: laptop,
                                      to: SocketAddress(lab.serverInner, port: 5006), in: lab.server)
@@ -170,7 +182,7 @@ extension RoamingScenario {
                               handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,
                               cpu: cpu, moved: moved, interface: interface, tcp: tcpResult,
                               tunnelUntouched: tunnelAfter == tunnelBefore, clientLog: lab.log("client.log"),
-                              serverLog: lab.log("server.log"))
+                              serverLog: lab.log("server.log"), leaks: leakTap?.leaks(), packetsJudged: leakTap?.packetsSeen ?? 0)
     }
 }
 

@@ -325,7 +325,7 @@ public final class PacketTap: @unchecked Sendable {
 }
 
 /// struct sockaddr_ll (<linux/if_packet.h>), which the C library module does not export.
-private struct LinkLayerAddress {
+struct LinkLayerAddress {
     var family: UInt16 = 0
     var networkProtocol: UInt16 = 0
     var interface: Int32 = 0

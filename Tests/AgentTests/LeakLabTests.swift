@@ -1,0 +1,101 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import PathMonitor
+import Testing
+import Tunnel
+
+/// The gaps in an always-on tunnel's life, with applications trying to send all along and a
+/// tap on the router's side of both uplinks: nothing may leave outside the tunnel but the
+/// session, DHCP and neighbour discovery (full mode), or anything for the tunnel's prefix
+/// (split mode).
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct LeakLabTests {
+    /// Start-up with the server down, a give-up, a crash (`kill -9`) with no agent for a while,
+    /// a new agent that adopts the lockdown, a restart in place (SIGHUP with a changed tunnel),
+    /// and the server coming back: one lab, one tap, in each mode.
+    @Test(arguments: LabRouting.allCases)
+    func nothingLeavesThroughStartGiveUpCrashAndRestart(_ routing: LabRouting) throws {
+        let lab = try RoamingLab(vpn: .roam, routing: routing)
+        let tap = try lab.leakTap()
+
+        // Start-up, server down: the agent gives up after 1 s and exits 1, the lockdown stays.
+        let (status, output) = try lab.runAgent(["up", "--config", lab.directory + "/client.yaml", "--control",
+                                                 lab.controlSocket, "--wait-for-server", "1s"], seconds: 10)
+        #expect(status == 1 && output.contains("no answer from the server"), "\(output)")
+        #expect(lab.lockdownLoaded(), "a give-up keeps the machine closed")
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        usleep(1_000_000)
+
+        // An agent starts (the lockdown adopted), waits for the server, comes up when it is back.
+        try lab.startClient(waitForTunnel: false)
+        usleep(1_000_000)
+        try lab.startServer()
+        #expect(lab.wait(for: "msg=\"tunnel up\"", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+
+        // A crash: kill -9, no agent for a second, then a new one.
+        let client = try #require(lab.client)
+        kill(client.processIdentifier, SIGKILL)
+        client.waitUntilExit()
+        #expect(lab.lockdownLoaded(), "a crash leaves the lockdown")
+        usleep(1_000_000)
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.wait(for: "msg=\"tunnel up\"", in: "client.log", seconds: 10))
+
+        // SIGHUP with a changed tunnel: the agent starts afresh in place, the lockdown kept.
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\ntunnel: {mtu: 1400}\n")
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        let restarted = lab.log("client.log").components(separatedBy: "msg=\"tunnel up\"").count
+        kill(try #require(lab.clientPID), SIGHUP)
+        #expect(lab.waitFor(seconds: 10) { lab.log("client.log").components(separatedBy: "msg=\"tunnel up\"").count > restarted },
+                "\(lab.log("client.log"))")
+        usleep(500_000)
+
+        let status2 = lab.status()
+        #expect(status2["lockdown"] == "on", "\(status2)")
+        if routing == .full {
+            #expect(Int(status2["blocked_dns"] ?? "") ?? 0 > 0 && Int(status2["blocked_out"] ?? "") ?? 0 > 0, "\(status2)")
+        }
+        print("leak check: start, give-up, crash, restart (\(routing)): \(tap.leaks().count) packets left outside the tunnel of \(tap.packetsSeen) judged")
+        #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
+    }
+
+    /// A hostile network pushes routes that split the address space around the tunnel
+    /// ("TunnelVision"): nothing leaves, the agent warns once and status names them.
+    @Test func routesPushedAroundTheTunnelLeakNothing() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.startClient()
+        let tap = try lab.leakTap()
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        try lab.laptop.ip("route add 0.0.0.0/1 via 192.168.1.1 dev wifi0")
+        try lab.laptop.ip("route add 128.0.0.0/1 via 192.168.1.1 dev wifi0")
+        #expect(lab.wait(for: "a route on an uplink takes traffic around the tunnel\" route=\"0.0.0.0/1 via 192.168.1.1 dev wifi0\"",
+                         in: "client.log"), "\(lab.log("client.log"))")
+        usleep(1_000_000)
+        #expect(lab.status()["diverting_routes"]?.contains("128.0.0.0/1 via 192.168.1.1 dev wifi0") == true, "\(lab.status())")
+        #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
+    }
+
+    /// allow-lan: a host on the LAN answers, the internet and the LAN's resolver do not.
+    @Test func allowLANOpensTheLANOnly() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\n")
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        try lab.startClient()
+        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
+        let resolver = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 53), namespace: lab.server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
+        _ = try app.send(Array("job".utf8), to: printer.local)
+        _ = try? app.send(Array("query".utf8), to: resolver.local)
+        #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN host hears the laptop directly")
+        _ = try printer.send(Array("done".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
+        #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
+        #expect(try resolver.receive(timeout: .milliseconds(300)) == nil, "DNS to the LAN stays blocked")
+    }
+}

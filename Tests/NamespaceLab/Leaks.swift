@@ -1,0 +1,201 @@
+import Foundation
+import Glibc
+import Synchronization
+public import PathMonitor
+public import Tunnel
+
+/// Everything the laptop sends onto its uplinks, as the router sees it (an AF_PACKET socket for
+/// every protocol on the router's side of `eth0` and `wifi0`), judged against what may leave a
+/// machine whose VPN is always on. What may not is a leak, described for the test's message.
+public final class LeakTap: @unchecked Sendable {
+    /// What may leave the laptop outside the tunnel.
+    public enum Rule: Sendable {
+        /// Full tunnel: the session's UDP to `server`, DHCP, ARP and the ICMPv6 an uplink needs.
+        case full(servers: [IPAddress], port: UInt16)
+        /// Split tunnel: anything but packets for these prefixes.
+        case split([Prefix])
+    }
+
+    private let fd: Int32
+    private let interfaces: Set<Int32>
+    private let rule: Rule
+    private let lock = NSLock()
+    private var found: [(at: LabInstant, what: String)] = []
+    private var seen = 0
+    private let running = Atomic<Bool>(true)
+    private let done = DispatchGroup()
+
+    /// Taps `interfaces` (by name) in `lab`, the router's side of the laptop's uplinks.
+    public init(_ interfaces: [String], in lab: NamespaceLab, rule: Rule) throws {
+        self.rule = rule
+        let all = UInt16(0x0003).bigEndian  // ETH_P_ALL
+        fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in
+            let fd = socket(AF_PACKET, Int32(SOCK_DGRAM.rawValue), Int32(all))
+            guard fd >= 0 else { throw NetlinkError("packet socket", errno) }
+            return fd
+        }
+        self.interfaces = Set(interfaces.compactMap { name in
+            (try? lab.ip("-o link show \(name)")).flatMap { Int32($0.prefix { $0 != ":" }) }
+        })
+        var tv = timeval(tv_sec: 0, tv_usec: 50_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        done.enter()
+        Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 2048)
+            var from = LinkLayerAddress()
+            while running.load(ordering: .relaxed) {
+                var length = socklen_t(MemoryLayout<LinkLayerAddress>.size)
+                let n = withUnsafeMutablePointer(to: &from) { sa in
+                    sa.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
+                }
+                guard n > 0, from.packetType != 4 /* PACKET_OUTGOING */, self.interfaces.contains(from.interface) else { continue }
+                let verdict = Self.judge(Array(buffer[0..<n]), protocol: UInt16(bigEndian: from.networkProtocol), rule: self.rule)
+                let at = LabClock.now
+                lock.withLock {
+                    seen += 1
+                    if let leak = verdict { found.append((at, leak)) }
+                }
+            }
+            done.leave()
+        }.start()
+    }
+
+    deinit {
+        running.store(false, ordering: .relaxed)
+        _ = done.wait(timeout: .now() + 1)
+        close(fd)
+    }
+
+    /// The leaks seen so far (in `from...`, when given), one line each, at most `limit`.
+    public func leaks(since from: LabInstant? = nil, limit: Int = 20) -> [String] {
+        lock.withLock { found.filter { from == nil || $0.at >= from! }.prefix(limit).map(\.what) }
+    }
+
+    /// Packets seen, leaks or not: a tap that saw nothing proves nothing.
+    public var packetsSeen: Int { lock.withLock { seen } }
+
+    /// nil when `packet` (layer 3, of ethertype `protocol`) may leave; else what it is.
+    static func judge(_ packet: [UInt8], protocol ethertype: UInt16, rule: Rule) -> String? {
+        guard let p = Parsed(packet, ethertype: ethertype) else {
+            return ethertype == 0x0806 ? nil : "ethertype 0x\(String(ethertype, radix: 16)), \(packet.count) bytes"
+        }
+        switch rule {
+        case .split(let prefixes):
+            return prefixes.contains { $0.contains(p.destination) } ? p.description : nil
+        case .full(let servers, let port):
+            if p.protocolNumber == 17, servers.contains(p.destination), p.destinationPort == port { return nil }
+            if p.protocolNumber == 17, p.sourcePort == 68, p.destinationPort == 67 { return nil }  // DHCPv4
+            if p.protocolNumber == 17, p.sourcePort == 546, p.destinationPort == 547 { return nil }  // DHCPv6
+            if p.protocolNumber == 58, let type = p.icmpType, [131, 133, 135, 136, 143].contains(type) { return nil }
+            return p.description
+        }
+    }
+
+    /// The fields of an IPv4 or IPv6 packet the judgement needs.
+    struct Parsed: CustomStringConvertible {
+        var source: IPAddress
+        var destination: IPAddress
+        var protocolNumber: UInt8
+        var sourcePort: UInt16?
+        var destinationPort: UInt16?
+        var icmpType: UInt8?
+
+        init?(_ b: [UInt8], ethertype: UInt16) {
+            var transport: Int
+            if ethertype == 0x0800, b.count >= 20, b[0] >> 4 == 4 {
+                transport = Int(b[0] & 0x0f) * 4
+                protocolNumber = b[9]
+                source = IPAddress(bytes: b[12..<16])!
+                destination = IPAddress(bytes: b[16..<20])!
+            } else if ethertype == 0x86dd, b.count >= 40, b[0] >> 4 == 6 {
+                transport = 40
+                protocolNumber = b[6]
+                source = IPAddress(bytes: b[8..<24])!
+                destination = IPAddress(bytes: b[24..<40])!
+                if protocolNumber == 0, b.count >= 48 {  // hop-by-hop options (MLD's router alert)
+                    protocolNumber = b[40]
+                    transport += (Int(b[41]) + 1) * 8
+                }
+            } else {
+                return nil
+            }
+            if (protocolNumber == 6 || protocolNumber == 17), transport + 4 <= b.count {
+                sourcePort = UInt16(b[transport]) << 8 | UInt16(b[transport + 1])
+                destinationPort = UInt16(b[transport + 2]) << 8 | UInt16(b[transport + 3])
+            }
+            if (protocolNumber == 1 || protocolNumber == 58), transport < b.count { icmpType = b[transport] }
+        }
+
+        var description: String {
+            let name = [1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6"][Int(protocolNumber)] ?? "proto \(protocolNumber)"
+            let ports = sourcePort.map { ":\($0)" } ?? ""
+            let to = destinationPort.map { ":\($0)" } ?? (icmpType.map { " type \($0)" } ?? "")
+            return "\(name) \(source)\(ports) -> \(destination)\(to)"
+        }
+    }
+}
+
+/// What applications on the laptop keep trying while a test runs: a datagram to a host on the
+/// internet, a name look-up to the LAN's resolver, a TCP connection to a web server, and IPv6
+/// to the LAN and beyond, every `interval`. With the tunnel down, each is a leak waiting to happen.
+public final class LeakBait: @unchecked Sendable {
+    private let running = Atomic<Bool>(true)
+    private let done = DispatchGroup()
+    public let targets: [SocketAddress]
+
+    public init(from lab: NamespaceLab, targets: [SocketAddress], interval: Duration = .milliseconds(50)) throws {
+        self.targets = targets
+        let sockets = try lab.namespace.run { () throws(NetlinkError) -> (v4: Int32, v6: Int32) in
+            (socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0),
+             socket(AF_INET6, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0))
+        }
+        let namespace = lab.namespace
+        done.enter()
+        Thread { [self] in
+            let payload = [UInt8](repeating: 0x42, count: 64)
+            while running.load(ordering: .relaxed) {
+                for target in targets {
+                    let isV4 = target.ip.family == .v4
+                    let fd = isV4 ? sockets.v4 : sockets.v6
+                    if target.port == 80 {
+                        // A TCP connection attempt, abandoned at once.
+                        if let tcp = try? namespace.run({ () throws(NetlinkError) -> Int32 in
+                            socket(isV4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                        }), tcp >= 0 {
+                            _ = Self.withAddress(target) { connect(tcp, $0, $1) }
+                            usleep(2_000)
+                            close(tcp)
+                        }
+                    } else if fd >= 0 {
+                        _ = Self.withAddress(target) { sa, length in
+                            payload.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, length) }
+                        }
+                    }
+                }
+                usleep(UInt32(interval.components.seconds * 1_000_000 + interval.components.attoseconds / 1_000_000_000_000))
+            }
+            close(sockets.v4)
+            close(sockets.v6)
+            done.leave()
+        }.start()
+    }
+
+    public func stop() {
+        running.store(false, ordering: .relaxed)
+        _ = done.wait(timeout: .now() + 2)
+    }
+
+    deinit { stop() }
+
+    private static func withAddress<T>(_ address: SocketAddress, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        if address.ip.family == .v4 {
+            var sa = TCPStream.sockaddr(address)
+            return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        }
+        var sa = sockaddr_in6()
+        sa.sin6_family = sa_family_t(AF_INET6)
+        sa.sin6_port = address.port.bigEndian
+        withUnsafeMutableBytes(of: &sa.sin6_addr) { $0.copyBytes(from: address.ip.bytes) }
+        return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+    }
+}
