@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import NamespaceLab
 import Testing
 @testable import agent
 
@@ -52,4 +53,26 @@ import Testing
     #expect(OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino)"))
     #expect(!OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino + 1)"), "inherited, but not this stream")
     #expect(!OperatorLog.standardErrorIsJournal(nil) && !OperatorLog.standardErrorIsJournal("garbage"))
+}
+
+/// The service's stop path removes the lockdown only after an operator's stop; after a crash
+/// or a give-up, systemd starts the agent again and the machine stays closed.
+@Test func theStopPathKeepsTheLockdownAfterACrash() throws {
+    // In a namespace of its own, so no firewall of this machine is touched.
+    let lab = NamespaceLab.isRoot ? try NamespaceLab() : nil
+    for (result, removes) in [("signal", false), ("exit-code", false), ("core-dump", false), ("watchdog", false),
+                              ("success", true), ("timeout", true)] {
+        let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
+        let process = Process()
+        process.executableURL = lab == nil ? agent : NamespaceLab.ipTool
+        process.arguments = (lab.map { ["netns", "exec", $0.name, agent.path] } ?? []) + ["lockdown", "off", "--after-stop"]
+        process.environment = ["SERVICE_RESULT": result]
+        let output = Pipe()
+        process.standardError = output
+        process.standardOutput = output
+        try process.run()
+        process.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(text.contains("lockdown kept") == !removes, "\(result): \(text)")
+    }
 }
