@@ -4,10 +4,16 @@
 # (`agent serve` / `agent up`, split mode) and wireguard-go (userspace WireGuard) on the same topology.
 # For Roam and wireguard-go also the client process's CPU time per Gbit, and the idle Roam client's RSS.
 # Usage: sudo bench/throughput.sh            (DURATION=seconds per run, default 10)
+#        MODE=full LOCKDOWN=off sudo bench/throughput.sh   (Roam's routing mode, split by default,
+#        and its lockdown firewall, on by default: compare on and off for what the lockdown costs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10}
+MODE=${MODE:-split}
+LOCKDOWN=${LOCKDOWN:-on}
+[[ $MODE =~ ^(split|full)$ ]] || { echo "throughput: MODE is split or full" >&2; exit 2; }
+[[ $LOCKDOWN =~ ^(on|off)$ ]] || { echo "throughput: LOCKDOWN is on or off" >&2; exit 2; }
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "throughput: DURATION must be a positive integer" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "throughput: needs root (network namespaces, TUN devices)" >&2; exit 2; }
 
@@ -180,8 +186,9 @@ cat >"$WORK/client.yaml" <<EOF
 server: 10.31.9.2:51820
 server-key: $SERVER_KEY
 private-key-file: $WORK/client.key
-mode: split
-routes: [10.77.0.0/24]
+mode: $MODE
+$([ "$MODE" = split ] && echo "routes: [10.77.0.0/24]")
+lockdown: $LOCKDOWN
 EOF
 ip netns exec "$S" "$A" serve --config "$WORK/server.yaml" >"$WORK/serve.log" 2>&1 &
 roam_server=$!
@@ -246,7 +253,7 @@ stop_pid "$wg_server"
 # --- report ------------------------------------------------------------------------------------
 ratio() { python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f"{a / b:.2f}" if b else "-")' "$1" "$2"; }
 echo
-echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores)"
+echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN"
 printf '%-14s %10s %12s %15s %22s %24s\n' path "up Mbit/s" "down Mbit/s" "client CPU s" "client CPU ms/Gbit up" "client CPU ms/Gbit down"
 for p in raw roam wireguard-go; do
     printf '%-14s %10s %12s %15s %22s %24s\n' "$p" "${UP[$p]}" "${DOWN[$p]}" "${CPU_S[$p]:--}" "${CPU_UP[$p]:--}" "${CPU_DOWN[$p]:--}"
