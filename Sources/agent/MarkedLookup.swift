@@ -1,5 +1,6 @@
 import Glibc
 import PathMonitor
+import Tunnel
 
 /// Looks up the server's name the way the C library would (the hosts file, then the name
 /// servers of resolv.conf over UDP), but on sockets that carry the session's mark.
@@ -63,54 +64,27 @@ enum MarkedLookup {
         return .noAnswer
     }
 
-    /// Sends `queries` to `server` port 53 from a marked, connected socket and waits up to
-    /// `timeout` for an answer to each; nil when the socket cannot be made or nothing came.
+    /// Sends `queries` to `server` port 53 from a marked socket and waits up to `timeout` for
+    /// an answer to each, from that server alone; nil when the socket cannot be made or nothing came.
     private static func ask(_ server: IPAddress, _ queries: [(id: UInt16, bytes: [UInt8])], timeout: Duration,
                             mark: UInt32) -> [DNSMessage.Answer]? {
-        let family = server.family == .v4 ? AF_INET : AF_INET6
-        let fd = socket(family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var value = mark
-        guard setsockopt(fd, SOL_SOCKET, SO_MARK, &value, socklen_t(MemoryLayout<UInt32>.size)) == 0 else { return nil }
-        // Connected: the kernel drops datagrams from anyone but the server.
-        guard connectTo(fd, server, port: 53) == 0 else { return nil }
-        for query in queries { _ = query.bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+        let peer = SocketAddress(server, port: 53)
+        let any: IPAddress = server.family == .v4 ? .v4(0) : .v6(0, 0)
+        guard let socket = try? UDPSocket(bindingTo: SocketAddress(any, port: 0), mark: mark) else { return nil }
+        for query in queries { _ = try? query.bytes.withUnsafeBytes { try socket.send($0, to: peer) } }
         var answers: [UInt16: DNSMessage.Answer] = [:]
         let deadline = Instant.now() + timeout
         var buffer = [UInt8](repeating: 0, count: 1500)
         for _ in 0..<64 where answers.count < queries.count {
             let left = deadline - Instant.now()
             guard left > .zero else { break }
-            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let milliseconds = Int32(clamping: left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1)
-            guard poll(&descriptor, 1, milliseconds) > 0 else { continue }
-            let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
-            guard n > 0, let answer = DNSMessage.parse(buffer[0..<n]),
+            guard let (length, from) = try? buffer.withUnsafeMutableBytes({ try socket.receive(into: $0, timeout: left) }),
+                  from == peer,
+                  let answer = DNSMessage.parse(buffer[0..<length]),
                   let query = queries.first(where: { $0.id == answer.id }) else { continue }
             answers[query.id] = answer
         }
         return answers.isEmpty ? nil : queries.compactMap { answers[$0.id] }  // A before AAAA
-    }
-
-    private static func connectTo(_ fd: Int32, _ address: IPAddress, port: UInt16) -> Int32 {
-        let bytes = address.bytes
-        if address.family == .v4 {
-            var sa = sockaddr_in()
-            sa.sin_family = sa_family_t(AF_INET)
-            sa.sin_port = port.bigEndian
-            withUnsafeMutableBytes(of: &sa.sin_addr) { $0.copyBytes(from: bytes) }
-            return withUnsafePointer(to: &sa) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-        }
-        var sa = sockaddr_in6()
-        sa.sin6_family = sa_family_t(AF_INET6)
-        sa.sin6_port = port.bigEndian
-        withUnsafeMutableBytes(of: &sa.sin6_addr) { $0.copyBytes(from: bytes) }
-        return withUnsafePointer(to: &sa) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
-        }
     }
 }
 

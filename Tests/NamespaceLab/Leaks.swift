@@ -16,54 +16,25 @@ public final class LeakTap: @unchecked Sendable {
         case split([Prefix])
     }
 
-    private let fd: Int32
-    private let interfaces: Set<Int32>
-    private let rule: Rule
     private let lock = NSLock()
     private var found: [(at: LabInstant, what: String)] = []
     private var seen = 0
-    private let running = Atomic<Bool>(true)
-    private let done = DispatchGroup()
+    private var capture: PacketCapture?
 
     /// Taps `interfaces` (by name) in `lab`, the router's side of the laptop's uplinks.
     public init(_ interfaces: [String], in lab: NamespaceLab, rule: Rule) throws {
-        self.rule = rule
-        let all = UInt16(0x0003).bigEndian  // ETH_P_ALL
-        fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in
-            let fd = socket(AF_PACKET, Int32(SOCK_DGRAM.rawValue), Int32(all))
-            guard fd >= 0 else { throw NetlinkError("packet socket", errno) }
-            return fd
-        }
-        self.interfaces = Set(interfaces.compactMap { name in
+        let tapped = Set(interfaces.compactMap { name in
             (try? lab.ip("-o link show \(name)")).flatMap { Int32($0.prefix { $0 != ":" }) }
         })
-        var tv = timeval(tv_sec: 0, tv_usec: 50_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        done.enter()
-        Thread { [self] in
-            var buffer = [UInt8](repeating: 0, count: 2048)
-            var from = LinkLayerAddress()
-            while running.load(ordering: .relaxed) {
-                var length = socklen_t(MemoryLayout<LinkLayerAddress>.size)
-                let n = withUnsafeMutablePointer(to: &from) { sa in
-                    sa.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
-                }
-                guard n > 0, from.packetType != 4 /* PACKET_OUTGOING */, self.interfaces.contains(from.interface) else { continue }
-                let verdict = Self.judge(Array(buffer[0..<n]), protocol: UInt16(bigEndian: from.networkProtocol), rule: self.rule)
-                let at = LabClock.now
-                lock.withLock {
-                    seen += 1
-                    if let leak = verdict { found.append((at, leak)) }
-                }
+        capture = try PacketCapture(ethertype: 0x0003 /* ETH_P_ALL */, in: lab, snapshot: 2048) { [weak self] packet, _, from in
+            guard let self, tapped.contains(from.interface) else { return }
+            let verdict = Self.judge(Array(packet), protocol: UInt16(bigEndian: from.networkProtocol), rule: rule)
+            let at = LabClock.now
+            self.lock.withLock {
+                self.seen += 1
+                if let leak = verdict { self.found.append((at, leak)) }
             }
-            done.leave()
-        }.start()
-    }
-
-    deinit {
-        running.store(false, ordering: .relaxed)
-        _ = done.wait(timeout: .now() + 1)
-        close(fd)
+        }
     }
 
     /// The leaks seen so far (in `from...`, when given), one line each, at most `limit`.
@@ -143,39 +114,35 @@ public final class LeakBait: @unchecked Sendable {
     private let done = DispatchGroup()
     public let targets: [SocketAddress]
 
+    /// Datagrams to every target, and a TCP connection attempt to those on port 80 (IPv4).
     public init(from lab: NamespaceLab, targets: [SocketAddress], interval: Duration = .milliseconds(50)) throws {
         self.targets = targets
-        let sockets = try lab.namespace.run { () throws(NetlinkError) -> (v4: Int32, v6: Int32) in
-            (socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0),
-             socket(AF_INET6, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0))
-        }
+        let v4 = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.namespace)
+        let v6 = try? UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: 0), namespace: lab.namespace)  // IPv6 may be off
         let namespace = lab.namespace
         done.enter()
         Thread { [self] in
             let payload = [UInt8](repeating: 0x42, count: 64)
             while running.load(ordering: .relaxed) {
                 for target in targets {
-                    let isV4 = target.ip.family == .v4
-                    let fd = isV4 ? sockets.v4 : sockets.v6
-                    if target.port == 80 {
+                    if target.port == 80, target.ip.family == .v4 {
                         // A TCP connection attempt, abandoned at once.
                         if let tcp = try? namespace.run({ () throws(NetlinkError) -> Int32 in
-                            socket(isV4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                            socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
                         }), tcp >= 0 {
-                            _ = Self.withAddress(target) { connect(tcp, $0, $1) }
+                            var sa = TCPStream.sockaddr(target)
+                            _ = withUnsafePointer(to: &sa) {
+                                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(tcp, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                            }
                             usleep(2_000)
                             close(tcp)
                         }
-                    } else if fd >= 0 {
-                        _ = Self.withAddress(target) { sa, length in
-                            payload.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, length) }
-                        }
+                    } else {
+                        _ = try? (target.ip.family == .v4 ? v4 : v6)?.send(payload, to: target)
                     }
                 }
                 usleep(UInt32(interval.components.seconds * 1_000_000 + interval.components.attoseconds / 1_000_000_000_000))
             }
-            close(sockets.v4)
-            close(sockets.v6)
             done.leave()
         }.start()
     }
@@ -186,16 +153,4 @@ public final class LeakBait: @unchecked Sendable {
     }
 
     deinit { stop() }
-
-    private static func withAddress<T>(_ address: SocketAddress, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
-        if address.ip.family == .v4 {
-            var sa = TCPStream.sockaddr(address)
-            return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        }
-        var sa = sockaddr_in6()
-        sa.sin6_family = sa_family_t(AF_INET6)
-        sa.sin6_port = address.port.bigEndian
-        withUnsafeMutableBytes(of: &sa.sin6_addr) { $0.copyBytes(from: address.ip.bytes) }
-        return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
-    }
 }

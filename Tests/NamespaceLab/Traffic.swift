@@ -271,56 +271,73 @@ public final class PacketTap: @unchecked Sendable {
         public var head: [UInt8]
     }
 
-    private let fd: Int32
-    private let port: UInt16
     private let lock = NSLock()
     private var packets: [Packet] = []
-    private let running = Atomic<Bool>(true)
-    private let done = DispatchGroup()
+    private var capture: PacketCapture?
 
     public init(port: UInt16, in lab: NamespaceLab) throws {
-        self.port = port
-        let protocolIP = UInt16(0x0800).bigEndian  // ETH_P_IP
+        capture = try PacketCapture(ethertype: 0x0800 /* ETH_P_IP */, in: lab, snapshot: 256) { [weak self] buffer, _, from in
+            let ihl = Int(buffer[0] & 0x0f) * 4
+            guard buffer[0] >> 4 == 4, buffer[9] == 17, ihl + 12 <= buffer.count else { return }
+            let destination = UInt16(buffer[ihl + 2]) << 8 | UInt16(buffer[ihl + 3])
+            guard destination == port else { return }
+            let udpLength = Int(UInt16(buffer[ihl + 4]) << 8 | UInt16(buffer[ihl + 5]))
+            let packet = Packet(interface: from.interface, at: LabClock.now, payloadLength: udpLength - 8,
+                                head: Array(buffer[(ihl + 8)..<min(ihl + 12, buffer.count)]))
+            guard let self else { return }
+            self.lock.withLock { self.packets.append(packet) }
+        }
+    }
+
+    /// The packets seen so far that match `filter`.
+    public func packets(where filter: (Packet) -> Bool = { _ in true }) -> [Packet] {
+        lock.withLock { packets.filter(filter) }
+    }
+}
+
+/// An AF_PACKET socket in a namespace for one ethertype (or all), read on a thread of its own:
+/// every packet that arrives on an interface there (not those it sends) goes to `handle`, with
+/// its first `snapshot` bytes (layer 3 on), its whole length and where it came from. Stops and
+/// closes its socket on deinit (the thread holds none of it, so the owner's release ends it).
+final class PacketCapture: @unchecked Sendable {
+    private let fd: Int32
+    private let running = Running()
+    private let done = DispatchGroup()
+
+    private final class Running: Sendable {
+        let value = Atomic<Bool>(true)
+    }
+
+    init(ethertype: UInt16, in lab: NamespaceLab, snapshot: Int,
+         handle: @escaping @Sendable (_ head: ArraySlice<UInt8>, _ length: Int, _ from: LinkLayerAddress) -> Void) throws {
+        let protocolNumber = Int32(ethertype.bigEndian)
         fd = try lab.namespace.run { () throws(NetlinkError) -> Int32 in
-            let fd = socket(AF_PACKET, Int32(SOCK_DGRAM.rawValue), Int32(protocolIP))
+            let fd = socket(AF_PACKET, Int32(SOCK_DGRAM.rawValue), protocolNumber)
             guard fd >= 0 else { throw NetlinkError("packet socket", errno) }
             return fd
         }
         var tv = timeval(tv_sec: 0, tv_usec: 50_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         done.enter()
-        Thread { [self] in
-            var buffer = [UInt8](repeating: 0, count: 256)
+        Thread { [fd, running, done] in
+            var buffer = [UInt8](repeating: 0, count: snapshot)
             var from = LinkLayerAddress()
-            while running.load(ordering: .relaxed) {
+            while running.value.load(ordering: .relaxed) {
                 var length = socklen_t(MemoryLayout<LinkLayerAddress>.size)
                 let n = withUnsafeMutablePointer(to: &from) { sa in
                     sa.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, Int32(MSG_TRUNC), $0, &length) }
                 }
                 guard n > 0, from.packetType != 4 /* PACKET_OUTGOING */ else { continue }
-                let at = LabClock.now
-                let ihl = Int(buffer[0] & 0x0f) * 4
-                guard buffer[0] >> 4 == 4, buffer[9] == 17, ihl + 12 <= min(n, buffer.count) else { continue }
-                let destination = UInt16(buffer[ihl + 2]) << 8 | UInt16(buffer[ihl + 3])
-                guard destination == self.port else { continue }
-                let udpLength = Int(UInt16(buffer[ihl + 4]) << 8 | UInt16(buffer[ihl + 5]))
-                let packet = Packet(interface: from.interface, at: at, payloadLength: udpLength - 8,
-                                    head: Array(buffer[(ihl + 8)..<min(ihl + 12, buffer.count)]))
-                lock.withLock { packets.append(packet) }
+                handle(buffer[0..<min(n, buffer.count)], n, from)
             }
             done.leave()
         }.start()
     }
 
     deinit {
-        running.store(false, ordering: .relaxed)
+        running.value.store(false, ordering: .relaxed)
         _ = done.wait(timeout: .now() + 1)
         close(fd)
-    }
-
-    /// The packets seen so far that match `filter`.
-    public func packets(where filter: (Packet) -> Bool = { _ in true }) -> [Packet] {
-        lock.withLock { packets.filter(filter) }
     }
 }
 
