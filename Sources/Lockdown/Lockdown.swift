@@ -19,8 +19,11 @@ public final class Lockdown {
     /// included) in the same transaction. Nothing is sent to the kernel when it is loaded already.
     public func apply(_ policy: LockdownPolicy) throws(LockdownError) {
         guard policy != self.policy else { return }
-        // `add` makes the delete safe when no table exists; all three commit together.
-        try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n" + policy.ruleset,
+        // `add` makes the delete safe when no table exists; all three commit together. The
+        // counters carry over from the table replaced.
+        let counts = try counts()
+        try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n"
+                    + policy.ruleset(counts: counts),
                     "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
         self.policy = policy
     }
@@ -40,23 +43,28 @@ public final class Lockdown {
 
     /// Packets stopped so far, by cause; empty when the table is not there.
     public func counters() throws(LockdownError) -> [BlockCause: UInt64] {
+        try counts().mapValues(\.packets)
+    }
+
+    /// Packets and bytes stopped so far, by cause; empty when the table is not there.
+    private func counts() throws(LockdownError) -> [BlockCause: BlockCount] {
         guard try isInstalled() else { return [:] }
         let text = try nft.run("list counters table inet \(LockdownPolicy.table)", "read the lockdown firewall's counters")
         return Self.parseCounters(text)
     }
 
     /// Reads `counter blocked_dns { packets 3 bytes 180 }` out of nftables' listing.
-    static func parseCounters(_ text: String) -> [BlockCause: UInt64] {
-        var result: [BlockCause: UInt64] = [:]
+    static func parseCounters(_ text: String) -> [BlockCause: BlockCount] {
+        var result: [BlockCause: BlockCount] = [:]
         var current: BlockCause?
         for line in text.split(whereSeparator: \.isNewline) {
             let words = line.split(separator: " ").flatMap { $0.split(separator: "\t") }
             if words.first == "counter", words.count >= 2 {
                 current = BlockCause.allCases.first { $0.counter == words[1] }
             }
-            if let cause = current, let at = words.firstIndex(of: "packets"), at + 1 < words.count,
-               let packets = UInt64(words[at + 1]) {
-                result[cause] = packets
+            if let cause = current, let at = words.firstIndex(of: "packets"), at + 3 < words.count, words[at + 2] == "bytes",
+               let packets = UInt64(words[at + 1]), let bytes = UInt64(words[at + 3]) {
+                result[cause] = BlockCount(packets: packets, bytes: bytes)
                 current = nil
             }
         }

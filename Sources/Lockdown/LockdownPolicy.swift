@@ -21,17 +21,27 @@ public struct LockdownPolicy: Hashable, Sendable {
         case split([Prefix])
     }
 
+    /// Where the session's UDP goes.
+    public struct Server: Hashable, Sendable {
+        public var address: IPAddress
+        public var port: UInt16
+        public init(_ address: IPAddress, port: UInt16) {
+            self.address = address
+            self.port = port
+        }
+    }
+
     public var scope: Scope
     /// The TUN device's name (it need not exist yet).
     public var tunnelInterface: String
     /// Where the session's UDP goes; nil while the server's address is not known yet.
-    public var server: (address: IPAddress, port: UInt16)?
+    public var server: Server?
     /// Let the local subnets through (full mode): `localNetworks` are allowed, DNS to them is not.
     public var allowLAN: Bool
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
 
-    public init(scope: Scope, tunnelInterface: String, server: (address: IPAddress, port: UInt16)? = nil,
+    public init(scope: Scope, tunnelInterface: String, server: Server? = nil,
                 allowLAN: Bool = false, localNetworks: [Prefix] = []) {
         self.scope = scope
         self.tunnelInterface = tunnelInterface
@@ -40,27 +50,17 @@ public struct LockdownPolicy: Hashable, Sendable {
         self.localNetworks = localNetworks
     }
 
-    public static func == (a: LockdownPolicy, b: LockdownPolicy) -> Bool {
-        a.scope == b.scope && a.tunnelInterface == b.tunnelInterface && a.server?.address == b.server?.address
-            && a.server?.port == b.server?.port && a.allowLAN == b.allowLAN && a.localNetworks == b.localNetworks
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(scope)
-        hasher.combine(tunnelInterface)
-        hasher.combine(server?.address)
-        hasher.combine(server?.port)
-        hasher.combine(allowLAN)
-        hasher.combine(localNetworks)
-    }
-
     /// The table's name in the `inet` family.
     public static let table = "roam"
 
-    /// The table, complete, in nftables' language.
-    public var ruleset: String {
+    /// The table, complete, in nftables' language; its counters start from `counts` (what the
+    /// table it replaces had counted, so a roam or a new agent does not reset them).
+    public func ruleset(counts: [BlockCause: BlockCount] = [:]) -> String {
         var lines = ["table inet \(Self.table) {"]
-        for cause in BlockCause.allCases { lines.append("    counter \(cause.counter) { }") }
+        for cause in BlockCause.allCases {
+            let count = counts[cause] ?? BlockCount()
+            lines.append("    counter \(cause.counter) { packets \(count.packets) bytes \(count.bytes) }")
+        }
         switch scope {
         case .full(let mark): lines += full(mark: mark)
         case .split(let prefixes): lines += split(prefixes)
@@ -81,8 +81,8 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        oifname \"lo\" accept",
             "        oifname \(tunnel) accept",
         ]
-        if let server {
-            let family = server.address.family == .v4 ? "ip" : "ip6"
+        let family = server.map { $0.address.family == .v4 ? "ip" : "ip6" }
+        if let server, let family {
             lines.append("        meta mark \(hex(mark)) \(family) daddr \(server.address) udp dport \(server.port) accept")
         }
         lines += [
@@ -105,8 +105,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \"lo\" accept",
             "        iifname \(tunnel) accept",
         ]
-        if let server {
-            let family = server.address.family == .v4 ? "ip" : "ip6"
+        if let server, let family {
             lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
         }
         lines += [
@@ -197,6 +196,16 @@ public struct LockdownPolicy: Hashable, Sendable {
     }
 
     private func hex(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }
+}
+
+/// What one of the table's counters holds.
+public struct BlockCount: Hashable, Sendable {
+    public var packets: UInt64 = 0
+    public var bytes: UInt64 = 0
+    public init(packets: UInt64 = 0, bytes: UInt64 = 0) {
+        self.packets = packets
+        self.bytes = bytes
+    }
 }
 
 /// Why the lockdown stopped a packet: one counter each in the table.

@@ -25,7 +25,7 @@ final class Firewall {
 
     /// The session's UDP goes to `server` now.
     func serve(_ server: SocketAddress) throws(LockdownError) {
-        policy.server = (server.ip, server.port)
+        policy.server = LockdownPolicy.Server(server.ip, port: server.port)
         try lockdown.apply(policy)
     }
 

@@ -8,10 +8,10 @@ import Tunnel
 
 /// The ruleset as text: no root, no kernel.
 struct LockdownPolicyTests {
-    let server = (address: IPAddress("198.51.100.7")!, port: UInt16(51820))
+    let server = LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820)
 
     @Test func fullModeLetsOutOnlyTheTunnelTheSessionAndWhatAnUplinkNeeds() {
-        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server).ruleset
+        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server).ruleset()
         #expect(text.hasPrefix("table inet roam {"))
         #expect(text.contains("oifname \"roam0\" accept"))
         #expect(text.contains("meta mark 0xca6c ip daddr 198.51.100.7 udp dport 51820 accept"))
@@ -20,7 +20,7 @@ struct LockdownPolicyTests {
         #expect(!text.contains("@lan4 accept"), "the LAN is closed unless allowed")
         // DNS is refused before the LAN is let through.
         let lan = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
-                                 localNetworks: [Prefix("192.168.1.23/24")!, Prefix("192.168.1.99/24")!, Prefix("fd00:20::57/64")!]).ruleset
+                                 localNetworks: [Prefix("192.168.1.23/24")!, Prefix("192.168.1.99/24")!, Prefix("fd00:20::57/64")!]).ruleset()
         #expect(lan.contains("elements = { 169.254.0.0/16, 192.168.1.0/24, 224.0.0.0/4, 255.255.255.255/32 }"), "\(lan)")
         #expect(lan.contains("elements = { fd00:20::/64, fe80::/10, ff00::/8 }"))
         let dns = try! #require(lan.range(of: "counter name blocked_dns"))
@@ -30,13 +30,13 @@ struct LockdownPolicyTests {
 
     @Test func anIPv6ServerIsMatchedAsIPv6() {
         let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
-                                  server: (IPAddress("2001:db8::7")!, 443)).ruleset
+                                  server: LockdownPolicy.Server(IPAddress("2001:db8::7")!, port: 443)).ruleset()
         #expect(text.contains("meta mark 0xca6c ip6 daddr 2001:db8::7 udp dport 443 accept"))
         #expect(text.contains("ip6 saddr 2001:db8::7 udp sport 443 accept"))
     }
 
     @Test func splitModeKeepsOnlyItsPrefixesInTheTunnel() {
-        let text = LockdownPolicy(scope: .split([Prefix("10.77.0.9/24")!, Prefix("fd77::/48")!]), tunnelInterface: "roam0").ruleset
+        let text = LockdownPolicy(scope: .split([Prefix("10.77.0.9/24")!, Prefix("fd77::/48")!]), tunnelInterface: "roam0").ruleset()
         #expect(text.contains("elements = { 10.77.0.0/24 }") && text.contains("elements = { fd77::/48 }"))
         #expect(text.contains("ip daddr @tunneled4 counter name blocked_out goto refuse"))
         #expect(!text.contains("chain input"), "split mode leaves the rest of the traffic alone")
@@ -53,7 +53,10 @@ struct LockdownPolicyTests {
             \t}
             }
             """
-        #expect(Lockdown.parseCounters(listing) == [.dns: 3, .outbound: 12])
+        #expect(Lockdown.parseCounters(listing) == [.dns: BlockCount(packets: 3, bytes: 180), .outbound: BlockCount(packets: 12, bytes: 720)])
+        // A new table starts where the one it replaces stopped.
+        #expect(LockdownPolicy(scope: .split([]), tunnelInterface: "roam0").ruleset(counts: [.dns: BlockCount(packets: 3, bytes: 180)])
+            .contains("counter blocked_dns { packets 3 bytes 180 }"))
     }
 
     @Test func nftablesErrorsReadAsOneLineOfHelp() {
@@ -71,7 +74,7 @@ struct LockdownKernelTests {
         let lockdown = try Lockdown(namespace: laptop.namespace)
         let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
         let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5353), namespace: server.namespace)
-        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: (IPAddress("198.51.100.7")!, 51820))
+        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820))
         try lockdown.apply(policy)
         #expect(try lockdown.isInstalled())
 
@@ -100,9 +103,11 @@ struct LockdownKernelTests {
 
         // A second agent adopts the table: same result, one table.
         let adopter = try Lockdown(namespace: laptop.namespace)
-        try adopter.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: (IPAddress("198.51.100.7")!, 51820)))
+        try adopter.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820)))
         #expect(try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]).output
             .components(separatedBy: "table inet roam").count == 2)
+        // and what the table had counted carries over.
+        #expect(try adopter.counters()[.outbound] ?? 0 >= counters[.outbound] ?? 0 && counters[.outbound] ?? 0 >= 3)
 
         try adopter.remove()
         #expect(try !lockdown.isInstalled())
