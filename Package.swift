@@ -39,10 +39,12 @@ let package = Package(
         .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),
         // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
         .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
+        // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf.
+        .target(name: "SystemDNS", dependencies: ["PathMonitor", "Tunnel"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
-                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown",
+                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),
@@ -63,6 +65,7 @@ let package = Package(
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
     ],

@@ -69,6 +69,17 @@ public enum IPAddress: Hashable, Sendable, Comparable, CustomStringConvertible {
         return false
     }
 
+    /// True for 0.0.0.0 and ::, which name no host.
+    public var isUnspecified: Bool { self == .v4(0) || self == .v6(0, 0) }
+
+    /// True for 224.0.0.0/4 and ff00::/8.
+    public var isMulticast: Bool {
+        switch self {
+        case .v4(let a): a >> 28 == 0xE
+        case .v6(let high, _): high >> 56 == 0xFF
+        }
+    }
+
     public var description: String {
         var bytes = self.bytes
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))

@@ -4,6 +4,7 @@ import Lockdown
 import PathMonitor
 import Reconnector
 import Synchronization
+import SystemDNS
 import Tunnel
 
 /// The always-on client: the path monitor's facts and the data plane's notices go into the
@@ -64,6 +65,10 @@ final class ClientDaemon: @unchecked Sendable {
     private let firewall: Firewall?
     /// Routes that take traffic around a full tunnel, as last logged.
     private var divertingRoutes: [DivertingRoute] = []
+    /// Who hears of the tunnel's resolvers; nil with `dns: {manager: off}`.
+    private let dns: TunnelDNS?
+    /// Why the tunnel has no resolvers of its own, as last logged.
+    private var dnsProblem: String?
 
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -83,6 +88,12 @@ final class ClientDaemon: @unchecked Sendable {
         self.credentials = credentials
         self.server = server
         self.log = log
+        dns = switch settings.dns.manager {
+        case .off: nil
+        case .auto: TunnelDNS(manager: nil)
+        case .resolved: TunnelDNS(manager: .resolved)
+        case .resolvConf: TunnelDNS(manager: .resolvConf)
+        }
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw AgentError("cannot create a pipe: \(String(cString: strerror(errno)))") }
         for fd in fds {
@@ -167,6 +178,15 @@ final class ClientDaemon: @unchecked Sendable {
         control.remove()
         client?.close()
         try? routes?.remove()
+        // Like the lockdown: a restart in place keeps the resolvers, so names never leak meanwhile.
+        if let dns, dns.applied != nil, failure == nil, !restartRequested {
+            do {
+                try dns.revert()
+                log("info", "dns restored", ["via": dns.manager.rawValue])
+            } catch {
+                log("error", "cannot take the tunnel's resolvers back", ["error": "\(error)"])
+            }
+        }
         // Only an operator's stop opens the machine again; a restart in place or a give-up
         // (systemd starts the agent again) keeps it closed.
         if let firewall, failure == nil, !restartRequested {
@@ -186,6 +206,11 @@ final class ClientDaemon: @unchecked Sendable {
             try firewall?.localNetworksChanged(model.localNetworks)
         } catch {
             log("error", "cannot follow the local subnets in the lockdown", ["error": "\(error)"])
+        }
+        do {
+            if try dns?.reassert() == true { log("info", "dns written again: resolv.conf had been replaced", ["via": "resolv.conf"]) }
+        } catch {
+            log("error", "cannot write the tunnel's resolvers again", ["error": "\(error)"])
         }
         // Full mode only: split mode routes around the tunnel by design.
         guard settings.mode.socketMark != nil else { return }
@@ -224,8 +249,9 @@ final class ClientDaemon: @unchecked Sendable {
             resolved(result)
         case .notice(let notice):
             switch notice {
-            case .handshakeCompleted(let rtt):
+            case .handshakeCompleted(let rtt, let pushed):
                 attachTunnel()
+                useResolvers(pushed)
                 feed(.handshakeSucceeded(rtt: rtt))
             case .rejected where tun == nil:
                 giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
@@ -289,9 +315,12 @@ final class ClientDaemon: @unchecked Sendable {
         resolving = true
         let host = settings.server.host
         let mark = settings.mode.socketMark
+        let tunnelResolvers = dns?.applied?.resolvers ?? []
         do {
             try OSThread.detach { [weak self] in
-                self?.post(.resolved(Result { () throws(ResolverError) in try Resolver.addresses(of: host, mark: mark) }))
+                self?.post(.resolved(Result { () throws(ResolverError) in
+                    try Resolver.addresses(of: host, mark: mark, avoiding: tunnelResolvers)
+                }))
             }
         } catch {
             resolving = false
@@ -425,6 +454,10 @@ final class ClientDaemon: @unchecked Sendable {
             let counters = firewall.counters()
             fields += BlockCause.allCases.map { ($0.counter, "\(counters[$0] ?? 0)") }
         }
+        if let dns {
+            fields += [("dns", dns.applied?.description ?? "none"), ("dns_manager", dns.manager.rawValue)]
+        }
+        if let dnsProblem { fields.append(("dns_problem", dnsProblem)) }
         if !divertingRoutes.isEmpty {
             fields.append(("diverting_routes", divertingRoutes.map(\.description).joined(separator: "; ")))
         }
@@ -515,11 +548,56 @@ final class ClientDaemon: @unchecked Sendable {
     }
 }
 
+extension ClientDaemon {
+    /// Gives the system the tunnel's resolvers after each handshake: the configuration's own
+    /// (`dns`), else the server's. A list the server got wrong is refused and the session stays.
+    private func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
+        guard let dns, let tun else { return }
+        var wanted: DNSSettings
+        if let override = settings.dns.override {
+            wanted = override
+        } else {
+            switch pushed {
+            case .success(let settings): wanted = settings
+            case .failure(let error):
+                return noResolvers("the server's resolvers are refused: \(error)", level: "warning")
+            }
+        }
+        // Split mode: a resolver outside the tunnel's routes would be asked in clear.
+        let outside = wanted.resolvers.filter { !settings.mode.carries($0) }
+        if !outside.isEmpty {
+            log("warning", "resolvers outside the split routes are not used: they would be asked in clear",
+                ["resolvers": outside.map(\.description).joined(separator: ",")])
+            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { settings.mode.carries($0) },
+                                       searchDomains: wanted.searchDomains)) ?? .none
+        }
+        guard wanted != dns.applied else { return }
+        guard !wanted.resolvers.isEmpty else {
+            return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
+                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: "warning")
+        }
+        do {
+            try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
+            dnsProblem = nil
+            log("info", "dns", ["resolvers": wanted.resolvers.map(\.description).joined(separator: ","),
+                                "search": wanted.searchDomains.joined(separator: ","), "via": dns.manager.rawValue])
+        } catch {
+            noResolvers("\(error)", level: "error")
+        }
+    }
+
+    private func noResolvers(_ reason: String, level: String) {
+        guard reason != dnsProblem else { return }
+        dnsProblem = reason
+        log(level, "no tunnel dns", ["reason": reason])
+    }
+}
+
 extension ClientSettings {
     /// Whether `other` describes the same tunnel: everything but the tunables.
     func sameTunnel(as other: ClientSettings) -> Bool {
         server == other.server && serverKey == other.serverKey && privateKeyFile == other.privateKeyFile
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
-            && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN
+            && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN && dns == other.dns
     }
 }

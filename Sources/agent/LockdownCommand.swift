@@ -3,6 +3,7 @@ import ConfigReader
 import Lockdown
 import PathMonitor
 import Reconnector
+import SystemDNS
 import Tunnel
 
 /// `agent lockdown on|off|status`: the lockdown firewall without a running agent, for early
@@ -42,7 +43,8 @@ struct LockdownCommand: ParsableCommand {
             commandName: "off",
             abstract: "Remove the lockdown: traffic leaves outside the tunnel again.",
             discussion: """
-                With --after-stop (the service's ExecStopPost), only when systemd says the agent was stopped \
+                Also puts back the resolv.conf that the agent replaced with the tunnel's resolvers, if it is \
+                still there (an agent that died could not). With --after-stop (the service's ExecStopPost), only when systemd says the agent was stopped \
                 ($SERVICE_RESULT success or timeout): after a crash or a give-up systemd starts it again, and \
                 the machine stays closed meanwhile.
                 """)
@@ -59,6 +61,11 @@ struct LockdownCommand: ParsableCommand {
             }
             try Preflight.requireNetworkAdmin(for: "lockdown off")
             do { try Lockdown().remove() } catch { throw AgentError("cannot remove the lockdown firewall: \(error)") }
+            do {
+                if try ResolvConfFile().restore() { printError("resolv.conf restored") }
+            } catch {
+                throw AgentError("cannot put resolv.conf back: \(error)")
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 import Glibc
 import PathMonitor
+import SystemDNS
 import Tunnel
 
 /// Looks up the server's name the way the C library would (the hosts file, then the name
@@ -10,12 +11,14 @@ import Tunnel
 /// by the lockdown, or sent into a tunnel that is down and needs this very answer to come up.
 /// Only the agent (CAP_NET_ADMIN sets a mark) can send DNS outside the tunnel this way.
 enum MarkedLookup {
-    static func addresses(of host: String, mark: UInt32, etc: String = "/etc") throws(ResolverError) -> [IPAddress] {
+    /// `avoiding`: the tunnel's own resolvers, which the system's configuration lists while the
+    /// tunnel is up (resolv.conf saves the previous file, systemd-resolved's list has every link's).
+    static func addresses(of host: String, mark: UInt32, avoiding: [IPAddress] = [], etc: String = "/etc") throws(ResolverError) -> [IPAddress] {
         let name = host.lowercased().hasSuffix(".") ? String(host.lowercased().dropLast()) : host.lowercased()
         let fromHosts = hostsFile(SystemFiles.text(etc + "/hosts") ?? "", name: name)
         if !fromHosts.isEmpty { return fromHosts }
-        let configuration = ResolvConf(SystemFiles.text(etc + "/resolv.conf") ?? "",
-                                       systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"))
+        let configuration = ResolvConf(ResolvConfFile.systemText(at: etc + "/resolv.conf") ?? "",
+                                       systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"), avoiding: avoiding)
         var temporary = false
         for candidate in configuration.candidates(for: name) {
             switch query(candidate, configuration, mark: mark) {
@@ -98,8 +101,9 @@ struct ResolvConf: Equatable {
 
     /// Reads `text`; when it points at systemd-resolved's local stub (127.0.0.53), the uplinks'
     /// own servers come from `systemdUplinks` (/run/systemd/resolve/resolv.conf) instead: the
-    /// stub itself sends its queries unmarked, so the lockdown would stop them.
-    init(_ text: String, systemdUplinks: String? = nil) {
+    /// stub itself sends its queries unmarked, so the lockdown would stop them. Servers in
+    /// `avoiding` are left out.
+    init(_ text: String, systemdUplinks: String? = nil, avoiding: [IPAddress] = []) {
         for line in text.split(whereSeparator: \.isNewline) {
             let words = line.prefix { $0 != "#" && $0 != ";" }.split(whereSeparator: { $0 == " " || $0 == "\t" })
             guard let key = words.first else { continue }
@@ -126,9 +130,10 @@ struct ResolvConf: Equatable {
             }
         }
         if nameservers.contains(IPAddress("127.0.0.53")!), let uplinks = systemdUplinks {
-            let real = ResolvConf(uplinks).nameservers
+            let real = ResolvConf(uplinks, avoiding: avoiding).nameservers
             if !real.isEmpty { nameservers = real }
         }
+        nameservers.removeAll { avoiding.contains($0) }
         if nameservers.isEmpty { nameservers = [IPAddress("127.0.0.1")!] }  // what the C library does
         nameservers = Array(nameservers.prefix(3))  // MAXNS
     }

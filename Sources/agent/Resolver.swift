@@ -8,9 +8,10 @@ enum Resolver {
     /// machine can reach first), never none; a literal address is itself, with no lookup.
     /// With `mark` (full mode), the look-up goes out on marked sockets (`MarkedLookup`), past
     /// the lockdown and the tunnel's routes.
-    static func addresses(of host: String, mark: UInt32? = nil) throws(ResolverError) -> [IPAddress] {
+    /// `avoiding` names the tunnel's own resolvers, which cannot answer while it is down.
+    static func addresses(of host: String, mark: UInt32? = nil, avoiding: [IPAddress] = []) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
-        if let mark { return try MarkedLookup.addresses(of: host, mark: mark) }
+        if let mark { return try MarkedLookup.addresses(of: host, mark: mark, avoiding: avoiding) }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
         var result: UnsafeMutablePointer<addrinfo>?

@@ -26,7 +26,7 @@ struct ServeCommand: ParsableCommand {
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         let core: ServerCore
-        do { core = try ServerCore(privateKey: key, users: settings.users) } catch { throw AgentError("\(error)") }
+        do { core = try ServerCore(privateKey: key, users: settings.users, dns: settings.dns) } catch { throw AgentError("\(error)") }
         let tun: TunDevice
         var sockets: [UDPSocket] = []
         do {

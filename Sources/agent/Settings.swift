@@ -32,6 +32,27 @@ struct ClientSettings {
     var lockdown = true
     /// Full mode with lockdown: let the local subnets through (printers, casting), not their DNS.
     var allowLAN = false
+    /// How the tunnel's resolvers reach the system, and which ones.
+    var dns = ClientDNSSettings()
+}
+
+/// The client's `dns` section.
+struct ClientDNSSettings: Equatable {
+    /// Resolvers and search domains to use instead of those the server pushes.
+    var override: DNSSettings?
+    var manager = DNSManagerChoice.auto
+}
+
+/// Who is told about the tunnel's resolvers.
+enum DNSManagerChoice: String, CaseIterable {
+    /// systemd-resolved when it runs, else /etc/resolv.conf.
+    case auto
+    /// systemd-resolved, over D-Bus; the agent stops if it does not answer.
+    case resolved = "systemd-resolved"
+    /// /etc/resolv.conf, written whole; the previous file is kept inside it and put back on stop.
+    case resolvConf = "resolv.conf"
+    /// Nobody: the system's DNS is left as it is (with lockdown on, only resolvers inside the tunnel answer).
+    case off
 }
 
 /// `agent serve --config FILE`.
@@ -40,13 +61,15 @@ struct ServerSettings {
     var privateKeyFile: String
     var tunnel: TunnelSettings
     var users: UserDatabase
+    /// Resolvers and search domains for users who have none of their own.
+    var dns = DNSSettings.none
 }
 
 extension YAMLReader {
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect", "persistent-keepalive", "lockdown", "allow-lan",
+            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns",
         ])
         let serverNode = try f.required("server")
         guard let server = Endpoint(try string(serverNode)), server.port != nil else {
@@ -90,11 +113,12 @@ extension YAMLReader {
                 throw fail(node, "'allow-lan' is for mode: full; split mode leaves the LAN alone already")
             }
         }
+        if let node = f.optional("dns") { settings.dns = try clientDNS(node) }
         return settings
     }
 
     func server(_ root: Node) throws(ConfigError) -> ServerSettings {
-        let f = try fields(root, "the server configuration", allowed: ["listen-port", "private-key-file", "tunnel", "users"])
+        let f = try fields(root, "the server configuration", allowed: ["listen-port", "private-key-file", "tunnel", "users", "dns"])
         let usersNode = try f.required("users")
         let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
         let database: UserDatabase
@@ -107,7 +131,37 @@ extension YAMLReader {
             listenPort: UInt16(try int(try f.required("listen-port"), 1...65535)),
             privateKeyFile: try string(try f.required("private-key-file")),
             tunnel: try tunnel(try f.required("tunnel"), needsAddress: true),
-            users: database)
+            users: database,
+            dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "'dns'") } ?? .none)
+    }
+
+    /// `dns: {servers: [...], search: [...]}`: resolvers, then search domains.
+    private func dns(_ node: Node, _ what: String, extra: [String] = []) throws(ConfigError) -> DNSSettings {
+        let f = try fields(node, what, allowed: ["servers", "search"] + extra)
+        let servers = try list(f.optional("servers")).map { node throws(ConfigError) in try ip(node) }
+        let search = try list(f.optional("search")).map { node throws(ConfigError) in try string(node) }
+        do {
+            return try DNSSettings(resolvers: servers, searchDomains: search)
+        } catch {
+            throw fail(node, "\(what): \(error)")
+        }
+    }
+
+    /// The client's `dns`: an override of what the server pushes, and who is told.
+    private func clientDNS(_ node: Node) throws(ConfigError) -> ClientDNSSettings {
+        let f = try fields(node, "'dns'", allowed: ["servers", "search", "manager"])
+        var settings = ClientDNSSettings()
+        if f.optional("servers") != nil || f.optional("search") != nil {
+            settings.override = try dns(node, "'dns'", extra: ["manager"])
+        }
+        if let n = f.optional("manager") {
+            let name = try string(n)
+            guard let manager = DNSManagerChoice(rawValue: name) else {
+                throw fail(n, "'manager' is one of \(DNSManagerChoice.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(name)\"")
+            }
+            settings.manager = manager
+        }
+        return settings
     }
 
     private func tunnel(_ node: Node, needsAddress: Bool) throws(ConfigError) -> TunnelSettings {
@@ -129,7 +183,7 @@ extension YAMLReader {
     /// A user: a name (also the login for password authentication), a public key, a password
     /// hash, or a key and a hash for both factors; and the inner addresses that are always theirs.
     private func user(_ node: Node) throws(ConfigError) -> User {
-        let f = try fields(node, "a user", allowed: ["name", "public-key", "password-hash", "addresses"])
+        let f = try fields(node, "a user", allowed: ["name", "public-key", "password-hash", "addresses", "dns"])
         let name = try string(try f.required("name"))
         var hash: PasswordHash?
         if let n = f.optional("password-hash") {
@@ -140,7 +194,8 @@ extension YAMLReader {
         }
         let user = User(name: name, publicKey: try opt(f.optional("public-key")) { node throws(ConfigError) in try publicKey(node) },
                         addresses: try list(try f.required("addresses")).map { node throws(ConfigError) in try ip(node) },
-                        passwordHash: hash)
+                        passwordHash: hash,
+                        dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "user \(name): 'dns'") })
         if user.publicKey == nil && user.passwordHash == nil {
             throw fail(node, "user \(name) needs 'public-key' or 'password-hash' (or both)")
         }

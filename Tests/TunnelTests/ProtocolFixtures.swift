@@ -19,14 +19,14 @@ struct ProtocolFixture {
 
     /// A server whose only user is the client's key (plus `extraUsers`), and that client.
     init(
-        users extraUsers: [User] = [], credentials: Credentials? = nil, keyUser: Bool = true,
+        users extraUsers: [User] = [], credentials: Credentials? = nil, keyUser: Bool = true, dns: DNSSettings = .none,
         limits: ServerLimits = ServerLimits(), sessionLimits: SessionLimits = SessionLimits()
     ) throws {
         serverKey = try PrivateKey.generate()
         clientKey = try PrivateKey.generate()
         var users = extraUsers
         if keyUser { users.insert(User(publicKey: clientKey.publicKey, addresses: [Self.innerV4, Self.innerV6]), at: 0) }
-        server = try ServerCore(privateKey: serverKey, users: UserDatabase(users), limits: limits, sessionLimits: sessionLimits)
+        server = try ServerCore(privateKey: serverKey, users: UserDatabase(users), dns: dns, limits: limits, sessionLimits: sessionLimits)
         client = try ClientCore(
             privateKey: clientKey, serverKey: serverKey.publicKey, credentials: credentials, limits: sessionLimits)
     }

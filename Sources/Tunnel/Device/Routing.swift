@@ -15,6 +15,11 @@ public enum RoutingMode: Hashable, Sendable {
         if case .split(let prefixes) = self { prefixes.contains { $0.contains(server) } } else { false }
     }
 
+    /// Whether packets to `address` go through the tunnel: all of them in full mode.
+    public func carries(_ address: IPAddress) -> Bool {
+        if case .split(let prefixes) = self { prefixes.contains { $0.contains(address) } } else { true }
+    }
+
     /// The mark the session's sockets must carry (`UDPSocket(mark:)`) in this mode.
     public var socketMark: UInt32? {
         if case .full(let policy) = self { policy.mark } else { nil }

@@ -44,6 +44,8 @@ public struct HandshakeCompletion: Equatable, Sendable {
     public var rtt: Duration
     /// The inner addresses the server holds for us.
     public var addresses: [IPAddress]
+    /// The resolvers and search domains the server gave, or why those it sent cannot be used.
+    public var dns: Result<DNSSettings, DNSSettingsError>
     /// A keepalive on the new session: send it at once if no data is about to go, so the
     /// server learns we hold the keys and starts using them too.
     public var confirmation: [UInt8]
@@ -181,7 +183,7 @@ public struct ClientCore: Sendable {
         hintReported = false
         addresses = verdict.addresses
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
-        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, confirmation: confirmation))
+        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns, confirmation: confirmation))
     }
 
     private mutating func receiveHint(_ datagram: UnsafeRawBufferPointer) -> ClientEvent {

@@ -49,6 +49,8 @@ public struct ServerCore: Sendable {
     public let publicKey: PublicKey
     /// Who may connect.
     public let users: UserDatabase
+    /// Resolvers and search domains for users who have none of their own.
+    public let dns: DNSSettings
     /// Dropped datagrams by reason.
     public private(set) var drops = DropCounters()
 
@@ -76,13 +78,14 @@ public struct ServerCore: Sendable {
     private var hints: TokenBucket
 
     public init(
-        privateKey: PrivateKey, users: UserDatabase, limits: ServerLimits = ServerLimits(),
+        privateKey: PrivateKey, users: UserDatabase, dns: DNSSettings = .none, limits: ServerLimits = ServerLimits(),
         sessionLimits: SessionLimits = SessionLimits()
     ) throws(CryptoError) {
         try Sodium.initialize()
         self.privateKey = privateKey
         publicKey = privateKey.publicKey
         self.users = users
+        self.dns = dns
         mac1 = Mac1(serverKey: privateKey.publicKey)
         self.sessionLimits = sessionLimits
         peers = users.users.map { PeerState(addresses: $0.addresses) }
@@ -175,6 +178,7 @@ public struct ServerCore: Sendable {
         guard var payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
         defer { payload.wipePassword() }
         let senderIndex = datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset)
+        let limit = datagram.count
 
         let peer: PeerID
         switch identify(payload, key: responder.remoteStatic) {
@@ -200,10 +204,11 @@ public struct ServerCore: Sendable {
                 checksInFlight.insert(key)
                 return .checkPassword(PasswordCheck(
                     peer: peer, source: source, senderIndex: senderIndex, responder: responder,
-                    timestamp: payload.timestamp, hash: hash, password: password, proof: proof))
+                    timestamp: payload.timestamp, hash: hash, password: password, proof: proof, limit: limit))
             }
         }
-        return accept(peer, responder: responder, senderIndex: senderIndex, timestamp: payload.timestamp, from: source, now: now)
+        return accept(
+            peer, responder: responder, senderIndex: senderIndex, timestamp: payload.timestamp, limit: limit, from: source, now: now)
     }
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.
@@ -217,16 +222,16 @@ public struct ServerCore: Sendable {
         peers[check.peer.index].passwordProof = check.proof
         return accept(
             check.peer, responder: check.responder, senderIndex: check.senderIndex, timestamp: check.timestamp,
-            from: check.source, now: now)
+            limit: check.limit, from: check.source, now: now)
     }
 
     private mutating func accept(
-        _ peer: PeerID, responder: NoiseIK.Responder, senderIndex: UInt32, timestamp: TAI64N,
+        _ peer: PeerID, responder: NoiseIK.Responder, senderIndex: UInt32, timestamp: TAI64N, limit: Int,
         from source: SocketAddress, now: Instant
     ) -> ServerEvent {
         let index = freshIndex()
-        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses)
-        guard let (message, keys, _) = responder.respond(payload: accepted.encoded(), ephemeral: .random()) else {
+        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
+        guard let (message, keys, _) = responder.respond(payload: accepted.encoded(limit: limit), ephemeral: .random()) else {
             return drop(.handshakeFailed)
         }
         let slot = peer.index
@@ -372,6 +377,8 @@ public struct PasswordCheck: Equatable, Sendable {
     let hash: PasswordHash
     let password: [UInt8]
     let proof: [UInt8]
+    /// The initiation's length: the response may not be longer.
+    let limit: Int
 
     /// Runs Argon2id (tens of milliseconds and 64 MiB at the interactive cost): call it off the data path.
     public func verify() -> Bool { hash.verify(password) }

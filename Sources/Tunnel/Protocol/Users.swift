@@ -86,12 +86,18 @@ public struct User: Hashable, Sendable {
     public var addresses: [IPAddress]
     /// Argon2id hash of the password, for users who must give one.
     public var passwordHash: PasswordHash?
+    /// Resolvers and search domains for this user instead of the server's.
+    public var dns: DNSSettings?
 
-    public init(name: String? = nil, publicKey: PublicKey? = nil, addresses: [IPAddress], passwordHash: PasswordHash? = nil) {
+    public init(
+        name: String? = nil, publicKey: PublicKey? = nil, addresses: [IPAddress], passwordHash: PasswordHash? = nil,
+        dns: DNSSettings? = nil
+    ) {
         self.name = name
         self.publicKey = publicKey
         self.addresses = addresses
         self.passwordHash = passwordHash
+        self.dns = dns
     }
 
     /// How logs name the user: the name, else the key.

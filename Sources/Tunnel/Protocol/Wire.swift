@@ -59,7 +59,7 @@ enum MessageType: UInt8 {
 ///     4   sender index: the client's index for the new session (u32 LE)
 ///     8   ephemeral public key (32)
 ///     40  encrypted static public key (32 + 16 tag)
-///     88  encrypted payload (n + 16 tag), n padded to a multiple of 64
+///     88  encrypted payload (n + 16 tag), n padded to a multiple of 64, at least 256
 ///     -16 mac1 (16)
 enum Initiation {
     static let senderOffset = 4
@@ -71,8 +71,12 @@ enum Initiation {
     static let minLength = noiseOffset + NoiseIK.initiationOverhead + minPayload + macLength
     static let maxLength = noiseOffset + NoiseIK.initiationOverhead + maxPayload + macLength
 
-    /// Payloads are padded to 64-byte blocks so the length of a username and password barely shows.
-    static func paddedLength(_ n: Int) -> Int { (n + 63) / 64 * 64 }
+    /// Payloads are padded to 64-byte blocks so the length of a username and password barely shows,
+    /// and to at least `minPaddedPayload`, so that the response may be as long as it can be.
+    static func paddedLength(_ n: Int) -> Int { max(minPaddedPayload, (n + 63) / 64 * 64) }
+    /// An initiation this long (376 bytes) leaves room for the longest response (316 bytes): the
+    /// server never answers with more bytes than it got, so it cannot amplify a spoofed flood.
+    static let minPaddedPayload = 256
 }
 
 /// mac1, WireGuard's cheap filter: HMAC-SHA256 over the initiation up to the MAC, keyed with
@@ -115,7 +119,7 @@ struct Mac1 {
 ///     12  username length U (0 = none)
 ///     13  password length P (0 = none)
 ///     14  username (U bytes, UTF-8), then password (P bytes, UTF-8)
-///     ..  zero padding to a multiple of 64 bytes
+///     ..  zero padding to a multiple of 64 bytes, at least 256
 struct InitiationPayload {
     var timestamp: TAI64N
     var username: [UInt8]?
@@ -155,13 +159,13 @@ struct InitiationPayload {
 ///     4   sender index: the server's index for the new session (u32 LE)
 ///     8   receiver index: the client's index from the initiation (u32 LE)
 ///     12  ephemeral public key (32)
-///     44  encrypted payload (22 + 16 tag)
+///     44  encrypted payload (22 + options + 16 tag)
 enum Response {
     static let senderOffset = 4
     static let receiverOffset = 8
     static let noiseOffset = 12
     static let minLength = noiseOffset + NoiseIK.responseOverhead + ResponsePayload.length
-    /// Room for later versions to say more; this one reads the first 22 bytes.
+    /// Room for options after the fixed payload (234 bytes).
     static let maxLength = noiseOffset + NoiseIK.responseOverhead + 256
 }
 
@@ -171,12 +175,17 @@ enum Response {
 ///     1   flags: bit 0 an IPv4 address follows, bit 1 an IPv6 address follows
 ///     2   IPv4 inner address (4, zero when absent)
 ///     6   IPv6 inner address (16, zero when absent)
+///     22  options until the end: type (1), length (1), value; see `DNSSettings.Option`
 struct ResponsePayload: Equatable {
     static let length = 22
     var accepted: Bool
     var addresses: [IPAddress]
+    /// The resolvers and search domains pushed for the tunnel, or why those received are unusable.
+    var dns: Result<DNSSettings, DNSSettingsError>
 
-    func encoded() -> [UInt8] {
+    /// The payload, with the DNS options only when the whole response stays within `limit` bytes
+    /// (the initiation's length): a client too old to pad its initiation could not read them anyway.
+    func encoded(limit: Int = Response.maxLength) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: Self.length)
         bytes[0] = accepted ? 0 : 1
         for address in addresses {
@@ -189,20 +198,28 @@ struct ResponsePayload: Equatable {
                 bytes.replaceSubrange(6..<22, with: address.bytes)
             }
         }
+        if case .success(let settings) = dns {
+            let options = settings.encoded()
+            if Response.minLength + options.count <= limit { bytes += options }
+        }
         return bytes
     }
 
-    init(accepted: Bool, addresses: [IPAddress]) {
+    init(accepted: Bool, addresses: [IPAddress], dns: DNSSettings = .none) {
         self.accepted = accepted
         self.addresses = addresses
+        self.dns = .success(dns)
     }
 
+    /// Nil when the fixed part is malformed; options that are not are reported in `dns`, and the
+    /// session stands without them.
     init?(decoding bytes: [UInt8]) {
         guard bytes.count >= Self.length, bytes[0] <= 1, bytes[1] & ~3 == 0 else { return nil }
         accepted = bytes[0] == 0
         addresses = []
         if bytes[1] & 1 != 0, let v4 = IPAddress(bytes: bytes[2..<6]) { addresses.append(v4) }
         if bytes[1] & 2 != 0, let v6 = IPAddress(bytes: bytes[6..<22]) { addresses.append(v6) }
+        dns = DNSSettings.decode(bytes[Self.length...])
     }
 }
 

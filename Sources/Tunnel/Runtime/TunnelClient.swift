@@ -22,7 +22,7 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
 /// reported once per change, never per packet.
 public enum ClientNotice: Equatable, Sendable {
     /// A handshake completed: the session has fresh keys.
-    case handshakeCompleted(rtt: Duration)
+    case handshakeCompleted(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>)
     /// The server refused our key or credentials.
     case rejected
     /// The server says it holds no session for us.
@@ -272,7 +272,7 @@ public final class TunnelClient: Sendable {
         case .established(let completion):
             send(completion.confirmation)
             log("handshake completed, rtt \(completion.rtt.short)")
-            notify(.handshakeCompleted(rtt: completion.rtt))
+            notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns))
         case .rejected:
             log("the server rejected a handshake")
             notify(.rejected)
