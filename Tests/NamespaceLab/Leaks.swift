@@ -154,3 +154,65 @@ public final class LeakBait: @unchecked Sendable {
 
     deinit { stop() }
 }
+
+/// A name server for the lab: answers A queries for the names it knows, NXDOMAIN for the rest,
+/// and counts what it was asked, on a thread of its own until `stop()`.
+public final class LabResolver: @unchecked Sendable {
+    private let running = Atomic<Bool>(true)
+    private let done = DispatchGroup()
+    private let lock = NSLock()
+    private var asked: [String] = []
+
+    public init(at address: IPAddress, in lab: NamespaceLab, names: [String: IPAddress]) throws {
+        let socket = try UDPSocket(bindingTo: SocketAddress(address, port: 53), namespace: lab.namespace)
+        done.enter()
+        Thread { [self] in
+            while running.load(ordering: .relaxed) {
+                guard let (query, peer) = (try? socket.receive(timeout: .milliseconds(100))) ?? nil,
+                      let (name, type, end) = Self.question(query) else { continue }
+                lock.withLock { asked.append(name) }
+                _ = try? socket.send(Self.answer(query, end: end, address: type == 1 ? names[name] : nil, known: names[name] != nil), to: peer)
+            }
+            done.leave()
+        }.start()
+    }
+
+    /// The names asked so far, in order.
+    public var queries: [String] { lock.withLock { asked } }
+
+    public func stop() {
+        running.store(false, ordering: .relaxed)
+        _ = done.wait(timeout: .now() + 2)
+    }
+
+    deinit { stop() }
+
+    /// The question's name (lower case), type, and where the question ends.
+    static func question(_ query: [UInt8]) -> (String, UInt16, Int)? {
+        guard query.count > 12, query[2] & 0x80 == 0 else { return nil }
+        var labels: [String] = []
+        var at = 12
+        while at < query.count, query[at] != 0 {
+            let length = Int(query[at])
+            guard length < 64, at + 1 + length < query.count else { return nil }
+            labels.append(String(decoding: query[(at + 1)..<(at + 1 + length)], as: UTF8.self).lowercased())
+            at += 1 + length
+        }
+        guard at + 5 <= query.count else { return nil }
+        let type = UInt16(query[at + 1]) << 8 | UInt16(query[at + 2])
+        return (labels.joined(separator: "."), type, at + 5)
+    }
+
+    /// The query turned into an answer: one A record, none, or NXDOMAIN for an unknown name.
+    static func answer(_ query: [UInt8], end: Int, address: IPAddress?, known: Bool) -> [UInt8] {
+        var reply = Array(query[0..<end])
+        reply[2] = 0x81  // QR, RD
+        reply[3] = known ? 0x80 : 0x83  // RA; NXDOMAIN when unknown
+        reply[6] = 0; reply[7] = address == nil ? 0 : 1
+        reply[8] = 0; reply[9] = 0; reply[10] = 0; reply[11] = 0
+        if let address {
+            reply += [0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4] + address.bytes
+        }
+        return reply
+    }
+}

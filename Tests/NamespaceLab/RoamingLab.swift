@@ -42,6 +42,10 @@ public final class RoamingLab {
     /// The client's tunnel device.
     public var tunnelDevice: String { names.client }
     public var controlSocket: String { directory + "/agent.sock" }
+    /// The laptop's resolv.conf as DHCP on its wired uplink would write it.
+    public static let laptopResolvConf = "# from DHCP on eth0\nnameserver 10.20.0.1\nsearch home.example\n"
+    /// Where `ip netns exec` finds the laptop's resolv.conf.
+    public var laptopResolvConfPath: String { "/etc/netns/\(laptop.name)/resolv.conf" }
 
     /// The `agent` binary SwiftPM builds beside the test bundle or benchmark that is running.
     public static let builtAgent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -54,6 +58,9 @@ public final class RoamingLab {
         self.routing = routing
         self.agent = agent
         (laptop, server) = try NamespaceLab.laptopAndServer()
+        // The laptop's own resolv.conf (bind-mounted by `ip netns exec`): an agent that writes
+        // the tunnel's resolvers must never reach the host's.
+        try laptop.setResolvConf(Self.laptopResolvConf)
         Self.counterLock.lock()
         Self.counter += 1
         let n = Self.counter

@@ -1,0 +1,80 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import PathMonitor
+import Testing
+import Tunnel
+
+/// Names asked on the laptop go to the tunnel's resolvers, through the tunnel, never to the
+/// LAN's; resolv.conf is put back as it was (or as DHCP rewrote it meanwhile) on stop.
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct DNSLabTests {
+    /// Full mode: the server pushes the resolvers. Split mode: the client's `dns` names them.
+    @Test(arguments: LabRouting.allCases)
+    func namesGoThroughTheTunnelAndTheOldFileComesBack(_ routing: LabRouting) throws {
+        let lab = try RoamingLab(vpn: .roam, routing: routing)
+        let dns = "dns: {servers: [10.77.0.1], search: [corp.example]}\n"
+        try append(dns, to: lab.directory + (routing == .full ? "/server.yaml" : "/client.yaml"))
+        try lab.startServer()
+        // The server's tunnel address, once its device shows it.
+        var started: LabResolver?
+        _ = lab.waitFor(seconds: 5) {
+            started = try? LabResolver(at: lab.serverInner, in: lab.server, names: ["printer.corp.example": IPAddress("10.77.9.9")!])
+            return started != nil
+        }
+        let tunnelResolver = try #require(started)
+        let lanResolver = try LabResolver(at: IPAddress("10.20.0.1")!, in: lab.server, names: ["printer.home.example": IPAddress("10.20.9.9")!])
+        defer { tunnelResolver.stop(); lanResolver.stop() }
+        let tap = try lab.leakTap()
+        try lab.startClient()
+        #expect(lab.wait(for: "msg=dns resolvers=10.77.0.1 search=corp.example via=resolv.conf", in: "client.log"), "\(lab.log("client.log"))")
+
+        let answer = try lookUp("printer", in: lab)
+        #expect(answer.contains("10.77.9.9"), "\(answer)")
+        #expect(tunnelResolver.queries.contains("printer.corp.example"))
+        #expect(lanResolver.queries.isEmpty, "the LAN's resolver heard \(lanResolver.queries)")
+        let status = lab.status()
+        #expect(status["dns"] == "10.77.0.1 search corp.example" && status["dns_manager"] == "resolv.conf", "\(status)")
+
+        // DHCP renews its lease and rewrites the file: the agent writes its own again at the
+        // next change of the network, and keeps DHCP's as the one to put back.
+        let renewed = "# renewed\nnameserver 10.20.0.1\nsearch renewed.example\n"
+        try renewed.write(toFile: lab.laptopResolvConfPath, atomically: false, encoding: .utf8)
+        try lab.laptop.ip("address add 192.168.1.99/24 dev wifi0")
+        #expect(lab.waitFor(seconds: 5) { (try? String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8))?.hasPrefix("# Written by roam") == true })
+        #expect(try lookUp("printer", in: lab).contains("10.77.9.9"))
+
+        let client = try #require(lab.client)
+        client.terminate()
+        client.waitUntilExit()
+        #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8) == renewed)
+        #expect(lanResolver.queries.isEmpty)
+        #expect(tap.leaks().isEmpty, "leaks: \(tap.leaks())")
+    }
+
+    /// A crash leaves the tunnel's resolvers (nothing is asked in clear); the service's stop
+    /// path, `agent lockdown off`, puts the file back.
+    @Test func theStopPathPutsTheFileBackAfterACrash() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try append("dns: {servers: [10.77.0.1]}\n", to: lab.directory + "/server.yaml")
+        try lab.startServer()
+        try lab.startClient()
+        #expect(lab.wait(for: "msg=dns", in: "client.log"), "\(lab.log("client.log"))")
+        let client = try #require(lab.client)
+        kill(client.processIdentifier, SIGKILL)
+        client.waitUntilExit()
+        #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8).contains("nameserver 10.77.0.1"))
+        let (status, output) = try lab.runAgent(["lockdown", "off"])
+        #expect(status == 0 && output.contains("resolv.conf restored"), "\(output)")
+        #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8) == RoamingLab.laptopResolvConf)
+    }
+
+    private func append(_ text: String, to path: String) throws {
+        try (try String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    /// What the C library on the laptop makes of `name` (getaddrinfo, as every application asks).
+    private func lookUp(_ name: String, in lab: RoamingLab) throws -> String {
+        try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "getent", "ahostsv4", name]).output
+    }
+}
