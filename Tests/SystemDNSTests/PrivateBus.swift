@@ -1,0 +1,58 @@
+import Foundation
+import Glibc
+
+/// A D-Bus daemon of the test's own, listening on a socket in a scratch directory, ended by
+/// PID on deinit: the system bus is never touched.
+final class PrivateBus {
+    let directory: String
+    var socketPath: String { directory + "/bus.sock" }
+    private let process = Process()
+
+    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon")
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-bus-\(getpid())-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>system</type>
+              <listen>unix:path=\(socketPath)</listen>
+              <auth>EXTERNAL</auth>
+              <policy context="default">
+                <allow user="*"/>
+                <allow own="*"/>
+                <allow send_type="method_call"/>
+                <allow send_destination="*"/>
+                <allow receive_sender="*"/>
+                <allow receive_type="method_return"/>
+                <allow receive_type="error"/>
+                <allow receive_type="signal"/>
+              </policy>
+            </busconfig>
+            """.write(toFile: directory + "/bus.conf", atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile"]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(5)
+        while access(socketPath, F_OK) != 0 && Date() < deadline { usleep(10_000) }
+        guard access(socketPath, F_OK) == 0 else {
+            stop()
+            throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "dbus-daemon did not listen at \(socketPath)"])
+        }
+    }
+
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            let deadline = Date().addingTimeInterval(2)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    deinit { stop() }
+}
