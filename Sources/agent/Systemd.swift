@@ -1,4 +1,6 @@
 import Glibc
+import PathMonitor
+import Reconnector
 
 /// sd_notify(3) without libsystemd: datagrams to the socket systemd names in $NOTIFY_SOCKET,
 /// so a `Type=notify` unit learns when the tunnel is really up and what it is doing.
@@ -49,3 +51,40 @@ struct SystemdNotifier {
 
 /// The value of an environment variable, or nil when it is not set.
 func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+
+/// What the client tells systemd: READY=1 once, WATCHDOG=1 pings when the unit asks for them
+/// (WatchdogSec=), STATUS= at each transition, STOPPING=1 at the end.
+struct ServiceReporter {
+    private let systemd = SystemdNotifier()
+    private var readySent = false
+    private let watchdog = SystemdNotifier.watchdogInterval()
+    private var nextPing: Instant?
+
+    init(now: Instant) {
+        if let watchdog { nextPing = now + watchdog }
+    }
+
+    /// When the next WATCHDOG=1 is due.
+    var nextDeadline: Instant? { nextPing }
+
+    /// Pings the watchdog when due.
+    mutating func tick(now: Instant) {
+        guard let due = nextPing, let watchdog, due <= now else { return }
+        systemd.notify("WATCHDOG=1")
+        nextPing = now + watchdog
+    }
+
+    /// READY=1, once: when the tunnel is up, or when there is no network to bring it up on (then
+    /// STATUS= tells the rest), so a boot never waits on the agent.
+    mutating func ready() {
+        guard !readySent else { return }
+        readySent = true
+        systemd.notify("READY=1")
+    }
+
+    func transition(_ transition: Transition) {
+        systemd.notify("STATUS=\(transition.to.name)" + (transition.to.path.map { " on \($0.interface)" } ?? "") + ": \(transition.reason)")
+    }
+
+    func stopping() { systemd.notify("STOPPING=1") }
+}

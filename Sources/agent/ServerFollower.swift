@@ -1,0 +1,68 @@
+import PathMonitor
+import Tunnel
+
+/// Follows a server named by host: on a new path the name may resolve elsewhere (split-horizon
+/// DNS), and a server that stopped answering may have moved. One lookup at a time, off the
+/// deciding thread; asks made meanwhile are folded into one more.
+struct ServerFollower {
+    /// The name; nil for a literal address, which never moves.
+    let host: String?
+    /// The session's mark (full mode): lookups go past the lockdown and the tunnel's routes.
+    let mark: UInt32?
+    private var resolving = false
+    private var resolveAgain = false
+
+    init(_ server: Endpoint, mark: UInt32?) {
+        host = server.address == nil ? server.host : nil
+        self.mark = mark
+    }
+
+    /// Starts a lookup, whose result comes back through `post`; `avoiding` names the tunnel's
+    /// own resolvers, which cannot answer while it is down.
+    mutating func ask(avoiding: [IPAddress], post: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void) throws {
+        guard let host else { return }
+        guard !resolving else { resolveAgain = true; return }
+        resolving = true
+        let mark = mark
+        do {
+            try OSThread.detach {
+                post(Result { () throws(ResolverError) in try Resolver.addresses(of: host, mark: mark, avoiding: avoiding) })
+            }
+        } catch {
+            resolving = false
+            throw error
+        }
+    }
+
+    /// A lookup finished; true when another was asked for meanwhile and should start now.
+    mutating func finished() -> Bool {
+        resolving = false
+        defer { resolveAgain = false }
+        return resolveAgain
+    }
+}
+
+/// Before the tunnel first comes up, how long attempts on a usable path may go unanswered
+/// before the agent gives up; time without a path does not count. Once up, it never gives up.
+struct StartupDeadline {
+    /// nil waits for ever.
+    let wait: Duration?
+    /// Since when attempts have gone unanswered.
+    private var unansweredSince: Instant?
+
+    init(wait: Duration?) { self.wait = wait }
+
+    /// When to give up, if the tunnel has not come up by then.
+    func deadline(tunnelUp: Bool) -> Instant? {
+        guard !tunnelUp, let unansweredSince, let wait else { return nil }
+        return unansweredSince + wait
+    }
+
+    /// The agent bound, rebound or handshook at `now`.
+    mutating func attempted(now: Instant, tunnelUp: Bool) {
+        if !tunnelUp, unansweredSince == nil { unansweredSince = now }
+    }
+
+    /// No path (offline, asleep, just woke): nothing was waiting on the server.
+    mutating func noPath() { unansweredSince = nil }
+}

@@ -1,0 +1,258 @@
+import Lockdown
+import PathMonitor
+import Reconnector
+import SystemDNS
+import Tunnel
+
+/// Carries out what the decision core decides: sockets per path, the session and its thread,
+/// handshakes and probes, and, once the first handshake gives the inner addresses, the TUN
+/// device, its routes and the tunnel's resolvers. It also keeps the lockdown and the resolvers
+/// in step with the network. It decides nothing.
+final class SessionEffects {
+    private let settings: ClientSettings
+    private let key: PrivateKey
+    private let credentials: Credentials?
+    private let log: OperatorLog
+    /// Where the session's notices go (to the deciding thread's mailbox).
+    private let notify: @Sendable (ClientNotice) -> Void
+    /// The lockdown firewall, when the configuration wants it (the default).
+    let firewall: Firewall?
+    /// Who hears of the tunnel's resolvers; nil with `dns: {manager: off}`.
+    let dns: TunnelDNS?
+    private(set) var server: SocketAddress
+    private(set) var client: TunnelClient?
+    private var clientThread: OSThread?
+    private var tun: TunDevice?
+    private var routes: TunnelRoutes?
+    /// One socket per path the session uses or tries.
+    private var sockets: [Path.ID: UDPSocket] = [:]
+    private var probes: [UInt64: Path.ID] = [:]
+    private var nextProbe: UInt64 = 1
+    /// Routes that take traffic around a full tunnel, as last logged.
+    private(set) var divertingRoutes: [DivertingRoute] = []
+    /// Why the tunnel has no resolvers of its own, as last logged.
+    private(set) var dnsProblem: String?
+
+    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, firewall: Firewall?,
+         log: OperatorLog, notify: @escaping @Sendable (ClientNotice) -> Void) {
+        self.settings = settings
+        self.key = key
+        self.credentials = credentials
+        self.server = server
+        self.firewall = firewall
+        self.log = log
+        self.notify = notify
+        dns = switch settings.dns.manager {
+        case .off: nil
+        case .auto: TunnelDNS(manager: nil)
+        case .resolved: TunnelDNS(manager: .resolved)
+        case .resolvConf: TunnelDNS(manager: .resolvConf)
+        }
+    }
+
+    /// Whether the TUN device is up (it stays through every reconnect).
+    var tunnelUp: Bool { tun != nil }
+
+    // MARK: The decision core's actions
+
+    func perform(_ action: Action, paths: [Path]) {
+        switch action {
+        case .bind(let path, _), .rebind(let path, _):
+            guard let socket = socket(for: path) else { return }
+            if let client {
+                client.rebind(to: socket)
+            } else {
+                start(on: socket)
+            }
+            forgetSocketsNotOn(paths)
+        case .handshake(let path, _):
+            if let socket = socket(for: path), client?.socket !== socket { client?.rebind(to: socket) }
+            client?.startHandshake()
+        case .probe(let path):
+            guard let socket = socket(for: path) else { return }
+            let id = nextProbe
+            nextProbe += 1
+            probes[id] = path.id
+            if probes.count > 64, let oldest = probes.keys.min() { probes[oldest] = nil }
+            client?.probe(id: id, via: socket)
+        case .reportFailure(let reason):
+            log("error", "the tunnel cannot come up without help", ["reason": reason.description])
+        case .report, .armTimer, .cancelTimer, .quiesce:
+            break  // the daemon reports; its loop sleeps until the core's next deadline
+        }
+    }
+
+    /// The path a probe went out on, once its echo comes back.
+    func probeAnswered(_ id: UInt64) -> Path.ID? { probes.removeValue(forKey: id) }
+
+    /// The server's name now gives `moved`: the lockdown opens to it first, then the session
+    /// follows. False (and logged) when the lockdown could not be changed.
+    func follow(_ moved: SocketAddress) -> Bool {
+        do {
+            try firewall?.serve(moved)
+        } catch {
+            log("error", "cannot open the lockdown firewall to the server's new address; keeping the old one",
+                ["to": "\(moved)", "error": "\(error)"])
+            return false
+        }
+        server = moved
+        client?.setServer(moved)
+        probes.removeAll()  // an echo from the old address proves nothing about the new one
+        return true
+    }
+
+    func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
+
+    // MARK: The tunnel
+
+    /// The TUN device comes up once, after the first handshake tells our inner address, and
+    /// stays through every reconnect; the resolvers follow each handshake. Throws why the
+    /// device cannot be configured.
+    func handshakeCompleted(dns pushed: Result<DNSSettings, DNSSettingsError>) throws(AgentError) {
+        try attachTunnel()
+        useResolvers(pushed)
+    }
+
+    private func attachTunnel() throws(AgentError) {
+        guard tun == nil, let client else { return }
+        let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
+        do {
+            let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes)
+            routes = try TunnelRoutes(settings.mode, device: device)
+            tun = device
+            client.attach(device)
+            log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
+        } catch {
+            throw AgentError("cannot configure the tunnel device: \(error)")
+        }
+    }
+
+    /// Gives the system the tunnel's resolvers: the configuration's own (`dns`), else the
+    /// server's. A list the server got wrong is refused and the session stays.
+    private func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
+        guard let dns, let tun else { return }
+        var wanted: DNSSettings
+        if let override = settings.dns.override {
+            wanted = override
+        } else {
+            switch pushed {
+            case .success(let settings): wanted = settings
+            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: "warning")
+            }
+        }
+        // Split mode: a resolver outside the tunnel's routes would be asked in clear.
+        let outside = wanted.resolvers.filter { !settings.mode.carries($0) }
+        if !outside.isEmpty {
+            log("warning", "resolvers outside the split routes are not used: they would be asked in clear",
+                ["resolvers": outside.map(\.description).joined(separator: ",")])
+            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { settings.mode.carries($0) },
+                                       searchDomains: wanted.searchDomains)) ?? .none
+        }
+        guard wanted != dns.applied else { return }
+        guard !wanted.resolvers.isEmpty else {
+            return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
+                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: "warning")
+        }
+        do {
+            try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
+            dnsProblem = nil
+            log("info", "dns", ["resolvers": wanted.resolvers.map(\.description).joined(separator: ","),
+                                "search": wanted.searchDomains.joined(separator: ","), "via": dns.manager.rawValue])
+        } catch {
+            noResolvers("\(error)", level: "error")
+        }
+    }
+
+    private func noResolvers(_ reason: String, level: String) {
+        guard reason != dnsProblem else { return }
+        dnsProblem = reason
+        log(level, "no tunnel dns", ["reason": reason])
+    }
+
+    // MARK: The network
+
+    /// What the lockdown, the resolvers and the operator need to know of a change in links,
+    /// addresses or routes.
+    func networkChanged(_ model: NetworkModel) {
+        do {
+            try firewall?.localNetworksChanged(model.localNetworks)
+        } catch {
+            log("error", "cannot follow the local subnets in the lockdown", ["error": "\(error)"])
+        }
+        do {
+            if try dns?.reassert() == true { log("info", "dns written again: resolv.conf had been replaced", ["via": "resolv.conf"]) }
+        } catch {
+            log("error", "cannot write the tunnel's resolvers again", ["error": "\(error)"])
+        }
+        // Full mode only: split mode routes around the tunnel by design.
+        guard settings.mode.socketMark != nil else { return }
+        let diverting = model.routesAroundTheTunnel
+        for route in diverting where !divertingRoutes.contains(route) {
+            log("warning", "a route on an uplink takes traffic around the tunnel",
+                ["route": route.description, "lockdown": firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped"])
+        }
+        divertingRoutes = diverting
+    }
+
+    // MARK: The end
+
+    /// Ends the session and takes the routes down. Only an operator's stop opens the machine
+    /// again and gives resolv.conf back; a restart in place or a give-up (systemd starts the
+    /// agent again) keeps the lockdown and the resolvers, so nothing leaks meanwhile.
+    func close(operatorStop: Bool) {
+        client?.close()
+        try? routes?.remove()
+        guard operatorStop else { return }
+        if let dns, dns.applied != nil {
+            do {
+                try dns.revert()
+                log("info", "dns restored", ["via": dns.manager.rawValue])
+            } catch {
+                log("error", "cannot take the tunnel's resolvers back", ["error": "\(error)"])
+            }
+        }
+        if let firewall {
+            do {
+                try firewall.remove()
+                log("info", "lockdown removed")
+            } catch {
+                log("error", "cannot remove the lockdown firewall; remove it with 'agent lockdown off'", ["error": "\(error)"])
+            }
+        }
+    }
+
+    // MARK: Sockets
+
+    /// The socket bound to `path`'s interface and source, made on first use.
+    private func socket(for path: Path) -> UDPSocket? {
+        if let socket = sockets[path.id] { return socket }
+        do {
+            let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
+                                       mark: settings.mode.socketMark)
+            sockets[path.id] = socket
+            return socket
+        } catch {
+            log("warning", "cannot open a socket on \(path.interface)", ["error": "\(error)"])
+            return nil
+        }
+    }
+
+    private func forgetSocketsNotOn(_ paths: [Path]) {
+        for id in sockets.keys where !paths.contains(where: { $0.id == id }) {
+            if let socket = sockets.removeValue(forKey: id) { client?.forget(candidate: socket) }
+        }
+    }
+
+    private func start(on socket: UDPSocket) {
+        do {
+            let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials)
+            let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
+                                          persistentKeepalive: settings.persistentKeepalive,
+                                          log: { [log] message in log("info", message) }, notify: notify)
+            self.client = client
+            clientThread = try OSThread { client.run() }
+        } catch {
+            log("error", "cannot start the session", ["error": "\(error)"])
+        }
+    }
+}
