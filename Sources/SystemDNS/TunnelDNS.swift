@@ -98,7 +98,8 @@ struct Resolved {
     init(_ bus: DBusConnection) { self.bus = bus }
 
     /// The resolvers and domains of `link`: `~.` with the default route in full mode, so every
-    /// name goes to them and none to another link's resolvers unless a more specific domain says so.
+    /// name goes to them and none to another link's resolvers unless a more specific domain says
+    /// so; in split mode only the names of the search domains.
     func configure(link: Int32, _ settings: DNSSettings, routeAll: Bool) throws(DBusError) {
         var servers = DBusWriter()
         servers.int32(link)
@@ -125,11 +126,18 @@ struct Resolved {
             }
         }
         try call("SetLinkDomains", "ia(sb)", domains)
-        if routeAll {
-            var route = DBusWriter()
-            route.int32(link)
-            route.bool(true)
-            try call("SetLinkDefaultRoute", "ib", route)
+        // Said either way: left to itself, resolved makes a link without a routing-only domain
+        // a default route, and split mode's other names would go to both sides at once.
+        var route = DBusWriter()
+        route.int32(link)
+        route.bool(routeAll)
+        try call("SetLinkDefaultRoute", "ib", route)
+        // A layer-3 tunnel has no neighbours to ask by multicast.
+        for member in ["SetLinkLLMNR", "SetLinkMulticastDNS"] {
+            var off = DBusWriter()
+            off.int32(link)
+            off.string("no")
+            try call(member, "is", off)
         }
     }
 

@@ -14,7 +14,7 @@ struct DNSLabTests {
     func namesGoThroughTheTunnelAndTheOldFileComesBack(_ routing: LabRouting) throws {
         let lab = try RoamingLab(vpn: .roam, routing: routing)
         let dns = "dns: {servers: [10.77.0.1], search: [corp.example]}\n"
-        try append(dns, to: lab.directory + (routing == .full ? "/server.yaml" : "/client.yaml"))
+        try Self.append(dns, to: lab.directory + (routing == .full ? "/server.yaml" : "/client.yaml"))
         try lab.startServer()
         // The server's tunnel address, once its device shows it.
         var started: LabResolver?
@@ -29,7 +29,7 @@ struct DNSLabTests {
         try lab.startClient()
         #expect(lab.wait(for: "msg=dns resolvers=10.77.0.1 search=corp.example via=resolv.conf", in: "client.log"), "\(lab.log("client.log"))")
 
-        let answer = try lookUp("printer", in: lab)
+        let answer = try Self.lookUp("printer", in: lab)
         #expect(answer.contains("10.77.9.9"), "\(answer)")
         #expect(tunnelResolver.queries.contains("printer.corp.example"))
         #expect(lanResolver.queries.isEmpty, "the LAN's resolver heard \(lanResolver.queries)")
@@ -42,7 +42,7 @@ struct DNSLabTests {
         try renewed.write(toFile: lab.laptopResolvConfPath, atomically: false, encoding: .utf8)
         try lab.laptop.ip("address add 192.168.1.99/24 dev wifi0")
         #expect(lab.waitFor(seconds: 5) { (try? String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8))?.hasPrefix("# Written by roam") == true })
-        #expect(try lookUp("printer", in: lab).contains("10.77.9.9"))
+        #expect(try Self.lookUp("printer", in: lab).contains("10.77.9.9"))
 
         let client = try #require(lab.client)
         client.terminate()
@@ -56,7 +56,7 @@ struct DNSLabTests {
     /// path, `agent lockdown off`, puts the file back.
     @Test func theStopPathPutsTheFileBackAfterACrash() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
-        try append("dns: {servers: [10.77.0.1]}\n", to: lab.directory + "/server.yaml")
+        try Self.append("dns: {servers: [10.77.0.1]}\n", to: lab.directory + "/server.yaml")
         try lab.startServer()
         try lab.startClient()
         #expect(lab.wait(for: "msg=dns", in: "client.log"), "\(lab.log("client.log"))")
@@ -69,12 +69,75 @@ struct DNSLabTests {
         #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8) == RoamingLab.laptopResolvConf)
     }
 
-    private func append(_ text: String, to path: String) throws {
+    static func append(_ text: String, to path: String) throws {
         try (try String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: true, encoding: .utf8)
     }
 
     /// What the C library on the laptop makes of `name` (getaddrinfo, as every application asks).
-    private func lookUp(_ name: String, in lab: RoamingLab) throws -> String {
+    static func lookUp(_ name: String, in lab: RoamingLab) throws -> String {
         try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "getent", "ahostsv4", name]).output
+    }
+}
+
+/// The same through Debian's own systemd-resolved (on a bus of the test's own): the agent sets
+/// the tunnel device's resolvers and domains over D-Bus, names go where the routing mode says,
+/// and the setting goes with the agent.
+@Suite(.enabled(if: NamespaceLab.isRoot && LabResolved.available,
+                Comment(rawValue: NamespaceLab.isRoot ? LabResolved.skipReason : NamespaceLab.skipReason)), .serialized)
+struct ResolvedLabTests {
+    @Test(arguments: LabRouting.allCases)
+    func resolvedSendsTheTunnelsNamesToTheTunnelsResolvers(_ routing: LabRouting) throws {
+        let lab = try RoamingLab(vpn: .roam, routing: routing)
+        // The laptop as a systemd-resolved machine has it: applications ask the stub, and
+        // NetworkManager gave the wired uplink DHCP's resolver and search domain.
+        try lab.laptop.setResolvConf("nameserver 127.0.0.53\noptions edns0 trust-ad\n")
+        let resolved = try LabResolved(in: lab.laptop)
+        defer { resolved.stop() }
+        lab.laptopEnvironment["DBUS_SYSTEM_BUS_ADDRESS"] = resolved.address
+        try resolved.resolvectl(["dns", "eth0", "10.20.0.1"])
+        try resolved.resolvectl(["domain", "eth0", "home.example"])
+
+        try DNSLabTests.append("dns: {servers: [10.77.0.1], search: [corp.example]}\n",
+                               to: lab.directory + (routing == .full ? "/server.yaml" : "/client.yaml"))
+        try lab.startServer()
+        var started: LabResolver?
+        _ = lab.waitFor(seconds: 5) {
+            started = try? LabResolver(at: lab.serverInner, in: lab.server,
+                                       names: ["printer.corp.example": IPAddress("10.77.9.9")!, "www.example.org": IPAddress("10.77.8.8")!])
+            return started != nil
+        }
+        let tunnelResolver = try #require(started)
+        let lanResolver = try LabResolver(at: IPAddress("10.20.0.1")!, in: lab.server, names: ["www.example.org": IPAddress("10.20.8.8")!])
+        defer { tunnelResolver.stop(); lanResolver.stop() }
+        try lab.startClient()
+        // From here on (start-up is the lockdown tests' concern; resolved joined its multicast
+        // groups before the agent ran).
+        let tap = try lab.leakTap()
+        #expect(lab.wait(for: "msg=dns resolvers=10.77.0.1 search=corp.example via=systemd-resolved", in: "client.log"),
+                "\(lab.log("client.log"))\n\(resolved.log.suffix(3000))")
+        #expect(lab.status()["dns_manager"] == "systemd-resolved")
+        let domains = try resolved.resolvectl(["domain", lab.tunnelDevice])
+        #expect(domains.contains("corp.example") && domains.contains("~.") == (routing == .full), "\(domains)")
+        #expect(try resolved.resolvectl(["dns", lab.tunnelDevice]).contains("10.77.0.1"))
+
+        #expect(try DNSLabTests.lookUp("printer.corp.example", in: lab).contains("10.77.9.9"))
+        #expect(tunnelResolver.queries.contains("printer.corp.example"))
+        // Any other name: the tunnel's resolver in full mode, the LAN's in split mode.
+        let other = try DNSLabTests.lookUp("www.example.org", in: lab)
+        switch routing {
+        case .full:
+            #expect(other.contains("10.77.8.8"), "\(other)")
+            #expect(lanResolver.queries.isEmpty, "the LAN's resolver heard \(lanResolver.queries)")
+        case .split:
+            #expect(other.contains("10.20.8.8"), "\(other)")
+            #expect(!tunnelResolver.queries.contains("www.example.org"), "the tunnel's resolver heard \(tunnelResolver.queries)")
+        }
+
+        #expect(tap.leaks().isEmpty, "leaks: \(tap.leaks())")
+
+        let client = try #require(lab.client)
+        client.terminate()
+        client.waitUntilExit()
+        #expect(try !resolved.resolvectl(["dns"]).contains("10.77.0.1"))
     }
 }

@@ -30,6 +30,9 @@ public final class RoamingLab {
     private let agent: URL
     public private(set) var client: Process?
     private var serverProcess: Process?
+    /// Added to the environment of the processes the lab starts in the laptop (e.g. the bus
+    /// address of a `LabResolved`).
+    public var laptopEnvironment: [String: String] = [:]
     private var processes: [Process] = []
     private let names: (server: String, client: String)
     nonisolated(unsafe) private static var counter = 0
@@ -166,6 +169,7 @@ public final class RoamingLab {
         let command = wrapper + [NamespaceLab.ipTool.path, "netns", "exec", laptop.name] + inside + [agent.path] + arguments
         process.executableURL = URL(fileURLWithPath: command[0])
         process.arguments = Array(command.dropFirst())
+        process.environment = ProcessInfo.processInfo.environment.merging(laptopEnvironment) { $1 }
         let path = directory + "/run-\(runs).log"
         runs += 1
         _ = FileManager.default.createFile(atPath: path, contents: nil)
@@ -373,6 +377,7 @@ public final class RoamingLab {
         let process = Process()
         process.executableURL = NamespaceLab.ipTool
         process.arguments = ["netns", "exec", lab.name, executable.path] + arguments
+        if lab === laptop { process.environment = ProcessInfo.processInfo.environment.merging(laptopEnvironment) { $1 } }
         let path = directory + "/" + log
         if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
         let handle = FileHandle(forWritingAtPath: path)

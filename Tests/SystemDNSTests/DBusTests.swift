@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import NamespaceLab
 @testable import SystemDNS
 
 /// The D-Bus client against a real dbus-daemon of the test's own.

@@ -3,14 +3,17 @@ import Glibc
 
 /// A D-Bus daemon of the test's own, listening on a socket in a scratch directory, ended by
 /// PID on deinit: the system bus is never touched.
-final class PrivateBus {
-    let directory: String
-    var socketPath: String { directory + "/bus.sock" }
+public final class PrivateBus {
+    public let directory: String
+    public var socketPath: String { directory + "/bus.sock" }
     private let process = Process()
 
-    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon")
+    /// The address clients take from `DBUS_SYSTEM_BUS_ADDRESS`.
+    public var address: String { "unix:path=" + socketPath }
 
-    init() throws {
+    public static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon")
+
+    public init() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-bus-\(getpid())-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try """
@@ -44,7 +47,7 @@ final class PrivateBus {
         }
     }
 
-    func stop() {
+    public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGTERM)
             let deadline = Date().addingTimeInterval(2)
