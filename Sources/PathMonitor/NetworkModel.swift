@@ -21,9 +21,12 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
     /// Prefix length of the route that matched the server: longer is more specific.
     public var prefixLength: Int
     public var mtu: Int
+    /// The link's other valid addresses of the same family (deprecated ones included): a session
+    /// bound to one of them may stay while the link's preference settles.
+    public var otherSources: [IPAddress]
 
     public init(linkIndex: Int32, interface: String, kind: LinkKind, source: IPAddress, gateway: IPAddress?,
-                metric: UInt32, prefixLength: Int, mtu: Int) {
+                metric: UInt32, prefixLength: Int, mtu: Int, otherSources: [IPAddress] = []) {
         self.linkIndex = linkIndex
         self.interface = interface
         self.kind = kind
@@ -32,6 +35,7 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
         self.metric = metric
         self.prefixLength = prefixLength
         self.mtu = mtu
+        self.otherSources = otherSources
     }
 
     public var id: ID { ID(linkIndex: linkIndex, source: source) }
@@ -139,7 +143,8 @@ public struct NetworkModel: Sendable, Equatable {
                 else { continue }
                 let path = Path(linkIndex: link.index, interface: link.name, kind: link.kind, source: source,
                                 gateway: hop.gateway, metric: route.metric,
-                                prefixLength: route.destination.length, mtu: link.mtu)
+                                prefixLength: route.destination.length, mtu: link.mtu,
+                                otherSources: otherSources(on: link.index, besides: source))
                 if let i = best.firstIndex(where: { $0.linkIndex == link.index }) {
                     if path.ranks(above: best[i]) { best[i] = path }
                 } else {
@@ -192,6 +197,15 @@ public struct NetworkModel: Sendable, Equatable {
             }
         }
         return chosen?.ip
+    }
+
+    private func otherSources(on linkIndex: Int32, besides source: IPAddress) -> [IPAddress] {
+        var others: [IPAddress] = []
+        for address in addresses.values where address.linkIndex == linkIndex && address.ip.family == source.family
+            && address.ip != source && address.isUsable {
+            others.append(address.ip)
+        }
+        return others.count > 1 ? others.sorted() : others
     }
 
     private static func sourcePreference(_ a: Address, _ gateway: IPAddress?) -> (Int, Int, Int, IPAddress) {

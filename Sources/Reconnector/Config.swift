@@ -23,22 +23,28 @@ public struct Config: Sendable, Equatable {
     /// Quiet time a new better path must stay before it is probed: long enough to coalesce the
     /// burst of address and route messages one configuration change makes, short enough that a
     /// docked laptop moves to Ethernet at once. A lost path with an alternative does not wait.
-    public var debounce: Duration = .milliseconds(50)
+    public var debounce: Duration = .milliseconds(10)
     /// A better path whose interface was lost within `flapWindow` waits this instead, doubled
     /// for every further recent loss: a cable that is flapping must stay up longer each time.
     public var flapHoldDown: Duration = .seconds(1)
-    /// The longest that flap damping or a dead path's hold-down makes a path wait.
+    /// The longest that a dead path's hold-down makes a path wait.
     public var maxHoldDown: Duration = .seconds(60)
+    /// An interface that stayed up this long after its last loss counts as stable again: flap
+    /// damping never makes its path wait longer (and the operator log says it stopped flapping).
+    public var flapStableAfter: Duration = .seconds(10)
     /// Losses of one interface closer together than this count as flapping.
     public var flapWindow: Duration = .seconds(60)
     /// How long a handshake may take before the attempt counts as failed.
     public var handshakeTimeout: Duration = .seconds(5)
-    /// Shortest wait for a probe echo; the wait grows to 3 smoothed RTTs on slow paths.
+    /// Shortest wait for a probe echo; on slow paths the wait is the path's patience (twice the
+    /// smoothed RTT plus four deviations), and it doubles for each further unanswered probe.
     public var probeTimeout: Duration = .milliseconds(250)
     /// Unanswered probes in a row before a path counts as dead.
     public var probeAttempts: Int = 3
-    /// Data sent and nothing received for this long makes the path suspect.
-    public var livenessTimeout: Duration = .seconds(1)
+    /// Data sent and nothing received for this long makes the path suspect: the shortest such
+    /// wait; on slow paths it is twice the path's patience, and it doubles (up to 32 times) each
+    /// time a probe proves the path works while the application hears nothing back.
+    public var livenessTimeout: Duration = .milliseconds(500)
     /// After this long without hearing from the server, its session is gone and only a
     /// handshake helps (the server drops idle sessions after the same time).
     public var sessionLifetime: Duration = .seconds(180)
@@ -47,6 +53,9 @@ public struct Config: Sendable, Equatable {
     /// A path that failed its probes is avoided this long, doubling per repeat failure up to
     /// `maxHoldDown`, before it is tried again as a better path.
     public var deadPathHoldDown: Duration = .seconds(15)
+    /// A sleep shorter than this keeps the verdicts about dead paths whose link and address
+    /// stayed: the laptop most likely woke on the same network.
+    public var shortSleep: Duration = .seconds(120)
     /// Budget on mains power.
     public var ac = Budget(burst: 10, refill: .seconds(6), backoffBase: .milliseconds(250), backoffCap: .seconds(60))
     /// Budget on battery: fewer radio wake-ups during a long outage.

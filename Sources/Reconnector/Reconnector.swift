@@ -32,6 +32,14 @@ public struct Reconnector: Sendable {
     private var enteredAt: Instant
     private var coalesced = 0
     private var smoothedRTT: Duration?
+    private var rttVariance: Duration = .zero
+    /// Another path probed while the session's path is suspect, and its echo's RTT once it answered.
+    private var rescue: (path: Path, rtt: Duration?)?
+    /// The current probing began because data went unanswered.
+    private var suspectedByLiveness = false
+    /// Probes that proved the path while the application heard nothing back, since it last did:
+    /// each doubles the liveness wait, so a one-way flow does not probe without end.
+    private var quietProofs = 0
     private var rng: SeededRandom
     private var stateBeforeSleep: State = .offline
     private var trigger = ""
@@ -86,6 +94,7 @@ public struct Reconnector: Sendable {
         for old in paths where !new.contains(where: { $0.id == old.id }) { noteLoss(of: old, now) }
         paths = new
         if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id } } }
+        if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
         switch state {
         case .sleeping, .failed:
             coalesced += 1
@@ -94,8 +103,9 @@ public struct Reconnector: Sendable {
         case .backingOff(let path):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
             if best.id != path.id {
-                // A different path is a new chance, not a retry of what failed: no backoff wait.
-                attempt(on: best, reasonForLeaving(path, to: best), now, &out, handshake: true)
+                // A different path is a new chance, not a retry of what failed: no backoff wait,
+                // and no handshake while the session lives.
+                attempt(on: best, reasonForLeaving(path, to: best), now, &out)
             } else {
                 state = .backingOff(best)
                 coalesced += 1
@@ -103,7 +113,7 @@ public struct Reconnector: Sendable {
         case .connecting(let current), .connected(let current), .probing(let current, _),
              .switching(let current, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
-            guard let same = new.first(where: { $0.id == current.id }) else {
+            guard let same = new.first(where: { $0.id == current.id }) ?? Self.stillValid(current, in: new) else {
                 // The session's path is gone and another exists: act at once.
                 return attempt(on: best, reasonForLeaving(current, to: best), now, &out,
                                handshake: isHandshaking)
@@ -137,8 +147,10 @@ public struct Reconnector: Sendable {
         let before: State
         if case .sleeping = state { before = stateBeforeSleep } else { before = state }
         if case .failed(let why) = before { return enter(.failed(why), .wokeAfter(slept), now, &out) }
-        // The networks may all be different now: old verdicts about paths no longer hold.
-        dead.removeAll()
+        // After a long sleep the networks may all be different, whatever their addresses: old
+        // verdicts about paths no longer hold. After a short one, a path whose link and address
+        // stayed is most likely the same network, and a dead uplink is still dead.
+        if slept >= config.shortSleep { dead.removeAll() }
         candidate = nil
         guard let best = preferred(now) else { return enter(.offline, .wokeAfter(slept), now, &out) }
         if isSessionFresh(now), best.id == socket {
@@ -150,16 +162,31 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func probeReply(on id: Path.ID, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
-        noteHeard(now, rtt: rtt)
+        noteHeard(now)
         switch state {
         case .probing(let path, _) where path.id == id:
+            sampleRTT(rtt)
+            dead[id] = nil
+            if suspectedByLiveness { quietProofs = min(quietProofs + 1, 5) }
+            enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
+            considerBetterPath(now, &out)
+        case .probing(let path, let sent) where rescue?.path.id == id:
+            rescue?.rtt = rtt
+            // Once the session's own path has missed a probe, the path that answers takes over.
+            if sent > 1 { failover(from: path, now, &out) }
+        case .switching(_, let to, _) where to.id == id:
+            dead[id] = nil
+            sampleRTT(rtt, newPath: true)
+            moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
+            enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
+        case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id:
+            // An echo on the session's keys that came later than the probes waited (an RTT that
+            // rose): the path works and the server still has the session. No handshake needed.
+            guard session != nil else { return }
+            sampleRTT(rtt)
             dead[id] = nil
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
-        case .switching(_, let to, _) where to.id == id:
-            dead[id] = nil
-            moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
-            enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
         default:
             break
         }
@@ -168,7 +195,8 @@ public struct Reconnector: Sendable {
     private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
         guard case .connecting(let path) = state else { return }
         session = (now, now)
-        noteHeard(now, rtt: rtt)
+        // The handshake's time includes the server's work on it: a path's RTT only if none is known.
+        if smoothedRTT == nil { sampleRTT(rtt) }
         dead[path.id] = nil
         enter(.connected(path), .handshakeSucceeded(rtt: rtt), now, &out)
         considerBetterPath(now, &out)
@@ -204,15 +232,22 @@ public struct Reconnector: Sendable {
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
-        if deadlines[.liveness] == nil { arm(.liveness, at: now + config.livenessTimeout, &out) }
+        if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait, &out) }
     }
 
     private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
-        noteHeard(now, rtt: nil)
+        noteHeard(now)
+        quietProofs = 0
         switch state {
         case .connected:
             if deadlines[.liveness] != nil { cancel(.liveness, &out) }
         case .probing(let path, _):
+            enter(.connected(path), .trafficResumed, now, &out)
+            considerBetterPath(now, &out)
+        case .backingOff(let path), .connecting(let path):
+            // Data on the session's keys: the path works after all (its answers were only late)
+            // and the server has the session. No handshake is needed.
+            guard session != nil else { return }
             enter(.connected(path), .trafficResumed, now, &out)
             considerBetterPath(now, &out)
         default:
@@ -226,11 +261,20 @@ public struct Reconnector: Sendable {
         deadlines[kind] = nil
         switch (kind, state) {
         case (.liveness, .connected(let path)):
+            let waited = livenessWait
             probe(path, now, &out)
-            enter(.probing(path, sent: 1), .livenessTimeout(config.livenessTimeout), now, &out)
+            // Make-before-break for a path that may have died: the best other path is asked at
+            // the same time, and takes over if the session's own stays silent.
+            let other = paths.first { $0.id != path.id && !isDead($0.id, now) }
+            if let other { out.append(.probe(via: other)) }
+            enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
+            rescue = other.map { ($0, nil) }
+            suspectedByLiveness = true
         case (.probe, .probing(let path, let sent)):
+            if rescue?.rtt != nil, takeToken(now) { return failover(from: path, now, &out) }
             if sent < config.probeAttempts {
-                probe(path, now, &out)
+                probe(path, now, &out, attempt: sent + 1)
+                if let other = rescue, other.rtt == nil { out.append(.probe(via: other.path)) }
                 state = .probing(path, sent: sent + 1)
             } else {
                 failed(on: path, .probeTimeout(sent, of: config.probeAttempts), now, &out)
@@ -248,15 +292,19 @@ public struct Reconnector: Sendable {
             failed(on: path, .handshakeTimeout(path.interface), now, &out)
         case (.debounce, .connected(let current)):
             guard let id = candidate, let target = paths.first(where: { $0.id == id }),
-                  target.ranks(above: current), !isDead(id, now)
+                  Self.isPreferred(target, over: current), !isDead(id, now)
             else { return considerBetterPath(now, &out) }
             guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
             candidate = nil
             probe(target, now, &out)
-            enter(.switching(from: current, to: target, sent: 1), .betterPath(target, over: current), now, &out)
+            let reason: Reason = target.linkIndex == current.linkIndex
+                ? .addressChanged(current.interface, from: current.source, to: target.source)
+                : .betterPath(target, over: current)
+            enter(.switching(from: current, to: target, sent: 1), reason, now, &out)
         case (.retry, .backingOff):
             guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
-            attempt(on: best, .retry, now, &out, handshake: true)
+            // A probe while the session lives (the server keeps it), a handshake once it is gone.
+            attempt(on: best, .retry, now, &out)
         default:
             break
         }
@@ -288,14 +336,17 @@ public struct Reconnector: Sendable {
 
     /// The server answers at another address now. A live session is proved with a probe (the
     /// same server keeps it; another one behind the name answers "session unknown", which brings
-    /// a handshake); a handshake in flight to the old address starts afresh; a backoff keeps its
-    /// wait (its retry goes to the new address), so a name that rotates cannot cut it short.
+    /// a handshake); a handshake in flight to the old address starts afresh; a backoff drawn for
+    /// the old address ends: the new one is a new chance, within the budget, as a new path is.
     private mutating func serverMoved(_ now: Instant, _ out: inout [Action]) {
         // Paths that failed their probes failed them towards the old address.
         dead.removeAll()
         switch state {
-        case .offline, .sleeping, .failed, .backingOff:
+        case .offline, .sleeping, .failed:
             coalesced += 1  // the next attempt goes to the new address anyway
+        case .backingOff:
+            guard let best = preferred(now), takeToken(now) else { coalesced += 1; return }
+            startAttempt(on: best, .serverAddressChanged, now, &out, handshake: false)
         case .connected(let path), .probing(let path, _), .switching(let path, _, _):
             probe(path, now, &out)
             enter(.probing(path, sent: 1), .serverAddressChanged, now, &out)
@@ -306,6 +357,35 @@ public struct Reconnector: Sendable {
     }
 
     // MARK: Decisions
+
+    /// The session's path when its address is still valid on its link although the link now
+    /// prefers another (an IPv6 prefix being deprecated, a temporary address rotating): the
+    /// session stays on it while the preference settles, then moves make-before-break.
+    private static func stillValid(_ current: Path, in new: [Path]) -> Path? {
+        guard var same = new.first(where: { $0.linkIndex == current.linkIndex }),
+              same.otherSources.contains(current.source) else { return nil }
+        same.otherSources = same.otherSources.filter { $0 != current.source } + [same.source]
+        same.source = current.source
+        return same
+    }
+
+    /// True when the session should move from `current` to `path`: the kernel would prefer its
+    /// route, or it is the address its link prefers now.
+    private static func isPreferred(_ path: Path, over current: Path) -> Bool {
+        path.ranks(above: current) || (path.linkIndex == current.linkIndex && path.source != current.source)
+    }
+
+    /// The session's path went silent and `rescue` answered: the session moves there at once.
+    private mutating func failover(from path: Path, _ now: Instant, _ out: inout [Action]) {
+        guard let (target, rtt) = rescue, let rtt else { return }
+        markDead(path.id, now)
+        dead[target.id] = nil
+        sampleRTT(rtt, newPath: true)
+        let reason = Reason.failover(from: path.interface, to: target.interface, rtt: rtt)
+        moveSocket(to: target, reason, &out)
+        enter(.connected(target), reason, now, &out)
+        considerBetterPath(now, &out)
+    }
 
     /// The best path that has not recently failed its probes; the best of all if every one has.
     private func preferred(_ now: Instant) -> Path? {
@@ -367,7 +447,7 @@ public struct Reconnector: Sendable {
     /// Starts or keeps the debounce for a path that ranks above the current one.
     private mutating func considerBetterPath(_ now: Instant, _ out: inout [Action]) {
         guard case .connected(let current) = state,
-              let better = paths.first(where: { $0.id != current.id && $0.ranks(above: current) })
+              let better = paths.first(where: { $0.id != current.id && Self.isPreferred($0, over: current) })
         else {
             candidate = nil
             if deadlines[.debounce] != nil { cancel(.debounce, &out) }
@@ -386,9 +466,11 @@ public struct Reconnector: Sendable {
     /// The debounce for a new path; for an interface lost recently the flap hold-down, doubled
     /// for every further recent loss: a flapping uplink must stay up longer before the session
     /// trusts it again.
+    /// It never exceeds `flapStableAfter`: by then the interface counts as stable again.
     private func holdDown(for path: Path, _ now: Instant) -> Duration {
         guard let loss = losses[path.interface], now - loss.last < config.flapWindow else { return config.debounce }
-        return max(config.debounce, min(config.maxHoldDown, config.flapHoldDown * (1 << min(loss.count - 1, 20))))
+        let damped = min(config.flapStableAfter, config.flapHoldDown * (1 << min(loss.count - 1, 20)))
+        return max(config.debounce, damped)
     }
 
     // MARK: Bookkeeping
@@ -400,6 +482,10 @@ public struct Reconnector: Sendable {
             cancel(kind, &out)
         }
         if !Self.allows(new, .debounce) { candidate = nil }
+        if case .probing = new {} else {
+            rescue = nil
+            suspectedByLiveness = false
+        }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,
                                     attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced)
         state = new
@@ -428,10 +514,21 @@ public struct Reconnector: Sendable {
         out.append(.cancelTimer(kind))
     }
 
-    private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+    /// Sends a probe and waits for its echo: the path's patience (at least `probeTimeout`),
+    /// doubled for each probe in a row before it, as TCP backs off its retransmissions.
+    private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action], attempt: Int = 1) {
         out.append(.probe(via: path))
-        let wait = max(config.probeTimeout, (smoothedRTT ?? .zero) * 3)
-        arm(.probe, at: now + wait, &out)
+        arm(.probe, at: now + max(config.probeTimeout, patience) * (1 << min(attempt - 1, 4)), &out)
+    }
+
+    /// How long an answer may take on the session's path before its absence means something:
+    /// twice the smoothed RTT plus four deviations (TCP's retransmission timeout, with room
+    /// for the far end's own delays).
+    private var patience: Duration { (smoothedRTT ?? .zero) * 2 + rttVariance * 4 }
+
+    /// Data unanswered this long makes the path suspect.
+    private var livenessWait: Duration {
+        max(config.livenessTimeout, patience * 2) * (1 << quietProofs)
     }
 
     private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
@@ -445,9 +542,20 @@ public struct Reconnector: Sendable {
         return now - session.lastHeard < config.sessionLifetime
     }
 
-    private mutating func noteHeard(_ now: Instant, rtt: Duration?) {
+    private mutating func noteHeard(_ now: Instant) {
         if session != nil { session?.lastHeard = now }
-        if let rtt { smoothedRTT = smoothedRTT.map { ($0 * 7 + rtt) / 8 } ?? rtt }
+    }
+
+    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over.
+    private mutating func sampleRTT(_ rtt: Duration, newPath: Bool = false) {
+        guard let smoothed = smoothedRTT, !newPath else {
+            smoothedRTT = rtt
+            rttVariance = rtt / 2
+            return
+        }
+        let deviation = smoothed > rtt ? smoothed - rtt : rtt - smoothed
+        rttVariance = (rttVariance * 3 + deviation) / 4
+        smoothedRTT = (smoothed * 7 + rtt) / 8
     }
 
     /// Counts a path's disappearance against its interface, whether or not the session used it.

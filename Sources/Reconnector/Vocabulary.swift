@@ -148,6 +148,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case betterPath(Path, over: Path)
     /// The probed better path answered; the session moved there.
     case switched(String, rtt: Duration)
+    /// The session's path went silent and another answered its probe: the session moved there.
+    case failover(from: String, to: String, rtt: Duration)
     /// The better path did not answer its probes; the session stays.
     case candidateUnreachable(String, probes: Int)
     /// The candidate path went away while being probed.
@@ -195,6 +197,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
                 ? "betterPath(\(b.interface) /\(b.prefixLength) > \(c.interface) /\(c.prefixLength))"
                 : "betterPath(\(b.interface) metric \(b.metric) < \(c.interface) \(c.metric))"
         case .switched(let i, let rtt): "switched(\(i) rtt \(rtt.short))"
+        case .failover(let a, let b, let rtt): "failover(\(a) silent, \(b) rtt \(rtt.short))"
         case .candidateUnreachable(let i, let n): "candidateUnreachable(\(i) \(n) probes)"
         case .candidateLost(let i): "candidateLost(\(i))"
         case .handshakeSucceeded(let rtt): "handshakeSucceeded(rtt \(rtt.short))"

@@ -245,7 +245,8 @@ public struct Replay {
 
     /// True when packets sent from this path reach the server.
     private func passes(_ id: Path.ID) -> Bool {
-        guard !sleeping, serverUp, tracker.paths.contains(where: { $0.id == id }),
+        guard !sleeping, serverUp,
+              tracker.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
               let name = interface(of: id) else { return false }
         return !dropped.contains(name)
     }
@@ -386,7 +387,7 @@ public struct Replay {
     private mutating func requireKnown(_ path: Path, action: String) {
         if tracker.paths.isEmpty {
             violation("\(action) on \(path.interface) while offline")
-        } else if !tracker.paths.contains(where: { $0.id == path.id }) {
+        } else if !tracker.paths.contains(where: { $0.id == path.id || ($0.linkIndex == path.linkIndex && $0.otherSources.contains(path.source)) }) {
             violation("\(action) on \(path.interface)/\(path.source), which is not a current path")
         }
     }

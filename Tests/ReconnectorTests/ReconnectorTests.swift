@@ -2,14 +2,14 @@ import PathMonitor
 import Testing
 @testable import Reconnector
 
-private let eth0 = Path(linkIndex: 3, interface: "eth0", kind: .ethernet, source: IPAddress("10.20.0.57")!,
+let eth0 = Path(linkIndex: 3, interface: "eth0", kind: .ethernet, source: IPAddress("10.20.0.57")!,
                         gateway: IPAddress("10.20.0.1"), metric: 100, prefixLength: 0, mtu: 1500)
-private let wifi0 = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("192.168.1.23")!,
+let wifi0 = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("192.168.1.23")!,
                          gateway: IPAddress("192.168.1.1"), metric: 600, prefixLength: 0, mtu: 1500)
 
-private func at(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
+func at(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
 
-private extension [Action] {
+extension [Action] {
     var transitions: [Transition] { compactMap { if case .report(let t) = $0 { t } else { nil } } }
     var reasons: [String] { transitions.map(\.reason.description) }
     var binds: Int { filter { if case .bind = $0 { true } else { false } }.count }
@@ -19,7 +19,7 @@ private extension [Action] {
 }
 
 /// A machine connected on `paths.first` at 20 ms.
-private func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
+func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     var r = Reconnector(config: config)
     _ = r.handle(.paths(paths), now: at(0))
     _ = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
@@ -82,8 +82,8 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
 @Test func betterPathWaitsForDebounceThenProbesBeforeSwitching() {
     var r = connected([wifi0])
     let offer = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    #expect(offer == [.armTimer(.debounce, at: at(1050))])
-    let start = r.handle(.timerFired(.debounce), now: at(1050))
+    #expect(offer == [.armTimer(.debounce, at: at(1010))])
+    let start = r.handle(.timerFired(.debounce), now: at(1010))
     #expect(start.probes == ["eth0"] && start.rebinds.isEmpty)
     #expect(start.reasons == ["betterPath(eth0 metric 100 < wifi0 600)"])
     #expect(r.state == .switching(from: wifi0, to: eth0, sent: 1))
@@ -140,16 +140,27 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
 @Test func silentBlackholeFailsOverToTheAlternative() {
     var r = connected([eth0, wifi0])
     let result6 = r.handle(.dataSent, now: at(100))
-    #expect(result6 == [.armTimer(.liveness, at: at(1100))])
+    #expect(result6 == [.armTimer(.liveness, at: at(600))])
     let result7 = r.handle(.dataSent, now: at(200))
     #expect(result7.isEmpty, "one liveness timer, however much is sent")
-    let suspect = r.handle(.timerFired(.liveness), now: at(1100))
-    #expect(suspect.probes == ["eth0"] && suspect.reasons == ["livenessTimeout(1s)"])
-    _ = r.handle(.timerFired(.probe), now: at(1350))
-    _ = r.handle(.timerFired(.probe), now: at(1600))
-    let moved = r.handle(.timerFired(.probe), now: at(1850))
-    #expect(moved.reasons == ["probeTimeout(3 of 3)"])
-    #expect(moved.rebinds == ["wifi0"] && moved.probes == ["wifi0"])
+    let suspect = r.handle(.timerFired(.liveness), now: at(600))
+    #expect(suspect.probes == ["eth0", "wifi0"] && suspect.reasons == ["livenessTimeout(500ms)"])
+    let answered = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(30)), now: at(630))
+    #expect(answered.isEmpty, "eth0 has not missed its probe yet")
+    let moved = r.handle(.timerFired(.probe), now: at(850))
+    #expect(moved.reasons == ["failover(eth0 silent, wifi0 rtt 30ms)"])
+    #expect(moved.rebinds == ["wifi0"] && moved.handshakes.isEmpty)
+    #expect(r.state == .connected(wifi0))
+}
+
+@Test func aSilentPathWhoseAlternativeIsSilentTooIsProbedWithGrowingWaits() {
+    var r = connected([eth0, wifi0])
+    _ = r.handle(.dataSent, now: at(100))
+    _ = r.handle(.timerFired(.liveness), now: at(600))
+    let second = r.handle(.timerFired(.probe), now: at(850))
+    #expect(second.probes == ["eth0", "wifi0"] && second.contains(.armTimer(.probe, at: at(1350))))
+    let third = r.handle(.timerFired(.probe), now: at(1350))
+    #expect(third.contains(.armTimer(.probe, at: at(2350))))
 }
 
 @Test func dataReceivedCancelsLiveness() {
@@ -290,16 +301,16 @@ private func connected(_ paths: [Path], config: Config = Config()) -> Reconnecto
     #expect(r.state == .connected(eth0))
 }
 
-@Test func serverMovedKeepsABackoffWaitAndForgetsDeadPaths() {
+@Test func serverMovedEndsABackoffAndForgetsDeadPaths() {
     var r = Reconnector()
     _ = r.handle(.paths([eth0, wifi0]), now: at(0))
     _ = r.handle(.timerFired(.handshake), now: at(5000))  // eth0 failed: dead for a while
     _ = r.handle(.timerFired(.handshake), now: at(10_000))  // wifi0 too: backing off
     guard case .backingOff = r.state, let retry = r.timers[.retry] else { Issue.record("expected a backoff, got \(r.state)"); return }
+    #expect(retry > at(10_010))
     let moved = r.handle(.serverMoved, now: at(10_010))
-    #expect(moved.isEmpty && r.timers[.retry] == retry, "a name that rotates must not cut the backoff short")
-    let out = r.handle(.timerFired(.retry), now: retry)
-    #expect(out.handshakes == ["eth0"], "the best path again: its failure was towards the old address")
+    #expect(moved.handshakes == ["eth0"], "a new address is a new chance, on the best path: its failure was towards the old address")
+    #expect(moved.reasons == ["serverAddressChanged"] && r.timers[.retry] == nil)
 }
 
 @Test func serverMovedDuringAHandshakeStartsItAgain() {
