@@ -43,6 +43,8 @@ public struct Reconnector: Sendable {
     private var rng: SeededRandom
     private var stateBeforeSleep: State = .offline
     private var trigger = ""
+    /// No budgeted attempt before this: a backoff the previous process of the agent drew.
+    private var notBefore: Instant?
 
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero) {
         self.config = config
@@ -51,6 +53,29 @@ public struct Reconnector: Sendable {
         self.tokens = config.budget(on: power).burst
         self.refilledAt = now
         self.enteredAt = now
+    }
+
+    /// Starts where a previous process of the agent left off (`memory`, kept in its runtime
+    /// directory): the budget it spent, the backoff it drew and its verdicts on dead paths, so
+    /// that restarting the agent (a service manager's restart loop) buys no extra attempts.
+    /// A memory from another clock (a reboot) is ignored.
+    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant, memory: Memory) {
+        self.init(config: config, power: power, seed: seed, now: now)
+        guard memory.refilledAt <= now else { return }
+        tokens = max(0, min(memory.tokens, config.budget(on: power).burst))
+        refilledAt = memory.refilledAt
+        refill(now)
+        failures = max(0, memory.failures)
+        notBefore = memory.notBefore.flatMap { $0 > now ? $0 : nil }
+        dead = memory.dead.filter { $0.value.until > now }.mapValues { ($0.until, $0.strikes) }
+    }
+
+    /// What a restart of the agent must not forget.
+    public var memory: Memory {
+        var retry: Instant?
+        if case .backingOff = state { retry = deadlines[.retry] }
+        return Memory(tokens: tokens, refilledAt: refilledAt, failures: failures, notBefore: retry ?? notBefore,
+                      dead: dead.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) })
     }
 
     /// The smoothed round-trip time to the server, from probe echoes and handshakes.
@@ -193,8 +218,14 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
-        guard case .connecting(let path) = state else { return }
+        // The driver holds the fresh keys whatever the state: the session lives from now.
         session = (now, now)
+        // In backing-off the answer came after the timeout gave up on it; it works all the same.
+        let path: Path
+        switch state {
+        case .connecting(let p), .backingOff(let p): path = p
+        default: return
+        }
         // The handshake's time includes the server's work on it: a path's RTT only if none is known.
         if smoothedRTT == nil { sampleRTT(rtt) }
         dead[path.id] = nil
@@ -401,6 +432,11 @@ public struct Reconnector: Sendable {
     /// Spends a token on a reconnect to `path`, or backs off until one comes back.
     private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
                                   handshake: Bool = false) {
+        if let due = notBefore, now < due {
+            arm(.retry, at: due, &out)
+            return enter(.backingOff(path), .backoff(nextIn: due - now), now, &out)
+        }
+        notBefore = nil
         guard takeToken(now) else {
             let next = nextToken()
             arm(.retry, at: next, &out)

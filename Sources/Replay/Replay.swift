@@ -81,6 +81,13 @@ public struct Replay {
     private var attemptLog: [(at: Instant, power: PowerSource, budgeted: Bool)] = []
     private var acSinceLastAttempt = false
     private var pathAtResults: [String?] = []
+    private var stateAtResults: [String] = []
+    private var handshakeTimes: [Instant] = []
+    private var probeTimes: [Instant] = []
+    /// When an authenticated answer from the server last reached the agent's session, if the
+    /// agent holds one (a restart or "session unknown" ends it).
+    private var lastHeard: Instant?
+    private var restarts: UInt64 = 0
 
     private let keepsTrace: Bool
 
@@ -99,7 +106,9 @@ public struct Replay {
         for event in scenario.network { try applyNetwork(event, report: false) }
         for (i, event) in scenario.timeline.enumerated() { queue.push(event.at, .timeline(i)) }
         for (i, check) in scenario.expect.pathAt.enumerated() { queue.push(check.at, .checkpoint(i)) }
+        for (i, check) in scenario.expect.stateAt.enumerated() { queue.push(check.at, .stateCheck(i)) }
         pathAtResults = Array(repeating: nil, count: scenario.expect.pathAt.count)
+        stateAtResults = Array(repeating: "", count: scenario.expect.stateAt.count)
         if let every = scenario.traffic { queue.push(.zero + every, .traffic) }
         feed(.paths(tracker.paths))
         updateOutage()
@@ -121,10 +130,15 @@ public struct Replay {
                 if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
                 deliver(input)
             case .traffic:
+                // A sleeping machine sends nothing, and its sleep costs no ticks: the wake
+                // starts them again.
+                if sleeping { trafficPaused = true; break }
                 sendTraffic()
                 if let every = scenario.traffic { queue.push(now + every, .traffic) }
             case .checkpoint(let i):
                 pathAtResults[i] = machine.state.path?.interface
+            case .stateCheck(let i):
+                stateAtResults[i] = machine.state.name
             }
             updateOutage()
         }
@@ -149,6 +163,10 @@ public struct Replay {
         case .wake:
             sleeping = false
             feed(.wake(sleptFor: now - sleptAt))
+            if trafficPaused, let every = scenario.traffic {
+                trafficPaused = false
+                queue.push(now + every, .traffic)
+            }
         case .clockJump(let length):
             // A handshake in flight across a suspend was lost with the machine's network state.
             handshakeInFlight = nil
@@ -168,9 +186,26 @@ public struct Replay {
         case .drop(let name): dropped.insert(name)
         case .restore(let name): dropped.remove(name)
         case .auth(let accepts): acceptsAuth = accepts
-        case .reconnect: feed(.reconnectRequested)
+        case .reconnect:
+            // The operator asked for fresh keys: the old session no longer counts as alive.
+            lastHeard = nil
+            feed(.reconnectRequested)
+        case .restart:
+            // What the real agent keeps across processes, and nothing else.
+            restarts += 1
+            let memory = machine.memory
+            machine = Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts, now: now,
+                                  memory: memory)
+            socket = nil
+            clientHasSession = false
+            lastHeard = nil
+            armed.removeAll()
+            handshakeInFlight = nil
+            handshakeGeneration += 1
+            feed(.paths(tracker.paths))
         }
     }
+    private var trafficPaused = false
 
     private mutating func applyNetwork(_ event: TimedEvent, report feeding: Bool = true) throws(ReplayError) {
         for change in try resolve(event) {
@@ -284,8 +319,14 @@ public struct Replay {
 
     private mutating func deliver(_ input: Input) {
         switch input {
-        case .handshakeSucceeded: clientHasSession = true
-        case .handshakeFailed(.sessionUnknown): clientHasSession = false
+        case .handshakeSucceeded:
+            clientHasSession = true
+            lastHeard = now
+        case .handshakeFailed(.sessionUnknown):
+            clientHasSession = false
+            lastHeard = nil
+        case .probeReply, .dataReceived:
+            if lastHeard != nil { lastHeard = now }
         default: break
         }
         feed(input)
@@ -318,17 +359,24 @@ public struct Replay {
                 requireKnown(path, action: "bind")
                 socket = path.id
                 attempted = true
-            case .handshake(let path, _):
+            case .handshake(let path, let why):
                 requireKnown(path, action: "handshake")
                 if let inFlight = handshakeInFlight, inFlight == path.id {
                     violation("a second handshake on \(path.interface) while one is in flight")
                 }
                 report.handshakes += 1
+                handshakeTimes.append(now)
                 attempted = true
+                // Keys that the server answered within their lifetime still work: a handshake
+                // then only costs an outage and a token (an operator's request aside).
+                if input != .reconnectRequested, let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
+                    violation("a handshake on \(path.interface) (\(why), in \(before.name)) while the session lives (the server answered \((now - heard).short) ago)")
+                }
                 handshake(on: path)
             case .probe(let path):
                 requireKnown(path, action: "probe")
                 report.probes += 1
+                probeTimes.append(now)
                 answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)))
             case .armTimer(let kind, let at):
                 if at < now { violation("timer \(kind) armed in the past") }
@@ -459,6 +507,24 @@ public struct Replay {
             let n = attemptLog.filter { $0.at >= w.from && $0.at <= w.to }.count
             if let max = w.maxAttempts { expect(n <= max, "attempts in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)") }
             if let min = w.minAttempts { expect(n >= min, "attempts in \(w.from)s...\(w.to)s: expected at least \(min), got \(n)") }
+            func count(_ times: [Instant]) -> Int { times.filter { $0 >= w.from && $0 <= w.to }.count }
+            if let max = w.maxHandshakes {
+                let n = count(handshakeTimes)
+                expect(n <= max, "handshakes in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
+            }
+            if let max = w.maxProbes {
+                let n = count(probeTimes)
+                expect(n <= max, "probes in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
+            }
+            if let max = w.maxTransitions {
+                let n = count(report.transitions.map(\.at))
+                expect(n <= max, "transitions in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
+            }
+        }
+        if let max = e.maxProbes { expect(report.probes <= max, "probes: expected at most \(max), got \(report.probes)") }
+        if let min = e.minProbes { expect(report.probes >= min, "probes: expected at least \(min), got \(report.probes)") }
+        for (i, check) in e.stateAt.enumerated() {
+            expect(stateAtResults[i] == check.state, "state at \(check.at)s: expected \(check.state), got \(stateAtResults[i])")
         }
         for (i, check) in e.pathAt.enumerated() {
             let actual = pathAtResults[i] ?? "none"
@@ -476,6 +542,7 @@ struct EventQueue {
         case deliver(Input, generation: Int)
         case traffic
         case checkpoint(Int)
+        case stateCheck(Int)
     }
     struct Entry {
         var at: Instant

@@ -81,6 +81,9 @@ public enum ScenarioEvent: Sendable {
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
     case reconnect
+    /// The agent's process ends and another starts: it keeps only what the real agent keeps in
+    /// its runtime directory (`Reconnector.Memory`); sockets, timers and session keys are gone.
+    case restart
 }
 
 /// What happens to the server.
@@ -127,6 +130,8 @@ public struct Expectations: Sendable {
     public var minAttempts: Int?
     public var maxHandshakes: Int?
     public var minHandshakes: Int?
+    public var maxProbes: Int?
+    public var minProbes: Int?
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration?
     /// Transitions that must appear in this order: `state` or `state:reasonPrefix`.
@@ -137,11 +142,16 @@ public struct Expectations: Sendable {
     public var windows: [Window] = []
     /// Which interface the session uses at given instants.
     public var pathAt: [(at: Instant, path: String)] = []
+    /// The state the machine is in at given instants.
+    public var stateAt: [(at: Instant, state: String)] = []
 
     public struct Window: Sendable {
         public var from: Instant
         public var to: Instant
         public var maxAttempts: Int?
         public var minAttempts: Int?
+        public var maxHandshakes: Int?
+        public var maxProbes: Int?
+        public var maxTransitions: Int?
     }
 }

@@ -47,6 +47,11 @@ extension YAMLReader {
         if let node = top.optional("until"), until < last {
             throw fail(node, "'until' (\(until)s) is before the last event (\(last)s)")
         }
+        let traffic = try opt(top.optional("traffic")) { node throws(ScenarioError) in try positiveDuration(node) }
+        if let traffic, let node = top.optional("traffic"),
+           (until - .zero).nanoseconds / max(traffic.nanoseconds, 1) > Self.maxTrafficTicks {
+            throw fail(node, "'traffic' every \(traffic.short) until \(until) makes more than \(Self.maxTrafficTicks) packets")
+        }
         var config = Config()
         if let node = top.optional("config") { try applyConfig(node, to: &config) }
         var kinds: [String: LinkKind] = [:]
@@ -68,7 +73,7 @@ extension YAMLReader {
             config: config,
             power: try opt(top.optional("power")) { node throws(ScenarioError) in try power(node) } ?? .ac,
             seed: try opt(top.optional("seed")) { node throws(ScenarioError) in UInt64(try int(node, 0...Int.max)) } ?? 1,
-            traffic: try opt(top.optional("traffic")) { node throws(ScenarioError) in try positiveDuration(node) },
+            traffic: traffic,
             rtt: try opt(top.optional("rtt")) { node throws(ScenarioError) in try duration(node) } ?? .milliseconds(20),
             network: network,
             timeline: events,
@@ -102,8 +107,14 @@ extension YAMLReader {
 
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
-        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart",
     ]
+
+    /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
+    /// application packets its `traffic` may send: a file cannot make a replay run for hours or
+    /// take gigabytes.
+    static let maxEvents = 1_000_000
+    static let maxTrafficTicks: Int64 = 20_000_000
 
     func timeline(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
         var events: [TimedEvent] = []
@@ -173,11 +184,24 @@ extension YAMLReader {
                 add(.auth(accepts: text == "accept"))
             case "reconnect": add(.reconnect)
             case "netlink": add(.netlink(try hex(value)))
+            case "restart":
+                // The agent's process ends and a new one starts (a crash, a service manager's
+                // restart): once, or `{every, for}`.
+                if case .mapping = value.value {
+                    let (every, length) = try repetition(value, "'restart'", count: events.count)
+                    var t = at
+                    while t < at + length {
+                        add(.restart, at: t)
+                        floor = t
+                        t = t + every
+                    }
+                } else {
+                    add(.restart)
+                }
             case "flap":
                 let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])
                 let dev = try string(try flap.required("dev"))
-                let every = try positiveDuration(try flap.required("every"))
-                let length = try positiveDuration(try flap.required("for"))
+                let (every, length) = try repetition(value, "'flap'", count: events.count)
                 // Carrier toggles, ending with carrier back, as a loose cable or a bad AP does.
                 var t = at
                 var carrier = false
@@ -191,8 +215,24 @@ extension YAMLReader {
             default:
                 throw fail(item, "unknown event '\(kind)'")
             }
+            if events.count > Self.maxEvents {
+                throw fail(item, "the timeline holds more than \(Self.maxEvents) events")
+            }
         }
         return events
+    }
+
+    /// `every` and `for` of an expanding event, refused when it would make more events than a
+    /// scenario may hold (counted before anything is generated).
+    func repetition(_ node: Node, _ what: String, count: Int) throws(ScenarioError) -> (every: Duration, length: Duration) {
+        let f = try fields(node, what, allowed: what == "'flap'" ? ["dev", "every", "for"] : ["every", "for"])
+        let every = try positiveDuration(try f.required("every"))
+        let length = try positiveDuration(try f.required("for"))
+        let steps = length.nanoseconds / max(every.nanoseconds, 1) + 2
+        guard steps <= Int64(Self.maxEvents - count) else {
+            throw fail(node, "\(what) every \(every.short) for \(length.short) makes \(steps) events; a scenario may hold at most \(Self.maxEvents)")
+        }
+        return (every, length)
     }
 
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
@@ -287,12 +327,16 @@ extension YAMLReader {
     public func applyConfig(_ node: Node, to config: inout Config) throws(ScenarioError) {
         let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
         let f = try fields(node, "'config'", allowed: [
-            "debounce", "max-hold-down", "flap-window", "handshake-timeout", "probe-timeout", "probe-attempts",
-            "liveness-timeout", "session-lifetime", "stable-after", "dead-path-hold-down", "ac", "battery",
+            "debounce", "max-hold-down", "flap-window", "flap-hold-down", "flap-stable-after", "handshake-timeout",
+            "probe-timeout", "probe-attempts", "liveness-timeout", "session-lifetime", "stable-after", "dead-path-hold-down",
+            "short-sleep", "ac", "battery",
         ])
         if let n = f.optional("debounce") { config.debounce = try duration(n) }
         if let n = f.optional("max-hold-down") { config.maxHoldDown = try duration(n) }
         if let n = f.optional("flap-window") { config.flapWindow = try duration(n) }
+        if let n = f.optional("flap-hold-down") { config.flapHoldDown = try duration(n) }
+        if let n = f.optional("flap-stable-after") { config.flapStableAfter = try duration(n) }
+        if let n = f.optional("short-sleep") { config.shortSleep = try duration(n) }
         if let n = f.optional("handshake-timeout") { config.handshakeTimeout = try positiveDuration(n) }
         if let n = f.optional("probe-timeout") { config.probeTimeout = try positiveDuration(n) }
         if let n = f.optional("probe-attempts") { config.probeAttempts = try int(n, 1...100) }
@@ -312,8 +356,8 @@ extension YAMLReader {
 
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
         let f = try fields(node, "'expect'", allowed: [
-            "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-outage",
-            "sequence", "never", "windows", "path-at",
+            "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
+            "max-outage", "sequence", "never", "windows", "path-at", "state-at",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -322,6 +366,8 @@ extension YAMLReader {
         if let n = f.optional("min-attempts") { e.minAttempts = try int(n, 0...Int.max) }
         if let n = f.optional("max-handshakes") { e.maxHandshakes = try int(n, 0...Int.max) }
         if let n = f.optional("min-handshakes") { e.minHandshakes = try int(n, 0...Int.max) }
+        if let n = f.optional("max-probes") { e.maxProbes = try int(n, 0...Int.max) }
+        if let n = f.optional("min-probes") { e.minProbes = try int(n, 0...Int.max) }
         if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
         for item in try list(f.optional("sequence")) {
             let text = try string(item)
@@ -330,7 +376,8 @@ extension YAMLReader {
         }
         for item in try list(f.optional("never")) { e.never.append(try stateName(item)) }
         for item in try list(f.optional("windows")) {
-            let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts"])
+            let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts", "max-handshakes",
+                                                           "max-probes", "max-transitions"])
             let from = try instant(try w.required("from"))
             let toNode = try w.required("to")
             let to = try instant(toNode)
@@ -338,11 +385,18 @@ extension YAMLReader {
             e.windows.append(Expectations.Window(
                 from: from, to: to,
                 maxAttempts: try opt(w.optional("max-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
-                minAttempts: try opt(w.optional("min-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) }))
+                minAttempts: try opt(w.optional("min-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
+                maxHandshakes: try opt(w.optional("max-handshakes")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
+                maxProbes: try opt(w.optional("max-probes")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
+                maxTransitions: try opt(w.optional("max-transitions")) { node throws(ScenarioError) in try int(node, 0...Int.max) }))
         }
         for item in try list(f.optional("path-at")) {
             let p = try fields(item, "a path-at entry", allowed: ["at", "path"])
             e.pathAt.append((try instant(try p.required("at")), try string(try p.required("path"))))
+        }
+        for item in try list(f.optional("state-at")) {
+            let p = try fields(item, "a state-at entry", allowed: ["at", "state"])
+            e.stateAt.append((try instant(try p.required("at")), try stateName(try p.required("state"))))
         }
         return e
     }

@@ -74,6 +74,10 @@ extension ClientDaemon {
         private var attempts = 0
         private var flaps = FlapSummary()
         private var running = true
+        /// Where the budget, the backoff and the dead-path verdicts outlive this process (the
+        /// runtime directory, beside the control socket), and what was written there last.
+        private let memoryPath: String
+        private var savedMemory: Reconnector.Memory?
 
         init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
              log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?, mailbox: Mailbox<Event>) throws {
@@ -89,7 +93,9 @@ extension ClientDaemon {
             let clocks = SuspendDetector.clocks()
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
-            machine = Reconnector(config: settings.reconnect, power: PowerSupply.current(), seed: UInt64(getpid()), now: Instant.now())
+            memoryPath = control.path.parentDirectory + "/reconnect-state"
+            machine = Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log)
+            flaps.window = settings.reconnect.flapStableAfter
             do {
                 monitor = try LiveMonitor(endpoint: server.ip, tunnelInterface: settings.tunnel.name)
             } catch {
@@ -288,7 +294,10 @@ extension ClientDaemon {
 
         // MARK: Decisions out
 
+        /// A stopping agent does not roam: nothing it learns after SIGTERM (a SIGCONT a service
+        /// manager sends after it, a timer) moves the session, whose goodbye is on its way.
         private func feed(_ input: Input) {
+            guard running else { return }
             if case .paths(let paths) = input { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
             let now = Instant.now()
             let actions = machine.handle(input, now: now)
@@ -319,6 +328,33 @@ extension ClientDaemon {
                 }
                 effects.perform(action, paths: machine.paths)
             }
+            saveMemory()
+        }
+
+        /// The machine as the previous process of the agent left it, if it left anything usable.
+        private static func restoredMachine(settings: ClientSettings, memoryPath: String, log: OperatorLog) -> Reconnector {
+            let now = Instant.now()
+            let power = PowerSupply.current()
+            let seed = UInt64(getpid())
+            guard let text = SystemFiles.text(memoryPath) else {
+                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now)
+            }
+            guard let memory = Reconnector.Memory(text: text) else {
+                log("warning", "reconnect state unreadable; starting with a full budget", ["file": memoryPath])
+                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now)
+            }
+            let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory)
+            log("info", "reconnect state restored", ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
+            return machine
+        }
+
+        private func saveMemory() {
+            let memory = machine.memory
+            guard memory != savedMemory else { return }
+            if let error = SystemFiles.write(memory.text, to: memoryPath, mode: 0o600) {
+                if savedMemory != nil || error != ENOENT { log("warning", "cannot keep the reconnect state", ["file": memoryPath, "errno": "\(error)"]) }
+            }
+            savedMemory = memory
         }
 
         // MARK: The operator
