@@ -69,6 +69,20 @@ public enum IPAddress: Hashable, Sendable, Comparable, CustomStringConvertible {
         return false
     }
 
+    /// True for 127.0.0.0/8 and ::1: this machine.
+    public var isLoopback: Bool {
+        switch self {
+        case .v4(let a): a >> 24 == 127
+        case .v6(let high, let low): high == 0 && low == 1
+        }
+    }
+
+    /// True for ::ffff:0:0/96, an IPv4 address written as IPv6 (and sent as IPv4).
+    public var isV4Mapped: Bool {
+        if case .v6(let high, let low) = self { return high == 0 && low >> 32 == 0xFFFF }
+        return false
+    }
+
     /// True for 0.0.0.0 and ::, which name no host.
     public var isUnspecified: Bool { self == .v4(0) || self == .v6(0, 0) }
 

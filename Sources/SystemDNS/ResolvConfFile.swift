@@ -95,8 +95,10 @@ public struct ResolvConfFile: Sendable {
         return lines.joined(separator: "\n") + "\n"
     }
 
+    /// The lines of `text`, split at every line feed: a `\r\n` (one Character in Swift) must not
+    /// hide a line of the saved file inside the one before it, where it would be live.
     private static func lineList(_ text: String) -> [Substring] {
-        var lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        var lines = text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false).map(Substring.init)
         if lines.last == "" { lines.removeLast() }
         return lines
     }

@@ -18,10 +18,21 @@ public final class TunnelDNS {
     private let file: ResolvConfFile
     private var link: (index: Int32, name: String)?
 
-    /// `manager` nil picks systemd-resolved when it holds its name on the system bus.
+    /// `manager` nil picks systemd-resolved when it holds its name on the system bus and
+    /// resolv.conf sends applications to its stub; with resolv.conf another way (resolved in
+    /// "foreign" mode), what resolved is told would reach nobody, so the file is written.
     public init(manager: Manager?, file: ResolvConfFile = ResolvConfFile()) {
         self.file = file
-        self.manager = manager ?? (Self.resolvedRuns() ? .resolved : .resolvConf)
+        self.manager = manager ?? (Self.resolvedRuns() && Self.usesStub(file) ? .resolved : .resolvConf)
+    }
+
+    /// Whether every resolver the system's resolv.conf names is systemd-resolved's stub.
+    static func usesStub(_ file: ResolvConfFile) -> Bool {
+        let servers = (ResolvConfFile.systemText(at: file.path) ?? "").split(separator: "\n").compactMap { line -> Substring? in
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            return words.count >= 2 && words[0] == "nameserver" ? words[1] : nil
+        }
+        return !servers.isEmpty && servers.allSatisfy { $0 == "127.0.0.53" || $0 == "127.0.0.54" }
     }
 
     /// Whether systemd-resolved answers on the system bus.

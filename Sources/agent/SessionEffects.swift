@@ -30,6 +30,10 @@ final class SessionEffects {
     private var nextProbe: UInt64 = 1
     /// Routes that take traffic around a full tunnel, as last logged.
     private(set) var divertingRoutes: [DivertingRoute] = []
+    /// What the server last pushed, to judge again when the local subnets change.
+    private var pushedDNS: Result<DNSSettings, DNSSettingsError>?
+    /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.
+    private var localNetworks: [Prefix] = []
     /// Why the tunnel has no resolvers of its own, as last logged.
     private(set) var dnsProblem: String?
 
@@ -130,6 +134,7 @@ final class SessionEffects {
     /// Gives the system the tunnel's resolvers: the configuration's own (`dns`), else the
     /// server's. A list the server got wrong is refused and the session stays.
     private func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
+        pushedDNS = pushed
         guard let dns, let tun else { return }
         var wanted: DNSSettings
         if let override = settings.dns.override {
@@ -140,12 +145,16 @@ final class SessionEffects {
             case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: "warning")
             }
         }
-        // Split mode: a resolver outside the tunnel's routes would be asked in clear.
-        let outside = wanted.resolvers.filter { !settings.mode.carries($0) }
+        // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
+        // even in full mode), would be asked in clear.
+        let inClear = { (resolver: IPAddress) in
+            !self.settings.mode.carries(resolver) || self.localNetworks.contains { $0.contains(resolver) }
+        }
+        let outside = wanted.resolvers.filter(inClear)
         if !outside.isEmpty {
-            log("warning", "resolvers outside the split routes are not used: they would be asked in clear",
+            log("warning", "resolvers outside the tunnel are not used: they would be asked in clear",
                 ["resolvers": outside.map(\.description).joined(separator: ",")])
-            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { settings.mode.carries($0) },
+            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { !inClear($0) },
                                        searchDomains: wanted.searchDomains)) ?? .none
         }
         guard wanted != dns.applied else { return }
@@ -178,6 +187,11 @@ final class SessionEffects {
             try firewall?.localNetworksChanged(model.localNetworks)
         } catch {
             log("error", "cannot follow the local subnets in the lockdown", ["error": "\(error)"])
+        }
+        if model.localNetworks != localNetworks {
+            localNetworks = model.localNetworks
+            // A new network may hold a resolver's address, or no longer hold it.
+            if let pushedDNS { useResolvers(pushedDNS) }
         }
         do {
             if try dns?.reassert() == true { log("info", "dns written again: resolv.conf had been replaced", ["via": "resolv.conf"]) }

@@ -140,4 +140,18 @@ struct ResolvedLabTests {
         client.waitUntilExit()
         #expect(try !resolved.resolvectl(["dns"]).contains("10.77.0.1"))
     }
+
+    /// resolved runs but resolv.conf does not send applications to it ("foreign" mode): what
+    /// resolved would be told reaches nobody, so the file is written.
+    @Test func aResolvConfThatBypassesResolvedIsWritten() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let resolved = try LabResolved(in: lab.laptop)
+        defer { resolved.stop() }
+        lab.laptopEnvironment["DBUS_SYSTEM_BUS_ADDRESS"] = resolved.address
+        try DNSLabTests.append("dns: {servers: [10.77.0.1]}\n", to: lab.directory + "/server.yaml")
+        try lab.startServer()
+        try lab.startClient()
+        #expect(lab.wait(for: "msg=dns resolvers=10.77.0.1 search=\"\" via=resolv.conf", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8).contains("nameserver 10.77.0.1"))
+    }
 }

@@ -39,6 +39,19 @@ import Tunnel
     }
 
     /// After a crash the next agent finds its predecessor's file: it keeps the original, not its own.
+    /// Windows line ends must not leave a line of the old file live inside the agent's.
+    @Test func crlfLinesOfTheOldFileStayComments() throws {
+        defer { cleanUp() }
+        let old = "# x\r\nnameserver 192.168.1.1\nsearch lan\r\noptions rotate\n"
+        try old.write(toFile: path, atomically: false, encoding: .utf8)
+        let file = ResolvConfFile(path: path)
+        #expect(try file.apply(tunnel, tunnel: "roam0"))
+        let live = try #require(read()).unicodeScalars.split(separator: "\n").map { String($0) }.filter { !$0.hasPrefix("#") }
+        #expect(live == ["nameserver 10.77.0.1", "nameserver fd77::1", "search corp.example"], "\(live)")
+        #expect(try file.restore())
+        #expect(read() == old)
+    }
+
     @Test func aNewAgentAdoptsTheFileOfOneThatDied() throws {
         defer { cleanUp() }
         try Self.dhcp.write(toFile: path, atomically: false, encoding: .utf8)

@@ -80,6 +80,12 @@ import Testing
         }
         #expect(throws: DNSSettingsError.badResolver("ff02::1")) { try DNSSettings(resolvers: [IPAddress("ff02::1")!], searchDomains: []) }
         #expect(throws: DNSSettingsError.badResolver("fe80::1")) { try DNSSettings(resolvers: [IPAddress("fe80::1")!], searchDomains: []) }
+        // Neither is reached through the tunnel: this machine, or IPv4 sent as such.
+        for text in ["127.0.0.53", "::1", "::ffff:192.168.1.1"] {
+            #expect(throws: DNSSettingsError.badResolver(IPAddress(text)!.description)) { try DNSSettings(resolvers: [IPAddress(text)!], searchDomains: []) }
+        }
+        // A single label would claim a whole top-level domain as a routing domain.
+        #expect(throws: DNSSettingsError.badDomain("com")) { try DNSSettings(resolvers: [], searchDomains: ["com"]) }
         #expect(throws: DNSSettingsError.repeated) { try DNSSettings(resolvers: [], searchDomains: ["a.example", "A.example."]) }
         let long = (0..<5).map { "\($0)" + String(repeating: "d", count: 60) + ".example" }
         #expect(throws: DNSSettingsError.tooLong(5 * 71)) { try DNSSettings(resolvers: [], searchDomains: long) }

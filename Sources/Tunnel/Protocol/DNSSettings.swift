@@ -22,7 +22,11 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
         guard resolvers.count <= Self.maxResolvers else { throw .tooManyResolvers(resolvers.count) }
         guard searchDomains.count <= Self.maxSearchDomains else { throw .tooManySearchDomains(searchDomains.count) }
         guard Set(resolvers).count == resolvers.count else { throw .repeated }
-        if let bad = resolvers.first(where: { $0.isUnspecified || $0.isMulticast || $0.isLinkLocal }) { throw .badResolver(bad.description) }
+        // None of these is reached through the tunnel: this machine, the link, everyone, or an
+        // IPv4 address in IPv6 clothing that would dodge the rest of the checks.
+        if let bad = resolvers.first(where: { $0.isUnspecified || $0.isMulticast || $0.isLinkLocal || $0.isLoopback || $0.isV4Mapped }) {
+            throw .badResolver(bad.description)
+        }
         var domains: [String] = []
         for domain in searchDomains {
             guard let normal = Self.normalDomain(domain) else { throw .badDomain(domain) }
@@ -48,14 +52,16 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
         return searchDomains.isEmpty ? servers : "\(servers) search \(searchDomains.joined(separator: ","))"
     }
 
-    /// `domain` in lower case without a trailing dot, when it is a host name (RFC 1123 labels of
-    /// letters, digits, hyphens and, for names like `_tcp`, underscores); else nil. Nothing that
-    /// could break a line of resolv.conf or a D-Bus string gets through.
+    /// `domain` in lower case without a trailing dot, when it is a host name of two labels or more
+    /// (RFC 1123 labels of letters, digits, hyphens and, for names like `_tcp`, underscores); else
+    /// nil. Nothing that could break a line of resolv.conf or a D-Bus string gets through, and no
+    /// single label: as a routing domain `com` would claim every name under it.
     static func normalDomain(_ domain: String) -> String? {
         var name = domain.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
         guard (1...253).contains(name.utf8.count) else { return nil }
         let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard labels.count >= 2 else { return nil }
         for label in labels {
             guard (1...63).contains(label.utf8.count), label.first != "-", label.last != "-",
                   label.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7a) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2d || $0 == 0x5f })
