@@ -116,7 +116,8 @@ public struct Reconnector: Sendable {
     // MARK: Inputs
 
     private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Action]) {
-        for old in paths where !new.contains(where: { $0.id == old.id }) { noteLoss(of: old, now) }
+        // A link's loss counts for flap damping; a change of its address does not.
+        for old in paths where !new.contains(where: { $0.linkIndex == old.linkIndex }) { noteLoss(of: old, now) }
         paths = new
         if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id } } }
         if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
@@ -139,7 +140,13 @@ public struct Reconnector: Sendable {
              .switching(let current, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
             guard let same = new.first(where: { $0.id == current.id }) ?? Self.stillValid(current, in: new) else {
-                // The session's path is gone and another exists: act at once.
+                // The session's path is gone and another exists: act at once. With the session
+                // alive the move is a rebind and a probe, and staying is no option, so it spends
+                // no token: the budget bounds handshakes and moves by choice (returns to a better
+                // path, which flap damping also holds back), not the way off a path that is gone.
+                if !isHandshaking && isSessionFresh(now) {
+                    return startAttempt(on: best, reasonForLeaving(current, to: best), now, &out, handshake: false)
+                }
                 return attempt(on: best, reasonForLeaving(current, to: best), now, &out,
                                handshake: isHandshaking)
             }
@@ -175,7 +182,12 @@ public struct Reconnector: Sendable {
         // After a long sleep the networks may all be different, whatever their addresses: old
         // verdicts about paths no longer hold. After a short one, a path whose link and address
         // stayed is most likely the same network, and a dead uplink is still dead.
-        if slept >= config.shortSleep { dead.removeAll() }
+        // Nothing was learnt while asleep, so a kept verdict's hold-down does not run out in it.
+        if slept >= config.shortSleep {
+            dead.removeAll()
+        } else {
+            dead = dead.mapValues { ($0.until + slept, $0.strikes) }
+        }
         candidate = nil
         guard let best = preferred(now) else { return enter(.offline, .wokeAfter(slept), now, &out) }
         if isSessionFresh(now), best.id == socket {

@@ -353,9 +353,17 @@ public struct Replay {
         let actions = machine.handle(input, now: now)
         var attempted = false
         var reported = false
+        // A move off a path that is gone, with the session alive, is forced and costs no token.
+        var forced = false
         for action in actions {
             switch action {
             case .bind(let path, _), .rebind(let path, _):
+                if case .rebind(_, let why) = action, !machine.isHandshaking {
+                    switch why {
+                    case .pathLost, .addressChanged: forced = true
+                    default: break
+                    }
+                }
                 requireKnown(path, action: "bind")
                 socket = path.id
                 attempted = true
@@ -397,7 +405,7 @@ public struct Replay {
         }
         if attempted {
             report.attempts += 1
-            let budgeted = input != .reconnectRequested
+            let budgeted = input != .reconnectRequested && !forced
             let power: PowerSource = acSinceLastAttempt || machine.power == .ac ? .ac : .battery
             attemptLog.append((now, power, budgeted))
             if budgeted { acSinceLastAttempt = false }

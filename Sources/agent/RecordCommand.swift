@@ -37,7 +37,7 @@ struct RecordCommand: ParsableCommand {
     }
 
     func run() throws {
-        guard let address = Endpoint(watch.server)?.address else { throw ExitCode(2) }
+        guard let endpoint = Endpoint(watch.server), let address = endpoint.address else { throw ExitCode(2) }
         let namespace = try watch.namespace()
         var dump: [String] = []
         var timeline: [String] = []
@@ -81,7 +81,7 @@ struct RecordCommand: ParsableCommand {
             name: "\(name.flatMap { $0 == "\\" || $0 == "\"" ? ["\\", $0] : [$0] }.map(String.init).joined())"
             about: >
               Raw rtnetlink messages from a live kernel, replayed through the same decoder.
-            server: \(watch.server)
+            server: "\(endpoint)"
             traffic: \(traffic)
 
             """

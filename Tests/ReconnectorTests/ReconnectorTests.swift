@@ -217,6 +217,8 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func budgetExhaustionIsExplained() {
     var config = Config()
     config.ac = .init(burst: 2, refill: .seconds(30), backoffBase: .milliseconds(100), backoffCap: .seconds(1))
+    // The session is gone by the time the paths change, so each move needs a handshake and a token.
+    config.sessionLifetime = .milliseconds(500)
     var r = connected([eth0, wifi0], config: config)  // one token spent
     _ = r.handle(.paths([wifi0]), now: at(1000))  // second token
     let out = r.handle(.paths([eth0, wifi0]), now: at(1100))
@@ -327,4 +329,16 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     var asleep = connected([eth0])
     _ = asleep.handle(.sleep, now: at(100))
     #expect(asleep.handle(.serverMoved, now: at(200)).isEmpty && asleep.state == .sleeping)
+}
+
+/// Off a path that is gone, with the session alive, the move is forced: no token, no handshake,
+/// however empty the budget.
+@Test func aForcedMoveWithALiveSessionSpendsNoToken() {
+    var config = Config()
+    config.ac = .init(burst: 1, refill: .seconds(30), backoffBase: .milliseconds(100), backoffCap: .seconds(1))
+    var r = connected([eth0, wifi0], config: config)  // the only token spent
+    #expect(r.tokens == 0)
+    let out = r.handle(.paths([wifi0]), now: at(1000))
+    #expect(out.rebinds == ["wifi0"] && out.probes == ["wifi0"] && out.handshakes.isEmpty, "\(out)")
+    #expect(r.state == .probing(wifi0, sent: 1))
 }
