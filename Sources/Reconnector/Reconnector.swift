@@ -285,6 +285,9 @@ public struct Reconnector: Sendable {
         case .connected:
             if deadlines[.liveness] != nil { cancel(.liveness, &out) }
         case .probing(let path, _):
+            // With a rescue probe out, the server follows the session to the rescue path and its
+            // data may arrive there: no proof for the silent path. The probe timer decides.
+            guard rescue == nil else { return }
             enter(.connected(path), .trafficResumed, now, &out)
             considerBetterPath(now, &out)
         case .backingOff(let path), .connecting(let path):
