@@ -24,7 +24,13 @@ struct DeviceTunTests {
         #expect(try lab.ip("-6 route show dev roam0").contains("fd00:66::/64 proto kernel"))
 
         tun = nil  // the descriptor closes: the interface and its routes go with it
-        #expect(try netlink.link(named: "roam0") == nil)
+        // The kernel unregisters the device after the close returns (RCU): give it a moment under load.
+        var gone = false
+        for _ in 0..<200 where !gone {
+            gone = try netlink.link(named: "roam0") == nil
+            if !gone { usleep(10_000) }
+        }
+        #expect(gone)
         #expect(try !lab.ip("route show").contains("10.66.0.0/24"))
     }
 
