@@ -60,6 +60,11 @@ public struct Replay {
     // The world.
     private var dropped: Set<String> = []
     private var rtt: [String: Duration] = [:]
+    /// Per link: loss each way and jitter, drawn from a generator seeded by the scenario.
+    private var lossUp: [String: Double] = [:]
+    private var lossDown: [String: Double] = [:]
+    private var jitter: [String: Duration] = [:]
+    private var chance: SeededRandom
     private var serverUp = true
     private var serverHasSession = false
     /// When the server last heard an authenticated packet: it drops sessions idle longer
@@ -97,6 +102,7 @@ public struct Replay {
         self.scenario = scenario
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
         machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
+        chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
     /// Runs the whole timeline; `onTransition` sees each operator log line as it happens.
@@ -123,9 +129,10 @@ public struct Replay {
                     armed[kind] = nil
                     feed(.timerFired(kind))
                 }
-            case .deliver(let input, let generation):
-                // Answers in flight when the machine slept or the clock jumped are lost.
-                guard !sleeping, next.at == now else { break }
+            case .deliver(let input, let generation, let via):
+                // Answers in flight when the machine slept or the clock jumped are lost, and so
+                // are those whose link lost its carrier or the address they were sent to.
+                guard !sleeping, next.at == now, reaches(via) else { break }
                 if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
                 if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
                 deliver(input)
@@ -240,6 +247,9 @@ public struct Replay {
             }
         case .link(let spec):
             if let rtt = spec.rtt { self.rtt[spec.name] = rtt }
+            if let share = spec.lossUp { lossUp[spec.name] = share }
+            if let share = spec.lossDown { lossDown[spec.name] = share }
+            if let spread = spec.jitter { jitter[spec.name] = spread }
             let old = model.link(named: spec.name)
             let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
             let link = Link(index: index, name: spec.name, kind: spec.kind ?? old?.kind ?? .other,
@@ -278,6 +288,12 @@ public struct Replay {
 
     private func interface(of id: Path.ID) -> String? { tracker.model.links[id.linkIndex]?.name }
 
+    /// True when a packet can still arrive on this path: its link has carrier and its address.
+    private func reaches(_ id: Path.ID) -> Bool {
+        guard let link = tracker.model.links[id.linkIndex], link.isUsable else { return false }
+        return tracker.model.addresses.values.contains { $0.linkIndex == id.linkIndex && $0.ip == id.source }
+    }
+
     /// True when packets sent from this path reach the server.
     private func passes(_ id: Path.ID) -> Bool {
         guard !sleeping, serverUp,
@@ -288,6 +304,18 @@ public struct Replay {
 
     private func roundTrip(_ id: Path.ID) -> Duration {
         interface(of: id).flatMap { rtt[$0] } ?? scenario.rtt
+    }
+
+    /// Whether one packet through `id` in this direction is lost to the link's loss.
+    private mutating func lost(_ id: Path.ID, up: Bool) -> Bool {
+        guard let name = interface(of: id), let share = (up ? lossUp : lossDown)[name], share > 0 else { return false }
+        return Double(chance.next() >> 11) / Double(1 << 53) < share
+    }
+
+    /// When the answer to a packet sent now through `id` arrives: the round trip plus the link's jitter.
+    private mutating func arrival(_ id: Path.ID) -> Instant {
+        let spread = interface(of: id).flatMap { jitter[$0] } ?? .zero
+        return now + roundTrip(id) + chance.upTo(spread)
     }
 
     private var carrying: Bool {
@@ -306,14 +334,20 @@ public struct Replay {
     /// The server's answer to an authenticated packet from `id`: `reply` if it knows the
     /// session, else its rate-limited "session unknown" hint.
     private mutating func answer(from id: Path.ID, _ reply: Input?) {
-        guard passes(id), let reply else { return }
+        guard passes(id), let reply, !lost(id, up: true) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
             serverHeardAt = now
-            queue.push(now + roundTrip(id), .deliver(reply, generation: 0))
+            if !lost(id, up: false) {
+                let at = arrival(id)
+                // An echo reports the round trip it really took, jitter included.
+                var answer = reply
+                if case .probeReply(let on, _) = reply { answer = .probeReply(on: on, rtt: at - now) }
+                queue.push(at, .deliver(answer, generation: 0, via: id))
+            }
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
-            queue.push(now + roundTrip(id), .deliver(.handshakeFailed(.sessionUnknown), generation: 0))
+            if !lost(id, up: false) { queue.push(arrival(id), .deliver(.handshakeFailed(.sessionUnknown), generation: 0, via: id)) }
         }
     }
 
@@ -429,15 +463,16 @@ public struct Replay {
     private mutating func handshake(on path: Path) {
         handshakeGeneration += 1
         handshakeInFlight = path.id
-        guard passes(path.id) else { return }
-        let rtt = roundTrip(path.id)
+        guard passes(path.id), !lost(path.id, up: true) else { return }
+        let at = arrival(path.id)
+        let rtt = at - now
         if acceptsAuth {
             serverHasSession = true
             serverHeardAt = now
-            queue.push(now + rtt, .deliver(.handshakeSucceeded(rtt: rtt), generation: handshakeGeneration))
-        } else {
-            queue.push(now + rtt, .deliver(.handshakeFailed(.rejected("unknown key")), generation: handshakeGeneration))
         }
+        guard !lost(path.id, up: false) else { return }
+        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt) : .handshakeFailed(.rejected("unknown key"))
+        queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
     }
 
     private mutating func requireKnown(_ path: Path, action: String) {
@@ -547,7 +582,7 @@ struct EventQueue {
     enum What {
         case timeline(Int)
         case timer(TimerKind)
-        case deliver(Input, generation: Int)
+        case deliver(Input, generation: Int, via: Path.ID)
         case traffic
         case checkpoint(Int)
         case stateCheck(Int)

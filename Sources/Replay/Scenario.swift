@@ -109,6 +109,12 @@ public struct LinkSpec: Sendable {
     public var mtu: Int?
     /// Round-trip time to the server through this link.
     public var rtt: Duration?
+    /// Share of packets lost from the laptop to the server (0...1) through this link.
+    public var lossUp: Double?
+    /// Share of packets lost from the server to the laptop (0...1) through this link.
+    public var lossDown: Double?
+    /// Each packet through this link takes up to this much longer (drawn evenly; packets may overtake).
+    public var jitter: Duration?
 }
 
 /// A route as a scenario describes it, naming links.

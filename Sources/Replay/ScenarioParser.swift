@@ -236,7 +236,8 @@ extension YAMLReader {
     }
 
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
-        let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt"])
+        let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
+                                                     "loss-down", "jitter"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
         if let n = f.optional("kind") { spec.kind = try linkKind(n) }
@@ -244,7 +245,24 @@ extension YAMLReader {
         if let n = f.optional("carrier") { spec.carrier = try bool(n) }
         if let n = f.optional("mtu") { spec.mtu = try int(n, 68...65535) }
         if let n = f.optional("rtt") { spec.rtt = try duration(n) }
+        if let n = f.optional("loss") {
+            let share = try percent(n)
+            (spec.lossUp, spec.lossDown) = (share, share)
+        }
+        if let n = f.optional("loss-up") { spec.lossUp = try percent(n) }
+        if let n = f.optional("loss-down") { spec.lossDown = try percent(n) }
+        if let n = f.optional("jitter") { spec.jitter = try duration(n) }
         return spec
+    }
+
+    /// `30%` (or `0.3`) as a share of 0...1; anything outside 0...100 % is refused.
+    func percent(_ node: Node) throws(ScenarioError) -> Double {
+        let text = try string(node)
+        let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
+        guard let share = number, share.isFinite, share >= 0, share <= 1 else {
+            throw fail(node, "a loss is a share from 0% to 100% (e.g. 30% or 0.3), got \"\(text)\"")
+        }
+        return share
     }
 
     func linkKind(_ node: Node) throws(ScenarioError) -> LinkKind {

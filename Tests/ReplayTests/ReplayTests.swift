@@ -63,6 +63,13 @@ func randomTimelinesKeepTheInvariants(batch: UInt64) throws {
     ("server: 198.51.100.7\nexpect: {state: dancing}", 2, "unknown state"),
     ("server: 198.51.100.7\n  bad: [", 2, "not valid YAML"),
     ("", 1, "empty"),
+    // Expansions are counted before anything is generated: no hang, no gigabytes.
+    ("server: 1.2.3.4\ntimeline: [{at: 0, flap: {dev: eth0, every: 1ns, for: 1d}}]", 2, "a scenario may hold at most"),
+    ("server: 1.2.3.4\ntimeline: [{at: 0, restart: {every: 1us, for: 1h}}]", 2, "a scenario may hold at most"),
+    ("server: 1.2.3.4\ntraffic: 1ns\nuntil: 1d", 2, "packets"),
+    ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss: 130%}]", 3, "from 0% to 100%"),
+    ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss-up: -1}]", 3, "from 0% to 100%"),
+    ("server: 1.2.3.4\ntimeline: [{at: 0, clock-jump: -5s}]", 2, "duration"),
 ])
 func malformedFilesGiveLineNumberedErrors(text: String, line: Int, message: String) {
     #expect {
