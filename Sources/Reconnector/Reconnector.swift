@@ -45,6 +45,8 @@ public struct Reconnector: Sendable {
     private var trigger = ""
     /// No budgeted attempt before this: a backoff the previous process of the agent drew.
     private var notBefore: Instant?
+    /// The latest instant an input came with: a clock seen going back is stepped, not trusted.
+    private var lastNow: Instant?
 
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero) {
         self.config = config
@@ -96,6 +98,8 @@ public struct Reconnector: Sendable {
     public mutating func handle(_ input: Input, now: Instant) -> [Action] {
         var out: [Action] = []
         trigger = input.name
+        if let last = lastNow, now < last { clockStepped(by: now - last, &out) }
+        lastNow = now
         switch input {
         case .paths(let new): pathsChanged(new, now, &out)
         case .sleep: sleep(now, &out)
@@ -525,6 +529,21 @@ public struct Reconnector: Sendable {
     }
 
     // MARK: Bookkeeping
+
+    /// The driver's clock went back (CLOCK_BOOTTIME never does, but a clock that can must not
+    /// freeze the budget or stretch every hold-down by the step): everything remembered moves
+    /// with it, and armed timers keep the waits they had.
+    private mutating func clockStepped(by step: Duration, _ out: inout [Action]) {
+        refilledAt = refilledAt + step
+        enteredAt = enteredAt + step
+        if let known = session { session = (known.established + step, known.lastHeard + step) }
+        dead = dead.mapValues { ($0.until + step, $0.strikes) }
+        losses = losses.mapValues { ($0.count, $0.last + step) }
+        notBefore = notBefore.map { $0 + step }
+        for kind in TimerKind.allCases {
+            if let due = deadlines[kind] { arm(kind, at: due + step, &out) }
+        }
+    }
 
     private mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
         if case .connected = state, now - enteredAt >= config.stableAfter { failures = 0 }

@@ -93,6 +93,8 @@ public struct Replay {
     /// agent holds one (a restart or "session unknown" ends it).
     private var lastHeard: Instant?
     private var restarts: UInt64 = 0
+    /// The agent's clock minus the world's: negative after the clock stepped back.
+    private var skew = Duration.zero
 
     private let keepsTrace: Bool
 
@@ -179,6 +181,9 @@ public struct Replay {
             handshakeInFlight = nil
             now = now + length
             feed(.wake(sleptFor: length))
+        case .clockBack(let step):
+            // Only the agent's clock moves: answers in flight still come, timers keep their waits.
+            skew = skew - step
         case .power(let source):
             if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
@@ -384,7 +389,7 @@ public struct Replay {
         report.inputs += 1
         if keepsTrace, !input.isPaths { report.trace.append((now, .input(input))) }
         let before = machine.state
-        let actions = machine.handle(input, now: now)
+        let actions = machine.handle(input, now: now + skew)
         var attempted = false
         var reported = false
         // A move off a path that is gone, with the session alive, is forced and costs no token.
@@ -421,9 +426,10 @@ public struct Replay {
                 probeTimes.append(now)
                 answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)))
             case .armTimer(let kind, let at):
-                if at < now { violation("timer \(kind) armed in the past") }
-                armed[kind] = at
-                queue.push(at, .timer(kind))
+                if at < now + skew { violation("timer \(kind) armed in the past") }
+                // The machine's deadline is on its own clock; the world's queue on the world's.
+                armed[kind] = at - skew
+                queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
             case .quiesce, .reportFailure:
@@ -455,7 +461,7 @@ public struct Replay {
             }
         default: break
         }
-        if machine.nextDeadline != armed.values.min() {
+        if machine.nextDeadline != armed.values.min().map({ $0 + skew }) {
             violation("the machine's next deadline disagrees with the timers it armed")
         }
     }

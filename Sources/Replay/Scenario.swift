@@ -71,6 +71,8 @@ public enum ScenarioEvent: Sendable {
     case wake
     /// The machine was suspended for this long and nobody said so.
     case clockJump(Duration)
+    /// The agent's clock steps back by this much (the world's time goes on).
+    case clockBack(Duration)
     case power(PowerSource)
     case server(ServerChange)
     /// The interface stays up but silently drops everything (captive portal, dead AP uplink).

@@ -49,7 +49,7 @@ extension YAMLReader {
         }
         let traffic = try opt(top.optional("traffic")) { node throws(ScenarioError) in try positiveDuration(node) }
         if let traffic, let node = top.optional("traffic"),
-           (until - .zero).nanoseconds / max(traffic.nanoseconds, 1) > Self.maxTrafficTicks {
+           (until - Instant.zero).nanoseconds / max(traffic.nanoseconds, 1) > Self.maxTrafficTicks {
             throw fail(node, "'traffic' every \(traffic.short) until \(until) makes more than \(Self.maxTrafficTicks) packets")
         }
         var config = Config()
@@ -122,6 +122,8 @@ extension YAMLReader {
         // suspend or clock jump moves it forward by its length.
         var floor = Instant.zero
         var sleeping = false
+        /// How far the agent's clock is behind the world's, after backward steps.
+        var skew = Duration.zero
         for item in try list(node) {
             // A recording keeps both kernel clocks of each message, for whoever investigates it.
             let entry = try fields(item, "a timeline entry", allowed: ["at", "monotonic", "boottime"] + Self.eventKeys)
@@ -164,9 +166,19 @@ extension YAMLReader {
                 add(.wake, at: at + length)
                 floor = at + length
             case "clock-jump":
-                let length = try positiveDuration(value)
-                add(.clockJump(length))
-                floor = at + length
+                // `-5s` steps the agent's clock back; never before its start.
+                if case .scalar(let text) = value.value, text.hasPrefix("-"),
+                   let length = ScenarioParser.parseDuration(String(text.dropFirst())), length > .zero {
+                    guard length <= (at - Instant.zero) + skew else {
+                        throw fail(value, "the clock cannot go back \(length.short): only \(((at - Instant.zero) + skew).short) have passed on it")
+                    }
+                    skew = skew - length
+                    add(.clockBack(length))
+                } else {
+                    let length = try positiveDuration(value)
+                    add(.clockJump(length))
+                    floor = at + length
+                }
             case "power": add(.power(try power(value)))
             case "server":
                 let text = try string(value)

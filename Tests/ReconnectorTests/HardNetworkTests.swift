@@ -102,3 +102,17 @@ private func eth6(_ source: IPAddress, others: [IPAddress]) -> Path {
     let rebooted = Reconnector(now: at(1), memory: later)
     #expect(rebooted.tokens == Config().ac.burst)
 }
+
+@Test func aClockThatStepsBackMovesWhatIsRememberedWithIt() {
+    var config = Config()
+    config.ac = .init(burst: 1, refill: .seconds(6), backoffBase: .seconds(1), backoffCap: .seconds(1))
+    var r = connected([eth0], config: config)  // the only token spent at 0
+    _ = r.handle(.dataSent, now: at(100))
+    // The clock steps back about 50 s: the liveness timer keeps the 500 ms it had from the last input.
+    let stepped = r.handle(.dataReceived, now: at(-49_800))
+    #expect(stepped.first == .armTimer(.liveness, at: at(-49_300)), "\(stepped)")
+    // The token comes back 6 s after it was spent, on the new clock, not 50 s later.
+    _ = r.handle(.paths([]), now: at(-49_700))
+    _ = r.handle(.paths([eth0]), now: at(-43_700))
+    #expect(r.state.name == "probing", "a token to spend: \(r.state)")
+}

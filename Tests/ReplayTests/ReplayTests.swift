@@ -69,7 +69,7 @@ func randomTimelinesKeepTheInvariants(batch: UInt64) throws {
     ("server: 1.2.3.4\ntraffic: 1ns\nuntil: 1d", 2, "packets"),
     ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss: 130%}]", 3, "from 0% to 100%"),
     ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss-up: -1}]", 3, "from 0% to 100%"),
-    ("server: 1.2.3.4\ntimeline: [{at: 0, clock-jump: -5s}]", 2, "duration"),
+    ("server: 1.2.3.4\ntimeline: [{at: 3s, clock-jump: -5s}]", 2, "the clock cannot go back 5s"),
 ])
 func malformedFilesGiveLineNumberedErrors(text: String, line: Int, message: String) {
     #expect {
