@@ -64,6 +64,10 @@ public struct Replay {
     private var lossUp: [String: Double] = [:]
     private var lossDown: [String: Double] = [:]
     private var jitter: [String: Duration] = [:]
+    private var pathMTU: [String: Int] = [:]
+    private var natTimeout: [String: Duration] = [:]
+    /// When the laptop last sent through each link: a NAT's mapping lives from there.
+    private var lastSent: [String: Instant] = [:]
     private var chance: SeededRandom
     private var serverUp = true
     private var serverHasSession = false
@@ -255,6 +259,8 @@ public struct Replay {
             if let share = spec.lossUp { lossUp[spec.name] = share }
             if let share = spec.lossDown { lossDown[spec.name] = share }
             if let spread = spec.jitter { jitter[spec.name] = spread }
+            if let mtu = spec.pathMTU { pathMTU[spec.name] = mtu }
+            if let timeout = spec.natTimeout { natTimeout[spec.name] = timeout }
             let old = model.link(named: spec.name)
             let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
             let link = Link(index: index, name: spec.name, kind: spec.kind ?? old?.kind ?? .other,
@@ -311,9 +317,18 @@ public struct Replay {
         interface(of: id).flatMap { rtt[$0] } ?? scenario.rtt
     }
 
-    /// Whether one packet through `id` in this direction is lost to the link's loss.
-    private mutating func lost(_ id: Path.ID, up: Bool) -> Bool {
-        guard let name = interface(of: id), let share = (up ? lossUp : lossDown)[name], share > 0 else { return false }
+    /// Whether one packet through `id` in this direction is lost: to the link's loss, to a path
+    /// MTU smaller than the packet (upstream, `size` bytes), or, for an answer, to a NAT that
+    /// forgot the mapping before it arrived (`arriving`).
+    private mutating func lost(_ id: Path.ID, up: Bool, size: Int = 64, arriving: Instant? = nil) -> Bool {
+        guard let name = interface(of: id) else { return false }
+        if up {
+            if let mtu = pathMTU[name], size > mtu { return true }
+            lastSent[name] = now
+        } else if let at = arriving, let timeout = natTimeout[name], let sent = lastSent[name], at - sent > timeout {
+            return true
+        }
+        guard let share = (up ? lossUp : lossDown)[name], share > 0 else { return false }
         return Double(chance.next() >> 11) / Double(1 << 53) < share
     }
 
@@ -333,18 +348,18 @@ public struct Replay {
     private mutating func sendTraffic() {
         guard !sleeping, carrying, let socket else { return }
         feed(.dataSent)
-        answer(from: socket, clientHasSession ? .dataReceived : nil)
+        answer(from: socket, clientHasSession ? .dataReceived : nil, size: scenario.trafficSize)
     }
 
     /// The server's answer to an authenticated packet from `id`: `reply` if it knows the
     /// session, else its rate-limited "session unknown" hint.
-    private mutating func answer(from id: Path.ID, _ reply: Input?) {
-        guard passes(id), let reply, !lost(id, up: true) else { return }
+    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64) {
+        guard passes(id), let reply, !lost(id, up: true, size: size) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
             serverHeardAt = now
-            if !lost(id, up: false) {
-                let at = arrival(id)
+            let at = arrival(id)
+            if !lost(id, up: false, arriving: at) {
                 // An echo reports the round trip it really took, jitter included.
                 var answer = reply
                 if case .probeReply(let on, _) = reply { answer = .probeReply(on: on, rtt: at - now) }
@@ -352,7 +367,8 @@ public struct Replay {
             }
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
-            if !lost(id, up: false) { queue.push(arrival(id), .deliver(.handshakeFailed(.sessionUnknown), generation: 0, via: id)) }
+            let at = arrival(id)
+            if !lost(id, up: false, arriving: at) { queue.push(at, .deliver(.handshakeFailed(.sessionUnknown), generation: 0, via: id)) }
         }
     }
 
@@ -469,14 +485,15 @@ public struct Replay {
     private mutating func handshake(on path: Path) {
         handshakeGeneration += 1
         handshakeInFlight = path.id
-        guard passes(path.id), !lost(path.id, up: true) else { return }
+        // The client pads its initiation to 376 bytes on the wire (docs/PROTOCOL.md).
+        guard passes(path.id), !lost(path.id, up: true, size: 376) else { return }
         let at = arrival(path.id)
         let rtt = at - now
         if acceptsAuth {
             serverHasSession = true
             serverHeardAt = now
         }
-        guard !lost(path.id, up: false) else { return }
+        guard !lost(path.id, up: false, arriving: at) else { return }
         let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt) : .handshakeFailed(.rejected("unknown key"))
         queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
     }

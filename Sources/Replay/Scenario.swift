@@ -21,6 +21,8 @@ public struct Scenario: Sendable {
     public var seed: UInt64
     /// The application sends a packet this often while the tunnel carries traffic.
     public var traffic: Duration?
+    /// The size of those packets as the tunnel sends them (bytes on the wire).
+    public var trafficSize = 100
     /// Round-trip time to the server on links that do not set their own.
     public var rtt: Duration
     /// Initial network, applied before the clock starts.
@@ -117,6 +119,11 @@ public struct LinkSpec: Sendable {
     public var lossDown: Double?
     /// Each packet through this link takes up to this much longer (drawn evenly; packets may overtake).
     public var jitter: Duration?
+    /// The largest packet the path through this link carries to the server; larger ones vanish.
+    public var pathMTU: Int?
+    /// A NAT on this link forgets a mapping this long after the laptop last sent through it; an
+    /// answer that arrives after that is lost.
+    public var natTimeout: Duration?
 }
 
 /// A route as a scenario describes it, naming links.

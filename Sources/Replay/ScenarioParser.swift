@@ -31,7 +31,7 @@ typealias ScenarioParser = YAMLReader
 extension YAMLReader {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
-            "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "rtt", "network",
+            "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded",
         ])
         let serverNode = try top.required("server")
@@ -81,6 +81,7 @@ extension YAMLReader {
             expect: try opt(top.optional("expect")) { node throws(ScenarioError) in try expectations(node) }
                 ?? Expectations())
         scenario.linkKinds = kinds
+        if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
         return scenario
     }
 
@@ -249,7 +250,7 @@ extension YAMLReader {
 
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
-                                                     "loss-down", "jitter"])
+                                                     "loss-down", "jitter", "path-mtu", "nat-timeout"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
         if let n = f.optional("kind") { spec.kind = try linkKind(n) }
@@ -264,6 +265,8 @@ extension YAMLReader {
         if let n = f.optional("loss-up") { spec.lossUp = try percent(n) }
         if let n = f.optional("loss-down") { spec.lossDown = try percent(n) }
         if let n = f.optional("jitter") { spec.jitter = try duration(n) }
+        if let n = f.optional("path-mtu") { spec.pathMTU = try int(n, 68...65535) }
+        if let n = f.optional("nat-timeout") { spec.natTimeout = try positiveDuration(n) }
         return spec
     }
 
