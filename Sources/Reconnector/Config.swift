@@ -23,7 +23,7 @@ public struct Config: Sendable, Equatable {
     /// Quiet time a new better path must stay before it is probed: long enough to coalesce the
     /// burst of address and route messages one configuration change makes, short enough that a
     /// docked laptop moves to Ethernet at once. A lost path with an alternative does not wait.
-    public var debounce: Duration = .milliseconds(10)
+    public var debounce: Duration = .milliseconds(2)
     /// A better path whose interface was lost within `flapWindow` waits this instead, doubled
     /// for every further recent loss: a cable that is flapping must stay up longer each time.
     public var flapHoldDown: Duration = .seconds(1)

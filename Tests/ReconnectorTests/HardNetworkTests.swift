@@ -59,13 +59,13 @@ private func eth6(_ source: IPAddress, others: [IPAddress]) -> Path {
     var r = connected([eth6(v6Stable, others: [v6Temporary])])
     // The stable address is deprecated: the link prefers the temporary one for a millisecond.
     let bounce = r.handle(.paths([eth6(v6Temporary, others: [v6Stable])]), now: at(1000))
-    #expect(bounce.rebinds.isEmpty && bounce.probes.isEmpty && bounce.contains(.armTimer(.debounce, at: at(1010))), "\(bounce)")
+    #expect(bounce.rebinds.isEmpty && bounce.probes.isEmpty && bounce.contains(.armTimer(.debounce, at: at(1002))), "\(bounce)")
     // Both deprecated: the stable one is preferred again, and nothing happened.
     let back = r.handle(.paths([eth6(v6Stable, others: [v6Temporary])]), now: at(1001))
     #expect(back == [.cancelTimer(.debounce)] && r.state.path?.source == v6Stable)
     // The new prefix is usable: one move, make-before-break, after the debounce.
     _ = r.handle(.paths([eth6(v6New, others: [v6Stable, v6Temporary])]), now: at(2000))
-    let move = r.handle(.timerFired(.debounce), now: at(2010))
+    let move = r.handle(.timerFired(.debounce), now: at(2002))
     #expect(move.reasons == ["addressChanged(eth0 2001:db8:1::57 -> 2001:db8:2::57)"] && move.probes == ["eth0"])
     _ = r.handle(.probeReply(on: eth6(v6New, others: []).id, rtt: .milliseconds(15)), now: at(2025))
     #expect(r.state.path?.source == v6New)

@@ -82,8 +82,8 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func betterPathWaitsForDebounceThenProbesBeforeSwitching() {
     var r = connected([wifi0])
     let offer = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    #expect(offer == [.armTimer(.debounce, at: at(1010))])
-    let start = r.handle(.timerFired(.debounce), now: at(1010))
+    #expect(offer == [.armTimer(.debounce, at: at(1002))])
+    let start = r.handle(.timerFired(.debounce), now: at(1002))
     #expect(start.probes == ["eth0"] && start.rebinds.isEmpty)
     #expect(start.reasons == ["betterPath(eth0 metric 100 < wifi0 600)"])
     #expect(r.state == .switching(from: wifi0, to: eth0, sent: 1))
