@@ -51,7 +51,12 @@ public struct Replay {
     public let scenario: Scenario
     private var tracker: PathTracker
     private var decoder = NetlinkDecoder()
-    private var machine: Reconnector
+    /// The action interpreter the daemon runs, with the world as its driver.
+    private var interpreter: Interpreter
+    private var machine: Reconnector { interpreter.machine }
+    /// The input being fed, the state before it, and whether it logged a transition.
+    private var feeding: (input: Input, before: State, reported: Bool) = (.sleep, .offline, false)
+    private static let idle = Interpreter(Reconnector(now: .zero))
     private var now = Instant.zero
     private var queue = EventQueue()
     private var report = ReplayReport()
@@ -107,7 +112,7 @@ public struct Replay {
         keepsTrace = keepTrace
         self.scenario = scenario
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
-        machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
+        interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed))
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
@@ -141,6 +146,9 @@ public struct Replay {
                 guard !sleeping, next.at == now, reaches(via) else { break }
                 if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
                 if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
+                deliver(input)
+            case .echo(let id, let rtt, let via):
+                guard !sleeping, next.at == now, reaches(via), let input = interpreter.echo(id, rtt: rtt) else { break }
                 deliver(input)
             case .traffic:
                 // A sleeping machine sends nothing, and its sleep costs no ticks: the wake
@@ -185,6 +193,8 @@ public struct Replay {
             handshakeInFlight = nil
             now = now + length
             feed(.wake(sleptFor: length))
+        case .stop:
+            interpreter.stop()
         case .clockBack(let step):
             // Only the agent's clock moves: answers in flight still come, timers keep their waits.
             skew = skew - step
@@ -195,6 +205,7 @@ public struct Replay {
             // A handshake in flight went to the old address: its answer never comes.
             handshakeInFlight = nil
             handshakeGeneration += 1
+            interpreter.forgetProbes()  // as the daemon does when it follows the server
             feed(.serverMoved)
         case .server(let change):
             serverHasSession = false
@@ -210,8 +221,8 @@ public struct Replay {
             // What the real agent keeps across processes, and nothing else.
             restarts += 1
             let memory = machine.memory
-            machine = Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts, now: now,
-                                  memory: memory)
+            interpreter = Interpreter(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
+                                                  now: now, memory: memory))
             socket = nil
             clientHasSession = false
             lastHeard = nil
@@ -353,17 +364,19 @@ public struct Replay {
 
     /// The server's answer to an authenticated packet from `id`: `reply` if it knows the
     /// session, else its rate-limited "session unknown" hint.
-    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64) {
+    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64, echo: UInt64? = nil) {
         guard passes(id), let reply, !lost(id, up: true, size: size) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
             serverHeardAt = now
             let at = arrival(id)
             if !lost(id, up: false, arriving: at) {
-                // An echo reports the round trip it really took, jitter included.
-                var answer = reply
-                if case .probeReply(let on, _) = reply { answer = .probeReply(on: on, rtt: at - now) }
-                queue.push(at, .deliver(answer, generation: 0, via: id))
+                // An echo names its probe and reports the round trip it really took, jitter included.
+                if let echo {
+                    queue.push(at, .echo(echo, rtt: at - now, via: id))
+                } else {
+                    queue.push(at, .deliver(reply, generation: 0, via: id))
+                }
             }
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
@@ -405,42 +418,26 @@ public struct Replay {
         report.inputs += 1
         if keepsTrace, !input.isPaths { report.trace.append((now, .input(input))) }
         let before = machine.state
-        let actions = machine.handle(input, now: now + skew)
+        feeding = (input, before, false)
+        // The interpreter drives the world (self) while it decides: it is moved out meanwhile.
+        var running = Self.idle
+        swap(&running, &interpreter)
+        let actions = running.feed(input, now: now + skew, driver: &self)
+        swap(&running, &interpreter)
+        let reported = feeding.reported
         var attempted = false
-        var reported = false
         // A move off a path that is gone, with the session alive, is forced and costs no token.
         var forced = false
         for action in actions {
             switch action {
-            case .bind(let path, _), .rebind(let path, _):
-                if case .rebind(_, let why) = action, !machine.isHandshaking {
-                    switch why {
-                    case .pathLost, .addressChanged: forced = true
-                    default: break
-                    }
-                }
-                requireKnown(path, action: "bind")
-                socket = path.id
+            case .bind, .handshake:
                 attempted = true
-            case .handshake(let path, let why):
-                requireKnown(path, action: "handshake")
-                if let inFlight = handshakeInFlight, inFlight == path.id {
-                    violation("a second handshake on \(path.interface) while one is in flight")
-                }
-                report.handshakes += 1
-                handshakeTimes.append(now)
+            case .rebind(_, let why):
                 attempted = true
-                // Keys that the server answered within their lifetime still work: a handshake
-                // then only costs an outage and a token (an operator's request aside).
-                if input != .reconnectRequested, let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
-                    violation("a handshake on \(path.interface) (\(why), in \(before.name)) while the session lives (the server answered \((now - heard).short) ago)")
+                switch why {
+                case .pathLost, .addressChanged: forced = forced || !machine.isHandshaking
+                default: break
                 }
-                handshake(on: path)
-            case .probe(let path):
-                requireKnown(path, action: "probe")
-                report.probes += 1
-                probeTimes.append(now)
-                answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)))
             case .armTimer(let kind, let at):
                 if at < now + skew { violation("timer \(kind) armed in the past") }
                 // The machine's deadline is on its own clock; the world's queue on the world's.
@@ -448,15 +445,8 @@ public struct Replay {
                 queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
-            case .quiesce, .reportFailure:
+            case .probe, .quiesce, .reportFailure, .report:
                 break
-            case .report(let transition):
-                reported = true
-                if transition.from != before && report.transitions.last?.to != transition.from {
-                    violation("transition from \(transition.from.name) but the machine was \(before.name)")
-                }
-                report.transitions.append(transition)
-                onTransition(transition)
             }
         }
         if attempted {
@@ -482,7 +472,7 @@ public struct Replay {
         }
     }
 
-    private mutating func handshake(on path: Path) {
+    private mutating func serverHandshake(on path: Path) {
         handshakeGeneration += 1
         handshakeInFlight = path.id
         // The client pads its initiation to 376 bytes on the wire (docs/PROTOCOL.md).
@@ -606,6 +596,8 @@ struct EventQueue {
         case timeline(Int)
         case timer(TimerKind)
         case deliver(Input, generation: Int, via: Path.ID)
+        /// A probe's echo: the interpreter knows which path its id went on.
+        case echo(UInt64, rtt: Duration, via: Path.ID)
         case traffic
         case checkpoint(Int)
         case stateCheck(Int)
@@ -651,4 +643,47 @@ struct EventQueue {
 
 extension Input {
     fileprivate var isPaths: Bool { if case .paths = self { true } else { false } }
+}
+
+/// The world as the interpreter's driver: what the daemon's sockets would do, with the checks
+/// every replay makes on each command. (Public only because the protocol is; `run()` is the way in.)
+extension Replay: SessionDriver {
+    public mutating func bind(_ path: Path, first: Bool) {
+        requireKnown(path, action: "bind")
+        socket = path.id
+    }
+
+    public mutating func handshake(on path: Path) {
+        requireKnown(path, action: "handshake")
+        if let inFlight = handshakeInFlight, inFlight == path.id {
+            violation("a second handshake on \(path.interface) while one is in flight")
+        }
+        report.handshakes += 1
+        handshakeTimes.append(now)
+        // Keys that the server answered within their lifetime still work: a handshake then only
+        // costs an outage and a token (an operator's request aside).
+        if feeding.input != .reconnectRequested, let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
+            violation("a handshake on \(path.interface) (in \(feeding.before.name), on \(feeding.input.name)) while the session lives "
+                + "(the server answered \((now - heard).short) ago)")
+        }
+        serverHandshake(on: path)
+    }
+
+    public mutating func probe(_ id: UInt64, via path: Path) {
+        requireKnown(path, action: "probe")
+        report.probes += 1
+        probeTimes.append(now)
+        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), echo: id)
+    }
+
+    public mutating func reportFailure(_ reason: Reason) {}
+
+    public mutating func transitioned(_ transition: Transition) {
+        feeding.reported = true
+        if transition.from != feeding.before && report.transitions.last?.to != transition.from {
+            violation("transition from \(transition.from.name) but the machine was \(feeding.before.name)")
+        }
+        report.transitions.append(transition)
+        onTransition(transition)
+    }
 }

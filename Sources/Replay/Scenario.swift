@@ -85,6 +85,8 @@ public enum ScenarioEvent: Sendable {
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
     case reconnect
+    /// The operator stops the agent (SIGTERM): from here on it decides nothing, whatever follows.
+    case stop
     /// The agent's process ends and another starts: it keeps only what the real agent keeps in
     /// its runtime directory (`Reconnector.Memory`); sockets, timers and session keys are gone.
     case restart

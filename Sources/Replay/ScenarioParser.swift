@@ -108,7 +108,7 @@ extension YAMLReader {
 
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
-        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart", "stop",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -197,6 +197,7 @@ extension YAMLReader {
                 add(.auth(accepts: text == "accept"))
             case "reconnect": add(.reconnect)
             case "netlink": add(.netlink(try hex(value)))
+            case "stop": add(.stop)
             case "restart":
                 // The agent's process ends and a new one starts (a crash, a service manager's
                 // restart): once, or `{every, for}`.

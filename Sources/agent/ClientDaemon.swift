@@ -56,7 +56,11 @@ extension ClientDaemon {
         private(set) var failure: String?
         private let log: OperatorLog
         private let mailbox: Mailbox<Event>
-        private var machine: Reconnector
+        private var interpreter: Interpreter
+        private var machine: Reconnector {
+            get { interpreter.machine }
+            set { interpreter.machine = newValue }
+        }
         private let monitor: LiveMonitor
         private let effects: SessionEffects
         private var follower: ServerFollower
@@ -94,7 +98,7 @@ extension ClientDaemon {
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
             memoryPath = control.path.parentDirectory + "/reconnect-state"
-            machine = Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log)
+            interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
             do {
                 monitor = try LiveMonitor(endpoint: server.ip, tunnelInterface: settings.tunnel.name)
@@ -179,6 +183,7 @@ extension ClientDaemon {
                 reload()
             case .signal:
                 log("info", "stopping")
+                interpreter.stop()
                 running = false
             case .resolved(let result):
                 resolved(result)
@@ -203,7 +208,7 @@ extension ClientDaemon {
             case .rejected: feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
             case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
             case .probeEcho(let id, let rtt):
-                if let path = effects.probeAnswered(id) { feed(.probeReply(on: path, rtt: rtt)) }
+                if let echo = interpreter.echo(id, rtt: rtt) { feed(echo) }
             case .dataSent: feed(.dataSent)
             case .dataReceived: feed(.dataReceived)
             }
@@ -274,6 +279,7 @@ extension ClientDaemon {
             }
             let moved = SocketAddress(address, port: server.port)
             guard effects.follow(moved) else { return }
+            interpreter.forgetProbes()  // an echo from the old address proves nothing about the new one
             log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)"])
             following = true
             defer { following = false }
@@ -294,13 +300,20 @@ extension ClientDaemon {
 
         // MARK: Decisions out
 
-        /// A stopping agent does not roam: nothing it learns after SIGTERM (a SIGCONT a service
-        /// manager sends after it, a timer) moves the session, whose goodbye is on its way.
+        /// Facts into the core through the interpreter the replays run too; its actions come out
+        /// through `Driver` into the session's effects.
         private func feed(_ input: Input) {
             guard running else { return }
             if case .paths(let paths) = input { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
             let now = Instant.now()
-            let actions = machine.handle(input, now: now)
+            var paths = machine.paths
+            if case .paths(let new) = input { paths = new }
+            var driver = Driver(effects: effects, paths: paths, log: log) { [unowned self] transition in
+                lastTransition = transition
+                service.transition(transition)
+                log("info", "transition", transition.fields)
+            }
+            let actions = interpreter.feed(input, now: now, driver: &driver)
             if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
                 attempts += 1
                 startup.attempted(now: now, tunnelUp: effects.tunnelUp)
@@ -320,15 +333,23 @@ extension ClientDaemon {
             if machine.state == .offline || machine.state == .sleeping { startup.noPath() }
             // With no network there is nothing to wait for: a boot without one must not stall on us.
             if machine.state == .offline { service.ready() }
-            for action in actions {
-                if case .report(let transition) = action {
-                    lastTransition = transition
-                    service.transition(transition)
-                    log("info", "transition", transition.fields)
-                }
-                effects.perform(action, paths: machine.paths)
-            }
             saveMemory()
+        }
+
+        /// The core's commands, carried out on the session's sockets.
+        private struct Driver: SessionDriver {
+            let effects: SessionEffects
+            let paths: [Path]
+            let log: OperatorLog
+            let onTransition: (Transition) -> Void
+
+            mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
+            mutating func handshake(on path: Path) { effects.handshake(on: path) }
+            mutating func probe(_ id: UInt64, via path: Path) { effects.probe(id, via: path) }
+            mutating func reportFailure(_ reason: Reason) {
+                log("error", "the tunnel cannot come up without help", ["reason": reason.description])
+            }
+            mutating func transitioned(_ transition: Transition) { onTransition(transition) }
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.

@@ -26,8 +26,6 @@ final class SessionEffects {
     private var routes: TunnelRoutes?
     /// One socket per path the session uses or tries.
     private var sockets: [Path.ID: UDPSocket] = [:]
-    private var probes: [UInt64: Path.ID] = [:]
-    private var nextProbe: UInt64 = 1
     /// Routes that take traffic around a full tunnel, as last logged.
     private(set) var divertingRoutes: [DivertingRoute] = []
     /// What the server last pushed, to judge again when the local subnets change.
@@ -59,35 +57,28 @@ final class SessionEffects {
 
     // MARK: The decision core's actions
 
-    func perform(_ action: Action, paths: [Path]) {
-        switch action {
-        case .bind(let path, _), .rebind(let path, _):
-            guard let socket = socket(for: path) else { return }
-            if let client {
-                client.rebind(to: socket)
-            } else {
-                start(on: socket)
-            }
-            forgetSocketsNotOn(paths)
-        case .handshake(let path, _):
-            if let socket = socket(for: path), client?.socket !== socket { client?.rebind(to: socket) }
-            client?.startHandshake()
-        case .probe(let path):
-            guard let socket = socket(for: path) else { return }
-            let id = nextProbe
-            nextProbe += 1
-            probes[id] = path.id
-            if probes.count > 64, let oldest = probes.keys.min() { probes[oldest] = nil }
-            client?.probe(id: id, via: socket)
-        case .reportFailure(let reason):
-            log("error", "the tunnel cannot come up without help", ["reason": reason.description])
-        case .report, .armTimer, .cancelTimer, .quiesce:
-            break  // the daemon reports; its loop sleeps until the core's next deadline
+    /// Opens the session's socket on `path`, or moves the session there; sockets on paths that
+    /// no longer exist (`paths`) are closed.
+    func bind(_ path: Path, paths: [Path]) {
+        guard let socket = socket(for: path) else { return }
+        if let client {
+            client.rebind(to: socket)
+        } else {
+            start(on: socket)
         }
+        forgetSocketsNotOn(paths)
     }
 
-    /// The path a probe went out on, once its echo comes back.
-    func probeAnswered(_ id: UInt64) -> Path.ID? { probes.removeValue(forKey: id) }
+    func handshake(on path: Path) {
+        if let socket = socket(for: path), client?.socket !== socket { client?.rebind(to: socket) }
+        client?.startHandshake()
+    }
+
+    /// Sends probe `id` through the socket of `path` (a second socket when the session is elsewhere).
+    func probe(_ id: UInt64, via path: Path) {
+        guard let socket = socket(for: path) else { return }
+        client?.probe(id: id, via: socket)
+    }
 
     /// The server's name now gives `moved`: the lockdown opens to it first, then the session
     /// follows. False (and logged) when the lockdown could not be changed.
@@ -101,7 +92,6 @@ final class SessionEffects {
         }
         server = moved
         client?.setServer(moved)
-        probes.removeAll()  // an echo from the old address proves nothing about the new one
         return true
     }
 

@@ -39,11 +39,31 @@ public final class PrivateBus {
         process.arguments = ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile"]
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        let deadline = Date().addingTimeInterval(5)
-        while access(socketPath, F_OK) != 0 && Date() < deadline { usleep(10_000) }
-        guard access(socketPath, F_OK) == 0 else {
+        // The socket's file appears at bind(), a moment before the daemon listens: wait until a
+        // connection is taken.
+        let deadline = Date().addingTimeInterval(15)
+        while !Self.accepts(socketPath) && Date() < deadline { usleep(10_000) }
+        guard Self.accepts(socketPath) else {
             stop()
             throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "dbus-daemon did not listen at \(socketPath)"])
+        }
+    }
+
+    private static func accepts(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, byte) in bytes.enumerated() { raw[i] = byte }
+        }
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
         }
     }
 

@@ -1,0 +1,71 @@
+public import PathMonitor
+
+/// What carries out the core's commands: the daemon's sockets and session, or a replay's world.
+/// Timers are not here: whoever drives reads `Reconnector.timers` and feeds `timerFired`.
+public protocol SessionDriver {
+    /// Open the session's socket on `path` (`first`), or move it there with the keys kept.
+    mutating func bind(_ path: Path, first: Bool)
+    /// Send a handshake initiation for fresh keys on `path`.
+    mutating func handshake(on path: Path)
+    /// Send authenticated probe `id` on `path`; its echo names the id.
+    mutating func probe(_ id: UInt64, via path: Path)
+    /// The tunnel cannot come up without an operator.
+    mutating func reportFailure(_ reason: Reason)
+    /// One state change, for the operator's log.
+    mutating func transitioned(_ transition: Transition)
+}
+
+/// The one action interpreter, run by the daemon and by every replay: facts go into the core,
+/// its actions go to a `SessionDriver` in order, and the bookkeeping between them lives here:
+/// which path each probe in flight went on (an echo names only its id), and that a stopping
+/// agent does not roam.
+public struct Interpreter: Sendable {
+    public var machine: Reconnector
+    /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
+    /// made up) proves nothing.
+    private var probes: [UInt64: Path.ID] = [:]
+    private var nextProbe: UInt64 = 1
+    /// At most this many probes are remembered; the oldest is forgotten first.
+    static let probesKept = 64
+    public private(set) var stopping = false
+
+    public init(_ machine: Reconnector) { self.machine = machine }
+
+    /// Feeds `input` at `now` and carries the actions out through `driver`; returns them. Once
+    /// stopping, nothing is fed: whatever comes after the stop (a SIGCONT a service manager sends,
+    /// a timer) must not move a session whose goodbye is on its way.
+    @discardableResult
+    public mutating func feed<Driver: SessionDriver>(_ input: Input, now: Instant, driver: inout Driver) -> [Action] {
+        guard !stopping else { return [] }
+        let actions = machine.handle(input, now: now)
+        for action in actions {
+            switch action {
+            case .bind(let path, _): driver.bind(path, first: true)
+            case .rebind(let path, _): driver.bind(path, first: false)
+            case .handshake(let path, _): driver.handshake(on: path)
+            case .probe(let path):
+                let id = nextProbe
+                nextProbe += 1
+                probes[id] = path.id
+                if probes.count > Self.probesKept, let oldest = probes.keys.min() { probes[oldest] = nil }
+                driver.probe(id, via: path)
+            case .reportFailure(let reason): driver.reportFailure(reason)
+            case .report(let transition): driver.transitioned(transition)
+            case .armTimer, .cancelTimer, .quiesce: break
+            }
+        }
+        return actions
+    }
+
+    /// The echo of probe `id` came back after `rtt`: the fact to feed, or nil when no probe
+    /// with that id is in flight.
+    public mutating func echo(_ id: UInt64, rtt: Duration) -> Input? {
+        probes.removeValue(forKey: id).map { .probeReply(on: $0, rtt: rtt) }
+    }
+
+    /// The server answers at another address: an echo from the old one proves nothing about it.
+    public mutating func forgetProbes() { probes.removeAll() }
+
+    /// The agent is stopping: no more decisions.
+    public mutating func stop() { stopping = true }
+}
