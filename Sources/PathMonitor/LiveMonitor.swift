@@ -52,6 +52,9 @@ public final class LiveMonitor {
     /// Tracks the paths to `endpoint` from now on; returns them when they changed significantly.
     public func retarget(to endpoint: IPAddress) -> [Path]? { tracker.retarget(to: endpoint) }
 
+    /// Learns every address the server has (see `PathTracker.reachableAlternative`).
+    public func learn(serverAddresses: [IPAddress]) { tracker.learn(serverAddresses: serverAddresses) }
+
     /// The socket to poll for readiness.
     public var fileDescriptor: Int32 { events.fileDescriptor }
 

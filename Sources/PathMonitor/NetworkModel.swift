@@ -269,16 +269,43 @@ public struct PathTracker: Sendable {
     /// The ranked paths as last reported.
     public private(set) var paths: [Path]
 
+    /// Every address the server has (its name's answer), the endpoint first: a dual-stack
+    /// server is reached over whichever family the uplinks carry.
+    public private(set) var serverAddresses: [IPAddress]
+
     public init(model: NetworkModel, endpoint: IPAddress) {
         self.model = model
         self.endpoint = endpoint
+        self.serverAddresses = [endpoint]
         self.paths = model.paths(to: endpoint)
+    }
+
+    /// Learns the server's addresses (a fresh answer for its name); the endpoint stays.
+    public mutating func learn(serverAddresses addresses: [IPAddress]) {
+        var unique = [endpoint]
+        for address in addresses where !unique.contains(address) { unique.append(address) }
+        serverAddresses = unique
+    }
+
+    /// Another address of the server to use because no uplink reaches the current one (its
+    /// IPv6 address on an IPv4-only network, or the other way round): the first of its
+    /// addresses an uplink reaches now. nil while the endpoint is reachable or none is.
+    public var reachableAlternative: IPAddress? {
+        guard paths.isEmpty else { return nil }
+        return serverAddresses.first { $0 != endpoint && !model.paths(to: $0).isEmpty }
+    }
+
+    /// Of a server's addresses, the one to start with: the first an uplink reaches now, else
+    /// the first (a machine with no network yet).
+    public static func preferred(_ addresses: [IPAddress], in model: NetworkModel) -> IPAddress? {
+        addresses.first { !model.paths(to: $0).isEmpty } ?? addresses.first
     }
 
     /// Follows the server to `endpoint` (its name resolves elsewhere now); returns the new
     /// ranked paths when they differ significantly, else nil.
     public mutating func retarget(to endpoint: IPAddress) -> [Path]? {
         self.endpoint = endpoint
+        learn(serverAddresses: serverAddresses)
         let new = model.paths(to: endpoint)
         defer { paths = new }
         return NetworkModel.isSignificant(from: paths, to: new) ? new : nil

@@ -105,7 +105,7 @@ extension Scenario {
             add(.wake)
         }
         return Scenario(
-            file: "<\(name) seed \(seed)>", name: name, about: "", server: .v4(0xC633_6407),
+            file: "<\(name) seed \(seed)>", name: name, about: "", server: .v4(0xC633_6407), serverAddresses: [.v4(0xC633_6407)],
             tunnelInterface: "roam0", config: Config(), power: .ac, seed: seed, traffic: .milliseconds(500),
             rtt: .milliseconds(20), network: network, timeline: timeline, until: t + .seconds(60),
             expect: Expectations())

@@ -1,3 +1,4 @@
+import Glibc
 public import PathMonitor
 public import Reconnector
 
@@ -16,6 +17,8 @@ public struct ReplayReport: Sendable {
     /// Network changes applied to the model.
     public var networkChanges = 0
     public var finalState: State = .offline
+    /// CPU time the replay took on its thread.
+    public var cpuTime: Duration = .zero
     /// Invariants the state machine broke: always a bug.
     public var violations: [String] = []
     /// Expectations of the scenario that did not hold.
@@ -119,8 +122,14 @@ public struct Replay {
     /// Runs the whole timeline; `onTransition` sees each operator log line as it happens.
     public mutating func run(onTransition: @escaping (Transition) -> Void = { _ in }) throws(ReplayError) -> ReplayReport {
         self.onTransition = onTransition
+        let cpuAtStart = Self.threadCPUTime()
         // The initial network is what the first dump shows: the model starts from it.
         for event in scenario.network { try applyNetwork(event, report: false) }
+        // The agent starts on the first of the server's addresses that an uplink reaches.
+        tracker.learn(serverAddresses: scenario.serverAddresses)
+        if let first = PathTracker.preferred(scenario.serverAddresses, in: tracker.model), first != tracker.endpoint {
+            _ = tracker.retarget(to: first)
+        }
         for (i, event) in scenario.timeline.enumerated() { queue.push(event.at, .timeline(i)) }
         for (i, check) in scenario.expect.pathAt.enumerated() { queue.push(check.at, .checkpoint(i)) }
         for (i, check) in scenario.expect.stateAt.enumerated() { queue.push(check.at, .stateCheck(i)) }
@@ -167,8 +176,15 @@ public struct Replay {
         if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
         report.finalState = machine.state
         checkBudget()
+        report.cpuTime = Self.threadCPUTime() - cpuAtStart
         checkExpectations()
         return report
+    }
+
+    private static func threadCPUTime() -> Duration {
+        var ts = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+        return .seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
     }
 
     // MARK: Timeline
@@ -238,8 +254,24 @@ public struct Replay {
         for change in try resolve(event) {
             report.networkChanges += 1
             if keepsTrace { report.trace.append((now, .change(change))) }
-            if let paths = tracker.apply(change), feeding { feed(.paths(paths)) }
+            let paths = tracker.apply(change)
+            if feeding { pathsChanged(paths) }
         }
+    }
+
+    /// As the daemon does: no path to the server's address while an uplink reaches another of
+    /// its addresses (the other family) moves the session there instead of going offline.
+    /// With nil (no significant change), only an uplink that now reaches another address counts.
+    private mutating func pathsChanged(_ paths: [Path]?) {
+        guard tracker.paths.isEmpty, let other = tracker.reachableAlternative else {
+            if let paths { feed(.paths(paths)) }
+            return
+        }
+        // A handshake in flight went to the old address: its answer never comes.
+        handshakeInFlight = nil
+        handshakeGeneration += 1
+        interpreter.forgetProbes()
+        if let new = tracker.retarget(to: other) { feed(.paths(new)) }
     }
 
     /// Turns a named event into model changes, as the kernel would report them.
@@ -522,6 +554,12 @@ public struct Replay {
         }
     }
 
+    /// Whether a transition is what `state` or `state:reasonPrefix` names.
+    private static func matches(_ t: Transition, _ pattern: String) -> Bool {
+        let parts = pattern.split(separator: ":", maxSplits: 1)
+        return t.to.name == parts[0] && (parts.count == 1 || t.reason.description.hasPrefix(parts[1]))
+    }
+
     private mutating func checkExpectations() {
         let e = scenario.expect
         var failures: [String] = []
@@ -545,19 +583,19 @@ public struct Replay {
         var remaining = e.sequence[...]
         for t in report.transitions {
             guard let want = remaining.first else { break }
-            let parts = want.split(separator: ":", maxSplits: 1)
-            if t.to.name == parts[0] && (parts.count == 1 || t.reason.description.hasPrefix(parts[1])) {
-                remaining.removeFirst()
-            }
+            if Self.matches(t, want) { remaining.removeFirst() }
         }
         if let missing = remaining.first {
             failures.append("sequence: never saw '\(missing)'; transitions were "
                 + report.transitions.map { "\($0.to.name):\($0.reason)" }.joined(separator: ", "))
         }
-        for state in e.never {
-            if let t = report.transitions.first(where: { $0.to.name == state }) {
-                failures.append("entered \(state) at \(t.at)s (\(t.reason)), which must never happen")
+        for never in e.never {
+            if let t = report.transitions.first(where: { Self.matches($0, never) }) {
+                failures.append("entered \(t.to.name) at \(t.at)s (\(t.reason)), which '\(never)' forbids")
             }
+        }
+        if let max = e.maxCPU {
+            expect(report.cpuTime <= max, "replay CPU time: expected at most \(max.short), got \(report.cpuTime.short)")
         }
         for w in e.windows {
             let n = attemptLog.filter { $0.at >= w.from && $0.at <= w.to }.count

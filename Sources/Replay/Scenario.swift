@@ -10,6 +10,8 @@ public struct Scenario: Sendable {
     public var about: String
     /// The server endpoint whose paths are watched.
     public var server: IPAddress
+    /// Every address of the server, `server` first (more than one: a dual-stack server).
+    public var serverAddresses: [IPAddress]
     /// Link kinds that sysfs knew when the timeline was recorded (raw messages cannot tell
     /// Wi-Fi from Ethernet).
     public var linkKinds: [String: LinkKind] = [:]
@@ -153,8 +155,10 @@ public struct Expectations: Sendable {
     public var maxOutage: Duration?
     /// Transitions that must appear in this order: `state` or `state:reasonPrefix`.
     public var sequence: [String] = []
-    /// States that must never be entered.
+    /// Transitions that must never happen: `state` or `state:reasonPrefix`.
     public var never: [String] = []
+    /// CPU time the replay itself may take (its thread's, so parallel tests do not count).
+    public var maxCPU: Duration?
     /// Attempt counts inside windows of the timeline.
     public var windows: [Window] = []
     /// Which interface the session uses at given instants.

@@ -34,11 +34,20 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded",
         ])
+        // One address, or a list: every address of a dual-stack server, as its name gives them.
         let serverNode = try top.required("server")
-        let serverText = try string(serverNode)
-        guard let server = Endpoint(serverText)?.address else {
-            throw fail(serverNode, "'server' needs an IP address (with an optional port), got \"\(serverText)\"")
+        var servers: [IPAddress] = []
+        let serverItems: [Node]
+        if case .sequence = serverNode.value { serverItems = try list(serverNode) } else { serverItems = [serverNode] }
+        for item in serverItems {
+            let text = try string(item)
+            guard let address = Endpoint(text)?.address else {
+                throw fail(item, "'server' needs an IP address (with an optional port), got \"\(text)\"")
+            }
+            guard !servers.contains(address) else { throw fail(item, "'server' lists \(address) twice") }
+            servers.append(address)
         }
+        guard let server = servers.first else { throw fail(serverNode, "'server' lists no address") }
         let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []
         let events = try opt(top.optional("timeline")) { node throws(ScenarioError) in try self.timeline(node) } ?? []
         let last = events.map(\.at).max() ?? .zero
@@ -69,6 +78,7 @@ extension YAMLReader {
                 ?? String(file.split(separator: "/").last ?? ""),
             about: try opt(top.optional("about")) { node throws(ScenarioError) in try string(node) } ?? "",
             server: server,
+            serverAddresses: servers,
             tunnelInterface: try opt(top.optional("tunnel")) { node throws(ScenarioError) in try string(node) },
             config: config,
             power: try opt(top.optional("power")) { node throws(ScenarioError) in try power(node) } ?? .ac,
@@ -391,7 +401,7 @@ extension YAMLReader {
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
-            "max-outage", "sequence", "never", "windows", "path-at", "state-at",
+            "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -408,7 +418,12 @@ extension YAMLReader {
             _ = try stateName(item, text: String(text.prefix { $0 != ":" }))
             e.sequence.append(text)
         }
-        for item in try list(f.optional("never")) { e.never.append(try stateName(item)) }
+        for item in try list(f.optional("never")) {
+            let text = try string(item)
+            _ = try stateName(item, text: String(text.prefix { $0 != ":" }))
+            e.never.append(text)
+        }
+        if let n = f.optional("max-cpu") { e.maxCPU = try positiveDuration(n) }
         for item in try list(f.optional("windows")) {
             let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts", "max-handshakes",
                                                            "max-probes", "max-transitions"])

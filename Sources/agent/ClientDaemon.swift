@@ -23,12 +23,15 @@ final class ClientDaemon: Sendable {
     /// The deciding thread's state; nothing else touches it.
     private let loop: Loop
 
-    init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
-         log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
+    /// `serverAddresses` are every address the server's name gave (the agent starts on the first
+    /// an uplink reaches, and changes family when the uplinks do).
+    init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, serverAddresses: [IPAddress],
+         port: UInt16, log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
         self.mailbox = mailbox
-        loop = try Loop(settings: settings, configPath: configPath, key: key, credentials: credentials, server: server,
-                        log: log, control: control, waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)
+        loop = try Loop(settings: settings, configPath: configPath, key: key, credentials: credentials,
+                        serverAddresses: serverAddresses, port: port, log: log, control: control,
+                        waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)
     }
 
     /// Hands an event to the deciding thread (from any thread, signal threads included).
@@ -39,6 +42,8 @@ final class ClientDaemon: Sendable {
 
     /// Why the agent gave up, when it did: the caller exits with it.
     var failure: String? { loop.failure }
+    /// The server address the session uses (read before run() or after it returns).
+    var server: SocketAddress { loop.server }
     /// A reload changed more than tunables: the caller starts the agent afresh.
     var restartRequested: Bool { loop.restartRequested }
 }
@@ -54,6 +59,7 @@ extension ClientDaemon {
         private let configPath: String
         private(set) var restartRequested = false
         private(set) var failure: String?
+        var server: SocketAddress { effects.server }
         private let log: OperatorLog
         private let mailbox: Mailbox<Event>
         private var interpreter: Interpreter
@@ -83,8 +89,9 @@ extension ClientDaemon {
         private let memoryPath: String
         private var savedMemory: Reconnector.Memory?
 
-        init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, server: SocketAddress,
-             log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?, mailbox: Mailbox<Event>) throws {
+        init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, serverAddresses: [IPAddress],
+             port: UInt16, log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?,
+             mailbox: Mailbox<Event>) throws {
             self.settings = settings
             self.configPath = configPath
             self.log = log
@@ -92,6 +99,24 @@ extension ClientDaemon {
             self.mailbox = mailbox
             startup = StartupDeadline(wait: waitForServer)
             follower = ServerFollower(settings.server, mark: settings.mode.socketMark)
+            guard let first = serverAddresses.first else { throw AgentError("the server has no address") }
+            let model: NetworkModel
+            do {
+                monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
+                model = monitor.tracker.model
+            } catch {
+                throw AgentError("cannot read the routing tables: \(error)")
+            }
+            // The first address an uplink reaches now: a dual-stack server on an IPv4-only network.
+            let address = PathTracker.preferred(serverAddresses, in: model) ?? first
+            let server = SocketAddress(address, port: port)
+            do {
+                try firewall?.serve(server)
+            } catch {
+                throw AgentError("cannot open the lockdown firewall to the server: \(error)")
+            }
+            _ = monitor.retarget(to: address)
+            monitor.learn(serverAddresses: serverAddresses)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, server: server, firewall: firewall,
                                      log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
             let clocks = SuspendDetector.clocks()
@@ -100,11 +125,6 @@ extension ClientDaemon {
             memoryPath = control.path.parentDirectory + "/reconnect-state"
             interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
-            do {
-                monitor = try LiveMonitor(endpoint: server.ip, tunnelInterface: settings.tunnel.name)
-            } catch {
-                throw AgentError("cannot read the routing tables: \(error)")
-            }
         }
 
         func run() {
@@ -146,12 +166,24 @@ extension ClientDaemon {
         private func monitorSpoke() {
             for event in monitor.next(timeout: .zero) {
                 switch event {
-                case .paths(let paths, _): feed(.paths(paths))
-                case .resynced(_, let paths?): feed(.paths(paths))
-                default: break
+                case .paths(let paths, _): pathsChanged(paths)
+                case .resynced(_, let paths): pathsChanged(paths)
+                default: pathsChanged(nil)
                 }
             }
             effects.networkChanged(monitor.tracker.model)
+        }
+
+        /// New paths to the server's address; none, while an uplink reaches another of its
+        /// addresses (the other family), moves the session there instead of going offline.
+        /// With nil (no significant change), only an uplink that now reaches another address
+        /// counts.
+        private func pathsChanged(_ paths: [Path]?) {
+            if monitor.paths.isEmpty, let other = monitor.tracker.reachableAlternative,
+               follow(other, why: "no uplink reaches \(effects.server.ip) now", announce: false) {
+                return
+            }
+            if let paths { feed(.paths(paths)) }
         }
 
         private func powerMayHaveChanged() {
@@ -268,23 +300,35 @@ extension ClientDaemon {
             case .failure(let error):
                 return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": "\(error)"])
             }
-            guard !addresses.contains(server.ip) else { return }
-            // Not one the tunnel's own routes would carry, nor one no uplink reaches (IPv6 on an
-            // IPv4-only network): either would strand the session.
-            guard let address = addresses.first(where: {
-                !settings.mode.wouldLoop(to: $0) && !monitor.tracker.model.paths(to: $0).isEmpty
-            }) else {
+            // Not one the tunnel's own routes would carry: it would strand the session.
+            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
+            monitor.learn(serverAddresses: usable)
+            guard !addresses.contains(server.ip) else {
+                pathsChanged(nil)
+                return
+            }
+            // Nor one no uplink reaches (IPv6 on an IPv4-only network).
+            guard let address = usable.first(where: { !monitor.tracker.model.paths(to: $0).isEmpty }) else {
                 return log("warning", "the server's name gives no address this machine can use now; keeping its address",
                            ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
             }
+            _ = follow(address, why: "its name resolves there now")
+        }
+
+        /// Moves the session to another address of the server; false when the lockdown could not
+        /// follow. `announce` tells the core the server moved (a new chance, ending a backoff);
+        /// a move because the uplinks changed family is told by the new paths alone.
+        private func follow(_ address: IPAddress, why: String, announce: Bool = true) -> Bool {
+            let server = effects.server
             let moved = SocketAddress(address, port: server.port)
-            guard effects.follow(moved) else { return }
+            guard effects.follow(moved) else { return false }
             interpreter.forgetProbes()  // an echo from the old address proves nothing about the new one
-            log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)"])
+            log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)", "why": why])
             following = true
             defer { following = false }
             if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
-            feed(.serverMoved)
+            if announce { feed(.serverMoved) }
+            return true
         }
 
         /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.

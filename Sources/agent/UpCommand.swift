@@ -59,24 +59,19 @@ struct UpCommand: ParsableCommand {
             try? Firewall.removeLeftover()
         }
         let addresses = try resolveAtStart(settings.server.host, mark: settings.mode.socketMark, log: log)
-        guard let address = addresses.first(where: { !settings.mode.wouldLoop(to: $0) }) else {
+        let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
+        guard !usable.isEmpty else {
             throw AgentError("the split routes contain the server (\(addresses.map(\.description).joined(separator: ", "))): "
                 + "the tunnel would carry its own packets; narrow them")
         }
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
-        let server = SocketAddress(address, port: port)
-        do {
-            try firewall?.serve(server)
-        } catch {
-            throw AgentError("cannot open the lockdown firewall to the server: \(error)")
-        }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
-                                       server: server, log: log, control: try ControlSocket(path: control.control),
-                                       waitForServer: wait, firewall: firewall)
+                                       serverAddresses: usable, port: port, log: log,
+                                       control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
-        log("info", "starting", ["server": "\(server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
+        log("info", "starting", ["server": "\(session.server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
         session.run()
         log("info", "down")
         if let failure = session.failure { throw AgentError(failure) }

@@ -153,6 +153,33 @@ private func laptop() -> NetworkModel {
     #expect(after?.map(\.interface) == ["wifi0"])
 }
 
+/// A dual-stack server is reached over whichever family the uplinks carry: another of its
+/// addresses is offered only while no uplink reaches the current one.
+@Test func aDualStackServerIsReachedOverTheFamilyTheUplinksCarry() throws {
+    let v6 = try #require(IPAddress("2001:db8:ffff::7")), v4 = try #require(IPAddress("198.51.100.7"))
+    var m = NetworkModel()
+    m.apply(.linkChanged(Link(index: 2, name: "wifi0", kind: .wifi)))
+    m.apply(.addressAdded(Address(linkIndex: 2, prefix: prefix("192.168.1.23/24"))))
+    m.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("192.168.1.1"), linkIndex: 2)], metric: 600)))
+    // An IPv4-only network: the IPv4 address is the one to start with, whatever the order.
+    #expect(PathTracker.preferred([v6, v4], in: m) == v4)
+    #expect(PathTracker.preferred([v6], in: m) == v6)
+    #expect(PathTracker.preferred([], in: m) == nil)
+    var tracker = PathTracker(model: m, endpoint: v6)
+    #expect(tracker.paths.isEmpty)
+    #expect(tracker.reachableAlternative == nil, "the server's other addresses are not known yet")
+    tracker.learn(serverAddresses: [v4, v6, v4])
+    #expect(tracker.serverAddresses == [v6, v4])
+    #expect(tracker.reachableAlternative == v4)
+    #expect(tracker.retarget(to: v4)?.map(\.interface) == ["wifi0"])
+    #expect(tracker.serverAddresses == [v4, v6])
+    // Reachable again: staying is right, whatever else the server has.
+    #expect(tracker.reachableAlternative == nil)
+    // The Wi-Fi goes: no address of the server is reachable, and none is offered.
+    #expect(tracker.apply(.linkChanged(Link(index: 2, name: "wifi0", kind: .wifi, hasCarrier: false))) == [])
+    #expect(tracker.reachableAlternative == nil)
+}
+
 @Test func addressParsingAndFormatting() {
     #expect(IPAddress("10.0.0.1") == .v4(0x0A00_0001))
     #expect(IPAddress("2001:db8::7")?.description == "2001:db8::7")

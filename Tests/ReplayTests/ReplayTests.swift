@@ -51,8 +51,31 @@ func randomTimelinesKeepTheInvariants(batch: UInt64) throws {
     #expect(report.failures.contains("final state: expected offline, got connected"))
 }
 
+/// `never` takes a reason as `sequence` does, and the replay's own CPU time can be bounded.
+@Test func neverWithAReasonAndTheReplaysCPUTime() throws {
+    let text = """
+        server: 198.51.100.7
+        network:
+          links: [{name: eth0, kind: ethernet}]
+          addresses: [{dev: eth0, addr: 10.0.0.2/24}]
+          routes: [{to: default, via: 10.0.0.1, dev: eth0, metric: 100}]
+        expect:
+          never: ["connected:handshakeSucceeded", "connecting:serverAddress", offline]
+          max-cpu: 1ns
+        """
+    var replay = Replay(try Scenario.parse(text, file: "t.yaml"))
+    let report = try replay.run()
+    #expect(report.failures.count == 2, "\(report.failures)")
+    #expect(report.failures.contains { $0.contains("'connected:handshakeSucceeded' forbids") })
+    #expect(report.failures.contains { $0.hasPrefix("replay CPU time") })
+    #expect(report.cpuTime > .zero)
+}
+
 @Test(arguments: [
     ("server: nowhere", 1, "'server' needs an IP address"),
+    ("server: [198.51.100.7, 198.51.100.7]", 1, "twice"),
+    ("server: []", 1, "lists no address"),
+    ("server: 198.51.100.7\nexpect: {never: [\"dancing:x\"]}", 2, "unknown state"),
     ("server: 198.51.100.7\nbogus: 1", 2, "unknown key 'bogus'"),
     ("server: 198.51.100.7\ntimeline:\n  - {at: 5s, sleep: true}\n  - {at: 4s, wake: true}", 4, "time goes backwards"),
     ("server: 198.51.100.7\ntimeline:\n  - {at: 5s, teleport: true}", 3, "unknown key 'teleport'"),
