@@ -47,6 +47,16 @@ public struct Reconnector: Sendable {
     private var notBefore: Instant?
     /// The latest instant an input came with: a clock seen going back is stepped, not trusted.
     private var lastNow: Instant?
+    /// A "session unknown" hint waits for its check: the next authenticated answer disproves
+    /// it, the probe timer's expiry confirms it.
+    private var checkingHint = false
+    /// Hints after one that proved false are ignored until then: a forger gets one probe a
+    /// second out of the agent, however fast it sends.
+    private var hintsIgnoredUntil: Instant?
+    /// Hints that an authenticated answer proved false since start (forged, or overtaken).
+    public private(set) var disprovedHints = 0
+    /// How long hints are ignored after one proved false.
+    public static let hintHoldDown: Duration = .seconds(1)
 
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero) {
         self.config = config
@@ -261,17 +271,44 @@ public struct Reconnector: Sendable {
                 out.append(.reportFailure(.rejected(why)))
             }
         case .sessionUnknown:
-            // The server says it lost our keys: a handshake settles it at once, where waiting for
-            // timeouts would only lengthen the outage. The hint is unauthenticated, so a forged one
-            // costs one handshake and one token from the budget, and tears nothing down.
-            session = nil
-            switch state {
-            case .connected(let path), .probing(let path, _), .switching(let path, _, _):
-                attempt(on: path, .sessionUnknown, now, &out, handshake: true)
-            default:
-                coalesced += 1
-            }
+            sessionUnknownHint(now, &out)
         }
+    }
+
+    /// The server says it lost our keys (it restarted). The hint is unauthenticated: anyone who
+    /// sees the session's packets can send one. So it is checked first, with a probe on the
+    /// session's keys: a server that still has the session answers it (and any data proves the
+    /// same), and the forgery cost one probe. No answer within the path's patience confirms it,
+    /// and a handshake follows at once.
+    private mutating func sessionUnknownHint(_ now: Instant, _ out: inout [Action]) {
+        guard session != nil else { coalesced += 1; return }
+        if let quiet = hintsIgnoredUntil, now < quiet {
+            // Soon after a forgery: no probe now, but not forgotten either. The next answer
+            // disproves it; if none comes, the liveness probe's silence confirms it.
+            checkingHint = true
+            coalesced += 1
+            return
+        }
+        if checkingHint, case .probing = state { coalesced += 1; return }  // its check is out
+        switch state {
+        case .connected(let path), .probing(let path, _), .switching(let path, _, _):
+            checkingHint = true
+            out.append(.probe(via: path))
+            arm(.probe, at: now + hintPatience, &out)
+            enter(.probing(path, sent: 1), .sessionUnknownHint, now, &out)
+        case .backingOff:
+            // The retry's probe checks it: its silence then brings a handshake at once.
+            checkingHint = true
+        case .connecting, .offline, .sleeping, .failed:
+            coalesced += 1  // fresh keys are on their way, or nothing is sent meanwhile
+        }
+    }
+
+    /// How long a hint's check waits for an authenticated answer: twice the smoothed RTT (the
+    /// server was heard lately, so the estimate is current). An echo later than that costs the
+    /// handshake a hint used to cost every time.
+    private var hintPatience: Duration {
+        smoothedRTT.map { max(.milliseconds(20), $0 * 2) } ?? config.probeTimeout
     }
 
     private mutating func dataSent(_ now: Instant, _ out: inout [Action]) {
@@ -313,6 +350,8 @@ public struct Reconnector: Sendable {
         case (.liveness, .connected(let path)):
             let waited = livenessWait
             probe(path, now, &out)
+            // A hint came since the server was last heard: its check is this probe.
+            if checkingHint { arm(.probe, at: now + hintPatience, &out) }
             // Make-before-break for a path that may have died: the best other path is asked at
             // the same time, and takes over if the session's own stays silent.
             let other = paths.first { $0.id != path.id && !isDead($0.id, now) }
@@ -320,6 +359,11 @@ public struct Reconnector: Sendable {
             enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
             rescue = other.map { ($0, nil) }
             suspectedByLiveness = true
+        case (.probe, .probing(let path, _)) where checkingHint:
+            // Nothing authenticated came back: the server did lose the session.
+            checkingHint = false
+            session = nil
+            attempt(on: path, .sessionUnknown, now, &out, handshake: true)
         case (.probe, .probing(let path, let sent)):
             if rescue?.rtt != nil, takeToken(now) { return failover(from: path, now, &out) }
             if sent < config.probeAttempts {
@@ -471,6 +515,7 @@ public struct Reconnector: Sendable {
         attempt += 1
         moveSocket(to: path, reason, &out)
         if handshake || !isSessionFresh(now) {
+            checkingHint = false  // fresh keys settle it
             out.append(.handshake(on: path, reason: reason))
             arm(.handshake, at: now + config.handshakeTimeout, &out)
             enter(.connecting(path), reason, now, &out)
@@ -556,6 +601,10 @@ public struct Reconnector: Sendable {
             rescue = nil
             suspectedByLiveness = false
         }
+        switch new {
+        case .offline, .sleeping, .failed: checkingHint = false  // what follows starts afresh
+        default: break
+        }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,
                                     attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced)
         state = new
@@ -612,8 +661,15 @@ public struct Reconnector: Sendable {
         return now - session.lastHeard < config.sessionLifetime
     }
 
+    /// An authenticated answer on the session's keys: the server has the session, whatever a
+    /// hint said.
     private mutating func noteHeard(_ now: Instant) {
         if session != nil { session?.lastHeard = now }
+        if checkingHint {
+            checkingHint = false
+            disprovedHints += 1
+            hintsIgnoredUntil = now + Self.hintHoldDown
+        }
     }
 
     /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over.

@@ -160,8 +160,12 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case handshakeTimeout(String)
     /// The server refused us.
     case rejected(String)
-    /// The server lost our session (restart); a handshake follows at once.
+    /// The server lost our session (restart), confirmed: no authenticated answer followed its
+    /// hint. A handshake follows at once.
     case sessionUnknown
+    /// A "session unknown" hint came: it is unauthenticated (anyone who sees the session's
+    /// packets can send one), so a probe on the session's keys checks it before it costs anything.
+    case sessionUnknownHint
     /// Nothing heard from the server for longer than a session lives.
     case sessionExpired(idle: Duration)
     /// Data went out and nothing came back for this long.
@@ -204,6 +208,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .handshakeTimeout(let i): "handshakeTimeout(\(i))"
         case .rejected(let why): "rejected(\(why))"
         case .sessionUnknown: "sessionUnknown"
+        case .sessionUnknownHint: "sessionUnknownHint"
         case .sessionExpired(let idle): "sessionExpired(idle \(idle.short))"
         case .livenessTimeout(let d): "livenessTimeout(\(d.short))"
         case .probeTimeout(let n, let m): "probeTimeout(\(n) of \(m))"

@@ -229,6 +229,10 @@ public struct Replay {
         case .drop(let name): dropped.insert(name)
         case .restore(let name): dropped.remove(name)
         case .auth(let accepts): acceptsAuth = accepts
+        case .forgedHint:
+            // It names the session in use, so it reaches the agent while the agent holds one;
+            // nothing in the world changes (the server keeps the session).
+            if !sleeping, clientHasSession, socket.map(reaches) == true { deliver(.handshakeFailed(.sessionUnknown)) }
         case .reconnect:
             // The operator asked for fresh keys: the old session no longer counts as alive.
             lastHeard = nil
@@ -422,15 +426,23 @@ public struct Replay {
         case .handshakeSucceeded:
             clientHasSession = true
             lastHeard = now
+            hintReported = false
         case .handshakeFailed(.sessionUnknown):
-            clientHasSession = false
-            lastHeard = nil
+            // The client keeps its keys (the hint is unauthenticated) and sends on. As its data
+            // plane does, it reports one hint per session until the server is heard again.
+            guard !hintReported else { return }
+            hintReported = true
+            // A true hint: the server has said it lost the session.
+            if !serverHasSession { lastHeard = nil }
         case .probeReply, .dataReceived:
             if lastHeard != nil { lastHeard = now }
+            hintReported = false
         default: break
         }
         feed(input)
     }
+    /// The data plane reported a hint for this session and has not heard the server since.
+    private var hintReported = false
 
     private mutating func updateOutage() {
         let couldWork = !sleeping && serverUp && acceptsAuth

@@ -87,6 +87,9 @@ public enum ScenarioEvent: Sendable {
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
     case reconnect
+    /// An attacker who sees the session's packets (same Wi-Fi) sends a "session unknown" hint
+    /// from the server's address and port; the server still has the session.
+    case forgedHint
     /// The operator stops the agent (SIGTERM): from here on it decides nothing, whatever follows.
     case stop
     /// The agent's process ends and another starts: it keeps only what the real agent keeps in

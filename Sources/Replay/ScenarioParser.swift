@@ -119,6 +119,7 @@ extension YAMLReader {
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart", "stop",
+            "forged-hint",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -221,6 +222,20 @@ extension YAMLReader {
                     }
                 } else {
                     add(.restart)
+                }
+            case "forged-hint":
+                // Someone who sees the session's packets sends "session unknown" from the
+                // server's address: once, or `{every, for}`.
+                if case .mapping = value.value {
+                    // An attacker's own rhythm: later events may fall between its hints.
+                    let (every, length) = try repetition(value, "'forged-hint'", count: events.count)
+                    var t = at
+                    while t < at + length {
+                        add(.forgedHint, at: t)
+                        t = t + every
+                    }
+                } else {
+                    add(.forgedHint)
                 }
             case "flap":
                 let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])

@@ -249,7 +249,11 @@ final class SessionEffects {
 
     private func start(on socket: UDPSocket) {
         do {
-            let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials)
+            // A split tunnel accepts inner packets only from what it routes.
+            var accepted: [Prefix]?
+            if case .split(let prefixes) = settings.mode { accepted = prefixes }
+            let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials,
+                                      acceptedSources: accepted)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
                                           persistentKeepalive: settings.persistentKeepalive,
                                           log: { [log] message in log("info", message) }, notify: notify)

@@ -171,14 +171,44 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     #expect(r.nextDeadline == nil)
 }
 
-@Test func sessionUnknownHintTriggersAnImmediateHandshake() {
+@Test func aSessionUnknownHintIsCheckedWithAProbeThenHandshakesAtOnce() {
     var r = connected([eth0])
     let out = r.handle(.handshakeFailed(.sessionUnknown), now: at(5000))
-    #expect(out.handshakes == ["eth0"] && out.rebinds.isEmpty)
-    #expect(out.reasons == ["sessionUnknown"])
-    let result9 = r.handle(.handshakeFailed(.sessionUnknown), now: at(5001))
-    #expect(result9.handshakes.isEmpty,
-            "a second hint while the handshake is in flight starts no second one")
+    #expect(out.handshakes.isEmpty && out.probes == ["eth0"] && out.rebinds.isEmpty, "\(out)")
+    #expect(out.reasons == ["sessionUnknownHint"])
+    // Twice the smoothed RTT (20 ms) of silence confirms it.
+    #expect(r.timers[.probe] == at(5040))
+    #expect(r.handle(.handshakeFailed(.sessionUnknown), now: at(5001)).isEmpty, "a second hint joins the check")
+    let confirmed = r.handle(.timerFired(.probe), now: at(5040))
+    #expect(confirmed.handshakes == ["eth0"] && confirmed.reasons == ["sessionUnknown"])
+    let result9 = r.handle(.handshakeFailed(.sessionUnknown), now: at(5041))
+    #expect(result9.handshakes.isEmpty && result9.probes.isEmpty,
+            "a hint while the handshake is in flight starts nothing")
+}
+
+/// A forged hint costs one probe, no handshake and no token; hints within a second of a forgery
+/// send nothing, and a real one among them is still confirmed by the next liveness probe.
+@Test func aForgedHintCostsOneProbeAndNoToken() {
+    var r = connected([eth0])
+    let tokens = r.tokens
+    _ = r.handle(.handshakeFailed(.sessionUnknown), now: at(5000))
+    let answered = r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(20)), now: at(5020))
+    #expect(r.state == .connected(eth0) && answered.handshakes.isEmpty)
+    #expect(r.tokens == tokens && r.disprovedHints == 1)
+    // Within the second: nothing sent, no transition.
+    #expect(r.handle(.handshakeFailed(.sessionUnknown), now: at(5500)).isEmpty)
+    // Data comes back: the held hint was false too.
+    _ = r.handle(.dataReceived, now: at(5510))
+    #expect(r.disprovedHints == 2)
+    // Another within the second, and this time the server is silent: the liveness probe's
+    // silence confirms it after twice the RTT, not after three backed-off probes.
+    #expect(r.handle(.handshakeFailed(.sessionUnknown), now: at(5600)).isEmpty)
+    _ = r.handle(.dataSent, now: at(5600))
+    guard let liveness = r.timers[.liveness] else { Issue.record("no liveness timer"); return }
+    let probe = r.handle(.timerFired(.liveness), now: liveness)
+    #expect(probe.probes.first == "eth0" && r.timers[.probe] == liveness + .milliseconds(40))
+    let confirmed = r.handle(.timerFired(.probe), now: liveness + .milliseconds(40))
+    #expect(confirmed.handshakes == ["eth0"] && confirmed.reasons == ["sessionUnknown"])
 }
 
 @Test func rejectionFailsWithoutRetries() {

@@ -20,7 +20,7 @@ struct ProtocolFixture {
     /// A server whose only user is the client's key (plus `extraUsers`), and that client.
     init(
         users extraUsers: [User] = [], credentials: Credentials? = nil, keyUser: Bool = true, dns: DNSSettings = .none,
-        limits: ServerLimits = ServerLimits(), sessionLimits: SessionLimits = SessionLimits()
+        limits: ServerLimits = ServerLimits(), sessionLimits: SessionLimits = SessionLimits(), acceptedSources: [Prefix]? = nil
     ) throws {
         serverKey = try PrivateKey.generate()
         clientKey = try PrivateKey.generate()
@@ -28,7 +28,8 @@ struct ProtocolFixture {
         if keyUser { users.insert(User(publicKey: clientKey.publicKey, addresses: [Self.innerV4, Self.innerV6]), at: 0) }
         server = try ServerCore(privateKey: serverKey, users: UserDatabase(users), dns: dns, limits: limits, sessionLimits: sessionLimits)
         client = try ClientCore(
-            privateKey: clientKey, serverKey: serverKey.publicKey, credentials: credentials, limits: sessionLimits)
+            privateKey: clientKey, serverKey: serverKey.publicKey, credentials: credentials, limits: sessionLimits,
+            acceptedSources: acceptedSources)
     }
 
     /// Runs a handshake from `from`, delivers the confirmation, and returns the peer.
@@ -73,6 +74,13 @@ struct ProtocolFixture {
     mutating func clientDatagram(_ packet: [UInt8] = ipv4()) throws -> [UInt8] {
         var framed = DataPacket.frame(packet)
         try client.seal(&framed, now: now)
+        return framed
+    }
+
+    /// A datagram from the server to `peer` carrying `packet`.
+    mutating func serverDatagram(_ packet: [UInt8], to peer: PeerID) throws -> [UInt8] {
+        var framed = DataPacket.frame(packet)
+        _ = try server.seal(&framed, to: peer, now: now)
         return framed
     }
 

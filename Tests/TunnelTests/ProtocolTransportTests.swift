@@ -150,6 +150,68 @@ import Testing
     try f.connect()
 }
 
+/// A hint is unauthenticated: only the server's own address counts, and once the server is
+/// heard on the session again (the hint was forged), a later hint is news again.
+@Test func hintsCountOnlyFromTheServerAndAnAnswerMakesTheNextOneNews() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let real = f.server
+    f.server = try ServerCore(privateKey: f.serverKey, users: f.server.users)
+    var datagram = try f.clientDatagram()
+    guard case .sessionUnknown(let hint, _) = f.server.receive(&datagram, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("no hint")
+        return
+    }
+    var fromElsewhere = hint
+    #expect(f.client.receive(&fromElsewhere, fromServer: false, now: f.now) == .dropped(.foreignSource))
+    #expect(f.client.drops[.foreignSource] == 1)
+    var first = hint
+    #expect(f.client.receive(&first, now: f.now) == .sessionUnknown)
+    var again = hint
+    #expect(f.client.receive(&again, now: f.now) == .dropped(.unexpected))
+    // The server had the session after all: its data proves it, and the next hint counts.
+    f.server = real
+    var data = try f.serverDatagram(ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4), to: peer)
+    guard case .packet = f.client.receive(&data, now: f.now) else {
+        Issue.record("data refused")
+        return
+    }
+    var later = hint
+    #expect(f.client.receive(&later, now: f.now) == .sessionUnknown)
+}
+
+/// A split tunnel accepts inner packets only from the prefixes it routes, as WireGuard's
+/// allowed IPs do: the server (or whoever holds its keys) cannot pose as the LAN or the internet.
+@Test func aSplitClientAcceptsOnlySourcesItRoutes() throws {
+    var f = try ProtocolFixture(acceptedSources: [Prefix("10.9.0.0/24")!, Prefix("fd00::/64")!])
+    let peer = try f.connect()
+    let to = ProtocolFixture.innerV4
+    for (source, accepted) in [("10.9.0.1", true), ("10.9.0.254", true), ("192.168.1.1", false), ("8.8.8.8", false),
+                               ("10.9.1.1", false)] {
+        var d = try f.serverDatagram(ProtocolFixture.ipv4(from: IPAddress(source)!, to: to), to: peer)
+        let event = f.client.receive(&d, now: f.now)
+        if accepted {
+            guard case .packet = event else { Issue.record("\(source) refused: \(event)"); continue }
+        } else {
+            #expect(event == .dropped(.wrongInnerSource), "\(source)")
+        }
+    }
+    #expect(f.client.drops[.wrongInnerSource] == 3)
+    var v6 = [UInt8](repeating: 0, count: 40)
+    v6[0] = 0x60
+    v6.replaceSubrange(8..<24, with: IPAddress("2001:4860::8888")!.bytes)
+    var outside = try f.serverDatagram(v6, to: peer)
+    #expect(f.client.receive(&outside, now: f.now) == .dropped(.wrongInnerSource))
+    // Full mode (no list) takes any source: everything goes through the tunnel.
+    var full = try ProtocolFixture()
+    let fullPeer = try full.connect()
+    var anywhere = try full.serverDatagram(ProtocolFixture.ipv4(from: IPAddress("8.8.8.8")!, to: to), to: fullPeer)
+    guard case .packet = full.client.receive(&anywhere, now: full.now) else {
+        Issue.record("full mode refused a packet from the internet")
+        return
+    }
+}
+
 @Test func hintsAreRateLimitedPerSource() throws {
     var f = try ProtocolFixture()
     try f.connect()

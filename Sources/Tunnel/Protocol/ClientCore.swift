@@ -80,11 +80,17 @@ public struct ClientCore: Sendable {
         var sentAt: Instant
     }
 
+    /// The inner sources the tunnel accepts packets from: the prefixes it routes (split mode),
+    /// or any (nil, full mode). Like WireGuard's allowed IPs: the server, or whoever holds its
+    /// keys, cannot inject packets that claim to come from the laptop's LAN or anywhere else.
+    public let acceptedSources: [Prefix]?
+
     /// Throws `weakPublicKey` when `serverKey` is a low-order point that no server can hold.
     public init(
         privateKey: PrivateKey, serverKey: PublicKey, credentials: Credentials? = nil,
-        limits: SessionLimits = SessionLimits()
+        limits: SessionLimits = SessionLimits(), acceptedSources: [Prefix]? = nil
     ) throws(CryptoError) {
+        self.acceptedSources = acceptedSources
         try Sodium.initialize()
         guard Primitives.dh(privateKey, serverKey) != nil else { throw .weakPublicKey }
         self.privateKey = privateKey
@@ -152,20 +158,22 @@ public struct ClientCore: Sendable {
 
     // MARK: Receiving
 
-    /// Handles one datagram from the server, decrypting a data packet in place.
-    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, now: Instant) -> ClientEvent {
+    /// Handles one datagram, decrypting a data packet in place. `fromServer` tells whether it
+    /// came from the server's current address and port: authenticated messages prove
+    /// themselves wherever they come from, an unauthenticated hint only counts from there.
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, fromServer: Bool, now: Instant) -> ClientEvent {
         switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, now: now)
         case .success(.response): receiveResponse(UnsafeRawBufferPointer(datagram), now: now)
-        case .success(.sessionUnknown): receiveHint(UnsafeRawBufferPointer(datagram))
+        case .success(.sessionUnknown): fromServer ? receiveHint(UnsafeRawBufferPointer(datagram)) : drop(.foreignSource)
         case .success(.initiation): drop(.unexpected)
         }
     }
 
     /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
-    public mutating func receive(_ datagram: inout [UInt8], now: Instant) -> ClientEvent {
-        datagram.withUnsafeMutableBytes { receive($0, now: now) }
+    public mutating func receive(_ datagram: inout [UInt8], fromServer: Bool = true, now: Instant) -> ClientEvent {
+        datagram.withUnsafeMutableBytes { receive($0, fromServer: fromServer, now: now) }
     }
 
     private mutating func receiveResponse(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
@@ -208,9 +216,15 @@ public struct ClientCore: Sendable {
         case .failure(let reason): return drop(reason)
         case .success(let value): opened = value
         }
+        // The server has the session after all: a later hint is news again.
+        hintReported = false
         switch InnerContent(UnsafeRawBufferPointer(rebasing: datagram[opened.range])) {
         case .keepalive: return .keepalive
-        case .packet: return .packet(range: opened.range)
+        case .packet(let source):
+            if let accepted = acceptedSources, !accepted.contains(where: { $0.contains(source) }) {
+                return drop(.wrongInnerSource)
+            }
+            return .packet(range: opened.range)
         case .echo(let id, let sentAt): return .probeEcho(id: id, rtt: now - sentAt)
         case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)

@@ -28,8 +28,12 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
     case replayed
     /// The session is past its message or age limit and accepts nothing more.
     case sessionExpired
-    /// The server received an inner packet whose source is not the peer's inner address.
+    /// An inner packet whose source the peer may not use: at the server, not the client's inner
+    /// address; at a split-mode client, outside the prefixes the tunnel routes.
     case wrongInnerSource
+    /// An unauthenticated message (a "session unknown" hint) from an address that is not the
+    /// server's: anyone can send one, so only the server's own address and port count.
+    case foreignSource
     /// A well-formed message this side never expects: a response with no handshake in flight,
     /// an initiation at a client, a hint for a session we do not use, a probe at a client.
     case unexpected
@@ -51,6 +55,7 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
         case .replayed: "replayed"
         case .sessionExpired: "session-expired"
         case .wrongInnerSource: "wrong-inner-source"
+        case .foreignSource: "foreign-source"
         case .unexpected: "unexpected"
         }
     }

@@ -27,6 +27,12 @@ enum Wire {
         return .success(type)
     }
 
+    /// Whether a datagram claims to be a "session unknown" hint (the one unauthenticated
+    /// message a client acts on), judged by its type byte alone.
+    static func isHint(_ datagram: Slice<UnsafeMutableRawBufferPointer>) -> Bool {
+        datagram.count >= headerLength && datagram[datagram.startIndex + 1] == MessageType.sessionUnknown.rawValue
+    }
+
     /// The header for `type`.
     static func header(_ type: MessageType) -> [UInt8] { [version, type.rawValue, 0, 0] }
 }

@@ -117,8 +117,11 @@ public final class TunnelClient: Sendable {
                 let socket = self.socket
                 let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
-                    guard let (length, _) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    return core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: Instant.now()) }
+                    guard let (length, peer) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
+                    let fromServer = peer == server
+                    return core.withLock {
+                        $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), fromServer: fromServer, now: Instant.now())
+                    }
                 }
                 switch event {
                 case .established(let completion)?:
@@ -236,9 +239,13 @@ public final class TunnelClient: Sendable {
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
                     _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                         for handled in 0..<64 {
-                            guard let (length, _) = try socket.receive(into: raw, timeout: .zero) else { return handled }
+                            guard let (length, peer) = try socket.receive(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
-                            let event = core.withLock { $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), now: now) }
+                            // Only a hint needs it: authenticated messages prove themselves.
+                            let fromServer = Wire.isHint(raw[0..<length]) ? peer == server : true
+                            let event = core.withLock {
+                                $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), fromServer: fromServer, now: now)
+                            }
                             handle(event, in: raw)
                         }
                         return 64
