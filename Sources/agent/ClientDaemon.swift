@@ -100,23 +100,7 @@ extension ClientDaemon {
             startup = StartupDeadline(wait: waitForServer)
             follower = ServerFollower(settings.server, mark: settings.mode.socketMark)
             guard let first = serverAddresses.first else { throw AgentError("the server has no address") }
-            let model: NetworkModel
-            do {
-                monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
-                model = monitor.tracker.model
-            } catch {
-                throw AgentError("cannot read the routing tables: \(error)")
-            }
-            // The first address an uplink reaches now: a dual-stack server on an IPv4-only network.
-            let address = PathTracker.preferred(serverAddresses, in: model) ?? first
-            let server = SocketAddress(address, port: port)
-            do {
-                try firewall?.serve(server)
-            } catch {
-                throw AgentError("cannot open the lockdown firewall to the server: \(error)")
-            }
-            _ = monitor.retarget(to: address)
-            monitor.learn(serverAddresses: serverAddresses)
+            let server = SocketAddress(first, port: port)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, server: server, firewall: firewall,
                                      log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
             let clocks = SuspendDetector.clocks()
@@ -125,6 +109,17 @@ extension ClientDaemon {
             memoryPath = control.path.parentDirectory + "/reconnect-state"
             interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
+            do {
+                monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
+            } catch {
+                throw AgentError("cannot read the routing tables: \(error)")
+            }
+            monitor.learn(serverAddresses: serverAddresses)
+            // The first address an uplink reaches now: a dual-stack server on an IPv4-only network.
+            if let address = PathTracker.preferred(serverAddresses, in: monitor.tracker.model), address != first,
+               effects.follow(SocketAddress(address, port: port)) {
+                _ = monitor.retarget(to: address)
+            }
         }
 
         func run() {
@@ -167,8 +162,8 @@ extension ClientDaemon {
             for event in monitor.next(timeout: .zero) {
                 switch event {
                 case .paths(let paths, _): pathsChanged(paths)
-                case .resynced(_, let paths): pathsChanged(paths)
-                default: pathsChanged(nil)
+                case .resynced(_, let paths?): pathsChanged(paths)
+                default: break
                 }
             }
             effects.networkChanged(monitor.tracker.model)

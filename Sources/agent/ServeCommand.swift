@@ -20,6 +20,8 @@ struct ServeCommand: ParsableCommand {
 
     func run() throws {
         let log = daemon.log
+        // Before any key or password is read: a crash must not write them into a core file.
+        if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         try Preflight.requireNetworkAdmin(for: "serve")
         let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.server(root)

@@ -34,6 +34,8 @@ struct UpCommand: ParsableCommand {
 
     func run() throws {
         let log = daemon.log
+        // Before any key or password is read: a crash must not write them into a core file.
+        if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         try Preflight.requireNetworkAdmin(for: "up")
         let (reader, root) = try YAMLReader.load(daemon.config)
         let settings = try reader.client(root)
@@ -65,6 +67,11 @@ struct UpCommand: ParsableCommand {
                 + "the tunnel would carry its own packets; narrow them")
         }
         guard let port = settings.server.port else { throw AgentError("the server needs a port") }
+        do {
+            try firewall?.serve(SocketAddress(usable[0], port: port))
+        } catch {
+            throw AgentError("cannot open the lockdown firewall to the server: \(error)")
+        }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,

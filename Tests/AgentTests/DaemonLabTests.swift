@@ -67,7 +67,7 @@ struct DaemonLabTests {
         client.terminate()
         client.waitUntilExit()
         #expect(lab.wait(for: "msg=down", in: "client.log"))
-        #expect(lab.wait(for: "session closed by alice", in: "server.log"), "the client said goodbye: \(lab.log("server.log"))")
+        #expect(lab.wait(for: "session closed by alice", in: "server.log"), "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
         let tables = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output

@@ -1,3 +1,4 @@
+import Foundation
 import PathMonitor
 import Testing
 @testable import Tunnel
@@ -178,6 +179,22 @@ import Testing
     }
     var later = hint
     #expect(f.client.receive(&later, now: f.now) == .sessionUnknown)
+
+    // By address: the one we send to, or the one the server's authenticated answers came from.
+    let configured = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+    let answering = SocketAddress(IPAddress("198.51.100.9")!, port: 51820)
+    func deliver(_ bytes: [UInt8], from peer: SocketAddress) -> ClientEvent {
+        var copy = bytes
+        return copy.withUnsafeMutableBytes { f.client.receive($0, from: peer, server: configured, now: f.now) }
+    }
+    let spoofed = deliver(hint, from: ProtocolFixture.attackerAddress)
+    #expect(spoofed == .dropped(.foreignSource))
+    let fromOther = deliver(hint, from: answering)
+    #expect(fromOther == .dropped(.foreignSource), "not heard from there yet")
+    let proof = try f.serverDatagram(ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4), to: peer)
+    guard case .packet = deliver(proof, from: answering) else { Issue.record("data refused"); return }
+    let fromAnswering = deliver(hint, from: answering)
+    #expect(fromAnswering == .sessionUnknown)
 }
 
 /// A split tunnel accepts inner packets only from the prefixes it routes, as WireGuard's
@@ -351,4 +368,53 @@ import Testing
         Issue.record("the new process's session was ended by the old one's goodbye")
         return
     }
+}
+
+/// Keys live in the secret arena: pages left out of core dumps (VmFlags "dd") and, where the
+/// locked-memory limit allows, locked in RAM ("lo"); a released slot is wiped.
+@Test func keysLiveInPagesLeftOutOfCoreDumps() throws {
+    let key = try PrivateKey.generate()
+    let address = key.secret.withBytes { UInt(bitPattern: $0) }
+    // procfs files have no size: read to the end.
+    let handle = try #require(FileHandle(forReadingAtPath: "/proc/self/smaps"))
+    let smaps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    var inRegion = false
+    var flags: String?
+    for line in smaps.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        if let range = fields.first, range.contains("-"), let dash = range.firstIndex(of: "-"),
+           let start = UInt(range[..<dash], radix: 16), let end = UInt(range[range.index(after: dash)...], radix: 16) {
+            inRegion = (start..<end).contains(address)
+        } else if inRegion, line.hasPrefix("VmFlags:") {
+            flags = String(line)
+            break
+        }
+    }
+    let found = try #require(flags, "the key's page is not in /proc/self/smaps")
+    #expect(found.contains(" dd"), "left out of core dumps: \(found)")
+    let before = SecretArena.keys.usage.live
+    do { _ = try PrivateKey.generate() }
+    #expect(SecretArena.keys.usage.live == before, "a released key gives its slot back")
+}
+
+/// A password check wipes the one buffer that held the password, for every holder.
+@Test func aPasswordCheckWipesThePasswordItHeld() throws {
+    let hash = try PasswordHash.create(password: "correct horse battery", cost: .minimum)
+    let user = User(name: "carol", addresses: [IPAddress("10.9.0.7")!], passwordHash: hash)
+    var f = try ProtocolFixture(users: [user], credentials: Credentials(username: "carol", password: "correct horse battery"),
+                                keyUser: false)
+    var initiation = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+    guard case .checkPassword(let check) = f.server.receive(&initiation, from: ProtocolFixture.clientAddress, now: f.now) else {
+        Issue.record("no password check")
+        return
+    }
+    #expect(!check.password.isWiped)
+    #expect(check.responder.payload.isWiped, "the decrypted payload is wiped once read")
+    #expect(check.verify())
+    #expect(check.password.isWiped, "the check's password is wiped once checked")
+}
+
+@Test func daemonsCanForbidCoreDumps() {
+    #expect(ProcessHardening.forbidCoreDumps())
+    #expect(!ProcessHardening.isDumpable)
 }

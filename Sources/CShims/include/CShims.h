@@ -16,6 +16,15 @@ static inline uint32_t CShims_RTA_ALIGN(uint32_t n) { return RTA_ALIGN(n); }
 extern int setns(int fd, int nstype);
 static inline int CShims_setns_net(int fd) { return setns(fd, 0x40000000 /* CLONE_NEWNET */); }
 
+// MARK: Process hardening
+
+#include <sys/prctl.h>
+
+/// prctl(PR_SET_DUMPABLE, 0): no core dumps, and /proc/self owned by root (prctl is variadic).
+static inline int prctl_set_dumpable_zero(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+/// prctl(PR_GET_DUMPABLE).
+static inline int prctl_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
+
 // MARK: Tunnel data plane
 
 #include <string.h>

@@ -6,14 +6,17 @@ public struct Credentials: Sendable, CustomStringConvertible {
     public static let maxLength = 255
 
     public let username: String
-    let password: String
+    /// In the secret arena, wiped when the last copy of the credentials goes.
+    let password: SecretBuffer
 
     /// Nil when either is empty or longer than `maxLength` bytes of UTF-8.
     public init?(username: String, password: String) {
         guard (1...Self.maxLength).contains(username.utf8.count), (1...Self.maxLength).contains(password.utf8.count)
         else { return nil }
+        var bytes = Array(password.utf8)
+        guard let secret = SecretBuffer(taking: &bytes) else { return nil }
         self.username = username
-        self.password = password
+        self.password = secret
     }
 
     public var description: String { "\(username):<redacted>" }
@@ -73,6 +76,8 @@ public struct ClientCore: Sendable {
     private var lastTimestamp: TAI64N?
     /// Whether `current` has had its session-unknown hint reported: one is enough.
     private var hintReported = false
+    /// Where the server's authenticated answers last came from.
+    private var authenticatedSource: SocketAddress?
 
     private struct Pending {
         var initiator: NoiseIK.Initiator
@@ -109,14 +114,10 @@ public struct ClientCore: Sendable {
         var timestamp = wallClock
         if let last = lastTimestamp, timestamp <= last { timestamp = last.successor }
         lastTimestamp = timestamp
-        var payload = InitiationPayload(
-            timestamp: timestamp, username: credentials.map { Array($0.username.utf8) },
-            password: credentials.map { Array($0.password.utf8) })
+        let payload = InitiationPayload(
+            timestamp: timestamp, username: credentials.map { Array($0.username.utf8) }, password: credentials?.password)
         var plaintext = payload.encoded()
-        defer {
-            payload.wipePassword()
-            Primitives.wipe(&plaintext)
-        }
+        defer { Primitives.wipe(&plaintext) }
         let index = freshIndex()
         guard let (initiator, message) = NoiseIK.Initiator.start(
             localStatic: privateKey, remoteStatic: serverKey, prologue: Wire.prologue, ephemeral: .random(),
@@ -158,9 +159,23 @@ public struct ClientCore: Sendable {
 
     // MARK: Receiving
 
-    /// Handles one datagram, decrypting a data packet in place. `fromServer` tells whether it
-    /// came from the server's current address and port: authenticated messages prove
-    /// themselves wherever they come from, an unauthenticated hint only counts from there.
+    /// Handles one datagram from `peer`, decrypting a data packet in place. Authenticated
+    /// messages prove themselves wherever they come from; an unauthenticated hint counts only
+    /// from the server's address (`server`, where we send) or the one its authenticated answers
+    /// last came from (a server with several addresses may answer from another).
+    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, from peer: SocketAddress, server: SocketAddress,
+                                 now: Instant) -> ClientEvent {
+        let fromServer = peer == server || peer == authenticatedSource
+        let event = receive(datagram, fromServer: fromServer, now: now)
+        switch event {
+        case .packet, .keepalive, .probeEcho, .established, .rejected: authenticatedSource = peer
+        default: break
+        }
+        return event
+    }
+
+    /// Handles one datagram, decrypting a data packet in place; `fromServer` tells whether an
+    /// unauthenticated hint may count (see `receive(_:from:server:now:)`).
     public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, fromServer: Bool, now: Instant) -> ClientEvent {
         switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)

@@ -1,16 +1,25 @@
 import CSodium
 
-/// 32 secret bytes that this process alone holds, wiped when the last reference goes away.
+/// 32 secret bytes that this process alone holds, in the secret arena (locked, left out of
+/// core dumps), wiped when the last reference goes away.
 ///
 /// A class so that copies of a key share one buffer and `deinit` runs exactly once; the bytes
 /// are written only inside `init`, which is why sharing it across threads is safe.
 final class SecretBytes: @unchecked Sendable {
     static let count = 32
     private let pointer: UnsafeMutablePointer<UInt8>
+    /// From the heap, when the arena could not map a chunk.
+    private let fromHeap: Bool
 
     /// Lets `fill` write the 32 bytes, once; they never change after.
     init(_ fill: (UnsafeMutablePointer<UInt8>) -> Void) {
-        pointer = .allocate(capacity: Self.count)
+        if let slot = SecretArena.keys.allocate() {
+            pointer = slot.bindMemory(to: UInt8.self, capacity: Self.count)
+            fromHeap = false
+        } else {
+            pointer = .allocate(capacity: Self.count)
+            fromHeap = true
+        }
         pointer.initialize(repeating: 0, count: Self.count)
         fill(pointer)
     }
@@ -22,8 +31,12 @@ final class SecretBytes: @unchecked Sendable {
     }
 
     deinit {
-        sodium_memzero(pointer, Self.count)
-        pointer.deallocate()
+        if fromHeap {
+            sodium_memzero(pointer, Self.count)
+            pointer.deallocate()
+        } else {
+            SecretArena.keys.release(UnsafeMutableRawPointer(pointer))
+        }
     }
 
     /// Runs `body` with the bytes; `self` stays alive for the whole call.

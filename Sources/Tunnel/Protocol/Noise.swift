@@ -152,8 +152,8 @@ enum NoiseIK {
         private let remoteEphemeral: PublicKey
         /// The initiator's static key, authenticated by the first message.
         let remoteStatic: PublicKey
-        /// The first message's payload.
-        private(set) var payload: [UInt8]
+        /// The first message's payload, in the secret arena (it may hold a password).
+        let payload: SecretBuffer
 
         /// Reads the first message; nil when it is malformed or does not authenticate.
         init?(message: [UInt8], localStatic: PrivateKey, prologue: [UInt8]) {
@@ -174,7 +174,9 @@ enum NoiseIK {
             // ss
             guard let ss = Primitives.dh(localStatic, remoteStatic) else { return nil }
             symmetric.mixKey(ss)
-            guard let payload = symmetric.decryptAndHash(Array(message[80...])) else { return nil }
+            guard var plaintext = symmetric.decryptAndHash(Array(message[80...])),
+                  let payload = SecretBuffer(taking: &plaintext)
+            else { return nil }
             self.symmetric = symmetric
             self.remoteEphemeral = remoteEphemeral
             self.remoteStatic = remoteStatic
@@ -182,7 +184,7 @@ enum NoiseIK {
         }
 
         /// Overwrites the payload (it may hold a password) once it has been read.
-        mutating func wipePayload() { Primitives.wipe(&payload) }
+        func wipePayload() { payload.wipe() }
 
         /// Writes the second message with `payload`; nil only for a low-order initiator key.
         func respond(

@@ -171,12 +171,14 @@ public struct ServerCore: Sendable {
             return drop(.rateLimited)
         }
         let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macLength)])
-        guard var responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
+        guard let responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
             return drop(.handshakeFailed)
         }
+        // The payload and the password are buffers of their own, shared by whoever holds them
+        // (a password check): these wipes clear the only copies.
         defer { responder.wipePayload() }
-        guard var payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
-        defer { payload.wipePassword() }
+        guard let payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
+        defer { payload.password?.wipe() }
         let senderIndex = datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset)
         let limit = datagram.count
 
@@ -201,10 +203,12 @@ public struct ServerCore: Sendable {
                 guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.allow(source.ip, now: now),
                       passwordChecks.take(now: now)
                 else { return drop(.rateLimited) }
+                // The check gets a buffer of its own: the one here is wiped on the way out.
+                guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
                 checksInFlight.insert(key)
                 return .checkPassword(PasswordCheck(
                     peer: peer, source: source, senderIndex: senderIndex, responder: responder,
-                    timestamp: payload.timestamp, hash: hash, password: password, proof: proof, limit: limit))
+                    timestamp: payload.timestamp, hash: hash, password: held, proof: proof, limit: limit))
             }
         }
         return accept(
@@ -270,10 +274,10 @@ public struct ServerCore: Sendable {
 
     /// HMAC of a password under a key this process draws at start: what the server remembers of
     /// a password that passed Argon2id, so it need not run Argon2id again for the same peer.
-    private func passwordProof(_ password: [UInt8]) -> [UInt8] {
+    private func passwordProof(_ password: SecretBuffer) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: Primitives.hashLength)
         passwordProofKey.withBytes { key in
-            password.withUnsafeBytes { password in
+            password.withBytes { password in
                 out.withUnsafeMutableBufferPointer {
                     Primitives.hmac(key: UnsafeRawBufferPointer(start: key, count: SecretBytes.count), [password], into: $0.baseAddress!)
                 }
@@ -375,13 +379,18 @@ public struct PasswordCheck: Equatable, Sendable {
     let responder: NoiseIK.Responder
     let timestamp: TAI64N
     let hash: PasswordHash
-    let password: [UInt8]
+    /// The one buffer that holds the password: wiped for every holder once checked.
+    let password: SecretBuffer
     let proof: [UInt8]
     /// The initiation's length: the response may not be longer.
     let limit: Int
 
     /// Runs Argon2id (tens of milliseconds and 64 MiB at the interactive cost): call it off the data path.
-    public func verify() -> Bool { hash.verify(password) }
+    /// The password is wiped once checked: a check runs once.
+    public func verify() -> Bool {
+        defer { password.wipe() }
+        return hash.verify(password)
+    }
 
     public static func == (a: PasswordCheck, b: PasswordCheck) -> Bool {
         a.peer == b.peer && a.senderIndex == b.senderIndex && a.timestamp == b.timestamp && a.source == b.source
@@ -454,10 +463,4 @@ struct PeerState {
     }
 }
 
-extension InitiationPayload {
-    /// Overwrites the password bytes this copy holds.
-    mutating func wipePassword() {
-        if password != nil { Primitives.wipe(&password!) }
-        password = nil
-    }
-}
+

@@ -60,13 +60,21 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
     public func verify(_ password: String) -> Bool { verify(Array(password.utf8)) }
 
     func verify(_ password: [UInt8]) -> Bool {
-        var bytes = password + [0]
-        defer { bytes.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) } }
+        var bytes = password
+        defer { Primitives.wipe(&bytes) }
+        return bytes.withUnsafeBytes { verify($0) }
+    }
+
+    /// Checks the bytes where they are: no copy of the password is made.
+    func verify(_ password: SecretBuffer) -> Bool { password.withBytes { verify($0) } }
+
+    private func verify(_ password: UnsafeRawBufferPointer) -> Bool {
+        // libsodium reads exactly `count` bytes: no terminating zero needed.
+        var none: UInt8 = 0
         return encoded.withCString { hash in
-            bytes.withUnsafeBufferPointer { password in
-                password.withMemoryRebound(to: CChar.self) {
-                    crypto_pwhash_str_verify(hash, $0.baseAddress!, UInt64($0.count - 1)) == 0
-                }
+            withUnsafePointer(to: &none) { fallback in
+                let base = (password.baseAddress ?? UnsafeRawPointer(fallback)).assumingMemoryBound(to: CChar.self)
+                return crypto_pwhash_str_verify(hash, base, UInt64(password.count)) == 0
             }
         }
     }

@@ -27,12 +27,6 @@ enum Wire {
         return .success(type)
     }
 
-    /// Whether a datagram claims to be a "session unknown" hint (the one unauthenticated
-    /// message a client acts on), judged by its type byte alone.
-    static func isHint(_ datagram: Slice<UnsafeMutableRawBufferPointer>) -> Bool {
-        datagram.count >= headerLength && datagram[datagram.startIndex + 1] == MessageType.sessionUnknown.rawValue
-    }
-
     /// The header for `type`.
     static func header(_ type: MessageType) -> [UInt8] { [version, type.rawValue, 0, 0] }
 }
@@ -129,30 +123,49 @@ struct Mac1 {
 struct InitiationPayload {
     var timestamp: TAI64N
     var username: [UInt8]?
-    var password: [UInt8]?
+    /// Shared, never copied: a wipe by any holder clears the one buffer.
+    var password: SecretBuffer?
 
+    /// The plaintext to encrypt; the caller wipes it once sent.
     func encoded() -> [UInt8] {
         let user = username ?? []
-        let pass = password ?? []
-        var bytes = timestamp.bytes + [UInt8(user.count), UInt8(pass.count)] + user + pass
-        bytes += [UInt8](repeating: 0, count: Initiation.paddedLength(bytes.count) - bytes.count)
+        let passLength = password?.count ?? 0
+        var bytes = [UInt8](repeating: 0, count: Initiation.paddedLength(TAI64N.length + 2 + user.count + passLength))
+        bytes.replaceSubrange(0..<TAI64N.length, with: timestamp.bytes)
+        bytes[TAI64N.length] = UInt8(user.count)
+        bytes[TAI64N.length + 1] = UInt8(passLength)
+        bytes.replaceSubrange(14..<14 + user.count, with: user)
+        bytes.withUnsafeMutableBytes { out in
+            password?.withBytes { pass in
+                if let base = pass.baseAddress { (out.baseAddress! + 14 + user.count).copyMemory(from: base, byteCount: pass.count) }
+            }
+        }
         return bytes
     }
 
-    /// Nil when the lengths overrun the payload or the timestamp is not a TAI64N label.
-    init?(decoding bytes: [UInt8]) {
-        guard bytes.count >= Initiation.minPayload,
-              let timestamp = TAI64N(bytes: bytes[0..<TAI64N.length])
-        else { return nil }
-        let userLength = Int(bytes[12])
-        let passLength = Int(bytes[13])
-        guard bytes.count >= Initiation.minPayload + userLength + passLength else { return nil }
+    /// Nil when the lengths overrun the payload or the timestamp is not a TAI64N label. The
+    /// password is copied into a buffer of its own; `bytes` stays the caller's to wipe.
+    init?(decoding bytes: SecretBuffer) {
+        let parsed = bytes.withBytes { raw -> (TAI64N, [UInt8]?, Range<Int>?)? in
+            guard raw.count >= Initiation.minPayload,
+                  let timestamp = TAI64N(bytes: Array(raw[0..<TAI64N.length])[...])
+            else { return nil }
+            let userLength = Int(raw[12])
+            let passLength = Int(raw[13])
+            guard raw.count >= Initiation.minPayload + userLength + passLength else { return nil }
+            let user = userLength == 0 ? nil : Array(raw[14..<14 + userLength])
+            return (timestamp, user, passLength == 0 ? nil : (14 + userLength)..<(14 + userLength + passLength))
+        }
+        guard let (timestamp, username, passwordRange) = parsed else { return nil }
         self.timestamp = timestamp
-        username = userLength == 0 ? nil : Array(bytes[14..<14 + userLength])
-        password = passLength == 0 ? nil : Array(bytes[(14 + userLength)..<(14 + userLength + passLength)])
+        self.username = username
+        if let passwordRange {
+            guard let password = bytes.slice(passwordRange) else { return nil }
+            self.password = password
+        }
     }
 
-    init(timestamp: TAI64N, username: [UInt8]?, password: [UInt8]?) {
+    init(timestamp: TAI64N, username: [UInt8]?, password: SecretBuffer?) {
         self.timestamp = timestamp
         self.username = username
         self.password = password

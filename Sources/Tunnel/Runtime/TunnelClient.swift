@@ -118,9 +118,9 @@ public final class TunnelClient: Sendable {
                 let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
                     guard let (length, peer) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    let fromServer = peer == server
+                    let server = self.server
                     return core.withLock {
-                        $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), fromServer: fromServer, now: Instant.now())
+                        $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: server, now: Instant.now())
                     }
                 }
                 switch event {
@@ -241,10 +241,9 @@ public final class TunnelClient: Sendable {
                         for handled in 0..<64 {
                             guard let (length, peer) = try socket.receive(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
-                            // Only a hint needs it: authenticated messages prove themselves.
-                            let fromServer = Wire.isHint(raw[0..<length]) ? peer == server : true
+                            let server = self.server
                             let event = core.withLock {
-                                $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), fromServer: fromServer, now: now)
+                                $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: server, now: now)
                             }
                             handle(event, in: raw)
                         }
