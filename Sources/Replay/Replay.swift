@@ -104,6 +104,8 @@ public struct Replay {
     /// When an authenticated answer from the server last reached the agent's session, if the
     /// agent holds one (a restart or "session unknown" ends it).
     private var lastHeard: Instant?
+    /// The data plane reported a hint for this session and has not heard the server since.
+    private var hintReported = false
     private var restarts: UInt64 = 0
     /// The agent's clock minus the world's: negative after the clock stepped back.
     private var skew = Duration.zero
@@ -218,10 +220,7 @@ public struct Replay {
             if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
         case .server(.moved):
-            // A handshake in flight went to the old address: its answer never comes.
-            handshakeInFlight = nil
-            handshakeGeneration += 1
-            interpreter.forgetProbes()  // as the daemon does when it follows the server
+            followServer()
             feed(.serverMoved)
         case .server(let change):
             serverHasSession = false
@@ -271,11 +270,16 @@ public struct Replay {
             if let paths { feed(.paths(paths)) }
             return
         }
-        // A handshake in flight went to the old address: its answer never comes.
+        followServer()
+        if let new = tracker.retarget(to: other) { feed(.paths(new)) }
+    }
+
+    /// What the daemon's driver forgets when it follows the server to another address: a
+    /// handshake in flight went to the old one (its answer never comes), and so did the probes.
+    private mutating func followServer() {
         handshakeInFlight = nil
         handshakeGeneration += 1
         interpreter.forgetProbes()
-        if let new = tracker.retarget(to: other) { feed(.paths(new)) }
     }
 
     /// Turns a named event into model changes, as the kernel would report them.
@@ -441,8 +445,6 @@ public struct Replay {
         }
         feed(input)
     }
-    /// The data plane reported a hint for this session and has not heard the server since.
-    private var hintReported = false
 
     private mutating func updateOutage() {
         let couldWork = !sleeping && serverUp && acceptsAuth

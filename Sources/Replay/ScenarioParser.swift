@@ -119,7 +119,7 @@ extension YAMLReader {
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart", "stop",
-            "forged-hint",
+        "forged-hint",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -151,6 +151,18 @@ extension YAMLReader {
             }
             let line = line(item)
             func add(_ event: ScenarioEvent, at time: Instant = at) { events.append(TimedEvent(at: time, line: line, event: event)) }
+            /// `event` once (any value), or `{every, for}` from `at`; `holdsTheTimeline` makes
+            /// later entries come after the last repetition.
+            func addOnceOrRepeated(_ event: ScenarioEvent, _ what: String, holdsTheTimeline: Bool) throws(ScenarioError) {
+                guard case .mapping = value.value else { return add(event) }
+                let (every, length) = try repetition(value, what, count: events.count)
+                var t = at
+                while t < at + length {
+                    add(event, at: t)
+                    if holdsTheTimeline { floor = t }
+                    t = t + every
+                }
+            }
             floor = at
             switch kind {
             case "link": add(.link(try linkSpec(value)))
@@ -212,31 +224,12 @@ extension YAMLReader {
             case "restart":
                 // The agent's process ends and a new one starts (a crash, a service manager's
                 // restart): once, or `{every, for}`.
-                if case .mapping = value.value {
-                    let (every, length) = try repetition(value, "'restart'", count: events.count)
-                    var t = at
-                    while t < at + length {
-                        add(.restart, at: t)
-                        floor = t
-                        t = t + every
-                    }
-                } else {
-                    add(.restart)
-                }
+                try addOnceOrRepeated(.restart, "'restart'", holdsTheTimeline: true)
             case "forged-hint":
                 // Someone who sees the session's packets sends "session unknown" from the
-                // server's address: once, or `{every, for}`.
-                if case .mapping = value.value {
-                    // An attacker's own rhythm: later events may fall between its hints.
-                    let (every, length) = try repetition(value, "'forged-hint'", count: events.count)
-                    var t = at
-                    while t < at + length {
-                        add(.forgedHint, at: t)
-                        t = t + every
-                    }
-                } else {
-                    add(.forgedHint)
-                }
+                // server's address: once, or `{every, for}`, in the attacker's own rhythm (later
+                // entries may fall between its hints).
+                try addOnceOrRepeated(.forgedHint, "'forged-hint'", holdsTheTimeline: false)
             case "flap":
                 let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])
                 let dev = try string(try flap.required("dev"))

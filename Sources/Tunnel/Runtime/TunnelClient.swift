@@ -237,11 +237,11 @@ public final class TunnelClient: Sendable {
                 for socket in sockets where ready.contains(socket.fileDescriptor) {
                     // Drain what is queued, then poll again. (A typed-throws closure returning Void
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
+                    let server = self.server  // once per drain, not per datagram
                     _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                         for handled in 0..<64 {
                             guard let (length, peer) = try socket.receive(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
-                            let server = self.server
                             let event = core.withLock {
                                 $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: server, now: now)
                             }
