@@ -28,7 +28,8 @@ final class SecretArena: Sendable {
     static let keys = SecretArena(slotSize: 32)
     static let buffers = SecretArena(slotSize: 1024)
 
-    private init(slotSize: Int) { self.slotSize = slotSize }
+    /// The shared arenas above serve the process; tests make their own.
+    init(slotSize: Int) { self.slotSize = slotSize }
 
     /// A zeroed slot; nil only when the system has no memory to map.
     func allocate() -> UnsafeMutableRawPointer? {
