@@ -162,8 +162,8 @@ extension ClientDaemon {
             for event in monitor.next(timeout: .zero) {
                 switch event {
                 case .paths(let paths, _): pathsChanged(paths)
-                case .resynced(_, let paths?): pathsChanged(paths)
-                default: break
+                case .resynced(_, let paths): pathsChanged(paths)
+                default: pathsChanged(nil)
                 }
             }
             effects.networkChanged(monitor.tracker.model)
