@@ -521,8 +521,8 @@ public struct Replay {
     private mutating func serverHandshake(on path: Path) {
         handshakeGeneration += 1
         handshakeInFlight = path.id
-        // The client pads its initiation to 376 bytes on the wire (docs/PROTOCOL.md).
-        guard passes(path.id), !lost(path.id, up: true, size: 376) else { return }
+        // The client pads its initiation to 392 bytes on the wire (docs/PROTOCOL.md).
+        guard passes(path.id), !lost(path.id, up: true, size: 392) else { return }
         let at = arrival(path.id)
         let rtt = at - now
         if acceptsAuth {

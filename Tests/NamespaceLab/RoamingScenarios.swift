@@ -192,10 +192,10 @@ private func isProbeStream(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -
     return vpn == .roam ? packet.head[1] == 3 : packet.head[0] == 4
 }
 
-/// A handshake initiation: Roam's header is version 1, type 1; WireGuard's type is 1 with three zero bytes.
+/// A handshake initiation: Roam's header is version 2, type 1; WireGuard's type is 1 with three zero bytes.
 private func isInitiation(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -> Bool {
     guard packet.head.count >= 4 else { return false }
-    return vpn == .roam ? packet.head[0] == 1 && packet.head[1] == 1 : packet.head == [1, 0, 0, 0]
+    return vpn == .roam ? packet.head[0] == 2 && packet.head[1] == 1 : packet.head == [1, 0, 0, 0]
 }
 
 private func difference(_ a: Int?, _ b: Int?) -> Int? {

@@ -53,9 +53,38 @@ struct ProtocolFixture {
     /// Delivers a datagram to the server, running any password check at once, as a driver
     /// would on a worker thread.
     mutating func deliver(_ datagram: inout [UInt8], from source: SocketAddress = clientAddress) -> ServerEvent {
-        let event = server.receive(&datagram, from: source, now: now)
+        var sender = client
+        defer { client = sender }
+        return deliver(&datagram, from: source, by: &sender)
+    }
+
+    /// `deliver` for an initiation from another client core than the fixture's.
+    mutating func deliver(_ datagram: inout [UInt8], from source: SocketAddress = clientAddress, by sender: inout ClientCore) -> ServerEvent {
+        let event = send(&datagram, from: source, by: &sender)
         guard case .checkPassword(let check) = event else { return event }
         return server.finish(check, verified: check.verify(), now: now)
+    }
+
+    /// Delivers a datagram to the server and answers a cookie reply as a client does (the core
+    /// stamps mac2 and the driver sends the same initiation again); password checks are left
+    /// for the caller. `datagram` ends as what was sent last (with mac2 after a cookie).
+    mutating func send(_ datagram: inout [UInt8], from source: SocketAddress = clientAddress) -> ServerEvent {
+        var sender = client
+        defer { client = sender }
+        return send(&datagram, from: source, by: &sender)
+    }
+
+    /// `send` for an initiation from another client core than the fixture's.
+    mutating func send(_ datagram: inout [UInt8], from source: SocketAddress = clientAddress, by sender: inout ClientCore) -> ServerEvent {
+        var event = server.receive(&datagram, from: source, now: now)
+        for _ in 0..<2 {
+            guard case .cookie(var reply, let to) = event else { return event }
+            #expect(to == source)
+            guard case .cookie(let resend) = sender.receive(&reply, now: now) else { return event }
+            datagram = resend
+            event = server.receive(&datagram, from: source, now: now)
+        }
+        return event
     }
 
     /// An IPv4 packet from `source` to `destination` with `payload`.

@@ -124,7 +124,7 @@ import Testing
         var other = try ClientCore(privateKey: f.clientKey, serverKey: f.serverKey.publicKey, credentials: credentials)
         f.now = f.now + .seconds(1)
         var initiation = try other.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: UInt64(f.now.nanoseconds) * 2_000_000_000))
-        guard case .rejected(reason, var response, _) = f.deliver(&initiation) else {
+        guard case .rejected(reason, var response, _) = f.deliver(&initiation, by: &other) else {
             Issue.record("expected \(reason)")
             continue
         }
@@ -139,7 +139,7 @@ import Testing
     let limits = ServerLimits(passwordChecks: .init(perSecond: 1, burst: 1))
     var f = try ProtocolFixture(users: users, credentials: Credentials(username: "dave", password: "pw"), keyUser: false, limits: limits)
     var first = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
-    guard case .checkPassword(let check) = f.server.receive(&first, from: ProtocolFixture.clientAddress, now: f.now) else {
+    guard case .checkPassword(let check) = f.send(&first) else {
         Issue.record("a first login must wait for Argon2id")
         return
     }
@@ -147,7 +147,7 @@ import Testing
     // While the check runs, another attempt with an unproven password finds the bucket empty.
     var guesser = try ClientCore(privateKey: .generate(), serverKey: f.serverKey.publicKey, credentials: Credentials(username: "dave", password: "guess"))
     var guess = try guesser.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_900_000_000_000_000_000))
-    #expect(f.server.receive(&guess, from: ProtocolFixture.attackerAddress, now: f.now) == .dropped(.rateLimited))
+    #expect(f.send(&guess, from: ProtocolFixture.attackerAddress, by: &guesser) == .dropped(.rateLimited))
     guard case .handshake = f.server.finish(check, verified: check.verify(), now: f.now) else {
         Issue.record("the verified login must complete")
         return
@@ -161,7 +161,7 @@ import Testing
     // A check that fails is a rejection like any other.
     f.now = f.now + .seconds(1)
     var wrong = try guesser.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_950_000_000_000_000_000))
-    guard case .checkPassword(let bad) = f.server.receive(&wrong, from: ProtocolFixture.attackerAddress, now: f.now) else {
+    guard case .checkPassword(let bad) = f.send(&wrong, from: ProtocolFixture.attackerAddress, by: &guesser) else {
         Issue.record("expected a check")
         return
     }
@@ -183,7 +183,7 @@ import Testing
         var client = try ClientCore(privateKey: key, serverKey: f.serverKey.publicKey, credentials: credentials)
         f.now = f.now + .seconds(1)
         var initiation = try client.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: UInt64(f.now.nanoseconds)))
-        return f.deliver(&initiation)
+        return f.deliver(&initiation, by: &client)
     }
     guard case .rejected(.badPassword, _, _) = try attempt(key: pinned, credentials: nil) else {
         Issue.record("a missing password must be refused")

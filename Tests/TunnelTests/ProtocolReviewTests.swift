@@ -31,7 +31,7 @@ import Testing
     }
 
     /// One host guessing passwords cannot use up the server's Argon2id budget, and a replay of
-    /// an initiation whose check is still running buys no second check.
+    /// an initiation whose check is running or failed buys no second check.
     @Test func passwordChecksAreLimitedPerSourceAndNotRepeatedForReplays() throws {
         let hash = try PasswordHash.create(password: "right", cost: .minimum)
         let alice = User(name: "alice", addresses: [IPAddress("10.9.0.7")!], passwordHash: hash)
@@ -41,7 +41,7 @@ import Testing
         var limited = 0
         for i in 0..<10 {
             var initiation = try f.client.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_700_000_000_000_000_000 + UInt64(i)))
-            switch f.server.receive(&initiation, from: ProtocolFixture.attackerAddress, now: f.now) {
+            switch f.send(&initiation, from: ProtocolFixture.attackerAddress) {
             case .checkPassword: checks += 1
             case .dropped(.rateLimited): limited += 1
             default: break
@@ -49,15 +49,22 @@ import Testing
         }
         #expect(checks == Int(ServerLimits().passwordChecksPerSource.burst), "the attacker burst")
         #expect(limited == 10 - checks)
-        // The same initiation twice while its check is outstanding: one check only.
-        var g = try ProtocolFixture(users: [alice], credentials: Credentials(username: "alice", password: "right")!, keyUser: false)
-        let initiation = try g.client.initiate(now: g.now, wallClock: ProtocolFixture.wall)
-        var first = initiation
-        var replay = initiation
-        guard case .checkPassword = g.server.receive(&first, from: ProtocolFixture.clientAddress, now: g.now) else {
+        // The same initiation twice while its check is outstanding, and again once it failed: one check only.
+        var g = try ProtocolFixture(users: [alice], credentials: Credentials(username: "alice", password: "wrong")!, keyUser: false)
+        var first = try g.client.initiate(now: g.now, wallClock: ProtocolFixture.wall)
+        guard case .checkPassword(let check) = g.send(&first) else {
             Issue.record("expected a password check")
             return
         }
+        var replay = first  // as resent, with the cookie in mac2
         #expect(g.server.receive(&replay, from: ProtocolFixture.clientAddress, now: g.now) == .dropped(.replayedHandshake))
+        guard case .rejected = g.server.finish(check, verified: check.verify(), now: g.now) else {
+            Issue.record("a wrong password is refused")
+            return
+        }
+        g.now = g.now + .seconds(10)
+        replay = first
+        #expect(g.server.receive(&replay, from: ProtocolFixture.clientAddress, now: g.now) == .dropped(.replayedHandshake),
+                "a replay of a failed initiation costs no Argon2id")
     }
 }

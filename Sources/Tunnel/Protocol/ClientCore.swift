@@ -35,6 +35,10 @@ public enum ClientEvent: Equatable, Sendable {
     /// The server says it holds no session for the one we use: it restarted. Start a handshake;
     /// keep the session meanwhile (the hint is unauthenticated, see docs/PROTOCOL.md).
     case sessionUnknown
+    /// The server is under load or wants proof of our address before a password check: send
+    /// `initiation` (the handshake in flight, now carrying the server's cookie in mac2) at once.
+    /// The same handshake, so it costs no new attempt.
+    case cookie(resend: [UInt8])
     /// The server sent a keepalive.
     case keepalive
     /// The datagram was dropped, and counted, for `reason`.
@@ -69,6 +73,7 @@ public struct ClientCore: Sendable {
     private let privateKey: PrivateKey
     private let credentials: Credentials?
     private let mac1: Mac1
+    private var cookie: CookieHolder
     private let limits: SessionLimits
     private var pending: Pending?
     private var current: TransportSession?
@@ -83,7 +88,15 @@ public struct ClientCore: Sendable {
         var initiator: NoiseIK.Initiator
         var localIndex: UInt32
         var sentAt: Instant
+        /// The initiation as sent, to send again with a cookie.
+        var datagram: [UInt8]
+        /// Cookie replies answered for this initiation.
+        var resends = 0
     }
+
+    /// Cookie replies a handshake answers at most: the real server needs one, and a forger on
+    /// the path gets no more than a few resends.
+    static let maxCookieResends = 3
 
     /// The inner sources the tunnel accepts packets from: the prefixes it routes (split mode),
     /// or any (nil, full mode). Like WireGuard's allowed IPs: the server, or whoever holds its
@@ -103,6 +116,7 @@ public struct ClientCore: Sendable {
         self.serverKey = serverKey
         self.credentials = credentials
         mac1 = Mac1(serverKey: serverKey)
+        cookie = CookieHolder(serverKey: serverKey)
         self.limits = limits
     }
 
@@ -123,10 +137,11 @@ public struct ClientCore: Sendable {
             localStatic: privateKey, remoteStatic: serverKey, prologue: Wire.prologue, ephemeral: .random(),
             payload: plaintext)
         else { throw .weakPublicKey }
-        pending = Pending(initiator: initiator, localIndex: index, sentAt: now)
         var datagram = Wire.header(.initiation) + withUnsafeBytes(of: index.littleEndian) { Array($0) } + message
-            + [UInt8](repeating: 0, count: Initiation.macLength)
+            + [UInt8](repeating: 0, count: Initiation.macsLength)
         mac1.stamp(&datagram)
+        cookie.stamp(&datagram, now: now)
+        pending = Pending(initiator: initiator, localIndex: index, sentAt: now, datagram: datagram)
         return datagram
     }
 
@@ -182,6 +197,7 @@ public struct ClientCore: Sendable {
         case .success(.data): receiveData(datagram, now: now)
         case .success(.response): receiveResponse(UnsafeRawBufferPointer(datagram), now: now)
         case .success(.sessionUnknown): fromServer ? receiveHint(UnsafeRawBufferPointer(datagram)) : drop(.foreignSource)
+        case .success(.cookieReply): fromServer ? receiveCookie(UnsafeRawBufferPointer(datagram), now: now) : drop(.foreignSource)
         case .success(.initiation): drop(.unexpected)
         }
     }
@@ -207,6 +223,22 @@ public struct ClientCore: Sendable {
         addresses = verdict.addresses
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
         return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns, confirmation: confirmation))
+    }
+
+    /// A cookie reply for the handshake in flight: keep the cookie and send the same initiation
+    /// again with mac2. The reply is bound to the initiation's mac1, so only someone who saw the
+    /// initiation can forge one, and then it costs us a resend, never the handshake.
+    private mutating func receiveCookie(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
+        let receiver = datagram.loadLittleEndian(UInt32.self, at: CookieReply.receiverOffset)
+        guard var pending, pending.localIndex == receiver, pending.resends < Self.maxCookieResends else {
+            return drop(.unexpected)
+        }
+        let mac1 = pending.datagram.withUnsafeBytes { Cookie.mac1(of: $0) }
+        guard cookie.accept(datagram, mac1: mac1, now: now) else { return drop(.handshakeFailed) }
+        cookie.stamp(&pending.datagram, now: now)
+        pending.resends += 1
+        self.pending = pending
+        return .cookie(resend: pending.datagram)
     }
 
     private mutating func receiveHint(_ datagram: UnsafeRawBufferPointer) -> ClientEvent {

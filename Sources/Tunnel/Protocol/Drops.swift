@@ -7,6 +7,9 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
     case unsupportedVersion
     /// The initiation's mac1 is wrong: not meant for this server, or random bytes.
     case badMAC
+    /// An initiation without proof that its sender receives at its address (a valid mac2),
+    /// while the server is under load or before a password check: answered with a cookie reply.
+    case cookieRequired
     /// Over a handshake or hint rate limit (per source, or for the whole server).
     case rateLimited
     /// The Noise handshake did not authenticate: wrong pinned server key, tampering, or a
@@ -44,6 +47,7 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
         case .malformed: "malformed"
         case .unsupportedVersion: "unsupported-version"
         case .badMAC: "bad-mac"
+        case .cookieRequired: "cookie-required"
         case .rateLimited: "rate-limited"
         case .handshakeFailed: "handshake-failed"
         case .unknownUser: "unknown-user"

@@ -14,6 +14,10 @@ public struct ServerLimits: Equatable, Sendable {
     /// Argon2id checks one source may cause: well under the server's total, so one host guessing
     /// passwords cannot use up everybody's logins.
     public var passwordChecksPerSource: Rate
+    /// Argon2id checks spent on one account (a username as sent, or a static key), whether or not
+    /// it exists: guesses at one account cannot use up everybody's logins either, and spreading
+    /// them over many hosts does not guess faster.
+    public var passwordChecksPerAccount: Rate
     /// Session-unknown hints sent to one source.
     public var hintsPerSource: Rate
     /// Session-unknown hints sent in all.
@@ -26,6 +30,7 @@ public struct ServerLimits: Equatable, Sendable {
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
         passwordChecksPerSource: Rate = Rate(perSecond: 1, burst: 2),
+        passwordChecksPerAccount: Rate = Rate(perSecond: 1, burst: 3),
         hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
         hints: Rate = Rate(perSecond: 1000, burst: 1000),
         trackedSources: Int = 65_536
@@ -34,6 +39,7 @@ public struct ServerLimits: Equatable, Sendable {
         self.handshakes = handshakes
         self.passwordChecks = passwordChecks
         self.passwordChecksPerSource = passwordChecksPerSource
+        self.passwordChecksPerAccount = passwordChecksPerAccount
         self.hintsPerSource = hintsPerSource
         self.hints = hints
         self.trackedSources = trackedSources
@@ -70,10 +76,13 @@ struct TokenBucket {
     }
 
     /// True when the bucket would be full now: forgetting it changes nothing.
-    func isFull(now: Instant) -> Bool {
+    func isFull(now: Instant) -> Bool { available(now: now) >= rate.burst }
+
+    /// Tokens in the bucket now.
+    func available(now: Instant) -> Double {
         var copy = self
         copy.refill(now: now)
-        return copy.tokens >= rate.burst
+        return copy.tokens
     }
 
     private mutating func refill(now: Instant) {
@@ -84,12 +93,12 @@ struct TokenBucket {
     }
 }
 
-/// A token bucket per source, in a table of bounded size so spoofed sources cannot grow it
-/// without end. Idle (full) buckets are forgotten at most once a second.
-struct SourceRateLimiter {
+/// A token bucket per key, in a table of bounded size so spoofed sources or made-up usernames
+/// cannot grow it without end. Idle (full) buckets are forgotten at most once a second.
+struct KeyedRateLimiter<Key: Hashable & Sendable>: Sendable {
     private let rate: ServerLimits.Rate
     private let capacity: Int
-    private var buckets: [IPAddress: TokenBucket] = [:]
+    private var buckets: [Key: TokenBucket] = [:]
     private var lastPrune: Instant?
 
     init(_ rate: ServerLimits.Rate, capacity: Int) {
@@ -97,8 +106,7 @@ struct SourceRateLimiter {
         self.capacity = capacity
     }
 
-    mutating func allow(_ address: IPAddress, now: Instant) -> Bool {
-        let key = Self.key(address)
+    mutating func allow(_ key: Key, now: Instant) -> Bool {
         if buckets[key] == nil, buckets.count >= capacity {
             prune(now: now)
             guard buckets.count < capacity else { return false }
@@ -112,10 +120,45 @@ struct SourceRateLimiter {
         lastPrune = now
         buckets = buckets.filter { !$0.value.isFull(now: now) }
     }
+}
+
+/// A token bucket per source address.
+struct SourceRateLimiter: Sendable {
+    private var table: KeyedRateLimiter<IPAddress>
+
+    init(_ rate: ServerLimits.Rate, capacity: Int) { table = KeyedRateLimiter(rate, capacity: capacity) }
+
+    mutating func allow(_ address: IPAddress, now: Instant) -> Bool { table.allow(Self.key(address), now: now) }
+
+    mutating func prune(now: Instant) { table.prune(now: now) }
 
     /// IPv6 hosts get a /64 each, so limit the /64, not the address.
     private static func key(_ address: IPAddress) -> IPAddress {
         if case .v6(let high, _) = address { return .v6(high, 0) }
         return address
+    }
+}
+
+/// The last `capacity` keys inserted, oldest forgotten first.
+struct RecentSet<Key: Hashable & Sendable>: Sendable {
+    private let capacity: Int
+    private var members: Set<Key> = []
+    private var order: [Key] = []
+    private var next = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func contains(_ key: Key) -> Bool { members.contains(key) }
+
+    mutating func insert(_ key: Key) {
+        guard !members.contains(key) else { return }
+        if order.count < capacity {
+            order.append(key)
+        } else {
+            members.remove(order[next])
+            order[next] = key
+            next = (next + 1) % capacity
+        }
+        members.insert(key)
     }
 }

@@ -17,6 +17,10 @@ public enum ServerEvent: Equatable, Sendable {
     case checkPassword(PasswordCheck)
     /// `peer` probed: send `echo` to `to`.
     case echo(peer: PeerID, datagram: [UInt8], to: SocketAddress)
+    /// An initiation came without proof that its sender receives at its address while the server
+    /// is under load, or before a password check: send `reply` (a cookie) to `to`; the client
+    /// sends the initiation again with it. Counted as a `cookieRequired` drop.
+    case cookie(reply: [UInt8], to: SocketAddress)
     /// A data packet named a session this server does not hold (it restarted, or forgot an idle
     /// one): send `hint` to `to`. Counted as an `unknownSession` drop.
     case sessionUnknown(hint: [UInt8], to: SocketAddress)
@@ -56,22 +60,27 @@ public struct ServerCore: Sendable {
 
     private let privateKey: PrivateKey
     private let mac1: Mac1
+    private var cookies: CookieJar
     private let sessionLimits: SessionLimits
     private let passwordProofKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
+    /// What a password for an unknown user or a wrong key is checked against: a hash no password
+    /// matches, at the users' own cost, so a refusal takes as long whether or not the user exists.
+    private let decoyHash: PasswordHash
     private var peers: [PeerState]
     /// Receiver index to peer slot, for every session the server holds.
     private var indices: [UInt32: Int] = [:]
     private var handshakesBySource: SourceRateLimiter
     private var handshakes: TokenBucket
+    /// Until when the server counts as under load (see `isUnderLoad`).
+    private var underLoadUntil: Instant?
     private var passwordChecks: TokenBucket
     private var passwordChecksBySource: SourceRateLimiter
-    /// Password checks handed out and not finished yet, by peer and timestamp: a replayed
-    /// initiation must not buy a second Argon2id while the first runs.
-    private var checksInFlight: Set<CheckKey> = []
-    private struct CheckKey: Hashable {
-        var peer: Int
-        var timestamp: TAI64N
-    }
+    private var passwordChecksByAccount: KeyedRateLimiter<[UInt8]>
+    /// Password checks handed out and not finished yet, by the initiation's ephemeral key: a
+    /// replayed initiation must not buy a second Argon2id while the first runs.
+    private var checksInFlight: Set<[UInt8]> = []
+    /// Initiations whose check failed lately, by ephemeral key: a replay costs nothing.
+    private var failedChecks = RecentSet<[UInt8]>(capacity: 4096)
     /// Checks in flight at most; past it, new ones wait for a retry.
     static let maxChecksInFlight = 32
     private var hintsBySource: SourceRateLimiter
@@ -87,12 +96,15 @@ public struct ServerCore: Sendable {
         self.users = users
         self.dns = dns
         mac1 = Mac1(serverKey: privateKey.publicKey)
+        cookies = CookieJar(serverKey: privateKey.publicKey)
+        decoyHash = PasswordHash.decoy(costOf: users.users.compactMap(\.passwordHash))
         self.sessionLimits = sessionLimits
         peers = users.users.map { PeerState(addresses: $0.addresses) }
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
         handshakes = TokenBucket(limits.handshakes)
         passwordChecks = TokenBucket(limits.passwordChecks)
         passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
+        passwordChecksByAccount = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
         hintsBySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
         hints = TokenBucket(limits.hints)
     }
@@ -105,7 +117,7 @@ public struct ServerCore: Sendable {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, from: source, now: now)
         case .success(.initiation): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, now: now)
-        case .success(.response), .success(.sessionUnknown): drop(.unexpected)
+        case .success(.response), .success(.sessionUnknown), .success(.cookieReply): drop(.unexpected)
         }
     }
 
@@ -165,12 +177,15 @@ public struct ServerCore: Sendable {
     }
 
     private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
-        // Cheapest checks first: a MAC, then the buckets, and only then Diffie-Hellman.
+        // Cheapest checks first: a MAC, the proof of address when under load, the buckets, and
+        // only then Diffie-Hellman.
         guard mac1.verify(datagram) else { return drop(.badMAC) }
+        let addressProven = cookies.isProven(datagram, from: source, now: now)
+        if !addressProven, isUnderLoad(now: now) { return cookieReply(to: datagram, from: source, now: now) }
         guard handshakesBySource.allow(source.ip, now: now), handshakes.take(now: now) else {
             return drop(.rateLimited)
         }
-        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macLength)])
+        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
         guard let responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
             return drop(.handshakeFailed)
         }
@@ -179,96 +194,118 @@ public struct ServerCore: Sendable {
         defer { responder.wipePayload() }
         guard let payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
         defer { payload.password?.wipe() }
-        let senderIndex = datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset)
-        let limit = datagram.count
+        let initiation = HeldInitiation(
+            source: source, senderIndex: datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset),
+            responder: responder, timestamp: payload.timestamp, limit: datagram.count,
+            ephemeral: Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)]),
+            account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
 
         let peer: PeerID
         switch identify(payload, key: responder.remoteStatic) {
-        case .success(let found): peer = found
-        case .failure(.rejected(let reason)): return reject(reason, responder: responder, senderIndex: senderIndex, to: source)
-        case .failure(.dropped(let reason)): return drop(reason)
+        case .success(let found):
+            peer = found
+        case .failure(let reason):
+            // Refused either way; but with a password, only after an Argon2id on the decoy, as a
+            // wrong password would be, so neither timing nor answer tells which users exist.
+            guard let password = payload.password else { return reject(reason, initiation) }
+            return startCheck(password, against: decoyHash, for: nil, refusing: reason, initiation, proven: addressProven,
+                              datagram: datagram, now: now)
         }
-        if let hash = users[peer].passwordHash {
-            guard let password = payload.password else {
-                return reject(.badPassword, responder: responder, senderIndex: senderIndex, to: source)
-            }
-            // A password this peer already proved (every rekey sends it again) costs one HMAC.
-            let proof = passwordProof(password)
-            let proven = peers[peer.index].passwordProof.map { known in
-                known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
-            } ?? false
-            if !proven {
-                let key = CheckKey(peer: peer.index, timestamp: payload.timestamp)
-                guard !checksInFlight.contains(key) else { return drop(.replayedHandshake) }
-                guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.allow(source.ip, now: now),
-                      passwordChecks.take(now: now)
-                else { return drop(.rateLimited) }
-                // The check gets a buffer of its own: the one here is wiped on the way out.
-                guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
-                checksInFlight.insert(key)
-                return .checkPassword(PasswordCheck(
-                    peer: peer, source: source, senderIndex: senderIndex, responder: responder,
-                    timestamp: payload.timestamp, hash: hash, password: held, proof: proof, limit: limit))
-            }
+        guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation, now: now) }
+        guard let password = payload.password else { return reject(.badPassword, initiation) }
+        // A password this peer already proved (every rekey sends it again) costs one HMAC.
+        let proof = passwordProof(password)
+        let known = peers[peer.index].passwordProof.map { known in
+            known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
+        } ?? false
+        if known { return acceptUnlessReplayed(peer, initiation, now: now) }
+        return startCheck(
+            password, against: hash, for: peer, refusing: nil, initiation, proven: addressProven, datagram: datagram, now: now)
+    }
+
+    /// Hands out an Argon2id check, the most expensive thing a stranger can ask of the server:
+    /// only for a sender that proved it receives at its address (a cookie in mac2), once per
+    /// initiation, and within the per-source, per-account and server-wide budgets.
+    private mutating func startCheck(
+        _ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?,
+        _ initiation: HeldInitiation, proven: Bool, datagram: UnsafeRawBufferPointer, now: Instant
+    ) -> ServerEvent {
+        guard proven else { return cookieReply(to: datagram, from: initiation.source, now: now) }
+        guard !checksInFlight.contains(initiation.ephemeral), !failedChecks.contains(initiation.ephemeral) else {
+            return drop(.replayedHandshake)
         }
-        return accept(
-            peer, responder: responder, senderIndex: senderIndex, timestamp: payload.timestamp, limit: limit, from: source, now: now)
+        guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.allow(initiation.source.ip, now: now),
+              passwordChecksByAccount.allow(initiation.account, now: now), passwordChecks.take(now: now)
+        else { return drop(.rateLimited) }
+        // The check gets a buffer of its own: the one here is wiped on the way out.
+        guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
+        checksInFlight.insert(initiation.ephemeral)
+        return .checkPassword(PasswordCheck(
+            peer: peer, refusal: refusal, initiation: initiation, hash: hash, password: held,
+            proof: peer == nil ? [] : passwordProof(password)))
     }
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.
     public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Instant) -> ServerEvent {
-        checksInFlight.remove(CheckKey(peer: check.peer.index, timestamp: check.timestamp))
-        guard verified else {
-            return reject(.badPassword, responder: check.responder, senderIndex: check.senderIndex, to: check.source)
+        checksInFlight.remove(check.initiation.ephemeral)
+        guard verified, let peer = check.peer else {
+            failedChecks.insert(check.initiation.ephemeral)
+            return reject(check.refusal ?? .badPassword, check.initiation)
         }
-        // Another handshake of this peer may have been accepted while the check ran.
-        if let last = peers[check.peer.index].lastTimestamp, check.timestamp <= last { return drop(.replayedHandshake) }
-        peers[check.peer.index].passwordProof = check.proof
-        return accept(
-            check.peer, responder: check.responder, senderIndex: check.senderIndex, timestamp: check.timestamp,
-            limit: check.limit, from: check.source, now: now)
+        let event = acceptUnlessReplayed(peer, check.initiation, now: now)
+        if case .handshake = event { peers[peer.index].passwordProof = check.proof }
+        return event
     }
 
-    private mutating func accept(
-        _ peer: PeerID, responder: NoiseIK.Responder, senderIndex: UInt32, timestamp: TAI64N, limit: Int,
-        from source: SocketAddress, now: Instant
-    ) -> ServerEvent {
+    /// Accepts the handshake unless its timestamp is not newer than the last one accepted for
+    /// `peer` (a replay), which is dropped without an answer. Checked only once every factor
+    /// passed: a prober without the password cannot tell "replay" from "wrong password".
+    private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation, now: Instant) -> ServerEvent {
+        if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return drop(.replayedHandshake) }
+        return accept(peer, initiation, now: now)
+    }
+
+    /// Under load when less than half the handshake budget is left, and for a second after:
+    /// initiations then need a cookie before any Diffie-Hellman, so a spoofed flood costs one
+    /// MAC each and the budget stays for senders that can prove their address.
+    private mutating func isUnderLoad(now: Instant) -> Bool {
+        if handshakes.available(now: now) < handshakes.rate.burst / 2 { underLoadUntil = now + .seconds(1) }
+        return underLoadUntil.map { now < $0 } ?? false
+    }
+
+    private mutating func cookieReply(to datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
+        drops.count(.cookieRequired)
+        return .cookie(reply: cookies.reply(to: datagram, from: source, now: now), to: source)
+    }
+
+    private mutating func accept(_ peer: PeerID, _ initiation: HeldInitiation, now: Instant) -> ServerEvent {
         let index = freshIndex()
         let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
-        guard let (message, keys, _) = responder.respond(payload: accepted.encoded(limit: limit), ephemeral: .random()) else {
-            return drop(.handshakeFailed)
-        }
+        guard let (message, keys, _) = initiation.responder.respond(
+            payload: accepted.encoded(limit: initiation.limit), ephemeral: .random())
+        else { return drop(.handshakeFailed) }
         let slot = peer.index
-        peers[slot].lastTimestamp = timestamp
+        peers[slot].lastTimestamp = initiation.timestamp
         retire(peers[slot].next)
-        peers[slot].next = TransportSession(localIndex: index, remoteIndex: senderIndex, keys: keys, established: now)
+        peers[slot].next = TransportSession(
+            localIndex: index, remoteIndex: initiation.senderIndex, keys: keys, established: now)
         indices[index] = slot
         // The endpoint stays: it moves only on the first authenticated packet of the new
         // session, so a late or replayed initiation cannot drag it back to an old address.
-        return .handshake(peer: peer, response: Self.response(message, sender: index, receiver: senderIndex), to: source)
+        let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
+        return .handshake(peer: peer, response: response, to: initiation.source)
     }
 
-    private enum Refusal: Error {
-        /// Answer with a rejection: the client learns that retrying will not help.
-        case rejected(DropReason)
-        /// Say nothing.
-        case dropped(DropReason)
-    }
-
-    /// Finds the user and checks the factors that cost nothing: the pinned key, then the
-    /// timestamp. The password comes last, so a replay or a wrong key costs no Argon2id.
-    private func identify(_ payload: InitiationPayload, key: PublicKey) -> Result<PeerID, Refusal> {
+    /// Finds the user and checks the pinned key, which costs nothing.
+    private func identify(_ payload: InitiationPayload, key: PublicKey) -> Result<PeerID, DropReason> {
         let found: PeerID?
         if let username = payload.username {
             found = String(validating: username, as: UTF8.self).flatMap { users.peer(named: $0) }
         } else {
             found = users.peer(forKey: key)
         }
-        guard let peer = found else { return .failure(.rejected(.unknownUser)) }
-        if let pinned = users[peer].publicKey, pinned != key { return .failure(.rejected(.wrongKey)) }
-        if let last = peers[peer.index].lastTimestamp, payload.timestamp <= last {
-            return .failure(.dropped(.replayedHandshake))
-        }
+        guard let peer = found else { return .failure(.unknownUser) }
+        if let pinned = users[peer].publicKey, pinned != key { return .failure(.wrongKey) }
         return .success(peer)
     }
 
@@ -286,15 +323,13 @@ public struct ServerCore: Sendable {
         return out
     }
 
-    private mutating func reject(
-        _ reason: DropReason, responder: NoiseIK.Responder, senderIndex: UInt32, to source: SocketAddress
-    ) -> ServerEvent {
+    private mutating func reject(_ reason: DropReason, _ initiation: HeldInitiation) -> ServerEvent {
         drops.count(reason)
         let refusal = ResponsePayload(accepted: false, addresses: [])
-        guard let (message, _, _) = responder.respond(payload: refusal.encoded(), ephemeral: .random()) else {
+        guard let (message, _, _) = initiation.responder.respond(payload: refusal.encoded(), ephemeral: .random()) else {
             return .dropped(reason)
         }
-        return .rejected(reason, response: Self.response(message, sender: 0, receiver: senderIndex), to: source)
+        return .rejected(reason, response: Self.response(message, sender: 0, receiver: initiation.senderIndex), to: initiation.source)
     }
 
     private static func response(_ noise: [UInt8], sender: UInt32, receiver: UInt32) -> [UInt8] {
@@ -344,6 +379,7 @@ public struct ServerCore: Sendable {
         }
         handshakesBySource.prune(now: now)
         passwordChecksBySource.prune(now: now)
+        passwordChecksByAccount.prune(now: now)
         hintsBySource.prune(now: now)
     }
 
@@ -369,21 +405,33 @@ public struct ServerCore: Sendable {
     }
 }
 
-/// A handshake held while its password is checked. It carries the password, so keep it only
-/// as long as the check runs.
-public struct PasswordCheck: Equatable, Sendable {
-    /// The user who claims to be logging in.
-    public let peer: PeerID
+/// What a handshake needs from its initiation to be answered later.
+struct HeldInitiation: Sendable {
     let source: SocketAddress
     let senderIndex: UInt32
     let responder: NoiseIK.Responder
     let timestamp: TAI64N
+    /// The initiation's length: the response may not be longer.
+    let limit: Int
+    /// The initiation's ephemeral public key: what makes it unique, and a replay recognisable.
+    let ephemeral: [UInt8]
+    /// Whose password budget the check spends: the username as sent, or the static key.
+    let account: [UInt8]
+}
+
+/// A handshake held while its password is checked. It carries the password, so keep it only
+/// as long as the check runs.
+public struct PasswordCheck: Equatable, Sendable {
+    /// The user who claims to be logging in; nil when the check is against the decoy (an unknown
+    /// user or a wrong key) and ends in a refusal whatever its result.
+    public let peer: PeerID?
+    /// Why the handshake is refused after a decoy check.
+    let refusal: DropReason?
+    let initiation: HeldInitiation
     let hash: PasswordHash
     /// The one buffer that holds the password: wiped for every holder once checked.
     let password: SecretBuffer
     let proof: [UInt8]
-    /// The initiation's length: the response may not be longer.
-    let limit: Int
 
     /// Runs Argon2id (tens of milliseconds and 64 MiB at the interactive cost): call it off the data path.
     /// The password is wiped once checked: a check runs once.
@@ -393,7 +441,7 @@ public struct PasswordCheck: Equatable, Sendable {
     }
 
     public static func == (a: PasswordCheck, b: PasswordCheck) -> Bool {
-        a.peer == b.peer && a.senderIndex == b.senderIndex && a.timestamp == b.timestamp && a.source == b.source
+        a.peer == b.peer && a.initiation.ephemeral == b.initiation.ephemeral
     }
 }
 

@@ -79,6 +79,33 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A hash that no password matches, at the cost most of `hashes` use (libsodium's interactive
+    /// cost when there are none). Checking a password against it costs what a real check costs.
+    static func decoy(costOf hashes: [PasswordHash]) -> PasswordHash {
+        // `$argon2id$v=19$m=65536,t=2,p=1$salt$hash`: the cost is everything up to the salt.
+        var counts: [String: Int] = [:]
+        for hash in hashes {
+            let fields = hash.encoded.split(separator: "$", omittingEmptySubsequences: false)
+            if fields.count == 6 { counts["$" + fields[1...3].joined(separator: "$") + "$", default: 0] += 1 }
+        }
+        let interactive = PasswordCost.interactive
+        let parameters = counts.max { ($0.value, $1.key) < ($1.value, $0.key) }?.key
+            ?? "$argon2id$v=19$m=\(interactive.memory / 1024),t=\(interactive.operations),p=1$"
+        return PasswordHash(unchecked: parameters + randomBase64(16) + "$" + randomBase64(32))
+    }
+
+    private init(unchecked encoded: String) { self.encoded = encoded }
+
+    /// `count` random bytes in unpadded base64, as Argon2id strings write salts and hashes.
+    private static func randomBase64(_ count: Int) -> String {
+        var bytes = [UInt8](repeating: 0, count: count)
+        randombytes_buf(&bytes, count)
+        let variant = Int32(sodium_base64_VARIANT_ORIGINAL_NO_PADDING)
+        var out = [CChar](repeating: 0, count: sodium_base64_encoded_len(count, variant))
+        _ = sodium_bin2base64(&out, out.count, bytes, count, variant)
+        return String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// Hashes are not secrets, but they invite offline guessing: logs show only the kind.
     public var description: String { "argon2id(redacted)" }
 }

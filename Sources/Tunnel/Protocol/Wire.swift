@@ -8,10 +8,10 @@ public import PathMonitor
 /// Multi-byte integers are little-endian except inside TAI64N labels and IP addresses.
 enum Wire {
     /// The protocol version this build speaks.
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
     /// The Noise prologue. It names the version, so a transcript of one version can never
     /// complete as another's: both sides hash it before the first message.
-    static let prologue = Array("roam protocol version 1".utf8)
+    static let prologue = Array("roam protocol version 2".utf8)
     static let headerLength = 4
     /// The largest datagram either side reads: the largest UDP payload.
     static let maxDatagram = 65_535
@@ -41,6 +41,9 @@ enum MessageType: UInt8 {
     case data = 3
     /// Server to client, unauthenticated: "I hold no session for the index you used".
     case sessionUnknown = 4
+    /// Server to client, under load or before a password check: a cookie that proves, once
+    /// used in mac2, that the client receives at its address.
+    case cookieReply = 5
 
     /// Datagram lengths this type may have.
     var lengths: ClosedRange<Int> {
@@ -49,6 +52,7 @@ enum MessageType: UInt8 {
         case .response: Response.minLength...Response.maxLength
         case .data: DataPacket.overhead...Wire.maxDatagram
         case .sessionUnknown: SessionUnknown.length...SessionUnknown.length
+        case .cookieReply: CookieReply.length...CookieReply.length
         }
     }
 }
@@ -60,21 +64,25 @@ enum MessageType: UInt8 {
 ///     8   ephemeral public key (32)
 ///     40  encrypted static public key (32 + 16 tag)
 ///     88  encrypted payload (n + 16 tag), n padded to a multiple of 64, at least 256
-///     -16 mac1 (16)
+///     -32 mac1 (16): over everything before it
+///     -16 mac2 (16): over everything before it, keyed with a cookie; zero without one
 enum Initiation {
     static let senderOffset = 4
     static let noiseOffset = 8
+    static let ephemeralOffset = 8
     static let macLength = 16
+    /// mac1 and mac2.
+    static let macsLength = 2 * macLength
     /// The payload before padding: timestamp, two lengths, username and password of 0...255 bytes.
     static let minPayload = TAI64N.length + 2
     static let maxPayload = paddedLength(minPayload + 255 + 255)
-    static let minLength = noiseOffset + NoiseIK.initiationOverhead + minPayload + macLength
-    static let maxLength = noiseOffset + NoiseIK.initiationOverhead + maxPayload + macLength
+    static let minLength = noiseOffset + NoiseIK.initiationOverhead + minPayload + macsLength
+    static let maxLength = noiseOffset + NoiseIK.initiationOverhead + maxPayload + macsLength
 
     /// Payloads are padded to 64-byte blocks so the length of a username and password barely shows,
     /// and to at least `minPaddedPayload`, so that the response may be as long as it can be.
     static func paddedLength(_ n: Int) -> Int { max(minPaddedPayload, (n + 63) / 64 * 64) }
-    /// An initiation this long (376 bytes) leaves room for the longest response (316 bytes): the
+    /// An initiation this long (392 bytes) leaves room for the longest response (316 bytes): the
     /// server never answers with more bytes than it got, so it cannot amplify a spoofed flood.
     static let minPaddedPayload = 256
 }
@@ -89,27 +97,33 @@ struct Mac1 {
 
     init(serverKey: PublicKey) { key = Primitives.hash(Array("mac1----".utf8), serverKey.bytes) }
 
-    /// Writes the MAC of everything before the last 16 bytes of `message` into those bytes.
-    func stamp(_ message: inout [UInt8]) {
-        let covered = message.count - Initiation.macLength
-        let mac = compute(message.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[..<covered]) }, key: key)
-        message.replaceSubrange(covered..., with: mac)
+    /// Writes mac1 of `initiation` into its place (mac2 stays as it is).
+    func stamp(_ initiation: inout [UInt8]) {
+        let covered = initiation.count - Initiation.macsLength
+        let mac = initiation.withUnsafeBytes { MAC.compute(key: key, over: UnsafeRawBufferPointer(rebasing: $0[..<covered])) }
+        initiation.replaceSubrange(covered..<(covered + Initiation.macLength), with: mac)
     }
 
-    /// True when the last 16 bytes of `message` are the MAC of the rest.
-    func verify(_ message: UnsafeRawBufferPointer) -> Bool {
-        let covered = message.count - Initiation.macLength
+    /// True when `initiation` carries the right mac1.
+    func verify(_ initiation: UnsafeRawBufferPointer) -> Bool {
+        let covered = initiation.count - Initiation.macsLength
         guard covered > 0 else { return false }
-        let mac = compute(UnsafeRawBufferPointer(rebasing: message[..<covered]), key: key)
-        return mac.withUnsafeBytes {
-            Primitives.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: message[covered...]))
-        }
+        return MAC.verify(key: key, over: UnsafeRawBufferPointer(rebasing: initiation[..<covered]),
+                          mac: UnsafeRawBufferPointer(rebasing: initiation[covered..<(covered + Initiation.macLength)]))
     }
+}
 
-    private func compute(_ covered: UnsafeRawBufferPointer, key: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
+/// HMAC-SHA256 truncated to 16 bytes, the size of mac1, mac2 and a cookie.
+enum MAC {
+    static func compute(key: [UInt8], over covered: UnsafeRawBufferPointer) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: Primitives.hashLength)
         key.withUnsafeBytes { key in out.withUnsafeMutableBufferPointer { Primitives.hmac(key: key, [covered], into: $0.baseAddress!) } }
         return Array(out.prefix(Initiation.macLength))
+    }
+
+    /// True when `mac` is the MAC of `covered`, compared in constant time.
+    static func verify(key: [UInt8], over covered: UnsafeRawBufferPointer, mac: UnsafeRawBufferPointer) -> Bool {
+        compute(key: key, over: covered).withUnsafeBytes { Primitives.constantTimeEqual($0, mac) }
     }
 }
 

@@ -129,6 +129,8 @@ public final class TunnelClient: Sendable {
                     return completion
                 case .rejected?:
                     throw .rejected
+                case .cookie(let resend)?:
+                    send(resend)
                 default:
                     continue
                 }
@@ -289,6 +291,8 @@ public final class TunnelClient: Sendable {
             log(answersHints ? "the server lost our session; handshaking" : "the server says it lost our session")
             notify(.sessionUnknown)
             if answersHints { initiate(force: false) }
+        case .cookie(let resend):
+            send(resend)
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
         case .dropped:

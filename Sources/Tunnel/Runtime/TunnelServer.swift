@@ -140,7 +140,7 @@ public final class TunnelServer: Sendable {
         case .checkPassword(let check):
             checks.withLock { $0.append(check) }
             checksReady.signal()
-        case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to):
+        case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
             send(datagram, to: to)
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }

@@ -1,0 +1,181 @@
+import PathMonitor
+import Testing
+@testable import Tunnel
+
+/// Cookies, the proof of address that keeps spoofed floods off Diffie-Hellman and Argon2id, and
+/// the uniform answers that keep usernames secret.
+@Suite struct ProtocolCookieTests {
+    /// The fixture's wall clock `seconds` later.
+    static func wall(_ seconds: UInt64) -> TAI64N { TAI64N(unixNanoseconds: 1_700_000_000_000_000_000 + seconds * 1_000_000_000) }
+
+    static func spoofed(_ i: Int) -> SocketAddress { SocketAddress(.v4(0x0A00_0000 | UInt32(i)), port: UInt16(1024 + i % 60_000)) }
+
+    /// Initiations with a valid mac1 from strangers (keys nobody's); an attacker needs only the
+    /// server's public key to make them.
+    static func strangerInitiations(_ count: Int, server: PublicKey, credentials: Credentials? = nil) throws -> [[UInt8]] {
+        try (0..<count).map { i in
+            var stranger = try ClientCore(privateKey: .generate(), serverKey: server, credentials: credentials)
+            return try stranger.initiate(now: Instant(nanoseconds: 1), wallClock: TAI64N(unixNanoseconds: 1_800_000_000_000_000_000 + UInt64(i)))
+        }
+    }
+
+    /// Wrong-password logins from spoofed sources get cookie replies, never an Argon2id, and the
+    /// real user, who can receive, logs in at once.
+    @Test func spoofedSourcesNeverBuyAnArgon2id() throws {
+        let hash = try PasswordHash.create(password: "correct horse battery", cost: .minimum)
+        let alice = User(name: "alice", addresses: [IPAddress("10.9.0.5")!], passwordHash: hash)
+        var f = try ProtocolFixture(users: [alice], credentials: Credentials(username: "alice", password: "correct horse battery"),
+                                    keyUser: false)
+        let guesses = try Self.strangerInitiations(
+            8, server: f.serverKey.publicKey, credentials: Credentials(username: "alice", password: "guess"))
+        var checks = 0
+        for i in 0..<200 {
+            f.now = f.now + .milliseconds(5)
+            var guess = guesses[i % guesses.count]
+            switch f.server.receive(&guess, from: Self.spoofed(i), now: f.now) {
+            case .checkPassword: checks += 1
+            case .cookie(let reply, let to):
+                #expect(to == Self.spoofed(i))
+                #expect(reply.count < guess.count, "a cookie reply never amplifies")
+            default: break
+            }
+        }
+        #expect(checks == 0)
+        #expect(f.server.drops[.cookieRequired] == 200)
+        let peer = try f.connect()
+        #expect(f.server.users[peer].label == "alice")
+    }
+
+    /// A flood of spoofed initiations well past the server's handshake budget: every real
+    /// handshake still succeeds, with one extra round trip for the cookie while under load.
+    @Test func underAFloodEveryRealHandshakeSucceeds() throws {
+        var f = try ProtocolFixture()
+        let flood = try Self.strangerInitiations(8, server: f.serverKey.publicKey)
+        var attempts = 0
+        var succeeded = 0
+        var cookies = 0
+        var sent = 0
+        // 1,400 spoofed initiations a second for 3 seconds; a real handshake every 250 ms (a
+        // client makes one every two minutes, and retries after five seconds).
+        for step in 0..<4200 {
+            f.now = f.now + .nanoseconds(714_286)
+            var initiation = flood[step % flood.count]
+            _ = f.server.receive(&initiation, from: Self.spoofed(step), now: f.now)
+            sent += 1
+            guard step % 350 == 0 else { continue }
+            attempts += 1
+            var real = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+            var event = f.server.receive(&real, from: ProtocolFixture.clientAddress, now: f.now)
+            if case .cookie(var reply, _) = event, case .cookie(var resend) = f.client.receive(&reply, now: f.now) {
+                cookies += 1
+                event = f.server.receive(&resend, from: ProtocolFixture.clientAddress, now: f.now)
+            }
+            guard case .handshake(let peer, var response, _) = event else { continue }
+            guard case .established(let done) = f.client.receive(&response, now: f.now) else { continue }
+            var confirmation = done.confirmation
+            if f.server.receive(&confirmation, from: ProtocolFixture.clientAddress, now: f.now) == .keepalive(from: peer) { succeeded += 1 }
+        }
+        #expect(sent == 4200)
+        #expect(attempts == 12 && succeeded == attempts, "every real handshake succeeds: \(succeeded)/\(attempts)")
+        #expect(cookies > 0, "the server was under load and asked for cookies")
+        // Most of the flood costs a cookie reply, not Diffie-Hellman: only while the server is
+        // not under load does it spend tokens, and then never below half the bucket.
+        #expect(f.server.drops[.cookieRequired] > 2000)
+        #expect(f.server.drops[.unknownUser] < 2000, "flood initiations that reached Diffie-Hellman: \(f.server.drops[.unknownUser])")
+    }
+
+    /// What a prober without secrets sees for a username does not depend on whether the user
+    /// exists, has a password, pins a key, or logged in since the server started: with a
+    /// password, a cookie, then an Argon2id, then a refusal; without one, a refusal at once.
+    @Test func aProberLearnsNothingAboutUsernames() throws {
+        let hash = try PasswordHash.create(password: "correct horse battery", cost: .minimum)
+        let pinned = try PrivateKey.generate()
+        let users = [
+            User(name: "alice", addresses: [IPAddress("10.9.0.5")!], passwordHash: hash),
+            User(name: "bob", publicKey: pinned.publicKey, addresses: [IPAddress("10.9.0.6")!]),
+            User(name: "carol", publicKey: try PrivateKey.generate().publicKey, addresses: [IPAddress("10.9.0.7")!], passwordHash: hash),
+        ]
+        var f = try ProtocolFixture(users: users, credentials: Credentials(username: "alice", password: "correct horse battery"),
+                                    keyUser: false)
+        try f.connect(wall: Self.wall(1000))  // alice logged in: her last timestamp is set
+
+        func probe(_ name: String, password: String?, wall: TAI64N) throws -> [String] {
+            var prober = try ClientCore(
+                privateKey: .generate(), serverKey: f.serverKey.publicKey,
+                credentials: password.flatMap { Credentials(username: name, password: $0) })
+            f.now = f.now + .seconds(5)  // past every per-source and per-account budget
+            var initiation = try prober.initiate(now: f.now, wallClock: wall)
+            var shape: [String] = []
+            var event = f.server.receive(&initiation, from: ProtocolFixture.attackerAddress, now: f.now)
+            for _ in 0..<3 {
+                switch event {
+                case .cookie(var reply, _):
+                    shape.append("cookie")
+                    guard case .cookie(var resend) = prober.receive(&reply, now: f.now) else { return shape + ["no resend"] }
+                    event = f.server.receive(&resend, from: ProtocolFixture.attackerAddress, now: f.now)
+                case .checkPassword(let check):
+                    shape.append("argon2id")
+                    #expect(check.hash.encoded.hasPrefix("$argon2id$v=19$m=8,t=1,p=1$"), "the same cost as the users' hashes")
+                    event = f.server.finish(check, verified: check.verify(), now: f.now)
+                case .rejected(_, var response, _):
+                    #expect(prober.receive(&response, now: f.now) == .rejected)
+                    return shape + ["rejected"]
+                default:
+                    return shape + ["\(event)"]
+                }
+            }
+            return shape
+        }
+        let old = ProtocolFixture.wall  // older than alice's login
+        let fresh = Self.wall(5000)
+        for wall in [old, fresh] {
+            for name in ["alice", "bob", "carol", "zed"] {
+                #expect(try probe(name, password: "guess", wall: wall) == ["cookie", "argon2id", "rejected"], "\(name) with a password")
+                #expect(try probe(name, password: nil, wall: wall) == ["rejected"], "\(name) without one")
+            }
+        }
+    }
+
+    /// A cookie proves one address and port: another sender cannot use it, and a cookie reply
+    /// counts only from the server, for the initiation in flight.
+    @Test func aCookieProvesOneAddressOnly() throws {
+        var f = try ProtocolFixture(limits: ServerLimits(handshakes: .init(perSecond: 1, burst: 1)))
+        var first = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        #expect(f.send(&first) != .dropped(.rateLimited))  // a token, no cookie needed
+        var second = try f.client.initiate(now: f.now, wallClock: Self.wall(1))
+        guard case .cookie(let reply, _) = f.server.receive(&second, from: ProtocolFixture.clientAddress, now: f.now) else {
+            Issue.record("under load, an initiation without mac2 gets a cookie reply")
+            return
+        }
+        // From another address, or anyone else's: the reply is refused.
+        var foreign = reply
+        let fromElsewhere = foreign.withUnsafeMutableBytes {
+            f.client.receive($0, from: ProtocolFixture.attackerAddress, server: ProtocolFixture.clientAddress, now: f.now)
+        }
+        #expect(fromElsewhere == .dropped(.foreignSource))
+        var tampered = reply
+        tampered[40] ^= 1
+        #expect(f.client.receive(&tampered, now: f.now) == .dropped(.handshakeFailed))
+        var good = reply
+        guard case .cookie(var resend) = f.client.receive(&good, now: f.now) else {
+            Issue.record("the real reply is answered")
+            return
+        }
+        var stolen = resend
+        guard case .cookie = f.server.receive(&stolen, from: ProtocolFixture.attackerAddress, now: f.now) else {
+            Issue.record("mac2 made for one address proves nothing from another")
+            return
+        }
+        f.now = f.now + .seconds(1)
+        guard case .handshake(_, var response, _) = f.server.receive(&resend, from: ProtocolFixture.clientAddress, now: f.now) else {
+            Issue.record("with its cookie the client gets through: \(f.server.drops)")
+            return
+        }
+        guard case .established = f.client.receive(&response, now: f.now) else {
+            Issue.record("the handshake completes")
+            return
+        }
+        var replyAgain = reply
+        #expect(f.client.receive(&replyAgain, now: f.now) == .dropped(.unexpected), "no handshake in flight any more")
+    }
+}
