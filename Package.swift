@@ -55,6 +55,9 @@ let package = Package(
             name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "FloodBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
+            path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
+        .executableTarget(
             name: "MonitorBenchmark", dependencies: ["PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 

@@ -54,6 +54,7 @@ struct ServeCommand: ParsableCommand {
         SystemdNotifier().notify("READY=1")
         server.run()
         let traffic = server.traffic
-        log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)"])
+        log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
+                                "drops": server.drops.description])
     }
 }

@@ -1,7 +1,7 @@
 public import Foundation
 import Glibc
 public import PathMonitor
-import Tunnel
+public import Tunnel
 
 /// The VPN a roaming run drives: Roam's own `agent serve` / `agent up`, or Debian's
 /// wireguard-go (userspace WireGuard) configured the way wg-quick would, on the same topology.
@@ -159,6 +159,17 @@ public final class RoamingLab {
 
     public var clientPID: Int32? { client.map(\.processIdentifier) }
 
+    /// Adds `text` (YAML list items) to the server configuration's users; before `startServer()`.
+    public func addServerUsers(_ text: String) throws {
+        let path = directory + "/server.yaml"
+        try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    /// The server's public key, as clients pin it.
+    public var serverPublicKey: PublicKey? {
+        PrivateKey(base64: key("server.key")).map(\.publicKey)
+    }
+
     /// Runs `agent ARGUMENTS` in the laptop namespace to its end (ended by PID after `seconds`)
     /// and returns its exit status and everything it printed. `wrapper` runs the whole command
     /// (e.g. unshare); `inside` runs the agent within the namespace (e.g. setpriv).
@@ -256,8 +267,16 @@ public final class RoamingLab {
     public func attempts() -> Int? { status()["attempts"].flatMap { Int($0) } }
 
     /// CPU time the client has used, all threads (from the scheduler's nanosecond counters).
-    public func clientCPU() -> Duration {
-        guard let pid = clientPID else { return .zero }
+    public func clientCPU() -> Duration { clientPID.map(Self.cpu(of:)) ?? .zero }
+
+    /// CPU time the server has used, all threads.
+    public func serverCPU() -> Duration { serverPID.map(Self.cpu(of:)) ?? .zero }
+
+    /// The server's process (`ip netns exec` runs the agent in its own place).
+    public var serverPID: Int32? { serverProcess.map(\.processIdentifier) }
+
+    /// CPU time process `pid` has used, all threads.
+    public static func cpu(of pid: Int32) -> Duration {
         var total: Int64 = 0
         for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? [] {
             let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""

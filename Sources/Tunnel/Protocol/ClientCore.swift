@@ -197,7 +197,9 @@ public struct ClientCore: Sendable {
         case .success(.data): receiveData(datagram, now: now)
         case .success(.response): receiveResponse(UnsafeRawBufferPointer(datagram), now: now)
         case .success(.sessionUnknown): fromServer ? receiveHint(UnsafeRawBufferPointer(datagram)) : drop(.foreignSource)
-        case .success(.cookieReply): fromServer ? receiveCookie(UnsafeRawBufferPointer(datagram), now: now) : drop(.foreignSource)
+        // A cookie reply authenticates itself (it is bound to our initiation's mac1), and a server
+        // with several addresses may send it from another than the one we used.
+        case .success(.cookieReply): receiveCookie(UnsafeRawBufferPointer(datagram), now: now)
         case .success(.initiation): drop(.unexpected)
         }
     }

@@ -30,7 +30,7 @@ public struct ServerLimits: Equatable, Sendable {
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
         passwordChecksPerSource: Rate = Rate(perSecond: 1, burst: 2),
-        passwordChecksPerAccount: Rate = Rate(perSecond: 1, burst: 3),
+        passwordChecksPerAccount: Rate = Rate(perSecond: 2, burst: 4),
         hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
         hints: Rate = Rate(perSecond: 1000, burst: 1000),
         trackedSources: Int = 65_536

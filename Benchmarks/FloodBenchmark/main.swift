@@ -1,0 +1,312 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import PathMonitor
+import Synchronization
+import Tunnel
+
+// Handshake floods against a real `agent serve` while a real `agent up` (full tunnel) roams
+// between its uplinks and two other users keep handshaking. Prints, per flood, the real
+// handshakes that succeeded within a second, their times, the probes lost through the roaming
+// client's tunnel, and the server's CPU. Needs root; run through bench/flood.sh.
+//
+// Floods come from an attacker namespace behind the server's router:
+//   spoofed  raw IPv4 datagrams from random sources in 100.64.0.0/10 (replies go nowhere);
+//   direct   from the attacker's own address, answering every cookie reply as a client would.
+// Half the flood's initiations are from unknown keys, half log in as `carol` with a wrong password.
+//
+// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--logs]
+
+enum Kind: String { case none, spoofed, direct }
+
+struct Failure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+var rates = [1000, 10_000]
+var seconds = 10
+var kinds: [Kind] = [.none, .spoofed, .direct]
+var showLogs = false
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    if argument == "--logs" {
+        showLogs = true
+        continue
+    }
+    let value = arguments.popFirst() ?? ""
+    switch argument {
+    case "--rates": rates = value.split(separator: ",").compactMap { Int($0) }
+    case "--seconds": seconds = Int(value) ?? seconds
+    case "--kinds": kinds = value.split(separator: ",").compactMap { Kind(rawValue: String($0)) }
+    default:
+        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--logs]")
+        exit(2)
+    }
+}
+guard NamespaceLab.isRoot else {
+    say("FloodBenchmark: \(NamespaceLab.skipReason)")
+    exit(2)
+}
+
+let serverAddress = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+let carolPassword = "correct horse battery staple"
+
+/// A veth from `lab` into the server's namespace: `address` on this side, `gateway` on the server's.
+func attach(_ lab: NamespaceLab, to server: NamespaceLab, device: String, address: String, gateway: String) throws {
+    try lab.ip("link add \(device) type veth peer name \(device)-s netns \(server.name)")
+    try lab.ip("address add \(address)/24 dev \(device)")
+    try lab.ip("link set \(device) up")
+    try server.ip("address add \(gateway)/24 dev \(device)-s")
+    try server.ip("link set \(device)-s up")
+    try lab.ip("route add default via \(gateway)")
+}
+
+func sysctl(_ lab: NamespaceLab, _ setting: String) throws {
+    _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.name, "sysctl", "-qw", setting])
+}
+
+/// An IPv4/UDP datagram from `source` for the raw socket (the kernel fills in the IP checksum).
+func spoofedDatagram(_ payload: [UInt8], from source: UInt32, port: UInt16) -> [UInt8] {
+    var packet = [UInt8](repeating: 0, count: 28) + payload
+    let total = packet.count
+    packet[0] = 0x45
+    packet[2] = UInt8(total >> 8)
+    packet[3] = UInt8(total & 0xff)
+    packet[8] = 64
+    packet[9] = 17
+    packet.replaceSubrange(12..<16, with: IPAddress.v4(source).bytes)
+    packet.replaceSubrange(16..<20, with: serverAddress.ip.bytes)
+    packet[20] = UInt8(port >> 8)
+    packet[21] = UInt8(port & 0xff)
+    packet[22] = UInt8(serverAddress.port >> 8)
+    packet[23] = UInt8(serverAddress.port & 0xff)
+    packet[24] = UInt8((total - 20) >> 8)
+    packet[25] = UInt8((total - 20) & 0xff)
+    return packet  // UDP checksum 0: none, which IPv4 allows
+}
+
+/// Sends the flood at `rate` per second until `running` clears; returns how many went out.
+final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; the rest is set once
+    let kind: Kind
+    let rate: Int
+    private let lock = NSLock()
+    private var slots: [[UInt8]]
+    private var cores: [ClientCore]
+    private let running = Atomic<Bool>(true)
+    private let sent = Atomic<Int>(0)
+    private let cookies = Atomic<Int>(0)
+    private var threads: [OSThread] = []
+    private var rawSocket: Int32 = -1
+    private var socket: UDPSocket?
+
+    init(kind: Kind, rate: Int, in attacker: NamespaceLab, server: PublicKey) throws {
+        self.kind = kind
+        self.rate = rate
+        cores = try (0..<64).map { i in
+            let credentials = i % 2 == 0 ? nil : Credentials(username: "carol", password: "guess \(i)")
+            return try ClientCore(privateKey: .generate(), serverKey: server, credentials: credentials)
+        }
+        var made: [[UInt8]] = []
+        for i in cores.indices { made.append(try cores[i].initiate(now: .now(), wallClock: .now())) }
+        slots = made
+        switch kind {
+        case .none: return
+        case .spoofed:
+            rawSocket = try attacker.namespace.run { () throws(NetlinkError) -> Int32 in Glibc.socket(AF_INET, Int32(SOCK_RAW.rawValue), Int32(IPPROTO_RAW)) }
+            guard rawSocket >= 0 else { throw Failure("raw socket: \(String(cString: strerror(errno)))") }
+        case .direct:
+            socket = try UDPSocket(bindingTo: SocketAddress(IPAddress("203.0.113.2")!, port: 0), namespace: attacker.namespace)
+            threads.append(try OSThread { [self] in answerCookies() })
+        }
+        threads.append(try OSThread { [self] in send() })
+    }
+
+    var count: Int { sent.load(ordering: .relaxed) }
+    var cookiesAnswered: Int { cookies.load(ordering: .relaxed) }
+
+    func stop() {
+        running.store(false, ordering: .relaxed)
+        for thread in threads { thread.join() }
+        if rawSocket >= 0 { close(rawSocket) }
+    }
+
+    private func send() {
+        var target = sockaddr_in()
+        target.sin_family = sa_family_t(AF_INET)
+        target.sin_addr.s_addr = inet_addr("198.51.100.7")
+        let start = LabClock.now
+        var n = 0
+        var random = SystemRandomNumberGenerator()
+        while running.load(ordering: .relaxed) {
+            let due = Int(Double((LabClock.now - start).nanoseconds) / 1e9 * Double(rate))
+            while n < due, running.load(ordering: .relaxed) {
+                let initiation = lock.withLock { slots[n % slots.count] }
+                switch kind {
+                case .none: break
+                case .spoofed:
+                    let source = 0x6440_0000 | UInt32.random(in: 1..<0x3F_FFFF, using: &random)  // 100.64.0.0/10
+                    let packet = spoofedDatagram(initiation, from: source, port: UInt16.random(in: 1024...65535, using: &random))
+                    _ = packet.withUnsafeBytes { bytes in
+                        withUnsafePointer(to: &target) {
+                            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                                sendto(rawSocket, bytes.baseAddress, bytes.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                            }
+                        }
+                    }
+                case .direct:
+                    _ = try? socket?.send(initiation, to: serverAddress)
+                }
+                n += 1
+            }
+            sent.store(n, ordering: .relaxed)
+            usleep(500)
+        }
+    }
+
+    /// What a determined attacker with a real address does: takes every cookie and sends its
+    /// initiations again with it, so only the per-source and per-account budgets hold it.
+    private func answerCookies() {
+        while running.load(ordering: .relaxed) {
+            guard let socket, let received = try? socket.receive(timeout: .milliseconds(100)) else { continue }
+            var reply = received.bytes
+            lock.withLock {
+                guard reply.count >= 8 else { return }
+                let receiver = UInt32(reply[4]) | UInt32(reply[5]) << 8 | UInt32(reply[6]) << 16 | UInt32(reply[7]) << 24
+                guard let i = slots.firstIndex(where: { $0.count >= 8 && UInt32($0[4]) | UInt32($0[5]) << 8 | UInt32($0[6]) << 16 | UInt32($0[7]) << 24 == receiver })
+                else { return }
+                if case .cookie(let resend) = cores[i].receive(&reply, now: .now()) {
+                    slots[i] = resend
+                    cookies.add(1, ordering: .relaxed)
+                }
+            }
+        }
+    }
+}
+
+/// A user who keeps handshaking from the bystander namespace; every attempt gets one second.
+final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
+    let name: String
+    private let client: TunnelClient
+    private let lock = NSLock()
+    private var results: [Duration?] = []
+
+    init(name: String, key: PrivateKey, credentials: Credentials?, server: PublicKey, in lab: NamespaceLab, address: String) throws {
+        self.name = name
+        let core = try ClientCore(privateKey: key, serverKey: server, credentials: credentials)
+        let socket = try UDPSocket(bindingTo: SocketAddress(IPAddress(address)!, port: 0), namespace: lab.namespace)
+        client = try TunnelClient(core: core, socket: socket, server: serverAddress, answersHints: false, log: { _ in })
+    }
+
+    /// One handshake: its time, or nil when it failed or took more than a second.
+    @discardableResult
+    func attempt() -> Duration? {
+        let start = LabClock.now
+        let ok = (try? client.handshake(timeout: .seconds(1))) != nil
+        let took: Duration? = ok ? LabClock.now - start : nil
+        lock.withLock { results.append(took) }
+        return took
+    }
+
+    func reset() { lock.withLock { results.removeAll() } }
+    var outcomes: [Duration?] { lock.withLock { results } }
+}
+
+func ms(_ d: Duration) -> String { String(format: "%.1f", Double(d.nanoseconds) / 1e6) }
+
+func run(kind: Kind, rate: Int, seconds: Int, showLogs: Bool) throws -> String {
+    let lab = try RoamingLab(vpn: .roam, routing: .full)
+    let bystander = try NamespaceLab()
+    let attacker = try NamespaceLab()
+    try attach(bystander, to: lab.server, device: "by0", address: "10.30.0.2", gateway: "10.30.0.1")
+    try attach(attacker, to: lab.server, device: "atk0", address: "203.0.113.2", gateway: "203.0.113.1")
+    // Replies to the spoofed sources leave toward the attacker, who drops them; the server's
+    // router does not check sources, as most on the internet do not.
+    try lab.server.ip("route add 100.64.0.0/10 via 203.0.113.2")
+    try sysctl(lab.server, "net.ipv4.conf.all.rp_filter=0")
+    try sysctl(lab.server, "net.ipv4.conf.atk0-s.rp_filter=0")
+    try sysctl(lab.server, "net.ipv4.ip_forward=1")
+
+    let bobKey = try PrivateKey.generate()
+    let carolHash = try PasswordHash.create(password: carolPassword)
+    try lab.addServerUsers("""
+          - {name: bob, public-key: \(bobKey.publicKey.base64), addresses: [10.77.0.3]}
+          - {name: carol, password-hash: "\(carolHash.encoded)", addresses: [10.77.0.4]}
+        """)
+    try lab.startServer()
+    guard let serverKey = lab.serverPublicKey else { throw Failure("no server key") }
+    try lab.startClient()
+    let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                 to: SocketAddress(lab.serverInner, port: 5006), in: lab.server)
+    defer { probes.stop() }
+    guard lab.waitFor(seconds: 10, { probes.firstEcho(after: LabClock.now - .seconds(1)) != nil }) else {
+        throw Failure("no echo through the tunnel: \(lab.log("client.log"))")
+    }
+    let bob = try Handshaker(name: "bob", key: bobKey, credentials: nil, server: serverKey, in: bystander, address: "10.30.0.2")
+    let carol = try Handshaker(name: "carol", key: .generate(), credentials: Credentials(username: "carol", password: carolPassword),
+                               server: serverKey, in: bystander, address: "10.30.0.2")
+    // Both logged in before the flood, as a fleet's users are; later logins are remembered.
+    guard bob.attempt() != nil, carol.attempt() != nil else {
+        throw Failure("the handshakers cannot log in: \(lab.log("server.log"))")
+    }
+    bob.reset()
+    carol.reset()
+
+    let flood = try Flood(kind: kind, rate: rate, in: attacker, server: serverKey)
+    let cpuBefore = lab.serverCPU()
+    let start = LabClock.now
+    let end = start + .seconds(Int64(seconds))
+    var nextRoam = start + .seconds(2)
+    var onWifi = false
+    var step = 0
+    while LabClock.now < end {
+        // The laptop roams: eth0 goes down (the session moves to wifi0), then comes back.
+        if LabClock.now >= nextRoam {
+            try lab.laptop.ip("link set eth0 \(onWifi ? "up" : "down")")
+            if onWifi { try lab.laptop.ip("route replace default via 10.20.0.1 dev eth0 metric 100") }
+            onWifi.toggle()
+            nextRoam = nextRoam + .seconds(2)
+        }
+        (step % 2 == 0 ? bob : carol).attempt()
+        step += 1
+        usleep(200_000)
+    }
+    let elapsed = LabClock.now - start
+    let cpu = lab.serverCPU() - cpuBefore
+    flood.stop()
+    usleep(300_000)
+    let (lost, sent) = probes.lost(from: start, to: end)
+    let outcomes = bob.outcomes + carol.outcomes
+    let times = outcomes.compactMap { $0 }.sorted()
+    let p50 = times.isEmpty ? "-" : ms(times[times.count / 2])
+    let worst = times.last.map(ms) ?? "-"
+    if showLogs {
+        say(lab.log("server.log"))
+        say(lab.log("client.log"))
+    }
+    let perSecond = Double(flood.count) / (Double(elapsed.nanoseconds) / 1e9)
+    let cpuPercent = Double(cpu.nanoseconds) / Double(elapsed.nanoseconds) * 100
+    return [
+        kind.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0),
+        String(format: "%7d", rate), String(format: "%8.0f", perSecond),
+        "\(times.count)/\(outcomes.count)".padding(toLength: 11, withPad: " ", startingAt: 0),
+        p50.padding(toLength: 7, withPad: " ", startingAt: 0), worst.padding(toLength: 7, withPad: " ", startingAt: 0),
+        "\(lost)/\(sent)".padding(toLength: 10, withPad: " ", startingAt: 0),
+        String(format: "%5.1f", cpuPercent), "\(flood.cookiesAnswered)",
+    ].joined(separator: "  ")
+}
+
+say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   server_cpu_%  cookies_answered")
+for kind in kinds {
+    for rate in kind == .none ? [0] : rates {
+        do {
+            say(try run(kind: kind, rate: rate, seconds: seconds, showLogs: showLogs))
+        } catch {
+            say("\(kind.rawValue) \(rate): failed: \(error)")
+        }
+    }
+}
+
+func say(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
