@@ -248,7 +248,7 @@ extension ClientDaemon {
         private func reload() {
             let fresh: ClientSettings
             do {
-                let (reader, root) = try YAMLReader.load(configPath)
+                let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
                 fresh = try reader.client(root)
             } catch {
                 log("error", "configuration not reloaded; the running one stays", ["error": "\(error)"])

@@ -23,7 +23,7 @@ struct ServeCommand: ParsableCommand {
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         try Preflight.requireNetworkAdmin(for: "serve")
-        let (reader, root) = try YAMLReader.load(daemon.config)
+        let (reader, root) = try YAMLReader.load(daemon.config, as: .serverConfiguration)
         let settings = try reader.server(root)
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)

@@ -326,13 +326,14 @@ public final class RoamingLab {
             let clientKey = try PrivateKey.generate()
             try secret(serverKey.revealBase64(), "server.key")
             try secret(clientKey.revealBase64(), "client.key")
-            try """
+            // Owner-only, as `agent serve` demands of a file with users in it.
+            try secret("""
                 listen-port: \(port)
                 private-key-file: \(directory)/server.key
                 tunnel: {name: roam0, addresses: [10.77.0.1/24]}
                 users:
                   - {name: alice, public-key: \(clientKey.publicKey.base64), addresses: [10.77.0.2]}
-                """.write(toFile: directory + "/server.yaml", atomically: true, encoding: .utf8)
+                """, "server.yaml")
             try """
                 server: 198.51.100.7:\(port)
                 server-key: \(serverKey.publicKey.base64)
