@@ -98,7 +98,9 @@ public final class RoamingLab {
         case .roam:
             let process = try start(in: server, agent, ["serve", "--config", directory + "/server.yaml"], log: "server.log")
             serverProcess = process
-            guard waitFor(seconds: 10, { self.log("server.log").components(separatedBy: "msg=serving").count > self.servings }) else {
+            // One more "msg=serving" than before; a server that stopped (a refused configuration) fails at once.
+            let served = { self.log("server.log").components(separatedBy: "msg=serving").count - 1 > self.servings }
+            guard waitFor(seconds: 10, { served() || !process.isRunning }), served() else {
                 throw NamespaceLab.Failure(description: "agent serve did not come up: \(log("server.log"))")
             }
             servings += 1
