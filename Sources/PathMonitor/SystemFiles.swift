@@ -89,8 +89,10 @@ public enum SystemFiles {
 
 /// A file that could not be written: the step that failed, on which file, and the errno.
 public struct FileWriteError: Error, CustomStringConvertible, Sendable {
+    /// Creating the temporary file, writing it (mode, bytes, fsync), or renaming it into place.
     public enum Step: Sendable { case create, write, rename }
     public var step: Step
+    /// The temporary file.
     public var file: String
     public var code: Int32
     /// The file a rename was to replace.
