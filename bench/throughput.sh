@@ -175,6 +175,7 @@ measure raw 10.31.9.2
 echo "throughput: Roam to 10.77.0.1" >&2
 SERVER_KEY=$("$A" keygen --out "$WORK/server.key")
 CLIENT_KEY=$("$A" keygen --out "$WORK/client.key")
+install -m 600 /dev/null "$WORK/server.yaml"   # users and their password hashes: root only
 cat >"$WORK/server.yaml" <<EOF
 listen-port: 51820
 private-key-file: $WORK/server.key

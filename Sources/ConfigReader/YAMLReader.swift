@@ -29,6 +29,11 @@ public struct YAMLReader: Sendable {
         guard let bytes = SystemFiles.bytes(path) else {
             throw ConfigError(file: path, line: 0, message: "cannot read the file (does it exist, and may this user read it?)")
         }
+        return try parse(bytes, file: path)
+    }
+
+    /// Parses `bytes`, read from `file` by the caller (after its own checks of the file).
+    public static func parse(_ bytes: [UInt8], file path: String) throws(ConfigError) -> (YAMLReader, Node) {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ConfigError(file: path, line: 0, message: "not UTF-8 text")
         }

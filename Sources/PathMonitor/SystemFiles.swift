@@ -44,25 +44,77 @@ public enum SystemFiles {
         return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
 
-    /// Writes `text` to `path` through a temporary file and a rename, so a reader never sees
-    /// half a file. Returns the errno on failure.
-    public static func write(_ text: String, to path: String, mode: UInt32 = 0o644) -> Int32? {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode_t(mode))
-        guard fd >= 0 else { return errno }
-        if let failure = writeAll(text, to: fd) {
+    /// Writes `text` to `path` through a temporary file, fsync and a rename, so a reader never
+    /// sees half a file. The temporary is `temporaryFile(beside:)`; a symbolic link at `path`
+    /// itself is replaced, not followed. The file gets `mode`, whatever the umask.
+    public static func write(_ text: String, to path: String, mode: UInt32 = 0o644) throws(FileWriteError) {
+        let (temporary, fd) = try temporaryFile(beside: path)
+        var closed = false
+        do throws(FileWriteError) {
+            guard fchmod(fd, mode_t(mode)) == 0 else { throw FileWriteError(.write, temporary, errno) }
+            if let failure = writeAll(text, to: fd) { throw FileWriteError(.write, temporary, failure) }
+            guard fsync(fd) == 0 else { throw FileWriteError(.write, temporary, errno) }
             close(fd)
+            closed = true
+            guard rename(temporary, path) == 0 else { throw FileWriteError(.rename, temporary, errno, to: path) }
+        } catch {
+            if !closed { close(fd) }
             unlink(temporary)
-            return failure
+            throw error
         }
-        close(fd)
-        guard rename(temporary, path) == 0 else {
-            let failure = errno
-            unlink(temporary)
-            return failure
-        }
-        return nil
     }
+
+    /// A new, empty, owner-only file in `path`'s directory, open for writing, under a random
+    /// name: nobody can plant a symbolic link at it beforehand to have a privileged writer
+    /// follow it (O_EXCL and O_NOFOLLOW refuse whatever is there), and a rename from the same
+    /// directory cannot cross file systems.
+    static func temporaryFile(beside path: String) throws(FileWriteError) -> (path: String, fileDescriptor: Int32) {
+        // A handful of tries: a clash of 64 random bits means someone is guessing, not chance.
+        for _ in 0..<4 {
+            let temporary = temporaryName(beside: path)
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd >= 0 { return (temporary, fd) }
+            guard errno == EEXIST || errno == EINTR else { throw FileWriteError(.create, temporary, errno) }
+        }
+        throw FileWriteError(.create, temporaryName(beside: path), EEXIST)
+    }
+
+    /// A random name in `path`'s directory, for a file or link that replaces `path` by a rename.
+    public static func temporaryName(beside path: String) -> String {
+        let directory = path.contains("/") ? path.parentDirectory + "/" : ""
+        let random = String(UInt64.random(in: .min ... .max), radix: 16)
+        return directory + ".roam-" + String(repeating: "0", count: 16 - random.count) + random + ".tmp"
+    }
+}
+
+/// A file that could not be written: the step that failed, on which file, and the errno.
+public struct FileWriteError: Error, CustomStringConvertible, Sendable {
+    /// Creating the temporary file, writing it (mode, bytes, fsync), or renaming it into place.
+    public enum Step: Sendable { case create, write, rename }
+    public var step: Step
+    /// The temporary file.
+    public var file: String
+    public var code: Int32
+    /// The file a rename was to replace.
+    public var target: String?
+
+    public init(_ step: Step, _ file: String, _ code: Int32, to target: String? = nil) {
+        self.step = step
+        self.file = file
+        self.code = code
+        self.target = target
+    }
+
+    /// What failed, e.g. `rename /etc/.roam-0123456789abcdef.tmp to /etc/resolv.conf`.
+    public var operation: String {
+        switch step {
+        case .create: return "create \(file)"
+        case .write: return "write \(file)"
+        case .rename: return "rename \(file) to \(target ?? "its place")"
+        }
+    }
+
+    public var description: String { "cannot \(operation): \(String(cString: strerror(code)))" }
 }
 
 extension String {

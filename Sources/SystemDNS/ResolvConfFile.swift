@@ -51,8 +51,8 @@ public struct ResolvConfFile: Sendable {
         switch original {
         case .text(let saved): try replace(with: saved)
         case .link(let target):
-            let temporary = path + ".roam-new-\(getpid())"
-            unlink(temporary)
+            // symlink() never follows what is there: a name planted in advance only makes it fail.
+            let temporary = SystemFiles.temporaryName(beside: path)
             guard symlink(target, temporary) == 0 else { throw SystemError("symlink \(temporary)", errno) }
             if rename(temporary, path) != 0 {
                 let error = errno
@@ -138,36 +138,23 @@ public struct ResolvConfFile: Sendable {
     /// Swaps in a new file whole, so a reader never sees half of one; in place when `path` is
     /// mounted over (rename gives EBUSY), as in containers and `ip netns exec`.
     private func replace(with text: String) throws(SystemError) {
-        let temporary = path + ".roam-new-\(getpid())"
-        unlink(temporary)
-        try write(text, to: temporary, flags: O_CREAT | O_EXCL)
-        if rename(temporary, path) != 0 {
-            let error = errno
-            unlink(temporary)
-            guard error == EBUSY else { throw SystemError("rename \(temporary)", error) }
+        do throws(FileWriteError) {
+            // resolv.conf is read by every program: world-readable whatever the umask.
+            try SystemFiles.write(text, to: path, mode: 0o644)
+        } catch where error.step == .rename && error.code == EBUSY {
             try overwrite(with: text)
+        } catch {
+            throw SystemError(error.operation, error.code)
         }
     }
 
     private func overwrite(with text: String) throws(SystemError) {
-        try write(text, to: path, flags: O_TRUNC | O_NOFOLLOW)
-    }
-
-    private func write(_ text: String, to file: String, flags: Int32) throws(SystemError) {
-        let fd = open(file, O_WRONLY | O_CLOEXEC | flags, 0o644)
-        guard fd >= 0 else { throw SystemError("open \(file)", errno) }
+        let fd = open(path, O_WRONLY | O_CLOEXEC | O_TRUNC | O_NOFOLLOW)
+        guard fd >= 0 else { throw SystemError("open \(path)", errno) }
         defer { close(fd) }
-        // resolv.conf is read by every program: world-readable whatever the umask.
-        guard fchmod(fd, 0o644) == 0 else { throw SystemError("chmod \(file)", errno) }
-        let bytes = Array(text.utf8)
-        var done = 0
-        while done < bytes.count {
-            let n = bytes[done...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { throw SystemError("write \(file)", errno) }
-            done += n
-        }
-        guard fsync(fd) == 0 else { throw SystemError("fsync \(file)", errno) }
+        guard fchmod(fd, 0o644) == 0 else { throw SystemError("chmod \(path)", errno) }
+        if let failure = writeAll(text, to: fd) { throw SystemError("write \(path)", failure) }
+        guard fsync(fd) == 0 else { throw SystemError("fsync \(path)", errno) }
     }
 
     /// A file's text exactly as it is (`SystemFiles.text` trims).

@@ -248,7 +248,7 @@ extension ClientDaemon {
         private func reload() {
             let fresh: ClientSettings
             do {
-                let (reader, root) = try YAMLReader.load(configPath)
+                let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
                 fresh = try reader.client(root)
             } catch {
                 log("error", "configuration not reloaded; the running one stays", ["error": "\(error)"])
@@ -411,8 +411,12 @@ extension ClientDaemon {
         private func saveMemory() {
             let memory = machine.memory
             guard memory != savedMemory else { return }
-            if let error = SystemFiles.write(memory.text, to: memoryPath, mode: 0o600) {
-                if savedMemory != nil || error != ENOENT { log("warning", "cannot keep the reconnect state", ["file": memoryPath, "errno": "\(error)"]) }
+            do {
+                try SystemFiles.write(memory.text, to: memoryPath, mode: 0o600)
+            } catch {
+                if savedMemory != nil || error.code != ENOENT {
+                    log("warning", "cannot keep the reconnect state", ["file": memoryPath, "error": "\(error)"])
+                }
             }
             savedMemory = memory
         }

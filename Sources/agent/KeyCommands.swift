@@ -51,7 +51,11 @@ struct PasswdCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "passwd",
         abstract: "Read a password from standard input and print its Argon2id hash for the server's users.",
-        discussion: "On a terminal it asks twice without echo. The password is never taken from the command line.")
+        discussion: """
+            On a terminal it asks twice without echo. The password is never taken from the command line. It needs \
+            at least \(minimumLength) characters (shorter ones fall to online guessing even at the server's rate \
+            limits) and at most \(Credentials.maxLength) bytes of UTF-8.
+            """)
 
     func run() throws {
         let password: String
@@ -63,8 +67,23 @@ struct PasswdCommand: ParsableCommand {
             guard let line = readLine(strippingNewline: true) else { throw AgentError("no password on standard input") }
             password = line
         }
-        guard !password.isEmpty else { throw AgentError("the password is empty") }
+        if let problem = Self.problem(with: password) { throw AgentError(problem) }
         print(try PasswordHash.create(password: password).encoded)
+    }
+
+    /// Fewer characters than this fall to online guessing even at the server's rate limits.
+    static let minimumLength = 12
+
+    /// Why `password` cannot be a user's password; nil when it can.
+    static func problem(with password: String) -> String? {
+        if password.count < minimumLength {
+            return "the password has \(password.count) character\(password.count == 1 ? "" : "s"); it needs at least \(minimumLength): "
+                + "shorter ones fall to online guessing even at the server's rate limits"
+        }
+        if password.utf8.count > Credentials.maxLength {
+            return "the password has \(password.utf8.count) bytes of UTF-8; a handshake carries at most \(Credentials.maxLength)"
+        }
+        return nil
     }
 
     private func readHidden(prompt: String) throws -> String {

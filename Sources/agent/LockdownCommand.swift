@@ -24,7 +24,7 @@ struct LockdownCommand: ParsableCommand {
 
         func run() throws {
             try Preflight.requireNetworkAdmin(for: "lockdown on")
-            let (reader, root) = try YAMLReader.load(config)
+            let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
             let settings = try reader.client(root)
             guard settings.lockdown else { throw AgentError("\(config) says 'lockdown: off'") }
             do {

@@ -88,8 +88,10 @@ struct RecordCommand: ParsableCommand {
         if !kinds.isEmpty { text += "link-kinds: {\(kinds.joined(separator: ", "))}\n" }
         text += "network:\n  netlink:\n" + dump.map { "    - \($0)\n" }.joined()
         text += "timeline:\n" + (timeline.isEmpty ? "  []\n" : timeline.joined(separator: "\n") + "\n")
-        if let failure = SystemFiles.write(text, to: out) {
-            throw AgentError("cannot write \(out): \(String(cString: strerror(failure)))")
+        do {
+            try SystemFiles.write(text, to: out)
+        } catch {
+            throw AgentError("the recording is not saved to \(out): \(error)")
         }
         writeStandardError("agent: recorded \(dump.count) dump buffers and \(timeline.count) timeline entries (\(events) changes) to \(out)\n")
     }

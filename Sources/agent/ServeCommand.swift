@@ -13,7 +13,10 @@ struct ServeCommand: ParsableCommand {
             Every user has a stable inner address. For internet access through the server, an admin adds \
             forwarding and NAT, e.g.: sysctl -w net.ipv4.ip_forward=1; nft add table ip roam; nft add chain \
             ip roam post '{ type nat hook postrouting priority 100; }'; nft add rule ip roam post ip saddr \
-            10.77.0.0/16 oifname "eth0" masquerade
+            10.77.0.0/16 oifname "eth0" masquerade. Traffic between clients goes through the kernel too: it \
+            needs forwarding on, and a forward-chain rule such as iifname "roam0" oifname "roam0" drop forbids it. \
+            The configuration must be 0600, owned by root or the user running the agent (it holds the users' \
+            password hashes).
             """)
 
     @OptionGroup var daemon: DaemonOptions
@@ -23,7 +26,7 @@ struct ServeCommand: ParsableCommand {
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         try Preflight.requireNetworkAdmin(for: "serve")
-        let (reader, root) = try YAMLReader.load(daemon.config)
+        let (reader, root) = try YAMLReader.load(daemon.config, as: .serverConfiguration)
         let settings = try reader.server(root)
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)

@@ -210,18 +210,9 @@ extension YAMLReader {
     }
 }
 
-/// A secret file (private key, password) must be readable by its owner alone: refuse anything else.
+/// A key or password file's text, without the line end; see `TrustedFile.Kind.secret`.
 func readSecretFile(_ path: String) throws(ConfigError) -> String {
-    var info = stat()
-    guard stat(path, &info) == 0 else {
-        throw ConfigError(file: path, line: 0, message: "cannot read: \(String(cString: strerror(errno)))")
-    }
-    guard info.st_mode & 0o077 == 0 else {
-        let mode = String(info.st_mode & 0o777, radix: 8)
-        throw ConfigError(file: path, line: 0, message: "mode is \(mode); a secret file must be 0600 (run: chmod 600 \(path))")
-    }
-    guard let bytes = SystemFiles.bytes(path) else {
-        throw ConfigError(file: path, line: 0, message: "cannot read the file")
-    }
+    var bytes = try TrustedFile.read(path, as: .secret)
+    defer { Sodium.wipe(&bytes) }
     return String(decoding: bytes, as: UTF8.self).trimmed
 }

@@ -37,7 +37,7 @@ struct UpCommand: ParsableCommand {
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         try Preflight.requireNetworkAdmin(for: "up")
-        let (reader, root) = try YAMLReader.load(daemon.config)
+        let (reader, root) = try YAMLReader.load(daemon.config, as: .clientConfiguration)
         let settings = try reader.client(root)
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)

@@ -58,7 +58,7 @@ struct BadInputTests {
         let hash = try PasswordHash.create(password: "right", cost: .minimum).encoded
         let server = lab.directory + "/server.yaml"
         try (try String(contentsOfFile: server, encoding: .utf8) + "\n  - {name: bob, password-hash: \"\(hash)\", addresses: [10.77.0.3]}\n")
-            .write(toFile: server, atomically: true, encoding: .utf8)
+            .write(toFile: server, atomically: false, encoding: .utf8)  // in place: it stays 0600
         try lab.startServer()
         let password = lab.directory + "/password"
         _ = FileManager.default.createFile(atPath: password, contents: Data("wrong\n".utf8), attributes: [.posixPermissions: 0o600])

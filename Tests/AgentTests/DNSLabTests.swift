@@ -69,8 +69,9 @@ struct DNSLabTests {
         #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8) == RoamingLab.laptopResolvConf)
     }
 
+    /// Adds `text` to the file in place, keeping its mode (the server's must stay 0600).
     static func append(_ text: String, to path: String) throws {
-        try (try String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: true, encoding: .utf8)
+        try (try String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: false, encoding: .utf8)
     }
 
     /// What the C library on the laptop makes of `name` (getaddrinfo, as every application asks).

@@ -98,7 +98,9 @@ public final class RoamingLab {
         case .roam:
             let process = try start(in: server, agent, ["serve", "--config", directory + "/server.yaml"], log: "server.log")
             serverProcess = process
-            guard waitFor(seconds: 10, { self.log("server.log").components(separatedBy: "msg=serving").count > self.servings }) else {
+            // One more "msg=serving" than before; a server that stopped (a refused configuration) fails at once.
+            let served = { self.log("server.log").components(separatedBy: "msg=serving").count - 1 > self.servings }
+            guard waitFor(seconds: 10, { served() || !process.isRunning }), served() else {
                 throw NamespaceLab.Failure(description: "agent serve did not come up: \(log("server.log"))")
             }
             servings += 1
@@ -345,13 +347,14 @@ public final class RoamingLab {
             let clientKey = try PrivateKey.generate()
             try secret(serverKey.revealBase64(), "server.key")
             try secret(clientKey.revealBase64(), "client.key")
-            try """
+            // Owner-only, as `agent serve` demands of a file with users in it.
+            try secret("""
                 listen-port: \(port)
                 private-key-file: \(directory)/server.key
                 tunnel: {name: roam0, addresses: [10.77.0.1/24]}
                 users:
                   - {name: alice, public-key: \(clientKey.publicKey.base64), addresses: [10.77.0.2]}
-                """.write(toFile: directory + "/server.yaml", atomically: true, encoding: .utf8)
+                """, "server.yaml")
             try """
                 server: 198.51.100.7:\(port)
                 server-key: \(serverKey.publicKey.base64)

@@ -111,6 +111,21 @@ import Tunnel
         #expect(read() == (original.isEmpty || original.hasSuffix("\n") ? original : original + "\n"))
     }
 
+    /// The agent writes /etc as root: a link planted where it used to put its temporary file
+    /// (the target plus the process ID) must not lead it to write elsewhere.
+    @Test func aLinkPlantedAtATemporaryNameIsNotFollowed() throws {
+        defer { cleanUp() }
+        let victim = directory + "/victim"
+        try "precious\n".write(toFile: victim, atomically: false, encoding: .utf8)
+        try Self.dhcp.write(toFile: path, atomically: false, encoding: .utf8)
+        symlink(victim, path + ".roam-new-\(getpid())")
+        let file = ResolvConfFile(path: path)
+        #expect(try file.apply(tunnel, tunnel: "roam0"))
+        #expect(try file.restore())
+        #expect(read(victim) == "precious\n")
+        #expect(read() == Self.dhcp)
+    }
+
     @Test func aFileThatCannotBeWrittenIsAnError() throws {
         defer { cleanUp() }
         let file = ResolvConfFile(path: directory + "/missing/resolv.conf")

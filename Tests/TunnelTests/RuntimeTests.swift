@@ -60,12 +60,16 @@ private final class Running: @unchecked Sendable {
 struct RuntimeTests {
     let serverKey: PrivateKey
     let clientKey: PrivateKey
+    /// A second user, for traffic between clients.
+    let bobKey: PrivateKey
     let users: UserDatabase
 
     init() throws {
         serverKey = try PrivateKey.generate()
         clientKey = try PrivateKey.generate()
-        users = try UserDatabase([User(name: "alice", publicKey: clientKey.publicKey, addresses: [IPAddress("10.77.0.2")!])])
+        bobKey = try PrivateKey.generate()
+        users = try UserDatabase([User(name: "alice", publicKey: clientKey.publicKey, addresses: [IPAddress("10.77.0.2")!]),
+                                  User(name: "bob", publicKey: bobKey.publicKey, addresses: [IPAddress("10.77.0.3")!])])
     }
 
     private func startServer(in lab: TunnelLab) throws -> (TunnelServer, Running) {
@@ -76,12 +80,14 @@ struct RuntimeTests {
         return (server, Running { server.run() })
     }
 
-    /// A client of `endpoint` on `socket`, with its session up; alice's inner address checked.
-    func connect(_ socket: UDPSocket, to endpoint: SocketAddress) throws -> TunnelClient {
-        let client = try TunnelClient(core: try ClientCore(privateKey: clientKey, serverKey: serverKey.publicKey),
+    /// A client of `endpoint` on `socket`, with its session up; its inner address checked
+    /// (alice's unless `key` is another user's).
+    func connect(_ socket: UDPSocket, to endpoint: SocketAddress, as key: PrivateKey? = nil,
+                 address: IPAddress = IPAddress("10.77.0.2")!) throws -> TunnelClient {
+        let client = try TunnelClient(core: try ClientCore(privateKey: key ?? clientKey, serverKey: serverKey.publicKey),
                                       socket: socket, server: endpoint) { _ in }
         let completion = try client.handshake(timeout: .seconds(3))
-        #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+        #expect(completion.addresses == [address])
         return client
     }
 
@@ -268,6 +274,71 @@ extension RuntimeTests {
             usleep(600_000)
             #expect(server.traffic.keepalivesIn == stopped)
         }
+    }
+}
+
+extension RuntimeTests {
+    /// A packet from one client to another goes into the server's TUN like any other, so the
+    /// server host's kernel decides: nothing with forwarding off, delivered with it on, and
+    /// stopped again by a drop rule in the host's nftables forward chain.
+    @Test func clientToClientTrafficIsForTheHostToAllowOrForbid() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        // Bob's desktop: a third namespace, wired to the server like the laptop's eth0.
+        let desktop = try TunnelLab()
+        try desktop.ip("link add eth0 type veth peer name eth-d netns \(serverLab.name)")
+        try desktop.ip("address add 10.30.0.57/24 dev eth0")
+        try desktop.ip("link set eth0 up")
+        try serverLab.ip("address add 10.30.0.1/24 dev eth-d")
+        try serverLab.ip("link set eth-d up")
+        let (server, serverThread) = try startServer(in: serverLab)
+        let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        let alice = try connect(try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                              namespace: laptop.namespace), to: endpoint)
+        let bob = try connect(try UDPSocket(bindingTo: SocketAddress(IPAddress("10.30.0.57")!, port: 0), device: "eth0",
+                                            namespace: desktop.namespace), to: SocketAddress(IPAddress("10.30.0.1")!, port: 51820),
+                              as: bobKey, address: IPAddress("10.77.0.3")!)
+        let aliceTun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let bobTun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.3/24")!], namespace: desktop.namespace)
+        let aliceThread = Running { alice.run(with: aliceTun) }
+        let bobThread = Running { bob.run(with: bobTun) }
+        defer {
+            alice.stop()
+            bob.stop()
+            server.stop()
+            aliceThread.wait()
+            bobThread.wait()
+            serverThread.wait()
+        }
+        let inner = SocketAddress(IPAddress("10.77.0.3")!, port: 5005)
+        let sink = try UDPSocket(bindingTo: inner, namespace: desktop.namespace)
+        let source = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.2")!, port: 0), namespace: laptop.namespace)
+        /// Whether a datagram from alice reaches bob within a second, tagged so none from an
+        /// earlier step counts.
+        func reachesBob(_ tag: UInt8) throws -> Bool {
+            var buffer = [UInt8](repeating: 0, count: 64)
+            for _ in 0..<25 {
+                _ = try [UInt8](repeating: tag, count: 16).withUnsafeBytes { try source.send($0, to: inner) }
+                for _ in 0..<8 {
+                    guard let n = try buffer.withUnsafeMutableBytes({ try sink.receive(into: $0, timeout: .milliseconds(40)) })?.length
+                    else { break }
+                    if n == 16 && buffer[0] == tag { return true }
+                }
+            }
+            return false
+        }
+        func inServer(_ command: String) throws {
+            let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", serverLab.name, "/bin/sh", "-c", command])
+            try #require(status == 0, "\(command): \(output)")
+        }
+
+        try inServer("echo 0 > /proc/sys/net/ipv4/ip_forward")
+        #expect(try !reachesBob(1), "with forwarding off the server's kernel drops it")
+        #expect(server.traffic.packetsIn > 0, "alice's datagrams did reach the server")
+        try inServer("echo 1 > /proc/sys/net/ipv4/ip_forward")
+        #expect(try reachesBob(2), "with forwarding on the kernel routes it back out of the TUN to bob")
+        try inServer("nft add table inet roamtest && nft add chain inet roamtest forward '{ type filter hook forward priority 0; }' "
+            + "&& nft add rule inet roamtest forward iifname roam0 oifname roam0 drop")
+        #expect(try !reachesBob(3), "the host's firewall forbids it")
     }
 }
 

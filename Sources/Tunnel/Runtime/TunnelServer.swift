@@ -4,8 +4,10 @@ import Synchronization
 /// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
 /// core between them.
 ///
-/// Two threads: datagrams in (decrypt, deliver to the TUN or on to another client) and TUN
-/// packets out (route by inner destination, encrypt, send to the client's current endpoint).
+/// Two threads: datagrams in (decrypt, deliver to the TUN) and TUN packets out (route by inner
+/// destination, encrypt, send to the client's current endpoint). A packet from one client to
+/// another goes through the TUN and the host's kernel like any other, so the host's forwarding
+/// setting and firewall decide whether clients reach each other (see the README's server section).
 /// Argon2id password checks run on threads of their own, never on the data path.
 public final class TunnelServer: Sendable {
     public let device: TunDevice
@@ -69,8 +71,7 @@ public final class TunnelServer: Sendable {
             guard let check = checks.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
             let verified = check.verify()
             let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
-            var nothing = [UInt8]()
-            nothing.withUnsafeMutableBytes { handle(event, in: $0, now: Instant.now()) }
+            [UInt8]().withUnsafeBytes { handle(event, in: $0) }
         }
     }
 
@@ -108,29 +109,24 @@ public final class TunnelServer: Sendable {
                     buffer.withUnsafeMutableBytes { raw in
                         let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
                         let event = core.withLock { $0.receive(datagram, from: source, now: now) }
-                        handle(event, in: raw, now: now)
+                        handle(event, in: UnsafeRawBufferPointer(raw))
                     }
                 }
             }
         }
     }
 
-    private func handle(_ event: ServerEvent, in raw: UnsafeMutableRawBufferPointer, now: Instant) {
+    /// `raw` is the buffer the event's ranges point into.
+    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer) {
         switch event {
-        case .packet(let peer, let range):
+        case .packet(_, let range):
             counters.withLock {
                 $0.packetsIn += 1
                 $0.bytesIn += range.count
             }
-            let packet = UnsafeRawBufferPointer(rebasing: raw[range])
-            if let destination = InnerPacket.destination(of: packet),
-               let target = core.withLock({ $0.peer(forInnerDestination: destination) }), target != peer
-            {
-                // Client to client: seal again in place; the header and tag room are still there.
-                forward(raw, range, to: target, now: now)
-            } else {
-                do { try device.write(packet) } catch { log("write to \(device.name) failed: \(error)") }
-            }
+            // Also when it is for another client: the kernel routes it back out of the TUN only
+            // if forwarding is on and the host's firewall lets it through.
+            do { try device.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(device.name) failed: \(error)") }
         case .handshake(let peer, let response, let to):
             send(response, to: to)
             log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
@@ -148,21 +144,6 @@ public final class TunnelServer: Sendable {
             log("session closed by \(core.withLock { $0.users[peer].label })")
         case .dropped:
             break
-        }
-    }
-
-    private func forward(_ raw: UnsafeMutableRawBufferPointer, _ range: Range<Int>, to peer: PeerID, now: Instant) {
-        let start = range.lowerBound - DataPacket.headroom
-        let end = range.upperBound + DataPacket.tailroom
-        guard start >= 0, end <= raw.count else { return }
-        let frame = UnsafeMutableRawBufferPointer(rebasing: raw[start..<end])
-        do {
-            let sealed = try core.withLock { (core) throws(SealFailure) in
-                try core.seal(frame, innerLength: range.count, to: peer, now: now)
-            }
-            send(UnsafeRawBufferPointer(rebasing: frame[0..<sealed.length]), to: sealed.destination)
-        } catch {
-            counters.withLock { $0.noSession += 1 }
         }
     }
 
