@@ -43,8 +43,10 @@ struct UpCommand: ParsableCommand {
         let key = try loadPrivateKey(settings.privateKeyFile)
         var credentials: Credentials?
         if let username = settings.username, let file = settings.passwordFile {
-            guard let c = Credentials(username: username, password: try readSecretFile(file)) else {
-                throw AgentError("the username or password is longer than \(Credentials.maxLength) bytes")
+            // Bytes straight into the secret arena: a Swift string of the password could not be wiped.
+            var bytes = try TrustedFile.read(file, as: .secret)
+            guard let c = Credentials(username: username, passwordFile: &bytes) else {
+                throw AgentError("the username or the password in \(file) is empty or longer than \(Credentials.maxLength) bytes")
             }
             credentials = c
         }

@@ -164,7 +164,7 @@ public final class RoamingLab {
     /// Adds `text` (YAML list items) to the server configuration's users; before `startServer()`.
     public func addServerUsers(_ text: String) throws {
         let path = directory + "/server.yaml"
-        try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: true, encoding: .utf8)
+        try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: false, encoding: .utf8)
     }
 
     /// The server's public key, as clients pin it.

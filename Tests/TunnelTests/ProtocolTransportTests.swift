@@ -424,3 +424,15 @@ import Testing
     #expect(ProcessHardening.forbidCoreDumps())
     #expect(!ProcessHardening.isDumpable)
 }
+
+/// A password read from its file goes straight into the secret arena; the bytes it came in are wiped.
+@Test func aPasswordFileIsMovedIntoTheArenaAndWiped() throws {
+    var bytes = Array("  correct horse battery\n".utf8)
+    let credentials = try #require(Credentials(username: "carol", passwordFile: &bytes))
+    #expect(bytes.allSatisfy { $0 == 0 }, "the bytes read from the file are wiped")
+    #expect(credentials.password.withBytes { Array($0) } == Array("correct horse battery".utf8), "the newline is not part of it")
+    var blank = Array(" \n".utf8)
+    #expect(Credentials(username: "carol", passwordFile: &blank) == nil)
+    var long = [UInt8](repeating: 0x61, count: Credentials.maxLength + 1)
+    #expect(Credentials(username: "carol", passwordFile: &long) == nil)
+}

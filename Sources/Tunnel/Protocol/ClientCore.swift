@@ -19,6 +19,21 @@ public struct Credentials: Sendable, CustomStringConvertible {
         self.password = secret
     }
 
+    /// From a password file's bytes, which are moved into the secret arena and wiped where they
+    /// were, so no `String` copy of the password is ever made. Whitespace at either end (the
+    /// file's last newline) is not part of the password. Nil when either is empty or too long.
+    public init?(username: String, passwordFile bytes: inout [UInt8]) {
+        defer { Primitives.wipe(&bytes) }
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        guard (1...Self.maxLength).contains(username.utf8.count),
+              let first = bytes.firstIndex(where: { !isSpace($0) }), let last = bytes.lastIndex(where: { !isSpace($0) }),
+              last - first < Self.maxLength,
+              let secret = bytes.withUnsafeBytes({ SecretBuffer(copying: UnsafeRawBufferPointer(rebasing: $0[first...last])) })
+        else { return nil }
+        self.username = username
+        password = secret
+    }
+
     public var description: String { "\(username):<redacted>" }
 }
 

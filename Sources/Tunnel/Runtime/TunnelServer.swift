@@ -20,6 +20,10 @@ public final class TunnelServer: Sendable {
     private let checks = Mutex<[PasswordCheck]>([])
     private let checksReady = Semaphore()
     private let log: @Sendable (String) -> Void
+    /// Refused handshakes: one line per cause per interval, never one per packet.
+    private let refusals = Mutex(LogThrottle<DropReason>(interval: .seconds(10)))
+    /// How often the drop counters are logged when they changed.
+    static let dropSummaryInterval: Duration = .seconds(60)
 
     public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], log: @escaping @Sendable (String) -> Void) {
         self.core = Mutex(core)
@@ -80,6 +84,7 @@ public final class TunnelServer: Sendable {
     private func inbound() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         var lastTick = Instant.now()
+        var lastSummary = (at: Instant.now(), drops: DropCounters())
         while running.load(ordering: .relaxed) {
             let ready: [Int32]
             do {
@@ -92,6 +97,13 @@ public final class TunnelServer: Sendable {
             if now - lastTick >= .seconds(1) {
                 core.withLock { $0.tick(now: now) }
                 lastTick = now
+            }
+            // What was dropped and why, once a minute when anything was: floods show in the log
+            // as counts, not as lines.
+            if now - lastSummary.at >= Self.dropSummaryInterval {
+                let drops = self.drops
+                if drops != lastSummary.drops { log("drops so far: \(drops)") }
+                lastSummary = (now, drops)
             }
             // Every ready socket gets its turn, so a flood on one family cannot starve the other.
             for socket in sockets where ready.contains(socket.fileDescriptor) {
@@ -132,7 +144,9 @@ public final class TunnelServer: Sendable {
             log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
         case .rejected(let reason, let response, let to):
             send(response, to: to)
-            log("handshake from \(to) rejected: \(reason)")
+            if let line = refusals.withLock({ $0.line(for: reason, now: Instant.now()) { "handshake from \(to) rejected: \(reason)" } }) {
+                log(line)
+            }
         case .checkPassword(let check):
             checks.withLock { $0.append(check) }
             checksReady.signal()
