@@ -193,3 +193,83 @@ import Testing
     #expect(lines.filter { $0.contains("unknown-user") }.count == 2)
     #expect(lines.last?.contains("more like it in the last 10s") == true, "\(lines)")
 }
+
+/// Findings of a review of the cookies, each a regression test.
+@Suite struct ProtocolCookieReviewTests {
+    /// Names are compared byte for byte, so canonically equal spellings are other (unknown)
+    /// accounts, not more budgets for one.
+    @Test func namesAreComparedByteForByte() throws {
+        let hash = try PasswordHash.create(password: "correct horse battery", cost: .minimum)
+        let db = try UserDatabase([User(name: "Kate", addresses: [IPAddress("10.9.0.5")!], passwordHash: hash)])
+        #expect(db.peer(named: "Kate") != nil)
+        #expect(db.peer(named: "\u{212A}ate") == nil, "a Kelvin sign is not a K")
+    }
+
+    /// Forged cookie replies (anyone who saw the initiation can make them) cannot use up the
+    /// client's answers: the real cookie is kept, and the next initiation carries it.
+    @Test func forgedCookieRepliesDoNotBlockALogin() throws {
+        var f = try ProtocolFixture(limits: ServerLimits(handshakes: .init(perSecond: 1, burst: 1)))
+        var first = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        _ = f.send(&first)  // spends the only token: the server is under load from now on
+        var initiation = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        let receiver = initiation.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) }
+        let mac1 = initiation.withUnsafeBytes { Cookie.mac1(of: $0) }
+        let key = Cookie.replyKey(serverKey: f.serverKey.publicKey)
+        for _ in 0..<10 {
+            var forged = CookieReply.seal(cookie: [UInt8](repeating: 7, count: 16), receiver: receiver, mac1: mac1, key: key)
+            _ = f.client.receive(&forged, now: f.now)
+        }
+        guard case .cookie(var real, _) = f.server.receive(&initiation, from: ProtocolFixture.clientAddress, now: f.now) else {
+            Issue.record("under load: a cookie reply")
+            return
+        }
+        #expect(f.client.receive(&real, now: f.now) == .dropped(.rateLimited), "no more resends at once")
+        f.now = f.now + .seconds(1)
+        var next = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        guard case .handshake = f.server.receive(&next, from: ProtocolFixture.clientAddress, now: f.now) else {
+            Issue.record("the next initiation carries the real cookie: \(f.server.drops)")
+            return
+        }
+    }
+
+    /// One host with a routed IPv6 prefix has thousands of /64s: its Argon2id budget is its /48's.
+    @Test func aRoutedIPv6PrefixGetsOneNetworksArgon2idBudget() throws {
+        let hash = try PasswordHash.create(password: "correct horse battery", cost: .minimum)
+        let alice = User(name: "alice", addresses: [IPAddress("10.9.0.5")!], passwordHash: hash)
+        var f = try ProtocolFixture(users: [alice], keyUser: false)
+        var checks = 0
+        for i in 0..<10 {
+            // Made-up names, so the per-account budget does not hold them: only the network's does.
+            var guesser = try ClientCore(privateKey: .generate(), serverKey: f.serverKey.publicKey,
+                                         credentials: Credentials(username: "user\(i)", password: "guess"))
+            var initiation = try guesser.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+            let source = SocketAddress(.v6(0x2001_0db8_0042_0000 | UInt64(i), 1), port: 4000)
+            if case .checkPassword = f.send(&initiation, from: source, by: &guesser) { checks += 1 }
+        }
+        #expect(checks == Int(ServerLimits().passwordChecksPerNetwork.burst))
+    }
+
+    /// A cookie is good for two to four minutes, however late the secret is rotated.
+    @Test func aCookieExpiresWithinTwoSecretLifetimes() throws {
+        let serverKey = try PrivateKey.generate()
+        var jar = CookieJar(serverKey: serverKey.publicKey)
+        var holder = CookieHolder(serverKey: serverKey.publicKey)
+        var client = try ClientCore(privateKey: .generate(), serverKey: serverKey.publicKey)
+        let t0 = Instant(nanoseconds: 1_000_000_000)
+        let source = ProtocolFixture.clientAddress
+        var initiation = try client.initiate(now: t0, wallClock: ProtocolFixture.wall)
+        let reply = initiation.withUnsafeBytes { jar.reply(to: $0, from: source, now: t0) }
+        #expect(reply.withUnsafeBytes { holder.accept($0, mac1: initiation.withUnsafeBytes { Cookie.mac1(of: $0) }, now: t0) })
+        holder.stamp(&initiation, now: t0)
+        func proven(_ at: Duration) -> Bool { initiation.withUnsafeBytes { jar.isProven($0, from: source, now: t0 + at) } }
+        #expect(proven(.seconds(100)))
+        #expect(proven(.seconds(230)), "rotated at 230 s: the old secret is the previous one, 230 s old")
+        #expect(!proven(.seconds(241)), "past two lifetimes of its secret")
+        #expect(!initiation.withUnsafeBytes { jar.isProven($0, from: ProtocolFixture.roamedAddress, now: t0) }, "another address")
+    }
+
+    @Test func aMalformedHashIsRefusedWhenTheUsersAreRead() {
+        #expect(PasswordHash(encoded: "$argon2id$v=19$m=65536,t=2,p=1$notbase64!$x") == nil)
+        #expect(PasswordHash(encoded: "$argon2id$") == nil)
+    }
+}

@@ -109,9 +109,12 @@ public struct ClientCore: Sendable {
         var resends = 0
     }
 
-    /// Cookie replies a handshake answers at most: the real server needs one, and a forger on
-    /// the path gets no more than a few resends.
-    static let maxCookieResends = 3
+    /// Cookie replies a handshake answers at once; after these, one more per `cookieResendSpacing`
+    /// since it was sent. A forger who saw the initiation can make replies too: they cannot use up
+    /// the client's answers for good (the real server's next reply still counts), nor make it
+    /// send faster than this.
+    static let cookieResendBurst = 3
+    static let cookieResendSpacing: Duration = .milliseconds(100)
 
     /// The inner sources the tunnel accepts packets from: the prefixes it routes (split mode),
     /// or any (nil, full mode). Like WireGuard's allowed IPs: the server, or whoever holds its
@@ -247,11 +250,12 @@ public struct ClientCore: Sendable {
     /// initiation can forge one, and then it costs us a resend, never the handshake.
     private mutating func receiveCookie(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
         let receiver = datagram.loadLittleEndian(UInt32.self, at: CookieReply.receiverOffset)
-        guard var pending, pending.localIndex == receiver, pending.resends < Self.maxCookieResends else {
-            return drop(.unexpected)
-        }
+        guard var pending, pending.localIndex == receiver else { return drop(.unexpected) }
         let mac1 = pending.datagram.withUnsafeBytes { Cookie.mac1(of: $0) }
         guard cookie.accept(datagram, mac1: mac1, now: now) else { return drop(.handshakeFailed) }
+        // The newest cookie is kept either way; the next initiation carries it.
+        let allowed = Self.cookieResendBurst + Int((now - pending.sentAt) / Self.cookieResendSpacing)
+        guard pending.resends < allowed else { return drop(.rateLimited) }
         cookie.stamp(&pending.datagram, now: now)
         pending.resends += 1
         self.pending = pending

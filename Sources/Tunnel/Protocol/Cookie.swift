@@ -79,17 +79,18 @@ enum CookieReply {
 }
 
 /// The server's cookies: a secret drawn at random every two minutes, and the cookie of a source
-/// computed from it on demand (no state per source).
+/// computed from it on demand (no state per source). The secrets live in the secret arena: with
+/// one, anyone could make mac2 for any address.
 struct CookieJar {
     private let replyKey: [UInt8]
     private var secret = CookieJar.freshSecret()
-    private var previous: [UInt8]?
     private var drawnAt: Instant?
+    private var previous: (secret: SecretBytes, drawnAt: Instant)?
 
     init(serverKey: PublicKey) { replyKey = Cookie.replyKey(serverKey: serverKey) }
 
     /// True when `initiation` (whose mac1 was checked) carries the mac2 of a cookie this server
-    /// gave `source` within the last two to four minutes.
+    /// gave `source` from a secret less than two lifetimes old: a cookie is good for two to four minutes.
     mutating func isProven(_ initiation: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> Bool {
         rotate(now: now)
         let mac2Start = initiation.count - Initiation.macLength
@@ -97,10 +98,9 @@ struct CookieJar {
         // A client without a cookie sends zeros: no MAC to compute.
         guard mac2.contains(where: { $0 != 0 }) else { return false }
         let covered = UnsafeRawBufferPointer(rebasing: initiation[..<mac2Start])
-        for secret in [secret] + (previous.map { [$0] } ?? []) {
-            if MAC.verify(key: Self.cookie(for: source, secret: secret), over: covered, mac: mac2) { return true }
-        }
-        return false
+        if MAC.verify(key: Self.cookie(for: source, secret: secret), over: covered, mac: mac2) { return true }
+        guard let previous, now - previous.drawnAt < Cookie.secretLifetime * 2 else { return false }
+        return MAC.verify(key: Self.cookie(for: source, secret: previous.secret), over: covered, mac: mac2)
     }
 
     /// The cookie reply that answers `initiation` from `source`.
@@ -116,26 +116,22 @@ struct CookieJar {
             self.drawnAt = now
             return
         }
-        let age = now - drawnAt
-        guard age >= Cookie.secretLifetime else { return }
-        // A secret more than two lifetimes old is not kept as the previous one.
-        previous = age < Cookie.secretLifetime * 2 ? secret : nil
+        guard now - drawnAt >= Cookie.secretLifetime else { return }
+        previous = (secret, drawnAt)
         secret = Self.freshSecret()
         self.drawnAt = now
     }
 
     /// The cookie of `source`: MAC(secret, address || port).
-    private static func cookie(for source: SocketAddress, secret: [UInt8]) -> [UInt8] {
+    private static func cookie(for source: SocketAddress, secret: SecretBytes) -> [UInt8] {
         let port = withUnsafeBytes(of: source.port.bigEndian) { Array($0) }
         let identity = source.ip.bytes + port
-        return identity.withUnsafeBytes { MAC.compute(key: secret, over: $0) }
+        return secret.withBytes { key in
+            identity.withUnsafeBytes { MAC.compute(key: UnsafeRawBufferPointer(start: key, count: SecretBytes.count), over: $0) }
+        }
     }
 
-    private static func freshSecret() -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: Primitives.keyLength)
-        randombytes_buf(&bytes, bytes.count)
-        return bytes
-    }
+    private static func freshSecret() -> SecretBytes { SecretBytes { randombytes_buf($0, SecretBytes.count) } }
 }
 
 /// The client's side: the newest cookie the server gave, used in mac2 while it is fresh.

@@ -18,6 +18,9 @@ public struct ServerLimits: Equatable, Sendable {
     /// it exists: guesses at one account cannot use up everybody's logins either, and spreading
     /// them over many hosts does not guess faster.
     public var passwordChecksPerAccount: Rate
+    /// Argon2id checks one network may cause (an IPv4 /24, an IPv6 /48): a host with a routed
+    /// IPv6 prefix has thousands of /64s that really receive, and must not get a budget for each.
+    public var passwordChecksPerNetwork: Rate
     /// Session-unknown hints sent to one source.
     public var hintsPerSource: Rate
     /// Session-unknown hints sent in all.
@@ -31,6 +34,7 @@ public struct ServerLimits: Equatable, Sendable {
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
         passwordChecksPerSource: Rate = Rate(perSecond: 1, burst: 2),
         passwordChecksPerAccount: Rate = Rate(perSecond: 2, burst: 4),
+        passwordChecksPerNetwork: Rate = Rate(perSecond: 2, burst: 4),
         hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
         hints: Rate = Rate(perSecond: 1000, burst: 1000),
         trackedSources: Int = 65_536
@@ -40,6 +44,7 @@ public struct ServerLimits: Equatable, Sendable {
         self.passwordChecks = passwordChecks
         self.passwordChecksPerSource = passwordChecksPerSource
         self.passwordChecksPerAccount = passwordChecksPerAccount
+        self.passwordChecksPerNetwork = passwordChecksPerNetwork
         self.hintsPerSource = hintsPerSource
         self.hints = hints
         self.trackedSources = trackedSources
@@ -75,6 +80,9 @@ struct TokenBucket {
         return true
     }
 
+    /// True when `take` would succeed now.
+    func canTake(now: Instant) -> Bool { available(now: now) >= 1 }
+
     /// True when the bucket would be full now: forgetting it changes nothing.
     func isFull(now: Instant) -> Bool { available(now: now) >= rate.burst }
 
@@ -107,11 +115,18 @@ struct KeyedRateLimiter<Key: Hashable & Sendable>: Sendable {
     }
 
     mutating func allow(_ key: Key, now: Instant) -> Bool {
+        guard wouldAllow(key, now: now) else { return false }
+        return buckets[key, default: TokenBucket(rate)].take(now: now)
+    }
+
+    /// True when `allow` would take a token now; takes none. Checking every budget before
+    /// taking from any means a refusal by one does not use up the others.
+    mutating func wouldAllow(_ key: Key, now: Instant) -> Bool {
         if buckets[key] == nil, buckets.count >= capacity {
             prune(now: now)
             guard buckets.count < capacity else { return false }
         }
-        return buckets[key, default: TokenBucket(rate)].take(now: now)
+        return buckets[key].map { $0.available(now: now) >= 1 } ?? (rate.burst >= 1)
     }
 
     /// Forgets full buckets, at most once a second (a prune walks the whole table).
@@ -122,20 +137,31 @@ struct KeyedRateLimiter<Key: Hashable & Sendable>: Sendable {
     }
 }
 
-/// A token bucket per source address.
+/// A token bucket per source: a host (an IPv4 address, an IPv6 /64, since one host can use a
+/// whole /64) or a network (an IPv4 /24, an IPv6 /48).
 struct SourceRateLimiter: Sendable {
+    enum Scope: Sendable { case host, network }
+    private let scope: Scope
     private var table: KeyedRateLimiter<IPAddress>
 
-    init(_ rate: ServerLimits.Rate, capacity: Int) { table = KeyedRateLimiter(rate, capacity: capacity) }
+    init(_ rate: ServerLimits.Rate, capacity: Int, per scope: Scope = .host) {
+        table = KeyedRateLimiter(rate, capacity: capacity)
+        self.scope = scope
+    }
 
-    mutating func allow(_ address: IPAddress, now: Instant) -> Bool { table.allow(Self.key(address), now: now) }
+    mutating func allow(_ address: IPAddress, now: Instant) -> Bool { table.allow(key(address), now: now) }
+
+    mutating func wouldAllow(_ address: IPAddress, now: Instant) -> Bool { table.wouldAllow(key(address), now: now) }
 
     mutating func prune(now: Instant) { table.prune(now: now) }
 
-    /// IPv6 hosts get a /64 each, so limit the /64, not the address.
-    private static func key(_ address: IPAddress) -> IPAddress {
-        if case .v6(let high, _) = address { return .v6(high, 0) }
-        return address
+    private func key(_ address: IPAddress) -> IPAddress {
+        switch (address, scope) {
+        case (.v4, .host): address
+        case (.v4(let a), .network): .v4(a & 0xFFFF_FF00)
+        case (.v6(let high, _), .host): .v6(high, 0)
+        case (.v6(let high, _), .network): .v6(high & 0xFFFF_FFFF_FFFF_0000, 0)
+        }
     }
 }
 

@@ -76,6 +76,7 @@ public struct ServerCore: Sendable {
     private var passwordChecks: TokenBucket
     private var passwordChecksBySource: SourceRateLimiter
     private var passwordChecksByAccount: KeyedRateLimiter<[UInt8]>
+    private var passwordChecksByNetwork: SourceRateLimiter
     /// Password checks handed out and not finished yet, by the initiation's ephemeral key: a
     /// replayed initiation must not buy a second Argon2id while the first runs.
     private var checksInFlight: Set<[UInt8]> = []
@@ -105,6 +106,7 @@ public struct ServerCore: Sendable {
         passwordChecks = TokenBucket(limits.passwordChecks)
         passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
         passwordChecksByAccount = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
+        passwordChecksByNetwork = SourceRateLimiter(limits.passwordChecksPerNetwork, capacity: limits.trackedSources, per: .network)
         hintsBySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
         hints = TokenBucket(limits.hints)
     }
@@ -180,11 +182,21 @@ public struct ServerCore: Sendable {
         // Cheapest checks first: a MAC, the proof of address when under load, the buckets, and
         // only then Diffie-Hellman.
         guard mac1.verify(datagram) else { return drop(.badMAC) }
-        let addressProven = cookies.isProven(datagram, from: source, now: now)
-        if !addressProven, isUnderLoad(now: now) { return cookieReply(to: datagram, from: source, now: now) }
-        guard handshakesBySource.allow(source.ip, now: now), handshakes.take(now: now) else {
+        // An initiation whose password check runs or failed, sent again: its ephemeral key, in
+        // clear at the front, says so before any Diffie-Hellman.
+        let ephemeral = Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)])
+        guard !checksInFlight.contains(ephemeral), !failedChecks.contains(ephemeral) else { return drop(.replayedHandshake) }
+        // mac2 costs a few MACs: checked only when the answer matters.
+        var addressProven = false
+        if isUnderLoad(now: now) {
+            addressProven = cookies.isProven(datagram, from: source, now: now)
+            guard addressProven else { return cookieReply(to: datagram, from: source, now: now) }
+        }
+        guard handshakesBySource.wouldAllow(source.ip, now: now), handshakes.canTake(now: now) else {
             return drop(.rateLimited)
         }
+        _ = handshakesBySource.allow(source.ip, now: now)
+        _ = handshakes.take(now: now)
         let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
         guard let responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
             return drop(.handshakeFailed)
@@ -197,7 +209,7 @@ public struct ServerCore: Sendable {
         let initiation = HeldInitiation(
             source: source, senderIndex: datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset),
             responder: responder, timestamp: payload.timestamp, limit: datagram.count,
-            ephemeral: Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)]),
+            ephemeral: ephemeral,
             account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
 
         let peer: PeerID
@@ -230,13 +242,19 @@ public struct ServerCore: Sendable {
         _ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?,
         _ initiation: HeldInitiation, proven: Bool, datagram: UnsafeRawBufferPointer, now: Instant
     ) -> ServerEvent {
-        guard proven else { return cookieReply(to: datagram, from: initiation.source, now: now) }
-        guard !checksInFlight.contains(initiation.ephemeral), !failedChecks.contains(initiation.ephemeral) else {
-            return drop(.replayedHandshake)
+        guard proven || cookies.isProven(datagram, from: initiation.source, now: now) else {
+            return cookieReply(to: datagram, from: initiation.source, now: now)
         }
-        guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.allow(initiation.source.ip, now: now),
-              passwordChecksByAccount.allow(initiation.account, now: now), passwordChecks.take(now: now)
+        // Every budget is looked at before any is spent: a refusal by one uses up none of the others.
+        let source = initiation.source.ip
+        guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.wouldAllow(source, now: now),
+              passwordChecksByNetwork.wouldAllow(source, now: now),
+              passwordChecksByAccount.wouldAllow(initiation.account, now: now), passwordChecks.canTake(now: now)
         else { return drop(.rateLimited) }
+        _ = passwordChecksBySource.allow(source, now: now)
+        _ = passwordChecksByNetwork.allow(source, now: now)
+        _ = passwordChecksByAccount.allow(initiation.account, now: now)
+        _ = passwordChecks.take(now: now)
         // The check gets a buffer of its own: the one here is wiped on the way out.
         guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
         checksInFlight.insert(initiation.ephemeral)
@@ -300,7 +318,7 @@ public struct ServerCore: Sendable {
     private func identify(_ payload: InitiationPayload, key: PublicKey) -> Result<PeerID, DropReason> {
         let found: PeerID?
         if let username = payload.username {
-            found = String(validating: username, as: UTF8.self).flatMap { users.peer(named: $0) }
+            found = users.peer(named: username)
         } else {
             found = users.peer(forKey: key)
         }
@@ -380,6 +398,7 @@ public struct ServerCore: Sendable {
         handshakesBySource.prune(now: now)
         passwordChecksBySource.prune(now: now)
         passwordChecksByAccount.prune(now: now)
+        passwordChecksByNetwork.prune(now: now)
         hintsBySource.prune(now: now)
     }
 

@@ -33,6 +33,12 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
     /// A stored hash; nil unless it is an Argon2id string of sane length.
     public init?(encoded: String) {
         guard encoded.hasPrefix("$argon2id$"), encoded.utf8.count < crypto_pwhash_strbytes() else { return nil }
+        // libsodium parses it (-1: not a hash it can verify): a malformed hash would fail at once
+        // where a real check takes its time, and tell a prober that this user exists.
+        let parsed = encoded.withCString {
+            crypto_pwhash_str_needs_rehash($0, UInt64(crypto_pwhash_opslimit_min()), crypto_pwhash_memlimit_min())
+        }
+        guard parsed != -1 else { return nil }
         self.encoded = encoded
     }
 
@@ -181,13 +187,15 @@ public enum UserDatabaseError: Error, Equatable, CustomStringConvertible {
 /// The server's users: who may connect, how they prove it, and their stable inner addresses.
 public struct UserDatabase: Sendable {
     public let users: [User]
-    private let byName: [String: PeerID]
+    /// By the name's UTF-8 bytes: Swift's `String` equality would let differently spelled but
+    /// canonically equal names (a Kelvin sign for a K) reach one user under many budgets.
+    private let byName: [[UInt8]: PeerID]
     private let byKey: [PublicKey: PeerID]
     private let byAddress: [IPAddress: PeerID]
 
     /// Checks that every user can be selected, needs a secret, and owns addresses nobody else has.
     public init(_ users: [User]) throws(UserDatabaseError) {
-        var byName: [String: PeerID] = [:]
+        var byName: [[UInt8]: PeerID] = [:]
         var byKey: [PublicKey: PeerID] = [:]
         var byAddress: [IPAddress: PeerID] = [:]
         for (index, user) in users.enumerated() {
@@ -200,7 +208,7 @@ public struct UserDatabase: Sendable {
             }
             if let name = user.name {
                 guard (1...255).contains(name.utf8.count) else { throw .badName(entry: index) }
-                guard byName.updateValue(peer, forKey: name) == nil else { throw .duplicateName(name) }
+                guard byName.updateValue(peer, forKey: Array(name.utf8)) == nil else { throw .duplicateName(name) }
             }
             if let key = user.publicKey {
                 guard byKey.updateValue(peer, forKey: key) == nil else { throw .duplicateKey(key) }
@@ -217,8 +225,11 @@ public struct UserDatabase: Sendable {
 
     public subscript(peer: PeerID) -> User { users[peer.index] }
 
-    /// The user with this login name.
-    public func peer(named name: String) -> PeerID? { byName[name] }
+    /// The user with this login name, compared byte for byte.
+    public func peer(named name: String) -> PeerID? { byName[Array(name.utf8)] }
+
+    /// The user whose login name is these bytes.
+    func peer(named bytes: [UInt8]) -> PeerID? { byName[bytes] }
     /// The user who pinned this static key.
     public func peer(forKey key: PublicKey) -> PeerID? { byKey[key] }
     /// The user whose inner address this is: where the server routes a packet for `address`.

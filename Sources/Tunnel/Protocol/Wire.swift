@@ -116,8 +116,12 @@ struct Mac1 {
 /// HMAC-SHA256 truncated to 16 bytes, the size of mac1, mac2 and a cookie.
 enum MAC {
     static func compute(key: [UInt8], over covered: UnsafeRawBufferPointer) -> [UInt8] {
+        key.withUnsafeBytes { compute(key: $0, over: covered) }
+    }
+
+    static func compute(key: UnsafeRawBufferPointer, over covered: UnsafeRawBufferPointer) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: Primitives.hashLength)
-        key.withUnsafeBytes { key in out.withUnsafeMutableBufferPointer { Primitives.hmac(key: key, [covered], into: $0.baseAddress!) } }
+        out.withUnsafeMutableBufferPointer { Primitives.hmac(key: key, [covered], into: $0.baseAddress!) }
         return Array(out.prefix(Initiation.macLength))
     }
 
