@@ -15,7 +15,8 @@ import Tunnel
 //   direct   from the attacker's own address, answering every cookie reply as a client would.
 // Half the flood's initiations are from unknown keys, half log in as `carol` with a wrong password.
 //
-// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--logs]
+// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--still] [--logs]
+// (--still: the laptop does not roam, to tell the flood's effect from the roams')
 
 enum Kind: String { case none, spoofed, direct }
 
@@ -28,10 +29,15 @@ var rates = [1000, 10_000]
 var seconds = 10
 var kinds: [Kind] = [.none, .spoofed, .direct]
 var showLogs = false
+var roams = true
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     if argument == "--logs" {
         showLogs = true
+        continue
+    }
+    if argument == "--still" {
+        roams = false
         continue
     }
     let value = arguments.popFirst() ?? ""
@@ -40,7 +46,7 @@ while let argument = arguments.popFirst() {
     case "--seconds": seconds = Int(value) ?? seconds
     case "--kinds": kinds = value.split(separator: ",").compactMap { Kind(rawValue: String($0)) }
     default:
-        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--logs]")
+        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--still] [--logs]")
         exit(2)
     }
 }
@@ -214,7 +220,7 @@ final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
 
 func ms(_ d: Duration) -> String { String(format: "%.1f", Double(d.nanoseconds) / 1e6) }
 
-func run(kind: Kind, rate: Int, seconds: Int, showLogs: Bool) throws -> String {
+func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throws -> String {
     let lab = try RoamingLab(vpn: .roam, routing: .full)
     let bystander = try NamespaceLab()
     let attacker = try NamespaceLab()
@@ -261,7 +267,7 @@ func run(kind: Kind, rate: Int, seconds: Int, showLogs: Bool) throws -> String {
     var step = 0
     while LabClock.now < end {
         // The laptop roams: eth0 goes down (the session moves to wifi0), then comes back.
-        if LabClock.now >= nextRoam {
+        if roams, LabClock.now >= nextRoam {
             try lab.laptop.ip("link set eth0 \(onWifi ? "up" : "down")")
             if onWifi { try lab.laptop.ip("route replace default via 10.20.0.1 dev eth0 metric 100") }
             onWifi.toggle()
@@ -301,7 +307,7 @@ say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   serve
 for kind in kinds {
     for rate in kind == .none ? [0] : rates {
         do {
-            say(try run(kind: kind, rate: rate, seconds: seconds, showLogs: showLogs))
+            say(try run(kind: kind, rate: rate, seconds: seconds, roams: roams, showLogs: showLogs))
         } catch {
             say("\(kind.rawValue) \(rate): failed: \(error)")
         }
