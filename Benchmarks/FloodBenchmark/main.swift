@@ -282,6 +282,8 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
     flood.stop()
     usleep(300_000)
     let (lost, sent) = probes.lost(from: start, to: end)
+    let rtts = probes.roundTrips(from: start, to: end)
+    let rttP99 = rtts.isEmpty ? "-" : ms(rtts[min(rtts.count - 1, rtts.count * 99 / 100)])
     let outcomes = bob.outcomes + carol.outcomes
     let times = outcomes.compactMap { $0 }.sorted()
     let p50 = times.isEmpty ? "-" : ms(times[times.count / 2])
@@ -298,12 +300,13 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
         "\(times.count)/\(outcomes.count)".padding(toLength: 11, withPad: " ", startingAt: 0),
         p50.padding(toLength: 7, withPad: " ", startingAt: 0), worst.padding(toLength: 7, withPad: " ", startingAt: 0),
         "\(lost)/\(sent)".padding(toLength: 10, withPad: " ", startingAt: 0),
+        rttP99.padding(toLength: 8, withPad: " ", startingAt: 0),
         String(format: "%5.1f", cpuPercent).padding(toLength: 12, withPad: " ", startingAt: 0),
         (firstLogin.map(ms) ?? "failed").padding(toLength: 14, withPad: " ", startingAt: 0), "\(flood.cookiesAnswered)",
     ].joined(separator: "  ")
 }
 
-say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   server_cpu_%  first_login_ms  cookies_answered")
+say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   rtt_p99   server_cpu_%  first_login_ms  cookies_answered")
 for kind in kinds {
     for rate in kind == .none ? [0] : rates {
         do {

@@ -58,6 +58,6 @@ struct ServeCommand: ParsableCommand {
         server.run()
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
-                                "drops": server.drops.description])
+                                "initiations_overflowed": "\(traffic.initiationsOverflowed)", "drops": server.drops.description])
     }
 }

@@ -115,6 +115,13 @@ public final class ProbeStream: @unchecked Sendable {
         lock.withLock { replies.values.filter { $0 > instant }.min() }
     }
 
+    /// Round-trip times of the probes sent in `from...to` that came back, sorted.
+    public func roundTrips(from: LabInstant, to: LabInstant) -> [Duration] {
+        lock.withLock {
+            sent.filter { $0.at >= from && $0.at <= to }.compactMap { probe in replies[probe.seq].map { $0 - probe.at } }.sorted()
+        }
+    }
+
     /// Probes sent in `from...to` that never came back, and how many were sent.
     public func lost(from: LabInstant, to: LabInstant) -> (lost: Int, sent: Int) {
         lock.withLock {

@@ -273,3 +273,28 @@ import Testing
         #expect(PasswordHash(encoded: "$argon2id$") == nil)
     }
 }
+
+/// The server's queue of initiations for its handshake thread: first in, first out, bounded,
+/// and a datagram comes out as it went in.
+@Test func theInitiationQueueIsBoundedAndKeepsOrder() {
+    var queue = InitiationQueue(capacity: 3)
+    let source = ProtocolFixture.clientAddress
+    for n in 1...4 {
+        let datagram = [UInt8](repeating: UInt8(n), count: 100 + n)
+        let pushed = datagram.withUnsafeBytes { queue.push($0, from: source) }
+        #expect(pushed == (n <= 3), "datagram \(n)")
+    }
+    #expect([UInt8](repeating: 0, count: Initiation.maxLength + 1).withUnsafeBytes { queue.push($0, from: source) } == false)
+    var buffer = [UInt8](repeating: 0, count: 2048)
+    for n in 1...3 {
+        guard let (length, from) = queue.pop(into: &buffer) else {
+            Issue.record("datagram \(n) missing")
+            return
+        }
+        #expect(length == 100 + n && from == source && buffer[0..<length].allSatisfy { $0 == UInt8(n) })
+        let refill = [UInt8](repeating: 9, count: 50)
+        if n == 1 { #expect(refill.withUnsafeBytes { queue.push($0, from: source) }, "room again, wrapping around") }
+    }
+    #expect(queue.pop(into: &buffer).map { $0.0 } == 50)
+    #expect(queue.pop(into: &buffer) == nil)
+}

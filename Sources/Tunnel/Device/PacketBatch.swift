@@ -53,6 +53,13 @@ public final class PacketBatch {
         return UnsafeRawBufferPointer(start: vectors[index].iov_base, count: vectors[index].iov_len)
     }
 
+    /// The whole slot of packet `index` (< `count`), writable: the packet is its first
+    /// `packet(at:).count` bytes, and a decryption in place stays inside it.
+    public func slot(at index: Int) -> UnsafeMutableRawBufferPointer {
+        precondition(index < count, "slot \(index) of a batch of \(count)")
+        return UnsafeMutableRawBufferPointer(start: vectors[index].iov_base, count: Self.slotSize)
+    }
+
     /// Where packet `index` (< `count`) came from or goes to; nil for TUN packets.
     public func peer(at index: Int) -> SocketAddress? {
         precondition(index < count, "peer \(index) of a batch of \(count)")

@@ -23,5 +23,7 @@ public struct TrafficCounters: Sendable, Equatable {
     public var sendFailures = 0
     /// Keepalives received: authenticated, empty.
     public var keepalivesIn = 0
+    /// Handshake initiations dropped because the server's handshake queue was full.
+    public var initiationsOverflowed = 0
     public init() {}
 }

@@ -4,8 +4,10 @@ import Synchronization
 /// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
 /// core between them.
 ///
-/// Two threads: datagrams in (decrypt, deliver to the TUN) and TUN packets out (route by inner
-/// destination, encrypt, send to the client's current endpoint). A packet from one client to
+/// Three threads: datagrams in (decrypt, deliver to the TUN), TUN packets out (route by inner
+/// destination, encrypt, send to the client's current endpoint), and handshakes (the
+/// initiations the inbound thread hands over, so a burst of Diffie-Hellman or a flood of cookie
+/// replies never holds up established sessions' packets behind it in the socket). A packet from one client to
 /// another goes through the TUN and the host's kernel like any other, so the host's forwarding
 /// setting and firewall decide whether clients reach each other (see the README's server section).
 /// Argon2id password checks run on threads of their own, never on the data path.
@@ -19,6 +21,13 @@ public final class TunnelServer: Sendable {
     /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
     private let checks = Mutex<[PasswordCheck]>([])
     private let checksReady = Semaphore()
+    /// Initiations waiting for the handshake thread, with where they came from and when.
+    private let initiations = Mutex(InitiationQueue(capacity: TunnelServer.initiationQueueCapacity))
+    private let initiationsReady = Semaphore()
+    /// Initiations queued at most (each up to 712 bytes: 180 KB in all); past it, new ones are
+    /// dropped and counted. The handshake thread answers a flood's initiation with a cookie in
+    /// tens of microseconds, so the queue is that many milliseconds of work at most.
+    static let initiationQueueCapacity = 256
     private let log: @Sendable (String) -> Void
     /// Refused handshakes: one line per cause per interval, never one per packet.
     private let refusals = Mutex(LogThrottle<DropReason>(interval: .seconds(10)))
@@ -41,30 +50,51 @@ public final class TunnelServer: Sendable {
     /// Runs until `stop()`: the outbound loop on a thread of its own, the inbound one here.
     public func run() {
         running.store(true, ordering: .relaxed)
-        let outbound: OSThread
-        let checker: OSThread
-        do {
-            outbound = try OSThread { [self] in self.outbound() }
-        } catch {
-            log("cannot start the outbound thread: \(error)")
-            return
-        }
-        do {
-            checker = try OSThread { [self] in checkPasswords() }
-        } catch {
-            log("cannot start the password checker: \(error)")
-            stop()
-            outbound.join()
-            return
+        var threads: [OSThread] = []
+        for (name, body) in [("outbound", outbound), ("handshake", handshakes), ("password", checkPasswords)] as
+            [(String, @Sendable () -> Void)]
+        {
+            do {
+                threads.append(try OSThread(body))
+            } catch {
+                log("cannot start the \(name) thread: \(error)")
+                stop()
+                wake()
+                for thread in threads { thread.join() }
+                return
+            }
         }
         inbound()
-        outbound.join()
+        wake()
+        for thread in threads { thread.join() }
+    }
+
+    /// Lets the waiting workers see that the server stopped.
+    private func wake() {
         checksReady.signal()
-        checker.join()
+        initiationsReady.signal()
     }
 
     /// Makes `run()` return within a second.
     public func stop() { running.store(false, ordering: .relaxed) }
+
+    /// Initiations, one at a time, off the inbound thread: mac1, cookies, budgets and the
+    /// Noise handshake in the core.
+    private func handshakes() {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        while true {
+            initiationsReady.wait()
+            guard running.load(ordering: .relaxed) else { return }
+            while let (length, source) = initiations.withLock({ $0.pop(into: &buffer) }) {
+                buffer.withUnsafeMutableBytes { raw in
+                    let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
+                    let now = Instant.now()
+                    let event = core.withLock { $0.receive(datagram, from: source, now: now) }
+                    handle(event, in: UnsafeRawBufferPointer(raw))
+                }
+            }
+        }
+    }
 
     /// One worker runs the Argon2id checks in turn (each takes tens of milliseconds and 64 MiB),
     /// so a burst of logins costs time, not memory, and never the data path's.
@@ -82,7 +112,7 @@ public final class TunnelServer: Sendable {
     // MARK: Inbound: datagrams to the TUN
 
     private func inbound() {
-        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        let batch = PacketBatch(capacity: 32)
         var lastTick = Instant.now()
         var lastSummary = (at: Instant.now(), drops: DropCounters())
         while running.load(ordering: .relaxed) {
@@ -107,28 +137,36 @@ public final class TunnelServer: Sendable {
             }
             // Every ready socket gets its turn, so a flood on one family cannot starve the other.
             for socket in sockets where ready.contains(socket.fileDescriptor) {
-                for _ in 0..<32 {
-                    let received: (length: Int, peer: SocketAddress)?
-                    do {
-                        received = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) in
-                            try socket.receive(into: raw, timeout: .zero)
+                let received: Int
+                do {
+                    received = try socket.receive(into: batch, timeout: .zero)
+                } catch {
+                    log("receive failed: \(error)")
+                    continue
+                }
+                for i in 0..<received {
+                    guard let source = batch.peer(at: i) else { continue }
+                    let length = batch.packet(at: i).count
+                    let slot = batch.slot(at: i)
+                    // Initiations go to the handshake thread; everything else is handled here.
+                    if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
+                        let (queued, wasEmpty) = initiations.withLock { queue in
+                            let wasEmpty = queue.count == 0
+                            return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source), wasEmpty)
                         }
-                    } catch {
-                        log("receive failed: \(error)")
-                        break
+                        // The worker drains the whole queue per wake: one signal per batch of work.
+                        if queued, wasEmpty { initiationsReady.signal() }
+                        if !queued { counters.withLock { $0.initiationsOverflowed += 1 } }
+                        continue
                     }
-                    guard let (length, source) = received else { break }
-                    buffer.withUnsafeMutableBytes { raw in
-                        let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
-                        let event = core.withLock { $0.receive(datagram, from: source, now: now) }
-                        handle(event, in: UnsafeRawBufferPointer(raw))
-                    }
+                    let datagram = UnsafeMutableRawBufferPointer(rebasing: slot[0..<length])
+                    let event = core.withLock { $0.receive(datagram, from: source, now: now) }
+                    handle(event, in: UnsafeRawBufferPointer(slot))
                 }
             }
         }
     }
 
-    /// `raw` is the buffer the event's ranges point into.
     private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer) {
         switch event {
         case .packet(_, let range):
@@ -242,5 +280,48 @@ public final class TunnelServer: Sendable {
             counters.withLock { $0.sendFailures += 1 }
             log("send to \(peer) failed: \(error)")
         }
+    }
+}
+
+/// A bounded first-in, first-out queue of datagrams in one preallocated ring: no allocation per
+/// initiation, and a flood cannot grow it.
+struct InitiationQueue {
+    private var storage: [UInt8]
+    private var lengths: [Int]
+    private var sources: [SocketAddress?]
+    private var head = 0
+    private(set) var count = 0
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        storage = [UInt8](repeating: 0, count: capacity * Initiation.maxLength)
+        lengths = [Int](repeating: 0, count: capacity)
+        sources = [SocketAddress?](repeating: nil, count: capacity)
+    }
+
+    /// Copies `datagram` in; false when the queue is full or it is longer than an initiation can be.
+    mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress) -> Bool {
+        guard count < capacity, datagram.count <= Initiation.maxLength else { return false }
+        let slot = (head + count) % capacity
+        storage.withUnsafeMutableBytes { ($0.baseAddress! + slot * Initiation.maxLength).copyMemory(from: datagram.baseAddress!, byteCount: datagram.count) }
+        lengths[slot] = datagram.count
+        sources[slot] = source
+        count += 1
+        return true
+    }
+
+    /// Copies the oldest datagram into `buffer` and returns its length and source; nil when empty.
+    mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress)? {
+        guard count > 0, let source = sources[head] else { return nil }
+        let length = lengths[head]
+        let start = head * Initiation.maxLength
+        buffer.withUnsafeMutableBytes { out in
+            storage.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: length) }
+        }
+        sources[head] = nil
+        head = (head + 1) % capacity
+        count -= 1
+        return (length, source)
     }
 }
