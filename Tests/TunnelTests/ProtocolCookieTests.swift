@@ -298,3 +298,33 @@ import Testing
     #expect(queue.pop(into: &buffer).map { $0.0 } == 50)
     #expect(queue.pop(into: &buffer) == nil)
 }
+
+/// A driver runs a handshake's Diffie-Hellman steps outside its lock, so two handshakes of one
+/// user can finish in either order: the older one, completed last, is a replay and changes nothing.
+@Test func handshakesInStepsFinishInEitherOrder() throws {
+    var f = try ProtocolFixture()
+    let key = f.server.handshakeKey
+    var plans: [PlannedResponse] = []
+    for second in [1, 2] as [UInt64] {
+        let initiation = try f.client.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_700_000_000_000_000_000 + second * 1_000_000_000))
+        guard case .admitted(let admitted) = initiation.withUnsafeBytes({ f.server.admit($0, from: ProtocolFixture.clientAddress, now: f.now) }),
+              case .respond(let plan) = f.server.decide(admitted.open(with: key), now: f.now)
+        else {
+            Issue.record("initiation \(second) not admitted: \(f.server.drops)")
+            return
+        }
+        plans.append(plan)
+    }
+    let newer = plans[1].write()
+    let older = plans[0].write()
+    guard case .handshake(_, var response, _) = f.server.complete(newer, now: f.now) else {
+        Issue.record("the newer handshake completes")
+        return
+    }
+    #expect(f.server.complete(older, now: f.now) == .dropped(.replayedHandshake))
+    #expect(f.server.sessionCount == 1)
+    guard case .established = f.client.receive(&response, now: f.now) else {
+        Issue.record("the client takes the newer response (its handshake in flight)")
+        return
+    }
+}

@@ -178,39 +178,76 @@ public struct ServerCore: Sendable {
         return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
     }
 
+    /// An initiation from start to end: the steps below, in one call.
     private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
-        // Cheapest checks first: a MAC, the proof of address when under load, the buckets, and
-        // only then Diffie-Hellman.
-        guard mac1.verify(datagram) else { return drop(.badMAC) }
+        switch admit(datagram, from: source, now: now) {
+        case .answered(let event): return event
+        case .admitted(let admitted):
+            switch decide(admitted.open(with: handshakeKey), now: now) {
+            case .answered(let event): return event
+            case .respond(let plan): return complete(plan.write(), now: now)
+            }
+        }
+    }
+
+    // MARK: Handshakes in steps
+    //
+    // A handshake costs five X25519 operations, about 0.2 ms. A driver that shares the core
+    // between threads runs the two Diffie-Hellman steps, `AdmittedInitiation.open` and
+    // `PlannedResponse.write`, outside its lock, so established sessions' packets never wait
+    // behind them: admit (locked) → open → decide (locked) → write → complete (locked).
+
+    /// The server's static key, for opening initiations and writing responses away from the core.
+    public var handshakeKey: HandshakeKey { HandshakeKey(privateKey: privateKey) }
+
+    /// The cheap checks, cheapest first: mac1, a replay of a checked initiation, the proof of
+    /// address when under load, the budgets. Either the answer, or an initiation to open.
+    public mutating func admit(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> Admission {
+        switch Wire.messageType(of: datagram) {
+        case .success(.initiation): break
+        case .failure(let reason): return .answered(drop(reason))
+        case .success: return .answered(drop(.unexpected))
+        }
+        guard mac1.verify(datagram) else { return .answered(drop(.badMAC)) }
         // An initiation whose password check runs or failed, sent again: its ephemeral key, in
         // clear at the front, says so before any Diffie-Hellman.
         let ephemeral = Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)])
-        guard !checksInFlight.contains(ephemeral), !failedChecks.contains(ephemeral) else { return drop(.replayedHandshake) }
+        guard !checksInFlight.contains(ephemeral), !failedChecks.contains(ephemeral) else { return .answered(drop(.replayedHandshake)) }
         // mac2 costs a few MACs: checked only when the answer matters.
         var addressProven = false
         if isUnderLoad(now: now) {
             addressProven = cookies.isProven(datagram, from: source, now: now)
-            guard addressProven else { return cookieReply(to: datagram, from: source, now: now) }
+            guard addressProven else { return .answered(cookieReply(to: datagram, from: source, now: now)) }
         }
         guard handshakesBySource.wouldAllow(source.ip, now: now), handshakes.canTake(now: now) else {
-            return drop(.rateLimited)
+            return .answered(drop(.rateLimited))
         }
         _ = handshakesBySource.allow(source.ip, now: now)
         _ = handshakes.take(now: now)
-        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
-        guard let responder = NoiseIK.Responder(message: noise, localStatic: privateKey, prologue: Wire.prologue) else {
-            return drop(.handshakeFailed)
-        }
+        return .admitted(AdmittedInitiation(datagram: Array(datagram), source: source, ephemeral: ephemeral, addressProven: addressProven))
+    }
+
+    /// The user and every factor, once the Noise message is read: the answer (a drop, a cookie,
+    /// a password check), or a response to write.
+    public mutating func decide(_ opened: OpenedInitiation, now: Instant) -> Decision {
+        let admitted = opened.admitted
+        guard let responder = opened.responder else { return .answered(drop(.handshakeFailed)) }
         // The payload and the password are buffers of their own, shared by whoever holds them
         // (a password check): these wipes clear the only copies.
         defer { responder.wipePayload() }
-        guard let payload = InitiationPayload(decoding: responder.payload) else { return drop(.malformed) }
+        guard let payload = InitiationPayload(decoding: responder.payload) else { return .answered(drop(.malformed)) }
         defer { payload.password?.wipe() }
+        let datagram = admitted.datagram
         let initiation = HeldInitiation(
-            source: source, senderIndex: datagram.loadLittleEndian(UInt32.self, at: Initiation.senderOffset),
-            responder: responder, timestamp: payload.timestamp, limit: datagram.count,
-            ephemeral: ephemeral,
+            source: admitted.source, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
+            responder: responder, timestamp: payload.timestamp, limit: datagram.count, ephemeral: admitted.ephemeral,
             account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
+        func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?) -> Decision {
+            .answered(datagram.withUnsafeBytes {
+                startCheck(password, against: hash, for: peer, refusing: refusal, initiation, proven: admitted.addressProven,
+                           datagram: $0, now: now)
+            })
+        }
 
         let peer: PeerID
         switch identify(payload, key: responder.remoteStatic) {
@@ -219,20 +256,43 @@ public struct ServerCore: Sendable {
         case .failure(let reason):
             // Refused either way; but with a password, only after an Argon2id on the decoy, as a
             // wrong password would be, so neither timing nor answer tells which users exist.
-            guard let password = payload.password else { return reject(reason, initiation) }
-            return startCheck(password, against: decoyHash, for: nil, refusing: reason, initiation, proven: addressProven,
-                              datagram: datagram, now: now)
+            guard let password = payload.password else { return .respond(refusal(reason, initiation)) }
+            return check(password, against: decoyHash, for: nil, refusing: reason)
         }
-        guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation, now: now) }
-        guard let password = payload.password else { return reject(.badPassword, initiation) }
+        guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation) }
+        guard let password = payload.password else { return .respond(refusal(.badPassword, initiation)) }
         // A password this peer already proved (every rekey sends it again) costs one HMAC.
         let proof = passwordProof(password)
         let known = peers[peer.index].passwordProof.map { known in
             known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
         } ?? false
-        if known { return acceptUnlessReplayed(peer, initiation, now: now) }
-        return startCheck(
-            password, against: hash, for: peer, refusing: nil, initiation, proven: addressProven, datagram: datagram, now: now)
+        if known { return acceptUnlessReplayed(peer, initiation) }
+        return check(password, against: hash, for: peer, refusing: nil)
+    }
+
+    /// Installs the session of an accepted handshake, or sends the refusal, once its response is written.
+    public mutating func complete(_ written: WrittenResponse, now: Instant) -> ServerEvent {
+        let initiation = written.plan.initiation
+        switch written.plan.verdict {
+        case .reject(let reason):
+            drops.count(reason)
+            guard let message = written.message else { return .dropped(reason) }
+            return .rejected(reason, response: Self.response(message, sender: 0, receiver: initiation.senderIndex), to: initiation.source)
+        case .accept(let peer):
+            guard let message = written.message, let keys = written.keys else { return drop(.handshakeFailed) }
+            // Another handshake of this peer may have been accepted while the response was written.
+            if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return drop(.replayedHandshake) }
+            let index = freshIndex()
+            let slot = peer.index
+            peers[slot].lastTimestamp = initiation.timestamp
+            retire(peers[slot].next)
+            peers[slot].next = TransportSession(localIndex: index, remoteIndex: initiation.senderIndex, keys: keys, established: now)
+            indices[index] = slot
+            // The endpoint stays: it moves only on the first authenticated packet of the new
+            // session, so a late or replayed initiation cannot drag it back to an old address.
+            let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
+            return .handshake(peer: peer, response: response, to: initiation.source)
+        }
     }
 
     /// Hands out an Argon2id check, the most expensive thing a stranger can ask of the server:
@@ -268,9 +328,13 @@ public struct ServerCore: Sendable {
         checksInFlight.remove(check.initiation.ephemeral)
         guard verified, let peer = check.peer else {
             failedChecks.insert(check.initiation.ephemeral)
-            return reject(check.refusal ?? .badPassword, check.initiation)
+            return complete(refusal(check.refusal ?? .badPassword, check.initiation).write(), now: now)
         }
-        let event = acceptUnlessReplayed(peer, check.initiation, now: now)
+        let event: ServerEvent
+        switch acceptUnlessReplayed(peer, check.initiation) {
+        case .answered(let answer): event = answer
+        case .respond(let plan): event = complete(plan.write(), now: now)
+        }
         if case .handshake = event { peers[peer.index].passwordProof = check.proof }
         return event
     }
@@ -278,9 +342,15 @@ public struct ServerCore: Sendable {
     /// Accepts the handshake unless its timestamp is not newer than the last one accepted for
     /// `peer` (a replay), which is dropped without an answer. Checked only once every factor
     /// passed: a prober without the password cannot tell "replay" from "wrong password".
-    private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation, now: Instant) -> ServerEvent {
-        if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return drop(.replayedHandshake) }
-        return accept(peer, initiation, now: now)
+    private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation) -> Decision {
+        if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
+        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
+        return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: initiation.limit)))
+    }
+
+    /// A refusal to write: an authenticated "rejected", so the client stops retrying.
+    private func refusal(_ reason: DropReason, _ initiation: HeldInitiation) -> PlannedResponse {
+        PlannedResponse(verdict: .reject(reason), initiation: initiation, payload: ResponsePayload(accepted: false, addresses: []).encoded())
     }
 
     /// Under load when less than half the handshake budget is left, and for a second after:
@@ -294,24 +364,6 @@ public struct ServerCore: Sendable {
     private mutating func cookieReply(to datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         drops.count(.cookieRequired)
         return .cookie(reply: cookies.reply(to: datagram, from: source, now: now), to: source)
-    }
-
-    private mutating func accept(_ peer: PeerID, _ initiation: HeldInitiation, now: Instant) -> ServerEvent {
-        let index = freshIndex()
-        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
-        guard let (message, keys, _) = initiation.responder.respond(
-            payload: accepted.encoded(limit: initiation.limit), ephemeral: .random())
-        else { return drop(.handshakeFailed) }
-        let slot = peer.index
-        peers[slot].lastTimestamp = initiation.timestamp
-        retire(peers[slot].next)
-        peers[slot].next = TransportSession(
-            localIndex: index, remoteIndex: initiation.senderIndex, keys: keys, established: now)
-        indices[index] = slot
-        // The endpoint stays: it moves only on the first authenticated packet of the new
-        // session, so a late or replayed initiation cannot drag it back to an old address.
-        let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
-        return .handshake(peer: peer, response: response, to: initiation.source)
     }
 
     /// Finds the user and checks the pinned key, which costs nothing.
@@ -339,15 +391,6 @@ public struct ServerCore: Sendable {
             }
         }
         return out
-    }
-
-    private mutating func reject(_ reason: DropReason, _ initiation: HeldInitiation) -> ServerEvent {
-        drops.count(reason)
-        let refusal = ResponsePayload(accepted: false, addresses: [])
-        guard let (message, _, _) = initiation.responder.respond(payload: refusal.encoded(), ephemeral: .random()) else {
-            return .dropped(reason)
-        }
-        return .rejected(reason, response: Self.response(message, sender: 0, receiver: initiation.senderIndex), to: initiation.source)
     }
 
     private static func response(_ noise: [UInt8], sender: UInt32, receiver: UInt32) -> [UInt8] {
@@ -422,6 +465,72 @@ public struct ServerCore: Sendable {
             if index != 0, indices[index] == nil { return index }
         }
     }
+}
+
+/// The server's static key, for the Diffie-Hellman steps of a handshake away from the core.
+public struct HandshakeKey: Sendable {
+    let privateKey: PrivateKey
+}
+
+/// What `ServerCore.admit` made of an initiation.
+public enum Admission: Sendable {
+    /// Answered already: a drop, or a cookie reply.
+    case answered(ServerEvent)
+    /// Past the cheap checks: `open(with:)` it, then `decide`.
+    case admitted(AdmittedInitiation)
+}
+
+/// An initiation past the cheap checks, to be opened away from the core.
+public struct AdmittedInitiation: Sendable {
+    let datagram: [UInt8]
+    let source: SocketAddress
+    let ephemeral: [UInt8]
+    let addressProven: Bool
+
+    /// Reads Noise message 1: two X25519 operations.
+    public func open(with key: HandshakeKey) -> OpenedInitiation {
+        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
+        return OpenedInitiation(
+            admitted: self, responder: NoiseIK.Responder(message: noise, localStatic: key.privateKey, prologue: Wire.prologue))
+    }
+}
+
+/// An initiation read; `responder` is nil when it did not authenticate.
+public struct OpenedInitiation: Sendable {
+    let admitted: AdmittedInitiation
+    let responder: NoiseIK.Responder?
+}
+
+/// What `ServerCore.decide` made of an opened initiation.
+public enum Decision: Sendable {
+    /// Answered already: a drop, a cookie reply, or a password check to run.
+    case answered(ServerEvent)
+    /// A response to `write()`, then to `complete`.
+    case respond(PlannedResponse)
+}
+
+/// A response decided (accept or refuse, and its payload), its Diffie-Hellman still to do.
+public struct PlannedResponse: Sendable {
+    enum Verdict: Sendable {
+        case accept(PeerID)
+        case reject(DropReason)
+    }
+    let verdict: Verdict
+    let initiation: HeldInitiation
+    let payload: [UInt8]
+
+    /// Writes Noise message 2: a fresh ephemeral key and two X25519 operations.
+    public func write() -> WrittenResponse {
+        let result = initiation.responder.respond(payload: payload, ephemeral: .random())
+        return WrittenResponse(plan: self, message: result?.message, keys: result?.keys)
+    }
+}
+
+/// A response written; `message` is nil only for a low-order initiator key.
+public struct WrittenResponse: Sendable {
+    let plan: PlannedResponse
+    let message: [UInt8]?
+    let keys: TransportKeys?
 }
 
 /// What a handshake needs from its initiation to be answered later.

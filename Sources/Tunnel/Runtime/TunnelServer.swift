@@ -78,21 +78,36 @@ public final class TunnelServer: Sendable {
     /// Makes `run()` return within a second.
     public func stop() { running.store(false, ordering: .relaxed) }
 
-    /// Initiations, one at a time, off the inbound thread: mac1, cookies, budgets and the
-    /// Noise handshake in the core.
+    /// Initiations, one at a time, off the inbound thread. The core's lock is held for the
+    /// cheap steps only; the Diffie-Hellman ones (open, write) run outside it, so the data
+    /// threads never wait for a handshake.
     private func handshakes() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        let key = core.withLock { $0.handshakeKey }
         while true {
             initiationsReady.wait()
             guard running.load(ordering: .relaxed) else { return }
             while let (length, source) = initiations.withLock({ $0.pop(into: &buffer) }) {
-                buffer.withUnsafeMutableBytes { raw in
-                    let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
-                    let now = Instant.now()
-                    let event = core.withLock { $0.receive(datagram, from: source, now: now) }
-                    handle(event, in: UnsafeRawBufferPointer(raw))
+                let event = buffer.withUnsafeBytes { raw in
+                    handshake(UnsafeRawBufferPointer(rebasing: raw[0..<length]), from: source, key: key)
                 }
+                [UInt8]().withUnsafeBytes { handle(event, in: $0) }
             }
+        }
+    }
+
+    private func handshake(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, key: HandshakeKey) -> ServerEvent {
+        let admitted: AdmittedInitiation
+        switch core.withLock({ $0.admit(datagram, from: source, now: Instant.now()) }) {
+        case .answered(let event): return event
+        case .admitted(let initiation): admitted = initiation
+        }
+        let opened = admitted.open(with: key)
+        switch core.withLock({ $0.decide(opened, now: Instant.now()) }) {
+        case .answered(let event): return event
+        case .respond(let plan):
+            let written = plan.write()
+            return core.withLock { $0.complete(written, now: Instant.now()) }
         }
     }
 
