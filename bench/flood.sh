@@ -5,7 +5,7 @@
 # probe through the tunnel every 20 ms, and two other users (a key user and a password user)
 # handshake every 400 ms. Prints per flood: the real handshakes that completed within a second,
 # their median and longest time, the probes lost, the server's CPU, and the cookies the attacker
-# answered. Usage: sudo bench/flood.sh [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--still] [--logs]
+# answered. Usage: sudo bench/flood.sh [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,users] [--users N] [--still] [--logs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "flood: needs root (network namespaces, TUN devices, raw sockets)" >&2; exit 2; }

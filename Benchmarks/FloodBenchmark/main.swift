@@ -12,13 +12,15 @@ import Tunnel
 //
 // Floods come from an attacker namespace behind the server's router:
 //   spoofed  raw IPv4 datagrams from random sources in 100.64.0.0/10 (replies go nowhere);
-//   direct   from the attacker's own address, answering every cookie reply as a client would.
+//   direct   from the attacker's own address, answering every cookie reply as a client would;
+//   users    not a flood: a burst of real handshakes, each from another configured user (--users,
+//            10,000 by default), at the rate given, from 256 addresses of a neighbour namespace.
 // Half the flood's initiations are from unknown keys, half log in as `carol` with a wrong password.
 //
-// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--still] [--logs]
+// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,users] [--users N] [--still] [--logs]
 // (--still: the laptop does not roam, to tell the flood's effect from the roams')
 
-enum Kind: String { case none, spoofed, direct }
+enum Kind: String { case none, spoofed, direct, users }
 
 struct Failure: Error, CustomStringConvertible {
     var description: String
@@ -30,6 +32,7 @@ var seconds = 10
 var kinds: [Kind] = [.none, .spoofed, .direct]
 var showLogs = false
 var roams = true
+var burstUsers = 10_000
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     if argument == "--logs" {
@@ -45,8 +48,9 @@ while let argument = arguments.popFirst() {
     case "--rates": rates = value.split(separator: ",").compactMap { Int($0) }
     case "--seconds": seconds = Int(value) ?? seconds
     case "--kinds": kinds = value.split(separator: ",").compactMap { Kind(rawValue: String($0)) }
+    case "--users": burstUsers = Int(value) ?? burstUsers
     default:
-        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct] [--still] [--logs]")
+        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,users] [--users N] [--still] [--logs]")
         exit(2)
     }
 }
@@ -117,7 +121,7 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
         for i in cores.indices { made.append(try cores[i].initiate(now: .now(), wallClock: .now())) }
         slots = made
         switch kind {
-        case .none: return
+        case .none, .users: return
         case .spoofed:
             rawSocket = try attacker.namespace.run { () throws(NetlinkError) -> Int32 in Glibc.socket(AF_INET, Int32(SOCK_RAW.rawValue), Int32(IPPROTO_RAW)) }
             guard rawSocket >= 0 else { throw Failure("raw socket: \(String(cString: strerror(errno)))") }
@@ -149,7 +153,7 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
             while n < due, running.load(ordering: .relaxed) {
                 let initiation = lock.withLock { slots[n % slots.count] }
                 switch kind {
-                case .none: break
+                case .none, .users: break
                 case .spoofed:
                     let source = 0x6440_0000 | UInt32.random(in: 1..<0x3F_FFFF, using: &random)  // 100.64.0.0/10
                     let packet = spoofedDatagram(initiation, from: source, port: UInt16.random(in: 1024...65535, using: &random))
@@ -190,6 +194,88 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
     }
 }
 
+/// Real users, each with a key the server knows, handshaking once each at `rate` per second from
+/// 256 addresses, answering cookie replies and confirming their sessions, as clients do.
+final class Burst: @unchecked Sendable {  // `cores` and `sentAt` are guarded by `lock`
+    private let lock = NSLock()
+    private var cores: [ClientCore]
+    private var byIndex: [UInt32: Int] = [:]
+    private var sentAt: [Int: LabInstant] = [:]
+    private var times: [Duration] = []
+    private let sockets: [UDPSocket]
+    private let running = Atomic<Bool>(true)
+    private let started = Atomic<Int>(0)
+    private var threads: [OSThread] = []
+    let rate: Int
+
+    init(keys: [PrivateKey], server: PublicKey, rate: Int, in lab: NamespaceLab) throws {
+        self.rate = rate
+        cores = try keys.map { try ClientCore(privateKey: $0, serverKey: server) }
+        sockets = try (0..<256).map { i in
+            try UDPSocket(bindingTo: SocketAddress(IPAddress("10.40.\(i / 250).\(i % 250 + 2)")!, port: 0), namespace: lab.namespace)
+        }
+        threads.append(try OSThread { [self] in send() })
+        threads.append(try OSThread { [self] in receive() })
+    }
+
+    var attempted: Int { started.load(ordering: .relaxed) }
+    var completed: [Duration] { lock.withLock { times } }
+
+    func stop() {
+        running.store(false, ordering: .relaxed)
+        for thread in threads { thread.join() }
+    }
+
+    private func send() {
+        let start = LabClock.now
+        var n = 0
+        while running.load(ordering: .relaxed), n < cores.count {
+            let due = min(cores.count, Int(Double((LabClock.now - start).nanoseconds) / 1e9 * Double(rate)))
+            while n < due {
+                let initiation: [UInt8]? = lock.withLock {
+                    guard let datagram = try? cores[n].initiate(now: .now(), wallClock: .now()) else { return nil }
+                    let index = UInt32(datagram[4]) | UInt32(datagram[5]) << 8 | UInt32(datagram[6]) << 16 | UInt32(datagram[7]) << 24
+                    byIndex[index] = n
+                    sentAt[n] = LabClock.now
+                    return datagram
+                }
+                if let initiation { _ = try? sockets[n % sockets.count].send(initiation, to: serverAddress) }
+                n += 1
+                started.store(n, ordering: .relaxed)
+            }
+            usleep(500)
+        }
+    }
+
+    private func receive() {
+        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        while running.load(ordering: .relaxed) {
+            guard let ready = try? pollReadable(sockets.map(\.fileDescriptor), timeout: .milliseconds(100)) else { continue }
+            for socket in sockets where ready.contains(socket.fileDescriptor) {
+                while let (length, _) = (try? buffer.withUnsafeMutableBytes({ try socket.receive(into: $0, timeout: .zero) })) ?? nil {
+                    guard length >= 12 else { continue }
+                    // A response names our index at 8, a cookie reply at 4.
+                    let at = buffer[1] == 2 ? 8 : 4
+                    let index = UInt32(buffer[at]) | UInt32(buffer[at + 1]) << 8 | UInt32(buffer[at + 2]) << 16 | UInt32(buffer[at + 3]) << 24
+                    var datagram = Array(buffer[0..<length])
+                    let reply: [UInt8]? = lock.withLock {
+                        guard let n = byIndex[index] else { return nil }
+                        switch cores[n].receive(&datagram, now: .now()) {
+                        case .cookie(let resend): return resend
+                        case .established(let done):
+                            if let sent = sentAt[n] { times.append(LabClock.now - sent) }
+                            byIndex[index] = nil
+                            return done.confirmation
+                        default: return nil
+                        }
+                    }
+                    if let reply { _ = try? socket.send(reply, to: serverAddress) }
+                }
+            }
+        }
+    }
+}
+
 /// A user who keeps handshaking from the bystander namespace; every attempt gets one second.
 final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
     let name: String
@@ -220,7 +306,7 @@ final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
 
 func ms(_ d: Duration) -> String { String(format: "%.1f", Double(d.nanoseconds) / 1e6) }
 
-func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throws -> String {
+func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, showLogs: Bool) throws -> String {
     let lab = try RoamingLab(vpn: .roam, routing: .full)
     let bystander = try NamespaceLab()
     let attacker = try NamespaceLab()
@@ -239,7 +325,21 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
           - {name: bob, public-key: \(bobKey.publicKey.base64), addresses: [10.77.0.3]}
           - {name: carol, password-hash: "\(carolHash.encoded)", addresses: [10.77.0.4]}
         """)
+    // The burst's users: keys the server knows, inner addresses in 10.78.0.0/16 and beyond.
+    var burstKeys: [PrivateKey] = []
+    if kind == .users {
+        burstKeys = try (0..<burstUsers).map { _ in try PrivateKey.generate() }
+        try lab.addServerUsers(burstKeys.enumerated().map { i, key in
+            "  - {name: u\(i), public-key: \(key.publicKey.base64), addresses: [10.\(78 + i / 65_000).\(i % 65_000 / 250).\(i % 250 + 2)]}"
+        }.joined(separator: "\n"))
+        var lines = (0..<256).map { "address add 10.40.\($0 / 250).\($0 % 250 + 2)/16 dev atk0" }
+        lines.append("route replace default via 203.0.113.1")
+        try attacker.batch(lines)
+        try lab.server.ip("route add 10.40.0.0/16 via 203.0.113.2")
+    }
+    let launched = LabClock.now
     try lab.startServer()
+    let startUp: Duration? = LabClock.now - launched
     guard let serverKey = lab.serverPublicKey else { throw Failure("no server key") }
     try lab.startClient()
     let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
@@ -254,7 +354,8 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
     guard bob.attempt() != nil else { throw Failure("bob cannot log in: \(lab.log("server.log"))") }
     bob.reset()
 
-    let flood = try Flood(kind: kind, rate: rate, in: attacker, server: serverKey)
+    let flood = try Flood(kind: kind == .users ? .none : kind, rate: rate, in: attacker, server: serverKey)
+    let burst = kind == .users ? try Burst(keys: burstKeys, server: serverKey, rate: rate, in: attacker) : nil
     let cpuBefore = lab.serverCPU()
     let start = LabClock.now
     // Carol's first login comes a second into the flood: a cookie round trip and an Argon2id
@@ -281,6 +382,7 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
     let cpu = lab.serverCPU() - cpuBefore
     flood.stop()
     usleep(300_000)
+    burst?.stop()
     let (lost, sent) = probes.lost(from: start, to: end)
     let rtts = probes.roundTrips(from: start, to: end)
     let rttP99 = rtts.isEmpty ? "-" : ms(rtts[min(rtts.count - 1, rtts.count * 99 / 100)])
@@ -302,7 +404,12 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, showLogs: Bool) throw
         "\(lost)/\(sent)".padding(toLength: 10, withPad: " ", startingAt: 0),
         rttP99.padding(toLength: 8, withPad: " ", startingAt: 0),
         String(format: "%5.1f", cpuPercent).padding(toLength: 12, withPad: " ", startingAt: 0),
-        (firstLogin.map(ms) ?? "failed").padding(toLength: 14, withPad: " ", startingAt: 0), "\(flood.cookiesAnswered)",
+        (firstLogin.map(ms) ?? "failed").padding(toLength: 14, withPad: " ", startingAt: 0),
+        burst.map { b in
+            let times = b.completed.sorted()
+            let p99 = times.isEmpty ? "-" : ms(times[min(times.count - 1, times.count * 99 / 100)])
+            return "burst: \(times.count)/\(b.attempted) handshakes done, p99 \(p99) ms; server up in \(startUp.map(ms) ?? "?") ms"
+        } ?? "\(flood.cookiesAnswered)",
     ].joined(separator: "  ")
 }
 
@@ -310,7 +417,7 @@ say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   rtt_p
 for kind in kinds {
     for rate in kind == .none ? [0] : rates {
         do {
-            say(try run(kind: kind, rate: rate, seconds: seconds, roams: roams, showLogs: showLogs))
+            say(try run(kind: kind, rate: rate, seconds: seconds, roams: roams, burstUsers: burstUsers, showLogs: showLogs))
         } catch {
             say("\(kind.rawValue) \(rate): failed: \(error)")
         }
