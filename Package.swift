@@ -58,6 +58,9 @@ let package = Package(
             name: "FloodBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
             path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "GatewayBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
+            path: "Benchmarks/GatewayBenchmark", swiftSettings: strict),
+        .executableTarget(
             name: "SessionBenchmark", dependencies: ["PathMonitor", "Tunnel"],
             path: "Benchmarks/SessionBenchmark", swiftSettings: strict),
         .executableTarget(

@@ -89,6 +89,9 @@ public final class GatewayLab {
         }
     }
 
+    /// The server agent's process (`ip netns exec` runs it in its own place).
+    public var serverPID: Int32? { processes.first?.processIdentifier }
+
     public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 
     public func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool {
