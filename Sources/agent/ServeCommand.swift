@@ -36,12 +36,12 @@ struct ServeCommand: ParsableCommand {
         var sockets: [UDPSocket] = []
         do {
             tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses)
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort)))
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort), reportsDestination: true))
         } catch {
             throw AgentError("\(error)")
         }
         do {
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort)))
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort), reportsDestination: true))
         } catch {
             // A host without IPv6 still serves IPv4 clients.
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])

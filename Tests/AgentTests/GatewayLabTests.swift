@@ -34,4 +34,28 @@ struct GatewayLabTests {
         let handshakes = lab.log("server.log").components(separatedBy: "msg=\"handshake from").count - 1
         #expect(handshakes == 4, "one handshake per client: \(handshakes)\n\(context)")
     }
+
+    /// The server answers from the address the client sent to, not the one its route would
+    /// pick: a NAT or stateful firewall before the client (here a rule that takes the server's
+    /// datagrams only from 198.51.100.7) would drop anything else. The server reaches this
+    /// laptop through 10.60.0.1, so without IP_PKTINFO its replies would come from there.
+    @Test func repliesComeFromTheAddressTheClientUsed() throws {
+        let lab = try GatewayLab(clients: 1)
+        let laptop = lab.laptops[0]
+        for command in ["add table inet strict", "add chain inet strict in { type filter hook input priority 0 ; }",
+                        "add rule inet strict in udp sport 51820 ip saddr != 198.51.100.7 counter drop"] {
+            let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "sh", "-c", "nft '\(command)'"])
+            try #require(status == 0, "nft \(command): \(output)")
+        }
+        try lab.start()
+        let probes = try ProbeStream(from: SocketAddress(lab.inner(0), port: 0), in: laptop,
+                                     to: SocketAddress(GatewayLab.serverInner, port: 5006), in: lab.server)
+        defer { probes.stop() }
+        let start = LabClock.now
+        usleep(1_000_000)
+        let (lost, sent) = probes.lost(from: start, to: LabClock.now - .milliseconds(300))
+        #expect(sent > 20 && lost == 0, "\(lost) of \(sent) probes lost\n\(lab.log("client0.log"))")
+        let dropped = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "table", "inet", "strict"]).output
+        #expect(dropped.contains("packets 0 "), "nothing came from another address: \(dropped)")
+    }
 }

@@ -281,17 +281,18 @@ import Testing
     let source = ProtocolFixture.clientAddress
     for n in 1...4 {
         let datagram = [UInt8](repeating: UInt8(n), count: 100 + n)
-        let pushed = datagram.withUnsafeBytes { queue.push($0, from: source) }
+        let pushed = datagram.withUnsafeBytes { queue.push($0, from: source, at: .v4(0xC633_6407 + UInt32(n))) }
         #expect(pushed == (n <= 3), "datagram \(n)")
     }
     #expect([UInt8](repeating: 0, count: Initiation.maxLength + 1).withUnsafeBytes { queue.push($0, from: source) } == false)
     var buffer = [UInt8](repeating: 0, count: 2048)
     for n in 1...3 {
-        guard let (length, from) = queue.pop(into: &buffer) else {
+        guard let (length, from, local) = queue.pop(into: &buffer) else {
             Issue.record("datagram \(n) missing")
             return
         }
         #expect(length == 100 + n && from == source && buffer[0..<length].allSatisfy { $0 == UInt8(n) })
+        #expect(local == .v4(0xC633_6407 + UInt32(n)), "the address it was sent to comes out with it")
         let refill = [UInt8](repeating: 9, count: 50)
         if n == 1 { #expect(refill.withUnsafeBytes { queue.push($0, from: source) }, "room again, wrapping around") }
     }

@@ -53,4 +53,78 @@ extern int CShims_sendmmsg(int fd, struct CShims_mmsghdr *messages, unsigned int
 extern int CShims_recvmmsg(int fd, struct CShims_mmsghdr *messages, unsigned int count, int flags,
                            struct timespec *timeout) __asm__("recvmmsg");
 
+// MARK: The address a datagram was sent to, and the one to send from (IP_PKTINFO)
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <string.h>
+// glibc declares these only under _GNU_SOURCE; the kernel's layout (linux/in.h, linux/ipv6.h).
+struct CShims_in_pktinfo { int ipi_ifindex; struct in_addr ipi_spec_dst; struct in_addr ipi_addr; };
+struct CShims_in6_pktinfo { struct in6_addr ipi6_addr; int ipi6_ifindex; };
+#ifndef IP_PKTINFO
+#define IP_PKTINFO 8
+#endif
+#define CSHIMS_IPV6_RECVPKTINFO 49
+#define CSHIMS_IPV6_PKTINFO 50
+
+/// Room for one IP_PKTINFO or IPV6_PKTINFO control message (the CMSG_* macros do not import).
+#define CSHIMS_PKTINFO_SPACE 64
+_Static_assert(CMSG_SPACE(sizeof(struct CShims_in6_pktinfo)) <= CSHIMS_PKTINFO_SPACE, "pktinfo space");
+
+/// Turns on the destination address of every datagram received (IP_PKTINFO / IPV6_RECVPKTINFO).
+static inline int CShims_enable_pktinfo(int fd, int family) {
+    int on = 1;
+    return family == AF_INET6 ? setsockopt(fd, IPPROTO_IPV6, CSHIMS_IPV6_RECVPKTINFO, &on, sizeof on)
+                              : setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
+}
+
+/// The address a received datagram was sent to, from its control messages: writes 4 or 16
+/// bytes to `out` and returns AF_INET or AF_INET6; 0 when there is none.
+static inline int CShims_read_pktinfo(const struct msghdr *message, unsigned char out[16]) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO && c->cmsg_len >= CMSG_LEN(sizeof(struct CShims_in_pktinfo))) {
+            struct CShims_in_pktinfo info;
+            memcpy(&info, CMSG_DATA(c), sizeof info);
+            memcpy(out, &info.ipi_addr, 4);
+            return AF_INET;
+        }
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == CSHIMS_IPV6_PKTINFO && c->cmsg_len >= CMSG_LEN(sizeof(struct CShims_in6_pktinfo))) {
+            struct CShims_in6_pktinfo info;
+            memcpy(&info, CMSG_DATA(c), sizeof info);
+            memcpy(out, &info.ipi6_addr, 16);
+            return AF_INET6;
+        }
+    }
+    return 0;
+}
+
+/// Sets the source address of a datagram to send: one pktinfo control message in `control`
+/// (CSHIMS_PKTINFO_SPACE bytes), `address` 4 (AF_INET) or 16 (AF_INET6) bytes.
+static inline void CShims_write_pktinfo(struct msghdr *message, void *control, int family, const unsigned char *address) {
+    memset(control, 0, CSHIMS_PKTINFO_SPACE);
+    message->msg_control = control;
+    struct cmsghdr *c;
+    if (family == AF_INET6) {
+        message->msg_controllen = CMSG_SPACE(sizeof(struct CShims_in6_pktinfo));
+        c = CMSG_FIRSTHDR(message);
+        c->cmsg_level = IPPROTO_IPV6;
+        c->cmsg_type = CSHIMS_IPV6_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(struct CShims_in6_pktinfo));
+        struct CShims_in6_pktinfo info;
+        memset(&info, 0, sizeof info);
+        memcpy(&info.ipi6_addr, address, 16);
+        memcpy(CMSG_DATA(c), &info, sizeof info);
+    } else {
+        message->msg_controllen = CMSG_SPACE(sizeof(struct CShims_in_pktinfo));
+        c = CMSG_FIRSTHDR(message);
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(struct CShims_in_pktinfo));
+        struct CShims_in_pktinfo info;
+        memset(&info, 0, sizeof info);
+        memcpy(&info.ipi_spec_dst, address, 4);
+        memcpy(CMSG_DATA(c), &info, sizeof info);
+    }
+}
+
 #endif

@@ -1,5 +1,6 @@
 import CShims
 import Glibc
+public import PathMonitor
 
 /// Preallocated room for a batch of packets, read or sent with one system call
 /// (`recvmmsg`/`sendmmsg` on a UDP socket; one read or write per packet on the TUN device):
@@ -21,6 +22,9 @@ public final class PacketBatch {
     let messages: UnsafeMutablePointer<CShims_mmsghdr>
     private let vectors: UnsafeMutablePointer<iovec>
     private let names: UnsafeMutablePointer<sockaddr_in6>
+    /// Each slot's control message: where a received datagram was sent to, or the address to
+    /// send one from (IP_PKTINFO).
+    private let controls: UnsafeMutableRawPointer
 
     /// A batch of `capacity` slots, clamped to 1...`maximumCapacity`.
     public init(capacity: Int = 32) {
@@ -29,6 +33,7 @@ public final class PacketBatch {
         messages = .allocate(capacity: self.capacity)
         vectors = .allocate(capacity: self.capacity)
         names = .allocate(capacity: self.capacity)
+        controls = .allocate(byteCount: self.capacity * Int(CSHIMS_PKTINFO_SPACE), alignment: 16)
         for i in 0..<self.capacity {
             vectors[i] = iovec(iov_base: data + i * Self.slotSize, iov_len: 0)
             names[i] = sockaddr_in6()
@@ -43,6 +48,7 @@ public final class PacketBatch {
         messages.deallocate()
         vectors.deallocate()
         names.deallocate()
+        controls.deallocate()
     }
 
     public var isFull: Bool { count == capacity }
@@ -66,6 +72,33 @@ public final class PacketBatch {
         let header = messages[index].msg_hdr
         guard header.msg_name != nil else { return nil }
         return SocketAddress(reading: names + index, length: header.msg_namelen)
+    }
+
+    /// The address packet `index` (< `count`) was sent to, when the socket reports it (a server's
+    /// socket does: a reply must come from the address the client used).
+    public func local(at index: Int) -> IPAddress? {
+        precondition(index < count, "local \(index) of a batch of \(count)")
+        var bytes = [UInt8](repeating: 0, count: 16)
+        switch withUnsafePointer(to: &messages[index].msg_hdr, { CShims_read_pktinfo($0, &bytes) }) {
+        case AF_INET: return IPAddress(bytes: bytes[0..<4])
+        case AF_INET6: return IPAddress(bytes: bytes[0..<16])
+        default: return nil
+        }
+    }
+
+    /// Sends packet `index` (< `count`) from `source` rather than the address the kernel's
+    /// route would pick; nil leaves the choice to the kernel.
+    public func setSource(_ source: IPAddress?, at index: Int) {
+        precondition(index < count, "source \(index) of a batch of \(count)")
+        guard let source else {
+            messages[index].msg_hdr.msg_control = nil
+            messages[index].msg_hdr.msg_controllen = 0
+            return
+        }
+        let family = source.family == .v4 ? AF_INET : AF_INET6
+        source.bytes.withUnsafeBufferPointer { address in
+            CShims_write_pktinfo(&messages[index].msg_hdr, controls + index * Int(CSHIMS_PKTINFO_SPACE), family, address.baseAddress)
+        }
     }
 
     /// Appends a copy of `packet`, to go to `peer`; false when the batch is full or the
@@ -95,6 +128,8 @@ public final class PacketBatch {
         let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: Self.slotSize)
         guard let (length, peer) = fill(slot), (0...Self.slotSize).contains(length) else { return false }
         vectors[count].iov_len = length
+        messages[count].msg_hdr.msg_control = nil
+        messages[count].msg_hdr.msg_controllen = 0
         if let peer {
             messages[count].msg_hdr.msg_name = UnsafeMutableRawPointer(names + count)
             messages[count].msg_hdr.msg_namelen = peer.write(to: names + count)
@@ -115,6 +150,8 @@ public final class PacketBatch {
             vectors[i].iov_len = Self.slotSize
             messages[i].msg_hdr.msg_name = UnsafeMutableRawPointer(names + i)
             messages[i].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            messages[i].msg_hdr.msg_control = controls + i * Int(CSHIMS_PKTINFO_SPACE)
+            messages[i].msg_hdr.msg_controllen = Int(CSHIMS_PKTINFO_SPACE)
             messages[i].msg_hdr.msg_flags = 0
         }
         count = 0

@@ -17,9 +17,11 @@ public final class UDPSocket: Sendable {
     /// The descriptor, for `pollReadable`.
     public let fileDescriptor: Int32
 
-    /// Opens a socket bound to `local`. With `namespace`, the socket lives there.
+    /// Opens a socket bound to `local`. With `namespace`, the socket lives there. With
+    /// `reportsDestination`, every datagram received in a batch says which address it was sent
+    /// to (`PacketBatch.local(at:)`): a server bound to every address answers from that one.
     public init(bindingTo local: SocketAddress, device: String? = nil, mark: UInt32? = nil,
-                namespace: NetworkNamespace? = nil) throws(DeviceError) {
+                namespace: NetworkNamespace? = nil, reportsDestination: Bool = false) throws(DeviceError) {
         let what = "UDP socket on \(local)\(device.map { " via \($0)" } ?? "")"
         if let device { try checkInterfaceName(device, "bind \(what)") }
         let v4 = local.ip.family == .v4
@@ -28,6 +30,9 @@ public final class UDPSocket: Sendable {
         }
         do throws(DeviceError) {
             if !v4 { try Self.set(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "set IPV6_V6ONLY on \(what)") }
+            if reportsDestination {
+                try kernel("ask for the destination of datagrams on \(what)") { CShims_enable_pktinfo(fd, v4 ? AF_INET : AF_INET6) }
+            }
             if let device {
                 do {
                     try kernel("bind \(what)") {
@@ -89,6 +94,34 @@ public final class UDPSocket: Sendable {
             withUnsafePointer(to: &storage) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                     sendto(fileDescriptor, packet.baseAddress, packet.count, 0, $0, length)
+                }
+            }
+        } != nil
+    }
+
+    /// Sends one datagram to `peer` from the address `source` (one of this host's; nil: the one
+    /// the kernel's route picks); false when the socket buffer is full (dropped).
+    @discardableResult
+    public func send(_ packet: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?) throws(DeviceError) -> Bool {
+        guard let source else { return try send(packet, to: peer) }
+        var storage = sockaddr_in6()
+        let nameLength = peer.write(to: &storage)
+        var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
+        var control = [UInt8](repeating: 0, count: Int(CSHIMS_PKTINFO_SPACE))
+        return try nonBlocking("send to \(peer) from \(source)") {
+            withUnsafeMutablePointer(to: &storage) { name in
+                withUnsafeMutablePointer(to: &vector) { vector in
+                    control.withUnsafeMutableBytes { control in
+                        var message = msghdr()
+                        message.msg_name = UnsafeMutableRawPointer(name)
+                        message.msg_namelen = nameLength
+                        message.msg_iov = vector
+                        message.msg_iovlen = 1
+                        source.bytes.withUnsafeBufferPointer {
+                            CShims_write_pktinfo(&message, control.baseAddress, source.family == .v4 ? AF_INET : AF_INET6, $0.baseAddress)
+                        }
+                        return sendmsg(fileDescriptor, &message, 0)
+                    }
                 }
             }
         } != nil

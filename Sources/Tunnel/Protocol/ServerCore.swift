@@ -39,6 +39,8 @@ public struct SealedDatagram: Equatable, Sendable {
     public var length: Int
     /// The peer's current endpoint.
     public var destination: SocketAddress
+    /// The server's address the peer sends to, to send from; nil when the driver did not say.
+    public var source: IPAddress? = nil
 }
 
 /// The server's side of the protocol: datagrams, their sources and the time in; replies,
@@ -113,22 +115,28 @@ public struct ServerCore: Sendable {
 
     // MARK: Receiving
 
-    /// Handles one datagram from `source`, decrypting a data packet in place.
-    public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
+    /// Handles one datagram from `source`, decrypting a data packet in place. `local` is the
+    /// server's address it was sent to, when the socket tells: replies and the peer's packets
+    /// then go out from it, as a client (or a NAT before it) expects.
+    public mutating func receive(
+        _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil, now: Instant
+    ) -> ServerEvent {
         switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
-        case .success(.data): receiveData(datagram, from: source, now: now)
-        case .success(.initiation): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, now: now)
+        case .success(.data): receiveData(datagram, from: source, at: local, now: now)
+        case .success(.initiation): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, at: local, now: now)
         case .success(.response), .success(.sessionUnknown), .success(.cookieReply): drop(.unexpected)
         }
     }
 
     /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
-    public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, now: Instant) -> ServerEvent {
-        datagram.withUnsafeMutableBytes { receive($0, from: source, now: now) }
+    public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, at local: IPAddress? = nil, now: Instant) -> ServerEvent {
+        datagram.withUnsafeMutableBytes { receive($0, from: source, at: local, now: now) }
     }
 
-    private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
+    private mutating func receiveData(
+        _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant
+    ) -> ServerEvent {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         guard let slot = indices[index] else { return sessionUnknown(index, from: source, now: now) }
         let peer = PeerID(index: slot)
@@ -143,7 +151,7 @@ public struct ServerCore: Sendable {
             if which == .next { retire(peers[slot].promote()) }
             // Roaming: only a fresh, authenticated packet on the session in use, and only the
             // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
-            if which != .previous, opened.isNewest { peers[slot].endpoint = source }
+            if which != .previous, opened.isNewest { (peers[slot].endpoint, peers[slot].endpointLocal) = (source, local) }
         }
         let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
         switch InnerContent(plaintext) {
@@ -163,7 +171,7 @@ public struct ServerCore: Sendable {
             // client's newest handshake must not end the session it made since.
             guard slotUsed != .previous else { return drop(.unexpected) }
             for forgotten in peers[slot].forgetEstablished() { indices[forgotten] = nil }
-            peers[slot].endpoint = nil
+            (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
             return .closed(peer: peer)
         case .echo:
             return drop(.unexpected)
@@ -179,8 +187,10 @@ public struct ServerCore: Sendable {
     }
 
     /// An initiation from start to end: the steps below, in one call.
-    private mutating func receiveInitiation(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
-        switch admit(datagram, from: source, now: now) {
+    private mutating func receiveInitiation(
+        _ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant
+    ) -> ServerEvent {
+        switch admit(datagram, from: source, at: local, now: now) {
         case .answered(let event): return event
         case .admitted(let admitted):
             switch decide(admitted.open(with: handshakeKey), now: now) {
@@ -202,7 +212,9 @@ public struct ServerCore: Sendable {
 
     /// The cheap checks, cheapest first: mac1, a replay of a checked initiation, the proof of
     /// address when under load, the budgets. Either the answer, or an initiation to open.
-    public mutating func admit(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> Admission {
+    public mutating func admit(
+        _ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil, now: Instant
+    ) -> Admission {
         switch Wire.messageType(of: datagram) {
         case .success(.initiation): break
         case .failure(let reason): return .answered(drop(reason))
@@ -224,7 +236,8 @@ public struct ServerCore: Sendable {
         }
         _ = handshakesBySource.allow(source.ip, now: now)
         _ = handshakes.take(now: now)
-        return .admitted(AdmittedInitiation(datagram: Array(datagram), source: source, ephemeral: ephemeral, addressProven: addressProven))
+        return .admitted(AdmittedInitiation(
+            datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: addressProven))
     }
 
     /// The user and every factor, once the Noise message is read: the answer (a drop, a cookie,
@@ -239,7 +252,7 @@ public struct ServerCore: Sendable {
         defer { payload.password?.wipe() }
         let datagram = admitted.datagram
         let initiation = HeldInitiation(
-            source: admitted.source, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
+            source: admitted.source, local: admitted.local, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
             responder: responder, timestamp: payload.timestamp, limit: datagram.count, ephemeral: admitted.ephemeral,
             account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
         func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?) -> Decision {
@@ -418,7 +431,7 @@ public struct ServerCore: Sendable {
         }
         guard let length = try peers[peer.index].current?.seal(buffer, innerLength: innerLength, now: now, limits: sessionLimits)
         else { throw .noSession }
-        return SealedDatagram(length: length, destination: destination)
+        return SealedDatagram(length: length, destination: destination, source: peers[peer.index].endpointLocal)
     }
 
     /// Seals a framed packet (see `DataPacket.frame`) for `peer`; the array becomes the datagram.
@@ -484,6 +497,7 @@ public enum Admission: Sendable {
 public struct AdmittedInitiation: Sendable {
     let datagram: [UInt8]
     let source: SocketAddress
+    let local: IPAddress?
     let ephemeral: [UInt8]
     let addressProven: Bool
 
@@ -536,6 +550,8 @@ public struct WrittenResponse: Sendable {
 /// What a handshake needs from its initiation to be answered later.
 struct HeldInitiation: Sendable {
     let source: SocketAddress
+    /// The server's address the initiation was sent to: the response goes out from it.
+    let local: IPAddress?
     let senderIndex: UInt32
     let responder: NoiseIK.Responder
     let timestamp: TAI64N
@@ -555,6 +571,8 @@ public struct PasswordCheck: Equatable, Sendable {
     public let peer: PeerID?
     /// Why the handshake is refused after a decoy check.
     let refusal: DropReason?
+    /// The server's address the initiation was sent to: send the answer from it.
+    public var local: IPAddress? { initiation.local }
     let initiation: HeldInitiation
     let hash: PasswordHash
     /// The one buffer that holds the password: wiped for every holder once checked.
@@ -580,6 +598,8 @@ struct PeerState {
     /// The user's inner addresses: the only sources their packets may carry.
     let addresses: [IPAddress]
     var endpoint: SocketAddress?
+    /// The server's address the endpoint sends to.
+    var endpointLocal: IPAddress?
     var current: TransportSession?
     var next: TransportSession?
     var previous: TransportSession?

@@ -1,4 +1,5 @@
 import PathMonitor
+import Glibc
 import Synchronization
 
 /// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
@@ -87,18 +88,19 @@ public final class TunnelServer: Sendable {
         while true {
             initiationsReady.wait()
             guard running.load(ordering: .relaxed) else { return }
-            while let (length, source) = initiations.withLock({ $0.pop(into: &buffer) }) {
+            while let (length, source, local) = initiations.withLock({ $0.pop(into: &buffer) }) {
                 let event = buffer.withUnsafeBytes { raw in
-                    handshake(UnsafeRawBufferPointer(rebasing: raw[0..<length]), from: source, key: key)
+                    handshake(UnsafeRawBufferPointer(rebasing: raw[0..<length]), from: source, at: local, key: key)
                 }
-                [UInt8]().withUnsafeBytes { handle(event, in: $0) }
+                [UInt8]().withUnsafeBytes { handle(event, in: $0, local: local) }
             }
         }
     }
 
-    private func handshake(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, key: HandshakeKey) -> ServerEvent {
+    private func handshake(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
+                            key: HandshakeKey) -> ServerEvent {
         let admitted: AdmittedInitiation
-        switch core.withLock({ $0.admit(datagram, from: source, now: Instant.now()) }) {
+        switch core.withLock({ $0.admit(datagram, from: source, at: local, now: Instant.now()) }) {
         case .answered(let event): return event
         case .admitted(let initiation): admitted = initiation
         }
@@ -120,7 +122,7 @@ public final class TunnelServer: Sendable {
             guard let check = checks.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
             let verified = check.verify()
             let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
-            [UInt8]().withUnsafeBytes { handle(event, in: $0) }
+            [UInt8]().withUnsafeBytes { handle(event, in: $0, local: check.local) }
         }
     }
 
@@ -161,13 +163,14 @@ public final class TunnelServer: Sendable {
                 }
                 for i in 0..<received {
                     guard let source = batch.peer(at: i) else { continue }
+                    let local = batch.local(at: i)
                     let length = batch.packet(at: i).count
                     let slot = batch.slot(at: i)
                     // Initiations go to the handshake thread; everything else is handled here.
                     if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
                         let (queued, wasEmpty) = initiations.withLock { queue in
                             let wasEmpty = queue.count == 0
-                            return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source), wasEmpty)
+                            return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source, at: local), wasEmpty)
                         }
                         // The worker drains the whole queue per wake: one signal per batch of work.
                         if queued, wasEmpty { initiationsReady.signal() }
@@ -175,14 +178,15 @@ public final class TunnelServer: Sendable {
                         continue
                     }
                     let datagram = UnsafeMutableRawBufferPointer(rebasing: slot[0..<length])
-                    let event = core.withLock { $0.receive(datagram, from: source, now: now) }
-                    handle(event, in: UnsafeRawBufferPointer(slot))
+                    let event = core.withLock { $0.receive(datagram, from: source, at: local, now: now) }
+                    handle(event, in: UnsafeRawBufferPointer(slot), local: local)
                 }
             }
         }
     }
 
-    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer) {
+    /// Acts on what the core made of a datagram that was sent to `local` (replies go out from it).
+    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?) {
         switch event {
         case .packet(_, let range):
             counters.withLock {
@@ -193,10 +197,10 @@ public final class TunnelServer: Sendable {
             // if forwarding is on and the host's firewall lets it through.
             do { try device.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(device.name) failed: \(error)") }
         case .handshake(let peer, let response, let to):
-            send(response, to: to)
+            send(response, to: to, from: local)
             log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
         case .rejected(let reason, let response, let to):
-            send(response, to: to)
+            send(response, to: to, from: local)
             if let line = refusals.withLock({ $0.line(for: reason, now: Instant.now()) { "handshake from \(to) rejected: \(reason)" } }) {
                 log(line)
             }
@@ -204,7 +208,7 @@ public final class TunnelServer: Sendable {
             checks.withLock { $0.append(check) }
             checksReady.signal()
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
-            send(datagram, to: to)
+            send(datagram, to: to, from: local)
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
         case .closed(let peer):
@@ -232,7 +236,8 @@ public final class TunnelServer: Sendable {
                 batch.removeAll()
                 let now = Instant.now()
                 while !batch.isFull && !drained {
-                    batch.append { slot in
+                    var source: IPAddress?
+                    let appended = batch.append { slot in
                         let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
                         guard let length = try? device.read(into: inner, timeout: .zero) else {
                             drained = true
@@ -251,12 +256,15 @@ public final class TunnelServer: Sendable {
                                 $0.packetsOut += 1
                                 $0.bytesOut += length
                             }
+                            source = sealed.source
                             return (sealed.length, sealed.destination)
                         } catch {
                             counters.withLock { $0.noSession += 1 }
                             return nil
                         }
                     }
+                    // From the address the client sends to, as its NAT expects.
+                    if appended { batch.setSource(source, at: batch.count - 1) }
                 }
                 guard batch.count > 0 else { continue }
                 // One socket per family: a batch goes out through the socket of its first
@@ -273,24 +281,32 @@ public final class TunnelServer: Sendable {
                     }
                 } else {
                     for i in 0..<batch.count {
-                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer) }
+                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.local(at: i)) }
                     }
                 }
             }
         }
     }
 
-    private func send(_ datagram: [UInt8], to peer: SocketAddress) {
-        datagram.withUnsafeBytes { send($0, to: peer) }
+    private func send(_ datagram: [UInt8], to peer: SocketAddress, from source: IPAddress?) {
+        datagram.withUnsafeBytes { send($0, to: peer, from: source) }
     }
 
-    private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress) {
+    /// Sends from `source` when given (the address the peer sent to); if that address is gone
+    /// from the host, from whichever the kernel picks.
+    private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?) {
         guard let socket = sockets.first(where: { $0.local.ip.family == peer.ip.family }) else {
             counters.withLock { $0.sendFailures += 1 }
             return
         }
         do {
-            if try !socket.send(datagram, to: peer) { counters.withLock { $0.sendFailures += 1 } }
+            let sent: Bool
+            do {
+                sent = try socket.send(datagram, to: peer, from: source?.family == peer.ip.family ? source : nil)
+            } catch where source != nil && (error.code == EINVAL || error.code == EADDRNOTAVAIL) {
+                sent = try socket.send(datagram, to: peer)
+            }
+            if !sent { counters.withLock { $0.sendFailures += 1 } }
         } catch {
             counters.withLock { $0.sendFailures += 1 }
             log("send to \(peer) failed: \(error)")
@@ -304,6 +320,7 @@ struct InitiationQueue {
     private var storage: [UInt8]
     private var lengths: [Int]
     private var sources: [SocketAddress?]
+    private var locals: [IPAddress?]
     private var head = 0
     private(set) var count = 0
     let capacity: Int
@@ -313,30 +330,34 @@ struct InitiationQueue {
         storage = [UInt8](repeating: 0, count: capacity * Initiation.maxLength)
         lengths = [Int](repeating: 0, count: capacity)
         sources = [SocketAddress?](repeating: nil, count: capacity)
+        locals = [IPAddress?](repeating: nil, count: capacity)
     }
 
     /// Copies `datagram` in; false when the queue is full or it is longer than an initiation can be.
-    mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress) -> Bool {
+    mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil) -> Bool {
         guard count < capacity, datagram.count <= Initiation.maxLength else { return false }
         let slot = (head + count) % capacity
         storage.withUnsafeMutableBytes { ($0.baseAddress! + slot * Initiation.maxLength).copyMemory(from: datagram.baseAddress!, byteCount: datagram.count) }
         lengths[slot] = datagram.count
         sources[slot] = source
+        locals[slot] = local
         count += 1
         return true
     }
 
-    /// Copies the oldest datagram into `buffer` and returns its length and source; nil when empty.
-    mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress)? {
+    /// Copies the oldest datagram into `buffer` and returns its length, its source and the
+    /// address it was sent to; nil when empty.
+    mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress, IPAddress?)? {
         guard count > 0, let source = sources[head] else { return nil }
         let length = lengths[head]
         let start = head * Initiation.maxLength
         buffer.withUnsafeMutableBytes { out in
             storage.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: length) }
         }
+        let local = locals[head]
         sources[head] = nil
         head = (head + 1) % capacity
         count -= 1
-        return (length, source)
+        return (length, source, local)
     }
 }
