@@ -5,9 +5,10 @@ import PathMonitor
 
 // Several clients through one gateway at once: N real `agent up` processes (default 4), each in
 // a namespace of its own, run one iperf3 TCP stream each through one `agent serve`, upload then
-// download, for `--seconds` each; then the same over the raw veths (the ceiling). Prints the
-// aggregate and each client's rate, and the server's CPU. Needs root and iperf3; run through
-// bench/gateway.sh.
+// download, for `--seconds` each; then the same through Debian's wireguard-go (a server with one
+// peer per client, on the same namespaces), and over the raw veths (the ceiling). Prints the
+// aggregate and each client's rate, and the VPN server's CPU. Needs root, iperf3 and
+// wireguard-go; run through bench/gateway.sh.
 //
 // Usage: GatewayBenchmark [--clients 4] [--seconds 10] [--txqueuelen N (the server TUN's, to try another)]
 
@@ -48,6 +49,52 @@ func iperf(in lab: NamespaceLab, _ arguments: [String], output path: String) thr
     process.standardError = handle
     try process.run()
     return process
+}
+
+/// Runs a command to its end; throws with its output when it fails.
+@discardableResult
+func shell(_ command: String) throws -> String {
+    let (status, output) = try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"), ["-c", command])
+    guard status == 0 else { throw Failure(description: "\(command): \(output)") }
+    return output.trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+/// wireguard-go on the same namespaces: a server interface with one peer per client, a client
+/// interface in each laptop (10.88.0.1 and 10.88.0.(10+N), port 51821). Returns the server's
+/// process, and every process started, to end.
+func startWireGuard(_ lab: GatewayLab) throws -> (server: Process, all: [Process]) {
+    let tag = getpid() % 100_000
+    var all: [Process] = []
+    func run(in ns: NamespaceLab, _ name: String) throws -> Process {
+        let process = Process()
+        process.executableURL = NamespaceLab.ipTool
+        process.arguments = ["netns", "exec", ns.name, "/usr/bin/wireguard-go", "-f", name]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        all.append(process)
+        for _ in 0..<500 where access("/run/wireguard/\(name).sock", F_OK) != 0 { usleep(10_000) }
+        return process
+    }
+    func key(_ name: String) throws -> (file: String, publicKey: String) {
+        let file = lab.directory + "/\(name).key"
+        try shell("umask 077; wg genkey > \(file)")
+        return (file, try shell("wg pubkey < \(file)"))
+    }
+    let serverName = "wgs\(tag)"
+    let server = try run(in: lab.server, serverName)
+    let serverKey = try key(serverName)
+    try shell("ip netns exec \(lab.server.name) wg set \(serverName) listen-port 51821 private-key \(serverKey.file)")
+    try shell("ip -n \(lab.server.name) address add 10.88.0.1/24 dev \(serverName); ip -n \(lab.server.name) link set \(serverName) up")
+    for (n, laptop) in lab.laptops.enumerated() {
+        let name = "wgl\(tag)x\(n)"
+        _ = try run(in: laptop, name)
+        let clientKey = try key(name)
+        try shell("ip netns exec \(lab.server.name) wg set \(serverName) peer \(clientKey.publicKey) allowed-ips 10.88.0.\(10 + n)/32")
+        try shell("ip netns exec \(laptop.name) wg set \(name) private-key \(clientKey.file) peer \(serverKey.publicKey) endpoint 198.51.100.7:51821 allowed-ips 10.88.0.0/24")
+        try shell("ip -n \(laptop.name) address add 10.88.0.\(10 + n)/24 dev \(name); ip -n \(laptop.name) link set \(name) up")
+    }
+    return (server, all)
 }
 
 /// Bits per second an iperf3 --json client report received.
@@ -95,13 +142,23 @@ usleep(300_000)
 let pid = lab.serverPID
 
 say("\(clients) clients, one TCP stream each, \(seconds) s per direction, \(ProcessInfo.processInfo.activeProcessorCount) cores shared by everything")
-say("path   direction  aggregate_Mbit/s  per_client_Mbit/s           server_cpu_%  tun_tx_dropped")
-for (name, target) in [("roam", { (_: Int) in "10.77.0.1" }), ("raw", { (n: Int) in "10.60.\(n).1" })] as [(String, (Int) -> String)] {
+let wireguard = try startWireGuard(lab)
+defer {
+    for process in wireguard.all where process.isRunning { process.terminate() }
+    for process in wireguard.all { process.waitUntilExit() }
+}
+say("path          direction  aggregate_Mbit/s  per_client_Mbit/s           server_cpu_%  tun_tx_dropped")
+let paths: [(String, (Int) -> String, Int32?)] = [
+    ("roam", { _ in "10.77.0.1" }, pid),
+    ("wireguard-go", { _ in "10.88.0.1" }, wireguard.server.processIdentifier),
+    ("raw", { n in "10.60.\(n).1" }, nil),
+]
+for (name, target, serverPID) in paths {
     for reverse in [false, true] {
-        let (rates, cpu, dropped) = try run(lab, seconds: seconds, reverse: reverse, target: target, serverPID: name == "roam" ? pid : nil)
+        let (rates, cpu, dropped) = try run(lab, seconds: seconds, reverse: reverse, target: target, serverPID: serverPID)
         let each = rates.map { String(format: "%.0f", $0) }.joined(separator: " ")
-        say(name.padding(toLength: 7, withPad: " ", startingAt: 0) + (reverse ? "down" : "up").padding(toLength: 11, withPad: " ", startingAt: 0)
+        say(name.padding(toLength: 14, withPad: " ", startingAt: 0) + (reverse ? "down" : "up").padding(toLength: 11, withPad: " ", startingAt: 0)
             + String(format: "%16.0f  ", rates.reduce(0, +)) + each.padding(toLength: 28, withPad: " ", startingAt: 0)
-            + (name == "roam" ? String(format: "%-14.0f%d", cpu, dropped) : "-"))
+            + (serverPID == nil ? "-" : String(format: "%-14.0f", cpu) + (name == "roam" ? "\(dropped)" : "-")))
     }
 }
