@@ -90,6 +90,45 @@ struct DeviceUDPSocketTests {
         }
     }
 
+    /// A socket bound to every address learns which one each datagram was sent to, and answers
+    /// from it (one datagram, or a batch), whatever its route would pick; IPv4 and IPv6 alike.
+    @Test(arguments: [("198.51.100.7", "10.20.0.57", "0.0.0.0"), ("fd00:77::7", "fd00:20::57", "::")])
+    func aServerAnswersFromTheAddressItWasSentTo(_ served: String, _ laptopAddress: String, _ any: String) throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        if served.contains(":") {
+            try server.ip("address add fd00:77::7/128 dev lo")
+            try laptop.ip("-6 route add fd00:77::/64 via fd00:20::1 dev eth0")
+        }
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress(any)!, port: 0), namespace: server.namespace,
+                                     reportsDestination: true)
+        let target = SocketAddress(IPAddress(served)!, port: listener.local.port)
+        let client = try UDPSocket(bindingTo: SocketAddress(IPAddress(laptopAddress)!, port: 0), device: "eth0", namespace: laptop.namespace)
+        #expect(try client.send(Array("hello".utf8), to: target))
+        let batch = PacketBatch(capacity: 4)
+        let deadline = ContinuousClock.now + .seconds(2)
+        while batch.count == 0, ContinuousClock.now < deadline { _ = try listener.receive(into: batch, timeout: .milliseconds(100)) }
+        try #require(batch.count == 1)
+        #expect(batch.local(at: 0) == IPAddress(served), "the address the datagram was sent to")
+        let peer = try #require(batch.peer(at: 0))
+        // One datagram from that address, then a batch.
+        #expect(try Array("one".utf8).withUnsafeBytes { try listener.send($0, to: peer, from: IPAddress(served)) })
+        let one = try #require(try client.receive())
+        #expect(one.bytes == Array("one".utf8) && one.peer == target, "from \(one.peer), not the route's choice")
+        let out = PacketBatch(capacity: 2)
+        for text in ["two", "three"] {
+            #expect(Array(text.utf8).withUnsafeBytes { out.append($0, to: peer) })
+            out.setSource(IPAddress(served), at: out.count - 1)
+        }
+        #expect(try listener.send(out) == 2)
+        for text in ["two", "three"] {
+            let got = try #require(try client.receive())
+            #expect(got.bytes == Array(text.utf8) && got.peer == target, "\(text) from \(got.peer)")
+        }
+        // Without a source, the route's choice: the server's address on the laptop's link.
+        #expect(try Array("four".utf8).withUnsafeBytes { try listener.send($0, to: peer, from: nil) })
+        #expect(try client.receive()?.peer.ip != IPAddress(served))
+    }
+
     @Test func badBindingsAreClearErrors() throws {
         let (laptop, _) = try TunnelLab.laptopAndServer()
         let any = SocketAddress(.v4(0), port: 0)
