@@ -48,6 +48,9 @@ enum TrustedFile {
 
     /// The file's bytes, or an error that says what is wrong with it and how to fix it.
     static func read(_ path: String, as kind: Kind) throws(ConfigError) -> [UInt8] {
+        if let problem = directoryProblem(of: path, user: UInt32(geteuid())) {
+            throw ConfigError(file: path, line: 0, message: problem)
+        }
         // O_NONBLOCK: a FIFO planted at the path must not hang the open; it is refused below.
         let flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (kind == .clientConfiguration ? 0 : O_NOFOLLOW)
         var fd: Int32
@@ -92,6 +95,42 @@ enum TrustedFile {
             throw ConfigError(file: path, line: 0, message: kind.tooBig)
         }
         return bytes
+    }
+
+    /// Why the directories that hold `path` make it untrustworthy, as sshd's StrictModes judges
+    /// them: whoever may write in one of them (itself or any directory above it, links resolved)
+    /// can put another file in the place of this one. Each must belong to root or `user`, and
+    /// not be writable by group or others unless it is sticky (as /tmp is: there nobody can move
+    /// another's entry). Nil when they are fine.
+    static func directoryProblem(of path: String, user: UInt32) -> String? {
+        let parent = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        guard let real = realpath(parent.isEmpty ? "/" : parent, nil) else { return nil }  // the open will say what is wrong
+        var directory = String(cString: real)
+        free(real)
+        while true {
+            var info = stat()
+            if stat(directory, &info) == 0,
+               let problem = directoryProblem(directory, Status(isRegular: false, permissions: UInt32(info.st_mode & 0o7777),
+                                                               owner: UInt32(info.st_uid), size: 0), user: user) {
+                return problem
+            }
+            guard directory != "/", let slash = directory.lastIndex(of: "/") else { return nil }
+            directory = slash == directory.startIndex ? "/" : String(directory[..<slash])
+        }
+    }
+
+    /// Why a directory with `status` on the way to a trusted file is not safe; nil when it is.
+    static func directoryProblem(_ directory: String, _ status: Status, user: UInt32) -> String? {
+        if status.owner != 0 && status.owner != user {
+            return "is in \(directory), owned by \(name(of: status.owner)), who could put another file in its place; "
+                + "keep it in a directory owned by root\(user == 0 ? "" : " or \(name(of: user))")"
+        }
+        let sticky: UInt32 = 0o1000
+        if status.permissions & 0o022 != 0 && status.permissions & sticky == 0 {
+            return "is in \(directory), which group or others may write to (mode \(String(status.permissions & 0o777, radix: 8))), "
+                + "so they could put another file in its place (run: chmod go-w \(directory))"
+        }
+        return nil
     }
 
     /// Why a file with `status` must not be used as `kind` by a process running as `user`; nil

@@ -102,6 +102,30 @@ import Tunnel
                                     path: "k", user: 0) == "is larger than 64 KiB, too big for a key or password file")
     }
 
+    /// Whoever may write in a directory on the way to the file can put another file in its place:
+    /// such directories are refused, as sshd's StrictModes refuses them; a sticky one (/tmp) is fine.
+    @Test func aDirectoryOthersCanWriteToIsRefused() throws {
+        defer { cleanUp() }
+        chmod(directory, 0o777)
+        let message = try #require(refusal { _ = try loadPrivateKey(keyFile) })
+        #expect(message.contains("is in \(directory), which group or others may write to (mode 777)")
+                && message.contains("chmod go-w \(directory)"), "\(message)")
+        #expect(refusal { _ = try YAMLReader.load(clientConfiguration, as: .clientConfiguration) } != nil)
+        // Through a link to the directory: the real one is judged.
+        let link = directory + "-link"
+        symlink(directory, link)
+        defer { unlink(link) }
+        #expect(refusal { _ = try loadPrivateKey(link + "/client.key") }?.contains("may write to") == true)
+        chmod(directory, 0o1777)
+        #expect(try loadPrivateKey(keyFile).publicKey == key.publicKey, "sticky, as /tmp is")
+        chmod(directory, 0o755)
+        #expect(try loadPrivateKey(keyFile).publicKey == key.publicKey)
+        // The rule itself, for owners the test cannot make.
+        let other = TrustedFile.Status(isRegular: false, permissions: 0o755, owner: 1000, size: 0)
+        #expect(TrustedFile.directoryProblem("/home/x", other, user: 0)?.contains("owned by uid 1000") == true)
+        #expect(TrustedFile.directoryProblem("/home/x", other, user: 1000) == nil, "the agent's own user may own it")
+    }
+
     @Test(.enabled(if: getuid() == 0, "needs root to give a file to another user (chown to nobody); run the suite as root (CI does)"))
     func aFileOwnedByAnotherUserIsRefused() throws {
         defer { cleanUp() }
