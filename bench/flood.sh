@@ -10,24 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "flood: needs root (network namespaces, TUN devices, raw sockets)" >&2; exit 2; }
 scripts/setup
+source bench/lab.sh
 echo "flood: building (release)" >&2
 bin=$(scripts/build agent FloodBenchmark)
 echo "flood: $(nproc) cores, $(uname -r)" >&2
-"$bin/FloodBenchmark" "$@" &
-bench=$!
-cleanup() {
-    local rc=$? ns pid
-    trap - EXIT INT TERM
-    kill -TERM "$bench" 2>/dev/null && wait "$bench" 2>/dev/null || true
-    for ns in $(ip netns list | awk '{print $1}' | grep "^roamtest-$bench-" || true); do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
-        sleep 0.5
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-        ip netns del "$ns" 2>/dev/null || true
-    done
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-wait "$bench"
+lab_run "$bin/FloodBenchmark" "$@"

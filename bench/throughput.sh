@@ -19,15 +19,8 @@ LOCKDOWN=${LOCKDOWN:-on}
 
 # --- packages and build ------------------------------------------------------------------------
 scripts/setup
-missing=()
-for p in iperf3 wireguard-go wireguard-tools; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "throughput: installing ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+source bench/lab.sh
+lab_packages throughput iperf3 wireguard-go wireguard-tools
 command -v python3 >/dev/null || { echo "throughput: needs python3" >&2; exit 2; }
 
 echo "throughput: building agent (release)" >&2

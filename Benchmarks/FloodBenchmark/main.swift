@@ -62,18 +62,13 @@ guard NamespaceLab.isRoot else {
 let serverAddress = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
 let carolPassword = "correct horse battery staple"
 
-/// A veth from `lab` into the server's namespace: `address` on this side, `gateway` on the server's.
-func attach(_ lab: NamespaceLab, to server: NamespaceLab, device: String, address: String, gateway: String) throws {
-    try lab.ip("link add \(device) type veth peer name \(device)-s netns \(server.name)")
-    try lab.ip("address add \(address)/24 dev \(device)")
-    try lab.ip("link set \(device) up")
-    try server.ip("address add \(gateway)/24 dev \(device)-s")
-    try server.ip("link set \(device)-s up")
-    try lab.ip("route add default via \(gateway)")
-}
-
 func sysctl(_ lab: NamespaceLab, _ setting: String) throws {
     _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.name, "sysctl", "-qw", setting])
+}
+
+/// A session index (u32 little-endian) in a message: a sender's at 4, a response's receiver at 8.
+func index(in message: [UInt8], at offset: Int) -> UInt32 {
+    UInt32(message[offset]) | UInt32(message[offset + 1]) << 8 | UInt32(message[offset + 2]) << 16 | UInt32(message[offset + 3]) << 24
 }
 
 /// An IPv4/UDP datagram from `source` for the raw socket (the kernel fills in the IP checksum).
@@ -182,8 +177,8 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
             var reply = received.bytes
             lock.withLock {
                 guard reply.count >= 8 else { return }
-                let receiver = UInt32(reply[4]) | UInt32(reply[5]) << 8 | UInt32(reply[6]) << 16 | UInt32(reply[7]) << 24
-                guard let i = slots.firstIndex(where: { $0.count >= 8 && UInt32($0[4]) | UInt32($0[5]) << 8 | UInt32($0[6]) << 16 | UInt32($0[7]) << 24 == receiver })
+                let receiver = index(in: reply, at: 4)
+                guard let i = slots.firstIndex(where: { $0.count >= 8 && index(in: $0, at: 4) == receiver })
                 else { return }
                 if case .cookie(let resend) = cores[i].receive(&reply, now: .now()) {
                     slots[i] = resend
@@ -234,8 +229,7 @@ final class Burst: @unchecked Sendable {  // `cores` and `sentAt` are guarded by
             while n < due {
                 let initiation: [UInt8]? = lock.withLock {
                     guard let datagram = try? cores[n].initiate(now: .now(), wallClock: .now()) else { return nil }
-                    let index = UInt32(datagram[4]) | UInt32(datagram[5]) << 8 | UInt32(datagram[6]) << 16 | UInt32(datagram[7]) << 24
-                    byIndex[index] = n
+                    byIndex[index(in: datagram, at: 4)] = n
                     sentAt[n] = LabClock.now
                     return datagram
                 }
@@ -256,15 +250,15 @@ final class Burst: @unchecked Sendable {  // `cores` and `sentAt` are guarded by
                     guard length >= 12 else { continue }
                     // A response names our index at 8, a cookie reply at 4.
                     let at = buffer[1] == 2 ? 8 : 4
-                    let index = UInt32(buffer[at]) | UInt32(buffer[at + 1]) << 8 | UInt32(buffer[at + 2]) << 16 | UInt32(buffer[at + 3]) << 24
+                    let ours = index(in: buffer, at: at)
                     var datagram = Array(buffer[0..<length])
                     let reply: [UInt8]? = lock.withLock {
-                        guard let n = byIndex[index] else { return nil }
+                        guard let n = byIndex[ours] else { return nil }
                         switch cores[n].receive(&datagram, now: .now()) {
                         case .cookie(let resend): return resend
                         case .established(let done):
                             if let sent = sentAt[n] { times.append(LabClock.now - sent) }
-                            byIndex[index] = nil
+                            byIndex[ours] = nil
                             return done.confirmation
                         default: return nil
                         }
@@ -310,8 +304,8 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, show
     let lab = try RoamingLab(vpn: .roam, routing: .full)
     let bystander = try NamespaceLab()
     let attacker = try NamespaceLab()
-    try attach(bystander, to: lab.server, device: "by0", address: "10.30.0.2", gateway: "10.30.0.1")
-    try attach(attacker, to: lab.server, device: "atk0", address: "203.0.113.2", gateway: "203.0.113.1")
+    try bystander.attach(to: lab.server, device: "by0", peer: "by0-s", address: "10.30.0.2", gateway: "10.30.0.1")
+    try attacker.attach(to: lab.server, device: "atk0", peer: "atk0-s", address: "203.0.113.2", gateway: "203.0.113.1")
     // Replies to the spoofed sources leave toward the attacker, who drops them; the server's
     // router does not check sources, as most on the internet do not.
     try lab.server.ip("route add 100.64.0.0/10 via 203.0.113.2")

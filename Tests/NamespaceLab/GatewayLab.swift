@@ -27,12 +27,7 @@ public final class GatewayLab {
         var laptops: [NamespaceLab] = []
         for n in 0..<clients {
             let laptop = try NamespaceLab()
-            try laptop.ip("link add eth0 type veth peer name lap\(n) netns \(server.name)")
-            try laptop.ip("address add 10.60.\(n).2/24 dev eth0")
-            try laptop.ip("link set eth0 up")
-            try server.ip("address add 10.60.\(n).1/24 dev lap\(n)")
-            try server.ip("link set lap\(n) up")
-            try laptop.ip("route add default via 10.60.\(n).1 dev eth0")
+            try laptop.attach(to: server, device: "eth0", peer: "lap\(n)", address: "10.60.\(n).2", gateway: "10.60.\(n).1")
             laptops.append(laptop)
         }
         self.laptops = laptops
@@ -63,19 +58,14 @@ public final class GatewayLab {
     }
 
     deinit {
-        for process in processes where process.isRunning { process.terminate() }
-        for process in processes {
-            let deadline = Date().addingTimeInterval(5)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        }
+        endAll(processes)
         try? FileManager.default.removeItem(atPath: directory)
     }
 
     /// Starts the server, then every client, and returns once every tunnel is up.
     public func start() throws {
         try launch(in: server, ["serve", "--config", directory + "/server.yaml"], log: "server.log")
-        guard waitFor(seconds: 10, { self.log("server.log").contains("msg=serving") }) else {
+        guard labWait(seconds: 10, { self.log("server.log").contains("msg=serving") }) else {
             throw NamespaceLab.Failure(description: "agent serve did not come up: \(log("server.log"))")
         }
         for (n, laptop) in laptops.enumerated() {
@@ -83,7 +73,7 @@ public final class GatewayLab {
                        log: "client\(n).log")
         }
         for n in laptops.indices {
-            guard waitFor(seconds: 10, { self.log("client\(n).log").contains("msg=\"tunnel up\"") }) else {
+            guard labWait(seconds: 10, { self.log("client\(n).log").contains("msg=\"tunnel up\"") }) else {
                 throw NamespaceLab.Failure(description: "client \(n) did not come up: \(log("client\(n).log"))")
             }
         }
@@ -94,31 +84,9 @@ public final class GatewayLab {
 
     public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 
-    public func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = LabClock.now + .milliseconds(Int64(seconds * 1000))
-        while LabClock.now < deadline {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
-    }
-
     private func launch(in lab: NamespaceLab, _ arguments: [String], log: String) throws {
-        let process = Process()
-        process.executableURL = NamespaceLab.ipTool
-        process.arguments = ["netns", "exec", lab.name, agent.path] + arguments
-        let path = directory + "/" + log
-        _ = FileManager.default.createFile(atPath: path, contents: nil)
-        let handle = FileHandle(forWritingAtPath: path)
-        process.standardError = handle
-        process.standardOutput = handle
-        try process.run()
-        processes.append(process)
+        processes.append(try startInside(lab, agent, arguments, log: directory + "/" + log))
     }
 
-    private func secret(_ text: String, _ name: String) throws {
-        let path = directory + "/" + name
-        _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
-        try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
-    }
+    private func secret(_ text: String, _ name: String) throws { try writeSecret(text, to: directory + "/" + name) }
 }

@@ -101,14 +101,9 @@ extension NamespaceLab {
     public static func laptopAndServer() throws -> (laptop: NamespaceLab, server: NamespaceLab) {
         let laptop = try NamespaceLab()
         let server = try NamespaceLab()
-        for (dev, peer, address, gateway, metric) in [("eth0", "eth-l", "10.20.0.57/24", "10.20.0.1", 100),
-                                                      ("wifi0", "wifi-l", "192.168.1.23/24", "192.168.1.1", 600)] {
-            try laptop.ip("link add \(dev) type veth peer name \(peer) netns \(server.name)")
-            try laptop.ip("address add \(address) dev \(dev)")
-            try laptop.ip("link set \(dev) up")
-            try server.ip("address add \(gateway)/24 dev \(peer)")
-            try server.ip("link set \(peer) up")
-            try laptop.ip("route add default via \(gateway) dev \(dev) metric \(metric)")
+        for (dev, peer, address, gateway, metric) in [("eth0", "eth-l", "10.20.0.57", "10.20.0.1", 100),
+                                                      ("wifi0", "wifi-l", "192.168.1.23", "192.168.1.1", 600)] {
+            try laptop.attach(to: server, device: dev, peer: peer, address: address, gateway: gateway, metric: metric)
         }
         try laptop.ip("address add fd00:20::57/64 dev eth0 nodad")
         try server.ip("address add fd00:20::1/64 dev eth-l nodad")

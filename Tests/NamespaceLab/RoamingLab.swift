@@ -77,12 +77,7 @@ public final class RoamingLab {
     }
 
     deinit {
-        for process in processes where process.isRunning { process.terminate() }
-        for process in processes {
-            let deadline = Date().addingTimeInterval(5)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        }
+        endAll(processes)
         if vpn == .wireguardGo {
             for name in [names.server, names.client] { unlink("/run/wireguard/\(name).sock") }
         }
@@ -329,14 +324,7 @@ public final class RoamingLab {
     }
 
     /// Polls `condition` every 10 ms for up to `seconds`.
-    public func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = LabClock.now + .milliseconds(Int64(seconds * 1000))
-        while LabClock.now < deadline {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
-    }
+    public func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool { labWait(seconds: seconds, condition) }
 
     // MARK: Setup
 
@@ -376,11 +364,7 @@ public final class RoamingLab {
         ((try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    private func secret(_ text: String, _ name: String) throws {
-        let path = directory + "/" + name
-        _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
-        try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
-    }
+    private func secret(_ text: String, _ name: String) throws { try writeSecret(text, to: directory + "/" + name) }
 
     private func wg(_ lab: NamespaceLab, _ arguments: String) throws {
         let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
@@ -396,17 +380,8 @@ public final class RoamingLab {
 
     /// Starts `executable` inside `lab`; its output goes to `log` in the lab's directory.
     private func start(in lab: NamespaceLab, _ executable: URL, _ arguments: [String], log: String) throws -> Process {
-        let process = Process()
-        process.executableURL = NamespaceLab.ipTool
-        process.arguments = ["netns", "exec", lab.name, executable.path] + arguments
-        if lab === laptop { process.environment = ProcessInfo.processInfo.environment.merging(laptopEnvironment) { $1 } }
-        let path = directory + "/" + log
-        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
-        let handle = FileHandle(forWritingAtPath: path)
-        handle?.seekToEndOfFile()
-        process.standardError = handle
-        process.standardOutput = handle
-        try process.run()
+        let environment = lab === laptop ? ProcessInfo.processInfo.environment.merging(laptopEnvironment) { $1 } : nil
+        let process = try startInside(lab, executable, arguments, log: directory + "/" + log, environment: environment)
         processes.append(process)
         return process
     }

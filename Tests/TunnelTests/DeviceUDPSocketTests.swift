@@ -119,6 +119,7 @@ struct DeviceUDPSocketTests {
             #expect(Array(text.utf8).withUnsafeBytes { out.append($0, to: peer) })
             out.setSource(IPAddress(served), at: out.count - 1)
         }
+        #expect(out.source(at: 1) == IPAddress(served), "the batch keeps the source it was given")
         #expect(try listener.send(out) == 2)
         for text in ["two", "three"] {
             let got = try #require(try client.receive())

@@ -285,11 +285,7 @@ extension RuntimeTests {
         let (laptop, serverLab) = try TunnelLab.laptopAndServer()
         // Bob's desktop: a third namespace, wired to the server like the laptop's eth0.
         let desktop = try TunnelLab()
-        try desktop.ip("link add eth0 type veth peer name eth-d netns \(serverLab.name)")
-        try desktop.ip("address add 10.30.0.57/24 dev eth0")
-        try desktop.ip("link set eth0 up")
-        try serverLab.ip("address add 10.30.0.1/24 dev eth-d")
-        try serverLab.ip("link set eth-d up")
+        try desktop.attach(to: serverLab, device: "eth0", peer: "eth-d", address: "10.30.0.57", gateway: "10.30.0.1", defaultRoute: false)
         let (server, serverThread) = try startServer(in: serverLab)
         let endpoint = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
         let alice = try connect(try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",

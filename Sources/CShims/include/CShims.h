@@ -101,30 +101,27 @@ static inline int CShims_read_pktinfo(const struct msghdr *message, unsigned cha
 /// Sets the source address of a datagram to send: one pktinfo control message in `control`
 /// (CSHIMS_PKTINFO_SPACE bytes), `address` 4 (AF_INET) or 16 (AF_INET6) bytes.
 static inline void CShims_write_pktinfo(struct msghdr *message, void *control, int family, const unsigned char *address) {
+    struct CShims_in_pktinfo v4;
+    struct CShims_in6_pktinfo v6;
+    memset(&v4, 0, sizeof v4);
+    memset(&v6, 0, sizeof v6);
+    int level = IPPROTO_IP, type = IP_PKTINFO;
+    const void *info = &v4;
+    size_t size = sizeof v4;
+    if (family == AF_INET6) {
+        memcpy(&v6.ipi6_addr, address, 16);
+        level = IPPROTO_IPV6, type = CSHIMS_IPV6_PKTINFO, info = &v6, size = sizeof v6;
+    } else {
+        memcpy(&v4.ipi_spec_dst, address, 4);
+    }
     memset(control, 0, CSHIMS_PKTINFO_SPACE);
     message->msg_control = control;
-    struct cmsghdr *c;
-    if (family == AF_INET6) {
-        message->msg_controllen = CMSG_SPACE(sizeof(struct CShims_in6_pktinfo));
-        c = CMSG_FIRSTHDR(message);
-        c->cmsg_level = IPPROTO_IPV6;
-        c->cmsg_type = CSHIMS_IPV6_PKTINFO;
-        c->cmsg_len = CMSG_LEN(sizeof(struct CShims_in6_pktinfo));
-        struct CShims_in6_pktinfo info;
-        memset(&info, 0, sizeof info);
-        memcpy(&info.ipi6_addr, address, 16);
-        memcpy(CMSG_DATA(c), &info, sizeof info);
-    } else {
-        message->msg_controllen = CMSG_SPACE(sizeof(struct CShims_in_pktinfo));
-        c = CMSG_FIRSTHDR(message);
-        c->cmsg_level = IPPROTO_IP;
-        c->cmsg_type = IP_PKTINFO;
-        c->cmsg_len = CMSG_LEN(sizeof(struct CShims_in_pktinfo));
-        struct CShims_in_pktinfo info;
-        memset(&info, 0, sizeof info);
-        memcpy(&info.ipi_spec_dst, address, 4);
-        memcpy(CMSG_DATA(c), &info, sizeof info);
-    }
+    message->msg_controllen = CMSG_SPACE(size);
+    struct cmsghdr *c = CMSG_FIRSTHDR(message);
+    c->cmsg_level = level;
+    c->cmsg_type = type;
+    c->cmsg_len = CMSG_LEN(size);
+    memcpy(CMSG_DATA(c), info, size);
 }
 
 #endif

@@ -25,6 +25,8 @@ public final class PacketBatch {
     /// Each slot's control message: where a received datagram was sent to, or the address to
     /// send one from (IP_PKTINFO).
     private let controls: UnsafeMutableRawPointer
+    /// The address each slot is to be sent from (`setSource`), as given.
+    private var sources: [IPAddress?]
 
     /// A batch of `capacity` slots, clamped to 1...`maximumCapacity`.
     public init(capacity: Int = 32) {
@@ -34,6 +36,7 @@ public final class PacketBatch {
         vectors = .allocate(capacity: self.capacity)
         names = .allocate(capacity: self.capacity)
         controls = .allocate(byteCount: self.capacity * Int(CSHIMS_PKTINFO_SPACE), alignment: 16)
+        sources = [IPAddress?](repeating: nil, count: self.capacity)
         for i in 0..<self.capacity {
             vectors[i] = iovec(iov_base: data + i * Self.slotSize, iov_len: 0)
             names[i] = sockaddr_in6()
@@ -78,11 +81,17 @@ public final class PacketBatch {
     /// socket does: a reply must come from the address the client used).
     public func local(at index: Int) -> IPAddress? {
         precondition(index < count, "local \(index) of a batch of \(count)")
-        var bytes = [UInt8](repeating: 0, count: 16)
-        switch withUnsafePointer(to: &messages[index].msg_hdr, { CShims_read_pktinfo($0, &bytes) }) {
-        case AF_INET: return IPAddress(bytes: bytes[0..<4])
-        case AF_INET6: return IPAddress(bytes: bytes[0..<16])
-        default: return nil
+        // On the stack: this runs for every datagram a server receives.
+        var raw: (UInt64, UInt64) = (0, 0)
+        let family = withUnsafeMutableBytes(of: &raw) { out in
+            withUnsafePointer(to: &messages[index].msg_hdr) { CShims_read_pktinfo($0, out.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
+        }
+        return withUnsafeBytes(of: &raw) { bytes in
+            switch family {
+            case AF_INET: .v4(bytes.loadBigEndian(UInt32.self, at: 0))
+            case AF_INET6: .v6(bytes.loadBigEndian(UInt64.self, at: 0), bytes.loadBigEndian(UInt64.self, at: 8))
+            default: nil
+            }
         }
     }
 
@@ -90,15 +99,21 @@ public final class PacketBatch {
     /// route would pick; nil leaves the choice to the kernel.
     public func setSource(_ source: IPAddress?, at index: Int) {
         precondition(index < count, "source \(index) of a batch of \(count)")
+        sources[index] = source
         guard let source else {
             messages[index].msg_hdr.msg_control = nil
             messages[index].msg_hdr.msg_controllen = 0
             return
         }
-        let family = source.family == .v4 ? AF_INET : AF_INET6
-        source.bytes.withUnsafeBufferPointer { address in
-            CShims_write_pktinfo(&messages[index].msg_hdr, controls + index * Int(CSHIMS_PKTINFO_SPACE), family, address.baseAddress)
+        source.withNetworkBytes { family, address in
+            CShims_write_pktinfo(&messages[index].msg_hdr, controls + index * Int(CSHIMS_PKTINFO_SPACE), family, address)
         }
+    }
+
+    /// The address packet `index` (< `count`) is to be sent from, as `setSource` gave it.
+    public func source(at index: Int) -> IPAddress? {
+        precondition(index < count, "source \(index) of a batch of \(count)")
+        return sources[index]
     }
 
     /// Appends a copy of `packet`, to go to `peer`; false when the batch is full or the
@@ -128,6 +143,7 @@ public final class PacketBatch {
         let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: Self.slotSize)
         guard let (length, peer) = fill(slot), (0...Self.slotSize).contains(length) else { return false }
         vectors[count].iov_len = length
+        sources[count] = nil
         messages[count].msg_hdr.msg_control = nil
         messages[count].msg_hdr.msg_controllen = 0
         if let peer {
@@ -161,5 +177,23 @@ public final class PacketBatch {
     func received(_ received: Int) {
         for i in 0..<received { vectors[i].iov_len = Int(messages[i].msg_len) }
         count = received
+    }
+}
+
+extension IPAddress {
+    /// Runs `body` with the address family (AF_INET, AF_INET6) and the address's network-order
+    /// bytes, kept on the stack: for a control message on every datagram sent.
+    func withNetworkBytes<R>(_ body: (Int32, UnsafePointer<UInt8>) -> R) -> R {
+        var raw: (UInt64, UInt64) = (0, 0)
+        let family: Int32
+        switch self {
+        case .v4(let address):
+            withUnsafeMutableBytes(of: &raw) { $0.storeBytes(of: address.bigEndian, as: UInt32.self) }
+            family = AF_INET
+        case .v6(let high, let low):
+            raw = (high.bigEndian, low.bigEndian)
+            family = AF_INET6
+        }
+        return withUnsafeBytes(of: &raw) { body(family, $0.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
     }
 }

@@ -107,18 +107,17 @@ public final class UDPSocket: Sendable {
         var storage = sockaddr_in6()
         let nameLength = peer.write(to: &storage)
         var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
-        var control = [UInt8](repeating: 0, count: Int(CSHIMS_PKTINFO_SPACE))
         return try nonBlocking("send to \(peer) from \(source)") {
             withUnsafeMutablePointer(to: &storage) { name in
                 withUnsafeMutablePointer(to: &vector) { vector in
-                    control.withUnsafeMutableBytes { control in
+                    withUnsafeTemporaryAllocation(byteCount: Int(CSHIMS_PKTINFO_SPACE), alignment: 16) { control in
                         var message = msghdr()
                         message.msg_name = UnsafeMutableRawPointer(name)
                         message.msg_namelen = nameLength
                         message.msg_iov = vector
                         message.msg_iovlen = 1
-                        source.bytes.withUnsafeBufferPointer {
-                            CShims_write_pktinfo(&message, control.baseAddress, source.family == .v4 ? AF_INET : AF_INET6, $0.baseAddress)
+                        source.withNetworkBytes { family, address in
+                            CShims_write_pktinfo(&message, control.baseAddress, family, address)
                         }
                         return sendmsg(fileDescriptor, &message, 0)
                     }

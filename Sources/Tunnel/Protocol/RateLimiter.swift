@@ -116,8 +116,12 @@ struct KeyedRateLimiter<Key: Hashable & Sendable>: Sendable {
 
     mutating func allow(_ key: Key, now: Instant) -> Bool {
         guard wouldAllow(key, now: now) else { return false }
-        return buckets[key, default: TokenBucket(rate)].take(now: now)
+        take(key, now: now)
+        return true
     }
+
+    /// Spends a token that `wouldAllow` found.
+    mutating func take(_ key: Key, now: Instant) { _ = buckets[key, default: TokenBucket(rate)].take(now: now) }
 
     /// True when `allow` would take a token now; takes none. Checking every budget before
     /// taking from any means a refusal by one does not use up the others.
@@ -152,6 +156,9 @@ struct SourceRateLimiter: Sendable {
     mutating func allow(_ address: IPAddress, now: Instant) -> Bool { table.allow(key(address), now: now) }
 
     mutating func wouldAllow(_ address: IPAddress, now: Instant) -> Bool { table.wouldAllow(key(address), now: now) }
+
+    /// Spends a token that `wouldAllow` found.
+    mutating func take(_ address: IPAddress, now: Instant) { table.take(key(address), now: now) }
 
     mutating func prune(now: Instant) { table.prune(now: now) }
 

@@ -234,7 +234,7 @@ public struct ServerCore: Sendable {
         guard handshakesBySource.wouldAllow(source.ip, now: now), handshakes.canTake(now: now) else {
             return .answered(drop(.rateLimited))
         }
-        _ = handshakesBySource.allow(source.ip, now: now)
+        handshakesBySource.take(source.ip, now: now)
         _ = handshakes.take(now: now)
         return .admitted(AdmittedInitiation(
             datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: addressProven))
@@ -255,10 +255,11 @@ public struct ServerCore: Sendable {
             source: admitted.source, local: admitted.local, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
             responder: responder, timestamp: payload.timestamp, limit: datagram.count, ephemeral: admitted.ephemeral,
             account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
-        func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?) -> Decision {
+        func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8],
+                   refusing refusal: DropReason?) -> Decision {
             .answered(datagram.withUnsafeBytes {
-                startCheck(password, against: hash, for: peer, refusing: refusal, initiation, proven: admitted.addressProven,
-                           datagram: $0, now: now)
+                startCheck(password, against: hash, for: peer, proof: proof, refusing: refusal, initiation,
+                           proven: admitted.addressProven, datagram: $0, now: now)
             })
         }
 
@@ -270,7 +271,7 @@ public struct ServerCore: Sendable {
             // Refused either way; but with a password, only after an Argon2id on the decoy, as a
             // wrong password would be, so neither timing nor answer tells which users exist.
             guard let password = payload.password else { return .respond(refusal(reason, initiation)) }
-            return check(password, against: decoyHash, for: nil, refusing: reason)
+            return check(password, against: decoyHash, for: nil, proof: [], refusing: reason)
         }
         guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation) }
         guard let password = payload.password else { return .respond(refusal(.badPassword, initiation)) }
@@ -280,7 +281,7 @@ public struct ServerCore: Sendable {
             known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
         } ?? false
         if known { return acceptUnlessReplayed(peer, initiation) }
-        return check(password, against: hash, for: peer, refusing: nil)
+        return check(password, against: hash, for: peer, proof: proof, refusing: nil)
     }
 
     /// Installs the session of an accepted handshake, or sends the refusal, once its response is written.
@@ -310,9 +311,10 @@ public struct ServerCore: Sendable {
 
     /// Hands out an Argon2id check, the most expensive thing a stranger can ask of the server:
     /// only for a sender that proved it receives at its address (a cookie in mac2), once per
-    /// initiation, and within the per-source, per-account and server-wide budgets.
+    /// initiation, and within the per-source, per-network, per-account and server-wide budgets.
+    /// `proof` is what the server remembers of the password if it passes (empty for the decoy).
     private mutating func startCheck(
-        _ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, refusing refusal: DropReason?,
+        _ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8], refusing refusal: DropReason?,
         _ initiation: HeldInitiation, proven: Bool, datagram: UnsafeRawBufferPointer, now: Instant
     ) -> ServerEvent {
         guard proven || cookies.isProven(datagram, from: initiation.source, now: now) else {
@@ -324,16 +326,16 @@ public struct ServerCore: Sendable {
               passwordChecksByNetwork.wouldAllow(source, now: now),
               passwordChecksByAccount.wouldAllow(initiation.account, now: now), passwordChecks.canTake(now: now)
         else { return drop(.rateLimited) }
-        _ = passwordChecksBySource.allow(source, now: now)
-        _ = passwordChecksByNetwork.allow(source, now: now)
-        _ = passwordChecksByAccount.allow(initiation.account, now: now)
+        passwordChecksBySource.take(source, now: now)
+        passwordChecksByNetwork.take(source, now: now)
+        passwordChecksByAccount.take(initiation.account, now: now)
         _ = passwordChecks.take(now: now)
         // The check gets a buffer of its own: the one here is wiped on the way out.
         guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
         checksInFlight.insert(initiation.ephemeral)
         return .checkPassword(PasswordCheck(
             peer: peer, refusal: refusal, initiation: initiation, hash: hash, password: held,
-            proof: peer == nil ? [] : passwordProof(password)))
+            proof: proof))
     }
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.

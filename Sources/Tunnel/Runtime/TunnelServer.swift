@@ -8,9 +8,10 @@ import Synchronization
 /// Three threads: datagrams in (decrypt, deliver to the TUN), TUN packets out (route by inner
 /// destination, encrypt, send to the client's current endpoint), and handshakes (the
 /// initiations the inbound thread hands over, so a burst of Diffie-Hellman or a flood of cookie
-/// replies never holds up established sessions' packets behind it in the socket). A packet from one client to
-/// another goes through the TUN and the host's kernel like any other, so the host's forwarding
-/// setting and firewall decide whether clients reach each other (see the README's server section).
+/// replies never holds up established sessions' packets behind it in the socket). A packet from
+/// one client to another goes through the TUN and the host's kernel like any other, so the
+/// host's forwarding setting and firewall decide whether clients reach each other (see the
+/// README's server section).
 /// Argon2id password checks run on threads of their own, never on the data path.
 public final class TunnelServer: Sendable {
     public let device: TunDevice
@@ -22,7 +23,8 @@ public final class TunnelServer: Sendable {
     /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
     private let checks = Mutex<[PasswordCheck]>([])
     private let checksReady = Semaphore()
-    /// Initiations waiting for the handshake thread, with where they came from and when.
+    /// Initiations waiting for the handshake thread, with where they came from and the address
+    /// they were sent to.
     private let initiations = Mutex(InitiationQueue(capacity: TunnelServer.initiationQueueCapacity))
     private let initiationsReady = Semaphore()
     /// Initiations queued at most (each up to 712 bytes: 180 KB in all); past it, new ones are
@@ -281,7 +283,7 @@ public final class TunnelServer: Sendable {
                     }
                 } else {
                     for i in 0..<batch.count {
-                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.local(at: i)) }
+                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.source(at: i)) }
                     }
                 }
             }
