@@ -13,6 +13,14 @@ public protocol SessionDriver {
     mutating func reportFailure(_ reason: Reason)
     /// One state change, for the operator's log.
     mutating func transitioned(_ transition: Transition)
+    /// Talk to server `index` of the list from now on; its session starts with the next handshake.
+    mutating func useServer(_ index: Int)
+    /// Handshake with server `index` over the session's socket on `path`, keeping the current session.
+    mutating func prepareHandover(to index: Int, on path: Path)
+    /// The prepared session takes the traffic; the old server is told goodbye.
+    mutating func completeHandover()
+    /// The prepared session is forgotten.
+    mutating func cancelHandover()
 }
 
 /// The one action interpreter, run by the daemon and by every replay: facts go into the core,
@@ -51,6 +59,15 @@ public struct Interpreter: Sendable {
                 driver.probe(id, via: path)
             case .reportFailure(let reason): driver.reportFailure(reason)
             case .report(let transition): driver.transitioned(transition)
+            case .useServer(let index, _):
+                // Echoes still on their way come from the old server: they prove nothing now.
+                probes.removeAll()
+                driver.useServer(index)
+            case .prepareHandover(let index, let path): driver.prepareHandover(to: index, on: path)
+            case .completeHandover:
+                probes.removeAll()
+                driver.completeHandover()
+            case .cancelHandover: driver.cancelHandover()
             case .armTimer, .cancelTimer, .quiesce: break
             }
         }

@@ -17,6 +17,7 @@ extension Transition {
             ("path", to.path.map { "\($0.interface)/\($0.source)" } ?? "none"),
         ]
         if case .switching(_, let candidate, _) = to { out.append(("candidate", candidate.interface)) }
+        if let server { out.append(("server", server)) }
         out.append(("attempt", String(attempt)))
         if let nextRetry { out.append(("next_retry", "in " + (nextRetry - at).short)) }
         out.append(("coalesced", String(coalesced)))

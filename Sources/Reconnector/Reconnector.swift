@@ -15,6 +15,19 @@ public struct Reconnector: Sendable {
     public private(set) var attempt = 0
     /// Reconnect tokens left now.
     public private(set) var tokens: Int
+    /// The servers, by name, in the order they are tried: the first that is not held down.
+    public let servers: [String]
+    /// The server the session is with, or heading for (an index into `servers`).
+    public private(set) var server = 0
+    /// The server a session is being prepared with while the current one carries the traffic.
+    public private(set) var handover: Int?
+    /// Servers avoided until the instant: they went silent on every path (with repeat count).
+    private var heldServers: [Int: (until: Instant, strikes: Int)] = [:]
+    /// Servers that announced they are being taken down, until when: tried last, and never
+    /// the target of a handover.
+    private var drained: [Int: Instant] = [:]
+    /// How long a server that announced it is being taken down comes last for new sessions.
+    public static let drainHoldDown: Duration = .seconds(300)
 
     /// Where the driver's UDP socket is bound, if it has one.
     private var socket: Path.ID?
@@ -58,7 +71,10 @@ public struct Reconnector: Sendable {
     /// How long hints are ignored after one proved false.
     public static let hintHoldDown: Duration = .seconds(1)
 
-    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero) {
+    /// `servers` names the servers in the order they are tried (one, unnamed, by default).
+    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero,
+                servers: [String] = ["server"]) {
+        self.servers = servers.isEmpty ? ["server"] : servers
         self.config = config
         self.power = power
         self.rng = SeededRandom(seed: seed)
@@ -71,8 +87,9 @@ public struct Reconnector: Sendable {
     /// directory): the budget it spent, the backoff it drew and its verdicts on dead paths, so
     /// that restarting the agent (a service manager's restart loop) buys no extra attempts.
     /// A memory from another clock (a reboot) is ignored.
-    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant, memory: Memory) {
-        self.init(config: config, power: power, seed: seed, now: now)
+    public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant, memory: Memory,
+                servers: [String] = ["server"]) {
+        self.init(config: config, power: power, seed: seed, now: now, servers: servers)
         guard memory.refilledAt <= now else { return }
         tokens = max(0, min(memory.tokens, config.budget(on: power).burst))
         refilledAt = memory.refilledAt
@@ -123,6 +140,9 @@ public struct Reconnector: Sendable {
         case .powerChanged(let source): powerChanged(source, now, &out)
         case .reconnectRequested: reconnectRequested(now, &out)
         case .serverMoved: serverMoved(now, &out)
+        case .serverDraining: serverDraining(now, &out)
+        case .handoverReady(let rtt): handoverReady(rtt: rtt, now, &out)
+        case .handoverRejected: handoverFailed(now, &out)
         }
         return out
     }
@@ -395,6 +415,8 @@ public struct Reconnector: Sendable {
                 ? .addressChanged(current.interface, from: current.source, to: target.source)
                 : .betterPath(target, over: current)
             enter(.switching(from: current, to: target, sent: 1), reason, now, &out)
+        case (.handover, _):
+            handoverFailed(now, &out)
         case (.retry, .backingOff):
             guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
             // A probe while the session lives (the server keeps it), a handshake once it is gone.
@@ -448,6 +470,110 @@ public struct Reconnector: Sendable {
             // The initiation went to the old address: its answer will not come.
             attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
         }
+    }
+
+    // MARK: Servers
+
+    /// The current server is being taken down: a session is made with the next server first,
+    /// and the traffic moves once it is up (make-before-break). It costs no token: the server
+    /// asked, and only once per drain. With no other server, the session stays until it ends.
+    private mutating func serverDraining(_ now: Instant, _ out: inout [Action]) {
+        drained[server] = now + Self.drainHoldDown
+        guard handover == nil, session != nil, Self.allows(state, .handover), let path = state.path,
+              let next = nextServer(now, drainedToo: false) else {
+            coalesced += 1
+            return
+        }
+        prepareHandover(to: next, on: path, now, &out)
+        enter(state, .serverDraining(servers[server]), now, &out)
+    }
+
+    private mutating func prepareHandover(to next: Int, on path: Path, _ now: Instant, _ out: inout [Action]) {
+        handover = next
+        out.append(.prepareHandover(server: next, on: path))
+        arm(.handover, at: now + config.handshakeTimeout, &out)
+    }
+
+    private mutating func handoverReady(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+        guard let next = handover, let path = state.path else { return }
+        handover = nil
+        cancel(.handover, &out)
+        let old = server
+        server = next
+        session = (now, now)
+        dead.removeAll()  // verdicts on paths were about the old server
+        sampleRTT(rtt, newPath: true)
+        out.append(.completeHandover(server: next))
+        enter(.connected(path), .handedOver(from: servers[old], to: servers[next], rtt: rtt), now, &out)
+        considerBetterPath(now, &out)
+    }
+
+    /// The server the session was to move to stayed silent or refused: the next one is asked,
+    /// or the traffic stays where it is.
+    private mutating func handoverFailed(_ now: Instant, _ out: inout [Action]) {
+        guard let failed = handover else { return }
+        markServer(failed, now)
+        if deadlines[.handover] != nil { cancel(.handover, &out) }
+        if let next = nextServer(now, drainedToo: false), next != failed, let path = state.path {
+            return prepareHandover(to: next, on: path, now, &out)
+        }
+        handover = nil
+        out.append(.cancelHandover)
+        enter(state, .handoverFailed(servers[failed]), now, &out)
+    }
+
+    /// Break-before-make: the current server is silent, so its session is worth nothing; the
+    /// next server gets a handshake at once (within the budget).
+    private mutating func switchServer(to next: Int, _ now: Instant, _ out: inout [Action]) {
+        let old = server
+        markServer(old, now)
+        let reason = Reason.serverUnreachable(servers[old])
+        useServer(next, reason, &out)
+        guard let path = preferred(now) else { return enter(.offline, reason, now, &out) }
+        attempt(on: path, reason, now, &out, handshake: true)
+    }
+
+    private mutating func useServer(_ index: Int, _ reason: Reason, _ out: inout [Action]) {
+        if handover != nil {
+            handover = nil
+            out.append(.cancelHandover)
+        }
+        server = index
+        session = nil
+        checkingHint = false
+        dead.removeAll()
+        smoothedRTT = nil
+        rttVariance = .zero
+        out.append(.useServer(index, reason: reason))
+    }
+
+    /// The first server in the list that is neither held down nor drained, else the first not
+    /// held down; the current one if every server is held down.
+    private func preferredServer(_ now: Instant) -> Int {
+        servers.indices.first { !isServerHeld($0, now) && !isDrained($0, now) }
+            ?? servers.indices.first { !isServerHeld($0, now) } ?? server
+    }
+
+    /// Another server to try: the first in the list that is not held down, preferring those not
+    /// drained (`drainedToo` false: only those).
+    private func nextServer(_ now: Instant, drainedToo: Bool = true) -> Int? {
+        let others = servers.indices.filter { $0 != server && !isServerHeld($0, now) }
+        return others.first { !isDrained($0, now) } ?? (drainedToo ? others.first : nil)
+    }
+
+    private func isServerHeld(_ index: Int, _ now: Instant) -> Bool {
+        heldServers[index].map { now < $0.until } ?? false
+    }
+
+    private func isDrained(_ index: Int, _ now: Instant) -> Bool {
+        drained[index].map { now < $0 } ?? false
+    }
+
+    /// A server that failed is avoided as a dead path is, doubling per repeat up to `maxHoldDown`.
+    private mutating func markServer(_ index: Int, _ now: Instant) {
+        let strikes = (heldServers[index]?.strikes ?? 0) + 1
+        let hold = min(config.maxHoldDown, config.deadPathHoldDown * (1 << min(strikes - 1, 20)))
+        heldServers[index] = (now + hold, strikes)
     }
 
     // MARK: Decisions
@@ -516,6 +642,9 @@ public struct Reconnector: Sendable {
         moveSocket(to: path, reason, &out)
         if handshake || !isSessionFresh(now) {
             checkingHint = false  // fresh keys settle it
+            // New keys are a new start: with the first server in the list that is not held down.
+            let first = preferredServer(now)
+            if first != server { useServer(first, reason, &out) }
             out.append(.handshake(on: path, reason: reason))
             arm(.handshake, at: now + config.handshakeTimeout, &out)
             enter(.connecting(path), reason, now, &out)
@@ -527,6 +656,16 @@ public struct Reconnector: Sendable {
 
     /// An attempt on `path` failed: move to another path at once if one is left, else back off.
     private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+        // Every path went silent towards this server (the rescue path's probes too), or it had
+        // only this one: the server is the suspect. Another server is tried at once, on the
+        // best path, which is not blamed for it. Once attempts back off, a retry goes to the
+        // first server not held down and its failure backs off again: the servers are not
+        // cycled through between retries.
+        let otherPaths = paths.contains { $0.id != path.id && !isDead($0.id, now) }
+        let rescueSilent = rescue.map { $0.rtt == nil } ?? false
+        if rescueSilent || !otherPaths, failures == 0, let next = nextServer(now) {
+            return switchServer(to: next, now, &out)
+        }
         markDead(path.id, now)
         if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
             return attempt(on: other, reason, now, &out, handshake: isHandshaking)
@@ -583,6 +722,8 @@ public struct Reconnector: Sendable {
         enteredAt = enteredAt + step
         if let known = session { session = (known.established + step, known.lastHeard + step) }
         dead = dead.mapValues { ($0.until + step, $0.strikes) }
+        heldServers = heldServers.mapValues { ($0.until + step, $0.strikes) }
+        drained = drained.mapValues { $0 + step }
         losses = losses.mapValues { ($0.count, $0.last + step) }
         notBefore = notBefore.map { $0 + step }
         for kind in TimerKind.allCases {
@@ -597,6 +738,10 @@ public struct Reconnector: Sendable {
             cancel(kind, &out)
         }
         if !Self.allows(new, .debounce) { candidate = nil }
+        if handover != nil, !Self.allows(new, .handover) {
+            handover = nil
+            out.append(.cancelHandover)
+        }
         if case .probing = new {} else {
             rescue = nil
             suspectedByLiveness = false
@@ -606,7 +751,8 @@ public struct Reconnector: Sendable {
         default: break
         }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,
-                                    attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced)
+                                    attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced,
+                                    server: servers.count > 1 ? servers[server] : nil)
         state = new
         enteredAt = now
         coalesced = 0
@@ -618,7 +764,8 @@ public struct Reconnector: Sendable {
     private static func allows(_ state: State, _ kind: TimerKind) -> Bool {
         switch (state, kind) {
         case (.connecting, .handshake), (.connected, .liveness), (.connected, .debounce),
-             (.probing, .probe), (.switching, .probe), (.backingOff, .retry): true
+             (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
+             (.connected, .handover), (.probing, .handover), (.switching, .handover): true
         default: false
         }
     }
@@ -746,6 +893,7 @@ extension TimerKind {
         case .probe: 2
         case .liveness: 3
         case .retry: 4
+        case .handover: 5
         }
     }
 }

@@ -36,6 +36,14 @@ public enum Input: Equatable, Sendable {
     case reconnectRequested
     /// The server's name resolves to another address now: the session's peer has moved.
     case serverMoved
+    /// The current server said, authenticated, that it is being taken down: its sessions should
+    /// move to another server now, while it still carries them.
+    case serverDraining
+    /// The handshake with the server the session moves to (see `Action.prepareHandover`)
+    /// completed; the current session still carries the traffic.
+    case handoverReady(rtt: Duration)
+    /// The server the session was to move to refused it.
+    case handoverRejected
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -52,6 +60,9 @@ public enum Input: Equatable, Sendable {
         case .powerChanged: "power"
         case .reconnectRequested: "operator"
         case .serverMoved: "server-moved"
+        case .serverDraining: "server-draining"
+        case .handoverReady: "handover-ready"
+        case .handoverRejected: "handover-rejected"
         }
     }
 }
@@ -68,6 +79,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case liveness
     /// Backoff is over; try again.
     case retry
+    /// The handshake with the server a session moves to took too long.
+    case handover
 }
 
 /// A command for the driver. The tunnel device is deliberately absent: no decision can
@@ -91,6 +104,16 @@ public enum Action: Equatable, Sendable {
     case reportFailure(Reason)
     /// Write this transition to the operator log.
     case report(Transition)
+    /// From now on talk to server `index` of the configured list (priority order): the session
+    /// with the previous one is over, and a handshake follows.
+    case useServer(Int, reason: Reason)
+    /// Make-before-break across servers: handshake with server `index` over the session's
+    /// socket on `path` while the current session keeps carrying the traffic.
+    case prepareHandover(server: Int, on: Path)
+    /// The prepared session takes the traffic; the old server is told goodbye.
+    case completeHandover(server: Int)
+    /// Forget the prepared session: the traffic stays where it is.
+    case cancelHandover
 }
 
 /// The state of the session as the state machine sees it.
@@ -190,6 +213,15 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case operatorRequest
     /// The server's name resolves to another address now.
     case serverAddressChanged
+    /// Every path went silent towards this server (or its only one did): it is the suspect,
+    /// and the next server in the list is tried.
+    case serverUnreachable(String)
+    /// This server announced that it is being taken down.
+    case serverDraining(String)
+    /// The session moved from one server to another, make-before-break.
+    case handedOver(from: String, to: String, rtt: Duration)
+    /// The server a session was moving to did not answer or refused; the traffic stays.
+    case handoverFailed(String)
 
     public var description: String {
         switch self {
@@ -221,6 +253,10 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .retry: "retry"
         case .operatorRequest: "operatorRequest"
         case .serverAddressChanged: "serverAddressChanged"
+        case .serverUnreachable(let s): "serverUnreachable(\(s))"
+        case .serverDraining(let s): "serverDraining(\(s))"
+        case .handedOver(let a, let b, let rtt): "handedOver(\(a) -> \(b) rtt \(rtt.short))"
+        case .handoverFailed(let s): "handoverFailed(\(s))"
         }
     }
 }
@@ -239,4 +275,6 @@ public struct Transition: Equatable, Sendable {
     public var nextRetry: Instant?
     /// Inputs absorbed without a transition since the previous one (flaps, duplicates).
     public var coalesced: Int
+    /// The server the session is with or heading for, when more than one is configured.
+    public var server: String? = nil
 }

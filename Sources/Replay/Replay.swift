@@ -77,11 +77,25 @@ public struct Replay {
     /// When the laptop last sent through each link: a NAT's mapping lives from there.
     private var lastSent: [String: Instant] = [:]
     private var chance: SeededRandom
-    private var serverUp = true
-    private var serverHasSession = false
-    /// When the server last heard an authenticated packet: it drops sessions idle longer
-    /// than the session lifetime, as the real server does.
-    private var serverHeardAt = Instant.zero
+    /// Each gateway: whether it answers, whether it holds the agent's session, and when it last
+    /// heard an authenticated packet (it drops sessions idle longer than the session lifetime,
+    /// as the real server does).
+    private var gateways: [(up: Bool, hasSession: Bool, heardAt: Instant)]
+    /// The gateway the agent talks to, and the one it prepares a session with.
+    private var target = 0
+    private var standby: Int?
+    private var serverUp: Bool {
+        get { gateways[target].up }
+        set { gateways[target].up = newValue }
+    }
+    private var serverHasSession: Bool {
+        get { gateways[target].hasSession }
+        set { gateways[target].hasSession = newValue }
+    }
+    private var serverHeardAt: Instant {
+        get { gateways[target].heardAt }
+        set { gateways[target].heardAt = newValue }
+    }
     private var lastHint: Instant?
     private var acceptsAuth = true
     private var sleeping = false
@@ -117,7 +131,9 @@ public struct Replay {
         keepsTrace = keepTrace
         self.scenario = scenario
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
-        interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed))
+        interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
+                                              servers: scenario.gateways))
+        gateways = Array(repeating: (true, false, .zero), count: scenario.gateways.count)
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
@@ -225,6 +241,14 @@ public struct Replay {
         case .server(let change):
             serverHasSession = false
             serverUp = change != .down
+        case .gateway(let index, .drain):
+            // Said through the session, so it reaches the agent only while that works.
+            guard index == target, !sleeping, clientHasSession, serverHasSession, let socket, passes(socket) else { break }
+            let at = arrival(socket)
+            if !lost(socket, up: false, arriving: at) { queue.push(at, .deliver(.serverDraining, generation: 0, via: socket)) }
+        case .gateway(let index, let change):
+            gateways[index].hasSession = false
+            gateways[index].up = change == .up
         case .drop(let name): dropped.insert(name)
         case .restore(let name): dropped.remove(name)
         case .auth(let accepts): acceptsAuth = accepts
@@ -241,7 +265,9 @@ public struct Replay {
             restarts += 1
             let memory = machine.memory
             interpreter = Interpreter(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
-                                                  now: now, memory: memory))
+                                                  now: now, memory: memory, servers: scenario.gateways))
+            target = 0
+            standby = nil
             socket = nil
             clientHasSession = false
             lastHeard = nil
@@ -356,9 +382,9 @@ public struct Replay {
         return tracker.model.addresses.values.contains { $0.linkIndex == id.linkIndex && $0.ip == id.source }
     }
 
-    /// True when packets sent from this path reach the server.
-    private func passes(_ id: Path.ID) -> Bool {
-        guard !sleeping, serverUp,
+    /// True when packets sent from this path reach the server (the gateway talked to, unless named).
+    private func passes(_ id: Path.ID, gateway: Int? = nil) -> Bool {
+        guard !sleeping, gateways[gateway ?? target].up,
               tracker.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
               let name = interface(of: id) else { return false }
         return !dropped.contains(name)
@@ -447,9 +473,9 @@ public struct Replay {
     }
 
     private mutating func updateOutage() {
-        let couldWork = !sleeping && serverUp && acceptsAuth
+        let couldWork = !sleeping && gateways.contains(where: \.up) && acceptsAuth
             && tracker.paths.contains { !dropped.contains($0.interface) }
-        let works = carrying && clientHasSession && serverHasSession && socket.map(passes) == true
+        let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
         } else if let start = outageStart {
@@ -491,7 +517,7 @@ public struct Replay {
                 queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
-            case .probe, .quiesce, .reportFailure, .report:
+            case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover:
                 break
             }
         }
@@ -582,6 +608,10 @@ public struct Replay {
         if let path = e.path {
             let actual = machine.state.path?.interface ?? "none"
             expect(actual == path, "final path: expected \(path), got \(actual)")
+        }
+        if let server = e.server {
+            let actual = scenario.gateways[machine.server]
+            expect(actual == server, "final server: expected \(server), got \(actual)")
         }
         if let max = e.maxAttempts { expect(report.attempts <= max, "attempts: expected at most \(max), got \(report.attempts)") }
         if let min = e.minAttempts { expect(report.attempts >= min, "attempts: expected at least \(min), got \(report.attempts)") }
@@ -729,6 +759,50 @@ extension Replay: SessionDriver {
     }
 
     public mutating func reportFailure(_ reason: Reason) {}
+
+    public mutating func useServer(_ index: Int) {
+        if index == target { violation("useServer(\(scenario.gateways[index])), the gateway in use") }
+        target = index
+        standby = nil
+        clientHasSession = false
+        lastHeard = nil
+        hintReported = false
+        handshakeInFlight = nil
+        handshakeGeneration += 1
+    }
+
+    public mutating func prepareHandover(to index: Int, on path: Path) {
+        requireKnown(path, action: "handover")
+        if index == target { violation("a handover to \(scenario.gateways[index]), the gateway in use") }
+        standby = index
+        report.handshakes += 1
+        handshakeTimes.append(now)
+        guard passes(path.id, gateway: index), !lost(path.id, up: true, size: 392) else { return }
+        let at = arrival(path.id)
+        guard acceptsAuth else {
+            queue.push(at, .deliver(.handoverRejected, generation: 0, via: path.id))
+            return
+        }
+        gateways[index].hasSession = true
+        gateways[index].heardAt = now
+        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now), generation: 0, via: path.id)) }
+    }
+
+    public mutating func completeHandover() {
+        guard let next = standby else { return violation("a handover completed without one prepared") }
+        // The agent tells the old gateway goodbye: it forgets the session.
+        gateways[target].hasSession = false
+        target = next
+        standby = nil
+        clientHasSession = true
+        lastHeard = now
+        hintReported = false
+    }
+
+    public mutating func cancelHandover() {
+        if let standby { gateways[standby].hasSession = false }
+        standby = nil
+    }
 
     public mutating func transitioned(_ transition: Transition) {
         feeding.reported = true

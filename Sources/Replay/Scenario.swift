@@ -32,6 +32,9 @@ public struct Scenario: Sendable {
     public var timeline: [TimedEvent]
     /// The replay stops here.
     public var until: Instant
+    /// Several gateways behind the same address, by name, in the agent's order: the
+    /// first is tried first. One unnamed gateway when the scenario names none.
+    public var gateways: [String] = ["server"]
     public var expect: Expectations
 
     /// Where the scenario library lives in the source tree.
@@ -79,6 +82,8 @@ public enum ScenarioEvent: Sendable {
     case clockBack(Duration)
     case power(PowerSource)
     case server(ServerChange)
+    /// Something happens to one gateway of `Scenario.gateways` (by index).
+    case gateway(Int, GatewayChange)
     /// The interface stays up but silently drops everything (captive portal, dead AP uplink).
     case drop(String)
     /// The interface passes traffic again.
@@ -108,6 +113,16 @@ public enum ServerChange: String, Sendable {
     /// Its name resolves to another address of the same server: sessions stay, and the agent
     /// learns of it from its resolver.
     case moved
+}
+
+/// What happens to one of several gateways.
+public enum GatewayChange: String, Sendable {
+    /// Stops answering; its sessions are gone.
+    case down
+    /// Answers again, with no sessions.
+    case up
+    /// Announces to its sessions that it is being taken down (it keeps serving meanwhile).
+    case drain
 }
 
 /// A link as a scenario describes it, by name.
@@ -146,6 +161,8 @@ public struct RouteSpec: Sendable {
 /// What must hold at the end of a replay.
 public struct Expectations: Sendable {
     public var state: String?
+    /// The gateway the agent ends with, by name.
+    public var server: String?
     /// Interface of the final path, or `none`.
     public var path: String?
     public var maxAttempts: Int?

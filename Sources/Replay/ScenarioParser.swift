@@ -32,8 +32,14 @@ extension YAMLReader {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
-            "timeline", "until", "expect", "link-kinds", "recorded",
+            "timeline", "until", "expect", "link-kinds", "recorded", "gateways",
         ])
+        var gateways: [String] = []
+        for item in try list(top.optional("gateways")) {
+            let name = try string(item)
+            guard !gateways.contains(name) else { throw fail(item, "'gateways' lists \(name) twice") }
+            gateways.append(name)
+        }
         // One address, or a list: every address of a dual-stack server, as its name gives them.
         let serverNode = try top.required("server")
         var servers: [IPAddress] = []
@@ -49,7 +55,9 @@ extension YAMLReader {
         }
         guard let server = servers.first else { throw fail(serverNode, "'server' lists no address") }
         let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []
-        let events = try opt(top.optional("timeline")) { node throws(ScenarioError) in try self.timeline(node) } ?? []
+        let events = try opt(top.optional("timeline")) { node throws(ScenarioError) in
+            try self.timeline(node, gateways: gateways)
+        } ?? []
         let last = events.map(\.at).max() ?? .zero
         let until = try opt(top.optional("until")) { node throws(ScenarioError) in try instant(node) }
             ?? last + .seconds(60)
@@ -91,6 +99,7 @@ extension YAMLReader {
             expect: try opt(top.optional("expect")) { node throws(ScenarioError) in try expectations(node) }
                 ?? Expectations())
         scenario.linkKinds = kinds
+        if !gateways.isEmpty { scenario.gateways = gateways }
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
         return scenario
     }
@@ -119,7 +128,7 @@ extension YAMLReader {
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart", "stop",
-        "forged-hint",
+        "forged-hint", "gateway-down", "gateway-up", "drain",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -128,7 +137,7 @@ extension YAMLReader {
     static let maxEvents = 1_000_000
     static let maxTrafficTicks: Int64 = 20_000_000
 
-    func timeline(_ node: Node) throws(ScenarioError) -> [TimedEvent] {
+    func timeline(_ node: Node, gateways: [String] = []) throws(ScenarioError) -> [TimedEvent] {
         var events: [TimedEvent] = []
         // The earliest instant the next event may have: time never runs backwards, and a
         // suspend or clock jump moves it forward by its length.
@@ -210,6 +219,13 @@ extension YAMLReader {
                     throw fail(value, "'server' is down, up, restart or moved, got \"\(text)\"")
                 }
                 add(.server(change))
+            case "gateway-down", "gateway-up", "drain":
+                let name = try string(value)
+                guard let index = gateways.firstIndex(of: name) else {
+                    throw fail(value, "no gateway named '\(name)' in 'gateways'")
+                }
+                let change: GatewayChange = kind == "drain" ? .drain : kind == "gateway-up" ? .up : .down
+                add(.gateway(index, change))
             case "drop": add(.drop(try string(value)))
             case "restore": add(.restore(try string(value)))
             case "auth":
@@ -409,11 +425,12 @@ extension YAMLReader {
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
-            "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu",
+            "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
         if let n = f.optional("path") { e.path = try string(n) }
+        if let n = f.optional("server") { e.server = try string(n) }
         if let n = f.optional("max-attempts") { e.maxAttempts = try int(n, 0...Int.max) }
         if let n = f.optional("min-attempts") { e.minAttempts = try int(n, 0...Int.max) }
         if let n = f.optional("max-handshakes") { e.maxHandshakes = try int(n, 0...Int.max) }

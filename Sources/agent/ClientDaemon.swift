@@ -389,6 +389,10 @@ extension ClientDaemon {
                 log("error", "the tunnel cannot come up without help", ["reason": reason.description])
             }
             mutating func transitioned(_ transition: Transition) { onTransition(transition) }
+            mutating func useServer(_ index: Int) { effects.useServer(index) }
+            mutating func prepareHandover(to index: Int, on path: Path) { effects.prepareHandover(to: index, on: path) }
+            mutating func completeHandover() { effects.completeHandover() }
+            mutating func cancelHandover() { effects.cancelHandover() }
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.

@@ -95,6 +95,11 @@ final class SessionEffects {
         return true
     }
 
+    func useServer(_ index: Int) {}
+    func prepareHandover(to index: Int, on path: Path) {}
+    func completeHandover() {}
+    func cancelHandover() {}
+
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
 
     // MARK: The tunnel
