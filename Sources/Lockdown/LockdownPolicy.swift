@@ -34,18 +34,20 @@ public struct LockdownPolicy: Hashable, Sendable {
     public var scope: Scope
     /// The TUN device's name (it need not exist yet).
     public var tunnelInterface: String
-    /// Where the session's UDP goes; nil while the server's address is not known yet.
-    public var server: Server?
+    /// Where the session's UDP may go: every server the agent may use (the current one, one a
+    /// session is being prepared with, the others it may fail over to); empty while no
+    /// server's address is known yet.
+    public var servers: [Server]
     /// Let the local subnets through (full mode): `localNetworks` are allowed, DNS to them is not.
     public var allowLAN: Bool
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
 
-    public init(scope: Scope, tunnelInterface: String, server: Server? = nil,
+    public init(scope: Scope, tunnelInterface: String, server: Server? = nil, servers: [Server] = [],
                 allowLAN: Bool = false, localNetworks: [Prefix] = []) {
         self.scope = scope
         self.tunnelInterface = tunnelInterface
-        self.server = server
+        self.servers = (server.map { [$0] } ?? []) + servers
         self.allowLAN = allowLAN
         self.localNetworks = localNetworks
     }
@@ -81,8 +83,8 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        oifname \"lo\" accept",
             "        oifname \(tunnel) accept",
         ]
-        let family = server.map { $0.address.family == .v4 ? "ip" : "ip6" }
-        if let server, let family {
+        for server in servers {
+            let family = server.address.family == .v4 ? "ip" : "ip6"
             lines.append("        meta mark \(hex(mark)) \(family) daddr \(server.address) udp dport \(server.port) accept")
         }
         lines += [
@@ -105,7 +107,8 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \"lo\" accept",
             "        iifname \(tunnel) accept",
         ]
-        if let server, let family {
+        for server in servers {
+            let family = server.address.family == .v4 ? "ip" : "ip6"
             lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
         }
         lines += [

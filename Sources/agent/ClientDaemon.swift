@@ -23,14 +23,15 @@ final class ClientDaemon: Sendable {
     /// The deciding thread's state; nothing else touches it.
     private let loop: Loop
 
-    /// `serverAddresses` are every address the server's name gave (the agent starts on the first
-    /// an uplink reaches, and changes family when the uplinks do).
-    init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, serverAddresses: [IPAddress],
-         port: UInt16, log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
+    /// `servers` are the configured servers with every address their names gave (the agent
+    /// starts on the first server, on the first address an uplink reaches, and changes family
+    /// when the uplinks do).
+    init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
+         log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
         self.mailbox = mailbox
         loop = try Loop(settings: settings, configPath: configPath, key: key, credentials: credentials,
-                        serverAddresses: serverAddresses, port: port, log: log, control: control,
+                        servers: servers, log: log, control: control,
                         waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)
     }
 
@@ -89,8 +90,8 @@ extension ClientDaemon {
         private let memoryPath: String
         private var savedMemory: Reconnector.Memory?
 
-        init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, serverAddresses: [IPAddress],
-             port: UInt16, log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?,
+        init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
+             log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?,
              mailbox: Mailbox<Event>) throws {
             self.settings = settings
             self.configPath = configPath
@@ -99,10 +100,11 @@ extension ClientDaemon {
             self.mailbox = mailbox
             startup = StartupDeadline(wait: waitForServer)
             follower = ServerFollower(settings.server, mark: settings.mode.socketMark)
-            guard let first = serverAddresses.first else { throw AgentError("the server has no address") }
+            let serverAddresses = servers.first?.addresses ?? []
+            guard let first = serverAddresses.first, let port = settings.server.port else { throw AgentError("the server has no address") }
             let server = SocketAddress(first, port: port)
-            effects = SessionEffects(settings: settings, key: key, credentials: credentials, server: server, firewall: firewall,
-                                     log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
+            effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers, server: server,
+                                     firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
             let clocks = SuspendDetector.clocks()
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
@@ -238,6 +240,15 @@ extension ClientDaemon {
                 if let echo = interpreter.echo(id, rtt: rtt) { feed(echo) }
             case .dataSent: feed(.dataSent)
             case .dataReceived: feed(.dataReceived)
+            case .serverDraining: feed(.serverDraining)
+            case .handoverReady(let rtt, let dns):
+                do {
+                    try effects.handshakeCompleted(dns: dns)
+                } catch {
+                    return giveUp(error.message)
+                }
+                feed(.handoverReady(rtt: rtt))
+            case .handoverRejected: feed(.handoverRejected)
             }
         }
 
@@ -318,12 +329,22 @@ extension ClientDaemon {
             let moved = SocketAddress(address, port: server.port)
             guard effects.follow(moved) else { return false }
             interpreter.forgetProbes()  // an echo from the old address proves nothing about the new one
-            log("info", "server address changed", ["server": settings.server.host, "from": "\(server)", "to": "\(moved)", "why": why])
+            log("info", "server address changed", ["server": effects.serverName, "from": "\(server)", "to": "\(moved)", "why": why])
             following = true
             defer { following = false }
             if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
             if announce { feed(.serverMoved) }
             return true
+        }
+
+        /// The session turned to another server (a failover or a handover): the monitor watches
+        /// the paths to its address, and its name is the one followed.
+        private func serverChanged() {
+            let current = effects.servers[effects.serverIndex]
+            follower = ServerFollower(current.entry.endpoint, mark: settings.mode.socketMark)
+            monitor.learn(serverAddresses: current.addresses)
+            interpreter.forgetProbes()
+            if let paths = monitor.retarget(to: effects.server.ip) { feed(.paths(paths)) }
         }
 
         /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
@@ -352,7 +373,10 @@ extension ClientDaemon {
                 service.transition(transition)
                 log("info", "transition", transition.fields)
             }
+            let before = effects.server
             let actions = interpreter.feed(input, now: now, driver: &driver)
+            // Another server: its name is the one followed, and the paths are those to its address.
+            if effects.server != before { serverChanged() }
             if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
                 attempts += 1
                 startup.attempted(now: now, tunnelUp: effects.tunnelUp)
@@ -400,14 +424,15 @@ extension ClientDaemon {
             let now = Instant.now()
             let power = PowerSupply.current()
             let seed = UInt64(getpid())
+            let names = settings.servers.map(\.name)
             guard let text = SystemFiles.text(memoryPath) else {
-                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now)
+                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
             }
             guard let memory = Reconnector.Memory(text: text) else {
                 log("warning", "reconnect state unreadable; starting with a full budget", ["file": memoryPath])
-                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now)
+                return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
             }
-            let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory)
+            let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
             log("info", "reconnect state restored", ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
             return machine
         }
@@ -449,7 +474,9 @@ extension ClientDaemon {
         }
 
         private var status: [(String, String)] {
-            var fields: [(String, String)] = [("state", machine.state.name)]
+            var fields: [(String, String)] = [("state", machine.state.name), ("server", effects.serverName),
+                                              ("server_address", "\(effects.server)")]
+            if let next = machine.handover { fields.append(("handover_to", settings.servers[next].name)) }
             if let path = machine.state.path {
                 fields += [("interface", path.interface), ("kind", path.kind.rawValue), ("source", "\(path.source)")]
             }
@@ -487,7 +514,7 @@ extension ClientDaemon {
 extension ClientSettings {
     /// Whether `other` describes the same tunnel: everything but the tunables.
     func sameTunnel(as other: ClientSettings) -> Bool {
-        server == other.server && serverKey == other.serverKey && privateKeyFile == other.privateKeyFile
+        servers == other.servers && privateKeyFile == other.privateKeyFile
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
             && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN && dns == other.dns
     }

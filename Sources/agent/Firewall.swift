@@ -23,9 +23,14 @@ final class Firewall {
         try lockdown.apply(policy)
     }
 
-    /// The session's UDP goes to `server` now.
-    func serve(_ server: SocketAddress) throws(LockdownError) {
-        policy.server = LockdownPolicy.Server(server.ip, port: server.port)
+    /// The session's UDP may go to `servers` now (the current one and those it may move to).
+    func serve(_ servers: [SocketAddress]) throws(LockdownError) {
+        var unique: [LockdownPolicy.Server] = []
+        for server in servers where !unique.contains(where: { $0.address == server.ip && $0.port == server.port }) {
+            unique.append(LockdownPolicy.Server(server.ip, port: server.port))
+        }
+        guard unique != policy.servers else { return }
+        policy.servers = unique
         try lockdown.apply(policy)
     }
 

@@ -29,9 +29,9 @@ struct LockdownCommand: ParsableCommand {
             guard settings.lockdown else { throw AgentError("\(config) says 'lockdown: off'") }
             do {
                 let firewall = try Firewall(settings)
-                if let address = settings.server.address, let port = settings.server.port {
-                    try firewall.serve(SocketAddress(address, port: port))
-                }
+                try firewall.serve(settings.servers.compactMap { entry in
+                    entry.endpoint.address.flatMap { address in entry.endpoint.port.map { SocketAddress(address, port: $0) } }
+                })
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error)")
             }

@@ -2,6 +2,7 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import PathMonitor
+import Synchronization
 import Tunnel
 
 /// `agent serve`: the server daemon.
@@ -16,7 +17,11 @@ struct ServeCommand: ParsableCommand {
             10.77.0.0/16 oifname "eth0" masquerade. Traffic between clients goes through the kernel too: it \
             needs forwarding on, and a forward-chain rule such as iifname "roam0" oifname "roam0" drop forbids it. \
             The configuration must be 0600, owned by root or the user running the agent (it holds the users' \
-            password hashes).
+            password hashes). Each session's inner addresses are routed to the server's TUN device while \
+            the client is reachable here (host routes, for a second server on the same host or a routing \
+            daemon to take over). With 'drain-period', SIGTERM first tells every session that this server \
+            is being taken down, so clients with another server move there make-before-break; the server \
+            stops when no session is left or the period ends. A second SIGTERM stops it at once.
             """)
 
     @OptionGroup var daemon: DaemonOptions
@@ -46,10 +51,28 @@ struct ServeCommand: ParsableCommand {
             // A host without IPv6 still serves IPv4 clients.
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])
         }
-        let server = TunnelServer(core: core, device: tun, sockets: sockets) { message in log("info", message) }
+        let server = TunnelServer(core: core, device: tun, sockets: sockets, publishesRoutes: true) { message in log("info", message) }
+        let drainPeriod = settings.drainPeriod
+        let stopping = Atomic<Bool>(false)
         try forwardSignals([SIGINT, SIGTERM]) { signal in
-            log("info", "stopping", ["signal": "\(signal)"])
-            server.stop()
+            // The first SIGTERM drains when a period is set; anything after it stops at once.
+            guard signal == SIGTERM, drainPeriod > .zero, !stopping.exchange(true, ordering: .relaxed) else {
+                log("info", "stopping", ["signal": "\(signal)"])
+                return server.stop()
+            }
+            log("info", "draining", ["sessions": "\(server.liveSessions)", "period": drainPeriod.short])
+            SystemdNotifier().notify("STOPPING=1\nSTATUS=draining")
+            server.drain()
+            do {
+                try OSThread.detach {
+                    let deadline = Instant.now() + drainPeriod
+                    while Instant.now() < deadline { usleep(100_000) }
+                    log("info", "stopping", ["why": "drain period over", "sessions": "\(server.liveSessions)"])
+                    server.stop()
+                }
+            } catch {
+                server.stop()
+            }
         }
         log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name,
                                 "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),

@@ -66,3 +66,28 @@ struct StartupDeadline {
     /// No path (offline, asleep, just woke): nothing was waiting on the server.
     mutating func noPath() { unansweredSince = nil }
 }
+
+/// A server of the client's list with the addresses its name gave (its own, for a literal
+/// address), those the tunnel's routes would carry left out.
+struct ResolvedServer {
+    let entry: ServerEntry
+    var addresses: [IPAddress]
+
+    /// The address the session uses: the first.
+    var socketAddress: SocketAddress? {
+        addresses.first.flatMap { address in entry.endpoint.port.map { SocketAddress(address, port: $0) } }
+    }
+
+    /// One look-up of `entry`'s name (none for a literal address); no answer is logged and gives
+    /// no address, for another look-up later.
+    static func lookUp(_ entry: ServerEntry, mark: UInt32?, log: OperatorLog) -> [IPAddress] {
+        if let address = entry.endpoint.address { return [address] }
+        do {
+            return try Resolver.addresses(of: entry.endpoint.host, mark: mark)
+        } catch {
+            log("warning", "cannot resolve a server's name; asking again when it is needed",
+                ["server": entry.name, "error": "\(error)"])
+            return []
+        }
+    }
+}

@@ -19,7 +19,13 @@ final class SessionEffects {
     let firewall: Firewall?
     /// Who hears of the tunnel's resolvers; nil with `dns: {manager: off}`.
     let dns: TunnelDNS?
+    /// Where the session's datagrams go now.
     private(set) var server: SocketAddress
+    /// The configured servers, in the order they are tried, and the one the session is with.
+    private(set) var servers: [ResolvedServer]
+    private(set) var serverIndex = 0
+    /// The server a session is being prepared with, and its address.
+    private var handover: (index: Int, address: SocketAddress)?
     private(set) var client: TunnelClient?
     private var clientThread: OSThread?
     private var tun: TunDevice?
@@ -35,9 +41,10 @@ final class SessionEffects {
     /// Why the tunnel has no resolvers of its own, as last logged.
     private(set) var dnsProblem: String?
 
-    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, server: SocketAddress, firewall: Firewall?,
-         log: OperatorLog, notify: @escaping @Sendable (ClientNotice) -> Void) {
+    init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
+         firewall: Firewall?, log: OperatorLog, notify: @escaping @Sendable (ClientNotice) -> Void) {
         self.settings = settings
+        self.servers = servers
         self.key = key
         self.credentials = credentials
         self.server = server
@@ -84,21 +91,91 @@ final class SessionEffects {
     /// follows. False (and logged) when the lockdown could not be changed.
     func follow(_ moved: SocketAddress) -> Bool {
         do {
-            try firewall?.serve(moved)
+            try firewall?.serve([moved] + servers.compactMap(\.socketAddress))
         } catch {
             log("error", "cannot open the lockdown firewall to the server's new address; keeping the old one",
                 ["to": "\(moved)", "error": "\(error)"])
             return false
         }
         server = moved
+        servers[serverIndex].addresses = [moved.ip] + servers[serverIndex].addresses.filter { $0 != moved.ip }
         client?.setServer(moved)
         return true
     }
 
-    func useServer(_ index: Int) {}
-    func prepareHandover(to index: Int, on path: Path) {}
-    func completeHandover() {}
-    func cancelHandover() {}
+    // MARK: Several servers
+
+    /// The current server, by name.
+    var serverName: String { servers[serverIndex].entry.name }
+
+    /// The session is with server `index` from now on; its handshake follows.
+    func useServer(_ index: Int) {
+        guard servers.indices.contains(index), let address = address(of: index) else { return }
+        serverIndex = index
+        server = address
+        handover = nil
+        guard let client else { return }  // the first socket starts the session with this server
+        do {
+            client.useServer(try core(for: index), at: address)
+            log("info", "server", ["server": serverName, "address": "\(address)"])
+        } catch {
+            log("error", "cannot use server \(servers[index].entry.name)", ["error": "\(error)"])
+        }
+    }
+
+    /// Handshakes with server `index` over the session's socket while the current session
+    /// carries the traffic.
+    func prepareHandover(to index: Int, on path: Path) {
+        guard servers.indices.contains(index), let client, let address = address(of: index) else { return }
+        do {
+            client.prepareHandover(try core(for: index), at: address)
+            handover = (index, address)
+        } catch {
+            log("error", "cannot prepare a session with server \(servers[index].entry.name)", ["error": "\(error)"])
+        }
+    }
+
+    func completeHandover() {
+        guard let (index, address) = handover else { return }
+        handover = nil
+        client?.completeHandover()
+        serverIndex = index
+        server = address
+    }
+
+    func cancelHandover() {
+        handover = nil
+        client?.cancelHandover()
+    }
+
+    /// Server `index`'s address, looked up again if its name gave none so far; the lockdown is
+    /// opened to a new one first. Nil (and logged) when there is none.
+    private func address(of index: Int) -> SocketAddress? {
+        if servers[index].addresses.isEmpty {
+            let found = ResolvedServer.lookUp(servers[index].entry, mark: settings.mode.socketMark, log: log)
+            servers[index].addresses = found.filter { !settings.mode.wouldLoop(to: $0) }
+            do {
+                try firewall?.serve([server] + servers.compactMap(\.socketAddress))
+            } catch {
+                log("error", "cannot open the lockdown firewall to a server", ["server": servers[index].entry.name, "error": "\(error)"])
+                servers[index].addresses = []
+            }
+        }
+        guard let address = servers[index].socketAddress else {
+            log("warning", "server \(servers[index].entry.name) has no usable address now")
+            return nil
+        }
+        return address
+    }
+
+    /// A protocol core that pins server `index`'s key; a split tunnel accepts inner packets
+    /// only from what it routes.
+    private func core(for index: Int) throws(CryptoError) -> ClientCore {
+        var accepted: [Prefix]?
+        if case .split(let prefixes) = settings.mode { accepted = prefixes }
+        return try ClientCore(privateKey: key, serverKey: servers[index].entry.key, credentials: credentials,
+                              acceptedSources: accepted)
+    }
 
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
 
@@ -254,11 +331,7 @@ final class SessionEffects {
 
     private func start(on socket: UDPSocket) {
         do {
-            // A split tunnel accepts inner packets only from what it routes.
-            var accepted: [Prefix]?
-            if case .split(let prefixes) = settings.mode { accepted = prefixes }
-            let core = try ClientCore(privateKey: key, serverKey: settings.serverKey, credentials: credentials,
-                                      acceptedSources: accepted)
+            let core = try core(for: serverIndex)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
                                           persistentKeepalive: settings.persistentKeepalive,
                                           log: { [log] message in log("info", message) }, notify: notify)

@@ -14,10 +14,21 @@ struct TunnelSettings: Equatable {
     var addresses: [Prefix] = []
 }
 
+/// One server a client may use: where it is and the key it must prove.
+struct ServerEntry: Equatable {
+    /// What logs and status call it: its `name`, else its host.
+    var name: String
+    var endpoint: Endpoint
+    var key: PublicKey
+}
+
 /// `agent up --config FILE`.
 struct ClientSettings {
-    var server: Endpoint
-    var serverKey: PublicKey
+    /// The servers in the order they are tried (by priority, then as listed); never empty.
+    var servers: [ServerEntry]
+    /// The first server.
+    var server: Endpoint { servers[0].endpoint }
+    var serverKey: PublicKey { servers[0].key }
     var privateKeyFile: String
     var username: String?
     var passwordFile: String?
@@ -63,20 +74,35 @@ struct ServerSettings {
     var users: UserDatabase
     /// Resolvers and search domains for users who have none of their own.
     var dns = DNSSettings.none
+    /// On SIGTERM, how long sessions get to move to another server before the server stops;
+    /// zero stops at once.
+    var drainPeriod: Duration = .zero
 }
 
 extension YAMLReader {
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
-            "server", "server-key", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
+            "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns",
         ])
-        let serverNode = try f.required("server")
-        guard let server = Endpoint(try string(serverNode)), server.port != nil else {
-            throw fail(serverNode, "'server' needs host:port, e.g. vpn.example.com:51820")
+        let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
+        let servers: [ServerEntry]
+        switch (f.optional("server"), f.optional("servers")) {
+        case (let node?, nil):
+            guard let server = Endpoint(try string(node)), server.port != nil else {
+                throw fail(node, "'server' needs host:port, e.g. vpn.example.com:51820")
+            }
+            guard let sharedKey else { throw fail(root, "'server' needs 'server-key', the server's public key") }
+            servers = [ServerEntry(name: server.host, endpoint: server, key: sharedKey)]
+        case (nil, let node?):
+            servers = try serverList(node, sharedKey: sharedKey)
+        case (_?, let node?):
+            throw fail(node, "'server' and 'servers' cannot both be set: list every server under 'servers'")
+        case (nil, nil):
+            throw fail(root, "the client configuration needs 'server' (host:port) or 'servers' (a list)")
         }
         var settings = ClientSettings(
-            server: server, serverKey: try publicKey(try f.required("server-key")),
+            servers: servers,
             privateKeyFile: try string(try f.required("private-key-file")),
             username: try opt(f.optional("username")) { node throws(ConfigError) in try string(node) },
             passwordFile: try opt(f.optional("password-file")) { node throws(ConfigError) in try string(node) })
@@ -117,8 +143,42 @@ extension YAMLReader {
         return settings
     }
 
+    /// `servers`: each `{address: host:port, key, name, priority}`; `key` defaults to the shared
+    /// `server-key`, `name` to the host, `priority` to 100 (lower is tried first; equal ones in
+    /// the order listed).
+    private func serverList(_ node: Node, sharedKey: PublicKey?) throws(ConfigError) -> [ServerEntry] {
+        var entries: [(entry: ServerEntry, priority: Int, node: Node)] = []
+        for item in try list(node) {
+            let f = try fields(item, "a server", allowed: ["address", "key", "name", "priority"])
+            let addressNode = try f.required("address")
+            guard let endpoint = Endpoint(try string(addressNode)), endpoint.port != nil else {
+                throw fail(addressNode, "a server's 'address' needs host:port, e.g. vpn.example.com:51820")
+            }
+            let key = try opt(f.optional("key")) { node throws(ConfigError) in try publicKey(node) } ?? sharedKey
+            guard let key else { throw fail(item, "server \(endpoint) needs 'key' (or a shared 'server-key')") }
+            let name = try opt(f.optional("name")) { node throws(ConfigError) in try string(node) } ?? endpoint.host
+            guard !name.isEmpty, !name.contains(where: { $0.isWhitespace || $0 == "=" || $0 == "\"" }) else {
+                throw fail(f.optional("name"), "a server's 'name' is one word, e.g. fra1")
+            }
+            let priority = try opt(f.optional("priority")) { node throws(ConfigError) in try int(node, 0...65535) } ?? 100
+            let same = { (other: Endpoint) in other.host.lowercased() == endpoint.host.lowercased() && other.port == endpoint.port }
+            if let earlier = entries.first(where: { same($0.entry.endpoint) }) {
+                throw fail(addressNode, "'servers' lists \(endpoint) twice (first on line \(earlier.node.line))")
+            }
+            if let earlier = entries.first(where: { $0.entry.name == name }) {
+                throw fail(item, "'servers' names two servers \(name) (first on line \(earlier.node.line)); give each its own 'name'")
+            }
+            entries.append((ServerEntry(name: name, endpoint: endpoint, key: key), priority, item))
+        }
+        guard !entries.isEmpty else { throw fail(node, "'servers' lists no server") }
+        return entries.enumerated().sorted { ($0.element.priority, $0.offset) < ($1.element.priority, $1.offset) }
+            .map(\.element.entry)
+    }
+
     func server(_ root: Node) throws(ConfigError) -> ServerSettings {
-        let f = try fields(root, "the server configuration", allowed: ["listen-port", "private-key-file", "tunnel", "users", "dns"])
+        let f = try fields(root, "the server configuration", allowed: [
+            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period",
+        ])
         let usersNode = try f.required("users")
         let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
         let database: UserDatabase
@@ -127,12 +187,18 @@ extension YAMLReader {
         } catch {
             throw fail(usersNode, "\(error)")
         }
-        return ServerSettings(
+        var settings = ServerSettings(
             listenPort: UInt16(try int(try f.required("listen-port"), 1...65535)),
             privateKeyFile: try string(try f.required("private-key-file")),
             tunnel: try tunnel(try f.required("tunnel"), needsAddress: true),
             users: database,
             dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "'dns'") } ?? .none)
+        if let node = f.optional("drain-period") {
+            let period = try duration(node)
+            guard period <= .seconds(3600) else { throw fail(node, "'drain-period' is 0 (off) to 1h, e.g. 30s") }
+            settings.drainPeriod = period
+        }
+        return settings
     }
 
     /// `dns: {servers: [...], search: [...]}`: resolvers, then search domains.

@@ -62,22 +62,34 @@ struct UpCommand: ParsableCommand {
         } else {
             try? Firewall.removeLeftover()
         }
-        let addresses = try resolveAtStart(settings.server.host, mark: settings.mode.socketMark, log: log)
-        let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
-        guard !usable.isEmpty else {
-            throw AgentError("the split routes contain the server (\(addresses.map(\.description).joined(separator: ", "))): "
-                + "the tunnel would carry its own packets; narrow them")
+        // The first server's name is waited for; the others get one look-up each now and
+        // another when the agent turns to them.
+        var servers: [ResolvedServer] = []
+        for (i, entry) in settings.servers.enumerated() {
+            let addresses: [IPAddress]
+            if i == 0 {
+                addresses = try resolveAtStart(entry.endpoint.host, mark: settings.mode.socketMark, log: log)
+            } else {
+                addresses = ResolvedServer.lookUp(entry, mark: settings.mode.socketMark, log: log)
+            }
+            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
+            if usable.isEmpty, !addresses.isEmpty {
+                let message = "the split routes contain server \(entry.name) (\(addresses.map(\.description).joined(separator: ", "))): "
+                    + "the tunnel would carry its own packets; narrow them"
+                if i == 0 { throw AgentError(message) }
+                log("warning", message)
+            }
+            servers.append(ResolvedServer(entry: entry, addresses: usable))
         }
-        guard let port = settings.server.port else { throw AgentError("the server needs a port") }
         do {
-            try firewall?.serve(SocketAddress(usable[0], port: port))
+            try firewall?.serve(servers.compactMap(\.socketAddress))
         } catch {
             throw AgentError("cannot open the lockdown firewall to the server: \(error)")
         }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
         let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
-                                       serverAddresses: usable, port: port, log: log,
+                                       servers: servers, log: log,
                                        control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
         log("info", "starting", ["server": "\(session.server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])

@@ -58,4 +58,75 @@ struct GatewayLabTests {
         let dropped = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "table", "inet", "strict"]).output
         #expect(dropped.contains("packets 0 "), "nothing came from another address: \(dropped)")
     }
+
+    /// Two gateways on one host; the one in use loses power (SIGKILL: no goodbye, no answer).
+    /// Every path goes silent towards it, so the client blames the server, not its uplink, and
+    /// handshakes with the next one at once: within the liveness wait, the probes and one round
+    /// trip, with one handshake, and the TCP stream goes on.
+    @Test func theNextGatewayTakesOverWhenTheCurrentOneDies() throws {
+        let lab = try GatewayLab(clients: 1, gateways: 2)
+        try lab.start()
+        let laptop = lab.laptops[0]
+        let probes = try ProbeStream(from: SocketAddress(lab.inner(0), port: 0), in: laptop,
+                                     to: SocketAddress(GatewayLab.serverInner, port: 5006), in: lab.server)
+        defer { probes.stop() }
+        let stream = try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: 5100), listenerIn: lab.server, from: laptop)
+        usleep(1_000_000)
+        let killed = LabClock.now
+        lab.signalGateway(0, SIGKILL)
+        let moved = labWait(seconds: 10) { lab.log("client0.log").contains("reason=\"handshakeSucceeded") && lab.log("client0.log").contains("server=gw1") }
+        usleep(1_500_000)
+        let context = "client log:\n\(lab.log("client0.log"))\nsecond gateway:\n\(lab.log(GatewayLab.serverLog(1)))"
+        #expect(moved, "the client moved to the second gateway\n\(context)")
+        let outage = probes.outage(from: killed, to: LabClock.now - .milliseconds(300))
+        // Liveness 0.5 s, probes 0.25 + 0.5 + 1 s, a handshake: 2.3 s and a little.
+        #expect(outage < .milliseconds(3500), "outage \(outage)\n\(context)")
+        #expect(lab.log("client0.log").contains("serverUnreachable(gw0)"), "\(context)")
+        let handshakes = lab.log("client0.log").components(separatedBy: "msg=\"handshake completed").count - 1
+        #expect(handshakes == 2, "one handshake per gateway, no storm: \(handshakes)\n\(context)")
+        let tcp = stream.finish()
+        #expect(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
+                "\(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(context)")
+        print("gateway failover: outage \(outage)")
+    }
+
+    /// The gateway in use is stopped for maintenance with a drain period: it tells each session
+    /// (authenticated), each client makes a session with the other gateway first and moves its
+    /// traffic, and the first gateway stops as soon as no session is left. Not one probe is
+    /// lost, and the TCP streams go on byte for byte.
+    @Test func aDrainedGatewayHandsItsSessionsOverWithoutALostPacket() throws {
+        let lab = try GatewayLab(clients: 2, gateways: 2, drainPeriod: "10s")
+        try lab.start()
+        var probes: [ProbeStream] = []
+        var streams: [TCPStream] = []
+        for (n, laptop) in lab.laptops.enumerated() {
+            probes.append(try ProbeStream(from: SocketAddress(lab.inner(n), port: 0), in: laptop,
+                                          to: SocketAddress(GatewayLab.serverInner, port: UInt16(5006 + n)), in: lab.server,
+                                          interval: .milliseconds(5)))
+            streams.append(try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: UInt16(5100 + n)), listenerIn: lab.server,
+                                         from: laptop, bytesPerSecond: 4 << 20))
+        }
+        defer { for p in probes { p.stop() } }
+        usleep(1_000_000)
+        let start = LabClock.now
+        let drainedAt = LabClock.now
+        lab.signalGateway(0, SIGTERM)
+        let stopped = labWait(seconds: 12) { !lab.gatewayRuns(0) }
+        let stoppedAfter = LabClock.now - drainedAt
+        usleep(1_000_000)
+        let end = LabClock.now - .milliseconds(300)
+        let context = "first gateway:\n\(lab.log("server.log"))\nclient 0:\n\(lab.log("client0.log"))"
+        #expect(stopped && lab.log("server.log").contains("drained: no session left"), "\(context)")
+        // Before the drain period: the clients moved and said goodbye.
+        #expect(stoppedAfter < .seconds(5), "stopped after \(stoppedAfter)\n\(context)")
+        for n in 0..<2 {
+            #expect(lab.log("client\(n).log").contains("handedOver(gw0 -> gw1"), "client \(n)\n\(lab.log("client\(n).log"))")
+            let (lost, sent) = probes[n].lost(from: start, to: end)
+            #expect(sent > 200 && lost == 0, "client \(n): \(lost) of \(sent) probes lost\n\(context)")
+            let tcp = streams[n].finish()
+            #expect(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
+                    "client \(n): \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(context)")
+        }
+        print("gateway drain: stopped after \(stoppedAfter), probes lost 0")
+    }
 }

@@ -7,6 +7,11 @@ import Tunnel
 /// 198.51.100.7), and `clients` laptop namespaces, each with one uplink (`eth0`, 10.60.N.2) into
 /// the server's namespace and its own `agent up` in split mode (10.77.0.0/24 into the tunnel).
 /// Client N's inner address is 10.77.0.(10+N). Processes and namespaces go on deinit.
+///
+/// With `gateways` above one, that many `agent serve` processes share the server namespace, as
+/// two instances on one host during a planned restart do: gateway G answers on 198.51.100.(7+G)
+/// port 51820+G with a key of its own and TUN device roamG, all with 10.77.0.1/24; each routes
+/// the inner addresses of the sessions it holds to its own device. Clients list them in order.
 public final class GatewayLab {
     public let server: NamespaceLab
     public let laptops: [NamespaceLab]
@@ -14,16 +19,20 @@ public final class GatewayLab {
     public let directory: String
     private let agent: URL
     private var processes: [Process] = []
+    /// Each gateway's process, by index, while it runs.
+    private var gatewayProcesses: [Int: Process] = [:]
+    public let gateways: Int
     public static let serverInner = IPAddress("10.77.0.1")!
     public static let port: UInt16 = 51820
 
     /// Client `n`'s inner address.
     public func inner(_ n: Int) -> IPAddress { .v4(0x0A4D_000A + UInt32(n)) }
 
-    public init(clients: Int, agent: URL = RoamingLab.builtAgent) throws {
+    public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
+        self.gateways = gateways
         server = try NamespaceLab()
-        try server.ip("address add 198.51.100.7/32 dev lo")
+        for g in 0..<gateways { try server.ip("address add 198.51.100.\(7 + g)/32 dev lo") }
         var laptops: [NamespaceLab] = []
         for n in 0..<clients {
             let laptop = try NamespaceLab()
@@ -33,29 +42,44 @@ public final class GatewayLab {
         self.laptops = laptops
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-gateway-\(getpid())-\(server.name.split(separator: "-").last ?? "")").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let serverKey = try PrivateKey.generate()
-        try secret(serverKey.revealBase64(), "server.key")
+        var serverKeys: [PrivateKey] = []
+        for g in 0..<gateways {
+            let key = try PrivateKey.generate()
+            try secret(key.revealBase64(), "server\(g).key")
+            serverKeys.append(key)
+        }
+        let servers = gateways == 1
+            ? "server: 198.51.100.7:\(Self.port)\nserver-key: \(serverKeys[0].publicKey.base64)"
+            : "servers:\n" + (0..<gateways).map { g in
+                "  - {name: gw\(g), address: 198.51.100.\(7 + g):\(Int(Self.port) + g), key: \(serverKeys[g].publicKey.base64)}"
+            }.joined(separator: "\n")
         var users: [String] = []
         for n in 0..<clients {
             let key = try PrivateKey.generate()
             try secret(key.revealBase64(), "client\(n).key")
             users.append("  - {name: user\(n), public-key: \(key.publicKey.base64), addresses: [\(inner(n))]}")
             try """
-                server: 198.51.100.7:\(Self.port)
-                server-key: \(serverKey.publicKey.base64)
+                \(servers)
                 private-key-file: \(directory)/client\(n).key
                 mode: split
                 routes: [10.77.0.0/24]
                 """.write(toFile: directory + "/client\(n).yaml", atomically: true, encoding: .utf8)
         }
-        try secret("""
-            listen-port: \(Self.port)
-            private-key-file: \(directory)/server.key
-            tunnel: {name: roam0, addresses: [10.77.0.1/24]}
-            users:
-            \(users.joined(separator: "\n"))
-            """, "server.yaml")
+        for g in 0..<gateways {
+            try secret("""
+                listen-port: \(Int(Self.port) + g)
+                private-key-file: \(directory)/server\(g).key
+                tunnel: {name: roam\(g), addresses: [10.77.0.1/24]}
+                drain-period: \(drainPeriod)
+                users:
+                \(users.joined(separator: "\n"))
+                """, Self.serverConfig(g))
+        }
     }
+
+    private static func serverConfig(_ g: Int) -> String { g == 0 ? "server.yaml" : "server\(g).yaml" }
+    /// Gateway `g`'s log (the first one's is server.log).
+    public static func serverLog(_ g: Int) -> String { g == 0 ? "server.log" : "server\(g).log" }
 
     deinit {
         endAll(processes)
@@ -64,10 +88,7 @@ public final class GatewayLab {
 
     /// Starts the server, then every client, and returns once every tunnel is up.
     public func start() throws {
-        try launch(in: server, ["serve", "--config", directory + "/server.yaml"], log: "server.log")
-        guard labWait(seconds: 10, { self.log("server.log").contains("msg=serving") }) else {
-            throw NamespaceLab.Failure(description: "agent serve did not come up: \(log("server.log"))")
-        }
+        for g in 0..<gateways { try startGateway(g) }
         for (n, laptop) in laptops.enumerated() {
             try launch(in: laptop, ["up", "--config", directory + "/client\(n).yaml", "--control", directory + "/agent\(n).sock"],
                        log: "client\(n).log")
@@ -79,8 +100,30 @@ public final class GatewayLab {
         }
     }
 
+    /// Starts gateway `g` and returns once it serves.
+    public func startGateway(_ g: Int) throws {
+        let name = Self.serverLog(g)
+        let before = log(name).components(separatedBy: "msg=serving").count
+        let process = try startInside(server, agent, ["serve", "--config", directory + "/" + Self.serverConfig(g)], log: directory + "/" + name)
+        processes.append(process)
+        gatewayProcesses[g] = process
+        guard labWait(seconds: 10, { self.log(name).components(separatedBy: "msg=serving").count > before }) else {
+            throw NamespaceLab.Failure(description: "agent serve \(g) did not come up: \(log(name))")
+        }
+    }
+
+    /// Sends `signal` to gateway `g`'s agent (SIGKILL: its machine loses power; SIGTERM: it
+    /// stops, draining first if it has a drain period).
+    public func signalGateway(_ g: Int, _ signal: Int32) {
+        guard let process = gatewayProcesses[g], process.isRunning else { return }
+        kill(process.processIdentifier, signal)
+    }
+
+    /// Whether gateway `g`'s agent still runs.
+    public func gatewayRuns(_ g: Int) -> Bool { gatewayProcesses[g]?.isRunning ?? false }
+
     /// The server agent's process (`ip netns exec` runs it in its own place).
-    public var serverPID: Int32? { processes.first?.processIdentifier }
+    public var serverPID: Int32? { gatewayProcesses[0]?.processIdentifier }
 
     public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 

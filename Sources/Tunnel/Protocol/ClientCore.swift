@@ -56,6 +56,8 @@ public enum ClientEvent: Equatable, Sendable {
     case cookie(resend: [UInt8])
     /// The server sent a keepalive.
     case keepalive
+    /// The server said, on the session, that it is being taken down: move to another one.
+    case draining
     /// The datagram was dropped, and counted, for `reason`.
     case dropped(DropReason)
 }
@@ -294,6 +296,7 @@ public struct ClientCore: Sendable {
             }
             return .packet(range: opened.range)
         case .echo(let id, let sentAt): return .probeEcho(id: id, rtt: now - sentAt)
+        case .drain: return .draining
         case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)
         }

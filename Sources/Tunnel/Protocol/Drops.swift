@@ -79,6 +79,11 @@ public struct DropCounters: Equatable, Sendable, CustomStringConvertible {
 
     mutating func count(_ reason: DropReason) { counts[reason.rawValue] &+= 1 }
 
+    /// Adds another set of counts (a session's that ended) to these.
+    public mutating func add(_ other: DropCounters) {
+        for i in counts.indices { counts[i] &+= other.counts[i] }
+    }
+
     /// Non-zero counters as `reason=n` pairs, in declaration order.
     public var description: String {
         DropReason.allCases.filter { self[$0] > 0 }.map { "\($0)=\(self[$0])" }.joined(separator: " ")

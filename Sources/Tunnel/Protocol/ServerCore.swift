@@ -88,6 +88,8 @@ public struct ServerCore: Sendable {
     static let maxChecksInFlight = 32
     private var hintsBySource: SourceRateLimiter
     private var hints: TokenBucket
+    /// See `takeLiveChanges()`.
+    private var liveChanges: [(PeerID, Bool)] = []
 
     public init(
         privateKey: PrivateKey, users: UserDatabase, dns: DNSSettings = .none, limits: ServerLimits = ServerLimits(),
@@ -151,7 +153,10 @@ public struct ServerCore: Sendable {
             if which == .next { retire(peers[slot].promote()) }
             // Roaming: only a fresh, authenticated packet on the session in use, and only the
             // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
-            if which != .previous, opened.isNewest { (peers[slot].endpoint, peers[slot].endpointLocal) = (source, local) }
+            if which != .previous, opened.isNewest {
+                if peers[slot].endpoint == nil { liveChanges.append((peer, true)) }
+                (peers[slot].endpoint, peers[slot].endpointLocal) = (source, local)
+            }
         }
         let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
         switch InnerContent(plaintext) {
@@ -171,9 +176,10 @@ public struct ServerCore: Sendable {
             // client's newest handshake must not end the session it made since.
             guard slotUsed != .previous else { return drop(.unexpected) }
             for forgotten in peers[slot].forgetEstablished() { indices[forgotten] = nil }
+            if peers[slot].endpoint != nil { liveChanges.append((peer, false)) }
             (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
             return .closed(peer: peer)
-        case .echo:
+        case .echo, .drain:
             return drop(.unexpected)
         case .malformed:
             return drop(.malformed)
@@ -452,6 +458,11 @@ public struct ServerCore: Sendable {
         let forgetAfter = sessionLimits.rejectAfterTime * 3
         for slot in peers.indices {
             for index in peers[slot].forget(olderThan: forgetAfter, now: now) { indices[index] = nil }
+            // A peer with no session left is no longer reached here.
+            if peers[slot].endpoint != nil, peers[slot].current == nil, peers[slot].next == nil, peers[slot].previous == nil {
+                (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
+                liveChanges.append((PeerID(index: slot), false))
+            }
         }
         handshakesBySource.prune(now: now)
         passwordChecksBySource.prune(now: now)
@@ -462,6 +473,30 @@ public struct ServerCore: Sendable {
 
     /// Sessions held, counting unconfirmed and previous ones.
     public var sessionCount: Int { indices.count }
+
+    /// Peers that became reachable here (their first authenticated packet) or stopped being so
+    /// (closed, or every session forgotten) since the last call, in order: for the routes that
+    /// send their inner addresses to this server.
+    public mutating func takeLiveChanges() -> [(peer: PeerID, live: Bool)] {
+        guard !liveChanges.isEmpty else { return [] }
+        defer { liveChanges.removeAll(keepingCapacity: true) }
+        return liveChanges
+    }
+
+    /// Peers reachable here now: an authenticated packet came on a session they still hold.
+    public var livePeers: [PeerID] { peers.indices.filter { peers[$0].endpoint != nil }.map { PeerID(index: $0) } }
+
+    /// "This server is being taken down" for every peer reachable here, sealed on its session:
+    /// only the server can say it (see docs/PROTOCOL.md, "Draining").
+    public mutating func drainMessages(now: Instant) -> [(datagram: [UInt8], to: SocketAddress, from: IPAddress?)] {
+        let message = Control.encode(kind: Control.drain, id: 0, sentAt: now)
+        return peers.indices.compactMap { slot in
+            guard let endpoint = peers[slot].endpoint,
+                  let datagram = try? peers[slot].current?.seal(message: message, now: now, limits: sessionLimits)
+            else { return nil }
+            return (datagram, endpoint, peers[slot].endpointLocal)
+        }
+    }
 
     private mutating func drop(_ reason: DropReason) -> ServerEvent {
         drops.count(reason)

@@ -309,7 +309,8 @@ enum SessionUnknown {
 /// byte of zero cannot be one; an empty plaintext is a keepalive.
 ///
 ///     0   zero
-///     1   kind: 1 probe, 2 echo, 3 close (the client is going away: forget its sessions)
+///     1   kind: 1 probe, 2 echo, 3 close (the client is going away: forget its sessions),
+///         4 drain (server to client: this server is being taken down; move to another)
 ///     2   probe id (u64 LE), chosen by the prober; zero in a close
 ///     10  the prober's clock when it sent the probe, in nanoseconds (i64 LE); echoed unchanged
 enum Control {
@@ -317,6 +318,7 @@ enum Control {
     static let probe: UInt8 = 1
     static let echo: UInt8 = 2
     static let close: UInt8 = 3
+    static let drain: UInt8 = 4
 
     static func encode(kind: UInt8, id: UInt64, sentAt: Instant) -> [UInt8] {
         [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
@@ -331,6 +333,7 @@ enum InnerContent: Equatable {
     case probe(id: UInt64, sentAt: Instant)
     case echo(id: UInt64, sentAt: Instant)
     case close
+    case drain
     case malformed
 
     init(_ plaintext: UnsafeRawBufferPointer) {
@@ -352,6 +355,7 @@ enum InnerContent: Equatable {
         case Control.probe: self = .probe(id: id, sentAt: sentAt)
         case Control.echo: self = .echo(id: id, sentAt: sentAt)
         case Control.close: self = .close
+        case Control.drain: self = .drain
         default: self = .malformed
         }
     }

@@ -33,13 +33,33 @@ public enum ClientNotice: Equatable, Sendable {
     case dataSent
     /// An authenticated packet arrived after data had gone out unanswered.
     case dataReceived
+    /// The server said, on the session, that it is being taken down.
+    case serverDraining
+    /// The session prepared with another server (`prepareHandover`) is up.
+    case handoverReady(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>)
+    /// The server the session was to move to refused this client.
+    case handoverRejected
+}
+
+/// A protocol core and the server it talks to, changed together so that no packet is sealed
+/// for one server and sent to another.
+struct ServerSession: Sendable {
+    var core: ClientCore
+    var server: SocketAddress
 }
 
 /// The client's data plane: the TUN device, the session's current UDP socket, and the protocol
 /// core between them. A rebind swaps the socket; the device and the session keys stay.
 public final class TunnelClient: Sendable {
-    private let serverAddress: Mutex<SocketAddress>
-    private let core: Mutex<ClientCore>
+    private let session: Mutex<ServerSession>
+    /// A session being prepared with another server while this one carries the traffic, and the
+    /// one left at the last handover, still opening packets that were on their way from it.
+    private let standby = Mutex<ServerSession?>(nil)
+    private let retired = Mutex<ServerSession?>(nil)
+    /// Whether either of those is set: the receive loop looks at them only then.
+    private let hasOthers = Atomic<Bool>(false)
+    /// Drops counted by sessions with servers left behind.
+    private let earlierDrops = Mutex(DropCounters())
     private let current: Mutex<UDPSocket>
     private let device: Mutex<TunDevice?> = Mutex(nil)
     private let outboundStarted = Atomic<Bool>(false)
@@ -79,9 +99,8 @@ public final class TunnelClient: Sendable {
     {
         self.answersHints = answersHints
         self.persistentKeepalive = Mutex(persistentKeepalive)
-        self.core = Mutex(core)
+        self.session = Mutex(ServerSession(core: core, server: server))
         self.current = Mutex(socket)
-        self.serverAddress = Mutex(server)
         self.log = log
         self.notify = notify
         inboundWakeup = try Wakeup()
@@ -89,20 +108,69 @@ public final class TunnelClient: Sendable {
     }
 
     public var traffic: TrafficCounters { counters.withLock { $0 } }
-    public var drops: DropCounters { core.withLock { $0.drops } }
+    public var drops: DropCounters {
+        var all = earlierDrops.withLock { $0 }
+        all.add(session.withLock { $0.core.drops })
+        return all
+    }
     /// Handshakes started since the client was made.
     public var handshakeCount: Int { handshakes.load(ordering: .relaxed) }
     /// The inner addresses the server gave this client.
-    public var addresses: [IPAddress] { core.withLock { $0.addresses } }
+    public var addresses: [IPAddress] { session.withLock { $0.core.addresses } }
     /// The socket the session uses now.
     public var socket: UDPSocket { current.withLock { $0 } }
     /// Where the server is: every datagram goes there.
-    public var server: SocketAddress { serverAddress.withLock { $0 } }
+    public var server: SocketAddress { session.withLock { $0.server } }
 
     /// Sends to the server at `address` from now on (its name resolves elsewhere now). The
     /// session and keys stay; whoever decides proves the new address with a probe.
     public func setServer(_ address: SocketAddress) {
-        serverAddress.withLock { $0 = address }
+        session.withLock { $0.server = address }
+    }
+
+    // MARK: Several servers
+
+    /// Talks to another server from now on, with `core` (which pins that server's key): the
+    /// session with the previous one is over (its keys go with it). A handshake follows.
+    public func useServer(_ core: ClientCore, at address: SocketAddress) {
+        let old = session.withLock { session in
+            defer { session = ServerSession(core: core, server: address) }
+            return session.core.drops
+        }
+        earlierDrops.withLock { $0.add(old) }
+        standby.withLock { $0 = nil }
+        lastInitiation.withLock { $0 = nil }
+    }
+
+    /// Make-before-break across servers: handshakes with the server at `address` over the
+    /// current socket while the current session keeps carrying the traffic. `.handoverReady`
+    /// (or `.handoverRejected`) tells the outcome; `completeHandover()` then moves the traffic.
+    public func prepareHandover(_ core: ClientCore, at address: SocketAddress) {
+        var prepared = ServerSession(core: core, server: address)
+        guard let initiation = try? prepared.core.initiate(now: Instant.now(), wallClock: TAI64N.now()) else { return }
+        standby.withLock { $0 = prepared }
+        hasOthers.store(true, ordering: .relaxed)
+        handshakes.add(1, ordering: .relaxed)
+        send(initiation, to: address)
+        inboundWakeup.signal()
+    }
+
+    /// The prepared session takes the traffic. The old server is told goodbye, and packets
+    /// still on their way from it are opened and delivered.
+    public func completeHandover() {
+        guard let next = standby.withLock({ prepared in defer { prepared = nil }; return prepared }) else { return }
+        var old = session.withLock { session in
+            defer { session = next }
+            return session
+        }
+        if let goodbye = try? old.core.close(now: Instant.now()) { send(goodbye, to: old.server) }
+        retired.withLock { $0 = old }
+        hasOthers.store(true, ordering: .relaxed)
+    }
+
+    /// Forgets the prepared session.
+    public func cancelHandover() {
+        standby.withLock { $0 = nil }
     }
 
     /// Handshakes on the current socket, sending the initiation again every second, before
@@ -118,9 +186,9 @@ public final class TunnelClient: Sendable {
                 let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
                     guard let (length, peer) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    let server = self.server
-                    return core.withLock {
-                        $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: server, now: Instant.now())
+                    return session.withLock {
+                        $0.core.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: $0.server,
+                                        now: Instant.now())
                     }
                 }
                 switch event {
@@ -167,8 +235,10 @@ public final class TunnelClient: Sendable {
 
     /// Tells the server this client is going away (it forgets the session at once), then stops.
     public func close() {
-        if let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.close(now: Instant.now()) }) {
-            send(datagram)
+        if let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
+            (try session.core.close(now: Instant.now()), session.server)
+        }) {
+            send(datagram, to: server)
         }
         stop()
     }
@@ -189,24 +259,26 @@ public final class TunnelClient: Sendable {
     }
 
     private func sendKeepalive() {
-        if let keepalive = try? core.withLock({ (core) throws(SealFailure) in try core.keepalive(now: Instant.now()) }) {
-            send(keepalive)
+        if let (keepalive, server) = try? session.withLock({ (session) throws(SealFailure) in
+            (try session.core.keepalive(now: Instant.now()), session.server)
+        }) {
+            send(keepalive, to: server)
         }
     }
 
     /// Sends a probe over `socket` (a path being tried; the current one when nil). Its echo is
     /// reported as `.probeEcho(id:rtt:)` and shown by `lastProbeEcho`.
     public func probe(id: UInt64, via socket: UDPSocket? = nil) {
-        guard let datagram = try? core.withLock({ (core) throws(SealFailure) in try core.probe(id: id, now: Instant.now()) })
-        else { return }
-        guard let socket, socket !== self.socket else { return send(datagram) }
+        guard let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
+            (try session.core.probe(id: id, now: Instant.now()), session.server)
+        }) else { return }
+        guard let socket, socket !== self.socket else { return send(datagram, to: server) }
         let added = candidates.withLock { list -> Bool in
             guard !list.contains(where: { $0 === socket }) else { return false }
             list.append(socket)
             return true
         }
         if added { inboundWakeup.signal() }
-        let server = self.server
         datagram.withUnsafeBytes { bytes in
             if (try? socket.send(bytes, to: server)) != true { counters.withLock { $0.sendFailures += 1 } }
         }
@@ -239,14 +311,13 @@ public final class TunnelClient: Sendable {
                 for socket in sockets where ready.contains(socket.fileDescriptor) {
                     // Drain what is queued, then poll again. (A typed-throws closure returning Void
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
-                    let server = self.server  // once per drain, not per datagram
                     _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                         for handled in 0..<64 {
                             guard let (length, peer) = try socket.receive(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
-                            let event = core.withLock {
-                                $0.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: server, now: now)
-                            }
+                            let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
+                            if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: raw, now: now) { continue }
+                            let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
                             handle(event, in: raw)
                         }
                         return 64
@@ -268,15 +339,7 @@ public final class TunnelClient: Sendable {
         }
         switch event {
         case .packet(let range):
-            counters.withLock {
-                $0.packetsIn += 1
-                $0.bytesIn += range.count
-            }
-            guard let tun = device.withLock({ $0 }) else {
-                counters.withLock { $0.noSession += 1 }  // no device yet: nowhere to deliver
-                return
-            }
-            do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
+            deliver(range, in: raw)
         case .established(let completion):
             send(completion.confirmation)
             log("handshake completed, rtt \(completion.rtt.short)")
@@ -295,9 +358,59 @@ public final class TunnelClient: Sendable {
             send(resend)
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
+        case .draining:
+            log("the server says it is being taken down")
+            notify(.serverDraining)
         case .dropped:
             break
         }
+    }
+
+    /// A datagram from the server a session is being prepared with, or from the one left at the
+    /// last handover; false when it is from neither (the current session's, then).
+    private func receiveFromOther(_ datagram: UnsafeMutableRawBufferPointer, from peer: SocketAddress,
+                                  in raw: UnsafeMutableRawBufferPointer, now: Instant) -> Bool {
+        if let event = standby.withLock({ prepared -> ClientEvent? in
+            guard prepared?.server == peer else { return nil }
+            return prepared?.core.receive(datagram, from: peer, server: peer, now: now)
+        }) {
+            switch event {
+            case .established(let completion):
+                send(completion.confirmation, to: peer)
+                log("handshake with the next server completed, rtt \(completion.rtt.short)")
+                notify(.handoverReady(rtt: completion.rtt, dns: completion.dns))
+            case .rejected:
+                log("the next server rejected a handshake")
+                notify(.handoverRejected)
+            case .cookie(let resend):
+                send(resend, to: peer)
+            case .packet(let range):
+                deliver(range, in: raw)  // its answers may come before the traffic moves
+            default:
+                break
+            }
+            return true
+        }
+        if let event = retired.withLock({ left -> ClientEvent? in
+            guard left?.server == peer else { return nil }
+            return left?.core.receive(datagram, from: peer, server: peer, now: now)
+        }) {
+            if case .packet(let range) = event { deliver(range, in: raw) }
+            return true
+        }
+        return false
+    }
+
+    private func deliver(_ range: Range<Int>, in raw: UnsafeMutableRawBufferPointer) {
+        counters.withLock {
+            $0.packetsIn += 1
+            $0.bytesIn += range.count
+        }
+        guard let tun = device.withLock({ $0 }) else {
+            counters.withLock { $0.noSession += 1 }  // no device yet: nowhere to deliver
+            return
+        }
+        do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
     }
 
     /// Packets from the TUN, sealed in place into a batch and sent with one `sendmmsg`.
@@ -316,16 +429,19 @@ public final class TunnelClient: Sendable {
                 continue
             }
             var drained = false
-            let server = self.server
             while !drained {
                 batch.removeAll()
                 let now = Instant.now()
-                drained = fill(batch, from: tun, to: server) { frame, length throws(SealFailure) in
-                    try core.withLock { (core) throws(SealFailure) in try core.seal(frame, innerLength: length, now: now) }
+                // The server is read with the keys that seal for it: a handover between two
+                // packets sends each to the server that can open it.
+                drained = fill(batch, from: tun) { frame, length throws(SealFailure) in
+                    try session.withLock { (session) throws(SealFailure) in
+                        (try session.core.seal(frame, innerLength: length, now: now), session.server)
+                    }
                 }
                 // Before the batch check: with an expired session every seal fails and the batch
                 // is empty, and that is exactly when a handshake is most needed.
-                if core.withLock({ $0.needsHandshake(now: now) }) { initiate(force: false) }
+                if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
                 guard batch.count > 0 else { continue }
                 // Data after a quiet spell is worth a liveness check; in a conversation whose
                 // answers keep coming, the decider hears nothing, so it is not woken per packet.
@@ -346,23 +462,23 @@ public final class TunnelClient: Sendable {
 
     /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
     /// TUN had no more waiting.
-    private func fill(_ batch: PacketBatch, from tun: TunDevice, to server: SocketAddress,
-                      seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> Int) -> Bool {
+    private func fill(_ batch: PacketBatch, from tun: TunDevice,
+                      seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> (Int, SocketAddress)) -> Bool {
         while !batch.isFull {
             var empty = false
-            batch.append(to: server) { slot in
+            batch.append { slot -> (length: Int, peer: SocketAddress?)? in
                 let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
                 guard let length = try? tun.read(into: inner, timeout: .zero) else {
                     empty = true
                     return nil
                 }
                 do {
-                    let sealed = try seal(UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)]), length)
+                    let (sealed, server) = try seal(UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)]), length)
                     counters.withLock {
                         $0.packetsOut += 1
                         $0.bytesOut += length
                     }
-                    return sealed
+                    return (sealed, server)
                 } catch {
                     counters.withLock { $0.noSession += 1 }
                     return nil
@@ -383,18 +499,23 @@ public final class TunnelClient: Sendable {
             last = now
             return true
         }
-        guard due, let initiation = try? core.withLock({ (core) throws(CryptoError) in
-            try core.initiate(now: now, wallClock: TAI64N.now())
+        guard due, let (initiation, server) = try? session.withLock({ (session) throws(CryptoError) in
+            (try session.core.initiate(now: now, wallClock: TAI64N.now()), session.server)
         }) else { return }
         handshakes.add(1, ordering: .relaxed)
-        send(initiation)
+        send(initiation, to: server)
     }
 
+    /// Sends to the server the session talks to now.
     private func send(_ datagram: [UInt8]) {
-        datagram.withUnsafeBytes { send($0) }
+        send(datagram, to: server)
     }
 
-    private func send(_ datagram: UnsafeRawBufferPointer) {
+    private func send(_ datagram: [UInt8], to server: SocketAddress) {
+        datagram.withUnsafeBytes { send($0, to: server) }
+    }
+
+    private func send(_ datagram: UnsafeRawBufferPointer, to server: SocketAddress) {
         do {
             if try !socket.send(datagram, to: server) { counters.withLock { $0.sendFailures += 1 } }
         } catch {

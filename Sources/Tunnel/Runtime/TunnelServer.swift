@@ -32,12 +32,21 @@ public final class TunnelServer: Sendable {
     /// tens of microseconds, so the queue is that many milliseconds of work at most.
     static let initiationQueueCapacity = 256
     private let log: @Sendable (String) -> Void
+    /// With a value, each peer reachable here has its inner addresses routed to this server's
+    /// TUN device (host routes, replacing another server's), and the routes go when it leaves:
+    /// several servers on one host hand sessions over without a lost packet, and a routing
+    /// daemon can announce the routes for servers on several hosts. Used by the inbound thread only.
+    private let routes: PeerRoutes?
+    /// Draining: sessions are told to move to another server; `run()` returns once none is left.
+    private let draining = Atomic<Bool>(false)
     /// Refused handshakes: one line per cause per interval, never one per packet.
     private let refusals = Mutex(LogThrottle<DropReason>(interval: .seconds(10)))
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
-    public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], log: @escaping @Sendable (String) -> Void) {
+    public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], publishesRoutes: Bool = false,
+                log: @escaping @Sendable (String) -> Void) {
+        routes = publishesRoutes ? PeerRoutes(device: device, log: log) : nil
         self.core = Mutex(core)
         self.device = device
         self.sockets = sockets
@@ -80,6 +89,17 @@ public final class TunnelServer: Sendable {
 
     /// Makes `run()` return within a second.
     public func stop() { running.store(false, ordering: .relaxed) }
+
+    /// Peers reachable here now.
+    public var liveSessions: Int { core.withLock { $0.livePeers.count } }
+
+    /// Tells every session that this server is being taken down (again each second while
+    /// draining, for a message lost on the way); `run()` returns once no session is left.
+    public func drain() {
+        draining.store(true, ordering: .relaxed)
+        let messages = core.withLock { $0.drainMessages(now: Instant.now()) }
+        for message in messages { send(message.datagram, to: message.to, from: message.from) }
+    }
 
     /// Initiations, one at a time, off the inbound thread. The core's lock is held for the
     /// cheap steps only; the Diffie-Hellman ones (open, write) run outside it, so the data
@@ -146,6 +166,14 @@ public final class TunnelServer: Sendable {
             if now - lastTick >= .seconds(1) {
                 core.withLock { $0.tick(now: now) }
                 lastTick = now
+                if draining.load(ordering: .relaxed) {
+                    if core.withLock({ $0.livePeers.isEmpty }) {
+                        log("drained: no session left")
+                        stop()
+                    } else {
+                        drain()
+                    }
+                }
             }
             // What was dropped and why, once a minute when anything was: floods show in the log
             // as counts, not as lines.
@@ -184,7 +212,19 @@ public final class TunnelServer: Sendable {
                     handle(event, in: UnsafeRawBufferPointer(slot), local: local)
                 }
             }
+            publishRoutes()
+            if draining.load(ordering: .relaxed), core.withLock({ $0.livePeers.isEmpty }) {
+                log("drained: no session left")
+                stop()
+            }
         }
+    }
+
+    /// Routes for peers that became reachable here or left since the last call.
+    private func publishRoutes() {
+        guard let routes else { return }
+        let changes = core.withLock { core in core.takeLiveChanges().map { (core.users[$0.peer].addresses, $0.live) } }
+        for (addresses, live) in changes { routes.set(addresses, live: live) }
     }
 
     /// Acts on what the core made of a datagram that was sent to `local` (replies go out from it).
@@ -361,5 +401,40 @@ struct InitiationQueue {
         head = (head + 1) % capacity
         count -= 1
         return (length, source, local)
+    }
+}
+
+/// Host routes for the inner addresses of the peers reachable through one TUN device.
+final class PeerRoutes: @unchecked Sendable {  // used by the server's inbound thread only
+    private let device: TunDevice
+    private let netlink: NetlinkSocket?
+    private let log: @Sendable (String) -> Void
+
+    init(device: TunDevice, log: @escaping @Sendable (String) -> Void) {
+        self.device = device
+        self.log = log
+        do {
+            netlink = try NetlinkSocket()
+        } catch {
+            log("cannot open a routing socket; sessions' host routes are not published: \(error)")
+            netlink = nil
+        }
+    }
+
+    /// Routes `addresses` to the device (replacing any other route for them), or removes the
+    /// routes through the device (one another server put in since stays).
+    func set(_ addresses: [IPAddress], live: Bool) {
+        guard let netlink else { return }
+        for address in addresses {
+            guard let prefix = Prefix(address, length: address.family.bitWidth) else { continue }
+            let route = Route(destination: prefix, nextHops: [NextHop(linkIndex: device.index)])
+            do throws(NetlinkError) {
+                try netlink.write(route, delete: !live)
+            } catch where !live && [ENOENT, ESRCH, ENODEV].contains(error.code) {
+                // Replaced by another server's route, or gone with the device.
+            } catch {
+                log("cannot \(live ? "add" : "remove") the route to \(prefix): \(error)")
+            }
+        }
     }
 }
