@@ -96,7 +96,7 @@ extension YAMLReader {
             servers = [ServerEntry(name: server.host, endpoint: server, key: sharedKey)]
         case (nil, let node?):
             servers = try serverList(node, sharedKey: sharedKey)
-        case (_?, let node?):
+        case (let node?, _?):
             throw fail(node, "'server' and 'servers' cannot both be set: list every server under 'servers'")
         case (nil, nil):
             throw fail(root, "the client configuration needs 'server' (host:port) or 'servers' (a list)")

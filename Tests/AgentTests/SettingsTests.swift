@@ -45,7 +45,7 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nusername: alice", 1, "password-file"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ntunnel: {mtu: 20}", 4, "576...9000"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ncolour: blue", 4, "unknown key 'colour'"),
-    ("server-key: \(serverKey)\nprivate-key-file: k", 1, "missing 'server'"),
+    ("server-key: \(serverKey)\nprivate-key-file: k", 1, "needs 'server' (host:port) or 'servers'"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: 10ms", 4, "1s to 1h"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: often", 4, "a duration"),
 ])
@@ -106,4 +106,37 @@ func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     try "not a key".write(toFile: path, atomically: false, encoding: .utf8)
     chmod(path, 0o600)
     #expect { try loadPrivateKey(path) } throws: { error in "\(error)".contains("not a private key") }
+}
+
+@Test func serversAreTriedByPriorityThenAsListed() throws {
+    let other = "ZGAbODgn8RHe+xKVbjJ7T4zPxKvWKlUqT5M5RL0cZkw="
+    let settings = try parse("""
+        server-key: \(serverKey)
+        private-key-file: k
+        servers:
+          - {address: fra.example.com:51820, name: fra}
+          - {address: 203.0.113.9:51820, key: \(other), priority: 10}
+          - {address: "[2001:db8::9]:443", name: v6}
+        """) { try $0.client($1) }
+    #expect(settings.servers.map(\.name) == ["203.0.113.9", "fra", "v6"])
+    #expect(settings.servers[0].key.base64 == other && settings.servers[1].key.base64 == serverKey)
+    #expect(settings.server.description == "203.0.113.9:51820")
+}
+
+@Test(arguments: [
+    ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1}\n  - {address: A:1}", 5, "lists A:1 twice (first on line 4)"),
+    ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1, name: x}\n  - {address: b:1, name: x}", 5, "two servers x (first on line 4)"),
+    ("private-key-file: k\nserver-key: \(serverKey)\nservers: []", 3, "lists no server"),
+    ("private-key-file: k\nservers:\n  - {address: a:1}", 3, "needs 'key'"),
+    ("private-key-file: k\nserver-key: \(serverKey)\nserver: a:1\nservers:\n  - {address: b:1}", 3, "cannot both be set"),
+    ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: nowhere}", 4, "host:port"),
+    ("private-key-file: k\nserver: a:1", 1, "needs 'server-key'"),
+])
+func badServerListsPointAtTheLine(text: String, line: Int, message: String) {
+    #expect {
+        try parse(text) { try $0.client($1) }
+    } throws: { error in
+        guard let error = error as? ConfigError else { return false }
+        return error.line == line && error.message.contains(message)
+    }
 }

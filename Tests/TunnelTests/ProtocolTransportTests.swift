@@ -436,3 +436,54 @@ import Testing
     var long = [UInt8](repeating: 0x61, count: Credentials.maxLength + 1)
     #expect(Credentials(username: "carol", passwordFile: &long) == nil)
 }
+
+/// "This server is being taken down" comes only sealed on the session: the client takes it as
+/// `.draining`; the same bytes changed anywhere, a drain on another session's index, or one a
+/// client sends to the server, are dropped and counted.
+@Test func onlyTheServerCanSayItIsDraining() throws {
+    var f = try ProtocolFixture()
+    try f.connect()
+    let messages = f.server.drainMessages(now: f.now)
+    try #require(messages.count == 1)
+    #expect(messages[0].to == ProtocolFixture.clientAddress)
+    var genuine = messages[0].datagram
+    var tampered = genuine
+    tampered[tampered.count - 1] ^= 1
+    #expect(f.client.receive(&tampered, now: f.now) == .dropped(.decryptFailed))
+    #expect(f.client.receive(&genuine, now: f.now) == .draining)
+    var replayed = messages[0].datagram
+    #expect(f.client.receive(&replayed, now: f.now) == .dropped(.replayed))
+    // A stranger's "drain" is not even a session's packet.
+    var forged = Wire.header(.data) + [UInt8](repeating: 0, count: 40)
+    if case .draining = f.client.receive(&forged, now: f.now) { Issue.record("a forged drain was taken") }
+    // Clients cannot drain servers.
+    let drops = f.server.drops.total
+    var fromClient = try f.client.sealControlForTest(kind: 4)
+    #expect(f.server.receive(&fromClient, from: ProtocolFixture.clientAddress, now: f.now) == .dropped(.unexpected))
+    #expect(f.server.drops.total == drops + 1)
+}
+
+/// A peer is reachable at the server from its first authenticated packet until it closes or
+/// its sessions are forgotten: the moments its inner addresses' routes come and go.
+@Test func theServerReportsWhenAPeerBecomesReachableAndWhenItLeaves() throws {
+    var f = try ProtocolFixture()
+    #expect(f.server.takeLiveChanges().isEmpty)
+    let peer = try f.connect()
+    let joined = f.server.takeLiveChanges()
+    #expect(joined.count == 1 && joined[0].peer == peer && joined[0].live)
+    #expect(f.server.livePeers == [peer])
+    var packet = try f.clientDatagram()
+    _ = f.server.receive(&packet, from: ProtocolFixture.roamedAddress, now: f.now)
+    #expect(f.server.takeLiveChanges().isEmpty, "a roam is no change")
+    var close = try f.client.close(now: f.now)
+    #expect(f.server.receive(&close, from: ProtocolFixture.roamedAddress, now: f.now) == .closed(peer: peer))
+    let left = f.server.takeLiveChanges()
+    #expect(left.count == 1 && left[0].peer == peer && !left[0].live)
+    #expect(f.server.livePeers.isEmpty && f.server.drainMessages(now: f.now).isEmpty)
+    // Sessions that expire unused end the same way.
+    try f.connect()
+    _ = f.server.takeLiveChanges()
+    f.server.tick(now: f.now + SessionLimits().rejectAfterTime * 3 + .seconds(1))
+    let expired = f.server.takeLiveChanges()
+    #expect(expired.count == 1 && !expired[0].live)
+}

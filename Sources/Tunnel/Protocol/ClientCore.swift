@@ -336,6 +336,11 @@ public struct ClientCore: Sendable {
         try sealMessage([], now: now)
     }
 
+    /// A control message of any kind on the session, for tests of what the server accepts.
+    mutating func sealControlForTest(kind: UInt8) throws(SealFailure) -> [UInt8] {
+        try sealMessage(Control.encode(kind: kind, id: 0, sentAt: .zero), now: .zero)
+    }
+
     private mutating func sealMessage(_ message: [UInt8], now: Instant) throws(SealFailure) -> [UInt8] {
         guard let datagram = try current?.seal(message: message, now: now, limits: limits) else { throw .noSession }
         return datagram
