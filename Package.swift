@@ -52,7 +52,7 @@ let package = Package(
             name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
+            name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "FloodBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],

@@ -2,12 +2,15 @@ import Foundation
 import Glibc
 import NamespaceLab
 import PathMonitor
+import Tunnel
 
 // Plays every roaming scenario on Roam and on wireguard-go, in full-tunnel and split mode, with
 // a probe through the tunnel every 20 ms, and prints one row per run; then the idle Roam
-// client's wakeups over a minute and its memory. Needs root; run through bench/roaming.sh.
+// client's wakeups over a minute and its memory; then, for Roam, a gateway failover and a drain
+// between two gateways. Needs root; run through bench/roaming.sh.
 //
 // Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]
+//                         [--gateways-only]
 
 var vpns = TunnelUnderTest.allCases
 var modes: [LabRouting] = [.full, .split]
@@ -16,9 +19,14 @@ var idleSeconds = 60
 var showLogs = false
 var arguments = CommandLine.arguments.dropFirst()
 var chosen: [RoamingScenario] = []
+var gatewaysOnly = false
 while let argument = arguments.popFirst() {
     if argument == "--logs" {
         showLogs = true
+        continue
+    }
+    if argument == "--gateways-only" {
+        gatewaysOnly = true
         continue
     }
     let value = arguments.popFirst() ?? ""
@@ -48,7 +56,10 @@ func ms(_ d: Duration?) -> String {
     return String(format: "%.0f", Double(d.nanoseconds) / 1e6)
 }
 
-say("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
+if gatewaysOnly { scenarios = []; modes = [] }
+if !scenarios.isEmpty {
+    say("scenario            mode   vpn           outage_ms  lost/sent  handshakes  attempts  cpu_ms  moved_ms  on")
+}
 /// Client CPU per run, to tell what the flap storm itself costs beside the probe stream's own.
 var cpuOf: [String: Duration] = [:]
 for mode in modes {
@@ -89,7 +100,7 @@ for mode in modes {
 }
 
 // Idle: a settled lab, no traffic, a stable path.
-if vpns.contains(.roam) {
+if vpns.contains(.roam) && !gatewaysOnly {
     for mode in modes {
         do {
             let lab = try RoamingLab(vpn: .roam, routing: mode)
@@ -108,6 +119,45 @@ if vpns.contains(.roam) {
             say("idle \(mode): failed: \(error)")
         }
     }
+}
+
+// Several gateways: two `agent serve` on one host, a client in split mode listing both, a probe
+// every 20 ms. Failover: the gateway in use loses power (SIGKILL). Drain: it is stopped with a
+// drain period (SIGTERM). wireguard-go has one endpoint per peer: nothing to fail over to.
+if vpns.contains(.roam) && (chosen.isEmpty || gatewaysOnly) {
+    say("gateways            kill     outage_ms  lost/sent  handshakes  moved_after_ms  old_gateway_gone_ms")
+    for (name, signal) in [("failover", SIGKILL), ("drain", SIGTERM)] {
+        do {
+            let lab = try GatewayLab(clients: 1, gateways: 2, drainPeriod: signal == SIGTERM ? "10s" : "0")
+            try lab.start()
+            let probes = try ProbeStream(from: SocketAddress(lab.inner(0), port: 0), in: lab.laptops[0],
+                                         to: SocketAddress(GatewayLab.serverInner, port: 5006), in: lab.server)
+            usleep(1_000_000)
+            let at = LabClock.now
+            lab.signalGateway(0, signal)
+            let marker = signal == SIGTERM ? "handedOver(gw0 -> gw1" : "serverUnreachable(gw0)"
+            let moved = labWait(seconds: 10) {
+                let log = lab.log("client0.log")
+                return log.contains(marker) && log.split(separator: "\n").last { $0.contains("msg=transition") }?.contains("to=connected") == true
+            }
+            let movedAfter = LabClock.now - at
+            _ = labWait(seconds: 12) { !lab.gatewayRuns(0) }
+            let goneAfter = LabClock.now - at
+            usleep(1_500_000)
+            let end = LabClock.now - .milliseconds(300)
+            let (lost, sent) = probes.lost(from: at, to: end)
+            let outage = probes.outage(from: at, to: end)
+            probes.stop()
+            let handshakes = lab.log("client0.log").components(separatedBy: "msg=\"handshake").count - 1
+            say([name.padding(toLength: 19, withPad: " ", startingAt: 0), (signal == SIGTERM ? "TERM" : "KILL").padding(toLength: 7, withPad: " ", startingAt: 0),
+                 ms(outage).leftPadded(10), "\(lost)/\(sent)".leftPadded(10), "\(handshakes)".leftPadded(11),
+                 (moved ? ms(movedAfter) : "never").leftPadded(15), ms(goneAfter).leftPadded(20)].joined(separator: " "))
+            if showLogs { say(lab.log("client0.log").split(separator: "\n").map { "    " + $0 }.joined(separator: "\n")) }
+        } catch {
+            say("gateways \(name): failed: \(error)")
+        }
+    }
+    say("wireguard-go: one endpoint per peer, no list of servers: no failover or drain to measure")
 }
 
 /// One line on standard output at once, unbuffered, so a pipe shows each row as it is measured.
