@@ -55,7 +55,10 @@ public final class TunnelClient: Sendable {
     /// A session being prepared with another server while this one carries the traffic, and the
     /// one left at the last handover, still opening packets that were on their way from it.
     private let standby = Mutex<ServerSession?>(nil)
-    private let retired = Mutex<ServerSession?>(nil)
+    private let retired = Mutex<(session: ServerSession, until: Instant)?>(nil)
+    /// How long the session left at a handover still opens packets from its server: those in
+    /// flight when the traffic moved arrive within a round trip; then its keys go.
+    static let retiredFor: Duration = .seconds(5)
     /// Whether either of those is set: the receive loop looks at them only then.
     private let hasOthers = Atomic<Bool>(false)
     /// Drops counted by sessions with servers left behind.
@@ -139,6 +142,8 @@ public final class TunnelClient: Sendable {
         }
         earlierDrops.withLock { $0.add(old) }
         standby.withLock { $0 = nil }
+        retired.withLock { $0 = nil }
+        hasOthers.store(false, ordering: .relaxed)
         lastInitiation.withLock { $0 = nil }
     }
 
@@ -164,7 +169,7 @@ public final class TunnelClient: Sendable {
             return session
         }
         if let goodbye = try? old.core.close(now: Instant.now()) { send(goodbye, to: old.server) }
-        retired.withLock { $0 = old }
+        retired.withLock { $0 = (old, Instant.now() + Self.retiredFor) }
         hasOthers.store(true, ordering: .relaxed)
     }
 
@@ -392,12 +397,18 @@ public final class TunnelClient: Sendable {
             return true
         }
         if let event = retired.withLock({ left -> ClientEvent? in
-            guard left?.server == peer else { return nil }
-            return left?.core.receive(datagram, from: peer, server: peer, now: now)
+            guard let until = left?.until, now < until else {
+                if left != nil { earlierDrops.withLock { $0.add(left!.session.core.drops) } }
+                left = nil  // its keys are wiped as the core goes
+                return nil
+            }
+            guard left?.session.server == peer else { return nil }
+            return left?.session.core.receive(datagram, from: peer, server: peer, now: now)
         }) {
             if case .packet(let range) = event { deliver(range, in: raw) }
             return true
         }
+        if standby.withLock({ $0 == nil }) && retired.withLock({ $0 == nil }) { hasOthers.store(false, ordering: .relaxed) }
         return false
     }
 
