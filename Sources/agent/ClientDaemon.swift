@@ -458,7 +458,7 @@ extension ClientDaemon {
             case .status?: return status.map { LogLine.logfmt([$0]) }.joined(separator: "\n")
             case .statusJSON?:
                 return LogLine.json(status, numbers: Set(["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out",
-                                                          "drops"] + BlockCause.allCases.map(\.counter)))
+                                                          "drops", "super_packets", "offload_drops"] + BlockCause.allCases.map(\.counter)))
             case .reconnect?:
                 feed(.reconnectRequested)
                 return "reconnecting"
@@ -492,7 +492,9 @@ extension ClientDaemon {
                 fields += [("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
                            ("bytes_in", "\(traffic.bytesIn)"), ("bytes_out", "\(traffic.bytesOut)"),
                            ("drops", "\(client.drops.total)"), ("drops_by_cause", client.drops.description),
-                           ("no_session_drops", "\(traffic.noSession)")]
+                           ("no_session_drops", "\(traffic.noSession)"), ("super_packets", "\(traffic.superPackets)"),
+                           ("offload_drops", "\(traffic.offloadDrops)")]
+                if let offload = effects.offload { fields.append(("offload", offload.description)) }
             }
             fields.append(("lockdown", effects.firewall == nil ? "off" : "on"))
             if let firewall = effects.firewall {

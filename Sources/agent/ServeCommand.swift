@@ -40,7 +40,8 @@ struct ServeCommand: ParsableCommand {
         let tun: TunDevice
         var sockets: [UDPSocket] = []
         do {
-            tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses)
+            tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses,
+                                offload: settings.tunnel.offload)
             sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort), reportsDestination: true))
         } catch {
             throw AgentError("\(error)")
@@ -74,13 +75,14 @@ struct ServeCommand: ParsableCommand {
                 server.stop()
             }
         }
-        log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name,
+        log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name, "offload": tun.offload.description,
                                 "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
                                 "public_key": key.publicKey.base64])
         SystemdNotifier().notify("READY=1")
         server.run()
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
-                                "initiations_overflowed": "\(traffic.initiationsOverflowed)", "drops": server.drops.description])
+                                "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
+                                "offload_drops": "\(traffic.offloadDrops)", "drops": server.drops.description])
     }
 }

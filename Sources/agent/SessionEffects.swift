@@ -61,6 +61,8 @@ final class SessionEffects {
 
     /// Whether the TUN device is up (it stays through every reconnect).
     var tunnelUp: Bool { tun != nil }
+    /// The TUN device's offloads, once it is up.
+    var offload: TunDevice.OffloadState? { tun?.offload }
 
     // MARK: The decision core's actions
 
@@ -193,11 +195,13 @@ final class SessionEffects {
         guard tun == nil, let client else { return }
         let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
         do {
-            let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes)
+            let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes,
+                                       offload: settings.tunnel.offload)
             routes = try TunnelRoutes(settings.mode, device: device)
             tun = device
             client.attach(device)
-            log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ",")])
+            log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ","),
+                                      "offload": device.offload.description])
         } catch {
             throw AgentError("cannot configure the tunnel device: \(error)")
         }

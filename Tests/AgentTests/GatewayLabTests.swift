@@ -129,4 +129,41 @@ struct GatewayLabTests {
         }
         print("gateway drain: stopped after \(stoppedAfter), probes lost 0")
     }
+
+    /// TCP segmentation offload on and off: the same TCP streams, each way, arrive byte for
+    /// byte; with it on, both ends really cut super-packets (their counters say so), and no
+    /// packet was dropped for its offload metadata.
+    @Test(arguments: [true, false])
+    func offloadsOnAndOffCarryTheSameStreams(offload: Bool) throws {
+        let lab = try GatewayLab(clients: 1, offload: offload)
+        try lab.start()
+        let laptop = lab.laptops[0]
+        let up = try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: 5100), listenerIn: lab.server, from: laptop,
+                               bytesPerSecond: 48 << 20)
+        let down = try TCPStream(to: SocketAddress(lab.inner(0), port: 5200), listenerIn: laptop, from: lab.server,
+                                 bytesPerSecond: 48 << 20)
+        usleep(2_000_000)
+        let status = try NamespaceLab.capture(RoamingLab.builtAgent, ["status", "--control", lab.directory + "/agent0.sock"]).output
+        for (name, stream) in [("up", up), ("down", down)] {
+            let tcp = stream.finish()
+            #expect(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 20 << 20,
+                    "\(name): \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")")
+        }
+        lab.signalGateway(0, SIGTERM)
+        _ = labWait(seconds: 5) { !lab.gatewayRuns(0) }
+        let serverLog = lab.log("server.log")
+        let field = { (text: String, name: String) -> Int in
+            guard let range = text.range(of: name + "=") else { return -1 }
+            return Int(text[range.upperBound...].prefix { $0.isNumber }) ?? -1
+        }
+        #expect(status.contains("offload=\(offload ? "tso" : "off")"), "\(status)")
+        #expect(serverLog.contains("offload=\(offload ? "tso" : "off")"), "\(serverLog)")
+        #expect(field(status, "offload_drops") == 0 && field(serverLog, "offload_drops") == 0, "\(status)\n\(serverLog)")
+        if offload {
+            #expect(field(status, "super_packets") > 0, "the client cut super-packets: \(status)")
+            #expect(field(serverLog, "super_packets") > 0, "the server cut super-packets: \(serverLog)")
+        } else {
+            #expect(field(status, "super_packets") == 0 && field(serverLog, "super_packets") == 0)
+        }
+    }
 }

@@ -28,7 +28,8 @@ public final class GatewayLab {
     /// Client `n`'s inner address.
     public func inner(_ n: Int) -> IPAddress { .v4(0x0A4D_000A + UInt32(n)) }
 
-    public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", agent: URL = RoamingLab.builtAgent) throws {
+    public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true,
+                agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
         self.gateways = gateways
         server = try NamespaceLab()
@@ -63,13 +64,14 @@ public final class GatewayLab {
                 private-key-file: \(directory)/client\(n).key
                 mode: split
                 routes: [10.77.0.0/24]
+                tunnel: {offload: \(offload)}
                 """.write(toFile: directory + "/client\(n).yaml", atomically: true, encoding: .utf8)
         }
         for g in 0..<gateways {
             try secret("""
                 listen-port: \(Int(Self.port) + g)
                 private-key-file: \(directory)/server\(g).key
-                tunnel: {name: roam\(g), addresses: [10.77.0.1/24]}
+                tunnel: {name: roam\(g), addresses: [10.77.0.1/24], offload: \(offload)}
                 drain-period: \(drainPeriod)
                 users:
                 \(users.joined(separator: "\n"))

@@ -45,6 +45,25 @@ static inline int CShims_tun_set_iff(int fd, const char *name) {
     return ioctl(fd, TUNSETIFF, &request);
 }
 
+/// `CShims_tun_set_iff` with `IFF_VNET_HDR` as well: every read and write starts with a
+/// `virtio_net_hdr`, the way for the kernel to hand over and take back offloaded packets.
+static inline int CShims_tun_set_iff_vnet(int fd, const char *name) {
+    struct { char name[16]; short flags; char pad[22]; } request;
+    memset(&request, 0, sizeof request);
+    strncpy(request.name, name, sizeof request.name - 1);
+    request.flags = (short)(IFF_TUN | IFF_NO_PI | IFF_TUN_EXCL | IFF_VNET_HDR);
+    return ioctl(fd, TUNSETIFF, &request);
+}
+
+/// The offloads (`TUN_F_*`) the reader of a vnet-header TUN device takes on.
+static inline int CShims_tun_set_offload(int fd, unsigned int flags) {
+    return ioctl(fd, TUNSETOFFLOAD, (unsigned long)flags);
+}
+static const unsigned int CSHIMS_TUN_F_CSUM = TUN_F_CSUM;
+static const unsigned int CSHIMS_TUN_F_TSO4 = TUN_F_TSO4;
+static const unsigned int CSHIMS_TUN_F_TSO6 = TUN_F_TSO6;
+static const unsigned int CSHIMS_TUN_F_TSO_ECN = TUN_F_TSO_ECN;
+
 /// `struct mmsghdr`: one datagram of a sendmmsg/recvmmsg batch. glibc hides the struct and
 /// both calls behind _GNU_SOURCE, so they are declared here under their real symbol names.
 struct CShims_mmsghdr { struct msghdr msg_hdr; unsigned int msg_len; };

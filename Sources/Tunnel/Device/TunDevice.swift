@@ -20,10 +20,34 @@ public final class TunDevice: Sendable {
     public let addresses: [Prefix]
     /// The descriptor, for `pollReadable`.
     public let fileDescriptor: Int32
+    /// What the kernel hands over: whole segments, or super-packets for the agent to cut.
+    public let offload: OffloadState
+    /// Whether every read and write starts with a `virtio_net_hdr` (`IFF_VNET_HDR`): read through
+    /// a `TunReader` then.
+    public let hasVirtioHeader: Bool
 
+    /// Offloads as the device got them.
+    public enum OffloadState: Equatable, Sendable, CustomStringConvertible {
+        /// Not asked for: one packet per read, checksums done by the kernel.
+        case off
+        /// TCP segmentation for IPv4 and IPv6 and checksums left to the agent: a read may be a
+        /// 64 KB super-packet, cut by `Segmenter`.
+        case tso
+        /// Asked for, and refused by this kernel: one packet per read.
+        case unavailable(String)
+
+        public var description: String {
+            switch self {
+            case .off: "off"
+            case .tso: "tso"
+            case .unavailable(let why): "unavailable (\(why))"
+            }
+        }
+    }
     /// Creates interface `name` (it must not exist yet), sets its MTU, brings it up and adds
     /// `addresses`. With `namespace`, the interface lives there.
-    public init(name: String, mtu: Int, addresses: [Prefix], namespace: NetworkNamespace? = nil) throws(DeviceError) {
+    public init(name: String, mtu: Int, addresses: [Prefix], namespace: NetworkNamespace? = nil,
+                offload: Bool = false) throws(DeviceError) {
         let operation = "create TUN interface '\(name)'"
         try checkInterfaceName(name, operation)
         let minimum = addresses.contains { $0.address.family == .v6 } ? 1280 : 576
@@ -32,10 +56,10 @@ public final class TunDevice: Sendable {
                               help: "the MTU must be \(minimum) to 65535\(minimum == 1280 ? " with an IPv6 address" : "")")
         }
         var added: [Prefix] = []
-        let (fd, netlink) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket) in
-            let fd = try Self.open(name)
+        let (fd, netlink, state) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket, OffloadState) in
+            let (fd, state) = try Self.open(name, offload: offload)
             do throws(NetlinkError) {
-                return (fd, try NetlinkSocket())
+                return (fd, try NetlinkSocket(), state)
             } catch {
                 Glibc.close(fd)
                 throw DeviceError(error)
@@ -73,6 +97,8 @@ public final class TunDevice: Sendable {
         self.mtu = mtu
         self.addresses = added
         fileDescriptor = fd
+        self.offload = state
+        hasVirtioHeader = state != .off && state != .unavailable("no virtio header")
     }
 
     deinit { close(fileDescriptor) }
@@ -93,10 +119,30 @@ public final class TunDevice: Sendable {
         }
     }
 
-    /// Opens /dev/net/tun and attaches a new TUN interface `name` to it.
-    private static func open(_ name: String) throws(DeviceError) -> Int32 {
+    /// Opens /dev/net/tun and attaches a new TUN interface `name` to it; with `offload`, with a
+    /// virtio header and TCP segmentation if the kernel has them.
+    private static func open(_ name: String, offload: Bool) throws(DeviceError) -> (Int32, OffloadState) {
         let fd = try openDriver()
+        var state = OffloadState.off
         do {
+            if offload {
+                if CShims_tun_set_iff_vnet(fd, name) == 0 {
+                    let tso = CSHIMS_TUN_F_CSUM | CSHIMS_TUN_F_TSO4 | CSHIMS_TUN_F_TSO6 | CSHIMS_TUN_F_TSO_ECN
+                    if CShims_tun_set_offload(fd, tso) == 0 {
+                        state = .tso
+                    } else {
+                        // A header with nothing offloaded: every read one finished packet.
+                        let why = String(cString: strerror(errno))
+                        _ = CShims_tun_set_offload(fd, 0)
+                        state = .unavailable("TUNSETOFFLOAD: \(why)")
+                    }
+                    return (fd, state)
+                } else if errno == EBUSY {
+                    try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
+                } else {
+                    state = .unavailable("no virtio header")
+                }
+            }
             try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
         } catch where error.code == EBUSY {
             Glibc.close(fd)
@@ -106,7 +152,7 @@ public final class TunDevice: Sendable {
             Glibc.close(fd)
             throw error
         }
-        return fd
+        return (fd, state)
     }
 
     /// Runs netlink requests, reporting a refusal as a `DeviceError`.
@@ -120,13 +166,15 @@ public final class TunDevice: Sendable {
     /// `timeout` (zero: do not wait; nil: wait as long as it takes). A packet longer than
     /// `buffer` is cut short.
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration? = .zero) throws(DeviceError) -> Int? {
-        try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) in
+        precondition(!hasVirtioHeader, "a device with a virtio header is read through a TunReader")
+        return try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) in
             try nonBlocking("read from \(name)") { Glibc.read(fileDescriptor, buffer.baseAddress, buffer.count) }
         }
     }
 
     /// Fills `batch` with the packets waiting now, without waiting, and returns how many.
     public func read(into batch: PacketBatch) throws(DeviceError) -> Int {
+        precondition(!hasVirtioHeader, "a device with a virtio header is read through a TunReader")
         batch.removeAll()
         while !batch.isFull {
             var failure: DeviceError?
@@ -149,8 +197,23 @@ public final class TunDevice: Sendable {
     /// throws `EINVAL`.
     @discardableResult
     public func write(_ packet: UnsafeRawBufferPointer) throws(DeviceError) -> Bool {
-        try nonBlocking("write to \(name)") { Glibc.write(fileDescriptor, packet.baseAddress, packet.count) } != nil
+        guard hasVirtioHeader else {
+            return try nonBlocking("write to \(name)") { Glibc.write(fileDescriptor, packet.baseAddress, packet.count) } != nil
+        }
+        // A header of zeros: one packet, its checksums complete (the peer's kernel made them).
+        return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors throws(DeviceError) -> Bool in
+            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: Self.emptyHeader), iov_len: VirtioNetHeader.length)
+            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
+            return try nonBlocking("write to \(name)") { Glibc.writev(fileDescriptor, vectors.baseAddress, 2) } != nil
+        }
     }
+
+    /// Ten zero bytes, never written to.
+    nonisolated(unsafe) private static let emptyHeader: UnsafeMutableRawPointer = {
+        let bytes = UnsafeMutableRawPointer.allocate(byteCount: VirtioNetHeader.length, alignment: 8)
+        bytes.initializeMemory(as: UInt8.self, repeating: 0, count: VirtioNetHeader.length)
+        return bytes
+    }()
 
     /// Writes the packets of `batch` in order and returns how many the kernel took. An error
     /// throws after the packets before it were written; the rest are not.
@@ -161,5 +224,63 @@ public final class TunDevice: Sendable {
             if try write(batch.packet(at: i)) { written += 1 }
         }
         return written
+    }
+}
+
+/// Reads a TUN device one finished IP packet at a time, whatever the device hands over: with a
+/// virtio header, a TCP super-packet is read once and cut into its segments over the following
+/// calls, and a partial checksum is completed. Metadata that cannot be right drops the packet
+/// whole, counted; nothing is written half. One per reading thread.
+public struct TunReader {
+    public let device: TunDevice
+    /// Packets dropped for their offload metadata, by cause.
+    public private(set) var dropped: [OffloadDrop: Int] = [:]
+    /// Super-packets cut into segments.
+    public private(set) var superPackets = 0
+    private var scratch: UnsafeMutableRawBufferPointer
+    private var pending: (segmenter: Segmenter, next: Int, length: Int)?
+
+    public init(_ device: TunDevice) {
+        self.device = device
+        scratch = device.hasVirtioHeader
+            ? .allocate(byteCount: VirtioNetHeader.length + 65_536, alignment: 16)
+            : UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    }
+
+    /// Frees the scratch buffer; the reader is not used after.
+    public mutating func release() {
+        scratch.deallocate()
+        scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    }
+
+    /// Writes the next packet into `buffer` and returns its length; nil when the device has
+    /// nothing waiting.
+    public mutating func read(into buffer: UnsafeMutableRawBufferPointer) throws(DeviceError) -> Int? {
+        guard device.hasVirtioHeader else { return try device.read(into: buffer, timeout: .zero) }
+        while true {
+            if let (segmenter, next, length) = pending {
+                let packet = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(scratch)[VirtioNetHeader.length..<length])
+                let written = segmenter.segment(next, of: packet, into: buffer)
+                pending = next + 1 < segmenter.count ? (segmenter, next + 1, length) : nil
+                return written
+            }
+            let fd = device.fileDescriptor
+            let scratch = self.scratch
+            guard let length = try nonBlocking("read from \(device.name)", { Glibc.read(fd, scratch.baseAddress, scratch.count) })
+            else { return nil }
+            let bytes = UnsafeRawBufferPointer(scratch)
+            guard let header = VirtioNetHeader(bytes), length > VirtioNetHeader.length else {
+                dropped[.badHeaders, default: 0] += 1
+                continue
+            }
+            let packet = UnsafeRawBufferPointer(rebasing: bytes[VirtioNetHeader.length..<length])
+            do throws(OffloadDrop) {
+                let segmenter = try Segmenter(packet, header: header, maxSegment: buffer.count)
+                if segmenter.count > 1 { superPackets += 1 }
+                pending = (segmenter, 0, length)
+            } catch {
+                dropped[error, default: 0] += 1
+            }
+        }
     }
 }

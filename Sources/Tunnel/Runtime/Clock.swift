@@ -25,5 +25,9 @@ public struct TrafficCounters: Sendable, Equatable {
     public var keepalivesIn = 0
     /// Handshake initiations dropped because the server's handshake queue was full.
     public var initiationsOverflowed = 0
+    /// TCP super-packets from the TUN device cut into segments (TSO).
+    public var superPackets = 0
+    /// Packets from the TUN device dropped whole because their offload metadata cannot be right.
+    public var offloadDrops = 0
     public init() {}
 }

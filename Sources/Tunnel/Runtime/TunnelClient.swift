@@ -426,7 +426,9 @@ public final class TunnelClient: Sendable {
 
     /// Packets from the TUN, sealed in place into a batch and sent with one `sendmmsg`.
     private func outbound(_ tun: TunDevice) {
-        let batch = PacketBatch(capacity: 32)
+        let batch = PacketBatch(capacity: 64)
+        var reader = TunReader(tun)
+        defer { reader.release() }
         while running.load(ordering: .relaxed) {
             do {
                 // Without a persistent keepalive an idle tunnel wakes nobody here.
@@ -445,11 +447,12 @@ public final class TunnelClient: Sendable {
                 let now = Instant.now()
                 // The server is read with the keys that seal for it: a handover between two
                 // packets sends each to the server that can open it.
-                drained = fill(batch, from: tun) { frame, length throws(SealFailure) in
+                drained = fill(batch, from: &reader) { frame, length throws(SealFailure) in
                     try session.withLock { (session) throws(SealFailure) in
                         (try session.core.seal(frame, innerLength: length, now: now), session.server)
                     }
                 }
+                noteOffload(reader)
                 // Before the batch check: with an expired session every seal fails and the batch
                 // is empty, and that is exactly when a handshake is most needed.
                 if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
@@ -471,15 +474,26 @@ public final class TunnelClient: Sendable {
         }
     }
 
+    /// Copies the reader's offload counts into the traffic counters when they changed.
+    private func noteOffload(_ reader: TunReader) {
+        let drops = reader.dropped.values.reduce(0, +)
+        counters.withLock { counters in
+            if counters.superPackets != reader.superPackets || counters.offloadDrops != drops {
+                counters.superPackets = reader.superPackets
+                counters.offloadDrops = drops
+            }
+        }
+    }
+
     /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
     /// TUN had no more waiting.
-    private func fill(_ batch: PacketBatch, from tun: TunDevice,
+    private func fill(_ batch: PacketBatch, from reader: inout TunReader,
                       seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> (Int, SocketAddress)) -> Bool {
         while !batch.isFull {
             var empty = false
             batch.append { slot -> (length: Int, peer: SocketAddress?)? in
                 let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
-                guard let length = try? tun.read(into: inner, timeout: .zero) else {
+                guard let length = try? reader.read(into: inner) else {
                     empty = true
                     return nil
                 }

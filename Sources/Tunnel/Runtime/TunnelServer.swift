@@ -265,7 +265,9 @@ public final class TunnelServer: Sendable {
     /// Packets from the TUN, each sealed in place for the client owning its destination,
     /// batched and sent with one `sendmmsg`.
     private func outbound() {
-        let batch = PacketBatch(capacity: 32)
+        let batch = PacketBatch(capacity: 64)
+        var reader = TunReader(device)
+        defer { reader.release() }
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([device.fileDescriptor], timeout: .seconds(1)).isEmpty else { continue }
@@ -281,7 +283,7 @@ public final class TunnelServer: Sendable {
                     var source: IPAddress?
                     let appended = batch.append { slot in
                         let inner = UnsafeMutableRawBufferPointer(rebasing: slot[DataPacket.headroom..<(slot.count - DataPacket.tailroom)])
-                        guard let length = try? device.read(into: inner, timeout: .zero) else {
+                        guard let length = try? reader.read(into: inner) else {
                             drained = true
                             return nil
                         }
@@ -307,6 +309,11 @@ public final class TunnelServer: Sendable {
                     }
                     // From the address the client sends to, as its NAT expects.
                     if appended { batch.setSource(source, at: batch.count - 1) }
+                }
+                let offloadDrops = reader.dropped.values.reduce(0, +)
+                counters.withLock { counters in
+                    counters.superPackets = reader.superPackets
+                    counters.offloadDrops = offloadDrops
                 }
                 guard batch.count > 0 else { continue }
                 // One socket per family: a batch goes out through the socket of its first

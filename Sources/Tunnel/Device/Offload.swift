@@ -1,0 +1,204 @@
+/// The `virtio_net_hdr` a TUN device opened with `IFF_VNET_HDR` puts before every packet: how
+/// the kernel left its checksum and, for a TCP super-packet (TSO), how to cut it into segments.
+///
+///     0  flags: 1 = the checksum at csum_start + csum_offset holds only the pseudo-header's sum
+///     1  gso_type: 0 none, 1 TCP over IPv4, 4 TCP over IPv6, 5 UDP (USO), bit 7 = ECN
+///     2  hdr_len (u16, host order): bytes of headers, a hint only
+///     4  gso_size (u16): payload bytes per segment
+///     6  csum_start (u16): where the checksummed transport header starts
+///     8  csum_offset (u16): where in it the checksum field is
+public struct VirtioNetHeader: Equatable, Sendable {
+    public static let length = 10
+    public static let needsChecksum: UInt8 = 1
+
+    public enum Segmentation: UInt8, Sendable {
+        case none = 0, tcpV4 = 1, udp = 3, tcpV6 = 4, udpL4 = 5
+    }
+
+    public var flags: UInt8 = 0
+    /// The raw type, ECN bit cleared.
+    public var gsoType: UInt8 = 0
+    public var gsoSize: UInt16 = 0
+    public var checksumStart: UInt16 = 0
+    public var checksumOffset: UInt16 = 0
+
+    public init() {}
+
+    /// Reads the header at the start of `bytes`; nil when there are fewer than 10.
+    public init?(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count >= Self.length else { return nil }
+        flags = bytes[0]
+        gsoType = bytes[1] & 0x7F
+        gsoSize = bytes.loadUnaligned(fromByteOffset: 4, as: UInt16.self)
+        checksumStart = bytes.loadUnaligned(fromByteOffset: 6, as: UInt16.self)
+        checksumOffset = bytes.loadUnaligned(fromByteOffset: 8, as: UInt16.self)
+    }
+
+    /// The header as the kernel lays it out (host byte order).
+    public var bytes: [UInt8] {
+        var out = [UInt8](repeating: 0, count: Self.length)
+        out[0] = flags
+        out[1] = gsoType
+        out.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: gsoSize, toByteOffset: 4, as: UInt16.self)
+            raw.storeBytes(of: checksumStart, toByteOffset: 6, as: UInt16.self)
+            raw.storeBytes(of: checksumOffset, toByteOffset: 8, as: UInt16.self)
+        }
+        return out
+    }
+}
+
+/// Why a packet from the TUN device was not sent: its offload metadata cannot be right.
+public enum OffloadDrop: Error, Equatable, Sendable {
+    /// A segmentation type the device was not asked for, or for a packet that is not TCP.
+    case unsupportedSegmentation
+    /// Headers that do not fit the packet, or a checksum position outside it.
+    case badHeaders
+    /// A segment size of zero, or one whose segment would not fit a datagram.
+    case impossibleSegmentSize
+}
+
+/// Cuts a TCP super-packet (TSO) into the segments the wire carries, each a complete IP packet
+/// with its own length, IPv4 identification, sequence number, flags and checksums, as the NIC
+/// would have done. A packet without segmentation passes as one segment, its checksum
+/// completed if the kernel left it partial. Pure: tested on packets, not on a device.
+public struct Segmenter: Sendable {
+    /// Segments this packet becomes.
+    public let count: Int
+    private let header: VirtioNetHeader
+    private let isV6: Bool
+    /// Bytes of IP header (with IPv6 extension headers) and of TCP header.
+    private let ipLength: Int
+    private let tcpLength: Int
+    private let payloadLength: Int
+    private let segmentSize: Int
+    private let packetLength: Int
+
+    /// Checks `packet` against `header`; `maxSegment` is the most bytes one segment may have.
+    public init(_ packet: UnsafeRawBufferPointer, header: VirtioNetHeader, maxSegment: Int) throws(OffloadDrop) {
+        self.header = header
+        packetLength = packet.count
+        guard let first = packet.first else { throw .badHeaders }
+        isV6 = first >> 4 == 6
+        switch VirtioNetHeader.Segmentation(rawValue: header.gsoType) {
+        case .none?:
+            ipLength = 0
+            tcpLength = 0
+            payloadLength = packet.count
+            segmentSize = packet.count
+            count = 1
+            if header.flags & VirtioNetHeader.needsChecksum != 0 {
+                guard Int(header.checksumStart) + Int(header.checksumOffset) + 2 <= packet.count else { throw .badHeaders }
+            }
+            guard packet.count <= maxSegment else { throw .impossibleSegmentSize }
+            return
+        case .tcpV4?:
+            guard first >> 4 == 4, packet.count >= 40 else { throw .badHeaders }
+            guard packet[9] == 6 else { throw .unsupportedSegmentation }
+            ipLength = Int(first & 0x0F) * 4
+        case .tcpV6?:
+            guard first >> 4 == 6, packet.count >= 60 else { throw .badHeaders }
+            // Extension headers are not cut: the kernel's own TSO packets have none.
+            guard packet[6] == 6 else { throw .unsupportedSegmentation }
+            ipLength = 40
+        default:
+            throw .unsupportedSegmentation
+        }
+        guard ipLength >= 20, Int(header.checksumStart) == ipLength, ipLength + 20 <= packet.count else { throw .badHeaders }
+        tcpLength = Int(packet[ipLength + 12] >> 4) * 4
+        guard tcpLength >= 20, ipLength + tcpLength <= packet.count else { throw .badHeaders }
+        payloadLength = packet.count - ipLength - tcpLength
+        segmentSize = Int(header.gsoSize)
+        guard segmentSize > 0, ipLength + tcpLength + segmentSize <= maxSegment else { throw .impossibleSegmentSize }
+        count = max(1, (payloadLength + segmentSize - 1) / segmentSize)
+    }
+
+    /// Writes segment `index` (< `count`) of `packet` into `out` and returns its length.
+    public func segment(_ index: Int, of packet: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) -> Int {
+        guard ipLength > 0 else {
+            out.copyMemory(from: packet)
+            if header.flags & VirtioNetHeader.needsChecksum != 0 {
+                let start = Int(header.checksumStart)
+                let field = start + Int(header.checksumOffset)
+                // The field holds the pseudo-header's sum: the sum over the rest completes it.
+                let sum = Checksum.sum(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[start..<packetLength]))
+                // Zero means "no checksum" in UDP; all ones is the same sum for both protocols.
+                let checksum = ~Checksum.fold(sum)
+                out.storeBytes(of: (checksum == 0 ? 0xFFFF : checksum).bigEndian, toByteOffset: field, as: UInt16.self)
+            }
+            return packetLength
+        }
+        let headers = ipLength + tcpLength
+        let offset = index * segmentSize
+        let chunk = min(segmentSize, payloadLength - offset)
+        let length = headers + chunk
+        out.baseAddress!.copyMemory(from: packet.baseAddress!, byteCount: headers)
+        (out.baseAddress! + headers).copyMemory(from: packet.baseAddress! + headers + offset, byteCount: chunk)
+        let last = index == count - 1
+        if isV6 {
+            out.storeBytes(of: UInt16(tcpLength + chunk).bigEndian, toByteOffset: 4, as: UInt16.self)
+        } else {
+            out.storeBytes(of: UInt16(length).bigEndian, toByteOffset: 2, as: UInt16.self)
+            let id = UInt16(bigEndian: packet.loadUnaligned(fromByteOffset: 4, as: UInt16.self)) &+ UInt16(truncatingIfNeeded: index)
+            out.storeBytes(of: id.bigEndian, toByteOffset: 4, as: UInt16.self)
+            out.storeBytes(of: UInt16(0), toByteOffset: 10, as: UInt16.self)
+            let sum = Checksum.sum(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[0..<ipLength]))
+            out.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 10, as: UInt16.self)
+        }
+        let tcp = ipLength
+        let sequence = UInt32(bigEndian: packet.loadUnaligned(fromByteOffset: tcp + 4, as: UInt32.self)) &+ UInt32(truncatingIfNeeded: offset)
+        out.storeBytes(of: sequence.bigEndian, toByteOffset: tcp + 4, as: UInt32.self)
+        var flags = packet[tcp + 13]
+        if !last { flags &= ~0x09 }  // FIN and PSH only on the last segment
+        if index > 0 { flags &= ~0x80 }  // CWR only on the first
+        out[tcp + 13] = flags
+        out.storeBytes(of: UInt16(0), toByteOffset: tcp + 16, as: UInt16.self)
+        var sum = Checksum.pseudoHeader(UnsafeRawBufferPointer(out), isV6: isV6, length: tcpLength + chunk)
+        sum &+= Checksum.sum(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[tcp..<length]))
+        out.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: tcp + 16, as: UInt16.self)
+        return length
+    }
+}
+
+/// The Internet checksum (RFC 1071), summed eight bytes at a time.
+enum Checksum {
+    /// The one's-complement sum of `bytes` as big-endian 16-bit words, not yet folded.
+    static func sum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        var accumulator: UInt64 = 0
+        var i = 0
+        let n = bytes.count
+        // Native-order words: the sum is byte-order independent up to a final swap (RFC 1071).
+        while i + 8 <= n {
+            let word = bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            accumulator &+= word & 0xFFFF_FFFF
+            accumulator &+= word >> 32
+            i += 8
+        }
+        while i + 2 <= n {
+            accumulator &+= UInt64(bytes.loadUnaligned(fromByteOffset: i, as: UInt16.self))
+            i += 2
+        }
+        if i < n {
+            var last: UInt16 = 0
+            withUnsafeMutableBytes(of: &last) { $0[0] = bytes[i] }
+            accumulator &+= UInt64(last)
+        }
+        // Fold to 16 bits in native order, then to big-endian.
+        var folded = accumulator
+        while folded > 0xFFFF { folded = (folded & 0xFFFF) + (folded >> 16) }
+        return UInt64(UInt16(truncatingIfNeeded: folded).bigEndian)
+    }
+
+    /// The sum of the IPv4 or IPv6 pseudo-header for TCP of `length` bytes, addresses read from `packet`.
+    static func pseudoHeader(_ packet: UnsafeRawBufferPointer, isV6: Bool, length: Int) -> UInt64 {
+        let addresses = isV6 ? UnsafeRawBufferPointer(rebasing: packet[8..<40]) : UnsafeRawBufferPointer(rebasing: packet[12..<20])
+        return sum(addresses) &+ 6 &+ UInt64(length)
+    }
+
+    /// Folds a sum to 16 bits.
+    static func fold(_ sum: UInt64) -> UInt16 {
+        var folded = sum
+        while folded > 0xFFFF { folded = (folded & 0xFFFF) + (folded >> 16) }
+        return UInt16(folded)
+    }
+}
