@@ -458,7 +458,7 @@ extension ClientDaemon {
             case .status?: return status.map { LogLine.logfmt([$0]) }.joined(separator: "\n")
             case .statusJSON?:
                 return LogLine.json(status, numbers: Set(["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out",
-                                                          "drops", "super_packets", "offload_drops"] + BlockCause.allCases.map(\.counter)))
+                                                          "drops", "super_packets", "super_packets_written", "offload_drops"] + BlockCause.allCases.map(\.counter)))
             case .reconnect?:
                 feed(.reconnectRequested)
                 return "reconnecting"
@@ -493,6 +493,7 @@ extension ClientDaemon {
                            ("bytes_in", "\(traffic.bytesIn)"), ("bytes_out", "\(traffic.bytesOut)"),
                            ("drops", "\(client.drops.total)"), ("drops_by_cause", client.drops.description),
                            ("no_session_drops", "\(traffic.noSession)"), ("super_packets", "\(traffic.superPackets)"),
+                           ("super_packets_written", "\(traffic.superPacketsWritten)"),
                            ("offload_drops", "\(traffic.offloadDrops)")]
                 if let offload = effects.offload { fields.append(("offload", offload.description)) }
             }

@@ -83,6 +83,7 @@ struct ServeCommand: ParsableCommand {
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
                                 "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
+                                "super_packets_written": "\(traffic.superPacketsWritten)",
                                 "offload_drops": "\(traffic.offloadDrops)", "drops": server.drops.description])
     }
 }

@@ -162,8 +162,11 @@ struct GatewayLabTests {
         if offload {
             #expect(field(status, "super_packets") > 0, "the client cut super-packets: \(status)")
             #expect(field(serverLog, "super_packets") > 0, "the server cut super-packets: \(serverLog)")
+            #expect(field(status, "super_packets_written") > 0, "the client joined segments: \(status)")
+            #expect(field(serverLog, "super_packets_written") > 0, "the server joined segments: \(serverLog)")
         } else {
             #expect(field(status, "super_packets") == 0 && field(serverLog, "super_packets") == 0)
+            #expect(field(status, "super_packets_written") == 0 && field(serverLog, "super_packets_written") == 0)
         }
     }
 }

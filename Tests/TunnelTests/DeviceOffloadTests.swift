@@ -138,3 +138,51 @@ func impossibleOffloadMetadataDropsThePacketWhole(why: String, size: Int, start:
     #expect(bytes.withUnsafeBytes { VirtioNetHeader($0) } == h)
     #expect([UInt8](repeating: 0, count: 9).withUnsafeBytes { VirtioNetHeader($0) } == nil)
 }
+
+/// Runs packets through a coalescer and returns what it writes, with the headers.
+private func coalesce(_ packets: [[UInt8]]) -> [(packet: [UInt8], header: VirtioNetHeader)] {
+    var coalescer = Coalescer()
+    defer { coalescer.release() }
+    var written: [(packet: [UInt8], header: VirtioNetHeader)] = []
+    for packet in packets {
+        packet.withUnsafeBytes { raw in coalescer.add(raw) { written.append((Array($0), $1)) } }
+    }
+    coalescer.flush { written.append((Array($0), $1)) }
+    return written
+}
+
+@Test(arguments: [false, true])
+func segmentsJoinedAndCutAgainAreTheSameSegments(v6: Bool) throws {
+    let payload = (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+    let ipLength = v6 ? 40 : 20
+    let parts = try segments(superPacket(v6: v6, payload: payload, flags: 0x18), header(v6 ? .tcpV6 : .tcpV4, size: 1380, start: ipLength))
+    let written = coalesce(parts)
+    try #require(written.count == 1)
+    let joined = written[0]
+    #expect(joined.header.gsoType == (v6 ? 4 : 1) && joined.header.gsoSize == 1380 && joined.header.checksumStart == UInt16(ipLength))
+    #expect(Array(joined.packet[(ipLength + 20)...]) == payload)
+    // What the kernel would do with it: cut it again, at the same size.
+    let again = try segments(joined.packet, joined.header)
+    #expect(again == parts)
+}
+
+@Test func onlyTheNextSegmentOfTheSameFlowJoins() throws {
+    let parts = try segments(superPacket(v6: false, payload: Array(repeating: 7, count: 1380 * 4), flags: 0x10),
+                             header(.tcpV4, size: 1380, start: 20))
+    // A gap: the third segment is missing, so the fourth starts a run of its own.
+    #expect(coalesce([parts[0], parts[1], parts[3]]).map(\.header.gsoType) == [1, 0])
+    // Another window on the second: not joined, order kept.
+    var other = parts[1]
+    other[20 + 14] ^= 1
+    let split = coalesce([parts[0], other, parts[2]])
+    #expect(split.count == 3 && split[1].packet == other)
+    // A UDP packet between two runs is written between them.
+    var udp = parts[0]
+    udp[9] = 17
+    let mixed = coalesce([parts[0], parts[1], udp, parts[2], parts[3]])
+    #expect(mixed.count == 3 && mixed[1].packet == udp && mixed[0].header.gsoType == 1 && mixed[2].header.gsoType == 1)
+    // A SYN or FIN never joins.
+    var fin = parts[1]
+    fin[20 + 13] = 0x11
+    #expect(coalesce([parts[0], fin]).allSatisfy { $0.header.gsoType == 0 })
+}

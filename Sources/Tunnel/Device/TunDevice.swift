@@ -208,6 +208,25 @@ public final class TunDevice: Sendable {
         }
     }
 
+    /// Writes one packet with its virtio header (a super-packet for the kernel to take whole);
+    /// on a device without one, the header must be empty and is left out.
+    @discardableResult
+    public func write(_ packet: UnsafeRawBufferPointer, header: VirtioNetHeader) throws(DeviceError) -> Bool {
+        guard hasVirtioHeader, header != VirtioNetHeader() else { return try write(packet) }
+        var bytes = header.bytes
+        let fd = fileDescriptor
+        let written = bytes.withUnsafeMutableBytes { head in
+            withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+                vectors[0] = iovec(iov_base: head.baseAddress, iov_len: head.count)
+                vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
+                return Result { () throws(DeviceError) in
+                    try nonBlocking("write to \(name)") { Glibc.writev(fd, vectors.baseAddress, 2) } != nil
+                }
+            }
+        }
+        return try written.get()
+    }
+
     /// Ten zero bytes, never written to.
     nonisolated(unsafe) private static let emptyHeader: UnsafeMutableRawPointer = {
         let bytes = UnsafeMutableRawPointer.allocate(byteCount: VirtioNetHeader.length, alignment: 8)

@@ -29,5 +29,7 @@ public struct TrafficCounters: Sendable, Equatable {
     public var superPackets = 0
     /// Packets from the TUN device dropped whole because their offload metadata cannot be right.
     public var offloadDrops = 0
+    /// Super-packets written to the TUN device, each several segments of one TCP flow joined.
+    public var superPacketsWritten = 0
     public init() {}
 }

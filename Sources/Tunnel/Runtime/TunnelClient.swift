@@ -308,6 +308,9 @@ public final class TunnelClient: Sendable {
 
     private func inbound() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        // With a virtio header, consecutive segments of one TCP flow go to the TUN as one packet.
+        var coalescer: Coalescer?
+        defer { coalescer?.release() }
         while running.load(ordering: .relaxed) {
             let sockets = [self.socket] + candidates.withLock { $0 }
             do {
@@ -323,10 +326,22 @@ public final class TunnelClient: Sendable {
                             let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
                             if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: raw, now: now) { continue }
                             let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
+                            if case .packet(let range) = event, let tun = device.withLock({ $0 }), tun.hasVirtioHeader {
+                                if coalescer == nil { coalescer = Coalescer() }
+                                noteArrival()
+                                counters.withLock {
+                                    $0.packetsIn += 1
+                                    $0.bytesIn += range.count
+                                }
+                                coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(raw)[range])) { write($0, $1, to: tun) }
+                                continue
+                            }
+                            if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
                             handle(event, in: raw)
                         }
                         return 64
                     }
+                    if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
                 }
             } catch {
                 log("receive failed: \(error)")
@@ -334,11 +349,25 @@ public final class TunnelClient: Sendable {
         }
     }
 
+    /// An authenticated packet arrived: the conversation answers.
+    private func noteArrival() {
+        lastReceived.store(Instant.now().nanoseconds, ordering: .relaxed)
+        if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
+    }
+
+    private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader, to tun: TunDevice) {
+        do {
+            try tun.write(packet, header: header)
+            if header.gsoType != 0 { counters.withLock { $0.superPacketsWritten += 1 } }
+        } catch {
+            log("write to \(tun.name) failed: \(error)")
+        }
+    }
+
     private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer) {
         switch event {
         case .packet, .keepalive, .probeEcho, .established:
-            lastReceived.store(Instant.now().nanoseconds, ordering: .relaxed)
-            if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
+            noteArrival()
         default:
             break
         }

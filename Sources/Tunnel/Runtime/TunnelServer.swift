@@ -152,6 +152,9 @@ public final class TunnelServer: Sendable {
 
     private func inbound() {
         let batch = PacketBatch(capacity: 32)
+        // With a virtio header, a batch's segments of one TCP flow go to the TUN as one packet.
+        var coalescer = device.hasVirtioHeader ? Coalescer() : nil
+        defer { coalescer?.release() }
         var lastTick = Instant.now()
         var lastSummary = (at: Instant.now(), drops: DropCounters())
         while running.load(ordering: .relaxed) {
@@ -209,14 +212,37 @@ public final class TunnelServer: Sendable {
                     }
                     let datagram = UnsafeMutableRawBufferPointer(rebasing: slot[0..<length])
                     let event = core.withLock { $0.receive(datagram, from: source, at: local, now: now) }
+                    if case .packet(_, let range) = event, coalescer != nil {
+                        count(range)
+                        coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range])) { write($0, $1) }
+                        continue
+                    }
+                    coalescer?.flush { write($0, $1) }
                     handle(event, in: UnsafeRawBufferPointer(slot), local: local)
                 }
+                coalescer?.flush { write($0, $1) }
             }
             publishRoutes()
             if draining.load(ordering: .relaxed), core.withLock({ $0.livePeers.isEmpty }) {
                 log("drained: no session left")
                 stop()
             }
+        }
+    }
+
+    private func count(_ range: Range<Int>) {
+        counters.withLock {
+            $0.packetsIn += 1
+            $0.bytesIn += range.count
+        }
+    }
+
+    private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader) {
+        do {
+            try device.write(packet, header: header)
+            if header.gsoType != 0 { counters.withLock { $0.superPacketsWritten += 1 } }
+        } catch {
+            log("write to \(device.name) failed: \(error)")
         }
     }
 
@@ -231,13 +257,10 @@ public final class TunnelServer: Sendable {
     private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?) {
         switch event {
         case .packet(_, let range):
-            counters.withLock {
-                $0.packetsIn += 1
-                $0.bytesIn += range.count
-            }
+            count(range)
             // Also when it is for another client: the kernel routes it back out of the TUN only
             // if forwarding is on and the host's firewall lets it through.
-            do { try device.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(device.name) failed: \(error)") }
+            write(UnsafeRawBufferPointer(rebasing: raw[range]), VirtioNetHeader())
         case .handshake(let peer, let response, let to):
             send(response, to: to, from: local)
             log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
