@@ -143,4 +143,72 @@ static inline void CShims_write_pktinfo(struct msghdr *message, void *control, i
     memcpy(CMSG_DATA(c), info, size);
 }
 
+// MARK: UDP segmentation offload (UDP_SEGMENT) and receive offload (UDP_GRO)
+
+#define CSHIMS_SOL_UDP 17
+#define CSHIMS_UDP_SEGMENT 103
+#define CSHIMS_UDP_GRO 104
+/// Room for a UDP_SEGMENT or UDP_GRO message and a pktinfo one.
+#define CSHIMS_OFFLOAD_SPACE 96
+_Static_assert(CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct CShims_in6_pktinfo)) <= CSHIMS_OFFLOAD_SPACE, "offload space");
+
+/// Asks the kernel to hand over runs of datagrams from one sender as one buffer (UDP_GRO).
+static inline int CShims_enable_udp_gro(int fd) {
+    int on = 1;
+    return setsockopt(fd, CSHIMS_SOL_UDP, CSHIMS_UDP_GRO, &on, sizeof on);
+}
+
+/// The size of each datagram in a buffer the kernel joined (UDP_GRO); 0 when it is one datagram.
+static inline int CShims_read_gro_size(const struct msghdr *message) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
+        if (c->cmsg_level == CSHIMS_SOL_UDP && c->cmsg_type == CSHIMS_UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int size;
+            memcpy(&size, CMSG_DATA(c), sizeof size);
+            return size;
+        }
+    }
+    return 0;
+}
+
+/// Control messages for one send of several datagrams: the kernel cuts the message's bytes into
+/// datagrams of `segment` bytes (UDP_SEGMENT; 0: one datagram), each from `address` when given
+/// (`family` AF_INET or AF_INET6; 0: no pktinfo). `control` has CSHIMS_OFFLOAD_SPACE bytes.
+static inline void CShims_write_offload(struct msghdr *message, void *control, unsigned short segment, int family,
+                                        const unsigned char *address) {
+    memset(control, 0, CSHIMS_OFFLOAD_SPACE);
+    message->msg_control = control;
+    message->msg_controllen = CSHIMS_OFFLOAD_SPACE;
+    struct cmsghdr *c = CMSG_FIRSTHDR(message);
+    size_t used = 0;
+    if (segment > 0) {
+        c->cmsg_level = CSHIMS_SOL_UDP;
+        c->cmsg_type = CSHIMS_UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(unsigned short));
+        memcpy(CMSG_DATA(c), &segment, sizeof segment);
+        used += CMSG_SPACE(sizeof(unsigned short));
+        c = CMSG_NXTHDR(message, c);
+    }
+    if (family == AF_INET6) {
+        struct CShims_in6_pktinfo v6;
+        memset(&v6, 0, sizeof v6);
+        memcpy(&v6.ipi6_addr, address, 16);
+        c->cmsg_level = IPPROTO_IPV6;
+        c->cmsg_type = CSHIMS_IPV6_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof v6);
+        memcpy(CMSG_DATA(c), &v6, sizeof v6);
+        used += CMSG_SPACE(sizeof v6);
+    } else if (family == AF_INET) {
+        struct CShims_in_pktinfo v4;
+        memset(&v4, 0, sizeof v4);
+        memcpy(&v4.ipi_spec_dst, address, 4);
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof v4);
+        memcpy(CMSG_DATA(c), &v4, sizeof v4);
+        used += CMSG_SPACE(sizeof v4);
+    }
+    message->msg_controllen = used;
+    if (used == 0) message->msg_control = NULL;
+}
+
 #endif

@@ -27,6 +27,15 @@ public final class PacketBatch {
     private let controls: UnsafeMutableRawPointer
     /// The address each slot is to be sent from (`setSource`), as given.
     private var sources: [IPAddress?]
+    /// Runs of slots sent as one message each with UDP segmentation offload (`prepareRuns`):
+    /// their messages, control messages and datagram counts.
+    let runs: UnsafeMutablePointer<CShims_mmsghdr>
+    private let runControls: UnsafeMutableRawPointer
+    private(set) var runLengths: [Int]
+    /// The most datagrams one segmented send may carry (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+    static let maxSegments = 64
+    /// The most bytes one segmented send may carry: a UDP datagram's.
+    static let maxRunBytes = 65_000
 
     /// A batch of `capacity` slots, clamped to 1...`maximumCapacity`.
     public init(capacity: Int = 32) {
@@ -37,6 +46,9 @@ public final class PacketBatch {
         names = .allocate(capacity: self.capacity)
         controls = .allocate(byteCount: self.capacity * Int(CSHIMS_PKTINFO_SPACE), alignment: 16)
         sources = [IPAddress?](repeating: nil, count: self.capacity)
+        runs = .allocate(capacity: self.capacity)
+        runControls = .allocate(byteCount: self.capacity * Int(CSHIMS_OFFLOAD_SPACE), alignment: 16)
+        runLengths = [Int](repeating: 0, count: self.capacity)
         for i in 0..<self.capacity {
             vectors[i] = iovec(iov_base: data + i * Self.slotSize, iov_len: 0)
             names[i] = sockaddr_in6()
@@ -52,6 +64,51 @@ public final class PacketBatch {
         vectors.deallocate()
         names.deallocate()
         controls.deallocate()
+        runs.deallocate()
+        runControls.deallocate()
+    }
+
+    /// Groups the batch into runs of datagrams for one peer, from one source, of one length (the
+    /// last of a run may be shorter), each to go as one message that the kernel cuts into
+    /// datagrams (UDP_SEGMENT); returns how many runs. `runLengths` says how many datagrams each has.
+    func prepareRuns() -> Int {
+        var runCount = 0
+        var i = 0
+        while i < count {
+            let size = vectors[i].iov_len
+            var j = i + 1
+            var bytes = size
+            while j < count, j - i < Self.maxSegments, bytes + vectors[j].iov_len <= Self.maxRunBytes,
+                  vectors[j].iov_len <= size, sameDestination(i, j) {
+                bytes += vectors[j].iov_len
+                j += 1
+                if vectors[j - 1].iov_len < size { break }  // a shorter one ends the run
+            }
+            let n = j - i
+            runs[runCount] = CShims_mmsghdr(msg_hdr: messages[i].msg_hdr, msg_len: 0)
+            runs[runCount].msg_hdr.msg_iov = vectors + i
+            runs[runCount].msg_hdr.msg_iovlen = n
+            let control = runControls + runCount * Int(CSHIMS_OFFLOAD_SPACE)
+            if let source = sources[i] {
+                source.withNetworkBytes { family, address in
+                    CShims_write_offload(&runs[runCount].msg_hdr, control, n > 1 ? UInt16(size) : 0, family, address)
+                }
+            } else {
+                CShims_write_offload(&runs[runCount].msg_hdr, control, n > 1 ? UInt16(size) : 0, 0, nil)
+            }
+            runLengths[runCount] = n
+            runCount += 1
+            i = j
+        }
+        return runCount
+    }
+
+    /// Whether slots `i` and `j` go to the same peer from the same source.
+    private func sameDestination(_ i: Int, _ j: Int) -> Bool {
+        let a = messages[i].msg_hdr, b = messages[j].msg_hdr
+        guard a.msg_namelen == b.msg_namelen, sources[i] == sources[j] else { return false }
+        guard let x = a.msg_name, let y = b.msg_name else { return a.msg_name == nil && b.msg_name == nil }
+        return memcmp(x, y, Int(a.msg_namelen)) == 0
     }
 
     public var isFull: Bool { count == capacity }

@@ -1,5 +1,6 @@
 import CShims
 import Glibc
+import Synchronization
 public import PathMonitor
 
 /// A non-blocking UDP socket for one path, the one owner of its descriptor (closed in deinit).
@@ -16,6 +17,10 @@ public final class UDPSocket: Sendable {
     public let mark: UInt32?
     /// The descriptor, for `pollReadable`.
     public let fileDescriptor: Int32
+    /// Whether sends of several datagrams in one message (UDP_SEGMENT) work here: on until the
+    /// kernel or the route refuses one, then off for good and counted in `segmentationRefusals`.
+    private let segmentation = Atomic<Bool>(true)
+    public var sendsSegmented: Bool { segmentation.load(ordering: .relaxed) }
 
     /// Opens a socket bound to `local`. With `namespace`, the socket lives there. With
     /// `reportsDestination`, every datagram received in a batch says which address it was sent
@@ -163,6 +168,51 @@ public final class UDPSocket: Sendable {
             sent += Int(more)
         }
         return sent
+    }
+
+    /// Sends the packets of `batch` like `send(_:)`, with runs of equal-size datagrams for one
+    /// peer going as one message each that the kernel cuts (UDP segmentation offload): one trip
+    /// through the stack for up to 64 datagrams. A kernel or route that refuses it turns it off
+    /// for this socket, and the batch goes datagram by datagram.
+    @discardableResult
+    public func sendSegmented(_ batch: PacketBatch) throws(DeviceError) -> Int {
+        guard segmentation.load(ordering: .relaxed), batch.count > 1 else { return try send(batch) }
+        let runs = batch.prepareRuns()
+        guard runs < batch.count else { return try send(batch) }
+        var sentRuns = 0
+        var sent = 0
+        while sentRuns < runs {
+            let result = CShims_sendmmsg(fileDescriptor, batch.runs + sentRuns, UInt32(runs - sentRuns), 0)
+            if result > 0 {
+                for k in sentRuns..<(sentRuns + Int(result)) { sent += batch.runLengths[k] }
+                sentRuns += Int(result)
+                continue
+            }
+            let code = errno
+            if code == EINTR { continue }
+            if code == EAGAIN || code == EWOULDBLOCK || code == ENOBUFS { break }
+            if [EIO, EINVAL, ENOPROTOOPT, EOPNOTSUPP].contains(code) {
+                // No segmentation on this path (a device without checksum offload, an old
+                // kernel): datagram by datagram from here on.
+                segmentation.store(false, ordering: .relaxed)
+                return try sent + send(batch, from: (0..<sentRuns).reduce(0) { $0 + batch.runLengths[$1] })
+            }
+            throw DeviceError("send \(batch.count - sent) datagrams from \(local)", code)
+        }
+        return sent
+    }
+
+    /// `send(_:)` from slot `first` on.
+    private func send(_ batch: PacketBatch, from first: Int) throws(DeviceError) -> Int {
+        var sent = first
+        while sent < batch.count {
+            let more = try nonBlocking("send \(batch.count - sent) datagrams from \(local)") {
+                CShims_sendmmsg(fileDescriptor, batch.messages + sent, UInt32(batch.count - sent), 0)
+            }
+            guard let more, more > 0 else { break }
+            sent += Int(more)
+        }
+        return sent - first
     }
 
     /// Fills `batch` with the datagrams waiting, with `recvmmsg`, and returns how many; waits

@@ -494,7 +494,7 @@ public final class TunnelClient: Sendable {
                 }
                 let socket = self.socket
                 do {
-                    let sent = try socket.send(batch)
+                    let sent = try socket.sendSegmented(batch)
                     if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
                 } catch {
                     counters.withLock { $0.sendFailures += batch.count }

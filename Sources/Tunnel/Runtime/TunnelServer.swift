@@ -345,7 +345,7 @@ public final class TunnelServer: Sendable {
                 guard let socket = sockets.first(where: { $0.local.ip.family == family }) else { continue }
                 if (0..<batch.count).allSatisfy({ batch.peer(at: $0)?.ip.family == family }) {
                     do {
-                        let sent = try socket.send(batch)
+                        let sent = try socket.sendSegmented(batch)
                         if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
                     } catch {
                         counters.withLock { $0.sendFailures += batch.count }
