@@ -48,6 +48,43 @@ struct DeviceUDPSocketTests {
         #expect(try client.receive(into: incoming) == 0, "nothing waiting: no wait, no error")
     }
 
+    /// Runs of equal-size datagrams go as one message the kernel cuts; a shorter datagram ends
+    /// a run, another size or peer starts one. Every datagram arrives as it was, in order.
+    @Test func segmentedSendsArriveAsTheDatagramsTheyWere() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
+        let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51821), namespace: server.namespace)
+        let client = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                   namespace: laptop.namespace)
+        // 70 of 1400 (more than one run can hold), a 900, 3 of 1400, 2 of 1200 to another peer, 1 of 1400.
+        let plan: [(Int, UDPSocket)] = Array(repeating: (1400, listener), count: 70) + [(900, listener)]
+            + Array(repeating: (1400, listener), count: 3) + [(1200, other), (1200, other), (1400, listener)]
+        let outgoing = PacketBatch(capacity: plan.count)
+        for (i, (size, to)) in plan.enumerated() {
+            #expect(outgoing.append(to: to.local) { slot in
+                for j in 0..<size { slot[j] = UInt8(truncatingIfNeeded: i &* 3 &+ j) }
+                return size
+            })
+        }
+        #expect(try client.sendSegmented(outgoing) == plan.count)
+        #expect(client.sendsSegmented, "a veth takes segmented sends")
+        var got: [UInt16: [[UInt8]]] = [:]
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let deadline = ContinuousClock.now + .seconds(3)
+        while got.values.map(\.count).reduce(0, +) < plan.count, ContinuousClock.now < deadline {
+            for socket in [listener, other] {
+                while let (n, _) = try buffer.withUnsafeMutableBytes({ (raw) throws(DeviceError) in try socket.receive(into: raw, timeout: .milliseconds(20)) }) {
+                    got[socket.local.port, default: []].append(Array(buffer[0..<n]))
+                }
+            }
+        }
+        let expected = { (socket: UDPSocket) in
+            plan.enumerated().filter { $0.element.1 === socket }.map { i, p in (0..<p.0).map { UInt8(truncatingIfNeeded: i &* 3 &+ $0) } }
+        }
+        #expect(got[listener.local.port] == expected(listener))
+        #expect(got[other.local.port] == expected(other))
+    }
+
     @Test func aSocketBoundToAnUplinkLeavesThroughItOrFails() throws {
         let (laptop, server) = try TunnelLab.laptopAndServer()
         let target = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
