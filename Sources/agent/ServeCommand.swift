@@ -42,12 +42,14 @@ struct ServeCommand: ParsableCommand {
         do {
             tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses,
                                 offload: settings.tunnel.offload)
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort), reportsDestination: true))
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort), reportsDestination: true,
+                                         joinsReceived: true))
         } catch {
             throw AgentError("\(error)")
         }
         do {
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort), reportsDestination: true))
+            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort), reportsDestination: true,
+                                         joinsReceived: true))
         } catch {
             // A host without IPv6 still serves IPv4 clients.
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])

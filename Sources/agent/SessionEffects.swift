@@ -318,7 +318,7 @@ final class SessionEffects {
         if let socket = sockets[path.id] { return socket }
         do {
             let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
-                                       mark: settings.mode.socketMark)
+                                       mark: settings.mode.socketMark, joinsReceived: true)
             sockets[path.id] = socket
             return socket
         } catch {

@@ -13,6 +13,9 @@ public final class PacketBatch {
     public static let maximumCapacity = 1024
 
     public let capacity: Int
+    /// Bytes per slot of this batch: `slotSize`, or up to 64 KB for datagrams the kernel joins
+    /// (UDP_GRO).
+    public let slotBytes: Int
     /// Slots in use, from the front.
     public private(set) var count = 0
 
@@ -38,19 +41,20 @@ public final class PacketBatch {
     static let maxRunBytes = 65_000
 
     /// A batch of `capacity` slots, clamped to 1...`maximumCapacity`.
-    public init(capacity: Int = 32) {
+    public init(capacity: Int = 32, slotBytes: Int = PacketBatch.slotSize) {
         self.capacity = min(max(capacity, 1), Self.maximumCapacity)
-        data = .allocate(byteCount: self.capacity * Self.slotSize, alignment: 16)
+        self.slotBytes = min(max(slotBytes, Self.slotSize), 65_536)
+        data = .allocate(byteCount: self.capacity * self.slotBytes, alignment: 16)
         messages = .allocate(capacity: self.capacity)
         vectors = .allocate(capacity: self.capacity)
         names = .allocate(capacity: self.capacity)
-        controls = .allocate(byteCount: self.capacity * Int(CSHIMS_PKTINFO_SPACE), alignment: 16)
+        controls = .allocate(byteCount: self.capacity * Int(CSHIMS_OFFLOAD_SPACE), alignment: 16)
         sources = [IPAddress?](repeating: nil, count: self.capacity)
         runs = .allocate(capacity: self.capacity)
         runControls = .allocate(byteCount: self.capacity * Int(CSHIMS_OFFLOAD_SPACE), alignment: 16)
         runLengths = [Int](repeating: 0, count: self.capacity)
         for i in 0..<self.capacity {
-            vectors[i] = iovec(iov_base: data + i * Self.slotSize, iov_len: 0)
+            vectors[i] = iovec(iov_base: data + i * self.slotBytes, iov_len: 0)
             names[i] = sockaddr_in6()
             messages[i] = CShims_mmsghdr(msg_hdr: msghdr(), msg_len: 0)
             messages[i].msg_hdr.msg_iov = vectors + i
@@ -123,7 +127,7 @@ public final class PacketBatch {
     /// `packet(at:).count` bytes, and a decryption in place stays inside it.
     public func slot(at index: Int) -> UnsafeMutableRawBufferPointer {
         precondition(index < count, "slot \(index) of a batch of \(count)")
-        return UnsafeMutableRawBufferPointer(start: vectors[index].iov_base, count: Self.slotSize)
+        return UnsafeMutableRawBufferPointer(start: vectors[index].iov_base, count: slotBytes)
     }
 
     /// Where packet `index` (< `count`) came from or goes to; nil for TUN packets.
@@ -152,6 +156,14 @@ public final class PacketBatch {
         }
     }
 
+    /// The size of each datagram in slot `index` (< `count`) when the kernel joined several
+    /// into it (UDP_GRO); nil when it holds one.
+    public func segmentSize(at index: Int) -> Int? {
+        precondition(index < count, "segment size \(index) of a batch of \(count)")
+        let size = withUnsafePointer(to: &messages[index].msg_hdr) { CShims_read_gro_size($0) }
+        return size > 0 && size < vectors[index].iov_len ? Int(size) : nil
+    }
+
     /// Sends packet `index` (< `count`) from `source` rather than the address the kernel's
     /// route would pick; nil leaves the choice to the kernel.
     public func setSource(_ source: IPAddress?, at index: Int) {
@@ -163,7 +175,7 @@ public final class PacketBatch {
             return
         }
         source.withNetworkBytes { family, address in
-            CShims_write_pktinfo(&messages[index].msg_hdr, controls + index * Int(CSHIMS_PKTINFO_SPACE), family, address)
+            CShims_write_pktinfo(&messages[index].msg_hdr, controls + index * Int(CSHIMS_OFFLOAD_SPACE), family, address)
         }
     }
 
@@ -197,8 +209,8 @@ public final class PacketBatch {
     @discardableResult
     public func append(_ fill: (UnsafeMutableRawBufferPointer) -> (length: Int, peer: SocketAddress?)?) -> Bool {
         guard count < capacity else { return false }
-        let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: Self.slotSize)
-        guard let (length, peer) = fill(slot), (0...Self.slotSize).contains(length) else { return false }
+        let slot = UnsafeMutableRawBufferPointer(start: vectors[count].iov_base, count: slotBytes)
+        guard let (length, peer) = fill(slot), (0...slotBytes).contains(length) else { return false }
         vectors[count].iov_len = length
         sources[count] = nil
         messages[count].msg_hdr.msg_control = nil
@@ -220,11 +232,11 @@ public final class PacketBatch {
     /// Readies every slot to receive a datagram and its sender; `received(_:)` follows.
     func prepareToReceive() {
         for i in 0..<capacity {
-            vectors[i].iov_len = Self.slotSize
+            vectors[i].iov_len = slotBytes
             messages[i].msg_hdr.msg_name = UnsafeMutableRawPointer(names + i)
             messages[i].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
-            messages[i].msg_hdr.msg_control = controls + i * Int(CSHIMS_PKTINFO_SPACE)
-            messages[i].msg_hdr.msg_controllen = Int(CSHIMS_PKTINFO_SPACE)
+            messages[i].msg_hdr.msg_control = controls + i * Int(CSHIMS_OFFLOAD_SPACE)
+            messages[i].msg_hdr.msg_controllen = Int(CSHIMS_OFFLOAD_SPACE)
             messages[i].msg_hdr.msg_flags = 0
         }
         count = 0

@@ -21,13 +21,17 @@ public final class UDPSocket: Sendable {
     /// kernel or the route refuses one, then off for good and counted in `segmentationRefusals`.
     private let segmentation = Atomic<Bool>(true)
     public var sendsSegmented: Bool { segmentation.load(ordering: .relaxed) }
+    /// Whether the kernel joins runs of received datagrams (UDP_GRO): read them with a buffer of
+    /// 64 KB and `receiveJoined`, or a batch with 64 KB slots, and cut them at the segment size.
+    public let joinsReceived: Bool
 
     /// Opens a socket bound to `local`. With `namespace`, the socket lives there. With
     /// `reportsDestination`, every datagram received in a batch says which address it was sent
     /// to (`PacketBatch.local(at:)`): a server bound to every address answers from that one.
     public init(bindingTo local: SocketAddress, device: String? = nil, mark: UInt32? = nil,
-                namespace: NetworkNamespace? = nil, reportsDestination: Bool = false) throws(DeviceError) {
+                namespace: NetworkNamespace? = nil, reportsDestination: Bool = false, joinsReceived: Bool = false) throws(DeviceError) {
         let what = "UDP socket on \(local)\(device.map { " via \($0)" } ?? "")"
+        var joins = false
         if let device { try checkInterfaceName(device, "bind \(what)") }
         let v4 = local.ip.family == .v4
         let fd = try inNamespace(namespace) { () throws(DeviceError) in
@@ -48,6 +52,8 @@ public final class UDPSocket: Sendable {
                 }
             }
             if let mark { try Self.set(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: mark), "set mark on \(what)") }
+            // Runs of datagrams from one sender come as one buffer (a kernel without it: one each).
+            joins = joinsReceived && CShims_enable_udp_gro(fd) == 0
             // A tunnel's socket carries bursts of a whole TCP window; the 208 KiB default drops a
             // tenth of them under load (measured). Root may exceed net.core.[rw]mem_max.
             for (force, plain) in [(SO_RCVBUFFORCE, SO_RCVBUF), (SO_SNDBUFFORCE, SO_SNDBUF)] {
@@ -76,6 +82,7 @@ public final class UDPSocket: Sendable {
         self.device = device
         self.mark = mark
         fileDescriptor = fd
+        self.joinsReceived = joins
     }
 
     deinit { close(fileDescriptor) }
@@ -148,6 +155,43 @@ public final class UDPSocket: Sendable {
             }
             guard let received, let peer = SocketAddress(reading: &storage, length: length) else { return nil }
             return (received, peer)
+        }
+    }
+
+    /// Receives into `buffer` what the kernel has: one datagram, or a run of datagrams from one
+    /// sender joined (UDP_GRO), each `segment` bytes but the last; nil when nothing came within
+    /// `timeout`. `buffer` should have 64 KB: a joined run longer than it is cut short.
+    public func receiveJoined(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration? = .zero)
+        throws(DeviceError) -> (length: Int, peer: SocketAddress, segment: Int)?
+    {
+        try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) -> (length: Int, peer: SocketAddress, segment: Int)? in
+            var storage = sockaddr_in6()
+            var vector = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+            var segment: Int32 = 0
+            var nameLength: socklen_t = 0
+            let received = try nonBlocking("receive on \(local)") {
+                withUnsafeMutablePointer(to: &storage) { name in
+                    withUnsafeMutablePointer(to: &vector) { vector in
+                        withUnsafeTemporaryAllocation(byteCount: Int(CSHIMS_OFFLOAD_SPACE), alignment: 16) { control in
+                            var message = msghdr()
+                            message.msg_name = UnsafeMutableRawPointer(name)
+                            message.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
+                            message.msg_iov = vector
+                            message.msg_iovlen = 1
+                            message.msg_control = control.baseAddress
+                            message.msg_controllen = Int(CSHIMS_OFFLOAD_SPACE)
+                            let n = recvmsg(fileDescriptor, &message, 0)
+                            if n >= 0 {
+                                segment = CShims_read_gro_size(&message)
+                                nameLength = message.msg_namelen
+                            }
+                            return n
+                        }
+                    }
+                }
+            }
+            guard let received, let peer = SocketAddress(reading: &storage, length: nameLength) else { return nil }
+            return (received, peer, segment > 0 && Int(segment) < received ? Int(segment) : received)
         }
     }
 

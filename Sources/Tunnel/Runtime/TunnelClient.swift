@@ -307,7 +307,8 @@ public final class TunnelClient: Sendable {
     // MARK: Loops
 
     private func inbound() {
-        var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
+        // Room for a run of datagrams the kernel joined (UDP_GRO).
+        var buffer = [UInt8](repeating: 0, count: 65_536)
         // With a virtio header, consecutive segments of one TCP flow go to the TUN as one packet.
         var coalescer: Coalescer?
         defer { coalescer?.release() }
@@ -321,23 +322,29 @@ public final class TunnelClient: Sendable {
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
                     _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                         for handled in 0..<64 {
-                            guard let (length, peer) = try socket.receive(into: raw, timeout: .zero) else { return handled }
+                            guard let (total, peer, segment) = try socket.receiveJoined(into: raw, timeout: .zero) else { return handled }
                             let now = Instant.now()
-                            let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
-                            if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: raw, now: now) { continue }
-                            let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
-                            if case .packet(let range) = event, let tun = device.withLock({ $0 }), tun.hasVirtioHeader {
-                                if coalescer == nil { coalescer = Coalescer() }
-                                noteArrival()
-                                counters.withLock {
-                                    $0.packetsIn += 1
-                                    $0.bytesIn += range.count
+                            // A run the kernel joined is cut back into its datagrams.
+                            var offset = 0
+                            while offset < total {
+                                let length = min(segment, total - offset)
+                                let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[offset..<(offset + length)])
+                                offset += length
+                                if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: datagram, now: now) { continue }
+                                let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
+                                if case .packet(let range) = event, let tun = device.withLock({ $0 }), tun.hasVirtioHeader {
+                                    if coalescer == nil { coalescer = Coalescer() }
+                                    noteArrival()
+                                    counters.withLock {
+                                        $0.packetsIn += 1
+                                        $0.bytesIn += range.count
+                                    }
+                                    coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(datagram)[range])) { write($0, $1, to: tun) }
+                                    continue
                                 }
-                                coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(raw)[range])) { write($0, $1, to: tun) }
-                                continue
+                                if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
+                                handle(event, in: datagram)
                             }
-                            if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
-                            handle(event, in: raw)
                         }
                         return 64
                     }

@@ -151,7 +151,9 @@ public final class TunnelServer: Sendable {
     // MARK: Inbound: datagrams to the TUN
 
     private func inbound() {
-        let batch = PacketBatch(capacity: 32)
+        // Sockets that receive joined runs of datagrams need slots of 64 KB (1 MB in all).
+        let joins = sockets.contains { $0.joinsReceived }
+        let batch = joins ? PacketBatch(capacity: 16, slotBytes: 65_536) : PacketBatch(capacity: 32)
         // With a virtio header, a batch's segments of one TCP flow go to the TUN as one packet.
         var coalescer = device.hasVirtioHeader ? Coalescer() : nil
         defer { coalescer?.release() }
@@ -197,8 +199,15 @@ public final class TunnelServer: Sendable {
                 for i in 0..<received {
                     guard let source = batch.peer(at: i) else { continue }
                     let local = batch.local(at: i)
-                    let length = batch.packet(at: i).count
-                    let slot = batch.slot(at: i)
+                    let total = batch.packet(at: i).count
+                    let whole = batch.slot(at: i)
+                    // A run the kernel joined is cut back into its datagrams.
+                    let step = batch.segmentSize(at: i) ?? max(total, 1)
+                    var offset = 0
+                    while offset < total {
+                    let length = min(step, total - offset)
+                    let slot = UnsafeMutableRawBufferPointer(rebasing: whole[offset..<(offset + length)])
+                    offset += length
                     // Initiations go to the handshake thread; everything else is handled here.
                     if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
                         let (queued, wasEmpty) = initiations.withLock { queue in
@@ -219,6 +228,7 @@ public final class TunnelServer: Sendable {
                     }
                     coalescer?.flush { write($0, $1) }
                     handle(event, in: UnsafeRawBufferPointer(slot), local: local)
+                    }
                 }
                 coalescer?.flush { write($0, $1) }
             }
