@@ -85,6 +85,51 @@ struct DeviceUDPSocketTests {
         #expect(got[other.local.port] == expected(other))
     }
 
+    /// A run sent segmented arrives joined at a socket that asks for it (UDP_GRO), with its
+    /// segment size; cut there, it gives back every datagram, in one buffer or in a batch slot.
+    @Test(arguments: [false, true])
+    func joinedRunsCutBackIntoTheirDatagrams(batch: Bool) throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace,
+                                     joinsReceived: true)
+        #expect(listener.joinsReceived)
+        let client = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), device: "eth0",
+                                   namespace: laptop.namespace)
+        let sizes = Array(repeating: 1400, count: 20) + [333]
+        let outgoing = PacketBatch(capacity: sizes.count)
+        for (i, size) in sizes.enumerated() {
+            _ = outgoing.append(to: listener.local) { slot in
+                for j in 0..<size { slot[j] = UInt8(truncatingIfNeeded: i &+ j) }
+                return size
+            }
+        }
+        #expect(try client.sendSegmented(outgoing) == sizes.count)
+        var datagrams: [[UInt8]] = []
+        var joined = false
+        let deadline = ContinuousClock.now + .seconds(3)
+        while datagrams.count < sizes.count, ContinuousClock.now < deadline {
+            if batch {
+                let incoming = PacketBatch(capacity: 4, slotBytes: 65_536)
+                let n = try listener.receive(into: incoming, timeout: .milliseconds(100))
+                for i in 0..<n {
+                    let bytes = Array(incoming.packet(at: i))
+                    let step = incoming.segmentSize(at: i) ?? bytes.count
+                    if step < bytes.count { joined = true }
+                    datagrams += stride(from: 0, to: bytes.count, by: step).map { Array(bytes[$0..<min($0 + step, bytes.count)]) }
+                }
+            } else {
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                guard let (n, _, step) = try buffer.withUnsafeMutableBytes({ (raw) throws(DeviceError) in
+                    try listener.receiveJoined(into: raw, timeout: .milliseconds(100))
+                }) else { continue }
+                if step < n { joined = true }
+                datagrams += stride(from: 0, to: n, by: step).map { Array(buffer[$0..<min($0 + step, n)]) }
+            }
+        }
+        #expect(joined, "the kernel joined the run")
+        #expect(datagrams == sizes.enumerated().map { i, size in (0..<size).map { UInt8(truncatingIfNeeded: i &+ $0) } })
+    }
+
     @Test func aSocketBoundToAnUplinkLeavesThroughItOrFails() throws {
         let (laptop, server) = try TunnelLab.laptopAndServer()
         let target = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
