@@ -320,6 +320,16 @@ public final class TunnelClient: Sendable {
                 for socket in sockets where ready.contains(socket.fileDescriptor) {
                     // Drain what is queued, then poll again. (A typed-throws closure returning Void
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
+                    // Counted once per drain: the sending thread shares the counters' lock.
+                    var (joinedPackets, joinedBytes) = (0, 0)
+                    defer {
+                        if joinedPackets > 0 {
+                            counters.withLock {
+                                $0.packetsIn += joinedPackets
+                                $0.bytesIn += joinedBytes
+                            }
+                        }
+                    }
                     _ = try buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> Int in
                         for handled in 0..<64 {
                             guard let (total, peer, segment) = try socket.receiveJoined(into: raw, timeout: .zero) else { return handled }
@@ -335,10 +345,8 @@ public final class TunnelClient: Sendable {
                                 if case .packet(let range) = event, let tun = device.withLock({ $0 }), tun.hasVirtioHeader {
                                     if coalescer == nil { coalescer = Coalescer() }
                                     noteArrival()
-                                    counters.withLock {
-                                        $0.packetsIn += 1
-                                        $0.bytesIn += range.count
-                                    }
+                                    joinedPackets += 1
+                                    joinedBytes += range.count
                                     coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(datagram)[range])) { write($0, $1, to: tun) }
                                     continue
                                 }
@@ -525,6 +533,15 @@ public final class TunnelClient: Sendable {
     /// TUN had no more waiting.
     private func fill(_ batch: PacketBatch, from reader: inout TunReader,
                       seal: (UnsafeMutableRawBufferPointer, Int) throws(SealFailure) -> (Int, SocketAddress)) -> Bool {
+        // Counted once per batch: the receiving thread shares the counters' lock.
+        var (packets, bytes, unsent) = (0, 0, 0)
+        defer {
+            counters.withLock {
+                $0.packetsOut += packets
+                $0.bytesOut += bytes
+                $0.noSession += unsent
+            }
+        }
         while !batch.isFull {
             var empty = false
             batch.append { slot -> (length: Int, peer: SocketAddress?)? in
@@ -535,13 +552,11 @@ public final class TunnelClient: Sendable {
                 }
                 do {
                     let (sealed, server) = try seal(UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)]), length)
-                    counters.withLock {
-                        $0.packetsOut += 1
-                        $0.bytesOut += length
-                    }
+                    packets += 1
+                    bytes += length
                     return (sealed, server)
                 } catch {
-                    counters.withLock { $0.noSession += 1 }
+                    unsent += 1
                     return nil
                 }
             }

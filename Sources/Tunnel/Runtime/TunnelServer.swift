@@ -157,6 +157,7 @@ public final class TunnelServer: Sendable {
         // With a virtio header, a batch's segments of one TCP flow go to the TUN as one packet.
         var coalescer = device.hasVirtioHeader ? Coalescer() : nil
         defer { coalescer?.release() }
+        var (joinedPackets, joinedBytes) = (0, 0)
         var lastTick = Instant.now()
         var lastSummary = (at: Instant.now(), drops: DropCounters())
         while running.load(ordering: .relaxed) {
@@ -222,7 +223,8 @@ public final class TunnelServer: Sendable {
                     let datagram = UnsafeMutableRawBufferPointer(rebasing: slot[0..<length])
                     let event = core.withLock { $0.receive(datagram, from: source, at: local, now: now) }
                     if case .packet(_, let range) = event, coalescer != nil {
-                        count(range)
+                        joinedPackets += 1
+                        joinedBytes += range.count
                         coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range])) { write($0, $1) }
                         continue
                     }
@@ -231,6 +233,14 @@ public final class TunnelServer: Sendable {
                     }
                 }
                 coalescer?.flush { write($0, $1) }
+                // Counted once per batch: the sending thread shares the counters' lock.
+                if joinedPackets > 0 {
+                    counters.withLock {
+                        $0.packetsIn += joinedPackets
+                        $0.bytesIn += joinedBytes
+                    }
+                    (joinedPackets, joinedBytes) = (0, 0)
+                }
             }
             publishRoutes()
             if draining.load(ordering: .relaxed), core.withLock({ $0.livePeers.isEmpty }) {
@@ -301,6 +311,7 @@ public final class TunnelServer: Sendable {
         let batch = PacketBatch(capacity: 64)
         var reader = TunReader(device)
         defer { reader.release() }
+        var (sealedPackets, sealedBytes, unsent) = (0, 0, 0)
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([device.fileDescriptor], timeout: .seconds(1)).isEmpty else { continue }
@@ -329,14 +340,12 @@ public final class TunnelServer: Sendable {
                                 guard let peer = core.peer(forInnerDestination: destination) else { throw .noSession }
                                 return try core.seal(frame, innerLength: length, to: peer, now: now)
                             }
-                            counters.withLock {
-                                $0.packetsOut += 1
-                                $0.bytesOut += length
-                            }
+                            sealedPackets += 1
+                            sealedBytes += length
                             source = sealed.source
                             return (sealed.length, sealed.destination)
                         } catch {
-                            counters.withLock { $0.noSession += 1 }
+                            unsent += 1
                             return nil
                         }
                     }
@@ -344,10 +353,15 @@ public final class TunnelServer: Sendable {
                     if appended { batch.setSource(source, at: batch.count - 1) }
                 }
                 let offloadDrops = reader.dropped.values.reduce(0, +)
+                // Counted once per batch: the receiving thread shares the counters' lock.
                 counters.withLock { counters in
                     counters.superPackets = reader.superPackets
                     counters.offloadDrops = offloadDrops
+                    counters.packetsOut += sealedPackets
+                    counters.bytesOut += sealedBytes
+                    counters.noSession += unsent
                 }
+                (sealedPackets, sealedBytes, unsent) = (0, 0, 0)
                 guard batch.count > 0 else { continue }
                 // One socket per family: a batch goes out through the socket of its first
                 // datagram's family, any others one by one.
