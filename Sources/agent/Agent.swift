@@ -10,7 +10,7 @@ struct Agent: ParsableCommand {
         subcommands: [
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
             PasswdCommand.self, ServeCommand.self, UpCommand.self, StatusCommand.self, ReconnectCommand.self,
-            SleepCommand.self, WakeCommand.self, LockdownCommand.self,
+            SleepCommand.self, WakeCommand.self, LockdownCommand.self, DrainCommand.self,
         ])
 
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other

@@ -468,6 +468,8 @@ extension ClientDaemon {
             case .wake?:
                 handle(.signal(SIGCONT))
                 return "awake"
+            case .drain?:
+                return "drain is for a server (agent serve --control); this is a client"
             case nil:
                 return "unknown request; ask one of: " + ControlRequest.allCases.map(\.rawValue).joined(separator: ", ")
             }

@@ -15,11 +15,13 @@ enum ControlRequest: String, CaseIterable {
     case sleep
     /// Treat the machine as resumed.
     case wake
+    /// (A server) tell every session to move to another server, then stop.
+    case drain
 }
 
 /// The client's control socket: a Unix stream socket only root may use (0600 in a 0700
 /// directory). One request line in, one answer out, then the connection closes.
-final class ControlSocket {
+final class ControlSocket: @unchecked Sendable {  // served by one thread only: the client's deciding one or the server's control one
     static let defaultPath = "/run/roam/agent.sock"
     let path: String
     let fileDescriptor: Int32

@@ -2,6 +2,7 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import PathMonitor
+import Reconnector
 import Synchronization
 import Tunnel
 
@@ -25,6 +26,10 @@ struct ServeCommand: ParsableCommand {
             """)
 
     @OptionGroup var daemon: DaemonOptions
+
+    @Option(help: ArgumentHelp(
+        "A control socket for `agent drain` and `agent status` (root's only), e.g. \(ServerControl.defaultPath); none unless given."))
+    var control: String?
 
     func run() throws {
         let log = daemon.log
@@ -57,18 +62,16 @@ struct ServeCommand: ParsableCommand {
         let server = TunnelServer(core: core, device: tun, sockets: sockets, publishesRoutes: true) { message in log("info", message) }
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
-        try forwardSignals([SIGINT, SIGTERM]) { signal in
-            // The first SIGTERM drains when a period is set; anything after it stops at once.
-            guard signal == SIGTERM, drainPeriod > .zero, !stopping.exchange(true, ordering: .relaxed) else {
-                log("info", "stopping", ["signal": "\(signal)"])
-                return server.stop()
-            }
-            log("info", "draining", ["sessions": "\(server.liveSessions)", "period": drainPeriod.short])
+        /// Tells every session to move, then stops when none is left or `period` ends; false when
+        /// a drain or a stop is under way already.
+        @Sendable func drain(for period: Duration, why: String) -> Bool {
+            guard !stopping.exchange(true, ordering: .relaxed) else { return false }
+            log("info", "draining", ["sessions": "\(server.liveSessions)", "period": period.short, "why": why])
             SystemdNotifier().notify("STOPPING=1\nSTATUS=draining")
             server.drain()
             do {
                 try OSThread.detach {
-                    let deadline = Instant.now() + drainPeriod
+                    let deadline = Instant.now() + period
                     while Instant.now() < deadline { usleep(100_000) }
                     log("info", "stopping", ["why": "drain period over", "sessions": "\(server.liveSessions)"])
                     server.stop()
@@ -76,16 +79,74 @@ struct ServeCommand: ParsableCommand {
             } catch {
                 server.stop()
             }
+            return true
+        }
+        try forwardSignals([SIGINT, SIGTERM]) { signal in
+            // The first SIGTERM drains when a period is set; anything after it stops at once.
+            guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") else {
+                stopping.store(true, ordering: .relaxed)
+                log("info", "stopping", ["signal": "\(signal)"])
+                return server.stop()
+            }
+        }
+        var controlSocket: ControlSocket?
+        if let control {
+            let socket = try ControlSocket(path: control)
+            controlSocket = socket
+            try OSThread.detach {
+                while true {
+                    _ = try? pollReadable([socket.fileDescriptor], timeout: .seconds(1))
+                    socket.serve { request in
+                        switch request {
+                        case .drain?:
+                            return drain(for: drainPeriod > .zero ? drainPeriod : ServerControl.defaultDrainPeriod, why: "agent drain")
+                                ? "draining \(server.liveSessions) sessions" : "stopping already"
+                        case .status?, .statusJSON?:
+                            let traffic = server.traffic
+                            let fields = [("sessions", "\(server.liveSessions)"), ("draining", "\(stopping.load(ordering: .relaxed))"),
+                                          ("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
+                                          ("offload", tun.offload.description)]
+                            return request == .status ? LogLine.logfmt(fields)
+                                : LogLine.json(fields, numbers: ["sessions", "packets_in", "packets_out"])
+                        default:
+                            return "a server answers status and drain"
+                        }
+                    }
+                }
+            }
         }
         log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name, "offload": tun.offload.description,
                                 "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
                                 "public_key": key.publicKey.base64])
         SystemdNotifier().notify("READY=1")
         server.run()
+        controlSocket?.remove()
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
                                 "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
                                 "super_packets_written": "\(traffic.superPacketsWritten)",
                                 "offload_drops": "\(traffic.offloadDrops)", "drops": server.drops.description])
     }
+}
+
+/// Where `agent drain` finds a server, and how long it gives sessions without a `drain-period`.
+enum ServerControl {
+    static let defaultPath = "/run/roam-server/control.sock"
+    static let defaultDrainPeriod: Duration = .seconds(30)
+}
+
+/// `agent drain`.
+struct DrainCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "drain",
+        abstract: "Take a running server down gently: its clients move to their next server first, then it stops.",
+        discussion: """
+            Every session is told, authenticated, that the server is going away; clients with another server \
+            in their list make a session there and move their traffic, then say goodbye. The server stops when \
+            no session is left, or after its 'drain-period' (30 s when it has none). The server must run with \
+            --control.
+            """)
+    @Option(help: "The server's control socket.")
+    var control: String = ServerControl.defaultPath
+    func run() throws { print(try ControlSocket.ask(.drain, at: control)) }
 }

@@ -94,7 +94,8 @@ struct GatewayLabTests {
     /// (authenticated), each client makes a session with the other gateway first and moves its
     /// traffic, and the first gateway stops as soon as no session is left. Not one probe is
     /// lost, and the TCP streams go on byte for byte.
-    @Test func aDrainedGatewayHandsItsSessionsOverWithoutALostPacket() throws {
+    @Test(arguments: ["SIGTERM", "agent drain"])
+    func aDrainedGatewayHandsItsSessionsOverWithoutALostPacket(how: String) throws {
         let lab = try GatewayLab(clients: 2, gateways: 2, drainPeriod: "10s")
         try lab.start()
         var probes: [ProbeStream] = []
@@ -110,7 +111,12 @@ struct GatewayLabTests {
         usleep(1_000_000)
         let start = LabClock.now
         let drainedAt = LabClock.now
-        lab.signalGateway(0, SIGTERM)
+        if how == "SIGTERM" {
+            lab.signalGateway(0, SIGTERM)
+        } else {
+            let answer = try lab.drainGateway(0)
+            #expect(answer.contains("draining 2 sessions"), "agent drain said: \(answer)")
+        }
         let stopped = labWait(seconds: 12) { !lab.gatewayRuns(0) }
         let stoppedAfter = LabClock.now - drainedAt
         usleep(1_000_000)

@@ -106,7 +106,8 @@ public final class GatewayLab {
     public func startGateway(_ g: Int) throws {
         let name = Self.serverLog(g)
         let before = log(name).components(separatedBy: "msg=serving").count
-        let process = try startInside(server, agent, ["serve", "--config", directory + "/" + Self.serverConfig(g)], log: directory + "/" + name)
+        let process = try startInside(server, agent, ["serve", "--config", directory + "/" + Self.serverConfig(g),
+                                                      "--control", controlPath(g)], log: directory + "/" + name)
         processes.append(process)
         gatewayProcesses[g] = process
         guard labWait(seconds: 10, { self.log(name).components(separatedBy: "msg=serving").count > before }) else {
@@ -119,6 +120,14 @@ public final class GatewayLab {
     public func signalGateway(_ g: Int, _ signal: Int32) {
         guard let process = gatewayProcesses[g], process.isRunning else { return }
         kill(process.processIdentifier, signal)
+    }
+
+    /// Gateway `g`'s control socket.
+    public func controlPath(_ g: Int) -> String { directory + "/server\(g).sock" }
+
+    /// Runs `agent drain` for gateway `g` and returns what it printed.
+    public func drainGateway(_ g: Int) throws -> String {
+        try NamespaceLab.capture(agent, ["drain", "--control", controlPath(g)]).output
     }
 
     /// Whether gateway `g`'s agent still runs.
