@@ -86,9 +86,6 @@ struct CShims_in6_pktinfo { struct in6_addr ipi6_addr; int ipi6_ifindex; };
 #define CSHIMS_IPV6_RECVPKTINFO 49
 #define CSHIMS_IPV6_PKTINFO 50
 
-/// Room for one IP_PKTINFO or IPV6_PKTINFO control message (the CMSG_* macros do not import).
-#define CSHIMS_PKTINFO_SPACE 64
-_Static_assert(CMSG_SPACE(sizeof(struct CShims_in6_pktinfo)) <= CSHIMS_PKTINFO_SPACE, "pktinfo space");
 
 /// Turns on the destination address of every datagram received (IP_PKTINFO / IPV6_RECVPKTINFO).
 static inline int CShims_enable_pktinfo(int fd, int family) {
@@ -115,32 +112,6 @@ static inline int CShims_read_pktinfo(const struct msghdr *message, unsigned cha
         }
     }
     return 0;
-}
-
-/// Sets the source address of a datagram to send: one pktinfo control message in `control`
-/// (CSHIMS_PKTINFO_SPACE bytes), `address` 4 (AF_INET) or 16 (AF_INET6) bytes.
-static inline void CShims_write_pktinfo(struct msghdr *message, void *control, int family, const unsigned char *address) {
-    struct CShims_in_pktinfo v4;
-    struct CShims_in6_pktinfo v6;
-    memset(&v4, 0, sizeof v4);
-    memset(&v6, 0, sizeof v6);
-    int level = IPPROTO_IP, type = IP_PKTINFO;
-    const void *info = &v4;
-    size_t size = sizeof v4;
-    if (family == AF_INET6) {
-        memcpy(&v6.ipi6_addr, address, 16);
-        level = IPPROTO_IPV6, type = CSHIMS_IPV6_PKTINFO, info = &v6, size = sizeof v6;
-    } else {
-        memcpy(&v4.ipi_spec_dst, address, 4);
-    }
-    memset(control, 0, CSHIMS_PKTINFO_SPACE);
-    message->msg_control = control;
-    message->msg_controllen = CMSG_SPACE(size);
-    struct cmsghdr *c = CMSG_FIRSTHDR(message);
-    c->cmsg_level = level;
-    c->cmsg_type = type;
-    c->cmsg_len = CMSG_LEN(size);
-    memcpy(CMSG_DATA(c), info, size);
 }
 
 // MARK: UDP segmentation offload (UDP_SEGMENT) and receive offload (UDP_GRO)
@@ -209,6 +180,12 @@ static inline void CShims_write_offload(struct msghdr *message, void *control, u
     }
     message->msg_controllen = used;
     if (used == 0) message->msg_control = NULL;
+}
+
+/// Sets the source address of a datagram to send: one pktinfo control message in `control`
+/// (CSHIMS_OFFLOAD_SPACE bytes), `address` 4 (AF_INET) or 16 (AF_INET6) bytes.
+static inline void CShims_write_pktinfo(struct msghdr *message, void *control, int family, const unsigned char *address) {
+    CShims_write_offload(message, control, 0, family, address);
 }
 
 #endif

@@ -122,7 +122,7 @@ public final class UDPSocket: Sendable {
         return try nonBlocking("send to \(peer) from \(source)") {
             withUnsafeMutablePointer(to: &storage) { name in
                 withUnsafeMutablePointer(to: &vector) { vector in
-                    withUnsafeTemporaryAllocation(byteCount: Int(CSHIMS_PKTINFO_SPACE), alignment: 16) { control in
+                    withUnsafeTemporaryAllocation(byteCount: Int(CSHIMS_OFFLOAD_SPACE), alignment: 16) { control in
                         var message = msghdr()
                         message.msg_name = UnsafeMutableRawPointer(name)
                         message.msg_namelen = nameLength
