@@ -36,16 +36,20 @@ public struct VirtioNetHeader: Equatable, Sendable {
         checksumOffset = bytes.loadUnaligned(fromByteOffset: 8, as: UInt16.self)
     }
 
-    /// The header as the kernel lays it out (host byte order).
-    public var bytes: [UInt8] {
-        var out = [UInt8](repeating: 0, count: Self.length)
+    /// Writes the header as the kernel lays it out (host byte order) into the first 10 bytes of `out`.
+    public func write(to out: UnsafeMutableRawBufferPointer) {
         out[0] = flags
         out[1] = gsoType
-        out.withUnsafeMutableBytes { raw in
-            raw.storeBytes(of: gsoSize, toByteOffset: 4, as: UInt16.self)
-            raw.storeBytes(of: checksumStart, toByteOffset: 6, as: UInt16.self)
-            raw.storeBytes(of: checksumOffset, toByteOffset: 8, as: UInt16.self)
-        }
+        out.storeBytes(of: UInt16(0), toByteOffset: 2, as: UInt16.self)  // hdr_len: a hint the kernel does without
+        out.storeBytes(of: gsoSize, toByteOffset: 4, as: UInt16.self)
+        out.storeBytes(of: checksumStart, toByteOffset: 6, as: UInt16.self)
+        out.storeBytes(of: checksumOffset, toByteOffset: 8, as: UInt16.self)
+    }
+
+    /// The header as the kernel lays it out.
+    public var bytes: [UInt8] {
+        var out = [UInt8](repeating: 0, count: Self.length)
+        out.withUnsafeMutableBytes { write(to: $0) }
         return out
     }
 }
@@ -137,16 +141,11 @@ public struct Segmenter: Sendable {
         out.baseAddress!.copyMemory(from: packet.baseAddress!, byteCount: headers)
         (out.baseAddress! + headers).copyMemory(from: packet.baseAddress! + headers + offset, byteCount: chunk)
         let last = index == count - 1
-        if isV6 {
-            out.storeBytes(of: UInt16(tcpLength + chunk).bigEndian, toByteOffset: 4, as: UInt16.self)
-        } else {
-            out.storeBytes(of: UInt16(length).bigEndian, toByteOffset: 2, as: UInt16.self)
+        if !isV6 {
             let id = UInt16(bigEndian: packet.loadUnaligned(fromByteOffset: 4, as: UInt16.self)) &+ UInt16(truncatingIfNeeded: index)
             out.storeBytes(of: id.bigEndian, toByteOffset: 4, as: UInt16.self)
-            out.storeBytes(of: UInt16(0), toByteOffset: 10, as: UInt16.self)
-            let sum = Checksum.sum(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[0..<ipLength]))
-            out.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 10, as: UInt16.self)
         }
+        Checksum.setLength(of: out, isV6: isV6, ipLength: ipLength, to: length)
         let tcp = ipLength
         let sequence = UInt32(bigEndian: packet.loadUnaligned(fromByteOffset: tcp + 4, as: UInt32.self)) &+ UInt32(truncatingIfNeeded: offset)
         out.storeBytes(of: sequence.bigEndian, toByteOffset: tcp + 4, as: UInt32.self)
@@ -186,9 +185,20 @@ enum Checksum {
             accumulator &+= UInt64(last)
         }
         // Fold to 16 bits in native order, then to big-endian.
-        var folded = accumulator
-        while folded > 0xFFFF { folded = (folded & 0xFFFF) + (folded >> 16) }
-        return UInt64(UInt16(truncatingIfNeeded: folded).bigEndian)
+        return UInt64(fold(accumulator).bigEndian)
+    }
+
+    /// Sets an IP packet's length field to `length` bytes in all (IPv6: its payload) and, for
+    /// IPv4, the header checksum that covers it.
+    static func setLength(of packet: UnsafeMutableRawBufferPointer, isV6: Bool, ipLength: Int, to length: Int) {
+        if isV6 {
+            packet.storeBytes(of: UInt16(length - 40).bigEndian, toByteOffset: 4, as: UInt16.self)
+            return
+        }
+        packet.storeBytes(of: UInt16(length).bigEndian, toByteOffset: 2, as: UInt16.self)
+        packet.storeBytes(of: UInt16(0), toByteOffset: 10, as: UInt16.self)
+        let sum = Checksum.sum(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[0..<ipLength]))
+        packet.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 10, as: UInt16.self)
     }
 
     /// The sum of the IPv4 or IPv6 pseudo-header for TCP of `length` bytes, addresses read from `packet`.
@@ -273,14 +283,7 @@ public struct Coalescer {
         superPackets += 1
         segmentsJoined += current.segments
         let tcp = current.ipLength
-        if current.isV6 {
-            scratch.storeBytes(of: UInt16(current.length - 40).bigEndian, toByteOffset: 4, as: UInt16.self)
-        } else {
-            scratch.storeBytes(of: UInt16(current.length).bigEndian, toByteOffset: 2, as: UInt16.self)
-            scratch.storeBytes(of: UInt16(0), toByteOffset: 10, as: UInt16.self)
-            let sum = Checksum.sum(UnsafeRawBufferPointer(rebasing: packet[0..<tcp]))
-            scratch.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 10, as: UInt16.self)
-        }
+        Checksum.setLength(of: scratch, isV6: current.isV6, ipLength: tcp, to: current.length)
         // A partial checksum, as a local sender's would be: the pseudo-header's sum only.
         let pseudo = Checksum.pseudoHeader(packet, isV6: current.isV6, length: current.length - tcp)
         scratch.storeBytes(of: Checksum.fold(pseudo).bigEndian, toByteOffset: tcp + 16, as: UInt16.self)

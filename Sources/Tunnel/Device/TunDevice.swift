@@ -56,10 +56,10 @@ public final class TunDevice: Sendable {
                               help: "the MTU must be \(minimum) to 65535\(minimum == 1280 ? " with an IPv6 address" : "")")
         }
         var added: [Prefix] = []
-        let (fd, netlink, state) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket, OffloadState) in
-            let (fd, state) = try Self.open(name, offload: offload)
+        let (fd, netlink, opened) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket, Opened) in
+            let (fd, opened) = try Self.open(name, offload: offload)
             do throws(NetlinkError) {
-                return (fd, try NetlinkSocket(), state)
+                return (fd, try NetlinkSocket(), opened)
             } catch {
                 Glibc.close(fd)
                 throw DeviceError(error)
@@ -97,9 +97,12 @@ public final class TunDevice: Sendable {
         self.mtu = mtu
         self.addresses = added
         fileDescriptor = fd
-        self.offload = state
-        hasVirtioHeader = state != .off && state != .unavailable("no virtio header")
+        self.offload = opened.offload
+        hasVirtioHeader = opened.hasVirtioHeader
     }
+
+    /// What opening the device gave: its offloads, and whether reads and writes carry a header.
+    private typealias Opened = (offload: OffloadState, hasVirtioHeader: Bool)
 
     deinit { close(fileDescriptor) }
 
@@ -121,27 +124,21 @@ public final class TunDevice: Sendable {
 
     /// Opens /dev/net/tun and attaches a new TUN interface `name` to it; with `offload`, with a
     /// virtio header and TCP segmentation if the kernel has them.
-    private static func open(_ name: String, offload: Bool) throws(DeviceError) -> (Int32, OffloadState) {
+    private static func open(_ name: String, offload: Bool) throws(DeviceError) -> (Int32, Opened) {
         let fd = try openDriver()
         var state = OffloadState.off
         do {
             if offload {
                 if CShims_tun_set_iff_vnet(fd, name) == 0 {
                     let tso = CSHIMS_TUN_F_CSUM | CSHIMS_TUN_F_TSO4 | CSHIMS_TUN_F_TSO6 | CSHIMS_TUN_F_TSO_ECN
-                    if CShims_tun_set_offload(fd, tso) == 0 {
-                        state = .tso
-                    } else {
-                        // A header with nothing offloaded: every read one finished packet.
-                        let why = String(cString: strerror(errno))
-                        _ = CShims_tun_set_offload(fd, 0)
-                        state = .unavailable("TUNSETOFFLOAD: \(why)")
-                    }
-                    return (fd, state)
-                } else if errno == EBUSY {
-                    try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
-                } else {
-                    state = .unavailable("no virtio header")
+                    if CShims_tun_set_offload(fd, tso) == 0 { return (fd, (.tso, true)) }
+                    // A header with nothing offloaded: every read one finished packet.
+                    let why = String(cString: strerror(errno))
+                    _ = CShims_tun_set_offload(fd, 0)
+                    return (fd, (.unavailable("TUNSETOFFLOAD: \(why)"), true))
                 }
+                // EBUSY (the name is taken) is reported by the plain attempt below.
+                if errno != EBUSY { state = .unavailable("no virtio header") }
             }
             try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
         } catch where error.code == EBUSY {
@@ -152,7 +149,7 @@ public final class TunDevice: Sendable {
             Glibc.close(fd)
             throw error
         }
-        return (fd, state)
+        return (fd, (state, false))
     }
 
     /// Runs netlink requests, reporting a refusal as a `DeviceError`.
@@ -197,26 +194,23 @@ public final class TunDevice: Sendable {
     /// throws `EINVAL`.
     @discardableResult
     public func write(_ packet: UnsafeRawBufferPointer) throws(DeviceError) -> Bool {
-        guard hasVirtioHeader else {
-            return try nonBlocking("write to \(name)") { Glibc.write(fileDescriptor, packet.baseAddress, packet.count) } != nil
-        }
-        // A header of zeros: one packet, its checksums complete (the peer's kernel made them).
-        return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors throws(DeviceError) -> Bool in
-            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: Self.emptyHeader), iov_len: VirtioNetHeader.length)
-            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
-            return try nonBlocking("write to \(name)") { Glibc.writev(fileDescriptor, vectors.baseAddress, 2) } != nil
-        }
+        // A header of zeros, on a device that has one: one packet, its checksums complete (the
+        // peer's kernel made them).
+        try write(packet, header: VirtioNetHeader())
     }
 
     /// Writes one packet with its virtio header (a super-packet for the kernel to take whole);
     /// on a device without one, the header must be empty and is left out.
     @discardableResult
     public func write(_ packet: UnsafeRawBufferPointer, header: VirtioNetHeader) throws(DeviceError) -> Bool {
-        guard hasVirtioHeader, header != VirtioNetHeader() else { return try write(packet) }
-        var bytes = header.bytes
+        guard hasVirtioHeader else {
+            return try nonBlocking("write to \(name)") { Glibc.write(fileDescriptor, packet.baseAddress, packet.count) } != nil
+        }
         let fd = fileDescriptor
-        let written = bytes.withUnsafeMutableBytes { head in
-            withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+        // Header and iovecs on the stack: this runs for every packet out of the tunnel.
+        let written = withUnsafeTemporaryAllocation(byteCount: VirtioNetHeader.length, alignment: 8) { head in
+            header.write(to: head)
+            return withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
                 vectors[0] = iovec(iov_base: head.baseAddress, iov_len: head.count)
                 vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count)
                 return Result { () throws(DeviceError) in
@@ -226,13 +220,6 @@ public final class TunDevice: Sendable {
         }
         return try written.get()
     }
-
-    /// Ten zero bytes, never written to.
-    nonisolated(unsafe) private static let emptyHeader: UnsafeMutableRawPointer = {
-        let bytes = UnsafeMutableRawPointer.allocate(byteCount: VirtioNetHeader.length, alignment: 8)
-        bytes.initializeMemory(as: UInt8.self, repeating: 0, count: VirtioNetHeader.length)
-        return bytes
-    }()
 
     /// Writes the packets of `batch` in order and returns how many the kernel took. An error
     /// throws after the packets before it were written; the rest are not.

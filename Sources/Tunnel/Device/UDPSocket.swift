@@ -203,15 +203,7 @@ public final class UDPSocket: Sendable {
     /// it were sent; the rest are not.
     @discardableResult
     public func send(_ batch: PacketBatch) throws(DeviceError) -> Int {
-        var sent = 0
-        while sent < batch.count {
-            let more = try nonBlocking("send \(batch.count - sent) datagrams from \(local)") {
-                CShims_sendmmsg(fileDescriptor, batch.messages + sent, UInt32(batch.count - sent), 0)
-            }
-            guard let more, more > 0 else { break }
-            sent += Int(more)
-        }
-        return sent
+        try send(batch, from: 0)
     }
 
     /// Sends the packets of `batch` like `send(_:)`, with runs of equal-size datagrams for one
@@ -246,7 +238,7 @@ public final class UDPSocket: Sendable {
         return sent
     }
 
-    /// `send(_:)` from slot `first` on.
+    /// `send(_:)` from slot `first` on; returns how many of those the kernel took.
     private func send(_ batch: PacketBatch, from first: Int) throws(DeviceError) -> Int {
         var sent = first
         while sent < batch.count {

@@ -154,7 +154,7 @@ public struct ServerCore: Sendable {
             // Roaming: only a fresh, authenticated packet on the session in use, and only the
             // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
             if which != .previous, opened.isNewest {
-                if peers[slot].endpoint == nil { liveChanges.append((peer, true)) }
+                if peers[slot].endpoint == nil { noteLive(peer, true) }
                 (peers[slot].endpoint, peers[slot].endpointLocal) = (source, local)
             }
         }
@@ -176,7 +176,7 @@ public struct ServerCore: Sendable {
             // client's newest handshake must not end the session it made since.
             guard slotUsed != .previous else { return drop(.unexpected) }
             for forgotten in peers[slot].forgetEstablished() { indices[forgotten] = nil }
-            if peers[slot].endpoint != nil { liveChanges.append((peer, false)) }
+            if peers[slot].endpoint != nil { noteLive(peer, false) }
             (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
             return .closed(peer: peer)
         case .echo, .drain:
@@ -461,7 +461,7 @@ public struct ServerCore: Sendable {
             // A peer with no session left is no longer reached here.
             if peers[slot].endpoint != nil, peers[slot].current == nil, peers[slot].next == nil, peers[slot].previous == nil {
                 (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
-                liveChanges.append((PeerID(index: slot), false))
+                noteLive(PeerID(index: slot), false)
             }
         }
         handshakesBySource.prune(now: now)
@@ -485,6 +485,14 @@ public struct ServerCore: Sendable {
 
     /// Peers reachable here now: an authenticated packet came on a session they still hold.
     public var livePeers: [PeerID] { peers.indices.filter { peers[$0].endpoint != nil }.map { PeerID(index: $0) } }
+    /// How many peers are reachable here now, without walking every user.
+    public private(set) var livePeerCount = 0
+
+    /// A peer became reachable here, or stopped being so.
+    private mutating func noteLive(_ peer: PeerID, _ live: Bool) {
+        liveChanges.append((peer, live))
+        livePeerCount += live ? 1 : -1
+    }
 
     /// "This server is being taken down" for every peer reachable here, sealed on its session:
     /// only the server can say it (see docs/PROTOCOL.md, "Draining").

@@ -32,4 +32,10 @@ public struct TrafficCounters: Sendable, Equatable {
     /// Super-packets written to the TUN device, each several segments of one TCP flow joined.
     public var superPacketsWritten = 0
     public init() {}
+
+    /// Takes the counts a TUN reader keeps of what it cut and dropped.
+    mutating func record(_ reader: TunReader) {
+        superPackets = reader.superPackets
+        offloadDrops = reader.dropped.values.reduce(0, +)
+    }
 }

@@ -317,6 +317,9 @@ public final class TunnelClient: Sendable {
             do {
                 let ready = try pollReadable(sockets.map(\.fileDescriptor) + [inboundWakeup.readEnd], timeout: nil)
                 if ready.contains(inboundWakeup.readEnd) { inboundWakeup.drain() }
+                // Attached once and never changed: read once per wake, not per datagram.
+                let tun = device.withLock { $0 }
+                if coalescer == nil, tun?.hasVirtioHeader == true { coalescer = Coalescer() }
                 for socket in sockets where ready.contains(socket.fileDescriptor) {
                     // Drain what is queued, then poll again. (A typed-throws closure returning Void
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
@@ -342,21 +345,20 @@ public final class TunnelClient: Sendable {
                                 offset += length
                                 if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: datagram, now: now) { continue }
                                 let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
-                                if case .packet(let range) = event, let tun = device.withLock({ $0 }), tun.hasVirtioHeader {
-                                    if coalescer == nil { coalescer = Coalescer() }
+                                if case .packet(let range) = event, let tun, coalescer != nil {
                                     noteArrival()
                                     joinedPackets += 1
                                     joinedBytes += range.count
                                     coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(datagram)[range])) { write($0, $1, to: tun) }
                                     continue
                                 }
-                                if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
+                                if let tun { coalescer?.flush { write($0, $1, to: tun) } }
                                 handle(event, in: datagram)
                             }
                         }
                         return 64
                     }
-                    if let tun = device.withLock({ $0 }) { coalescer?.flush { write($0, $1, to: tun) } }
+                    if let tun { coalescer?.flush { write($0, $1, to: tun) } }
                 }
             } catch {
                 log("receive failed: \(error)")
@@ -496,7 +498,6 @@ public final class TunnelClient: Sendable {
                         (try session.core.seal(frame, innerLength: length, now: now), session.server)
                     }
                 }
-                noteOffload(reader)
                 // Before the batch check: with an expired session every seal fails and the batch
                 // is empty, and that is exactly when a handshake is most needed.
                 if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
@@ -518,17 +519,6 @@ public final class TunnelClient: Sendable {
         }
     }
 
-    /// Copies the reader's offload counts into the traffic counters when they changed.
-    private func noteOffload(_ reader: TunReader) {
-        let drops = reader.dropped.values.reduce(0, +)
-        counters.withLock { counters in
-            if counters.superPackets != reader.superPackets || counters.offloadDrops != drops {
-                counters.superPackets = reader.superPackets
-                counters.offloadDrops = drops
-            }
-        }
-    }
-
     /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
     /// TUN had no more waiting.
     private func fill(_ batch: PacketBatch, from reader: inout TunReader,
@@ -540,6 +530,7 @@ public final class TunnelClient: Sendable {
                 $0.packetsOut += packets
                 $0.bytesOut += bytes
                 $0.noSession += unsent
+                $0.record(reader)
             }
         }
         while !batch.isFull {

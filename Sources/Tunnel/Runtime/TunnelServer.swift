@@ -91,7 +91,7 @@ public final class TunnelServer: Sendable {
     public func stop() { running.store(false, ordering: .relaxed) }
 
     /// Peers reachable here now.
-    public var liveSessions: Int { core.withLock { $0.livePeers.count } }
+    public var liveSessions: Int { core.withLock { $0.livePeerCount } }
 
     /// Tells every session that this server is being taken down (again each second while
     /// draining, for a message lost on the way); `run()` returns once no session is left.
@@ -172,14 +172,8 @@ public final class TunnelServer: Sendable {
             if now - lastTick >= .seconds(1) {
                 core.withLock { $0.tick(now: now) }
                 lastTick = now
-                if draining.load(ordering: .relaxed) {
-                    if core.withLock({ $0.livePeers.isEmpty }) {
-                        log("drained: no session left")
-                        stop()
-                    } else {
-                        drain()
-                    }
-                }
+                // Once a second while draining, for a message lost on the way.
+                if draining.load(ordering: .relaxed), liveSessions > 0 { drain() }
             }
             // What was dropped and why, once a minute when anything was: floods show in the log
             // as counts, not as lines.
@@ -206,30 +200,29 @@ public final class TunnelServer: Sendable {
                     let step = batch.segmentSize(at: i) ?? max(total, 1)
                     var offset = 0
                     while offset < total {
-                    let length = min(step, total - offset)
-                    let slot = UnsafeMutableRawBufferPointer(rebasing: whole[offset..<(offset + length)])
-                    offset += length
-                    // Initiations go to the handshake thread; everything else is handled here.
-                    if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
-                        let (queued, wasEmpty) = initiations.withLock { queue in
-                            let wasEmpty = queue.count == 0
-                            return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source, at: local), wasEmpty)
+                        let length = min(step, total - offset)
+                        let slot = UnsafeMutableRawBufferPointer(rebasing: whole[offset..<(offset + length)])
+                        offset += length
+                        // Initiations go to the handshake thread; everything else is handled here.
+                        if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
+                            let (queued, wasEmpty) = initiations.withLock { queue in
+                                let wasEmpty = queue.count == 0
+                                return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source, at: local), wasEmpty)
+                            }
+                            // The worker drains the whole queue per wake: one signal per batch of work.
+                            if queued, wasEmpty { initiationsReady.signal() }
+                            if !queued { counters.withLock { $0.initiationsOverflowed += 1 } }
+                            continue
                         }
-                        // The worker drains the whole queue per wake: one signal per batch of work.
-                        if queued, wasEmpty { initiationsReady.signal() }
-                        if !queued { counters.withLock { $0.initiationsOverflowed += 1 } }
-                        continue
-                    }
-                    let datagram = UnsafeMutableRawBufferPointer(rebasing: slot[0..<length])
-                    let event = core.withLock { $0.receive(datagram, from: source, at: local, now: now) }
-                    if case .packet(_, let range) = event, coalescer != nil {
-                        joinedPackets += 1
-                        joinedBytes += range.count
-                        coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range])) { write($0, $1) }
-                        continue
-                    }
-                    coalescer?.flush { write($0, $1) }
-                    handle(event, in: UnsafeRawBufferPointer(slot), local: local)
+                        let event = core.withLock { $0.receive(slot, from: source, at: local, now: now) }
+                        if case .packet(_, let range) = event, coalescer != nil {
+                            joinedPackets += 1
+                            joinedBytes += range.count
+                            coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range])) { write($0, $1) }
+                            continue
+                        }
+                        coalescer?.flush { write($0, $1) }
+                        handle(event, in: UnsafeRawBufferPointer(slot), local: local)
                     }
                 }
                 coalescer?.flush { write($0, $1) }
@@ -243,7 +236,7 @@ public final class TunnelServer: Sendable {
                 }
             }
             publishRoutes()
-            if draining.load(ordering: .relaxed), core.withLock({ $0.livePeers.isEmpty }) {
+            if draining.load(ordering: .relaxed), liveSessions == 0 {
                 log("drained: no session left")
                 stop()
             }
@@ -352,11 +345,9 @@ public final class TunnelServer: Sendable {
                     // From the address the client sends to, as its NAT expects.
                     if appended { batch.setSource(source, at: batch.count - 1) }
                 }
-                let offloadDrops = reader.dropped.values.reduce(0, +)
                 // Counted once per batch: the receiving thread shares the counters' lock.
                 counters.withLock { counters in
-                    counters.superPackets = reader.superPackets
-                    counters.offloadDrops = offloadDrops
+                    counters.record(reader)
                     counters.packetsOut += sealedPackets
                     counters.bytesOut += sealedBytes
                     counters.noSession += unsent
