@@ -517,8 +517,7 @@ public struct Reconnector: Sendable {
         if let next = nextServer(now, drainedToo: false), next != failed, let path = state.path {
             return prepareHandover(to: next, on: path, now, &out)
         }
-        handover = nil
-        out.append(.cancelHandover)
+        dropHandover(&out)
         enter(state, .handoverFailed(servers[failed]), now, &out)
     }
 
@@ -534,10 +533,7 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func useServer(_ index: Int, _ reason: Reason, _ out: inout [Action]) {
-        if handover != nil {
-            handover = nil
-            out.append(.cancelHandover)
-        }
+        dropHandover(&out)
         server = index
         session = nil
         checkingHint = false
@@ -571,9 +567,14 @@ public struct Reconnector: Sendable {
 
     /// A server that failed is avoided as a dead path is, doubling per repeat up to `maxHoldDown`.
     private mutating func markServer(_ index: Int, _ now: Instant) {
-        let strikes = (heldServers[index]?.strikes ?? 0) + 1
-        let hold = min(config.maxHoldDown, config.deadPathHoldDown * (1 << min(strikes - 1, 20)))
-        heldServers[index] = (now + hold, strikes)
+        heldServers[index] = verdict(after: heldServers[index], now)
+    }
+
+    /// Forgets the session being prepared with another server, if there is one.
+    private mutating func dropHandover(_ out: inout [Action]) {
+        guard handover != nil else { return }
+        handover = nil
+        out.append(.cancelHandover)
     }
 
     // MARK: Decisions
@@ -738,10 +739,7 @@ public struct Reconnector: Sendable {
             cancel(kind, &out)
         }
         if !Self.allows(new, .debounce) { candidate = nil }
-        if handover != nil, !Self.allows(new, .handover) {
-            handover = nil
-            out.append(.cancelHandover)
-        }
+        if !Self.allows(new, .handover) { dropHandover(&out) }
         if case .probing = new {} else {
             rescue = nil
             suspectedByLiveness = false
@@ -843,9 +841,15 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func markDead(_ id: Path.ID, _ now: Instant) {
-        let strikes = (dead[id]?.strikes ?? 0) + 1
+        dead[id] = verdict(after: dead[id], now)
+    }
+
+    /// The verdict on a path or a server that failed again: avoided for `deadPathHoldDown`,
+    /// doubled for each earlier strike, up to `maxHoldDown`.
+    private func verdict(after previous: (until: Instant, strikes: Int)?, _ now: Instant) -> (until: Instant, strikes: Int) {
+        let strikes = (previous?.strikes ?? 0) + 1
         let hold = min(config.maxHoldDown, config.deadPathHoldDown * (1 << min(strikes - 1, 20)))
-        dead[id] = (now + hold, strikes)
+        return (now + hold, strikes)
     }
 
     private mutating func refill(_ now: Instant) {

@@ -93,7 +93,7 @@ final class SessionEffects {
     /// follows. False (and logged) when the lockdown could not be changed.
     func follow(_ moved: SocketAddress) -> Bool {
         do {
-            try firewall?.serve([moved] + servers.compactMap(\.socketAddress))
+            try openLockdown(also: moved)
         } catch {
             log("error", "cannot open the lockdown firewall to the server's new address; keeping the old one",
                 ["to": "\(moved)", "error": "\(error)"])
@@ -157,7 +157,7 @@ final class SessionEffects {
             let found = ResolvedServer.lookUp(servers[index].entry, mark: settings.mode.socketMark, log: log)
             servers[index].addresses = found.filter { !settings.mode.wouldLoop(to: $0) }
             do {
-                try firewall?.serve([server] + servers.compactMap(\.socketAddress))
+                try openLockdown(also: server)
             } catch {
                 log("error", "cannot open the lockdown firewall to a server", ["server": servers[index].entry.name, "error": "\(error)"])
                 servers[index].addresses = []
@@ -168,6 +168,11 @@ final class SessionEffects {
             return nil
         }
         return address
+    }
+
+    /// Lets the session's UDP through the lockdown to `address` and to every server's address.
+    private func openLockdown(also address: SocketAddress) throws(LockdownError) {
+        try firewall?.serve([address] + servers.compactMap(\.socketAddress))
     }
 
     /// A protocol core that pins server `index`'s key; a split tunnel accepts inner packets
