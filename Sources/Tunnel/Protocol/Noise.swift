@@ -75,7 +75,7 @@ struct SymmetricState {
 }
 
 /// The keys a finished handshake leaves behind, from one side's point of view.
-struct TransportKeys {
+struct TransportKeys: Sendable {
     let send: SecretBytes
     let receive: SecretBytes
 }

@@ -68,9 +68,8 @@ public struct ServerCore: Sendable {
     /// What a password for an unknown user or a wrong key is checked against: a hash no password
     /// matches, at the users' own cost, so a refusal takes as long whether or not the user exists.
     private let decoyHash: PasswordHash
-    private var peers: [PeerState]
-    /// Receiver index to peer slot, for every session the server holds.
-    private var indices: [UInt32: Int] = [:]
+    /// Every peer's sessions, shared with the data threads (see `SessionTable`).
+    public let sessions: SessionTable
     private var handshakesBySource: SourceRateLimiter
     private var handshakes: TokenBucket
     /// Until when the server counts as under load (see `isUnderLoad`).
@@ -86,11 +85,6 @@ public struct ServerCore: Sendable {
     private var failedChecks = RecentSet<[UInt8]>(capacity: 4096)
     /// Checks in flight at most; past it, new ones wait for a retry.
     static let maxChecksInFlight = 32
-    private var hintsBySource: SourceRateLimiter
-    private var hints: TokenBucket
-    /// See `takeLiveChanges()`.
-    private var liveChanges: [(PeerID, Bool)] = []
-
     public init(
         privateKey: PrivateKey, users: UserDatabase, dns: DNSSettings = .none, limits: ServerLimits = ServerLimits(),
         sessionLimits: SessionLimits = SessionLimits()
@@ -104,15 +98,13 @@ public struct ServerCore: Sendable {
         cookies = CookieJar(serverKey: privateKey.publicKey)
         decoyHash = PasswordHash.decoy(costOf: users.users.compactMap(\.passwordHash))
         self.sessionLimits = sessionLimits
-        peers = users.users.map { PeerState(addresses: $0.addresses) }
+        sessions = SessionTable(users: users, limits: sessionLimits, serverLimits: limits)
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
         handshakes = TokenBucket(limits.handshakes)
         passwordChecks = TokenBucket(limits.passwordChecks)
         passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
         passwordChecksByAccount = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
         passwordChecksByNetwork = SourceRateLimiter(limits.passwordChecksPerNetwork, capacity: limits.trackedSources, per: .network)
-        hintsBySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
-        hints = TokenBucket(limits.hints)
     }
 
     // MARK: Receiving
@@ -139,57 +131,7 @@ public struct ServerCore: Sendable {
     private mutating func receiveData(
         _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant
     ) -> ServerEvent {
-        let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
-        guard let slot = indices[index] else { return sessionUnknown(index, from: source, now: now) }
-        let peer = PeerID(index: slot)
-        let opened: TransportSession.Opened
-        let slotUsed: PeerState.Slot
-        switch peers[slot].open(datagram, index: index, now: now, limits: sessionLimits) {
-        case .none: return sessionUnknown(index, from: source, now: now)
-        case .some((.failure(let reason), _)): return drop(reason)
-        case .some((.success(let result), let which)):
-            opened = result
-            slotUsed = which
-            if which == .next { retire(peers[slot].promote()) }
-            // Roaming: only a fresh, authenticated packet on the session in use, and only the
-            // newest one, may move the endpoint (see docs/PROTOCOL.md, "Roaming").
-            if which != .previous, opened.isNewest {
-                if peers[slot].endpoint == nil { noteLive(peer, true) }
-                (peers[slot].endpoint, peers[slot].endpointLocal) = (source, local)
-            }
-        }
-        let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
-        switch InnerContent(plaintext) {
-        case .keepalive:
-            return .keepalive(from: peer)
-        case .packet(let inner):
-            guard peers[slot].addresses.contains(inner) else { return drop(.wrongInnerSource) }
-            return .packet(from: peer, range: opened.range)
-        case .probe(let id, let sentAt):
-            let echo = Control.encode(kind: Control.echo, id: id, sentAt: sentAt)
-            guard let datagram = try? peers[slot].current?.seal(message: echo, now: now, limits: sessionLimits) else {
-                return drop(.sessionExpired)
-            }
-            return .echo(peer: peer, datagram: datagram, to: source)
-        case .close:
-            // Only on the session in use: a close that lingered in the network from before the
-            // client's newest handshake must not end the session it made since.
-            guard slotUsed != .previous else { return drop(.unexpected) }
-            for forgotten in peers[slot].forgetEstablished() { indices[forgotten] = nil }
-            if peers[slot].endpoint != nil { noteLive(peer, false) }
-            (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
-            return .closed(peer: peer)
-        case .echo, .drain:
-            return drop(.unexpected)
-        case .malformed:
-            return drop(.malformed)
-        }
-    }
-
-    private mutating func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Instant) -> ServerEvent {
-        let event = drop(.unknownSession)
-        guard hintsBySource.allow(source.ip, now: now), hints.take(now: now) else { return event }
-        return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
+        sessions.receive(datagram, from: source, at: local, now: now, drops: &drops)
     }
 
     /// An initiation from start to end: the steps below, in one call.
@@ -283,7 +225,7 @@ public struct ServerCore: Sendable {
         guard let password = payload.password else { return .respond(refusal(.badPassword, initiation)) }
         // A password this peer already proved (every rekey sends it again) costs one HMAC.
         let proof = passwordProof(password)
-        let known = peers[peer.index].passwordProof.map { known in
+        let known = sessions.withPeer(peer) { $0.passwordProof }.map { known in
             known.withUnsafeBytes { a in proof.withUnsafeBytes { Primitives.constantTimeEqual(a, $0) } }
         } ?? false
         if known { return acceptUnlessReplayed(peer, initiation) }
@@ -301,13 +243,13 @@ public struct ServerCore: Sendable {
         case .accept(let peer):
             guard let message = written.message, let keys = written.keys else { return drop(.handshakeFailed) }
             // Another handshake of this peer may have been accepted while the response was written.
-            if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return drop(.replayedHandshake) }
-            let index = freshIndex()
-            let slot = peer.index
-            peers[slot].lastTimestamp = initiation.timestamp
-            retire(peers[slot].next)
-            peers[slot].next = TransportSession(localIndex: index, remoteIndex: initiation.senderIndex, keys: keys, established: now)
-            indices[index] = slot
+            let fresh = sessions.withPeer(peer) { state in
+                if let last = state.lastTimestamp, initiation.timestamp <= last { return false }
+                state.lastTimestamp = initiation.timestamp
+                return true
+            }
+            guard fresh else { return drop(.replayedHandshake) }
+            let index = sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, now: now)
             // The endpoint stays: it moves only on the first authenticated packet of the new
             // session, so a late or replayed initiation cannot drag it back to an old address.
             let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
@@ -356,7 +298,7 @@ public struct ServerCore: Sendable {
         case .answered(let answer): event = answer
         case .respond(let plan): event = complete(plan.write(), now: now)
         }
-        if case .handshake = event { peers[peer.index].passwordProof = check.proof }
+        if case .handshake = event { sessions.withPeer(peer) { $0.passwordProof = check.proof } }
         return event
     }
 
@@ -364,7 +306,7 @@ public struct ServerCore: Sendable {
     /// `peer` (a replay), which is dropped without an answer. Checked only once every factor
     /// passed: a prober without the password cannot tell "replay" from "wrong password".
     private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation) -> Decision {
-        if let last = peers[peer.index].lastTimestamp, initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
+        if let last = sessions.withPeer(peer, { $0.lastTimestamp }), initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
         let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
         return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: initiation.limit)))
     }
@@ -425,25 +367,18 @@ public struct ServerCore: Sendable {
     public func peer(forInnerDestination destination: IPAddress) -> PeerID? { users.peer(owning: destination) }
 
     /// Where `peer` was last heard from with an authenticated packet.
-    public func endpoint(of peer: PeerID) -> SocketAddress? {
-        peers.indices.contains(peer.index) ? peers[peer.index].endpoint : nil
-    }
+    public func endpoint(of peer: PeerID) -> SocketAddress? { sessions.endpoint(of: peer) }
 
     /// Seals an inner packet for `peer` in place: `buffer` holds `DataPacket.headroom` spare
     /// bytes, `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes.
-    public mutating func seal(
+    public func seal(
         _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Instant
     ) throws(SealFailure) -> SealedDatagram {
-        guard peers.indices.contains(peer.index), let destination = peers[peer.index].endpoint else {
-            throw .noSession
-        }
-        guard let length = try peers[peer.index].current?.seal(buffer, innerLength: innerLength, now: now, limits: sessionLimits)
-        else { throw .noSession }
-        return SealedDatagram(length: length, destination: destination, source: peers[peer.index].endpointLocal)
+        try sessions.seal(buffer, innerLength: innerLength, to: peer, now: now)
     }
 
     /// Seals a framed packet (see `DataPacket.frame`) for `peer`; the array becomes the datagram.
-    public mutating func seal(_ framed: inout [UInt8], to peer: PeerID, now: Instant) throws(SealFailure) -> SealedDatagram {
+    public func seal(_ framed: inout [UInt8], to peer: PeerID, now: Instant) throws(SealFailure) -> SealedDatagram {
         let innerLength = framed.count - DataPacket.overhead
         return try framed.withMutableBytes { (buffer) throws(SealFailure) in
             try seal(buffer, innerLength: innerLength, to: peer, now: now)
@@ -455,73 +390,35 @@ public struct ServerCore: Sendable {
     /// Call about once a second: forgets sessions three reject-times old (wiping their keys, as
     /// WireGuard does) and idle rate-limit state.
     public mutating func tick(now: Instant) {
-        let forgetAfter = sessionLimits.rejectAfterTime * 3
-        for slot in peers.indices {
-            for index in peers[slot].forget(olderThan: forgetAfter, now: now) { indices[index] = nil }
-            // A peer with no session left is no longer reached here.
-            if peers[slot].endpoint != nil, peers[slot].current == nil, peers[slot].next == nil, peers[slot].previous == nil {
-                (peers[slot].endpoint, peers[slot].endpointLocal) = (nil, nil)
-                noteLive(PeerID(index: slot), false)
-            }
-        }
+        sessions.tick(now: now)
         handshakesBySource.prune(now: now)
         passwordChecksBySource.prune(now: now)
         passwordChecksByAccount.prune(now: now)
         passwordChecksByNetwork.prune(now: now)
-        hintsBySource.prune(now: now)
     }
 
     /// Sessions held, counting unconfirmed and previous ones.
-    public var sessionCount: Int { indices.count }
+    public var sessionCount: Int { sessions.sessionCount }
 
     /// Peers that became reachable here (their first authenticated packet) or stopped being so
     /// (closed, or every session forgotten) since the last call, in order: for the routes that
     /// send their inner addresses to this server.
-    public mutating func takeLiveChanges() -> [(peer: PeerID, live: Bool)] {
-        guard !liveChanges.isEmpty else { return [] }
-        defer { liveChanges.removeAll(keepingCapacity: true) }
-        return liveChanges
-    }
+    public func takeLiveChanges() -> [(peer: PeerID, live: Bool)] { sessions.takeLiveChanges() }
 
     /// Peers reachable here now: an authenticated packet came on a session they still hold.
-    public var livePeers: [PeerID] { peers.indices.filter { peers[$0].endpoint != nil }.map { PeerID(index: $0) } }
+    public var livePeers: [PeerID] { sessions.livePeers }
     /// How many peers are reachable here now, without walking every user.
-    public private(set) var livePeerCount = 0
-
-    /// A peer became reachable here, or stopped being so.
-    private mutating func noteLive(_ peer: PeerID, _ live: Bool) {
-        liveChanges.append((peer, live))
-        livePeerCount += live ? 1 : -1
-    }
+    public var livePeerCount: Int { sessions.livePeerCount }
 
     /// "This server is being taken down" for every peer reachable here, sealed on its session:
     /// only the server can say it (see docs/PROTOCOL.md, "Draining").
-    public mutating func drainMessages(now: Instant) -> [(datagram: [UInt8], to: SocketAddress, from: IPAddress?)] {
-        let message = Control.encode(kind: Control.drain, id: 0, sentAt: now)
-        return peers.indices.compactMap { slot in
-            guard let endpoint = peers[slot].endpoint,
-                  let datagram = try? peers[slot].current?.seal(message: message, now: now, limits: sessionLimits)
-            else { return nil }
-            return (datagram, endpoint, peers[slot].endpointLocal)
-        }
+    public func drainMessages(now: Instant) -> [(datagram: [UInt8], to: SocketAddress, from: IPAddress?)] {
+        sessions.drainMessages(now: now)
     }
 
     private mutating func drop(_ reason: DropReason) -> ServerEvent {
         drops.count(reason)
         return .dropped(reason)
-    }
-
-    /// Forgets the index of a session pushed out; its keys are wiped when it goes.
-    private mutating func retire(_ session: TransportSession?) {
-        if let session { indices[session.localIndex] = nil }
-    }
-
-    /// A random receiver index that no session uses (zero is reserved for rejections).
-    private func freshIndex() -> UInt32 {
-        while true {
-            let index = Primitives.randomUInt32()
-            if index != 0, indices[index] == nil { return index }
-        }
     }
 }
 
@@ -635,73 +532,3 @@ public struct PasswordCheck: Equatable, Sendable {
         a.peer == b.peer && a.initiation.ephemeral == b.initiation.ephemeral
     }
 }
-
-/// What the server keeps per user.
-struct PeerState {
-    enum Slot { case current, next, previous }
-
-    /// The user's inner addresses: the only sources their packets may carry.
-    let addresses: [IPAddress]
-    var endpoint: SocketAddress?
-    /// The server's address the endpoint sends to.
-    var endpointLocal: IPAddress?
-    var current: TransportSession?
-    var next: TransportSession?
-    var previous: TransportSession?
-    /// The greatest initiation timestamp accepted: older or equal ones are replays.
-    var lastTimestamp: TAI64N?
-    /// The keyed hash of the last password that passed Argon2id for this peer.
-    var passwordProof: [UInt8]?
-
-    init(addresses: [IPAddress]) { self.addresses = addresses }
-
-    /// Opens a data packet on whichever session has `index`; nil when none has.
-    mutating func open(
-        _ datagram: UnsafeMutableRawBufferPointer, index: UInt32, now: Instant, limits: SessionLimits
-    ) -> (Result<TransportSession.Opened, DropReason>, Slot)? {
-        if current?.localIndex == index, let result = current?.open(datagram, now: now, limits: limits) {
-            return (result, .current)
-        }
-        if next?.localIndex == index, let result = next?.open(datagram, now: now, limits: limits) {
-            return (result, .next)
-        }
-        if previous?.localIndex == index, let result = previous?.open(datagram, now: now, limits: limits) {
-            return (result, .previous)
-        }
-        return nil
-    }
-
-    /// The client used the newest session: it becomes current. Returns the session pushed out.
-    mutating func promote() -> TransportSession? {
-        let retired = previous
-        previous = current
-        current = next
-        next = nil
-        return retired
-    }
-
-    /// Drops the sessions in use and before (the client closed); returns their indices. A
-    /// `next` session stays: it comes from a handshake newer than the close, which a client
-    /// started since (a restart whose handshake overtook its old process's goodbye).
-    mutating func forgetEstablished() -> [UInt32] {
-        defer { (current, previous) = (nil, nil) }
-        return [current, previous].compactMap { $0?.localIndex }
-    }
-
-    /// Drops sessions established longer than `age` ago; returns their indices.
-    mutating func forget(olderThan age: Duration, now: Instant) -> [UInt32] {
-        var forgotten: [UInt32] = []
-        func check(_ session: inout TransportSession?) {
-            if let s = session, now - s.established >= age {
-                forgotten.append(s.localIndex)
-                session = nil
-            }
-        }
-        check(&current)
-        check(&next)
-        check(&previous)
-        return forgotten
-    }
-}
-
-

@@ -1,4 +1,6 @@
 import PathMonitor
+import Synchronization
+
 /// When a session should be replaced and when it must stop, as WireGuard sets them
 /// (whitepaper §6.1); tests shrink them to reach the edges.
 public struct SessionLimits: Equatable, Sendable {
@@ -35,9 +37,14 @@ public enum SealFailure: Error, Equatable, Sendable {
     case badLength
 }
 
-/// One direction pair of keys after a handshake, with the counters and replay window that
-/// keep its nonces unique and its packets fresh.
-struct TransportSession {
+/// One direction pair of keys after a handshake, with the counter and replay window that keep
+/// its nonces unique and its packets fresh.
+///
+/// Shared by the threads that send and receive on it, without a lock around the cryptography
+/// (as wireguard-go's keypairs are): sending takes its counter with one atomic add, receiving
+/// checks the replay window, opens the packet unlocked, and then records its counter under the
+/// window's own lock, where a copy that raced it in is found out.
+final class TransportSession: Sendable {
     /// The index this side chose: peers put it in the packets they send us.
     let localIndex: UInt32
     /// The index the other side chose: we put it in the packets we send.
@@ -45,8 +52,8 @@ struct TransportSession {
     let keys: TransportKeys
     /// When the handshake completed, on this side's clock.
     let established: Instant
-    private(set) var sendCounter: UInt64 = 0
-    private(set) var window = ReplayWindow()
+    private let nextCounter = Atomic<UInt64>(0)
+    private let window = Mutex(ReplayWindow())
 
     init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, established: Instant) {
         self.localIndex = localIndex
@@ -54,6 +61,9 @@ struct TransportSession {
         self.keys = keys
         self.established = established
     }
+
+    /// Messages sealed so far.
+    var sendCounter: UInt64 { nextCounter.load(ordering: .relaxed) }
 
     func isExpired(now: Instant, limits: SessionLimits) -> Bool {
         now - established >= limits.rejectAfterTime
@@ -65,7 +75,7 @@ struct TransportSession {
 
     /// Seals in place: `buffer` holds `DataPacket.headroom` spare bytes, `innerLength` bytes of
     /// inner packet, then `DataPacket.tailroom` spare bytes. Returns the datagram's length.
-    mutating func seal(
+    func seal(
         _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant, limits: SessionLimits
     ) throws(SealFailure) -> Int {
         guard innerLength >= 0, innerLength <= DataPacket.maxInnerLength,
@@ -74,8 +84,9 @@ struct TransportSession {
         guard sendCounter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {
             throw .sessionExpired
         }
-        let counter = sendCounter
-        sendCounter += 1
+        // Each counter is taken once, whichever thread takes it; past the limit nothing is sent.
+        let counter = nextCounter.wrappingAdd(1, ordering: .relaxed).oldValue
+        guard counter < limits.rejectAfterMessages else { throw .sessionExpired }
         let header = UInt32(Wire.version) | UInt32(MessageType.data.rawValue) << 8  // version, type, 0, 0
         buffer.storeBytes(of: header.littleEndian, toByteOffset: 0, as: UInt32.self)
         buffer.storeBytes(of: remoteIndex.littleEndian, toByteOffset: DataPacket.receiverOffset, as: UInt32.self)
@@ -90,7 +101,7 @@ struct TransportSession {
     }
 
     /// Seals a whole message (a keepalive or control message) into a new datagram.
-    mutating func seal(message: [UInt8], now: Instant, limits: SessionLimits) throws(SealFailure) -> [UInt8] {
+    func seal(message: [UInt8], now: Instant, limits: SessionLimits) throws(SealFailure) -> [UInt8] {
         var datagram = DataPacket.frame(message)
         let count = message.count
         _ = try datagram.withMutableBytes { (buffer) throws(SealFailure) in
@@ -110,14 +121,15 @@ struct TransportSession {
 
     /// Opens a data packet in place, after the caller matched its receiver index to this session.
     /// Nothing changes unless the packet authenticates and is fresh.
-    mutating func open(
+    func open(
         _ datagram: UnsafeMutableRawBufferPointer, now: Instant, limits: SessionLimits
     ) -> Result<Opened, DropReason> {
         let counter = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt64.self, at: DataPacket.counterOffset)
         guard counter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {
             return .failure(.sessionExpired)
         }
-        guard window.check(counter) else { return .failure(.replayed) }
+        // Obvious replays skip the AEAD.
+        guard window.withLock({ $0.check(counter) }) else { return .failure(.replayed) }
         let end = datagram.count - DataPacket.tailroom
         let authentic = Primitives.openInPlace(
             key: keys.receive, counter: counter,
@@ -125,8 +137,12 @@ struct TransportSession {
             text: UnsafeMutableRawBufferPointer(rebasing: datagram[DataPacket.headroom..<end]),
             tag: UnsafeRawPointer(datagram.baseAddress! + end))
         guard authentic else { return .failure(.decryptFailed) }
-        let isNewest = counter >= window.next
-        _ = window.accept(counter)
+        // Checked again where it is recorded: a copy opened on another thread meanwhile loses.
+        let (fresh, isNewest) = window.withLock { window in
+            let isNewest = counter >= window.next
+            return (window.accept(counter), isNewest)
+        }
+        guard fresh else { return .failure(.replayed) }
         return .success(Opened(range: DataPacket.headroom..<end, isNewest: isNewest))
     }
 }

@@ -1,0 +1,337 @@
+public import PathMonitor
+import Synchronization
+
+/// The sessions a server holds, shared by its data threads with no lock that all of them take:
+/// each peer's state has a lock of its own, held for a few loads and stores and never around
+/// the cryptography (a `TransportSession` synchronises itself), and receiver indices are found
+/// in one of 64 shards. Two clients' packets never wait for each other; one client's two
+/// directions wait only for the other's few stores.
+///
+/// The handshake steps of `ServerCore` install sessions here; `ServerCore.receive` and
+/// `ServerCore.seal` reach the same methods, so tests of the core cover this path.
+public final class SessionTable: Sendable {
+    let users: UserDatabase
+    let limits: SessionLimits
+    private let peers: [PeerCell]
+    private let shards: [IndexShard]
+    private let hintBudget: Mutex<HintBudget>
+    private let liveChanges = Mutex<[(peer: PeerID, live: Bool)]>([])
+    private let changed = Atomic<Bool>(false)
+    private let live = Atomic<Int>(0)
+    private let sessions = Atomic<Int>(0)
+    private static let shardCount = 64
+
+    init(users: UserDatabase, limits: SessionLimits, serverLimits: ServerLimits) {
+        self.users = users
+        self.limits = limits
+        peers = users.users.map { PeerCell(addresses: $0.addresses) }
+        shards = (0..<Self.shardCount).map { _ in IndexShard() }
+        hintBudget = Mutex(HintBudget(serverLimits))
+    }
+
+    // MARK: Receiving
+
+    /// Opens a data packet in place and says what it was; drops are counted in `drops`, which
+    /// belong to the calling thread.
+    func receive(
+        _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant,
+        drops: inout DropCounters
+    ) -> ServerEvent {
+        func drop(_ reason: DropReason) -> ServerEvent {
+            drops.count(reason)
+            return .dropped(reason)
+        }
+        let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
+        guard let slot = shard(index).slot(of: index),
+              let (session, which) = peers[slot].state.withLock({ $0.session(index) })
+        else { return sessionUnknown(index, from: source, now: now, drops: &drops) }
+        let peer = PeerID(index: slot)
+        let opened: TransportSession.Opened
+        switch session.open(datagram, now: now, limits: limits) {
+        case .failure(let reason): return drop(reason)
+        case .success(let result): opened = result
+        }
+        // Promotion, and the endpoint's move on a roam: only a fresh, authenticated packet on the
+        // session in use, and only the newest one, may move it (see docs/PROTOCOL.md, "Roaming").
+        // Skipped when the session went while the packet was opened (closed, or forgotten).
+        if which != .previous {
+            let (retired, cameAlive) = peers[slot].state.withLock { state -> (TransportSession?, Bool) in
+                var retired: TransportSession?
+                if which == .next, state.next === session { retired = state.promote() }
+                guard opened.isNewest, state.current === session else { return (retired, false) }
+                let cameAlive = state.endpoint == nil
+                (state.endpoint, state.endpointLocal) = (source, local)
+                return (retired, cameAlive)
+            }
+            if let retired { forget(retired.localIndex) }
+            if cameAlive { noteLive(peer, true) }
+        }
+        let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
+        switch InnerContent(plaintext) {
+        case .keepalive:
+            return .keepalive(from: peer)
+        case .packet(let inner):
+            guard peers[slot].addresses.contains(inner) else { return drop(.wrongInnerSource) }
+            return .packet(from: peer, range: opened.range)
+        case .probe(let id, let sentAt):
+            let echo = Control.encode(kind: Control.echo, id: id, sentAt: sentAt)
+            guard let current = peers[slot].state.withLock({ $0.current }),
+                  let datagram = try? current.seal(message: echo, now: now, limits: limits)
+            else { return drop(.sessionExpired) }
+            return .echo(peer: peer, datagram: datagram, to: source)
+        case .close:
+            // Only on the session in use: a close that lingered in the network from before the
+            // client's newest handshake must not end the session it made since.
+            guard which != .previous else { return drop(.unexpected) }
+            let (forgotten, wasLive) = peers[slot].state.withLock { state in
+                let wasLive = state.endpoint != nil
+                (state.endpoint, state.endpointLocal) = (nil, nil)
+                return (state.forgetEstablished(), wasLive)
+            }
+            for index in forgotten { forget(index) }
+            if wasLive { noteLive(peer, false) }
+            return .closed(peer: peer)
+        case .echo, .drain:
+            return drop(.unexpected)
+        case .malformed:
+            return drop(.malformed)
+        }
+    }
+
+    private func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Instant, drops: inout DropCounters) -> ServerEvent {
+        drops.count(.unknownSession)
+        guard hintBudget.withLock({ $0.allow(source.ip, now: now) }) else { return .dropped(.unknownSession) }
+        return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
+    }
+
+    // MARK: Sending
+
+    /// Seals an inner packet for `peer` in place: `buffer` holds `DataPacket.headroom` spare
+    /// bytes, `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes.
+    func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Instant) throws(SealFailure) -> SealedDatagram {
+        guard peers.indices.contains(peer.index) else { throw .noSession }
+        let (session, endpoint, local) = peers[peer.index].state.withLock { ($0.current, $0.endpoint, $0.endpointLocal) }
+        guard let session, let endpoint else { throw .noSession }
+        let length = try session.seal(buffer, innerLength: innerLength, now: now, limits: limits)
+        return SealedDatagram(length: length, destination: endpoint, source: local)
+    }
+
+    /// Seals an inner packet for whoever owns its destination address.
+    public func seal(
+        _ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, toInner destination: IPAddress, now: Instant
+    ) throws(SealFailure) -> SealedDatagram {
+        guard let peer = users.peer(owning: destination) else { throw .noSession }
+        return try seal(buffer, innerLength: innerLength, to: peer, now: now)
+    }
+
+    /// Where `peer` was last heard from with an authenticated packet.
+    func endpoint(of peer: PeerID) -> SocketAddress? {
+        peers.indices.contains(peer.index) ? peers[peer.index].state.withLock { $0.endpoint } : nil
+    }
+
+    // MARK: Installing
+
+    /// Reads or changes one peer's state under its lock; for the handshake steps.
+    func withPeer<R>(_ peer: PeerID, _ body: (inout PeerState) -> R) -> R {
+        peers[peer.index].state.withLock { body(&$0) }
+    }
+
+    /// Installs a session from a new handshake as `peer`'s next one, under a fresh receiver
+    /// index; the unconfirmed one it replaces goes.
+    func install(_ peer: PeerID, remoteIndex: UInt32, keys: TransportKeys, now: Instant) -> UInt32 {
+        let index = claimIndex(for: peer.index)
+        let session = TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, established: now)
+        let replaced = peers[peer.index].state.withLock { state in
+            defer { state.next = session }
+            return state.next
+        }
+        if let replaced { forget(replaced.localIndex) }
+        return index
+    }
+
+    /// A random receiver index that no session uses (zero is reserved for rejections), taken for `slot`.
+    private func claimIndex(for slot: Int) -> UInt32 {
+        while true {
+            let index = Primitives.randomUInt32()
+            if index != 0, shard(index).claim(index, for: slot) {
+                sessions.add(1, ordering: .relaxed)
+                return index
+            }
+        }
+    }
+
+    private func forget(_ index: UInt32) {
+        if shard(index).remove(index) { sessions.subtract(1, ordering: .relaxed) }
+    }
+
+    private func shard(_ index: UInt32) -> IndexShard { shards[Int(index % UInt32(Self.shardCount))] }
+
+    // MARK: Upkeep
+
+    /// Forgets sessions three reject-times old (wiping their keys, as WireGuard does) and idle
+    /// hint budgets. Takes each peer's lock in turn, never all at once.
+    func tick(now: Instant) {
+        let forgetAfter = limits.rejectAfterTime * 3
+        for slot in peers.indices {
+            let (forgotten, left) = peers[slot].state.withLock { state in
+                let forgotten = state.forget(olderThan: forgetAfter, now: now)
+                // A peer with no session left is no longer reached here.
+                guard state.endpoint != nil, state.current == nil, state.next == nil, state.previous == nil else {
+                    return (forgotten, false)
+                }
+                (state.endpoint, state.endpointLocal) = (nil, nil)
+                return (forgotten, true)
+            }
+            for index in forgotten { forget(index) }
+            if left { noteLive(PeerID(index: slot), false) }
+        }
+        hintBudget.withLock { $0.prune(now: now) }
+    }
+
+    /// Sessions held, counting unconfirmed and previous ones.
+    public var sessionCount: Int { sessions.load(ordering: .relaxed) }
+
+    /// How many peers are reachable here now, without walking every user.
+    public var livePeerCount: Int { live.load(ordering: .relaxed) }
+
+    /// Peers reachable here now: an authenticated packet came on a session they still hold.
+    var livePeers: [PeerID] {
+        peers.indices.filter { slot in peers[slot].state.withLock { $0.endpoint != nil } }.map { PeerID(index: $0) }
+    }
+
+    /// True when `takeLiveChanges()` has something: one atomic load, for the data threads.
+    public var hasLiveChanges: Bool { changed.load(ordering: .acquiring) }
+
+    /// See `ServerCore.takeLiveChanges()`.
+    public func takeLiveChanges() -> [(peer: PeerID, live: Bool)] {
+        liveChanges.withLock { changes in
+            changed.store(false, ordering: .releasing)
+            defer { changes.removeAll(keepingCapacity: true) }
+            return changes
+        }
+    }
+
+    private func noteLive(_ peer: PeerID, _ isLive: Bool) {
+        liveChanges.withLock { changes in
+            changes.append((peer, isLive))
+            changed.store(true, ordering: .releasing)
+        }
+        live.add(isLive ? 1 : -1, ordering: .relaxed)
+    }
+
+    /// "This server is being taken down" for every peer reachable here, sealed on its session.
+    func drainMessages(now: Instant) -> [(datagram: [UInt8], to: SocketAddress, from: IPAddress?)] {
+        let message = Control.encode(kind: Control.drain, id: 0, sentAt: now)
+        return peers.compactMap { cell in
+            let (session, endpoint, local) = cell.state.withLock { ($0.current, $0.endpoint, $0.endpointLocal) }
+            guard let endpoint, let datagram = try? session?.seal(message: message, now: now, limits: limits) else { return nil }
+            return (datagram, endpoint, local)
+        }
+    }
+}
+
+/// One peer's state and its lock.
+private final class PeerCell: Sendable {
+    /// The user's inner addresses: the only sources their packets may carry.
+    let addresses: [IPAddress]
+    let state = Mutex(PeerState())
+
+    init(addresses: [IPAddress]) { self.addresses = addresses }
+}
+
+/// Receiver indices of one shard, to their peer's slot.
+private final class IndexShard: Sendable {
+    private let slots = Mutex<[UInt32: Int]>([:])
+
+    func slot(of index: UInt32) -> Int? { slots.withLock { $0[index] } }
+
+    /// False when the index is taken.
+    func claim(_ index: UInt32, for slot: Int) -> Bool {
+        slots.withLock { slots in
+            guard slots[index] == nil else { return false }
+            slots[index] = slot
+            return true
+        }
+    }
+
+    /// False when it was not there.
+    func remove(_ index: UInt32) -> Bool { slots.withLock { $0.removeValue(forKey: index) != nil } }
+}
+
+/// How many "session unknown" hints go out: per source and in all, so a flood of made-up
+/// receiver indices cannot turn the server into a reflector.
+private struct HintBudget {
+    private var bySource: SourceRateLimiter
+    private var all: TokenBucket
+
+    init(_ limits: ServerLimits) {
+        bySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
+        all = TokenBucket(limits.hints)
+    }
+
+    mutating func allow(_ source: IPAddress, now: Instant) -> Bool {
+        bySource.allow(source, now: now) && all.take(now: now)
+    }
+
+    mutating func prune(now: Instant) { bySource.prune(now: now) }
+}
+
+/// What the server keeps per user, under the user's lock.
+///
+/// Up to three sessions: `current` (used to send), `next` (from the newest handshake, promoted
+/// when the client first uses it: only then does the server know the client holds the keys) and
+/// `previous` (still accepted, for packets that were in flight during a rekey).
+struct PeerState {
+    enum Slot { case current, next, previous }
+
+    var endpoint: SocketAddress?
+    /// The server's address the endpoint sends to.
+    var endpointLocal: IPAddress?
+    var current: TransportSession?
+    var next: TransportSession?
+    var previous: TransportSession?
+    /// The greatest initiation timestamp accepted: older or equal ones are replays.
+    var lastTimestamp: TAI64N?
+    /// The keyed hash of the last password that passed Argon2id for this peer.
+    var passwordProof: [UInt8]?
+
+    /// The session with receiver index `index`, and which one it is.
+    func session(_ index: UInt32) -> (TransportSession, Slot)? {
+        if let current, current.localIndex == index { return (current, .current) }
+        if let next, next.localIndex == index { return (next, .next) }
+        if let previous, previous.localIndex == index { return (previous, .previous) }
+        return nil
+    }
+
+    /// The client used the newest session: it becomes current. Returns the session pushed out.
+    mutating func promote() -> TransportSession? {
+        let retired = previous
+        previous = current
+        current = next
+        next = nil
+        return retired
+    }
+
+    /// Drops the sessions in use and before (the client closed); returns their indices. A
+    /// `next` session stays: it comes from a handshake newer than the close, which a client
+    /// started since (a restart whose handshake overtook its old process's goodbye).
+    mutating func forgetEstablished() -> [UInt32] {
+        defer { (current, previous) = (nil, nil) }
+        return [current, previous].compactMap { $0?.localIndex }
+    }
+
+    /// Drops sessions established longer than `age` ago; returns their indices.
+    mutating func forget(olderThan age: Duration, now: Instant) -> [UInt32] {
+        var forgotten: [UInt32] = []
+        func check(_ session: inout TransportSession?) {
+            if let s = session, now - s.established >= age {
+                forgotten.append(s.localIndex)
+                session = nil
+            }
+        }
+        check(&current)
+        check(&next)
+        check(&previous)
+        return forgotten
+    }
+}
