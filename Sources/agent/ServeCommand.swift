@@ -43,23 +43,24 @@ struct ServeCommand: ParsableCommand {
         let core: ServerCore
         do { core = try ServerCore(privateKey: key, users: settings.users, dns: settings.dns) } catch { throw AgentError("\(error)") }
         let tun: TunDevice
-        var sockets: [UDPSocket] = []
+        var workers: [[UDPSocket]]
         do {
             tun = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: settings.tunnel.addresses,
-                                offload: settings.tunnel.offload)
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v4(0), port: settings.listenPort), reportsDestination: true,
-                                         joinsReceived: true))
+                                offload: settings.tunnel.offload, queues: settings.workers)
+            workers = try UDPSocket.listening(on: SocketAddress(.v4(0), port: settings.listenPort), count: settings.workers,
+                                              reportsDestination: true, joinsReceived: true).map { [$0] }
         } catch {
             throw AgentError("\(error)")
         }
         do {
-            sockets.append(try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: settings.listenPort), reportsDestination: true,
-                                         joinsReceived: true))
+            let v6 = try UDPSocket.listening(on: SocketAddress(.v6(0, 0), port: settings.listenPort), count: settings.workers,
+                                             reportsDestination: true, joinsReceived: true)
+            for (i, socket) in v6.enumerated() { workers[i].append(socket) }
         } catch {
             // A host without IPv6 still serves IPv4 clients.
             log("warning", "no IPv6 listening socket", ["error": "\(error)"])
         }
-        let server = TunnelServer(core: core, device: tun, sockets: sockets, publishesRoutes: true) { message in log("info", message) }
+        let server = TunnelServer(core: core, device: tun, workers: workers, publishesRoutes: true) { message in log("info", message) }
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
         /// Tells every session to move, then stops when none is left or `period` ends; false when
@@ -116,6 +117,7 @@ struct ServeCommand: ParsableCommand {
             }
         }
         log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name, "offload": tun.offload.description,
+                                "workers": "\(server.workers.count)",
                                 "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
                                 "public_key": key.publicKey.base64])
         SystemdNotifier().notify("READY=1")

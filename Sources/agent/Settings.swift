@@ -80,6 +80,12 @@ struct ServerSettings {
     /// On SIGTERM, how long sessions get to move to another server before the server stops;
     /// zero stops at once.
     var drainPeriod: Duration = .zero
+    /// Data-plane workers, each with a queue of the TUN device and a socket per family: one
+    /// per core by default, at most `maxWorkers`.
+    var workers = ServerSettings.defaultWorkers
+
+    static let maxWorkers = 64
+    static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }
 }
 
 extension YAMLReader {
@@ -180,7 +186,7 @@ extension YAMLReader {
 
     func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
-            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period",
+            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers",
         ])
         let usersNode = try f.required("users")
         let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
@@ -201,6 +207,7 @@ extension YAMLReader {
             guard period <= .seconds(3600) else { throw fail(node, "'drain-period' is 0 (off) to 1h, e.g. 30s") }
             settings.drainPeriod = period
         }
+        if let node = f.optional("workers") { settings.workers = try int(node, 1...ServerSettings.maxWorkers) }
         return settings
     }
 

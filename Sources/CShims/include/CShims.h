@@ -34,24 +34,22 @@ static inline int prctl_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0,
 #include <linux/if_tun.h>
 
 /// Makes `fd` (an open /dev/net/tun) a layer-3 TUN device named exactly `name`, without the
-/// packet-information prefix: `TUNSETIFF` with `IFF_TUN | IFF_NO_PI | IFF_TUN_EXCL`, so an
-/// existing interface of that name is an error (EBUSY) instead of being attached to. The
-/// request is a `struct ifreq`, spelled out because <net/if.h> and <linux/if.h> collide.
-static inline int CShims_tun_set_iff(int fd, const char *name) {
+/// packet-information prefix: `TUNSETIFF` with `IFF_TUN | IFF_NO_PI`. With `vnet`, every read
+/// and write starts with a `virtio_net_hdr` (`IFF_VNET_HDR`), the way for the kernel to hand
+/// over and take back offloaded packets. With `multiqueue`, the device has a queue per
+/// descriptor attached to it (`IFF_MULTI_QUEUE`). With `exclusive` (`IFF_TUN_EXCL`), an existing
+/// interface of that name is an error (EBUSY) instead of being attached to; further queues of a
+/// multi-queue device attach without it. The request is a `struct ifreq`, spelled out because
+/// <net/if.h> and <linux/if.h> collide.
+static inline int CShims_tun_set_iff(int fd, const char *name, int vnet, int multiqueue, int exclusive) {
     struct { char name[16]; short flags; char pad[22]; } request;
     memset(&request, 0, sizeof request);
     strncpy(request.name, name, sizeof request.name - 1);
-    request.flags = (short)(IFF_TUN | IFF_NO_PI | IFF_TUN_EXCL);  // 0x9001: the top bit is a flag
-    return ioctl(fd, TUNSETIFF, &request);
-}
-
-/// `CShims_tun_set_iff` with `IFF_VNET_HDR` as well: every read and write starts with a
-/// `virtio_net_hdr`, the way for the kernel to hand over and take back offloaded packets.
-static inline int CShims_tun_set_iff_vnet(int fd, const char *name) {
-    struct { char name[16]; short flags; char pad[22]; } request;
-    memset(&request, 0, sizeof request);
-    strncpy(request.name, name, sizeof request.name - 1);
-    request.flags = (short)(IFF_TUN | IFF_NO_PI | IFF_TUN_EXCL | IFF_VNET_HDR);
+    int flags = IFF_TUN | IFF_NO_PI;  // IFF_TUN_EXCL is 0x8000: the top bit of a short
+    if (vnet) flags |= IFF_VNET_HDR;
+    if (multiqueue) flags |= IFF_MULTI_QUEUE;
+    if (exclusive) flags |= IFF_TUN_EXCL;
+    request.flags = (short)flags;
     return ioctl(fd, TUNSETIFF, &request);
 }
 

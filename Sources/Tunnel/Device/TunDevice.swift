@@ -18,8 +18,11 @@ public final class TunDevice: Sendable {
     /// The inner addresses, with their subnets: those asked for, less IPv6 ones on a host
     /// where IPv6 is disabled.
     public let addresses: [Prefix]
-    /// The descriptor, for `pollReadable`.
-    public let fileDescriptor: Int32
+    /// The descriptor of the first queue, for `pollReadable`.
+    public var fileDescriptor: Int32 { queues[0] }
+    /// One descriptor per queue: the kernel hands each flow's packets to one of them, so as many
+    /// threads as queues read (and write) the device without waiting for each other.
+    public let queues: [Int32]
     /// What the kernel hands over: whole segments, or super-packets for the agent to cut.
     public let offload: OffloadState
     /// Whether every read and write starts with a `virtio_net_hdr` (`IFF_VNET_HDR`): read through
@@ -45,9 +48,10 @@ public final class TunDevice: Sendable {
         }
     }
     /// Creates interface `name` (it must not exist yet), sets its MTU, brings it up and adds
-    /// `addresses`. With `namespace`, the interface lives there.
+    /// `addresses`. With `namespace`, the interface lives there. With more than one queue, the
+    /// device is multi-queue (`IFF_MULTI_QUEUE`).
     public init(name: String, mtu: Int, addresses: [Prefix], namespace: NetworkNamespace? = nil,
-                offload: Bool = false) throws(DeviceError) {
+                offload: Bool = false, queues queueCount: Int = 1) throws(DeviceError) {
         let operation = "create TUN interface '\(name)'"
         try checkInterfaceName(name, operation)
         let minimum = addresses.contains { $0.address.family == .v6 } ? 1280 : 576
@@ -56,13 +60,18 @@ public final class TunDevice: Sendable {
                               help: "the MTU must be \(minimum) to 65535\(minimum == 1280 ? " with an IPv6 address" : "")")
         }
         var added: [Prefix] = []
-        let (fd, netlink, opened) = try inNamespace(namespace) { () throws(DeviceError) -> (Int32, NetlinkSocket, Opened) in
-            let (fd, opened) = try Self.open(name, offload: offload)
-            do throws(NetlinkError) {
-                return (fd, try NetlinkSocket(), opened)
+        guard (1...Self.maxQueues).contains(queueCount) else {
+            throw DeviceError("\(operation) with \(queueCount) queues", EINVAL, help: "a device has 1 to \(Self.maxQueues) queues")
+        }
+        let (fds, netlink, opened) = try inNamespace(namespace) { () throws(DeviceError) -> ([Int32], NetlinkSocket, Opened) in
+            let (fd, opened) = try Self.open(name, offload: offload, multiqueue: queueCount > 1)
+            var fds = [fd]
+            do throws(DeviceError) {
+                for _ in 1..<queueCount { fds.append(try Self.attachQueue(name, like: opened)) }
+                return (fds, try Self.netlink { () throws(NetlinkError) in try NetlinkSocket() }, opened)
             } catch {
-                Glibc.close(fd)
-                throw DeviceError(error)
+                for fd in fds { Glibc.close(fd) }
+                throw error
             }
         }
         do throws(DeviceError) {
@@ -90,13 +99,13 @@ public final class TunDevice: Sendable {
             }
             index = link.index
         } catch {
-            Glibc.close(fd)  // deletes the half-configured interface
+            for fd in fds { Glibc.close(fd) }  // deletes the half-configured interface
             throw error
         }
         self.name = name
         self.mtu = mtu
         self.addresses = added
-        fileDescriptor = fd
+        queues = fds
         self.offload = opened.offload
         hasVirtioHeader = opened.hasVirtioHeader
     }
@@ -104,7 +113,10 @@ public final class TunDevice: Sendable {
     /// What opening the device gave: its offloads, and whether reads and writes carry a header.
     private typealias Opened = (offload: OffloadState, hasVirtioHeader: Bool)
 
-    deinit { close(fileDescriptor) }
+    /// Queues a device may have: the kernel's limit is 256; a thread each beyond a few dozen buys nothing.
+    public static let maxQueues = 64
+
+    deinit { for fd in queues { close(fd) } }
 
     /// Checks that TUN devices can be made here (the driver is loaded and its device node is
     /// there), so a daemon can refuse to start before it touches anything.
@@ -124,12 +136,13 @@ public final class TunDevice: Sendable {
 
     /// Opens /dev/net/tun and attaches a new TUN interface `name` to it; with `offload`, with a
     /// virtio header and TCP segmentation if the kernel has them.
-    private static func open(_ name: String, offload: Bool) throws(DeviceError) -> (Int32, Opened) {
+    private static func open(_ name: String, offload: Bool, multiqueue: Bool) throws(DeviceError) -> (Int32, Opened) {
         let fd = try openDriver()
         var state = OffloadState.off
+        let queues: Int32 = multiqueue ? 1 : 0
         do {
             if offload {
-                if CShims_tun_set_iff_vnet(fd, name) == 0 {
+                if CShims_tun_set_iff(fd, name, 1, queues, 1) == 0 {
                     let tso = CSHIMS_TUN_F_CSUM | CSHIMS_TUN_F_TSO4 | CSHIMS_TUN_F_TSO6 | CSHIMS_TUN_F_TSO_ECN
                     if CShims_tun_set_offload(fd, tso) == 0 { return (fd, (.tso, true)) }
                     // A header with nothing offloaded: every read one finished packet.
@@ -140,7 +153,7 @@ public final class TunDevice: Sendable {
                 // EBUSY (the name is taken) is reported by the plain attempt below.
                 if errno != EBUSY { state = .unavailable("no virtio header") }
             }
-            try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name) }
+            try kernel("create TUN interface '\(name)'") { CShims_tun_set_iff(fd, name, 0, queues, 1) }
         } catch where error.code == EBUSY {
             Glibc.close(fd)
             throw DeviceError(error.operation, error.code,
@@ -150,6 +163,21 @@ public final class TunDevice: Sendable {
             throw error
         }
         return (fd, (state, false))
+    }
+
+    /// Opens one more queue of the multi-queue device `name`, with the flags its first one has
+    /// (the kernel applies a queue's flags to the whole device).
+    private static func attachQueue(_ name: String, like first: Opened) throws(DeviceError) -> Int32 {
+        let fd = try openDriver()
+        do {
+            try kernel("attach a queue to TUN interface '\(name)'") {
+                CShims_tun_set_iff(fd, name, first.hasVirtioHeader ? 1 : 0, 1, 0)
+            }
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        return fd
     }
 
     /// Runs netlink requests, reporting a refusal as a `DeviceError`.
@@ -162,10 +190,11 @@ public final class TunDevice: Sendable {
     /// Reads one packet into `buffer` and returns its length, or nil when none came within
     /// `timeout` (zero: do not wait; nil: wait as long as it takes). A packet longer than
     /// `buffer` is cut short.
-    public func read(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration? = .zero) throws(DeviceError) -> Int? {
+    public func read(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration? = .zero, queue: Int = 0) throws(DeviceError) -> Int? {
         precondition(!hasVirtioHeader, "a device with a virtio header is read through a TunReader")
-        return try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) in
-            try nonBlocking("read from \(name)") { Glibc.read(fileDescriptor, buffer.baseAddress, buffer.count) }
+        let fd = queues[queue]
+        return try waitingForInput(on: fd, timeout: timeout) { () throws(DeviceError) in
+            try nonBlocking("read from \(name)") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
         }
     }
 
@@ -200,13 +229,14 @@ public final class TunDevice: Sendable {
     }
 
     /// Writes one packet with its virtio header (a super-packet for the kernel to take whole);
-    /// on a device without one, the header must be empty and is left out.
+    /// on a device without one, the header must be empty and is left out. Any queue takes any
+    /// packet; a thread of its own per queue writes without waiting for the others.
     @discardableResult
-    public func write(_ packet: UnsafeRawBufferPointer, header: VirtioNetHeader) throws(DeviceError) -> Bool {
+    public func write(_ packet: UnsafeRawBufferPointer, header: VirtioNetHeader, queue: Int = 0) throws(DeviceError) -> Bool {
+        let fd = queues[queue]
         guard hasVirtioHeader else {
-            return try nonBlocking("write to \(name)") { Glibc.write(fileDescriptor, packet.baseAddress, packet.count) } != nil
+            return try nonBlocking("write to \(name)") { Glibc.write(fd, packet.baseAddress, packet.count) } != nil
         }
-        let fd = fileDescriptor
         // Header and iovecs on the stack: this runs for every packet out of the tunnel.
         let written = withUnsafeTemporaryAllocation(byteCount: VirtioNetHeader.length, alignment: 8) { head in
             header.write(to: head)
@@ -239,18 +269,27 @@ public final class TunDevice: Sendable {
 /// whole, counted; nothing is written half. One per reading thread.
 public struct TunReader {
     public let device: TunDevice
-    /// Packets dropped for their offload metadata, by cause.
+    /// The queue read.
+    public let queue: Int
+    /// Packets dropped for their offload metadata, by cause, since the counts were last reset.
     public private(set) var dropped: [OffloadDrop: Int] = [:]
-    /// Super-packets cut into segments.
+    /// Super-packets cut into segments, since the counts were last reset.
     public private(set) var superPackets = 0
     private var scratch: UnsafeMutableRawBufferPointer
     private var pending: (segmenter: Segmenter, next: Int, length: Int)?
 
-    public init(_ device: TunDevice) {
+    public init(_ device: TunDevice, queue: Int = 0) {
         self.device = device
+        self.queue = queue
         scratch = device.hasVirtioHeader
             ? .allocate(byteCount: VirtioNetHeader.length + 65_536, alignment: 16)
             : UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    }
+
+    /// Zeroes `dropped` and `superPackets`, once they are counted elsewhere.
+    mutating func resetCounts() {
+        if !dropped.isEmpty { dropped.removeAll(keepingCapacity: true) }
+        superPackets = 0
     }
 
     /// Frees the scratch buffer; the reader is not used after.
@@ -262,7 +301,7 @@ public struct TunReader {
     /// Writes the next packet into `buffer` and returns its length; nil when the device has
     /// nothing waiting.
     public mutating func read(into buffer: UnsafeMutableRawBufferPointer) throws(DeviceError) -> Int? {
-        guard device.hasVirtioHeader else { return try device.read(into: buffer, timeout: .zero) }
+        guard device.hasVirtioHeader else { return try device.read(into: buffer, timeout: .zero, queue: queue) }
         while true {
             if let (segmenter, next, length) = pending {
                 let packet = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(scratch)[VirtioNetHeader.length..<length])
@@ -270,7 +309,7 @@ public struct TunReader {
                 pending = next + 1 < segmenter.count ? (segmenter, next + 1, length) : nil
                 return written
             }
-            let fd = device.fileDescriptor
+            let fd = device.queues[queue]
             let scratch = self.scratch
             guard let length = try nonBlocking("read from \(device.name)", { Glibc.read(fd, scratch.baseAddress, scratch.count) })
             else { return nil }

@@ -28,8 +28,11 @@ public final class UDPSocket: Sendable {
     /// Opens a socket bound to `local`. With `namespace`, the socket lives there. With
     /// `reportsDestination`, every datagram received in a batch says which address it was sent
     /// to (`PacketBatch.local(at:)`): a server bound to every address answers from that one.
+    /// With `sharesPort`, further sockets with it may bind the same address (`SO_REUSEPORT`), and
+    /// the kernel spreads senders over them (see `listening(on:count:)`).
     public init(bindingTo local: SocketAddress, device: String? = nil, mark: UInt32? = nil,
-                namespace: NetworkNamespace? = nil, reportsDestination: Bool = false, joinsReceived: Bool = false) throws(DeviceError) {
+                namespace: NetworkNamespace? = nil, reportsDestination: Bool = false, joinsReceived: Bool = false,
+                sharesPort: Bool = false) throws(DeviceError) {
         let what = "UDP socket on \(local)\(device.map { " via \($0)" } ?? "")"
         var joins = false
         if let device { try checkInterfaceName(device, "bind \(what)") }
@@ -52,6 +55,7 @@ public final class UDPSocket: Sendable {
                 }
             }
             if let mark { try Self.set(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: mark), "set mark on \(what)") }
+            if sharesPort { try Self.set(fd, SOL_SOCKET, SO_REUSEPORT, 1, "share the port of \(what)") }
             // Runs of datagrams from one sender come as one buffer (a kernel without it: one each).
             joins = joinsReceived && CShims_enable_udp_gro(fd) == 0
             // A tunnel's socket carries bursts of a whole TCP window; the 208 KiB default drops a
@@ -86,6 +90,24 @@ public final class UDPSocket: Sendable {
     }
 
     deinit { close(fileDescriptor) }
+
+    /// `count` sockets bound to one address, for as many threads: the kernel hands each sender's
+    /// datagrams (by address and port) to one of them. The port must be free when they bind: a
+    /// server already listening there is an error, not a silent half of the traffic.
+    public static func listening(
+        on local: SocketAddress, count: Int, reportsDestination: Bool = false, joinsReceived: Bool = false
+    ) throws(DeviceError) -> [UDPSocket] {
+        guard count > 1 else { return [try UDPSocket(bindingTo: local, reportsDestination: reportsDestination, joinsReceived: joinsReceived)] }
+        // A socket that does not share the port binds only where no other socket is.
+        if local.port != 0 { _ = try UDPSocket(bindingTo: local) }
+        let first = try UDPSocket(bindingTo: local, reportsDestination: reportsDestination, joinsReceived: joinsReceived, sharesPort: true)
+        var sockets = [first]
+        for _ in 1..<count {
+            sockets.append(try UDPSocket(bindingTo: first.local, reportsDestination: reportsDestination, joinsReceived: joinsReceived,
+                                         sharesPort: true))
+        }
+        return sockets
+    }
 
     /// Receive and send buffer size asked for: 4 MiB.
     static let bufferSize: Int32 = 4 << 20

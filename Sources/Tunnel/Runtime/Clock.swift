@@ -33,9 +33,25 @@ public struct TrafficCounters: Sendable, Equatable {
     public var superPacketsWritten = 0
     public init() {}
 
-    /// Takes the counts a TUN reader keeps of what it cut and dropped.
-    mutating func record(_ reader: TunReader) {
-        superPackets = reader.superPackets
-        offloadDrops = reader.dropped.values.reduce(0, +)
+    /// Adds another thread's counts.
+    mutating func add(_ other: TrafficCounters) {
+        packetsIn += other.packetsIn
+        packetsOut += other.packetsOut
+        bytesIn += other.bytesIn
+        bytesOut += other.bytesOut
+        noSession += other.noSession
+        sendFailures += other.sendFailures
+        keepalivesIn += other.keepalivesIn
+        initiationsOverflowed += other.initiationsOverflowed
+        superPackets += other.superPackets
+        offloadDrops += other.offloadDrops
+        superPacketsWritten += other.superPacketsWritten
+    }
+
+    /// Takes the counts a TUN reader kept of what it cut and dropped since the last time.
+    mutating func record(_ reader: inout TunReader) {
+        superPackets += reader.superPackets
+        offloadDrops += reader.dropped.values.reduce(0, +)
+        reader.resetCounts()
     }
 }

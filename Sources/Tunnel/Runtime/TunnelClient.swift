@@ -530,7 +530,7 @@ public final class TunnelClient: Sendable {
                 $0.packetsOut += packets
                 $0.bytesOut += bytes
                 $0.noSession += unsent
-                $0.record(reader)
+                $0.record(&reader)
             }
         }
         while !batch.isFull {

@@ -2,23 +2,34 @@ import PathMonitor
 import Glibc
 import Synchronization
 
-/// The server's data plane: a TUN device, a UDP socket per address family, and the protocol
-/// core between them.
+/// The server's data plane: a TUN device, UDP sockets, and the protocol core between them,
+/// spread over workers.
 ///
-/// Three threads: datagrams in (decrypt, deliver to the TUN), TUN packets out (route by inner
-/// destination, encrypt, send to the client's current endpoint), and handshakes (the
-/// initiations the inbound thread hands over, so a burst of Diffie-Hellman or a flood of cookie
-/// replies never holds up established sessions' packets behind it in the socket). A packet from
-/// one client to another goes through the TUN and the host's kernel like any other, so the
-/// host's forwarding setting and firewall decide whether clients reach each other (see the
-/// README's server section).
-/// Argon2id password checks run on threads of their own, never on the data path.
+/// Each worker has a queue of the (multi-queue) TUN device and a socket per address family
+/// bound to the shared port (`SO_REUSEPORT`): the kernel hands each client's datagrams to one
+/// worker's socket and each inner flow's packets to one worker's queue, so the workers, two
+/// threads each, never wait for one another. A worker's inbound thread reads datagrams, opens
+/// them and writes them to its queue; its outbound thread reads its queue, seals each packet
+/// for the client owning its destination and sends it. The sessions they share synchronise per
+/// peer (`SessionTable`); each thread counts into counters of its own, summed when read.
+///
+/// Off the data threads: a handshake thread (the initiations the inbound threads hand over, so
+/// a burst of Diffie-Hellman or a flood of cookie replies never holds up established sessions'
+/// packets) and a password thread (Argon2id). The core's lock guards the handshake state only.
+/// A packet from one client to another goes through the TUN and the host's kernel like any
+/// other, so the host's forwarding setting and firewall decide whether clients reach each other
+/// (see the README's server section).
 public final class TunnelServer: Sendable {
     public let device: TunDevice
-    /// The listening sockets: one IPv4, one IPv6, or both.
-    public let sockets: [UDPSocket]
+    /// The listening sockets of each worker: one IPv4, one IPv6, or both.
+    public let workers: [[UDPSocket]]
+    /// The first worker's sockets.
+    public var sockets: [UDPSocket] { workers[0] }
+    /// Handshake state: cookies, budgets, password checks. Never taken on the data path.
     private let core: Mutex<ServerCore>
-    private let counters = Mutex(TrafficCounters())
+    private let sessions: SessionTable
+    /// Counters of the handshake and password threads (first), then of each data thread.
+    private let counters: [Counters]
     private let running = Atomic<Bool>(false)
     /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
     private let checks = Mutex<[PasswordCheck]>([])
@@ -35,8 +46,8 @@ public final class TunnelServer: Sendable {
     /// With a value, each peer reachable here has its inner addresses routed to this server's
     /// TUN device (host routes, replacing another server's), and the routes go when it leaves:
     /// several servers on one host hand sessions over without a lost packet, and a routing
-    /// daemon can announce the routes for servers on several hosts. Used by the inbound thread only.
-    private let routes: PeerRoutes?
+    /// daemon can announce the routes for servers on several hosts.
+    private let routes: Mutex<PeerRoutes?>
     /// Draining: sessions are told to move to another server; `run()` returns once none is left.
     private let draining = Atomic<Bool>(false)
     /// Refused handshakes: one line per cause per interval, never one per packet.
@@ -44,28 +55,47 @@ public final class TunnelServer: Sendable {
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
-    public init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], publishesRoutes: Bool = false,
+    /// One worker per set of sockets (each bound to the same addresses, see
+    /// `UDPSocket.listening(on:count:)`), as many as the device has queues at most.
+    public init(core: ServerCore, device: TunDevice, workers: [[UDPSocket]], publishesRoutes: Bool = false,
                 log: @escaping @Sendable (String) -> Void) {
-        routes = publishesRoutes ? PeerRoutes(device: device, log: log) : nil
+        routes = Mutex(publishesRoutes ? PeerRoutes(device: device, log: log) : nil)
+        sessions = core.sessions
         self.core = Mutex(core)
         self.device = device
-        self.sockets = sockets
+        let count = max(1, min(workers.count, device.queues.count))
+        self.workers = Array(workers.prefix(count))
+        counters = (0...(2 * count)).map { _ in Counters() }
         self.log = log
     }
 
-    /// Traffic so far.
-    public var traffic: TrafficCounters { counters.withLock { $0 } }
-    /// Drops by cause, from the protocol core.
-    public var drops: DropCounters { core.withLock { $0.drops } }
-    public var sessionCount: Int { core.withLock { $0.sessionCount } }
+    /// One worker on `sockets`.
+    public convenience init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], publishesRoutes: Bool = false,
+                            log: @escaping @Sendable (String) -> Void) {
+        self.init(core: core, device: device, workers: [sockets], publishesRoutes: publishesRoutes, log: log)
+    }
 
-    /// Runs until `stop()`: the outbound loop on a thread of its own, the inbound one here.
+    /// Traffic so far, summed over the threads.
+    public var traffic: TrafficCounters {
+        counters.reduce(into: TrafficCounters()) { sum, cell in sum.add(cell.value.withLock { $0.traffic }) }
+    }
+    /// Drops by cause: the handshakes' and every data thread's.
+    public var drops: DropCounters {
+        counters.reduce(into: core.withLock { $0.drops }) { sum, cell in sum.add(cell.value.withLock { $0.drops }) }
+    }
+    public var sessionCount: Int { sessions.sessionCount }
+
+    /// Runs until `stop()`: each worker's two threads, the handshake and password threads, and
+    /// the first worker's inbound loop here.
     public func run() {
         running.store(true, ordering: .relaxed)
+        var bodies: [(String, @Sendable () -> Void)] = [("handshake", handshakes), ("password", checkPasswords)]
+        for worker in workers.indices {
+            bodies.append(("outbound \(worker)", { self.outbound(worker) }))
+            if worker > 0 { bodies.append(("inbound \(worker)", { self.inbound(worker) })) }
+        }
         var threads: [OSThread] = []
-        for (name, body) in [("outbound", outbound), ("handshake", handshakes), ("password", checkPasswords)] as
-            [(String, @Sendable () -> Void)]
-        {
+        for (name, body) in bodies {
             do {
                 threads.append(try OSThread(body))
             } catch {
@@ -76,7 +106,7 @@ public final class TunnelServer: Sendable {
                 return
             }
         }
-        inbound()
+        inbound(0)
         wake()
         for thread in threads { thread.join() }
     }
@@ -91,19 +121,19 @@ public final class TunnelServer: Sendable {
     public func stop() { running.store(false, ordering: .relaxed) }
 
     /// Peers reachable here now.
-    public var liveSessions: Int { core.withLock { $0.livePeerCount } }
+    public var liveSessions: Int { sessions.livePeerCount }
 
     /// Tells every session that this server is being taken down (again each second while
     /// draining, for a message lost on the way); `run()` returns once no session is left.
     public func drain() {
         draining.store(true, ordering: .relaxed)
-        let messages = core.withLock { $0.drainMessages(now: Instant.now()) }
-        for message in messages { send(message.datagram, to: message.to, from: message.from) }
+        for message in sessions.drainMessages(now: Instant.now()) {
+            send(message.datagram, to: message.to, from: message.from, worker: 0, counters: counters[0])
+        }
     }
 
-    /// Initiations, one at a time, off the inbound thread. The core's lock is held for the
-    /// cheap steps only; the Diffie-Hellman ones (open, write) run outside it, so the data
-    /// threads never wait for a handshake.
+    /// Initiations, one at a time, off the data threads. The core's lock is held for the
+    /// cheap steps only; the Diffie-Hellman ones (open, write) run outside it.
     private func handshakes() {
         var buffer = [UInt8](repeating: 0, count: PacketBatch.slotSize)
         let key = core.withLock { $0.handshakeKey }
@@ -114,7 +144,7 @@ public final class TunnelServer: Sendable {
                 let event = buffer.withUnsafeBytes { raw in
                     handshake(UnsafeRawBufferPointer(rebasing: raw[0..<length]), from: source, at: local, key: key)
                 }
-                [UInt8]().withUnsafeBytes { handle(event, in: $0, local: local) }
+                [UInt8]().withUnsafeBytes { handle(event, in: $0, local: local, worker: 0, counters: counters[0]) }
             }
         }
     }
@@ -144,22 +174,30 @@ public final class TunnelServer: Sendable {
             guard let check = checks.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
             let verified = check.verify()
             let event = core.withLock { $0.finish(check, verified: verified, now: Instant.now()) }
-            [UInt8]().withUnsafeBytes { handle(event, in: $0, local: check.local) }
+            [UInt8]().withUnsafeBytes { handle(event, in: $0, local: check.local, worker: 0, counters: counters[0]) }
         }
     }
 
     // MARK: Inbound: datagrams to the TUN
 
-    private func inbound() {
+    /// A worker's datagrams, opened and written to its queue. The first worker also keeps the
+    /// core's upkeep (once a second) and the drop summary.
+    private func inbound(_ worker: Int) {
+        let sockets = workers[worker]
+        let mine = counters[1 + 2 * worker]
         // Sockets that receive joined runs of datagrams need slots of 64 KB (1 MB in all).
         let joins = sockets.contains { $0.joinsReceived }
         let batch = joins ? PacketBatch(capacity: 16, slotBytes: 65_536) : PacketBatch(capacity: 32)
         // With a virtio header, a batch's segments of one TCP flow go to the TUN as one packet.
         var coalescer = device.hasVirtioHeader ? Coalescer() : nil
         defer { coalescer?.release() }
-        var (joinedPackets, joinedBytes) = (0, 0)
+        var traffic = TrafficCounters()
+        var drops = DropCounters()
         var lastTick = Instant.now()
         var lastSummary = (at: Instant.now(), drops: DropCounters())
+        let write = { (packet: UnsafeRawBufferPointer, header: VirtioNetHeader) in
+            self.write(packet, header, queue: worker, traffic: &traffic)
+        }
         while running.load(ordering: .relaxed) {
             let ready: [Int32]
             do {
@@ -169,18 +207,20 @@ public final class TunnelServer: Sendable {
                 continue
             }
             let now = Instant.now()
-            if now - lastTick >= .seconds(1) {
-                core.withLock { $0.tick(now: now) }
-                lastTick = now
-                // Once a second while draining, for a message lost on the way.
-                if draining.load(ordering: .relaxed), liveSessions > 0 { drain() }
-            }
-            // What was dropped and why, once a minute when anything was: floods show in the log
-            // as counts, not as lines.
-            if now - lastSummary.at >= Self.dropSummaryInterval {
-                let drops = self.drops
-                if drops != lastSummary.drops { log("drops so far: \(drops)") }
-                lastSummary = (now, drops)
+            if worker == 0 {
+                if now - lastTick >= .seconds(1) {
+                    core.withLock { $0.tick(now: now) }
+                    lastTick = now
+                    // Once a second while draining, for a message lost on the way.
+                    if draining.load(ordering: .relaxed), liveSessions > 0 { drain() }
+                }
+                // What was dropped and why, once a minute when anything was: floods show in the
+                // log as counts, not as lines.
+                if now - lastSummary.at >= Self.dropSummaryInterval {
+                    let drops = self.drops
+                    if drops != lastSummary.drops { log("drops so far: \(drops)") }
+                    lastSummary = (now, drops)
+                }
             }
             // Every ready socket gets its turn, so a flood on one family cannot starve the other.
             for socket in sockets where ready.contains(socket.fileDescriptor) {
@@ -203,39 +243,36 @@ public final class TunnelServer: Sendable {
                         let length = min(step, total - offset)
                         let slot = UnsafeMutableRawBufferPointer(rebasing: whole[offset..<(offset + length)])
                         offset += length
-                        // Initiations go to the handshake thread; everything else is handled here.
-                        if length > 1, length <= Initiation.maxLength, slot[1] == MessageType.initiation.rawValue {
-                            let (queued, wasEmpty) = initiations.withLock { queue in
-                                let wasEmpty = queue.count == 0
-                                return (queue.push(UnsafeRawBufferPointer(rebasing: slot[0..<length]), from: source, at: local), wasEmpty)
-                            }
-                            // The worker drains the whole queue per wake: one signal per batch of work.
-                            if queued, wasEmpty { initiationsReady.signal() }
-                            if !queued { counters.withLock { $0.initiationsOverflowed += 1 } }
+                        let event: ServerEvent
+                        switch Wire.messageType(of: UnsafeRawBufferPointer(slot)) {
+                        case .success(.data):
+                            event = sessions.receive(slot, from: source, at: local, now: now, drops: &drops)
+                        case .success(.initiation):
+                            // For the handshake thread.
+                            queue(UnsafeRawBufferPointer(slot), from: source, at: local, traffic: &traffic)
+                            continue
+                        case .failure(let reason):
+                            drops.count(reason)
+                            continue
+                        case .success:
+                            drops.count(.unexpected)
                             continue
                         }
-                        let event = core.withLock { $0.receive(slot, from: source, at: local, now: now) }
                         if case .packet(_, let range) = event, coalescer != nil {
-                            joinedPackets += 1
-                            joinedBytes += range.count
-                            coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range])) { write($0, $1) }
+                            traffic.packetsIn += 1
+                            traffic.bytesIn += range.count
+                            coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(slot)[range]), write: write)
                             continue
                         }
-                        coalescer?.flush { write($0, $1) }
-                        handle(event, in: UnsafeRawBufferPointer(slot), local: local)
+                        coalescer?.flush(write: write)
+                        handle(event, in: UnsafeRawBufferPointer(slot), local: local, worker: worker, traffic: &traffic)
                     }
                 }
-                coalescer?.flush { write($0, $1) }
-                // Counted once per batch: the sending thread shares the counters' lock.
-                if joinedPackets > 0 {
-                    counters.withLock {
-                        $0.packetsIn += joinedPackets
-                        $0.bytesIn += joinedBytes
-                    }
-                    (joinedPackets, joinedBytes) = (0, 0)
-                }
+                coalescer?.flush(write: write)
+                // Counted once per batch, into this thread's own counters.
+                mine.add(&traffic, &drops)
             }
-            publishRoutes()
+            if sessions.hasLiveChanges { publishRoutes() }
             if draining.load(ordering: .relaxed), liveSessions == 0 {
                 log("drained: no session left")
                 stop()
@@ -243,17 +280,22 @@ public final class TunnelServer: Sendable {
         }
     }
 
-    private func count(_ range: Range<Int>) {
-        counters.withLock {
-            $0.packetsIn += 1
-            $0.bytesIn += range.count
+    /// Hands an initiation to the handshake thread.
+    private func queue(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
+                       traffic: inout TrafficCounters) {
+        let (queued, wasEmpty) = initiations.withLock { queue in
+            let wasEmpty = queue.count == 0
+            return (queue.push(datagram, from: source, at: local), wasEmpty)
         }
+        // The handshake thread drains the whole queue per wake: one signal per batch of work.
+        if queued, wasEmpty { initiationsReady.signal() }
+        if !queued { traffic.initiationsOverflowed += 1 }
     }
 
-    private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader) {
+    private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader, queue: Int, traffic: inout TrafficCounters) {
         do {
-            try device.write(packet, header: header)
-            if header.gsoType != 0 { counters.withLock { $0.superPacketsWritten += 1 } }
+            try device.write(packet, header: header, queue: queue)
+            if header.gsoType != 0 { traffic.superPacketsWritten += 1 }
         } catch {
             log("write to \(device.name) failed: \(error)")
         }
@@ -261,24 +303,44 @@ public final class TunnelServer: Sendable {
 
     /// Routes for peers that became reachable here or left since the last call.
     private func publishRoutes() {
-        guard let routes else { return }
-        let changes = core.withLock { core in core.takeLiveChanges().map { (core.users[$0.peer].addresses, $0.live) } }
-        for (addresses, live) in changes { routes.set(addresses, live: live) }
+        routes.withLock { routes in
+            let changes = sessions.takeLiveChanges()
+            guard let routes else { return }
+            for change in changes { routes.set(sessions.users[change.peer].addresses, live: change.live) }
+        }
     }
 
-    /// Acts on what the core made of a datagram that was sent to `local` (replies go out from it).
-    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?) {
+    /// Acts on what the core made of a datagram that was sent to `local` (replies go out from
+    /// it), on a data thread: counts go into its own `traffic`.
+    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int,
+                        traffic: inout TrafficCounters) {
         switch event {
         case .packet(_, let range):
-            count(range)
+            traffic.packetsIn += 1
+            traffic.bytesIn += range.count
             // Also when it is for another client: the kernel routes it back out of the TUN only
             // if forwarding is on and the host's firewall lets it through.
-            write(UnsafeRawBufferPointer(rebasing: raw[range]), VirtioNetHeader())
+            write(UnsafeRawBufferPointer(rebasing: raw[range]), VirtioNetHeader(), queue: worker, traffic: &traffic)
+        case .keepalive:
+            traffic.keepalivesIn += 1
+        default:
+            handle(event, in: raw, local: local, worker: worker, counters: counters[1 + 2 * worker])
+        }
+    }
+
+    /// Acts on an event that needs no data thread's counters: answers, refusals, checks to run.
+    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int, counters: Counters) {
+        switch event {
+        case .packet, .keepalive:
+            var traffic = TrafficCounters()
+            handle(event, in: raw, local: local, worker: worker, traffic: &traffic)
+            var none = DropCounters()
+            counters.add(&traffic, &none)
         case .handshake(let peer, let response, let to):
-            send(response, to: to, from: local)
-            log("handshake from \(to) for \(core.withLock { $0.users[peer].label })")
+            send(response, to: to, from: local, worker: worker, counters: counters)
+            log("handshake from \(to) for \(sessions.users[peer].label)")
         case .rejected(let reason, let response, let to):
-            send(response, to: to, from: local)
+            send(response, to: to, from: local, worker: worker, counters: counters)
             if let line = refusals.withLock({ $0.line(for: reason, now: Instant.now()) { "handshake from \(to) rejected: \(reason)" } }) {
                 log(line)
             }
@@ -286,11 +348,9 @@ public final class TunnelServer: Sendable {
             checks.withLock { $0.append(check) }
             checksReady.signal()
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
-            send(datagram, to: to, from: local)
-        case .keepalive:
-            counters.withLock { $0.keepalivesIn += 1 }
+            send(datagram, to: to, from: local, worker: worker, counters: counters)
         case .closed(let peer):
-            log("session closed by \(core.withLock { $0.users[peer].label })")
+            log("session closed by \(sessions.users[peer].label)")
         case .dropped:
             break
         }
@@ -298,16 +358,20 @@ public final class TunnelServer: Sendable {
 
     // MARK: Outbound: TUN packets to datagrams
 
-    /// Packets from the TUN, each sealed in place for the client owning its destination,
-    /// batched and sent with one `sendmmsg`.
-    private func outbound() {
+    /// A worker's queue: packets from the TUN, each sealed in place for the client owning its
+    /// destination, batched and sent with one `sendmmsg`.
+    private func outbound(_ worker: Int) {
+        let sockets = workers[worker]
+        let mine = counters[2 + 2 * worker]
         let batch = PacketBatch(capacity: 64)
-        var reader = TunReader(device)
+        var reader = TunReader(device, queue: worker)
         defer { reader.release() }
-        var (sealedPackets, sealedBytes, unsent) = (0, 0, 0)
+        var traffic = TrafficCounters()
+        var drops = DropCounters()
+        let fd = device.queues[worker]
         while running.load(ordering: .relaxed) {
             do {
-                guard try !pollReadable([device.fileDescriptor], timeout: .seconds(1)).isEmpty else { continue }
+                guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
             } catch {
                 log("poll \(device.name) failed: \(error)")
                 continue
@@ -329,61 +393,64 @@ public final class TunnelServer: Sendable {
                         }
                         let frame = UnsafeMutableRawBufferPointer(rebasing: slot[0..<(length + DataPacket.overhead)])
                         do {
-                            let sealed = try core.withLock { (core) throws(SealFailure) -> SealedDatagram in
-                                guard let peer = core.peer(forInnerDestination: destination) else { throw .noSession }
-                                return try core.seal(frame, innerLength: length, to: peer, now: now)
-                            }
-                            sealedPackets += 1
-                            sealedBytes += length
+                            let sealed = try sessions.seal(frame, innerLength: length, toInner: destination, now: now)
+                            traffic.packetsOut += 1
+                            traffic.bytesOut += length
                             source = sealed.source
                             return (sealed.length, sealed.destination)
                         } catch {
-                            unsent += 1
+                            traffic.noSession += 1
                             return nil
                         }
                     }
                     // From the address the client sends to, as its NAT expects.
                     if appended { batch.setSource(source, at: batch.count - 1) }
                 }
-                // Counted once per batch: the receiving thread shares the counters' lock.
-                counters.withLock { counters in
-                    counters.record(reader)
-                    counters.packetsOut += sealedPackets
-                    counters.bytesOut += sealedBytes
-                    counters.noSession += unsent
-                }
-                (sealedPackets, sealedBytes, unsent) = (0, 0, 0)
-                guard batch.count > 0 else { continue }
-                // One socket per family: a batch goes out through the socket of its first
-                // datagram's family, any others one by one.
-                let family = batch.peer(at: 0)?.ip.family
-                guard let socket = sockets.first(where: { $0.local.ip.family == family }) else { continue }
-                if (0..<batch.count).allSatisfy({ batch.peer(at: $0)?.ip.family == family }) {
-                    do {
-                        let sent = try socket.sendSegmented(batch)
-                        if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
-                    } catch {
-                        counters.withLock { $0.sendFailures += batch.count }
-                        log("send failed: \(error)")
-                    }
-                } else {
-                    for i in 0..<batch.count {
-                        if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.source(at: i)) }
-                    }
+                traffic.record(&reader)
+                if batch.count > 0 { send(batch, on: sockets, worker: worker, traffic: &traffic) }
+                // Counted once per batch, into this thread's own counters.
+                mine.add(&traffic, &drops)
+            }
+        }
+    }
+
+    /// Sends a batch through the socket of its first datagram's family, any others one by one.
+    private func send(_ batch: PacketBatch, on sockets: [UDPSocket], worker: Int, traffic: inout TrafficCounters) {
+        let family = batch.peer(at: 0)?.ip.family
+        guard let socket = sockets.first(where: { $0.local.ip.family == family }) else {
+            traffic.sendFailures += batch.count
+            return
+        }
+        if (0..<batch.count).allSatisfy({ batch.peer(at: $0)?.ip.family == family }) {
+            do {
+                let sent = try socket.sendSegmented(batch)
+                traffic.sendFailures += batch.count - sent
+            } catch {
+                traffic.sendFailures += batch.count
+                log("send failed: \(error)")
+            }
+        } else {
+            for i in 0..<batch.count {
+                if let peer = batch.peer(at: i) {
+                    send(batch.packet(at: i), to: peer, from: batch.source(at: i), worker: worker, traffic: &traffic)
                 }
             }
         }
     }
 
-    private func send(_ datagram: [UInt8], to peer: SocketAddress, from source: IPAddress?) {
-        datagram.withUnsafeBytes { send($0, to: peer, from: source) }
+    private func send(_ datagram: [UInt8], to peer: SocketAddress, from source: IPAddress?, worker: Int, counters: Counters) {
+        var traffic = TrafficCounters()
+        datagram.withUnsafeBytes { send($0, to: peer, from: source, worker: worker, traffic: &traffic) }
+        var none = DropCounters()
+        counters.add(&traffic, &none)
     }
 
     /// Sends from `source` when given (the address the peer sent to); if that address is gone
     /// from the host, from whichever the kernel picks.
-    private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?) {
-        guard let socket = sockets.first(where: { $0.local.ip.family == peer.ip.family }) else {
-            counters.withLock { $0.sendFailures += 1 }
+    private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?, worker: Int,
+                      traffic: inout TrafficCounters) {
+        guard let socket = workers[worker].first(where: { $0.local.ip.family == peer.ip.family }) else {
+            traffic.sendFailures += 1
             return
         }
         do {
@@ -393,11 +460,28 @@ public final class TunnelServer: Sendable {
             } catch where source != nil && (error.code == EINVAL || error.code == EADDRNOTAVAIL) {
                 sent = try socket.send(datagram, to: peer)
             }
-            if !sent { counters.withLock { $0.sendFailures += 1 } }
+            if !sent { traffic.sendFailures += 1 }
         } catch {
-            counters.withLock { $0.sendFailures += 1 }
+            traffic.sendFailures += 1
             log("send to \(peer) failed: \(error)")
         }
+    }
+}
+
+/// One thread's counters, behind a lock only their reader shares: exact, and never contended
+/// between threads.
+private final class Counters: Sendable {
+    let value = Mutex((traffic: TrafficCounters(), drops: DropCounters()))
+
+    /// Adds what a thread counted since its last call and zeroes it.
+    func add(_ traffic: inout TrafficCounters, _ drops: inout DropCounters) {
+        guard traffic != TrafficCounters() || drops != DropCounters() else { return }
+        value.withLock { value in
+            value.traffic.add(traffic)
+            value.drops.add(drops)
+        }
+        traffic = TrafficCounters()
+        drops = DropCounters()
     }
 }
 
@@ -450,7 +534,7 @@ struct InitiationQueue {
 }
 
 /// Host routes for the inner addresses of the peers reachable through one TUN device.
-final class PeerRoutes: @unchecked Sendable {  // used by the server's inbound thread only
+final class PeerRoutes: @unchecked Sendable {  // used under the server's lock for it only
     private let device: TunDevice
     private let netlink: NetlinkSocket?
     private let log: @Sendable (String) -> Void
