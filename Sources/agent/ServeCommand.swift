@@ -106,9 +106,9 @@ struct ServeCommand: ParsableCommand {
                             let traffic = server.traffic
                             let fields = [("sessions", "\(server.liveSessions)"), ("draining", "\(stopping.load(ordering: .relaxed))"),
                                           ("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
-                                          ("offload", tun.offload.description)]
+                                          ("offload", tun.offload.description), ("workers", "\(server.workers.count)")]
                             return request == .status ? LogLine.logfmt(fields)
-                                : LogLine.json(fields, numbers: ["sessions", "packets_in", "packets_out"])
+                                : LogLine.json(fields, numbers: ["sessions", "packets_in", "packets_out", "workers"])
                         default:
                             return "a server answers status and drain"
                         }

@@ -72,6 +72,17 @@ func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     #expect(settings.tunnel.addresses == [Prefix("10.77.0.1/16")!])
     #expect(settings.users.peer(named: "bob") != nil)
     #expect(settings.users.peer(owning: IPAddress("10.77.0.2")!) != nil)
+    #expect((1...16).contains(settings.workers), "one worker per core by default")
+}
+
+@Test func serverWorkersAreOneToSixtyFour() throws {
+    let base = "listen-port: 1\nprivate-key-file: k\ntunnel: {addresses: [10.77.0.1/16]}\nusers:\n  - {name: a, public-key: \(serverKey), addresses: [10.77.0.2]}\n"
+    #expect(try parse(base + "workers: 3") { try $0.server($1) }.workers == 3)
+    for bad in ["0", "65", "many"] {
+        #expect { try parse(base + "workers: \(bad)") { try $0.server($1) } } throws: { error in
+            (error as? ConfigError)?.line == 6
+        }
+    }
 }
 
 @Test func serverSettingsRefuseUsersWithoutCredentialsOrWithClashingAddresses() {

@@ -34,6 +34,42 @@ struct DeviceTunTests {
         #expect(try !lab.ip("route show").contains("10.66.0.0/24"))
     }
 
+    @Test func aMultiQueueDeviceHandsEachFlowToOneQueueAndTakesPacketsOnAny() throws {
+        let lab = try TunnelLab()
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: lab.namespace, queues: 4)
+        #expect(tun.queues.count == 4 && Set(tun.queues).count == 4)
+        let routes = try TunnelRoutes(.split([Prefix("198.18.0.0/15")!]), device: tun, namespace: lab.namespace)
+        let socket = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.namespace)
+        // 32 flows (one destination port each), two packets each.
+        for round in 0..<2 {
+            for port in 0..<32 {
+                #expect(try socket.send([UInt8(round), UInt8(port)], to: SocketAddress(IPAddress("198.18.5.5")!, port: UInt16(9000 + port))))
+            }
+        }
+        var queueOfFlow: [UInt16: Set<Int>] = [:]
+        var packets = 0
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        for queue in 0..<4 {
+            while let n = try buffer.withUnsafeMutableBytes({ try tun.read(into: $0, timeout: .milliseconds(100), queue: queue) }) {
+                guard let packet = IPv4Header(Array(buffer[..<n])), packet.protocolNumber == 17 else { continue }
+                let port = UInt16(packet.payload[2]) << 8 | UInt16(packet.payload[3])
+                queueOfFlow[port, default: []].insert(queue)
+                packets += 1
+            }
+        }
+        #expect(packets == 64, "every packet read once, from one queue or another")
+        #expect(queueOfFlow.values.allSatisfy { $0.count == 1 }, "a flow stays on its queue: \(queueOfFlow)")
+        #expect(Set(queueOfFlow.values.flatMap { $0 }).count > 1, "flows spread over the queues")
+        // Any queue takes a packet for the host.
+        let me = SocketAddress(IPAddress("10.66.0.2")!, port: socket.local.port)
+        let far = SocketAddress(IPAddress("198.18.5.5")!, port: 9999)
+        #expect(try IPv4Header.udp(from: far, to: me, payload: Array("back".utf8)).withUnsafeBytes {
+            try tun.write($0, header: VirtioNetHeader(), queue: 3)
+        })
+        #expect(try socket.receive()?.bytes == Array("back".utf8))
+        _ = routes
+    }
+
     @Test func packetsRoutedIntoTheTunArriveThereAndPacketsWrittenToItArrive() throws {
         let lab = try TunnelLab()
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: lab.namespace)

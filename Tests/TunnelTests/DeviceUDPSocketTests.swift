@@ -227,4 +227,28 @@ struct DeviceUDPSocketTests {
             (error as? DeviceError)?.code == EADDRINUSE
         }
     }
+
+    @Test func socketsSharingAPortSplitTheSendersAndRefuseAPortTaken() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let here = SocketAddress(IPAddress("10.20.0.57")!, port: 0)
+        let shared = try UDPSocket.listening(on: here, count: 3, namespace: laptop.namespace)
+        #expect(shared.count == 3 && Set(shared.map(\.local)).count == 1, "one address and port for all")
+        // A second server on the port, sharing or not, is refused: it would take half the clients.
+        #expect { try UDPSocket.listening(on: shared[0].local, count: 2, namespace: laptop.namespace) } throws: { error in
+            (error as? DeviceError)?.code == EADDRINUSE
+        }
+        #expect { try UDPSocket(bindingTo: shared[0].local, namespace: laptop.namespace) } throws: { error in
+            (error as? DeviceError)?.code == EADDRINUSE
+        }
+        // Each of 24 senders lands on one socket, every datagram exactly once, and not all on one.
+        let senders = try (0..<24).map { _ in try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: server.namespace) }
+        for (i, sender) in senders.enumerated() { #expect(try sender.send([UInt8(i)], to: shared[0].local)) }
+        var received: [Int: Set<UInt8>] = [:]
+        for (i, socket) in shared.enumerated() {
+            while let datagram = try socket.receive(timeout: .milliseconds(200)) { received[i, default: []].insert(datagram.bytes[0]) }
+        }
+        #expect(received.values.reduce(0) { $0 + $1.count } == 24)
+        #expect(Set(received.values.flatMap { $0 }) == Set(0..<24))
+        #expect(received.count > 1, "the kernel spreads senders over the sockets: \(received.mapValues(\.count))")
+    }
 }

@@ -95,17 +95,19 @@ public final class UDPSocket: Sendable {
     /// datagrams (by address and port) to one of them. The port must be free when they bind: a
     /// server already listening there is an error, not a silent half of the traffic.
     public static func listening(
-        on local: SocketAddress, count: Int, reportsDestination: Bool = false, joinsReceived: Bool = false
+        on local: SocketAddress, count: Int, namespace: NetworkNamespace? = nil, reportsDestination: Bool = false,
+        joinsReceived: Bool = false
     ) throws(DeviceError) -> [UDPSocket] {
-        guard count > 1 else { return [try UDPSocket(bindingTo: local, reportsDestination: reportsDestination, joinsReceived: joinsReceived)] }
-        // A socket that does not share the port binds only where no other socket is.
-        if local.port != 0 { _ = try UDPSocket(bindingTo: local) }
-        let first = try UDPSocket(bindingTo: local, reportsDestination: reportsDestination, joinsReceived: joinsReceived, sharesPort: true)
-        var sockets = [first]
-        for _ in 1..<count {
-            sockets.append(try UDPSocket(bindingTo: first.local, reportsDestination: reportsDestination, joinsReceived: joinsReceived,
-                                         sharesPort: true))
+        let open = { (address: SocketAddress, shares: Bool) throws(DeviceError) in
+            try UDPSocket(bindingTo: address, namespace: namespace, reportsDestination: reportsDestination,
+                          joinsReceived: joinsReceived, sharesPort: shares)
         }
+        guard count > 1 else { return [try open(local, false)] }
+        // A socket that does not share the port binds only where no other socket is.
+        if local.port != 0 { _ = try UDPSocket(bindingTo: local, namespace: namespace) }
+        let first = try open(local, true)
+        var sockets = [first]
+        for _ in 1..<count { sockets.append(try open(first.local, true)) }
         return sockets
     }
 

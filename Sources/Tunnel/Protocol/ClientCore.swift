@@ -307,15 +307,17 @@ public struct ClientCore: Sendable {
     /// Seals an inner packet in place: `buffer` holds `DataPacket.headroom` spare bytes,
     /// `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes. Returns the
     /// datagram's length.
-    public mutating func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant) throws(SealFailure) -> Int {
-        guard let length = try current?.seal(buffer, innerLength: innerLength, now: now, limits: limits) else {
-            throw .noSession
-        }
-        return length
+    public func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant) throws(SealFailure) -> Int {
+        guard let sealer else { throw .noSession }
+        return try sealer.seal(buffer, innerLength: innerLength, now: now)
     }
 
+    /// The session in use, to seal with away from the core: a sending thread takes it once per
+    /// batch and seals without holding anything the receiving thread needs.
+    public var sealer: Sealer? { current.map { Sealer(session: $0, limits: limits) } }
+
     /// Seals a framed packet (see `DataPacket.frame`); the array becomes the datagram.
-    public mutating func seal(_ framed: inout [UInt8], now: Instant) throws(SealFailure) {
+    public func seal(_ framed: inout [UInt8], now: Instant) throws(SealFailure) {
         let innerLength = framed.count - DataPacket.overhead
         _ = try framed.withMutableBytes { (buffer) throws(SealFailure) in try seal(buffer, innerLength: innerLength, now: now) }
     }
@@ -357,5 +359,17 @@ public struct ClientCore: Sendable {
             let index = Primitives.randomUInt32()
             if index != 0, index != current?.localIndex, index != previous?.localIndex { return index }
         }
+    }
+}
+
+/// One session's sending side, shared with the core that made it: each seal takes the next
+/// counter atomically, so several holders never reuse a nonce.
+public struct Sealer: Sendable {
+    let session: TransportSession
+    let limits: SessionLimits
+
+    /// Seals in place, as `ClientCore.seal(_:innerLength:now:)` does.
+    public func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, now: Instant) throws(SealFailure) -> Int {
+        try session.seal(buffer, innerLength: innerLength, now: now, limits: limits)
     }
 }

@@ -491,12 +491,13 @@ public final class TunnelClient: Sendable {
             while !drained {
                 batch.removeAll()
                 let now = Instant.now()
-                // The server is read with the keys that seal for it: a handover between two
-                // packets sends each to the server that can open it.
+                // The server is read with the keys that seal for it, once per batch: a handover
+                // sends each batch to the server that can open it, and sealing holds no lock the
+                // receiving thread takes.
+                let (sealer, server) = session.withLock { ($0.core.sealer, $0.server) }
                 drained = fill(batch, from: &reader) { frame, length throws(SealFailure) in
-                    try session.withLock { (session) throws(SealFailure) in
-                        (try session.core.seal(frame, innerLength: length, now: now), session.server)
-                    }
+                    guard let sealer else { throw .noSession }
+                    return (try sealer.seal(frame, innerLength: length, now: now), server)
                 }
                 // Before the batch check: with an expired session every seal fails and the batch
                 // is empty, and that is exactly when a handshake is most needed.
