@@ -54,11 +54,12 @@ import Testing
     let results = Mutex((packets: 0, replays: 0, other: 0))
     DispatchQueue.concurrentPerform(iterations: 2) { _ in
         var drops = DropCounters()
+        var hints = HintBudget(ServerLimits())
         var (packets, other) = (0, 0)
         for original in copies {
             var datagram = original
             let event = datagram.withUnsafeMutableBytes {
-                table.receive($0, from: ProtocolFixture.clientAddress, at: nil, now: now, drops: &drops)
+                table.receive($0, from: ProtocolFixture.clientAddress, at: nil, now: now, drops: &drops, hints: &hints)
             }
             if case .packet = event { packets += 1 } else if event != .dropped(.replayed) { other += 1 }
         }
@@ -113,4 +114,71 @@ private func bytes(_ i: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(truncatingI
 
 private func counter(_ datagram: [UInt8]) -> UInt64 {
     datagram.withUnsafeBytes { $0.loadLittleEndian(UInt64.self, at: DataPacket.counterOffset) }
+}
+
+@Test func aCloseRacingTheNextSessionsFirstPacketNeverEndsTheNextSession() throws {
+    var f = try ProtocolFixture()
+    _ = try f.connect()
+    let table = f.server.sessions
+    var wall = ProtocolFixture.wall
+    for trial in 0..<300 {
+        f.now = f.now + .seconds(1)  // within the per-source handshake budget
+        wall = wall.successor
+        let goodbye = try f.client.close(now: f.now)  // on the session in use
+        // A new handshake, its confirmation (the first packet on the new session) not yet sent.
+        var initiation = try f.client.initiate(now: f.now, wallClock: wall)
+        guard case .handshake(let peer, var response, _) = f.deliver(&initiation),
+              case .established(let done) = f.client.receive(&response, now: f.now)
+        else {
+            Issue.record("trial \(trial): no handshake: \(f.server.drops)")
+            return
+        }
+        let now = f.now
+        // Either may start first; each order in turn.
+        DispatchQueue.concurrentPerform(iterations: 2) { thread in
+            var datagram = (thread + trial) % 2 == 0 ? goodbye : done.confirmation
+            var drops = DropCounters()
+            var hints = HintBudget(ServerLimits())
+            _ = datagram.withUnsafeMutableBytes {
+                table.receive($0, from: ProtocolFixture.clientAddress, at: nil, now: now, drops: &drops, hints: &hints)
+            }
+        }
+        // Whichever came first, the new session carries on.
+        var framed = DataPacket.frame(ProtocolFixture.ipv4(payload: bytes(trial)))
+        try f.client.seal(&framed, now: f.now)
+        guard case .packet = f.server.receive(&framed, from: ProtocolFixture.clientAddress, now: f.now) else {
+            Issue.record("trial \(trial): the new session is gone: \(f.server.drops)")
+            return
+        }
+        #expect(f.server.endpoint(of: peer) == ProtocolFixture.clientAddress)
+    }
+}
+
+@Test func packetsFromTheOldAndTheNewAddressOpenedAtOnceLeaveTheNewOne() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    let table = f.server.sessions
+    let now = f.now
+    for trial in 0..<500 {
+        var older = DataPacket.frame(ProtocolFixture.ipv4(payload: bytes(2 * trial)))
+        var newer = DataPacket.frame(ProtocolFixture.ipv4(payload: bytes(2 * trial + 1)))
+        try f.client.seal(&older, now: now)
+        try f.client.seal(&newer, now: now)
+        let (oldAddress, newAddress) = trial % 2 == 0
+            ? (ProtocolFixture.clientAddress, ProtocolFixture.roamedAddress) : (ProtocolFixture.roamedAddress, ProtocolFixture.clientAddress)
+        let pair = [(older, oldAddress), (newer, newAddress)]
+        // Either may start first; each order in turn.
+        DispatchQueue.concurrentPerform(iterations: 2) { thread in
+            var (datagram, address) = pair[(thread + trial / 2) % 2]
+            var drops = DropCounters()
+            var hints = HintBudget(ServerLimits())
+            _ = datagram.withUnsafeMutableBytes {
+                table.receive($0, from: address, at: nil, now: now, drops: &drops, hints: &hints)
+            }
+        }
+        guard f.server.endpoint(of: peer) == newAddress else {
+            Issue.record("trial \(trial): the older packet's address won")
+            return
+        }
+    }
 }

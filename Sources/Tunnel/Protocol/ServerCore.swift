@@ -70,6 +70,11 @@ public struct ServerCore: Sendable {
     private let decoyHash: PasswordHash
     /// Every peer's sessions, shared with the data threads (see `SessionTable`).
     public let sessions: SessionTable
+    /// "Session unknown" hints for datagrams that come through `receive`; a data thread has a
+    /// share of its own (`hintShare(of:)`).
+    private var hints: HintBudget
+    /// The limits this core was made with.
+    private let limits: ServerLimits
     private var handshakesBySource: SourceRateLimiter
     private var handshakes: TokenBucket
     /// Until when the server counts as under load (see `isUnderLoad`).
@@ -98,7 +103,9 @@ public struct ServerCore: Sendable {
         cookies = CookieJar(serverKey: privateKey.publicKey)
         decoyHash = PasswordHash.decoy(costOf: users.users.compactMap(\.passwordHash))
         self.sessionLimits = sessionLimits
-        sessions = SessionTable(users: users, limits: sessionLimits, serverLimits: limits)
+        self.limits = limits
+        sessions = SessionTable(users: users, limits: sessionLimits)
+        hints = HintBudget(limits)
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
         handshakes = TokenBucket(limits.handshakes)
         passwordChecks = TokenBucket(limits.passwordChecks)
@@ -131,7 +138,7 @@ public struct ServerCore: Sendable {
     private mutating func receiveData(
         _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant
     ) -> ServerEvent {
-        sessions.receive(datagram, from: source, at: local, now: now, drops: &drops)
+        sessions.receive(datagram, from: source, at: local, now: now, drops: &drops, hints: &hints)
     }
 
     /// An initiation from start to end: the steps below, in one call.
@@ -154,6 +161,9 @@ public struct ServerCore: Sendable {
     // between threads runs the two Diffie-Hellman steps, `AdmittedInitiation.open` and
     // `PlannedResponse.write`, outside its lock, so established sessions' packets never wait
     // behind them: admit (locked) → open → decide (locked) → write → complete (locked).
+
+    /// One of `shares` equal parts of the "session unknown" hint budget, for a data thread.
+    public func hintShare(of shares: Int) -> HintBudget { HintBudget(limits, shares: shares) }
 
     /// The server's static key, for opening initiations and writing responses away from the core.
     public var handshakeKey: HandshakeKey { HandshakeKey(privateKey: privateKey) }
@@ -391,6 +401,7 @@ public struct ServerCore: Sendable {
     /// WireGuard does) and idle rate-limit state.
     public mutating func tick(now: Instant) {
         sessions.tick(now: now)
+        hints.prune(now: now)
         handshakesBySource.prune(now: now)
         passwordChecksBySource.prune(now: now)
         passwordChecksByAccount.prune(now: now)

@@ -14,19 +14,17 @@ public final class SessionTable: Sendable {
     let limits: SessionLimits
     private let peers: [PeerCell]
     private let shards: [IndexShard]
-    private let hintBudget: Mutex<HintBudget>
     private let liveChanges = Mutex<[(peer: PeerID, live: Bool)]>([])
     private let changed = Atomic<Bool>(false)
     private let live = Atomic<Int>(0)
     private let sessions = Atomic<Int>(0)
     private static let shardCount = 64
 
-    init(users: UserDatabase, limits: SessionLimits, serverLimits: ServerLimits) {
+    init(users: UserDatabase, limits: SessionLimits) {
         self.users = users
         self.limits = limits
         peers = users.users.map { PeerCell(addresses: $0.addresses) }
         shards = (0..<Self.shardCount).map { _ in IndexShard() }
-        hintBudget = Mutex(HintBudget(serverLimits))
     }
 
     // MARK: Receiving
@@ -35,7 +33,7 @@ public final class SessionTable: Sendable {
     /// belong to the calling thread.
     func receive(
         _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant,
-        drops: inout DropCounters
+        drops: inout DropCounters, hints: inout HintBudget
     ) -> ServerEvent {
         func drop(_ reason: DropReason) -> ServerEvent {
             drops.count(reason)
@@ -44,27 +42,35 @@ public final class SessionTable: Sendable {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         guard let slot = shard(index).slot(of: index),
               let (session, which) = peers[slot].state.withLock({ $0.session(index) })
-        else { return sessionUnknown(index, from: source, now: now, drops: &drops) }
+        else {
+            drops.count(.unknownSession)
+            guard hints.allow(source.ip, now: now) else { return .dropped(.unknownSession) }
+            return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
+        }
         let peer = PeerID(index: slot)
         let opened: TransportSession.Opened
         switch session.open(datagram, now: now, limits: limits) {
         case .failure(let reason): return drop(reason)
         case .success(let result): opened = result
         }
-        // Promotion, and the endpoint's move on a roam: only a fresh, authenticated packet on the
-        // session in use, and only the newest one, may move it (see docs/PROTOCOL.md, "Roaming").
-        // Skipped when the session went while the packet was opened (closed, or forgotten).
+        // Promotion, and the endpoint's move on a roam: only an authenticated packet on the
+        // session in use, newer than the one that moved it last, may move it (see
+        // docs/PROTOCOL.md, "Roaming"); decided under the peer's lock, so two threads opening
+        // packets from the old and the new address cannot leave the older one in place.
+        // Nothing moves when the session went while the packet was opened (closed, forgotten).
         if which != .previous {
-            let (retired, cameAlive) = peers[slot].state.withLock { state -> (TransportSession?, Bool) in
+            let retired = peers[slot].state.withLock { state -> TransportSession? in
                 var retired: TransportSession?
                 if which == .next, state.next === session { retired = state.promote() }
-                guard opened.isNewest, state.current === session else { return (retired, false) }
-                let cameAlive = state.endpoint == nil
+                guard state.current === session,
+                      state.endpointMark.map({ $0.session !== session || opened.counter > $0.counter }) ?? true
+                else { return retired }
+                if state.endpoint == nil { noteLive(peer, true) }
                 (state.endpoint, state.endpointLocal) = (source, local)
-                return (retired, cameAlive)
+                state.endpointMark = (session, opened.counter)
+                return retired
             }
             if let retired { forget(retired.localIndex) }
-            if cameAlive { noteLive(peer, true) }
         }
         let plaintext = UnsafeRawBufferPointer(rebasing: datagram[opened.range])
         switch InnerContent(plaintext) {
@@ -80,28 +86,23 @@ public final class SessionTable: Sendable {
             else { return drop(.sessionExpired) }
             return .echo(peer: peer, datagram: datagram, to: source)
         case .close:
-            // Only on the session in use: a close that lingered in the network from before the
-            // client's newest handshake must not end the session it made since.
-            guard which != .previous else { return drop(.unexpected) }
-            let (forgotten, wasLive) = peers[slot].state.withLock { state in
-                let wasLive = state.endpoint != nil
-                (state.endpoint, state.endpointLocal) = (nil, nil)
-                return (state.forgetEstablished(), wasLive)
+            // Only on the session in use, checked under the lock: a close that lingered in the
+            // network from before the client's newest handshake (or one opened while another
+            // thread promoted that handshake's session) must not end the session made since.
+            let forgotten = peers[slot].state.withLock { state -> [UInt32]? in
+                guard state.current === session else { return nil }
+                if state.endpoint != nil { noteLive(peer, false) }
+                (state.endpoint, state.endpointLocal, state.endpointMark) = (nil, nil, nil)
+                return state.forgetEstablished()
             }
+            guard let forgotten else { return drop(.unexpected) }
             for index in forgotten { forget(index) }
-            if wasLive { noteLive(peer, false) }
             return .closed(peer: peer)
         case .echo, .drain:
             return drop(.unexpected)
         case .malformed:
             return drop(.malformed)
         }
-    }
-
-    private func sessionUnknown(_ index: UInt32, from source: SocketAddress, now: Instant, drops: inout DropCounters) -> ServerEvent {
-        drops.count(.unknownSession)
-        guard hintBudget.withLock({ $0.allow(source.ip, now: now) }) else { return .dropped(.unknownSession) }
-        return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
     }
 
     // MARK: Sending
@@ -168,24 +169,22 @@ public final class SessionTable: Sendable {
 
     // MARK: Upkeep
 
-    /// Forgets sessions three reject-times old (wiping their keys, as WireGuard does) and idle
-    /// hint budgets. Takes each peer's lock in turn, never all at once.
+    /// Forgets sessions three reject-times old (wiping their keys, as WireGuard does). Takes
+    /// each peer's lock in turn, never all at once.
     func tick(now: Instant) {
         let forgetAfter = limits.rejectAfterTime * 3
         for slot in peers.indices {
-            let (forgotten, left) = peers[slot].state.withLock { state in
+            let forgotten = peers[slot].state.withLock { state in
                 let forgotten = state.forget(olderThan: forgetAfter, now: now)
                 // A peer with no session left is no longer reached here.
-                guard state.endpoint != nil, state.current == nil, state.next == nil, state.previous == nil else {
-                    return (forgotten, false)
+                if state.endpoint != nil, state.current == nil, state.next == nil, state.previous == nil {
+                    (state.endpoint, state.endpointLocal, state.endpointMark) = (nil, nil, nil)
+                    noteLive(PeerID(index: slot), false)
                 }
-                (state.endpoint, state.endpointLocal) = (nil, nil)
-                return (forgotten, true)
+                return forgotten
             }
             for index in forgotten { forget(index) }
-            if left { noteLive(PeerID(index: slot), false) }
         }
-        hintBudget.withLock { $0.prune(now: now) }
     }
 
     /// Sessions held, counting unconfirmed and previous ones.
@@ -211,6 +210,7 @@ public final class SessionTable: Sendable {
         }
     }
 
+    /// Called under the peer's lock, so a peer's changes are queued in the order they happened.
     private func noteLive(_ peer: PeerID, _ isLive: Bool) {
         liveChanges.withLock { changes in
             changes.append((peer, isLive))
@@ -259,14 +259,19 @@ private final class IndexShard: Sendable {
 }
 
 /// How many "session unknown" hints go out: per source and in all, so a flood of made-up
-/// receiver indices cannot turn the server into a reflector.
-private struct HintBudget {
+/// receiver indices cannot turn the server into a reflector. Each data thread has a share of
+/// its own, so such a flood never makes the threads wait for one another.
+public struct HintBudget: Sendable {
     private var bySource: SourceRateLimiter
     private var all: TokenBucket
 
-    init(_ limits: ServerLimits) {
-        bySource = SourceRateLimiter(limits.hintsPerSource, capacity: limits.trackedSources)
-        all = TokenBucket(limits.hints)
+    /// One of `shares` equal parts of the budget `limits` set.
+    init(_ limits: ServerLimits, shares: Int = 1) {
+        let part = { (rate: ServerLimits.Rate) in
+            ServerLimits.Rate(perSecond: rate.perSecond / Double(shares), burst: max(1, rate.burst / Double(shares)))
+        }
+        bySource = SourceRateLimiter(part(limits.hintsPerSource), capacity: limits.trackedSources)
+        all = TokenBucket(part(limits.hints))
     }
 
     mutating func allow(_ source: IPAddress, now: Instant) -> Bool {
@@ -287,6 +292,8 @@ struct PeerState {
     var endpoint: SocketAddress?
     /// The server's address the endpoint sends to.
     var endpointLocal: IPAddress?
+    /// The session and counter of the packet that set the endpoint last.
+    var endpointMark: (session: TransportSession, counter: UInt64)?
     var current: TransportSession?
     var next: TransportSession?
     var previous: TransportSession?

@@ -84,9 +84,15 @@ final class TransportSession: Sendable {
         guard sendCounter < limits.rejectAfterMessages, !isExpired(now: now, limits: limits) else {
             throw .sessionExpired
         }
-        // Each counter is taken once, whichever thread takes it; past the limit nothing is sent.
-        let counter = nextCounter.wrappingAdd(1, ordering: .relaxed).oldValue
-        guard counter < limits.rejectAfterMessages else { throw .sessionExpired }
+        // Each counter is taken once, whichever thread takes it, and never one past the limit:
+        // the counter stops there rather than wrap into nonces used already.
+        var counter = nextCounter.load(ordering: .relaxed)
+        while true {
+            guard counter < limits.rejectAfterMessages else { throw .sessionExpired }
+            let (taken, seen) = nextCounter.compareExchange(expected: counter, desired: counter + 1, ordering: .relaxed)
+            if taken { break }
+            counter = seen
+        }
         let header = UInt32(Wire.version) | UInt32(MessageType.data.rawValue) << 8  // version, type, 0, 0
         buffer.storeBytes(of: header.littleEndian, toByteOffset: 0, as: UInt32.self)
         buffer.storeBytes(of: remoteIndex.littleEndian, toByteOffset: DataPacket.receiverOffset, as: UInt32.self)
@@ -114,9 +120,9 @@ final class TransportSession: Sendable {
     struct Opened {
         /// Where the plaintext lies in the datagram.
         var range: Range<Int>
-        /// True when the counter is the greatest seen on this session: only such a packet may
-        /// move the peer's endpoint, so a late packet from an old address cannot undo a roam.
-        var isNewest: Bool
+        /// The packet's counter: only a packet newer than the one that last moved the peer's
+        /// endpoint may move it, so a late packet from an old address cannot undo a roam.
+        var counter: UInt64
     }
 
     /// Opens a data packet in place, after the caller matched its receiver index to this session.
@@ -138,11 +144,7 @@ final class TransportSession: Sendable {
             tag: UnsafeRawPointer(datagram.baseAddress! + end))
         guard authentic else { return .failure(.decryptFailed) }
         // Checked again where it is recorded: a copy opened on another thread meanwhile loses.
-        let (fresh, isNewest) = window.withLock { window in
-            let isNewest = counter >= window.next
-            return (window.accept(counter), isNewest)
-        }
-        guard fresh else { return .failure(.replayed) }
-        return .success(Opened(range: DataPacket.headroom..<end, isNewest: isNewest))
+        guard window.withLock({ $0.accept(counter) }) else { return .failure(.replayed) }
+        return .success(Opened(range: DataPacket.headroom..<end, counter: counter))
     }
 }

@@ -55,17 +55,18 @@ public final class TunnelServer: Sendable {
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
-    /// One worker per set of sockets (each bound to the same addresses, see
-    /// `UDPSocket.listening(on:count:)`), as many as the device has queues at most.
+    /// An inbound thread per set of sockets (each bound to the same addresses, see
+    /// `UDPSocket.listening(on:count:)`; at least one) and an outbound thread per queue of the
+    /// device: as many of each, for workers that share nothing.
     public init(core: ServerCore, device: TunDevice, workers: [[UDPSocket]], publishesRoutes: Bool = false,
                 log: @escaping @Sendable (String) -> Void) {
+        precondition(!workers.isEmpty, "a server needs sockets to listen on")
         routes = Mutex(publishesRoutes ? PeerRoutes(device: device, log: log) : nil)
         sessions = core.sessions
         self.core = Mutex(core)
         self.device = device
-        let count = max(1, min(workers.count, device.queues.count))
-        self.workers = Array(workers.prefix(count))
-        counters = (0...(2 * count)).map { _ in Counters() }
+        self.workers = workers
+        counters = (0..<(1 + workers.count + device.queues.count)).map { _ in Counters() }
         self.log = log
     }
 
@@ -90,10 +91,8 @@ public final class TunnelServer: Sendable {
     public func run() {
         running.store(true, ordering: .relaxed)
         var bodies: [(String, @Sendable () -> Void)] = [("handshake", handshakes), ("password", checkPasswords)]
-        for worker in workers.indices {
-            bodies.append(("outbound \(worker)", { self.outbound(worker) }))
-            if worker > 0 { bodies.append(("inbound \(worker)", { self.inbound(worker) })) }
-        }
+        for queue in device.queues.indices { bodies.append(("outbound \(queue)", { self.outbound(queue) })) }
+        for worker in workers.indices.dropFirst() { bodies.append(("inbound \(worker)", { self.inbound(worker) })) }
         var threads: [OSThread] = []
         for (name, body) in bodies {
             do {
@@ -184,7 +183,9 @@ public final class TunnelServer: Sendable {
     /// core's upkeep (once a second) and the drop summary.
     private func inbound(_ worker: Int) {
         let sockets = workers[worker]
-        let mine = counters[1 + 2 * worker]
+        let mine = counters[1 + worker]
+        let queue = worker % device.queues.count
+        var hints = core.withLock { $0.hintShare(of: workers.count) }
         // Sockets that receive joined runs of datagrams need slots of 64 KB (1 MB in all).
         let joins = sockets.contains { $0.joinsReceived }
         let batch = joins ? PacketBatch(capacity: 16, slotBytes: 65_536) : PacketBatch(capacity: 32)
@@ -196,7 +197,7 @@ public final class TunnelServer: Sendable {
         var lastTick = Instant.now()
         var lastSummary = (at: Instant.now(), drops: DropCounters())
         let write = { (packet: UnsafeRawBufferPointer, header: VirtioNetHeader) in
-            self.write(packet, header, queue: worker, traffic: &traffic)
+            self.write(packet, header, queue: queue, traffic: &traffic)
         }
         while running.load(ordering: .relaxed) {
             let ready: [Int32]
@@ -207,19 +208,20 @@ public final class TunnelServer: Sendable {
                 continue
             }
             let now = Instant.now()
-            if worker == 0 {
-                if now - lastTick >= .seconds(1) {
+            if now - lastTick >= .seconds(1) {
+                hints.prune(now: now)
+                lastTick = now
+                if worker == 0 {
                     core.withLock { $0.tick(now: now) }
-                    lastTick = now
                     // Once a second while draining, for a message lost on the way.
                     if draining.load(ordering: .relaxed), liveSessions > 0 { drain() }
-                }
-                // What was dropped and why, once a minute when anything was: floods show in the
-                // log as counts, not as lines.
-                if now - lastSummary.at >= Self.dropSummaryInterval {
-                    let drops = self.drops
-                    if drops != lastSummary.drops { log("drops so far: \(drops)") }
-                    lastSummary = (now, drops)
+                    // What was dropped and why, once a minute when anything was: floods show in
+                    // the log as counts, not as lines.
+                    if now - lastSummary.at >= Self.dropSummaryInterval {
+                        let drops = self.drops
+                        if drops != lastSummary.drops { log("drops so far: \(drops)") }
+                        lastSummary = (now, drops)
+                    }
                 }
             }
             // Every ready socket gets its turn, so a flood on one family cannot starve the other.
@@ -246,10 +248,10 @@ public final class TunnelServer: Sendable {
                         let event: ServerEvent
                         switch Wire.messageType(of: UnsafeRawBufferPointer(slot)) {
                         case .success(.data):
-                            event = sessions.receive(slot, from: source, at: local, now: now, drops: &drops)
+                            event = sessions.receive(slot, from: source, at: local, now: now, drops: &drops, hints: &hints)
                         case .success(.initiation):
                             // For the handshake thread.
-                            queue(UnsafeRawBufferPointer(slot), from: source, at: local, traffic: &traffic)
+                            handOver(UnsafeRawBufferPointer(slot), from: source, at: local, traffic: &traffic)
                             continue
                         case .failure(let reason):
                             drops.count(reason)
@@ -265,7 +267,7 @@ public final class TunnelServer: Sendable {
                             continue
                         }
                         coalescer?.flush(write: write)
-                        handle(event, in: UnsafeRawBufferPointer(slot), local: local, worker: worker, traffic: &traffic)
+                        handle(event, in: UnsafeRawBufferPointer(slot), local: local, worker: worker, queue: queue, traffic: &traffic)
                     }
                 }
                 coalescer?.flush(write: write)
@@ -281,7 +283,7 @@ public final class TunnelServer: Sendable {
     }
 
     /// Hands an initiation to the handshake thread.
-    private func queue(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
+    private func handOver(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
                        traffic: inout TrafficCounters) {
         let (queued, wasEmpty) = initiations.withLock { queue in
             let wasEmpty = queue.count == 0
@@ -312,7 +314,7 @@ public final class TunnelServer: Sendable {
 
     /// Acts on what the core made of a datagram that was sent to `local` (replies go out from
     /// it), on a data thread: counts go into its own `traffic`.
-    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int,
+    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int, queue: Int,
                         traffic: inout TrafficCounters) {
         switch event {
         case .packet(_, let range):
@@ -320,11 +322,11 @@ public final class TunnelServer: Sendable {
             traffic.bytesIn += range.count
             // Also when it is for another client: the kernel routes it back out of the TUN only
             // if forwarding is on and the host's firewall lets it through.
-            write(UnsafeRawBufferPointer(rebasing: raw[range]), VirtioNetHeader(), queue: worker, traffic: &traffic)
+            write(UnsafeRawBufferPointer(rebasing: raw[range]), VirtioNetHeader(), queue: queue, traffic: &traffic)
         case .keepalive:
             traffic.keepalivesIn += 1
         default:
-            handle(event, in: raw, local: local, worker: worker, counters: counters[1 + 2 * worker])
+            handle(event, in: raw, local: local, worker: worker, counters: counters[1 + worker])
         }
     }
 
@@ -333,7 +335,7 @@ public final class TunnelServer: Sendable {
         switch event {
         case .packet, .keepalive:
             var traffic = TrafficCounters()
-            handle(event, in: raw, local: local, worker: worker, traffic: &traffic)
+            handle(event, in: raw, local: local, worker: worker, queue: worker % device.queues.count, traffic: &traffic)
             var none = DropCounters()
             counters.add(&traffic, &none)
         case .handshake(let peer, let response, let to):
@@ -358,17 +360,18 @@ public final class TunnelServer: Sendable {
 
     // MARK: Outbound: TUN packets to datagrams
 
-    /// A worker's queue: packets from the TUN, each sealed in place for the client owning its
-    /// destination, batched and sent with one `sendmmsg`.
-    private func outbound(_ worker: Int) {
+    /// A queue of the device: packets from the TUN, each sealed in place for the client owning
+    /// its destination, batched and sent with one `sendmmsg` on the sockets of its worker.
+    private func outbound(_ queue: Int) {
+        let worker = queue % workers.count
         let sockets = workers[worker]
-        let mine = counters[2 + 2 * worker]
+        let mine = counters[1 + workers.count + queue]
         let batch = PacketBatch(capacity: 64)
-        var reader = TunReader(device, queue: worker)
+        var reader = TunReader(device, queue: queue)
         defer { reader.release() }
         var traffic = TrafficCounters()
         var drops = DropCounters()
-        let fd = device.queues[worker]
+        let fd = device.queues[queue]
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
