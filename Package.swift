@@ -25,7 +25,7 @@ let package = Package(
         // Facts from the kernel: links, addresses, routes, and the path to the server.
         .target(name: "PathMonitor", dependencies: ["CMnl", "CShims"], swiftSettings: strict),
         // The pure decision core: inputs and time in, actions out.
-        .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
+        .target(name: "Reconnector", dependencies: ["PathMonitor", "ConfigReader"], swiftSettings: strict),
         // Line-numbered YAML for configuration and scenario files.
         .target(
             name: "ConfigReader", dependencies: ["PathMonitor"],

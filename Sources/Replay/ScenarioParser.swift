@@ -1,6 +1,6 @@
 public import ConfigReader
 import PathMonitor
-public import Reconnector
+import Reconnector
 
 /// A scenario file that cannot be replayed, with the line to look at.
 public typealias ScenarioError = ConfigError
@@ -70,7 +70,7 @@ extension YAMLReader {
             throw fail(node, "'traffic' every \(traffic.short) until \(until) makes more than \(Self.maxTrafficTicks) packets")
         }
         var config = Config()
-        if let node = top.optional("config") { try applyConfig(node, to: &config) }
+        if let node = top.optional("config") { try reconnectConfig(node, section: "'config'", into: &config) }
         var kinds: [String: LinkKind] = [:]
         if let node = top.optional("link-kinds") {
             guard case .mapping(let mapping) = node.value else { throw fail(node, "'link-kinds' maps link names to kinds") }
@@ -389,38 +389,6 @@ extension YAMLReader {
     }
 
     // MARK: Configuration and expectations
-
-    /// Reads overrides of the state machine's settings (kebab-case keys), as scenario files
-    /// and the client's configuration file write them.
-    public func applyConfig(_ node: Node, to config: inout Config) throws(ScenarioError) {
-        let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
-        let f = try fields(node, "'config'", allowed: [
-            "debounce", "max-hold-down", "flap-window", "flap-hold-down", "flap-stable-after", "handshake-timeout",
-            "probe-timeout", "probe-attempts", "liveness-timeout", "session-lifetime", "stable-after", "dead-path-hold-down",
-            "short-sleep", "ac", "battery",
-        ])
-        if let n = f.optional("debounce") { config.debounce = try duration(n) }
-        if let n = f.optional("max-hold-down") { config.maxHoldDown = try duration(n) }
-        if let n = f.optional("flap-window") { config.flapWindow = try duration(n) }
-        if let n = f.optional("flap-hold-down") { config.flapHoldDown = try duration(n) }
-        if let n = f.optional("flap-stable-after") { config.flapStableAfter = try duration(n) }
-        if let n = f.optional("short-sleep") { config.shortSleep = try duration(n) }
-        if let n = f.optional("handshake-timeout") { config.handshakeTimeout = try positiveDuration(n) }
-        if let n = f.optional("probe-timeout") { config.probeTimeout = try positiveDuration(n) }
-        if let n = f.optional("probe-attempts") { config.probeAttempts = try int(n, 1...100) }
-        if let n = f.optional("liveness-timeout") { config.livenessTimeout = try positiveDuration(n) }
-        if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }
-        if let n = f.optional("stable-after") { config.stableAfter = try duration(n) }
-        if let n = f.optional("dead-path-hold-down") { config.deadPathHoldDown = try duration(n) }
-        for (key, path) in [("ac", \Config.ac), ("battery", \Config.battery)] {
-            guard let n = f.optional(key) else { continue }
-            let b = try fields(n, "'\(key)'", allowed: budgetKeys)
-            if let v = b.optional("burst") { config[keyPath: path].burst = try int(v, 1...10_000) }
-            if let v = b.optional("refill") { config[keyPath: path].refill = try positiveDuration(v) }
-            if let v = b.optional("backoff-base") { config[keyPath: path].backoffBase = try positiveDuration(v) }
-            if let v = b.optional("backoff-cap") { config[keyPath: path].backoffCap = try positiveDuration(v) }
-        }
-    }
 
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
         let f = try fields(node, "'expect'", allowed: [

@@ -7,10 +7,11 @@ struct Agent: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "agent",
         abstract: "Roam: an always-on VPN agent that follows a roaming laptop's network path.",
+        version: Release.version,
         subcommands: [
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
             PasswdCommand.self, ServeCommand.self, UpCommand.self, StatusCommand.self, ReconnectCommand.self,
-            SleepCommand.self, WakeCommand.self, LockdownCommand.self, DrainCommand.self,
+            SleepCommand.self, WakeCommand.self, LockdownCommand.self, DrainCommand.self, CheckCommand.self,
         ])
 
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other

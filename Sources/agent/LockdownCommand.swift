@@ -23,9 +23,9 @@ struct LockdownCommand: ParsableCommand {
         var config: String
 
         func run() throws {
-            try Preflight.requireNetworkAdmin(for: "lockdown on")
             let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
             let settings = try reader.client(root)
+            try Preflight.requireNetworkAdmin(for: "lockdown on")
             guard settings.lockdown else { throw AgentError("\(config) says 'lockdown: off'") }
             do {
                 let firewall = try Firewall(settings)

@@ -35,9 +35,10 @@ struct ServeCommand: ParsableCommand {
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
-        try Preflight.requireNetworkAdmin(for: "serve")
+        // A mistake in the file is said first, whoever runs it.
         let (reader, root) = try YAMLReader.load(daemon.config, as: .serverConfiguration)
         let settings = try reader.server(root)
+        try Preflight.requireNetworkAdmin(for: "serve")
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         let core: ServerCore

@@ -133,7 +133,7 @@ extension YAMLReader {
         case let other:
             throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
         }
-        if let node = f.optional("reconnect") { try applyConfig(node, to: &settings.reconnect) }
+        if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
         if let node = f.optional("persistent-keepalive") {
             let interval = try duration(node)
             guard interval == .zero || (Duration.seconds(1)...Duration.seconds(3600)).contains(interval) else {

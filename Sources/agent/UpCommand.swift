@@ -36,9 +36,10 @@ struct UpCommand: ParsableCommand {
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
-        try Preflight.requireNetworkAdmin(for: "up")
+        // A mistake in the file is said first, whoever runs it.
         let (reader, root) = try YAMLReader.load(daemon.config, as: .clientConfiguration)
         let settings = try reader.client(root)
+        try Preflight.requireNetworkAdmin(for: "up")
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         var credentials: Credentials?
@@ -116,13 +117,29 @@ private func resolveAtStart(_ host: String, mark: UInt32?, log: OperatorLog) thr
                 SystemdNotifier().notify("READY=1\nSTATUS=waiting to resolve \(host)")
                 told = true
             }
-            usleep(UInt32(delay.components.seconds) * 1_000_000)
+            sleepFeedingWatchdog(delay)
             delay = min(delay * 2, .seconds(30))
             continue
         } catch {
             throw AgentError("\(error): check 'server' in the configuration")
         }
         return addresses
+    }
+}
+
+/// Sleeps for `duration`, sending WATCHDOG=1 at least every half of the unit's WatchdogSec
+/// meanwhile: a wait for the network at boot is no hang.
+private func sleepFeedingWatchdog(_ duration: Duration) {
+    let watchdog = SystemdNotifier.watchdogInterval()
+    var remaining = duration
+    while remaining > .zero {
+        let step = min(remaining, watchdog ?? remaining)
+        let (seconds, attoseconds) = step.components
+        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        var left = timespec()
+        while nanosleep(&request, &left) == -1 && errno == EINTR { request = left }
+        remaining -= step
+        if watchdog != nil { SystemdNotifier().notify("WATCHDOG=1") }
     }
 }
 

@@ -1,0 +1,43 @@
+public import ConfigReader
+
+extension Config {
+    /// The keys of a `reconnect:` section (the client's configuration) or a scenario's
+    /// `config:`, in kebab-case, each a field of `Config`.
+    public static let fileKeys = [
+        "debounce", "flap-hold-down", "flap-stable-after", "max-hold-down", "flap-window", "handshake-timeout",
+        "probe-timeout", "probe-attempts", "liveness-timeout", "short-sleep", "session-lifetime", "stable-after",
+        "dead-path-hold-down", "ac", "battery",
+    ]
+    /// The keys of the `ac:` and `battery:` budgets.
+    public static let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
+}
+
+extension YAMLReader {
+    /// Reads overrides of the decision core's settings from `node`, the section named `section`
+    /// (`'reconnect'` in the client's configuration, `'config'` in a scenario): an unknown key, a
+    /// value out of range or of the wrong kind is a line-numbered error naming that section.
+    public func reconnectConfig(_ node: Node, section: String, into config: inout Config) throws(ConfigError) {
+        let f = try fields(node, section, allowed: Config.fileKeys)
+        if let n = f.optional("debounce") { config.debounce = try duration(n) }
+        if let n = f.optional("flap-hold-down") { config.flapHoldDown = try duration(n) }
+        if let n = f.optional("flap-stable-after") { config.flapStableAfter = try duration(n) }
+        if let n = f.optional("max-hold-down") { config.maxHoldDown = try duration(n) }
+        if let n = f.optional("flap-window") { config.flapWindow = try duration(n) }
+        if let n = f.optional("handshake-timeout") { config.handshakeTimeout = try positiveDuration(n) }
+        if let n = f.optional("probe-timeout") { config.probeTimeout = try positiveDuration(n) }
+        if let n = f.optional("probe-attempts") { config.probeAttempts = try int(n, 1...100) }
+        if let n = f.optional("liveness-timeout") { config.livenessTimeout = try positiveDuration(n) }
+        if let n = f.optional("short-sleep") { config.shortSleep = try duration(n) }
+        if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }
+        if let n = f.optional("stable-after") { config.stableAfter = try duration(n) }
+        if let n = f.optional("dead-path-hold-down") { config.deadPathHoldDown = try duration(n) }
+        for (key, path) in [("ac", \Config.ac), ("battery", \Config.battery)] {
+            guard let n = f.optional(key) else { continue }
+            let b = try fields(n, "\(section.dropLast())/\(key)'", allowed: Config.budgetKeys)
+            if let v = b.optional("burst") { config[keyPath: path].burst = try int(v, 1...10_000) }
+            if let v = b.optional("refill") { config[keyPath: path].refill = try positiveDuration(v) }
+            if let v = b.optional("backoff-base") { config[keyPath: path].backoffBase = try positiveDuration(v) }
+            if let v = b.optional("backoff-cap") { config[keyPath: path].backoffCap = try positiveDuration(v) }
+        }
+    }
+}
