@@ -75,18 +75,16 @@ public final class NetlinkSocket {
         }
     }
 
-    /// Waits for the next buffer of messages; `timeout` nil waits forever, and an expired
-    /// timeout returns an empty array. A full receive queue throws an overrun error.
+    /// Waits for the next buffer of messages; `timeout` nil waits forever. An expired timeout,
+    /// or a wait a signal handler interrupted (so a command can see a stop request), returns an
+    /// empty array. A full receive queue throws an overrun error.
     public func receive(timeout: Duration? = nil) throws(NetlinkError) -> ArraySlice<UInt8> {
         if let timeout {
             var fds = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
             let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-            while true {
-                let ready = poll(&fds, 1, ms)
-                if ready > 0 { break }
-                if ready == 0 { return [] }
-                if errno != EINTR { throw NetlinkError("poll netlink socket", errno) }
-            }
+            let ready = poll(&fds, 1, ms)
+            if ready == 0 || (ready < 0 && errno == EINTR) { return [] }
+            if ready < 0 { throw NetlinkError("poll netlink socket", errno) }
         }
         while true {
             let n = buffer.withUnsafeMutableBytes { mnl_socket_recvfrom(socket, $0.baseAddress, $0.count) }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CShims
 import ConfigReader
 import Glibc
 
@@ -17,6 +18,9 @@ struct Agent: ParsableCommand {
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other
     /// failure exits 1 with one line saying what to do. Argument errors keep the usual usage text.
     static func main() {
+        // Every live stream (monitor, record, status) is read line by line, also through a pipe
+        // or into a file: a line goes out when it is complete, never held in a block buffer.
+        CShims_line_buffer_stdout()
         do {
             var command = try parseAsRoot()
             try command.run()

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import Synchronization
 import PathMonitor
 import Reconnector
 
@@ -64,8 +65,15 @@ struct MonitorCommand: ParsableCommand {
             }
         }
         crossCheck()
+        // Stopped by a signal (Ctrl-C, `timeout`, a service manager), it still says so and
+        // loses no line: stdout is line-buffered (see `Agent.main`).
+        // The flag is made here, not first in a handler: a handler must not run a lazy initialiser.
+        _ = monitorStopRequested.load(ordering: .relaxed)
+        signal(SIGINT) { _ in monitorStopRequested.store(true, ordering: .relaxed) }
+        signal(SIGTERM) { _ in monitorStopRequested.store(true, ordering: .relaxed) }
+        unblockStopSignals()
         let deadline = watch.seconds.map { start + .milliseconds(Int64($0 * 1000)) }
-        while deadline.map({ ContinuousClock.now < $0 }) ?? true {
+        while !monitorStopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {
             let wait = deadline.map { $0 - ContinuousClock.now } ?? .seconds(3600)
             let events = monitor.next(timeout: max(wait, .milliseconds(1)))
             let now = SuspendDetector.clocks()
@@ -97,6 +105,19 @@ struct MonitorCommand: ParsableCommand {
         paths.isEmpty ? "none" : paths.map(\.description).joined(separator: "; ")
     }
 }
+
+/// Lets SIGINT and SIGTERM through to their handlers even when the process was started with
+/// them blocked (a parent's mask is inherited).
+func unblockStopSignals() {
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGINT)
+    sigaddset(&set, SIGTERM)
+    pthread_sigmask(SIG_UNBLOCK, &set, nil)
+}
+
+/// Set by SIGINT/SIGTERM while monitoring.
+private let monitorStopRequested = Atomic<Bool>(false)
 
 /// What the path-watching commands share: which server, which namespace, for how long.
 struct WatchOptions: ParsableArguments {

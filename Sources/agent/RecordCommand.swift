@@ -55,8 +55,11 @@ struct RecordCommand: ParsableCommand {
             timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime)), monotonic: \(Self.decimal(now.monotonic)), "
                 + "boottime: \(Self.decimal(now.boottime)), netlink: \(bytes.hexString)}")
         }
+        // The flag is made here, not first in a handler: a handler must not run a lazy initialiser.
+        _ = stopRequested.load(ordering: .relaxed)
         signal(SIGINT) { _ in stopRequested.store(true, ordering: .relaxed) }
         signal(SIGTERM) { _ in stopRequested.store(true, ordering: .relaxed) }
+        unblockStopSignals()
         let deadline = watch.seconds.map { ContinuousClock.now + .milliseconds(Int64($0 * 1000)) }
         var events = 0
         while !stopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {

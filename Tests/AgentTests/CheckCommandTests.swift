@@ -59,3 +59,27 @@ struct CheckCommandTests {
         #expect(loose.status == 2 && loose.output.contains("must be 0600"), "\(loose.output)")
     }
 }
+
+/// `agent monitor` read through a pipe shows each event as it happens, and when a service
+/// manager or `timeout` stops it with SIGTERM it says so and loses nothing. Needs no root.
+@Test func aPipedMonitorShowsEventsLiveAndSaysWhenItIsStopped() throws {
+    let process = Process()
+    process.executableURL = RoamingLab.builtAgent
+    process.arguments = ["monitor", "--server", "127.0.0.1", "--seconds", "30"]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+    // The first line arrives while the monitor runs: a block-buffered stdout would hold it.
+    let fd = pipe.fileHandleForReading.fileDescriptor
+    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    #expect(poll(&ready, 1, 5_000) == 1, "a line within 5 s")
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let n = read(fd, &buffer, buffer.count)
+    #expect(n > 0 && String(decoding: buffer[0..<max(n, 0)], as: UTF8.self).contains("event=start"))
+    kill(process.processIdentifier, SIGTERM)
+    let rest = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    #expect(rest.contains("event=stop"), "\(rest)")
+    #expect(process.terminationStatus == 0)
+}

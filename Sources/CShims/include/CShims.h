@@ -27,6 +27,7 @@ static inline int prctl_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0,
 
 // MARK: Tunnel data plane
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -185,5 +186,8 @@ static inline void CShims_write_offload(struct msghdr *message, void *control, u
 static inline void CShims_write_pktinfo(struct msghdr *message, void *control, int family, const unsigned char *address) {
     CShims_write_offload(message, control, 0, family, address);
 }
+
+/// Makes stdout line-buffered, also when it is a pipe or a file.
+static inline void CShims_line_buffer_stdout(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 
 #endif
