@@ -83,7 +83,16 @@ struct BadInputTests {
         // `ip netns exec` needs root itself; the agent behind it runs as nobody, with no capabilities.
         let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
                       "--bounding-set=-all"]
-        let result = try up(lab, inside: nobody)
+        // A file this user cannot read is said first: the file comes before the privilege.
+        let unreadable = try up(lab, inside: nobody)
+        #expect(unreadable.status == 2 && unreadable.line.contains("cannot read the file"), "\(unreadable)")
+        // A readable, well-formed one gets as far as the privilege check.
+        let readable = "/run/roam-notroot-\(getpid()).yaml"
+        _ = try? FileManager.default.removeItem(atPath: readable)
+        try FileManager.default.copyItem(atPath: lab.directory + "/client.yaml", toPath: readable)
+        defer { unlink(readable) }
+        chmod(readable, 0o644)
+        let result = try up(lab, config: readable, inside: nobody)
         #expect(result.status == 1 && result.line.contains("needs root (or CAP_NET_ADMIN)"), "\(result)")
     }
 }
