@@ -67,13 +67,9 @@ struct MonitorCommand: ParsableCommand {
         crossCheck()
         // Stopped by a signal (Ctrl-C, `timeout`, a service manager), it still says so and
         // loses no line: stdout is line-buffered (see `Agent.main`).
-        // The flag is made here, not first in a handler: a handler must not run a lazy initialiser.
-        _ = monitorStopRequested.load(ordering: .relaxed)
-        signal(SIGINT) { _ in monitorStopRequested.store(true, ordering: .relaxed) }
-        signal(SIGTERM) { _ in monitorStopRequested.store(true, ordering: .relaxed) }
-        unblockStopSignals()
+        StopRequest.install()
         let deadline = watch.seconds.map { start + .milliseconds(Int64($0 * 1000)) }
-        while !monitorStopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {
+        while !StopRequest.isSet, deadline.map({ ContinuousClock.now < $0 }) ?? true {
             let wait = deadline.map { $0 - ContinuousClock.now } ?? .seconds(3600)
             let events = monitor.next(timeout: max(wait, .milliseconds(1)))
             let now = SuspendDetector.clocks()
@@ -106,18 +102,28 @@ struct MonitorCommand: ParsableCommand {
     }
 }
 
-/// Lets SIGINT and SIGTERM through to their handlers even when the process was started with
-/// them blocked (a parent's mask is inherited).
-func unblockStopSignals() {
-    var set = sigset_t()
-    sigemptyset(&set)
-    sigaddset(&set, SIGINT)
-    sigaddset(&set, SIGTERM)
-    pthread_sigmask(SIG_UNBLOCK, &set, nil)
-}
+/// SIGINT or SIGTERM asking a command that runs until stopped (`monitor`, `record`) to end the
+/// way it ends on its own: the last line written, the recording saved.
+enum StopRequest {
+    private static let flag = Atomic<Bool>(false)
 
-/// Set by SIGINT/SIGTERM while monitoring.
-private let monitorStopRequested = Atomic<Bool>(false)
+    /// Whether a stop was asked for.
+    static var isSet: Bool { flag.load(ordering: .relaxed) }
+
+    /// Sets the handlers, and lets the signals through even when the process was started with
+    /// them blocked (a parent's mask is inherited). The flag is made here, not first in a
+    /// handler: a handler must not run a lazy initialiser (one did, and the process spun).
+    static func install() {
+        _ = flag.load(ordering: .relaxed)
+        signal(SIGINT) { _ in StopRequest.flag.store(true, ordering: .relaxed) }
+        signal(SIGTERM) { _ in StopRequest.flag.store(true, ordering: .relaxed) }
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+    }
+}
 
 /// What the path-watching commands share: which server, which namespace, for how long.
 struct WatchOptions: ParsableArguments {

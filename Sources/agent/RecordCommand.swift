@@ -4,9 +4,6 @@ import PathMonitor
 import Reconnector
 import Synchronization
 
-/// Set by SIGINT/SIGTERM while recording: the recording is written, not lost.
-private let stopRequested = Atomic<Bool>(false)
-
 /// `agent record`: writes the kernel's routing messages into a scenario file.
 struct RecordCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -55,14 +52,11 @@ struct RecordCommand: ParsableCommand {
             timeline.append("  - {at: \(Self.seconds(now.boottime - start.boottime)), monotonic: \(Self.decimal(now.monotonic)), "
                 + "boottime: \(Self.decimal(now.boottime)), netlink: \(bytes.hexString)}")
         }
-        // The flag is made here, not first in a handler: a handler must not run a lazy initialiser.
-        _ = stopRequested.load(ordering: .relaxed)
-        signal(SIGINT) { _ in stopRequested.store(true, ordering: .relaxed) }
-        signal(SIGTERM) { _ in stopRequested.store(true, ordering: .relaxed) }
-        unblockStopSignals()
+        // Stopped by a signal, the recording is written, not lost.
+        StopRequest.install()
         let deadline = watch.seconds.map { ContinuousClock.now + .milliseconds(Int64($0 * 1000)) }
         var events = 0
-        while !stopRequested.load(ordering: .relaxed), deadline.map({ ContinuousClock.now < $0 }) ?? true {
+        while !StopRequest.isSet, deadline.map({ ContinuousClock.now < $0 }) ?? true {
             events += monitor.next(timeout: .milliseconds(200)).count
         }
         var kinds: [String] = []
