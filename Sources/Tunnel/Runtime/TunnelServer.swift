@@ -476,15 +476,17 @@ public final class TunnelServer: Sendable {
 private final class Counters: Sendable {
     let value = Mutex((traffic: TrafficCounters(), drops: DropCounters()))
 
-    /// Adds what a thread counted since its last call and zeroes it.
+    /// Adds what a thread counted since its last call and zeroes it. Runs once per batch: no
+    /// drop counters are made or compared unless something was dropped.
     func add(_ traffic: inout TrafficCounters, _ drops: inout DropCounters) {
-        guard traffic != TrafficCounters() || drops != DropCounters() else { return }
+        let dropped = drops.total > 0
+        guard dropped || traffic != TrafficCounters() else { return }
         value.withLock { value in
             value.traffic.add(traffic)
-            value.drops.add(drops)
+            if dropped { value.drops.add(drops) }
         }
         traffic = TrafficCounters()
-        drops = DropCounters()
+        if dropped { drops = DropCounters() }
     }
 }
 
