@@ -50,12 +50,7 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: often", 4, "a duration"),
 ])
 func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
-    #expect {
-        try parse(text) { try $0.client($1) }
-    } throws: { error in
-        guard let error = error as? ConfigError else { return false }
-        return error.line == line && error.message.contains(message)
-    }
+    expectClientRefusal(text, line: line, message: message)
 }
 
 @Test func serverSettingsBuildTheUserDatabase() throws {
@@ -144,7 +139,13 @@ func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     ("private-key-file: k\nserver: a:1", 1, "needs 'server-key'"),
 ])
 func badServerListsPointAtTheLine(text: String, line: Int, message: String) {
-    #expect {
+    expectClientRefusal(text, line: line, message: message)
+}
+
+/// A client configuration refused on `line` with words that contain `message`.
+private func expectClientRefusal(_ text: String, line: Int, message: String,
+                                 sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(sourceLocation: sourceLocation) {
         try parse(text) { try $0.client($1) }
     } throws: { error in
         guard let error = error as? ConfigError else { return false }
