@@ -21,6 +21,8 @@ public protocol SessionDriver {
     mutating func completeHandover()
     /// The prepared session is forgotten.
     mutating func cancelHandover()
+    /// The session ends with a goodbye to the server; the tunnel device and the lockdown stay.
+    mutating func disconnect()
 }
 
 /// The one action interpreter, run by the daemon and by every replay: facts go into the core,
@@ -68,6 +70,9 @@ public struct Interpreter: Sendable {
                 probes.removeAll()
                 driver.completeHandover()
             case .cancelHandover: driver.cancelHandover()
+            case .disconnect:
+                probes.removeAll()
+                driver.disconnect()
             case .armTimer, .cancelTimer, .quiesce: break
             }
         }

@@ -143,6 +143,8 @@ public struct Reconnector: Sendable {
         case .serverDraining: serverDraining(now, &out)
         case .handoverReady(let rtt): handoverReady(rtt: rtt, now, &out)
         case .handoverRejected: handoverFailed(now, &out)
+        case .pause: pause(now, &out)
+        case .resume: resume(now, &out)
         }
         return out
     }
@@ -156,7 +158,7 @@ public struct Reconnector: Sendable {
         if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id } } }
         if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
         switch state {
-        case .sleeping, .failed:
+        case .sleeping, .failed, .paused:
             coalesced += 1
         case .offline:
             if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
@@ -203,13 +205,17 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
-        if case .sleeping = state { return }
+        switch state {
+        case .sleeping, .paused: return  // paused: there is nothing to quiesce, and no session to keep
+        default: break
+        }
         stateBeforeSleep = state
         enter(.sleeping, .goingToSleep, now, &out)
         out.append(.quiesce)
     }
 
     private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
+        if case .paused = state { coalesced += 1; return }  // the operator brings it up, not a wake
         let before: State
         if case .sleeping = state { before = stateBeforeSleep } else { before = state }
         if case .failed(let why) = before { return enter(.failed(why), .wokeAfter(slept), now, &out) }
@@ -264,6 +270,9 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+        // A handshake that was in flight when the operator took the tunnel down: its keys went
+        // with the session.
+        if case .paused = state { return }
         // The driver holds the fresh keys whatever the state: the session lives from now.
         session = (now, now)
         // In backing-off the answer came after the timeout gave up on it; it works all the same.
@@ -285,7 +294,7 @@ public struct Reconnector: Sendable {
             if case .connecting(let path) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
         case .rejected(let why):
             switch state {
-            case .sleeping, .failed, .offline: return
+            case .sleeping, .failed, .offline, .paused: return
             default:
                 enter(.failed(.rejected(why)), .rejected(why), now, &out)
                 out.append(.reportFailure(.rejected(why)))
@@ -319,7 +328,7 @@ public struct Reconnector: Sendable {
         case .backingOff:
             // The retry's probe checks it: its silence then brings a handshake at once.
             checkingHint = true
-        case .connecting, .offline, .sleeping, .failed:
+        case .connecting, .offline, .sleeping, .failed, .paused:
             coalesced += 1  // fresh keys are on their way, or nothing is sent meanwhile
         }
     }
@@ -439,7 +448,7 @@ public struct Reconnector: Sendable {
 
     private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
         switch state {
-        case .sleeping: return
+        case .sleeping, .paused: return  // down stays down until `agent up`
         case .connecting: coalesced += 1; return  // the fresh handshake asked for is already in flight
         default: break
         }
@@ -450,6 +459,26 @@ public struct Reconnector: Sendable {
         startAttempt(on: best, .operatorRequest, now, &out, handshake: true)
     }
 
+    /// The operator takes the tunnel down without stopping the agent, as a paused always-on VPN
+    /// is: the session ends with a goodbye, every timer stops, and nothing is tried until they
+    /// bring it up again. The tunnel device and the lockdown stay, so nothing leaves in clear.
+    private mutating func pause(_ now: Instant, _ out: inout [Action]) {
+        if case .paused = state { coalesced += 1; return }
+        session = nil
+        enter(.paused, .operatorDown, now, &out)
+        out.append(.disconnect)
+    }
+
+    /// The operator brings the tunnel up again: fresh keys on the best path at once. Like any
+    /// operator's request it bypasses the budget, and it forgets earlier failures.
+    private mutating func resume(_ now: Instant, _ out: inout [Action]) {
+        guard case .paused = state else { coalesced += 1; return }
+        failures = 0
+        notBefore = nil
+        guard let best = preferred(now) else { return enter(.offline, .operatorUp, now, &out) }
+        startAttempt(on: best, .operatorUp, now, &out, handshake: true)
+    }
+
     /// The server answers at another address now. A live session is proved with a probe (the
     /// same server keeps it; another one behind the name answers "session unknown", which brings
     /// a handshake); a handshake in flight to the old address starts afresh; a backoff drawn for
@@ -458,7 +487,7 @@ public struct Reconnector: Sendable {
         // Paths that failed their probes failed them towards the old address.
         dead.removeAll()
         switch state {
-        case .offline, .sleeping, .failed:
+        case .offline, .sleeping, .failed, .paused:
             coalesced += 1  // the next attempt goes to the new address anyway
         case .backingOff:
             guard let best = preferred(now), takeToken(now) else { coalesced += 1; return }
@@ -745,7 +774,7 @@ public struct Reconnector: Sendable {
             suspectedByLiveness = false
         }
         switch new {
-        case .offline, .sleeping, .failed: checkingHint = false  // what follows starts afresh
+        case .offline, .sleeping, .failed, .paused: checkingHint = false  // what follows starts afresh
         default: break
         }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,

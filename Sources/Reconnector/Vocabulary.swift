@@ -44,6 +44,10 @@ public enum Input: Equatable, Sendable {
     case handoverReady(rtt: Duration)
     /// The server the session was to move to refused it.
     case handoverRejected
+    /// An operator took the tunnel down without stopping the agent (`agent down`).
+    case pause
+    /// An operator brought it back up (`agent up` on the running agent).
+    case resume
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -63,6 +67,8 @@ public enum Input: Equatable, Sendable {
         case .serverDraining: "server-draining"
         case .handoverReady: "handover-ready"
         case .handoverRejected: "handover-rejected"
+        case .pause: "operator-down"
+        case .resume: "operator-up"
         }
     }
 }
@@ -114,6 +120,9 @@ public enum Action: Equatable, Sendable {
     case completeHandover(server: Int)
     /// Forget the prepared session: the traffic stays where it is.
     case cancelHandover
+    /// End the session with a goodbye to the server. The tunnel device, the lockdown and the
+    /// resolvers stay, so nothing leaves in clear while there is no session.
+    case disconnect
 }
 
 /// The state of the session as the state machine sees it.
@@ -134,6 +143,9 @@ public enum State: Equatable, Sendable {
     case backingOff(Path)
     /// Cannot connect without an operator (credentials rejected): no retries.
     case failed(Reason)
+    /// Taken down by an operator without stopping the agent: no session and no attempts until
+    /// they bring it up again; the tunnel device and the lockdown stay.
+    case paused
 
     /// The state's name in logs and status.
     public var name: String {
@@ -146,6 +158,7 @@ public enum State: Equatable, Sendable {
         case .sleeping: "sleeping"
         case .backingOff: "backing-off"
         case .failed: "failed"
+        case .paused: "paused"
         }
     }
 
@@ -154,7 +167,7 @@ public enum State: Equatable, Sendable {
         switch self {
         case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p): p
         case .switching(let from, _, _): from
-        case .offline, .sleeping, .failed: nil
+        case .offline, .sleeping, .failed, .paused: nil
         }
     }
 }
@@ -211,6 +224,10 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case retry
     /// An operator asked for it.
     case operatorRequest
+    /// An operator took the tunnel down (`agent down`).
+    case operatorDown
+    /// An operator brought the tunnel up again (`agent up`).
+    case operatorUp
     /// The server's name resolves to another address now.
     case serverAddressChanged
     /// Every path went silent towards this server (or its only one did): it is the suspect,
@@ -252,6 +269,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .backoff(let d): "backoff(next in \(d.short))"
         case .retry: "retry"
         case .operatorRequest: "operatorRequest"
+        case .operatorDown: "operatorDown"
+        case .operatorUp: "operatorUp"
         case .serverAddressChanged: "serverAddressChanged"
         case .serverUnreachable(let s): "serverUnreachable(\(s))"
         case .serverDraining(let s): "serverDraining(\(s))"

@@ -260,6 +260,8 @@ public struct Replay {
             // The operator asked for fresh keys: the old session no longer counts as alive.
             lastHeard = nil
             feed(.reconnectRequested)
+        case .operatorPause(let down):
+            feed(down ? .pause : .resume)
         case .restart:
             // What the real agent keeps across processes, and nothing else.
             restarts += 1
@@ -517,23 +519,27 @@ public struct Replay {
                 queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
-            case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover:
+            case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
+                 .disconnect:
                 break
             }
         }
         if attempted {
             report.attempts += 1
-            let budgeted = input != .reconnectRequested && !forced
+            let budgeted = input != .reconnectRequested && input != .resume && !forced
             let power: PowerSource = acSinceLastAttempt || machine.power == .ac ? .ac : .battery
             attemptLog.append((now, power, budgeted))
             if budgeted { acSinceLastAttempt = false }
         }
         if !machine.isHandshaking { handshakeInFlight = nil }
+        if case .paused = machine.state, attempted || actions.contains(where: { if case .probe = $0 { true } else { false } }) {
+            violation("an attempt while paused, on \(input.name)")
+        }
         if before.name != machine.state.name && !reported {
             violation("\(before.name) -> \(machine.state.name) on \(input.name) without a logged transition")
         }
         switch machine.state {
-        case .offline, .sleeping, .failed:
+        case .offline, .sleeping, .failed, .paused:
             if !armed.isEmpty || !machine.timers.isEmpty {
                 violation("timers armed while \(machine.state.name): \(armed.keys.map(\.rawValue).sorted())")
             }
@@ -802,6 +808,19 @@ extension Replay: SessionDriver {
     public mutating func cancelHandover() {
         if let standby { gateways[standby].hasSession = false }
         standby = nil
+    }
+
+    public mutating func disconnect() {
+        // The goodbye reaches the server when the session's path passes it; otherwise the
+        // server's copy only expires.
+        if let socket, passes(socket) { serverHasSession = false }
+        if let standby { gateways[standby].hasSession = false }
+        standby = nil
+        clientHasSession = false
+        lastHeard = nil
+        hintReported = false
+        handshakeInFlight = nil
+        handshakeGeneration += 1
     }
 
     public mutating func transitioned(_ transition: Transition) {

@@ -92,6 +92,8 @@ public enum ScenarioEvent: Sendable {
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
     case reconnect
+    /// An operator runs `agent down` (`paused: true`) or `agent up` on the running agent.
+    case operatorPause(Bool)
     /// An attacker who sees the session's packets (same Wi-Fi) sends a "session unknown" hint
     /// from the server's address and port; the server still has the session.
     case forgedHint

@@ -127,7 +127,7 @@ extension YAMLReader {
 
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
-        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "flap", "netlink", "restart", "stop",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop",
         "forged-hint", "gateway-down", "gateway-up", "drain",
     ]
 
@@ -235,6 +235,10 @@ extension YAMLReader {
                 }
                 add(.auth(accepts: text == "accept"))
             case "reconnect": add(.reconnect)
+            case "operator":
+                let text = try string(value)
+                guard text == "down" || text == "up" else { throw fail(value, "'operator' is down or up, got \"\(text)\"") }
+                add(.operatorPause(text == "down"))
             case "netlink": add(.netlink(try hex(value)))
             case "stop": add(.stop)
             case "restart":
@@ -444,7 +448,7 @@ extension YAMLReader {
     }
 
     static let stateNames = ["offline", "connecting", "connected", "probing", "switching", "sleeping",
-                             "backing-off", "failed"]
+                             "backing-off", "failed", "paused"]
 
     /// Reads a state name, or checks `text` (the state part of a `state:reason` entry).
     func stateName(_ node: Node, text: String? = nil) throws(ScenarioError) -> String {

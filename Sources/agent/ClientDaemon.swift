@@ -417,6 +417,7 @@ extension ClientDaemon {
             mutating func prepareHandover(to index: Int, on path: Path) { effects.prepareHandover(to: index, on: path) }
             mutating func completeHandover() { effects.completeHandover() }
             mutating func cancelHandover() { effects.cancelHandover() }
+            mutating func disconnect() { effects.disconnect() }
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.

@@ -150,6 +150,13 @@ final class SessionEffects {
         client?.cancelHandover()
     }
 
+    /// Ends the session with a goodbye; the tunnel device, its routes, the lockdown and the
+    /// resolvers stay, so the machine's traffic waits for the tunnel instead of leaving in clear.
+    func disconnect() {
+        handover = nil
+        client?.endSession()
+    }
+
     /// Server `index`'s address, looked up again if its name gave none so far; the lockdown is
     /// opened to a new one first. Nil (and logged) when there is none.
     private func address(of index: Int) -> SocketAddress? {

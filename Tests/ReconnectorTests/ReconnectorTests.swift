@@ -372,3 +372,58 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     #expect(out.rebinds == ["wifi0"] && out.probes == ["wifi0"] && out.handshakes.isEmpty, "\(out)")
     #expect(r.state == .probing(wifi0, sent: 1))
 }
+
+@Test func operatorDownEndsTheSessionAndHoldsWhateverHappens() {
+    var r = connected([eth0, wifi0])
+    _ = r.handle(.dataSent, now: at(1000))  // a liveness timer is armed
+    let down = r.handle(.pause, now: at(1100))
+    #expect(down.contains(.disconnect) && down.reasons == ["operatorDown"])
+    #expect(r.state == .paused && r.nextDeadline == nil, "down keeps no timer")
+    var later: [Action] = []
+    later += r.handle(.paths([wifi0]), now: at(2000))
+    later += r.handle(.paths([wifi0, eth0]), now: at(3000))
+    later += r.handle(.reconnectRequested, now: at(4000))
+    later += r.handle(.sleep, now: at(5000))
+    later += r.handle(.wake(sleptFor: .seconds(60)), now: at(65_000))
+    later += r.handle(.dataSent, now: at(66_000))
+    later += r.handle(.handshakeFailed(.sessionUnknown), now: at(67_000))
+    later += r.handle(.serverMoved, now: at(68_000))
+    later += r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(69_000))  // one that was in flight
+    #expect(later.isEmpty, "nothing brings a paused tunnel up but the operator: \(later)")
+    #expect(r.state == .paused)
+    let again = r.handle(.pause, now: at(70_000))
+    #expect(again.isEmpty)
+}
+
+@Test func operatorUpHandshakesAtOnceOnTheBestPathWithoutWaitingForTheBackoff() {
+    var r = Reconnector(config: Config(), seed: 3)
+    _ = r.handle(.paths([wifi0]), now: at(0))
+    // Time out until the machine backs off.
+    var now = at(0)
+    for _ in 0..<40 {
+        guard let due = r.nextDeadline else { break }
+        now = due
+        _ = r.handle(.timerFired(r.timers.first { $0.value == due }!.key), now: now)
+        if case .backingOff = r.state { break }
+    }
+    #expect(r.state.name == "backing-off" && r.nextDeadline != nil)
+    _ = r.handle(.pause, now: now + .seconds(1))
+    _ = r.handle(.paths([eth0, wifi0]), now: now + .seconds(2))
+    let up = r.handle(.resume, now: now + .seconds(3))
+    #expect(up.handshakes == ["eth0"] && up.reasons.first == "operatorUp")
+    #expect(r.state == .connecting(eth0))
+    _ = r.handle(.handshakeSucceeded(rtt: .milliseconds(5)), now: now + .seconds(3) + .milliseconds(5))
+    #expect(r.state == .connected(eth0))
+}
+
+@Test func operatorUpWithoutAPathWaitsOfflineAndUpWhenNotDownDoesNothing() {
+    var r = connected([eth0])
+    let idle = r.handle(.resume, now: at(500))
+    #expect(idle.isEmpty && r.state == .connected(eth0))
+    _ = r.handle(.pause, now: at(1000))
+    _ = r.handle(.paths([]), now: at(2000))
+    let up = r.handle(.resume, now: at(3000))
+    #expect(r.state == .offline && up.reasons == ["operatorUp"] && up.handshakes.isEmpty)
+    let back = r.handle(.paths([wifi0]), now: at(4000))
+    #expect(back.handshakes == ["wifi0"])
+}

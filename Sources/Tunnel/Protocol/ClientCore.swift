@@ -333,6 +333,15 @@ public struct ClientCore: Sendable {
         try sealMessage(Control.encode(kind: Control.close, id: 0, sentAt: now), now: now)
     }
 
+    /// Forgets the session's keys and any handshake in flight (after `close`): nothing more is
+    /// sealed or opened until a new handshake completes.
+    public mutating func forgetSession() {
+        pending = nil
+        current = nil
+        previous = nil
+        hintReported = false
+    }
+
     /// An empty data packet: keeps NAT state and tells the server we are here.
     public mutating func keepalive(now: Instant) throws(SealFailure) -> [UInt8] {
         try sealMessage([], now: now)

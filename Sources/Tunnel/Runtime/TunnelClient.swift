@@ -72,6 +72,8 @@ public final class TunnelClient: Sendable {
     private let lastInitiation = Mutex<Instant?>(nil)
     private let handshakes = Atomic<Int>(0)
     private let running = Atomic<Bool>(false)
+    /// The session was ended on purpose (`endSession`): no handshake starts by itself.
+    private let held = Atomic<Bool>(false)
     private let inboundWakeup: Wakeup
     private let outboundWakeup: Wakeup
     private let log: @Sendable (String) -> Void
@@ -236,7 +238,23 @@ public final class TunnelClient: Sendable {
 
     /// Starts a handshake on the current socket without waiting: `.handshakeCompleted` (or
     /// `.rejected`) reports the outcome while `run` is going.
-    public func startHandshake() { initiate(force: true) }
+    public func startHandshake() {
+        held.store(false, ordering: .relaxed)
+        initiate(force: true)
+    }
+
+    /// Ends the session without stopping: the server is told goodbye (it forgets the session at
+    /// once) and the keys are forgotten. The device stays attached; its packets are dropped as
+    /// having no session, and no handshake starts by itself until `startHandshake`.
+    public func endSession() {
+        held.store(true, ordering: .relaxed)
+        let goodbye = try? session.withLock { (session) throws(SealFailure) -> ([UInt8], SocketAddress) in
+            defer { session.core.forgetSession() }
+            return (try session.core.close(now: Instant.now()), session.server)
+        }
+        if let (datagram, server) = goodbye { send(datagram, to: server) }
+        cancelHandover()
+    }
 
     /// Tells the server this client is going away (it forgets the session at once), then stops.
     public func close() {
@@ -561,6 +579,7 @@ public final class TunnelClient: Sendable {
 
     /// Sends a handshake initiation, at most once a second unless `force`.
     private func initiate(force: Bool) {
+        guard force || !held.load(ordering: .relaxed) else { return }
         let now = Instant.now()
         let due = lastInitiation.withLock { last -> Bool in
             if !force, let last, now - last < .seconds(1) { return false }
