@@ -42,6 +42,9 @@ public enum LogLine {
         }.joined(separator: ",") + "}"
     }
 
+    /// `s` as a JSON string literal, quotes included.
+    public static func quotedJSON(_ s: String) -> String { quoted(s) }
+
     static func quoted(_ s: String) -> String {
         var out = "\""
         for c in s.unicodeScalars {

@@ -16,6 +16,8 @@ final class ClientDaemon: Sendable {
         case signal(Int32)
         /// What a lookup of the server's name gave.
         case resolved(Result<[IPAddress], ResolverError>)
+        /// An operator's request from the control socket, to answer through `ControlServer.reply`.
+        case control(ControlServer.Call)
     }
 
     /// The only state shared across threads.
@@ -30,8 +32,9 @@ final class ClientDaemon: Sendable {
          log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
         self.mailbox = mailbox
+        let server = try ControlServer(socket: control) { [weak mailbox] call in mailbox?.post(.control(call)) }
         loop = try Loop(settings: settings, configPath: configPath, key: key, credentials: credentials,
-                        servers: servers, log: log, control: control,
+                        servers: servers, log: log, control: server,
                         waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)
     }
 
@@ -50,8 +53,8 @@ final class ClientDaemon: Sendable {
 }
 
 extension ClientDaemon {
-    /// The deciding thread: a poll over the monitor, the mailbox, the control socket and the
-    /// power supply, with the core's next deadline as its timeout.
+    /// The deciding thread: a poll over the monitor, the mailbox (where the control socket's
+    /// requests arrive too) and the power supply, with the core's next deadline as its timeout.
     // Owned by ClientDaemon and used only from the thread that calls run(); the daemon's
     // other accessors are read after run() returns.
     private final class Loop: @unchecked Sendable {
@@ -78,7 +81,7 @@ extension ClientDaemon {
         private var suspends: SuspendDetector
         /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
         private var sleptAt: Instant?
-        private let control: ControlSocket
+        private let control: ControlServer
         private let power = PowerEvents()
         private var lastTransition: Transition?
         /// Decisions that bound, rebound or handshook, since start.
@@ -91,7 +94,7 @@ extension ClientDaemon {
         private var savedMemory: Reconnector.Memory?
 
         init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
-             log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?,
+             log: OperatorLog, control: ControlServer, waitForServer: Duration?, firewall: Firewall?,
              mailbox: Mailbox<Event>) throws {
             self.settings = settings
             self.configPath = configPath
@@ -125,6 +128,11 @@ extension ClientDaemon {
         }
 
         func run() {
+            do {
+                try control.start()
+            } catch {
+                log("error", "cannot serve the control socket; status and commands are unavailable", ["error": "\(error)"])
+            }
             effects.networkChanged(monitor.tracker.model)
             feed(.paths(monitor.paths))
             while running {
@@ -132,11 +140,9 @@ extension ClientDaemon {
                 service.tick(now: now)
                 let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp)
                 let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt].compactMap { $0 }.min()
-                let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor, control.fileDescriptor]
-                    + (power.map { [$0.fileDescriptor] } ?? [])
+                let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
-                if ready.contains(control.fileDescriptor) { control.serve { answer($0) } }
                 if let slept = checkSuspend() { woke(after: slept) }
                 if ready.contains(monitor.fileDescriptor) { monitorSpoke() }
                 if ready.contains(mailbox.fileDescriptor) {
@@ -154,7 +160,8 @@ extension ClientDaemon {
                 }
             }
             service.stopping()
-            control.remove()
+            control.publish(ControlProtocol.event("stopped", [("why", .string(failure ?? (restartRequested ? "restarting" : "stopped")))]))
+            control.stop()
             effects.close(operatorStop: failure == nil && !restartRequested)
         }
 
@@ -218,6 +225,8 @@ extension ClientDaemon {
                 resolved(result)
             case .notice(let notice):
                 handle(notice)
+            case .control(let call):
+                answer(call)
             }
         }
 
@@ -368,13 +377,22 @@ extension ClientDaemon {
             let now = Instant.now()
             var paths = machine.paths
             if case .paths(let new) = input { paths = new }
+            var made: [Transition] = []
             var driver = Driver(effects: effects, paths: paths, log: log) { [unowned self] transition in
                 lastTransition = transition
                 service.transition(transition)
                 log("info", "transition", transition.fields)
+                made.append(transition)
             }
             let before = effects.server
             let actions = interpreter.feed(input, now: now, driver: &driver)
+            // Told to watchers once the machine has settled: the status they get beside each
+            // transition is the one it led to.
+            if control.watched {
+                for transition in made {
+                    control.publish(ControlProtocol.event("transition", [("transition", transitionJSON(transition)), ("status", statusJSON)]))
+                }
+            }
             // Another server: its name is the one followed, and the paths are those to its address.
             if effects.server != before { serverChanged() }
             if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
@@ -453,66 +471,109 @@ extension ClientDaemon {
 
         // MARK: The operator
 
-        /// The answer to an operator's request on the control socket.
-        private func answer(_ request: ControlRequest?) -> String {
-            switch request {
-            case .status?: return status.map { LogLine.logfmt([$0]) }.joined(separator: "\n")
-            case .statusJSON?:
-                return LogLine.json(status, numbers: Set(["attempts", "budget_left", "packets_in", "packets_out", "bytes_in", "bytes_out",
-                                                          "drops", "super_packets", "super_packets_written", "offload_drops"] + BlockCause.allCases.map(\.counter)))
-            case .reconnect?:
+        /// Answers an operator's request from the control socket.
+        private func answer(_ call: ControlServer.Call) {
+            let done = { (message: String) in
+                call.reply(ControlProtocol.answer([("message", .string(message)), ("state", .string(self.machine.state.name))]))
+            }
+            switch call.command {
+            case .status:
+                call.reply(ControlProtocol.answer([("status", statusJSON)]))
+            case .watch:
+                call.reply(ControlProtocol.event("status", [("status", statusJSON)]), watch: true)
+            case .reconnect:
+                if case .paused = machine.state { return done("down: `agent up` connects again") }
                 feed(.reconnectRequested)
-                return "reconnecting"
-            case .sleep?:
+                done("reconnecting")
+            case .sleep:
                 handle(.signal(SIGTSTP))
-                return "sleeping"
-            case .wake?:
+                done("sleeping")
+            case .wake:
                 handle(.signal(SIGCONT))
-                return "awake"
-            case .drain?:
-                return "drain is for a server (agent serve --control); this is a client"
-            case nil:
-                return "unknown request; ask one of: " + ControlRequest.allCases.map(\.rawValue).joined(separator: ", ")
+                done("awake")
+            case .down:
+                if case .paused = machine.state { return done("down already") }
+                feed(.pause)
+                done("down: the session is closed; the tunnel device" + (effects.firewall == nil ? "" : " and the lockdown") + " stay")
+            case .up:
+                guard case .paused = machine.state else { return done("up already (\(machine.state.name))") }
+                feed(.resume)
+                done("connecting")
+            case .drain:
+                call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
             }
         }
 
-        private var status: [(String, String)] {
-            var fields: [(String, String)] = [("state", machine.state.name), ("server", effects.serverName),
-                                              ("server_address", "\(effects.server)")]
-            if let next = machine.handover { fields.append(("handover_to", settings.servers[next].name)) }
-            if let path = machine.state.path {
-                fields += [("interface", path.interface), ("kind", path.kind.rawValue), ("source", "\(path.source)")]
-            }
-            if let rtt = machine.roundTripTime { fields.append(("rtt", rtt.short)) }
+        /// A transition as the control socket gives it.
+        private func transitionJSON(_ t: Transition) -> JSON {
+            var fields: [(String, JSON)] = [
+                ("at", .string(wallClock(ago: Instant.now() - t.at))), ("from", .string(t.from.name)), ("to", .string(t.to.name)),
+                ("trigger", .string(t.trigger)), ("reason", .string(t.reason.description)),
+                ("path", t.to.path.map(Self.pathJSON) ?? .null),
+            ]
+            if case .switching(_, let candidate, _) = t.to { fields.append(("candidate", Self.pathJSON(candidate))) }
+            if let server = t.server { fields.append(("server", .string(server))) }
+            fields.append(("attempt", .int(Int64(t.attempt))))
+            if let next = t.nextRetry { fields.append(("next_retry_ms", (next - t.at).milliseconds)) }
+            fields.append(("coalesced", .int(Int64(t.coalesced))))
+            return .object(fields)
+        }
+
+        private static func pathJSON(_ path: Path) -> JSON {
+            .object([("interface", .string(path.interface)), ("kind", .string(path.kind.rawValue)), ("source", .string("\(path.source)"))])
+        }
+
+        /// The client's status, typed (docs/CONTROL.md).
+        private var statusJSON: JSON {
+            let now = Instant.now()
+            var server: [(String, JSON)] = [("name", .string(effects.serverName)), ("address", .string("\(effects.server)"))]
+            if let next = machine.handover { server.append(("handover_to", .string(settings.servers[next].name))) }
+            var fields: [(String, JSON)] = [
+                ("role", .string("client")), ("state", .string(machine.state.name)), ("server", .object(server)),
+                ("path", machine.state.path.map(Self.pathJSON) ?? .null),
+                ("rtt_ms", machine.roundTripTime.map(\.milliseconds) ?? .null),
+            ]
             if let t = lastTransition {
-                fields += [("since", wallClock(ago: Instant.now() - t.at)), ("for", (Instant.now() - t.at).short),
-                           ("last_transition", "\(t.from.name) -> \(t.to.name)"),
-                           ("reason", t.reason.description), ("trigger", t.trigger)]
+                fields += [("since", .string(wallClock(ago: now - t.at))), ("for_ms", (now - t.at).milliseconds),
+                           ("last_transition", transitionJSON(t))]
             }
-            fields += [("attempts", "\(attempts)"), ("budget_left", "\(machine.tokens)"), ("power", machine.power.rawValue)]
+            fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(machine.tokens))),
+                       ("power", .string(machine.power.rawValue))]
             if let client = effects.client {
                 let traffic = client.traffic
-                fields += [("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
-                           ("bytes_in", "\(traffic.bytesIn)"), ("bytes_out", "\(traffic.bytesOut)"),
-                           ("drops", "\(client.drops.total)"), ("drops_by_cause", client.drops.description),
-                           ("no_session_drops", "\(traffic.noSession)"), ("super_packets", "\(traffic.superPackets)"),
-                           ("super_packets_written", "\(traffic.superPacketsWritten)"),
-                           ("offload_drops", "\(traffic.offloadDrops)")]
-                if let offload = effects.offload { fields.append(("offload", offload.description)) }
+                let drops = client.drops
+                fields += [
+                    ("traffic", .object([
+                        ("packets_in", .int(Int64(clamping: traffic.packetsIn))), ("packets_out", .int(Int64(clamping: traffic.packetsOut))),
+                        ("bytes_in", .int(Int64(clamping: traffic.bytesIn))), ("bytes_out", .int(Int64(clamping: traffic.bytesOut))),
+                        ("super_packets", .int(Int64(clamping: traffic.superPackets))),
+                        ("super_packets_written", .int(Int64(clamping: traffic.superPacketsWritten))),
+                    ])),
+                    ("drops", .object([
+                        ("total", .int(Int64(clamping: drops.total))), ("no_session", .int(Int64(clamping: traffic.noSession))),
+                        ("offload", .int(Int64(clamping: traffic.offloadDrops))),
+                        ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .int(Int64(clamping: drops[$0]))) })),
+                    ])),
+                ]
             }
-            fields.append(("lockdown", effects.firewall == nil ? "off" : "on"))
+            fields.append(("offload", effects.offload.map { .string($0.description) } ?? .null))
+            var lockdown: [(String, JSON)] = [("enabled", .bool(effects.firewall != nil))]
             if let firewall = effects.firewall {
                 let counters = firewall.counters()
-                fields += BlockCause.allCases.map { ($0.counter, "\(counters[$0] ?? 0)") }
+                lockdown.append(("blocked", .object(BlockCause.allCases.map { ($0.rawValue, .int(Int64(clamping: counters[$0] ?? 0))) })))
             }
+            fields.append(("lockdown", .object(lockdown)))
             if let dns = effects.dns {
-                fields += [("dns", dns.applied?.description ?? "none"), ("dns_manager", dns.manager.rawValue)]
+                var entry: [(String, JSON)] = [("manager", .string(dns.manager.rawValue))]
+                if let applied = dns.applied {
+                    entry += [("resolvers", .array(applied.resolvers.map { .string("\($0)") })),
+                              ("search", .array(applied.searchDomains.map { .string($0) }))]
+                }
+                entry.append(("problem", effects.dnsProblem.map { .string($0) } ?? .null))
+                fields.append(("dns", .object(entry)))
             }
-            if let problem = effects.dnsProblem { fields.append(("dns_problem", problem)) }
-            if !effects.divertingRoutes.isEmpty {
-                fields.append(("diverting_routes", effects.divertingRoutes.map(\.description).joined(separator: "; ")))
-            }
-            return fields
+            fields.append(("diverting_routes", .array(effects.divertingRoutes.map { .string($0.description) })))
+            return .object(fields)
         }
     }
 }

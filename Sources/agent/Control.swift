@@ -1,34 +1,31 @@
-import ArgumentParser
 import Glibc
 import PathMonitor
 import Reconnector
+import Synchronization
+import Tunnel
 
-/// What an operator may ask the running client, over its control socket.
-enum ControlRequest: String, CaseIterable {
-    /// The state, path, counters and last transition, as logfmt lines.
-    case status
-    /// The same as one JSON object.
-    case statusJSON = "status-json"
-    /// Drop the session and handshake afresh (bypasses the reconnect budget).
-    case reconnect
-    /// Treat the machine as about to suspend.
-    case sleep
-    /// Treat the machine as resumed.
-    case wake
-    /// (A server) tell every session to move to another server, then stop.
-    case drain
-}
-
-/// The client's control socket: a Unix stream socket only root may use (0600 in a 0700
-/// directory). One request line in, one answer out, then the connection closes.
-final class ControlSocket: @unchecked Sendable {  // served by one thread only: the client's deciding one or the server's control one
+/// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
+/// ask anything; members of the `roam` group, when the system has one, may read the status and
+/// watch (socket 0660 and directory 0750, both of that group); nobody else may connect.
+final class ControlSocket: Sendable {
     static let defaultPath = "/run/roam/agent.sock"
+    /// The group whose members may read status and watch.
+    static let readerGroup = "roam"
     let path: String
     let fileDescriptor: Int32
 
     init(path: String) throws {
         let directory = path.parentDirectory
-        if !directory.isEmpty { mkdir(directory, 0o700) }
+        let readers = Self.readerGroupID()
+        if !directory.isEmpty {
+            mkdir(directory, readers == nil ? 0o700 : 0o750)
+            // Only a directory of ours is opened to the group: never someone else's.
+            var info = stat()
+            if let readers, stat(directory, &info) == 0, info.st_uid == geteuid() {
+                _ = chown(directory, geteuid(), readers)
+                _ = chmod(directory, 0o750)
+            }
+        }
         // A socket file that still answers belongs to a running agent: taking it over would
         // leave that agent unreachable. One that does not answer is left over from a crash.
         if Self.answers(path) {
@@ -39,10 +36,12 @@ final class ControlSocket: @unchecked Sendable {  // served by one thread only: 
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
         var sa = try Self.address(path)
-        let previous = umask(0o177)
+        // Never a moment with the socket open wider than it ends up.
+        let previous = umask(readers == nil ? 0o177 : 0o117)
         let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         umask(previous)
-        guard bound == 0, listen(fd, 8) == 0 else {
+        if bound == 0, let readers { _ = chown(path, geteuid(), readers) }
+        guard bound == 0, listen(fd, 16) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw AgentError("cannot listen on \(path): \(reason)")
@@ -53,55 +52,19 @@ final class ControlSocket: @unchecked Sendable {  // served by one thread only: 
 
     deinit {
         close(fileDescriptor)
-        remove()
     }
 
     /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
     /// open until the owner lets go of it).
     func remove() { unlink(path) }
 
-    /// Answers every waiting connection with `answer(request)`; bounded, never blocks long.
-    func serve(_ answer: (ControlRequest?) -> String) {
-        for _ in 0..<16 {
-            let client = accept(fileDescriptor, nil, nil)
-            guard client >= 0 else { return }
-            var timeout = timeval(tv_sec: 1, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var buffer = [UInt8](repeating: 0, count: 256)
-            let n = read(client, &buffer, buffer.count)
-            let line = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmed : ""
-            let reply = Array((answer(ControlRequest(rawValue: line)) + "\n").utf8)
-            // The asker may be gone already: no SIGPIPE for that.
-            _ = send(client, reply, reply.count, Int32(MSG_NOSIGNAL))
-            close(client)
-        }
-    }
-
-    /// Sends `request` to the agent listening at `path` and returns its answer.
-    static func ask(_ request: ControlRequest, at path: String) throws -> String {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        guard try connect(fd, to: path) else {
-            if errno == ENOENT || errno == ECONNREFUSED {
-                throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
-            }
-            throw AgentError("cannot reach the agent at \(path): \(String(cString: strerror(errno)))"
-                + (errno == EACCES ? " (the control socket is root's)" : ""))
-        }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let bytes = Array((request.rawValue + "\n").utf8)
-        _ = write(fd, bytes, bytes.count)
-        var answer = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        for _ in 0..<256 {
-            let n = read(fd, &buffer, buffer.count)
-            if n <= 0 { break }
-            answer += buffer[0..<n]
-        }
-        return String(decoding: answer, as: UTF8.self).trimmed
+    /// The `roam` group's id, when the system has that group.
+    static func readerGroupID() -> gid_t? {
+        var group = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getgrnam_r(readerGroup, &group, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return group.gr_gid
     }
 
     /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once
@@ -115,7 +78,7 @@ final class ControlSocket: @unchecked Sendable {  // served by one thread only: 
     }
 
     /// Connects `fd` to the socket at `path`; false (with `errno` set) when that failed.
-    private static func connect(_ fd: Int32, to path: String) throws -> Bool {
+    static func connect(_ fd: Int32, to path: String) throws -> Bool {
         var sa = try address(path)
         return withUnsafePointer(to: &sa) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -132,47 +95,337 @@ final class ControlSocket: @unchecked Sendable {  // served by one thread only: 
     }
 }
 
-/// What the control commands share: where the agent's control socket is.
-struct ControlOptions: ParsableArguments {
-    @Option(help: "The agent's control socket.")
-    var control: String = ControlSocket.defaultPath
+/// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a
+/// huge line or nothing at all, or reads its answers slowly) ever holds up the agent: requests
+/// are read with a deadline and a size limit, each valid one is handed to `handle` as a `Call`,
+/// and whoever decides answers it with `reply` when it gets to it. Watchers get every
+/// `publish`ed line until they hang up; one that falls too far behind is let go.
+final class ControlServer: Sendable {
+    /// One request, for whoever decides: answered with `reply`, from any thread.
+    struct Call: Sendable {
+        fileprivate let id: Int
+        fileprivate let server: ControlServer
+        let command: ControlCommand
+
+        /// Answers with `line`; with `watch`, published lines follow on the same connection.
+        func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
+    }
+
+    private enum Outgoing: Sendable {
+        case reply(Int, String, watch: Bool)
+        case publish(String)
+        case stop
+    }
+
+    /// A request must arrive whole within this; an answer must come within `answerTimeout`.
+    static let requestTimeout: Duration = .seconds(2)
+    static let answerTimeout: Duration = .seconds(10)
+    /// Connections served at once; more are told `busy`.
+    static let maxConnections = 32
+    /// Bytes a watcher may leave unread before it is let go.
+    static let maxBacklog = 256 << 10
+
+    private let socket: ControlSocket
+    private let outgoing: Mailbox<Outgoing>
+    private let handle: @Sendable (Call) -> Void
+    private let watchers = Atomic<Int>(0)
+
+    /// Whether anyone watches: a status for them is worth making only then.
+    var watched: Bool { watchers.load(ordering: .relaxed) > 0 }
+
+    init(socket: ControlSocket, handle: @escaping @Sendable (Call) -> Void) throws {
+        self.socket = socket
+        self.handle = handle
+        outgoing = try Mailbox()
+    }
+
+    var path: String { socket.path }
+
+    /// Starts the serving thread.
+    func start() throws {
+        try OSThread.detach { [self] in
+            var loop = Loop(server: self)
+            loop.run()
+        }
+    }
+
+    /// Sends `line` to every watcher.
+    func publish(_ line: String) { outgoing.post(.publish(line)) }
+
+    /// Takes the socket's name away and ends every connection after a last try to send what is queued.
+    func stop() {
+        socket.remove()
+        outgoing.post(.stop)
+    }
+
+    private struct Connection {
+        enum Phase { case reading, answering, watching, closing }
+        let fd: Int32
+        let uid: uid_t
+        var phase = Phase.reading
+        var deadline: Instant
+        var input: [UInt8] = []
+        var output: [UInt8] = []
+    }
+
+    /// The serving thread's state.
+    private struct Loop {
+        let server: ControlServer
+        var connections: [Int: Connection] = [:]
+        var nextID = 1
+        var running = true
+
+        mutating func run() {
+            while running {
+                let now = Instant.now()
+                var fds = [pollfd(fd: server.outgoing.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+                if connections.count < ControlServer.maxConnections + 1 {
+                    fds.append(pollfd(fd: server.socket.fileDescriptor, events: Int16(POLLIN), revents: 0))
+                }
+                let ids = Array(connections.keys)
+                for id in ids {
+                    let c = connections[id]!
+                    var events: Int32 = 0
+                    if c.phase == .reading || c.phase == .watching { events |= Int32(POLLIN) }
+                    if !c.output.isEmpty { events |= Int32(POLLOUT) }
+                    fds.append(pollfd(fd: c.fd, events: Int16(events), revents: 0))
+                }
+                let deadline = connections.values.filter { $0.phase == .reading || $0.phase == .answering }.map(\.deadline).min()
+                let timeout = deadline.map { Int32(clamping: max(0, ($0 - now).nanoseconds / 1_000_000 + 1)) } ?? -1
+                let ready = poll(&fds, nfds_t(fds.count), timeout)
+                if ready < 0 && errno != EINTR { usleep(10_000) }
+                for entry in fds where entry.revents != 0 {
+                    if entry.fd == server.outgoing.fileDescriptor {
+                        for item in server.outgoing.take() { deliver(item) }
+                    } else if entry.fd == server.socket.fileDescriptor {
+                        accept()
+                    } else if let id = connections.first(where: { $0.value.fd == entry.fd })?.key {
+                        serve(id, revents: entry.revents)
+                    }
+                }
+                expire(now: Instant.now())
+            }
+            for id in Array(connections.keys) { close(id) }
+        }
+
+        mutating func deliver(_ item: Outgoing) {
+            switch item {
+            case .reply(let id, let line, let watch):
+                guard var c = connections[id], c.phase == .answering else { return }
+                c.output += Array((line + "\n").utf8)
+                c.phase = watch ? .watching : .closing
+                connections[id] = c
+                if watch { server.watchers.add(1, ordering: .relaxed) }
+                flush(id)
+            case .publish(let line):
+                let bytes = Array((line + "\n").utf8)
+                for (id, var c) in connections where c.phase == .watching {
+                    c.output += bytes
+                    connections[id] = c
+                    if c.output.count > ControlServer.maxBacklog { close(id) } else { flush(id) }
+                }
+            case .stop:
+                for id in Array(connections.keys) { flush(id) }
+                running = false
+            }
+        }
+
+        mutating func accept() {
+            for _ in 0..<16 {
+                let fd = Glibc.accept(server.socket.fileDescriptor, nil, nil)
+                guard fd >= 0 else { return }
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // (the agent starts no processes while it runs)
+                guard let uid = Self.peerUID(fd) else {
+                    Glibc.close(fd)
+                    continue
+                }
+                let id = nextID
+                nextID += 1
+                connections[id] = Connection(fd: fd, uid: uid, deadline: Instant.now() + ControlServer.requestTimeout)
+                if connections.count > ControlServer.maxConnections {
+                    fail(id, ControlFailure(code: "busy", message: "too many control connections at once; try again"))
+                }
+            }
+        }
+
+        /// The user id of the process at the other end (`SO_PEERCRED`), as the kernel saw it connect.
+        static func peerUID(_ fd: Int32) -> uid_t? {
+            // struct ucred (pid, uid, gid), declared by glibc only for _GNU_SOURCE; its layout is the kernel's ABI.
+            var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
+            var length = socklen_t(MemoryLayout.size(ofValue: credentials))
+            guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, length == 12 else { return nil }
+            return uid_t(credentials.uid)
+        }
+
+        mutating func serve(_ id: Int, revents: Int16) {
+            if revents & Int16(POLLNVAL | POLLERR) != 0 { return close(id) }
+            if revents & Int16(POLLOUT) != 0 { flush(id) }
+            guard var c = connections[id] else { return }
+            if revents & Int16(POLLIN | POLLHUP) != 0 {
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let n = read(c.fd, &buffer, buffer.count)
+                if n < 0, errno == EAGAIN || errno == EINTR { return }
+                switch c.phase {
+                case .reading:
+                    if n > 0 { c.input += buffer[0..<n] }
+                    connections[id] = c
+                    if let newline = c.input.firstIndex(of: 0x0A) {
+                        request(id, String(decoding: c.input[..<newline], as: UTF8.self))
+                    } else if c.input.count > ControlProtocol.maxRequestBytes {
+                        fail(id, ControlFailure(code: "too-large", message: "a request is at most \(ControlProtocol.maxRequestBytes) bytes"))
+                    } else if n <= 0 {
+                        // The asker finished writing without a newline: what it sent is the request.
+                        if c.input.isEmpty { close(id) } else { request(id, String(decoding: c.input, as: UTF8.self)) }
+                    }
+                case .watching:
+                    if n <= 0 { close(id) }  // a watcher that hangs up is done; anything it sends is ignored
+                default:
+                    if n <= 0 { close(id) }
+                }
+            }
+        }
+
+        mutating func request(_ id: Int, _ line: String) {
+            guard var c = connections[id] else { return }
+            switch ControlProtocol.command(in: line) {
+            case .failure(let failure):
+                fail(id, failure)
+            case .success(let command):
+                guard !command.changesSomething || c.uid == 0 || c.uid == geteuid() else {
+                    return fail(id, ControlFailure(code: "not-permitted", message: "only root may ask '\(command.rawValue)'"))
+                }
+                c.phase = .answering
+                c.deadline = Instant.now() + ControlServer.answerTimeout
+                c.input = []
+                connections[id] = c
+                server.handle(Call(id: id, server: server, command: command))
+            }
+        }
+
+        mutating func fail(_ id: Int, _ failure: ControlFailure) {
+            guard var c = connections[id] else { return }
+            c.output += Array((failure.line + "\n").utf8)
+            c.phase = .closing
+            connections[id] = c
+            flush(id)
+        }
+
+        /// Writes what the connection has queued, as far as its socket takes it without waiting.
+        mutating func flush(_ id: Int) {
+            guard var c = connections[id] else { return }
+            while !c.output.isEmpty {
+                let n = c.output.withUnsafeBytes { send(c.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    if errno == EAGAIN { break }
+                    return close(id)
+                }
+                c.output.removeFirst(n)
+            }
+            connections[id] = c
+            if c.output.isEmpty, c.phase == .closing { close(id) }
+        }
+
+        mutating func expire(now: Instant) {
+            for (id, c) in connections where c.deadline <= now {
+                switch c.phase {
+                case .reading: fail(id, ControlFailure(code: "timeout", message: "no whole request line within \(ControlServer.requestTimeout.short)"))
+                case .answering: fail(id, ControlFailure(code: "no-answer", message: "the agent did not answer in time"))
+                default: break
+                }
+            }
+        }
+
+        mutating func close(_ id: Int) {
+            guard let c = connections.removeValue(forKey: id) else { return }
+            if c.phase == .watching { server.watchers.subtract(1, ordering: .relaxed) }
+            Glibc.close(c.fd)
+        }
+    }
 }
 
-/// `agent status`.
-struct StatusCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "status", abstract: "Show the running client's state, path, counters and last transition.")
-    @OptionGroup var options: ControlOptions
-    @Flag(help: "Print one JSON object.")
-    var json = false
-    func run() throws { print(try ControlSocket.ask(json ? .statusJSON : .status, at: options.control)) }
-}
+/// The asking end: sends one request line and reads the answer, or a watch's lines.
+enum ControlClient {
+    /// Sends `command` to the agent at `path` and returns its answer; an answer that is an
+    /// error becomes an `AgentError` with its message.
+    static func ask(_ command: ControlCommand, at path: String) throws -> JSON {
+        let fd = try connect(path)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        try send(command, on: fd)
+        var reader = LineReader(fd: fd)
+        guard let line = reader.next() else { throw AgentError("the agent at \(path) gave no answer") }
+        return try answer(line)
+    }
 
-/// Sends one request to the running client and prints its answer.
-private func ask(_ request: ControlRequest, _ options: ControlOptions) throws {
-    print(try ControlSocket.ask(request, at: options.control))
-}
+    /// Streams a watch: `each` gets the status and then every event; returns when the agent
+    /// stops or `each` returns false.
+    static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
+        let fd = try connect(path)
+        defer { close(fd) }
+        try send(.watch, on: fd)
+        var reader = LineReader(fd: fd)
+        while let line = reader.next() {
+            guard try each(try answer(line)) else { return }
+        }
+    }
 
-/// `agent reconnect`.
-struct ReconnectCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "reconnect", abstract: "Ask the running client for a fresh handshake on the best path.")
-    @OptionGroup var options: ControlOptions
-    func run() throws { try ask(.reconnect, options) }
-}
+    /// The parsed line; an error answer is thrown.
+    private static func answer(_ line: String) throws -> JSON {
+        let message: JSON
+        do { message = try JSON.parse(line) } catch { throw AgentError("the agent's answer is not JSON: \(line)") }
+        if message["ok"]?.bool == false {
+            throw AgentError(message["error"]?["message"]?.string ?? "the agent refused: \(line)")
+        }
+        return message
+    }
 
-/// `agent sleep`.
-struct SleepCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "sleep", abstract: "Tell the running client the machine is about to suspend (as SIGTSTP does).")
-    @OptionGroup var options: ControlOptions
-    func run() throws { try ask(.sleep, options) }
-}
+    private static func send(_ command: ControlCommand, on fd: Int32) throws {
+        let bytes = Array((ControlProtocol.request(command) + "\n").utf8)
+        guard write(fd, bytes, bytes.count) == bytes.count else {
+            throw AgentError("cannot send to the agent: \(String(cString: strerror(errno)))")
+        }
+    }
 
-/// `agent wake`.
-struct WakeCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "wake", abstract: "Tell the running client the machine resumed (as SIGCONT does).")
-    @OptionGroup var options: ControlOptions
-    func run() throws { try ask(.wake, options) }
+    private static func connect(_ path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard try ControlSocket.connect(fd, to: path) else {
+            let error = errno
+            close(fd)
+            if error == ENOENT || error == ECONNREFUSED {
+                throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
+            }
+            throw AgentError("cannot reach the agent at \(path): \(String(cString: strerror(error)))"
+                + (error == EACCES ? " (the control socket is root's and the '\(ControlSocket.readerGroup)' group's)" : ""))
+        }
+        return fd
+    }
+
+    /// Lines from a socket, at most 1 MiB each.
+    private struct LineReader {
+        let fd: Int32
+        var buffer: [UInt8] = []
+
+        mutating func next() -> String? {
+            var chunk = [UInt8](repeating: 0, count: 16 << 10)
+            while true {
+                if let newline = buffer.firstIndex(of: 0x0A) {
+                    let line = String(decoding: buffer[..<newline], as: UTF8.self)
+                    buffer.removeSubrange(...newline)
+                    return line
+                }
+                guard buffer.count < 1 << 20 else { return nil }
+                let n = read(fd, &chunk, chunk.count)
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else {
+                    defer { buffer = [] }
+                    return buffer.isEmpty ? nil : String(decoding: buffer, as: UTF8.self)
+                }
+                buffer += chunk[0..<n]
+            }
+        }
+    }
 }

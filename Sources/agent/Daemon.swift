@@ -66,7 +66,7 @@ func wallClock(ago: Duration) -> String {
 /// What the daemons share: a configuration file and the log format.
 struct DaemonOptions: ParsableArguments {
     @Option(help: "The configuration file.")
-    var config: String
+    var config: String?
 
     @Option(help: "Log format: logfmt or json.")
     var logFormat: String = "logfmt"
@@ -76,6 +76,12 @@ struct DaemonOptions: ParsableArguments {
     }
 
     var log: OperatorLog { OperatorLog(json: logFormat == "json") }
+
+    /// The configuration file, which `command` cannot run without.
+    func configFile(for command: String) throws -> String {
+        guard let config else { throw ValidationError("'agent \(command)' needs --config FILE") }
+        return config
+    }
 }
 
 /// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.

@@ -36,7 +36,7 @@ struct ServeCommand: ParsableCommand {
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         // A mistake in the file is said first, whoever runs it.
-        let (reader, root) = try YAMLReader.load(daemon.config, as: .serverConfiguration)
+        let (reader, root) = try YAMLReader.load(try daemon.configFile(for: "serve"), as: .serverConfiguration)
         let settings = try reader.server(root)
         try Preflight.requireNetworkAdmin(for: "serve")
         try Preflight.requireTunDriver()
@@ -91,31 +91,42 @@ struct ServeCommand: ParsableCommand {
                 return server.stop()
             }
         }
-        var controlSocket: ControlSocket?
+        var controlServer: ControlServer?
         if let control {
-            let socket = try ControlSocket(path: control)
-            controlSocket = socket
-            try OSThread.detach {
-                while true {
-                    _ = try? pollReadable([socket.fileDescriptor], timeout: .seconds(1))
-                    socket.serve { request in
-                        switch request {
-                        case .drain?:
-                            return drain(for: drainPeriod > .zero ? drainPeriod : ServerControl.defaultDrainPeriod, why: "agent drain")
-                                ? "draining \(server.liveSessions) sessions" : "stopping already"
-                        case .status?, .statusJSON?:
-                            let traffic = server.traffic
-                            let fields = [("sessions", "\(server.liveSessions)"), ("draining", "\(stopping.load(ordering: .relaxed))"),
-                                          ("packets_in", "\(traffic.packetsIn)"), ("packets_out", "\(traffic.packetsOut)"),
-                                          ("offload", tun.offload.description), ("workers", "\(server.workers.count)")]
-                            return request == .status ? LogLine.logfmt(fields)
-                                : LogLine.json(fields, numbers: ["sessions", "packets_in", "packets_out", "workers"])
-                        default:
-                            return "a server answers status and drain"
-                        }
-                    }
+            // Answered on the control socket's own thread: everything read here is safe to read from any.
+            let status = { @Sendable [unowned server] () -> JSON in
+                let traffic = server.traffic
+                let drops = server.drops
+                return .object([
+                    ("role", .string("server")), ("sessions", .int(Int64(server.liveSessions))),
+                    ("draining", .bool(stopping.load(ordering: .relaxed))), ("workers", .int(Int64(server.workers.count))),
+                    ("offload", .string(tun.offload.description)),
+                    ("traffic", .object([
+                        ("packets_in", .int(Int64(clamping: traffic.packetsIn))), ("packets_out", .int(Int64(clamping: traffic.packetsOut))),
+                        ("bytes_in", .int(Int64(clamping: traffic.bytesIn))), ("bytes_out", .int(Int64(clamping: traffic.bytesOut))),
+                        ("super_packets", .int(Int64(clamping: traffic.superPackets))),
+                        ("super_packets_written", .int(Int64(clamping: traffic.superPacketsWritten))),
+                        ("initiations_overflowed", .int(Int64(clamping: traffic.initiationsOverflowed))),
+                    ])),
+                    ("drops", .object([
+                        ("total", .int(Int64(clamping: drops.total))), ("offload", .int(Int64(clamping: traffic.offloadDrops))),
+                        ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .int(Int64(clamping: drops[$0]))) })),
+                    ])),
+                ])
+            }
+            let served = try ControlServer(socket: try ControlSocket(path: control)) { call in
+                switch call.command {
+                case .status: call.reply(ControlProtocol.answer([("status", status())]))
+                case .watch: call.reply(ControlProtocol.event("status", [("status", status())]), watch: true)
+                case .drain:
+                    let started = drain(for: drainPeriod > .zero ? drainPeriod : ServerControl.defaultDrainPeriod, why: "agent drain")
+                    call.reply(ControlProtocol.answer([("message", .string(started ? "draining \(server.liveSessions) sessions" : "stopping already"))]))
+                default:
+                    call.reply(ControlFailure(code: "not-here", message: "a server answers status, watch and drain").line)
                 }
             }
+            try served.start()
+            controlServer = served
         }
         log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name, "offload": tun.offload.description,
                                 "workers": "\(server.workers.count)",
@@ -123,7 +134,8 @@ struct ServeCommand: ParsableCommand {
                                 "public_key": key.publicKey.base64])
         SystemdNotifier().notify("READY=1")
         server.run()
-        controlSocket?.remove()
+        controlServer?.publish(ControlProtocol.event("stopped", [("why", .string("stopped"))]))
+        controlServer?.stop()
         let traffic = server.traffic
         log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
                                 "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
@@ -151,5 +163,5 @@ struct DrainCommand: ParsableCommand {
             """)
     @Option(help: "The server's control socket.")
     var control: String = ServerControl.defaultPath
-    func run() throws { print(try ControlSocket.ask(.drain, at: control)) }
+    func run() throws { print(try ControlClient.ask(.drain, at: control)["message"]?.string ?? "") }
 }

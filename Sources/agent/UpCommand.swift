@@ -10,6 +10,8 @@ struct UpCommand: ParsableCommand {
         commandName: "up",
         abstract: "Keep the tunnel up: follow the path to the server through roams, suspends and restarts.",
         discussion: """
+            With --config, starts the agent. Without it, asks the running agent to connect again after \
+            `agent down`. \
             The session's UDP socket is bound to the current path's interface and source address and \
             moves when the path does; the TUN device is configured once, after the first handshake, and \
             stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGHUP reads the \
@@ -33,11 +35,16 @@ struct UpCommand: ParsableCommand {
     }
 
     func run() throws {
+        guard let configPath = daemon.config else {
+            // The running agent, taken down by `agent down`, connects again.
+            let answer = try ControlClient.ask(.up, at: control.control)
+            return print(answer["message"]?.string ?? answer.text)
+        }
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
         // A mistake in the file is said first, whoever runs it.
-        let (reader, root) = try YAMLReader.load(daemon.config, as: .clientConfiguration)
+        let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
         let settings = try reader.client(root)
         try Preflight.requireNetworkAdmin(for: "up")
         try Preflight.requireTunDriver()
@@ -89,7 +96,7 @@ struct UpCommand: ParsableCommand {
         }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }
-        let session = try ClientDaemon(settings: settings, configPath: daemon.config, key: key, credentials: credentials,
+        let session = try ClientDaemon(settings: settings, configPath: configPath, key: key, credentials: credentials,
                                        servers: servers, log: log,
                                        control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }

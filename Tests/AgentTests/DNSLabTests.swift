@@ -34,7 +34,8 @@ struct DNSLabTests {
         #expect(tunnelResolver.queries.contains("printer.corp.example"))
         #expect(lanResolver.queries.isEmpty, "the LAN's resolver heard \(lanResolver.queries)")
         let status = lab.status()
-        #expect(status["dns"] == "10.77.0.1 search corp.example" && status["dns_manager"] == "resolv.conf", "\(status)")
+        #expect(status["dns.resolvers"] == "10.77.0.1" && status["dns.search"] == "corp.example" && status["dns.manager"] == "resolv.conf",
+                "\(status)")
 
         // DHCP renews its lease and rewrites the file: the agent writes its own again at the
         // next change of the network, and keeps DHCP's as the one to put back.
@@ -116,7 +117,7 @@ struct ResolvedLabTests {
         let tap = try lab.leakTap()
         #expect(lab.wait(for: "msg=dns resolvers=10.77.0.1 search=corp.example via=systemd-resolved", in: "client.log"),
                 "\(lab.log("client.log"))\n\(resolved.log.suffix(3000))")
-        #expect(lab.status()["dns_manager"] == "systemd-resolved")
+        #expect(lab.status()["dns.manager"] == "systemd-resolved")
         let domains = try resolved.resolvectl(["domain", lab.tunnelDevice])
         #expect(domains.contains("corp.example") && domains.contains("~.") == (routing == .full), "\(domains)")
         #expect(try resolved.resolvectl(["dns", lab.tunnelDevice]).contains("10.77.0.1"))

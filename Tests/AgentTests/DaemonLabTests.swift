@@ -38,12 +38,43 @@ struct DaemonLabTests {
         #expect(second.status == 1 && second.output.contains("an agent is running already"), "\(second.output)")
 
         // The operator's view and commands, over the control socket.
-        let status = try lab.control("status", "--json")
-        #expect(status.contains("\"state\":\"connected\"") && status.contains("\"interface\":\"wifi0\""), "\(status)")
-        #expect(status.contains("\"lockdown\":\"on\"") && status.contains("\"blocked_out\":"), "\(status)")
-        #expect(status.contains("\"attempts\":2"), "the first handshake and one rebind: \(status)")
+        let status = lab.status()
+        #expect(status["state"] == "connected" && status["path.interface"] == "wifi0", "\(status)")
+        #expect(status["lockdown.enabled"] == "1" && status["lockdown.blocked.out"] != nil, "\(status)")
+        #expect(status["attempts"] == "2", "the first handshake and one rebind: \(status)")
+        #expect(status["rtt_ms"].flatMap(Double.init).map { $0 > 0 } == true, "a number of milliseconds: \(status)")
+        // A watcher hears every change as it happens, typed.
+        let watchLog = lab.directory + "/watch.log"
+        _ = FileManager.default.createFile(atPath: watchLog, contents: nil)
+        let watcher = Process()
+        watcher.executableURL = RoamingLab.builtAgent
+        watcher.arguments = ["status", "--watch", "--json", "--control", lab.controlSocket]
+        watcher.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: watchLog))
+        try watcher.run()
+        defer { if watcher.isRunning { watcher.terminate() } }
+        #expect(lab.waitFor(seconds: 5) { lab.log("watch.log").contains("\"event\":\"status\"") }, "\(lab.log("watch.log"))")
+
         _ = try lab.control("reconnect")
         #expect(lab.wait(for: "reason=operatorRequest", in: "client.log"))
+
+        // Down: the session ends with a goodbye, the tunnel device stays, nothing is tried until up.
+        let goodbyes = { lab.log("server.log").components(separatedBy: "session closed by alice").count - 1 }
+        #expect(try lab.control("down").contains("down"))
+        #expect(lab.wait(for: "to=paused", in: "client.log"))
+        #expect(lab.waitFor(seconds: 5) { goodbyes() == 1 }, "the server heard goodbye: \(lab.log("server.log"))")
+        #expect(lab.status()["state"] == "paused")
+        #expect((try? lab.laptop.ip("link show roam0")) != nil, "the TUN device stays while down")
+        try lab.laptop.ip("link set eth0 up")
+        usleep(1_000_000)
+        #expect(lab.status()["state"] == "paused", "a new uplink does not bring it up")
+        #expect(try lab.control("up").contains("connecting"))
+        #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 5) {
+            let stream = lab.log("watch.log")
+            return stream.contains("\"to\":\"paused\"") && stream.contains("\"trigger\":\"operator-up\"")
+        }, "\(lab.log("watch.log"))")
+        let lines = lab.log("watch.log").split(separator: "\n")
+        #expect(lines.allSatisfy { $0.hasPrefix("{\"version\":1,\"event\":") }, "every line a versioned event")
 
         // SIGHUP: the same tunnel with other tunables keeps the tunnel; a file with a mistake
         // changes nothing.
@@ -67,7 +98,9 @@ struct DaemonLabTests {
         client.terminate()
         client.waitUntilExit()
         #expect(lab.wait(for: "msg=down", in: "client.log"))
-        #expect(lab.wait(for: "session closed by alice", in: "server.log"), "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 5) { goodbyes() == 2 }, "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
+        // The watcher hears that the agent stopped, and ends.
+        #expect(lab.waitFor(seconds: 5) { !watcher.isRunning } && lab.log("watch.log").contains("\"event\":\"stopped\""))
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
         #expect(try !lab.laptop.ip("rule show").contains("51820"), "and the full-tunnel rules with it")
         let tables = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output

@@ -164,7 +164,7 @@ struct GatewayLabTests {
         }
         #expect(status.contains("offload=\(offload ? "tso" : "off")"), "\(status)")
         #expect(serverLog.contains("offload=\(offload ? "tso" : "off")"), "\(serverLog)")
-        #expect(field(status, "offload_drops") == 0 && field(serverLog, "offload_drops") == 0, "\(status)\n\(serverLog)")
+        #expect(field(status, "drops.offload") == 0 && field(serverLog, "offload_drops") == 0, "\(status)\n\(serverLog)")
         if offload {
             #expect(field(status, "super_packets") > 0, "the client cut super-packets: \(status)")
             #expect(field(serverLog, "super_packets") > 0, "the server cut super-packets: \(serverLog)")

@@ -54,9 +54,9 @@ struct LeakLabTests {
         usleep(500_000)
 
         let status2 = lab.status()
-        #expect(status2["lockdown"] == "on", "\(status2)")
+        #expect(status2["lockdown.enabled"] == "1", "\(status2)")
         if routing == .full {
-            #expect(Int(status2["blocked_dns"] ?? "") ?? 0 > 0 && Int(status2["blocked_out"] ?? "") ?? 0 > 0, "\(status2)")
+            #expect(Int(status2["lockdown.blocked.dns"] ?? "") ?? 0 > 0 && Int(status2["lockdown.blocked.out"] ?? "") ?? 0 > 0, "\(status2)")
         }
         print("leak check: start, give-up, crash, restart (\(routing)): \(tap.leaks().count) packets left outside the tunnel of \(tap.packetsSeen) judged")
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")

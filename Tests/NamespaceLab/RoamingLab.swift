@@ -242,11 +242,23 @@ public final class RoamingLab {
 
     public func log(_ name: String) -> String { (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "" }
 
-    /// Roam's `agent status --json` as strings (empty for wireguard-go or a stopped agent).
+    /// Roam's `agent status --json` as strings, nested fields by dotted keys (`path.interface`),
+    /// lists joined by commas (empty for wireguard-go or a stopped agent).
     public func status() -> [String: String] {
         guard vpn == .roam, let output = try? control("status", "--json"),
-              let object = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else { return [:] }
-        return object.mapValues { "\($0)" }
+              let answer = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any],
+              let object = answer["status"] as? [String: Any] else { return [:] }
+        var flat: [String: String] = [:]
+        func add(_ value: Any, _ key: String) {
+            switch value {
+            case let nested as [String: Any]: for (k, v) in nested { add(v, key + "." + k) }
+            case let list as [Any]: flat[key] = list.map { "\($0)" }.joined(separator: ",")
+            case is NSNull: flat[key] = "none"
+            default: flat[key] = "\(value)"
+            }
+        }
+        for (key, value) in object { add(value, key) }
+        return flat
     }
 
     /// Runs an `agent` control command (status, reconnect, ...) against Roam's client and returns

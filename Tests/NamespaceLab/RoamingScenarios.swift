@@ -172,7 +172,7 @@ extension RoamingScenario {
         let cpu = lab.clientCPU() - cpuBefore
         let status = lab.status()
         let attempts = difference(status["attempts"].flatMap { Int($0) }, attemptsBefore)
-        let interface = status["interface"]
+        let interface = status["path.interface"]
         let handshakes = tap.packets(where: { $0.at >= start && isInitiation($0, vpn) }).count
         let (lost, sent) = probes.lost(from: measuredFrom, to: end - .milliseconds(200))
         let outage = probes.outage(from: measuredFrom, to: end)

@@ -1,0 +1,101 @@
+/// The control socket's messages, version 1 (docs/CONTROL.md): one JSON object per line each
+/// way. A request names a command; every answer says `version` and `ok`, with the command's
+/// fields or an `error` with a code; a watch then streams `event` lines.
+enum ControlProtocol {
+    static let version: Int64 = 1
+    /// The longest request line accepted; a longer one is refused unread.
+    static let maxRequestBytes = 4096
+}
+
+/// What an operator may ask a running agent.
+enum ControlCommand: String, CaseIterable, Sendable {
+    /// The state, path, server, counters and last transition.
+    case status
+    /// The status, then every change as it happens, until the asker hangs up.
+    case watch
+    /// Drop the session and handshake afresh (bypasses the reconnect budget).
+    case reconnect
+    /// Treat the machine as about to suspend.
+    case sleep
+    /// Treat the machine as resumed.
+    case wake
+    /// End the session and stay down, the tunnel device and the lockdown kept (a paused VPN).
+    case down
+    /// Connect again after `down`.
+    case up
+    /// (A server) tell every session to move to another server, then stop.
+    case drain
+
+    /// Whether the command changes the agent: only root may ask those. Reading status and
+    /// watching is also open to the `roam` group.
+    var changesSomething: Bool { self != .status && self != .watch }
+}
+
+/// A request the agent refuses, with a code a program can act on.
+struct ControlFailure: Error, Equatable, Sendable {
+    /// `bad-request`, `unsupported-version`, `unknown-command`, `too-large`, `timeout`,
+    /// `not-permitted`, `not-here` (a command for the other role), `busy`, `no-answer`.
+    var code: String
+    var message: String
+
+    var line: String {
+        JSON.object([("version", .int(ControlProtocol.version)), ("ok", .bool(false)),
+                     ("error", .object([("code", .string(code)), ("message", .string(message))]))]).text
+    }
+}
+
+extension ControlProtocol {
+    /// The command a request line asks for: `{"version":1,"command":"status"}`, or, for people
+    /// typing at the socket, the bare command word.
+    static func command(in line: String) -> Result<ControlCommand, ControlFailure> {
+        let text = line.trimmed
+        let known = ControlCommand.allCases.map(\.rawValue).joined(separator: ", ")
+        guard text.first == "{" else {
+            guard let command = ControlCommand(rawValue: text) else {
+                return .failure(ControlFailure(code: "unknown-command", message: "unknown command; the commands are: \(known)"))
+            }
+            return .success(command)
+        }
+        let request: JSON
+        do {
+            request = try JSON.parse(text)
+        } catch {
+            return .failure(ControlFailure(code: "bad-request", message: "not JSON: \(error)"))
+        }
+        if let version = request["version"] {
+            guard version.int == ControlProtocol.version else {
+                return .failure(ControlFailure(code: "unsupported-version", message: "this agent speaks version \(ControlProtocol.version)"))
+            }
+        }
+        guard let name = request["command"]?.string else {
+            return .failure(ControlFailure(code: "bad-request", message: "a request is {\"version\":1,\"command\":NAME}"))
+        }
+        guard let command = ControlCommand(rawValue: name) else {
+            return .failure(ControlFailure(code: "unknown-command", message: "unknown command \"\(name)\"; the commands are: \(known)"))
+        }
+        return .success(command)
+    }
+
+    /// The request line for `command`.
+    static func request(_ command: ControlCommand) -> String {
+        JSON.object([("version", .int(version)), ("command", .string(command.rawValue))]).text
+    }
+
+    /// A successful answer: `{"version":1,"ok":true,...fields}`.
+    static func answer(_ fields: [(String, JSON)]) -> String {
+        JSON.object([("version", .int(version)), ("ok", .bool(true))] + fields).text
+    }
+
+    /// One line of a watch: `{"version":1,"event":KIND,...fields}`.
+    static func event(_ kind: String, _ fields: [(String, JSON)]) -> String {
+        JSON.object([("version", .int(version)), ("event", .string(kind))] + fields).text
+    }
+}
+
+extension Duration {
+    /// Milliseconds as a number, to the microsecond.
+    var milliseconds: JSON {
+        let (seconds, attoseconds) = components
+        return .double((Double(seconds) * 1000 + Double(attoseconds / 1_000_000_000_000) / 1000))
+    }
+}

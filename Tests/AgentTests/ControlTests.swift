@@ -1,0 +1,171 @@
+import Glibc
+import PathMonitor
+import Synchronization
+import Testing
+@testable import agent
+
+/// The control socket's messages and its server: typed answers, and askers that misbehave
+/// (garbage, a huge line, nothing at all, a watcher that never reads) get an error or are let go
+/// while everyone else is answered at once. In-process, on a socket in a temporary directory.
+struct ControlTests {
+    @Test func jsonRoundTripsWhatTheAgentWrites() throws {
+        let value = JSON.object([
+            ("version", .int(1)), ("ok", .bool(true)), ("rtt_ms", .double(1.25)), ("none", .null),
+            ("text", .string("a \"quoted\" line\nwith\ttabs and é and 🛰")), ("list", .array([.int(-3), .double(2.0), .string("")])),
+            ("nested", .object([("deep", .object([]))])),
+        ])
+        #expect(try JSON.parse(value.text) == value)
+        #expect(!value.text.contains("\n"), "one line")
+        #expect(try JSON.parse(#" { "a" : [ 1 , 2.5e3, true, false, null ], "b":"\u00e9\ud83d\udef0" } "#)
+            == .object([("a", .array([.int(1), .double(2500), .bool(true), .bool(false), .null])), ("b", .string("é🛰"))]))
+    }
+
+    static let malformed = ["", "{", "{\"a\":}", "[1,]", "{\"a\" 1}", "\"\\x\"", "\"\\ud800\"", "tru", "1 2", "{\"a\":1}}", "\"\u{01}\"", "01x",
+                            String(repeating: "[", count: 40) + String(repeating: "]", count: 40)]
+
+    @Test(arguments: malformed)
+    func malformedJSONIsAnErrorNeverACrash(_ text: String) {
+        #expect(throws: JSON.ParseError.self) { try JSON.parse(text) }
+    }
+
+    @Test func requestsAreJSONOrABareWord() throws {
+        #expect(ControlProtocol.command(in: #"{"version":1,"command":"status"}"#) == .success(.status))
+        #expect(ControlProtocol.command(in: #"{"command":"watch"}"#) == .success(.watch))
+        #expect(ControlProtocol.command(in: "down\r") == .success(.down))
+        #expect(ControlProtocol.command(in: ControlProtocol.request(.drain)) == .success(.drain))
+        for (line, code) in [(#"{"version":2,"command":"status"}"#, "unsupported-version"), (#"{"version":1}"#, "bad-request"),
+                             (#"{"version":1,"command":"reboot"}"#, "unknown-command"), ("{garbage", "bad-request"),
+                             ("status please", "unknown-command"), (#"{"version":"1","command":"status"}"#, "unsupported-version")] {
+            guard case .failure(let failure) = ControlProtocol.command(in: line) else {
+                Issue.record("\(line) was accepted")
+                continue
+            }
+            #expect(failure.code == code, "\(line): \(failure)")
+            #expect(try JSON.parse(failure.line)["ok"] == .bool(false))
+        }
+    }
+
+    /// A server whose handler answers status at once and counts the calls.
+    final class Harness: Sendable {
+        let directory: String
+        let server: ControlServer
+        let counter = Counter()
+        var calls: Int { counter.value.load(ordering: .relaxed) }
+
+        final class Counter: Sendable { let value = Atomic<Int>(0) }
+
+        init() throws {
+            var template = Array("/tmp/roam-control.XXXXXX".utf8CString)
+            let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+            directory = String(cString: try #require(made))
+            let counter = self.counter
+            server = try ControlServer(socket: try ControlSocket(path: directory + "/agent.sock")) { call in
+                counter.value.add(1, ordering: .relaxed)
+                switch call.command {
+                case .status: call.reply(ControlProtocol.answer([("status", .object([("state", .string("connected"))]))]))
+                case .watch: call.reply(ControlProtocol.event("status", [("status", .object([]))]), watch: true)
+                default: call.reply(ControlFailure(code: "not-here", message: "not in this test").line)
+                }
+            }
+            try server.start()
+        }
+
+        var path: String { directory + "/agent.sock" }
+
+        deinit {
+            server.stop()
+            usleep(50_000)
+            unlink(path)
+            rmdir(directory)
+        }
+
+        /// A raw connection.
+        func connect() throws -> Int32 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(fd >= 0)
+            try #require(try ControlSocket.connect(fd, to: path))
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            return fd
+        }
+
+        /// Everything the agent sends on `fd` until it closes the connection (or 5 s pass).
+        func drain(_ fd: Int32) -> String {
+            var out: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            for _ in 0..<1000 {
+                let n = read(fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                out += buffer[0..<n]
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
+    @Test func statusIsATypedVersionedAnswer() throws {
+        let harness = try Harness()
+        let answer = try ControlClient.ask(.status, at: harness.path)
+        #expect(answer["version"] == .int(1) && answer["ok"] == .bool(true))
+        #expect(answer["status"]?["state"]?.string == "connected")
+        #expect(throws: AgentError.self) { try ControlClient.ask(.reconnect, at: harness.path) }
+    }
+
+    @Test func garbageHugeAndSilentAskersGetAnErrorAndHoldUpNobody() throws {
+        let harness = try Harness()
+        // One says nothing, one sends garbage, one a line longer than the limit.
+        let silent = try harness.connect()
+        defer { close(silent) }
+        let garbage = try harness.connect()
+        defer { close(garbage) }
+        let junk: [UInt8] = [0x00, 0xFF, 0xC3] + Array("garbage\n".utf8)
+        _ = write(garbage, junk, junk.count)
+        let huge = try harness.connect()
+        defer { close(huge) }
+        let block = [UInt8](repeating: 0x41, count: 64 << 10)
+        _ = write(huge, block, block.count)
+
+        // Meanwhile everyone else is answered at once.
+        let start = Instant.now()
+        for _ in 0..<20 { #expect(try ControlClient.ask(.status, at: harness.path)["ok"] == .bool(true)) }
+        #expect(Instant.now() - start < .seconds(1), "answered while the silent asker waits")
+
+        #expect(harness.drain(garbage).contains("\"code\":\"unknown-command\""))
+        #expect(harness.drain(huge).contains("\"code\":\"too-large\""))
+        let waited = Instant.now()
+        #expect(harness.drain(silent).contains("\"code\":\"timeout\""))
+        #expect(Instant.now() - waited < ControlServer.requestTimeout + .seconds(1))
+        #expect(harness.calls == 20, "no bad request reached the handler")
+    }
+
+    @Test func watchersGetEveryPublishedLineAndOneThatNeverReadsIsLetGo() throws {
+        let harness = try Harness()
+        let reader = try harness.connect()
+        defer { close(reader) }
+        let idle = try harness.connect()
+        defer { close(idle) }
+        let request = Array((ControlProtocol.request(.watch) + "\n").utf8)
+        _ = write(reader, request, request.count)
+        _ = write(idle, request, request.count)
+        for _ in 0..<100 where !harness.server.watched { usleep(10_000) }
+        usleep(50_000)
+        let line = ControlProtocol.event("transition", [("n", .string(String(repeating: "x", count: 1000)))])
+        // More than the backlog allows: the watcher that never reads is let go; the one reading keeps up.
+        var got = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        for _ in 0..<600 {
+            harness.server.publish(line)
+            let n = recv(reader, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if n > 0 { got += buffer[0..<n].filter { $0 == 0x0A }.count }
+        }
+        for _ in 0..<200 {
+            let n = recv(reader, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if n > 0 { got += buffer[0..<n].filter { $0 == 0x0A }.count } else { usleep(5_000) }
+            if got >= 601 { break }
+        }
+        #expect(got == 601, "the status line and every published one")
+        // The idle watcher's connection was closed by the agent: what it can read ends.
+        let text = harness.drain(idle)
+        #expect(text.count < ControlServer.maxBacklog + 300_000 && text.hasPrefix("{\"version\":1,\"event\":\"status\""))
+        #expect(harness.server.watched, "the reader still watches")
+    }
+}
