@@ -1,4 +1,6 @@
+import Foundation
 import Glibc
+import NamespaceLab
 import PathMonitor
 import Synchronization
 import Testing
@@ -167,5 +169,29 @@ struct ControlTests {
         let text = harness.drain(idle)
         #expect(text.count < ControlServer.maxBacklog + 300_000 && text.hasPrefix("{\"version\":1,\"event\":\"status\""))
         #expect(harness.server.watched, "the reader still watches")
+    }
+
+    /// Who asks is what the kernel says (`SO_PEERCRED`): another user who can reach the socket may
+    /// read the status but change nothing. Needs root to run the built agent as `nobody`.
+    @Test(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)))
+    func onlyRootChangesAnythingWhoeverReachesTheSocket() throws {
+        let harness = try Harness()
+        // As the `roam` group's members would: the socket reachable by someone else.
+        chmod(harness.directory, 0o755)
+        chmod(harness.path, 0o666)
+        let asNobody = { (arguments: [String]) throws -> (Int32, String) in
+            try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/setpriv"), ["--reuid=65534", "--regid=65534", "--clear-groups", RoamingLab.builtAgent.path]
+                + arguments + ["--control", harness.path])
+        }
+        let (readStatus, read) = try asNobody(["status"])
+        #expect(readStatus == 0 && read.contains("state=connected"), "\(read)")
+        for command in ["down", "up", "reconnect", "sleep", "wake"] {
+            let (status, output) = try asNobody([command])
+            #expect(status == 1 && output.contains("only root may ask '\(command)'"), "\(command): \(output)")
+        }
+        #expect(harness.calls == 1, "only the status reached the agent")
+        // Root reaches the handler (which, in this test, has nothing to do for it).
+        #expect(throws: AgentError.self) { try ControlClient.ask(.down, at: harness.path) }
+        #expect(harness.calls == 2)
     }
 }
