@@ -53,7 +53,12 @@ public struct ResolvConfFile: Sendable {
         case .link(let target):
             // symlink() never follows what is there: a name planted in advance only makes it fail.
             let temporary = SystemFiles.temporaryName(beside: path)
-            guard symlink(target, temporary) == 0 else { throw SystemError("symlink \(temporary)", errno) }
+            guard symlink(target, temporary) == 0 else {
+                // Only the file itself writable (its directory read-only): give it the link's text.
+                guard errno == EROFS else { throw SystemError("symlink \(temporary)", errno) }
+                try overwrite(with: Self.untrimmedText(Self.resolve(target, from: path)) ?? "")
+                return true
+            }
             if rename(temporary, path) != 0 {
                 let error = errno
                 unlink(temporary)
@@ -136,12 +141,14 @@ public struct ResolvConfFile: Sendable {
     }
 
     /// Swaps in a new file whole, so a reader never sees half of one; in place when `path` is
-    /// mounted over (rename gives EBUSY), as in containers and `ip netns exec`.
+    /// mounted over (rename gives EBUSY), as in containers and `ip netns exec`, or when only the
+    /// file itself may be written (its directory read-only: EROFS, as under the service's
+    /// `ProtectSystem=strict` with `ReadWritePaths=/etc/resolv.conf`).
     private func replace(with text: String) throws(SystemError) {
         do throws(FileWriteError) {
             // resolv.conf is read by every program: world-readable whatever the umask.
             try SystemFiles.write(text, to: path, mode: 0o644)
-        } catch where error.step == .rename && error.code == EBUSY {
+        } catch where (error.step == .rename && error.code == EBUSY) || (error.step == .create && error.code == EROFS) {
             try overwrite(with: text)
         } catch {
             throw SystemError(error.operation, error.code)
