@@ -50,7 +50,7 @@ struct CheckCommand: ParsableCommand {
     }
 
     /// A client's file has 'server' or 'servers'; a server's 'users' or 'listen-port'.
-    private static func kind(of path: String) throws -> Kind {
+    static func kind(of path: String) throws -> Kind {
         let (_, root) = try YAMLReader.load(path, as: .clientConfiguration)
         guard case .mapping(let entries) = root.value else { return .client }
         let keys = entries.compactMap { entry -> String? in

@@ -58,6 +58,14 @@ struct UpCommand: ParsableCommand {
             }
             credentials = c
         }
+        // One agent at a time may hold the full tunnel or the lockdown (profiles side by side).
+        let runtime = control.control.parentDirectory
+        var claim: MachineClaim?
+        if settings.lockdown || settings.mode.socketMark != nil {
+            claim = try MachineClaim.take(in: runtime, holder: configPath,
+                                          wants: settings.mode.socketMark != nil ? "the full tunnel" : "the lockdown")
+        }
+        defer { withExtendedLifetime(claim) {} }
         // The lockdown comes first: from here on nothing leaves outside the tunnel, whatever
         // happens to this process. A machine where it cannot be loaded is not started open.
         var firewall: Firewall?
@@ -67,7 +75,8 @@ struct UpCommand: ParsableCommand {
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
             }
-        } else {
+        } else if !MachineClaim.isHeld(in: runtime) {
+            // A lockdown left by an agent that died, not one another profile holds now.
             try? Firewall.removeLeftover()
         }
         // The first server's name is waited for; the others get one look-up each now and

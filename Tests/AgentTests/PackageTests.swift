@@ -1,0 +1,88 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import Testing
+@testable import agent
+
+/// `scripts/package`: the Debian package is built from the tested binary, unpacked into a
+/// throwaway root, and what it installs works there: the binary, its man pages and completions,
+/// /etc/roam owner-only, units that `systemd-analyze verify` accepts and rates at most 3.0.
+struct PackageTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    @Test func thePackageInstallsAndWhatItInstallsWorks() throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("roam-package-\(getpid())").path
+        mkdir(work, 0o700)
+        defer { _ = try? FileManager.default.removeItem(atPath: work) }
+        let tool = Self.repository.appendingPathComponent(".build/debug/generate-manual").path
+        try #require(access(tool, X_OK) == 0, "no \(tool): scripts/setup builds it")
+
+        let built = try NamespaceLab.capture(Self.repository.appendingPathComponent("scripts/package"),
+                                             ["--binary", RoamingLab.builtAgent.path, "--manual-tool", tool, "--output", work])
+        try #require(built.status == 0, "\(built.output)")
+        let deb = try #require(built.output.split(separator: "\n").last.map(String.init))
+        #expect(deb.hasSuffix("roam_\(Release.version)_amd64.deb") || deb.hasSuffix(".deb"), "\(deb)")
+
+        let dpkgDeb = URL(fileURLWithPath: "/usr/bin/dpkg-deb")
+        let listing = try NamespaceLab.capture(dpkgDeb, ["--contents", deb]).output
+        #expect(listing.contains("drwx------ root/root") && listing.contains("./etc/roam/"), "/etc/roam is 0700: \(listing)")
+        let info = try NamespaceLab.capture(dpkgDeb, ["--info", deb]).output
+        #expect(info.contains("Package: roam") && info.contains("Version: \(Release.version)") && info.contains("libsodium"), "\(info)")
+
+        let root = work + "/root"
+        let unpacked = try NamespaceLab.capture(dpkgDeb, ["-x", deb, root])
+        try #require(unpacked.status == 0, "\(unpacked.output)")
+        let agent = URL(fileURLWithPath: root + "/usr/bin/agent")
+
+        // The binary, and the maintainer's script that makes the group.
+        let version = try NamespaceLab.capture(agent, ["--version"])
+        #expect(version.status == 0 && version.output.trimmingCharacters(in: .whitespacesAndNewlines) == Release.version)
+        let control = work + "/control"
+        _ = try NamespaceLab.capture(dpkgDeb, ["--control", deb, control])
+        let postinst = try String(contentsOfFile: control + "/postinst", encoding: .utf8)
+        #expect(postinst.contains("groupadd --system roam"))
+        #expect(try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"), ["-n", control + "/postinst"]).status == 0)
+
+        // Man pages for every command, and completions for three shells.
+        for page in ["agent", "agent.up", "agent.status", "agent.down", "agent.check", "agent.profiles", "agent.serve"] {
+            #expect(access(root + "/usr/share/man/man8/\(page).8.gz", R_OK) == 0, "man page \(page)")
+        }
+        let status = try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"),
+                                              ["-c", "gzip -dc \(root)/usr/share/man/man8/agent.status.8.gz"]).output
+        #expect(status.contains("watch") && status.contains(".Dt AGENT.STATUS 8"), "\(status.prefix(400))")
+        for file in ["bash-completion/completions/agent", "zsh/vendor-completions/_agent", "fish/vendor_completions.d/agent.fish"] {
+            let text = (try? String(contentsOfFile: root + "/usr/share/" + file, encoding: .utf8)) ?? ""
+            #expect(text.contains("agent") && text.contains("status"), "completion \(file)")
+        }
+
+        // The installed binary checks a configuration.
+        let (_, key) = try NamespaceLab.capture(agent, ["keygen", "--out", work + "/key"])
+        try """
+            server: 192.0.2.1:51820
+            server-key: \(key.trimmingCharacters(in: .whitespacesAndNewlines))
+            private-key-file: \(work)/key
+            """.write(toFile: work + "/client.yaml", atomically: true, encoding: .utf8)
+        let checked = try NamespaceLab.capture(agent, ["check", "--config", work + "/client.yaml"])
+        #expect(checked.status == 0 && checked.output.contains("a client configuration"), "\(checked.output)")
+
+        // The units: accepted by systemd, and rated at most 3.0 by its security analysis.
+        let analyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
+        try #require(access(analyze.path, X_OK) == 0, "systemd-analyze is needed (Debian's systemd package)")
+        let units = root + "/usr/lib/systemd/system/"
+        for unit in ["roam-client.service", "roam-server.service", "roam-lockdown.service", "roam@.service"] {
+            let text = try String(contentsOfFile: units + unit, encoding: .utf8)
+            #expect(text.contains("ExecStart=/usr/bin/agent "), "\(unit) runs the installed agent")
+            // Verified where the agent is: the same unit, pointing into the throwaway root.
+            let name = unit == "roam@.service" ? "roam@vpn.service" : unit
+            let copy = work + "/" + name
+            try text.replacingOccurrences(of: "/usr/bin/agent", with: agent.path).write(toFile: copy, atomically: true, encoding: .utf8)
+            let verified = try NamespaceLab.capture(analyze, ["verify", copy])
+            #expect(verified.status == 0 && !verified.output.contains(name + ":"), "\(unit): \(verified.output)")
+            let security = try NamespaceLab.capture(analyze, ["security", "--offline=true", copy]).output
+            let score = security.split(separator: "\n").first { $0.contains("Overall exposure level") }
+                .flatMap { $0.split(separator: ":").last?.split(separator: " ").first }.flatMap { Double($0) }
+            #expect(score.map { $0 <= 3.0 } == true, "\(unit): exposure \(score.map { "\($0)" } ?? "unknown")")
+        }
+    }
+}
