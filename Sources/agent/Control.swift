@@ -28,10 +28,7 @@ final class ControlSocket: Sendable {
         }
         // A socket file that still answers belongs to a running agent: taking it over would
         // leave that agent unreachable. One that does not answer is left over from a crash.
-        if Self.answers(path) {
-            throw AgentError("an agent is running already (its control socket \(path) answers): "
-                + "stop it first, or give this one another --control and tunnel name")
-        }
+        try Self.refuseIfRunning(path)
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
@@ -65,6 +62,14 @@ final class ControlSocket: Sendable {
         var buffer = [CChar](repeating: 0, count: 4096)
         guard getgrnam_r(readerGroup, &group, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
         return group.gr_gid
+    }
+
+    /// Throws when an agent answers at `path` already.
+    static func refuseIfRunning(_ path: String) throws {
+        if answers(path) {
+            throw AgentError("an agent is running already (its control socket \(path) answers): "
+                + "stop it first, or give this one another --control and tunnel name")
+        }
     }
 
     /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once

@@ -59,6 +59,7 @@ struct UpCommand: ParsableCommand {
             credentials = c
         }
         // One agent at a time may hold the full tunnel or the lockdown (profiles side by side).
+        try ControlSocket.refuseIfRunning(control.control)
         let runtime = control.control.parentDirectory
         var claim: MachineClaim?
         if settings.lockdown || settings.mode.socketMark != nil {

@@ -36,6 +36,10 @@ struct DaemonLabTests {
         // A second agent on the same control socket is refused and leaves the first one alone.
         let second = try lab.runAgent(["up", "--config", lab.directory + "/client.yaml", "--control", lab.controlSocket])
         #expect(second.status == 1 && second.output.contains("an agent is running already"), "\(second.output)")
+        // Another profile on its own socket: the lockdown (and in full mode the default route) is the first one's.
+        let third = try lab.runAgent(["up", "--config", lab.directory + "/client.yaml", "--control", lab.directory + "/other.sock"])
+        #expect(third.status == 1 && third.output.contains("is held by the agent running \(lab.directory)/client.yaml"), "\(third.output)")
+        #expect(try lab.laptop.ip("link show roam0").contains("roam0"), "and the first one's tunnel is untouched")
 
         // The operator's view and commands, over the control socket.
         let status = lab.status()
