@@ -83,7 +83,11 @@ struct ServeCommand: ParsableCommand {
             }
             return true
         }
-        try forwardSignals([SIGINT, SIGTERM]) { signal in
+        try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
+            if signal == SIGHUP {
+                // Not a reason to stop (the default action of SIGHUP would end the server).
+                return log("warning", "SIGHUP: the server does not read its users again while it runs; restart it to apply a change")
+            }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
             guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") else {
                 stopping.store(true, ordering: .relaxed)
