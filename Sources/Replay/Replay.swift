@@ -769,6 +769,11 @@ extension Replay: SessionDriver {
     public mutating func useServer(_ index: Int) {
         if index == target { violation("useServer(\(scenario.gateways[index])), the gateway in use") }
         target = index
+        forgetSession()
+    }
+
+    /// The agent holds no session any more: none prepared, none in use, no handshake awaited.
+    private mutating func forgetSession() {
         standby = nil
         clientHasSession = false
         lastHeard = nil
@@ -815,12 +820,7 @@ extension Replay: SessionDriver {
         // server's copy only expires.
         if let socket, passes(socket) { serverHasSession = false }
         if let standby { gateways[standby].hasSession = false }
-        standby = nil
-        clientHasSession = false
-        lastHeard = nil
-        hintReported = false
-        handshakeInFlight = nil
-        handshakeGeneration += 1
+        forgetSession()
     }
 
     public mutating func transitioned(_ transition: Transition) {
