@@ -1,4 +1,5 @@
 public import PathMonitor
+import Glibc
 import Synchronization
 
 /// Why the client could not bring the session up.
@@ -52,6 +53,9 @@ struct ServerSession: Sendable {
 /// core between them. A rebind swaps the socket; the device and the session keys stay.
 public final class TunnelClient: Sendable {
     private let session: Mutex<ServerSession>
+    /// Held by the sending thread for each batch, from sealing to sending, and by a handover
+    /// while it changes the session: no batch sealed for the old server goes out after its goodbye.
+    private let batchTurn = Mutex<Void>(())
     /// A session being prepared with another server while this one carries the traffic, and the
     /// one left at the last handover, still opening packets that were on their way from it.
     private let standby = Mutex<ServerSession?>(nil)
@@ -166,13 +170,34 @@ public final class TunnelClient: Sendable {
     /// still on their way from it are opened and delivered.
     public func completeHandover() {
         guard let next = standby.withLock({ prepared in defer { prepared = nil }; return prepared }) else { return }
-        var old = session.withLock { session in
-            defer { session = next }
-            return session
+        // After the batch being sealed for the old server has gone out (see `outbound`).
+        let old = batchTurn.withLock { _ in
+            session.withLock { session in
+                defer { session = next }
+                return session
+            }
         }
-        if let goodbye = try? old.core.close(now: Instant.now()) { send(goodbye, to: old.server) }
         retired.withLock { $0 = (old, Instant.now() + Self.retiredFor) }
         hasOthers.store(true, ordering: .relaxed)
+        // The goodbye goes a moment later: the new server routes this client's inner addresses
+        // to itself once the session's first packet reaches it, and until then what comes back
+        // for the client still goes through the old one, which must still hold the session.
+        do {
+            try OSThread.detach { [self] in
+                usleep(UInt32(Self.goodbyeDelay.nanoseconds / 1000))
+                sayGoodbye(to: old)
+            }
+        } catch {
+            sayGoodbye(to: old)
+        }
+    }
+
+    /// How long after a handover the old server is told goodbye.
+    static let goodbyeDelay: Duration = .milliseconds(200)
+
+    private func sayGoodbye(to old: ServerSession) {
+        var old = old
+        if let goodbye = try? old.core.close(now: Instant.now()) { send(goodbye, to: old.server) }
     }
 
     /// Forgets the prepared session.
@@ -507,35 +532,43 @@ public final class TunnelClient: Sendable {
             }
             var drained = false
             while !drained {
-                batch.removeAll()
-                let now = Instant.now()
-                // The server is read with the keys that seal for it, once per batch: a handover
-                // sends each batch to the server that can open it, and sealing holds no lock the
-                // receiving thread takes.
-                let (sealer, server) = session.withLock { ($0.core.sealer, $0.server) }
-                drained = fill(batch, from: &reader) { frame, length throws(SealFailure) in
-                    guard let sealer else { throw .noSession }
-                    return (try sealer.seal(frame, innerLength: length, now: now), server)
-                }
-                // Before the batch check: with an expired session every seal fails and the batch
-                // is empty, and that is exactly when a handshake is most needed.
-                if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
-                guard batch.count > 0 else { continue }
-                // Data after a quiet spell is worth a liveness check; in a conversation whose
-                // answers keep coming, the decider hears nothing, so it is not woken per packet.
-                if now.nanoseconds - lastReceived.load(ordering: .relaxed) > Self.quietSpell.nanoseconds,
-                   !awaitingReply.exchange(true, ordering: .relaxed) {
-                    notify(.dataSent)
-                }
-                let socket = self.socket
-                do {
-                    let sent = try socket.sendSegmented(batch)
-                    if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
-                } catch {
-                    counters.withLock { $0.sendFailures += batch.count }
-                }
+                // A handover's goodbye to the old server waits for the batch sealed with its
+                // keys to be sent: the old server forgets the session when it reads the goodbye.
+                drained = batchTurn.withLock { _ in sendBatch(batch, from: &reader) }
             }
         }
+    }
+
+    /// Reads, seals and sends one batch; true when the TUN had no more waiting.
+    private func sendBatch(_ batch: PacketBatch, from reader: inout TunReader) -> Bool {
+        batch.removeAll()
+        let now = Instant.now()
+        // The server is read with the keys that seal for it, once per batch: a handover
+        // sends each batch to the server that can open it, and sealing holds no lock the
+        // receiving thread takes.
+        let (sealer, server) = session.withLock { ($0.core.sealer, $0.server) }
+        let drained = fill(batch, from: &reader) { frame, length throws(SealFailure) in
+            guard let sealer else { throw .noSession }
+            return (try sealer.seal(frame, innerLength: length, now: now), server)
+        }
+        // Before the batch check: with an expired session every seal fails and the batch
+        // is empty, and that is exactly when a handshake is most needed.
+        if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
+        guard batch.count > 0 else { return drained }
+        // Data after a quiet spell is worth a liveness check; in a conversation whose
+        // answers keep coming, the decider hears nothing, so it is not woken per packet.
+        if now.nanoseconds - lastReceived.load(ordering: .relaxed) > Self.quietSpell.nanoseconds,
+           !awaitingReply.exchange(true, ordering: .relaxed) {
+            notify(.dataSent)
+        }
+        let socket = self.socket
+        do {
+            let sent = try socket.sendSegmented(batch)
+            if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
+        } catch {
+            counters.withLock { $0.sendFailures += batch.count }
+        }
+        return drained
     }
 
     /// Reads packets from `tun` into `batch`, each sealed in place by `seal`; true when the
