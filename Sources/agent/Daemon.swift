@@ -10,6 +10,14 @@ import Tunnel
 struct OperatorLog: Sendable {
     var json: Bool
     var journal = OperatorLog.standardErrorIsJournal()
+    /// Lines less severe than this (a syslog priority: 3 error ... 7 debug) are not written.
+    var threshold = 6
+
+    /// Whether a line of `level` is written at this threshold.
+    func writes(_ level: String) -> Bool { Self.priority(level) <= threshold }
+
+    /// The levels `--log-level` takes, most severe first.
+    static let levels = ["error", "warning", "info", "debug"]
 
     /// Whether standard error is the journal's stream: $JOURNAL_STREAM names it by device and
     /// inode, and a child that inherited the variable but writes elsewhere must not prefix.
@@ -36,6 +44,7 @@ struct OperatorLog: Sendable {
     }
 
     func callAsFunction(_ level: String, _ message: String, _ fields: [(String, String)]) {
+        guard writes(level) else { return }
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         let now = Duration.seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
@@ -71,11 +80,19 @@ struct DaemonOptions: ParsableArguments {
     @Option(help: "Log format: logfmt or json.")
     var logFormat: String = "logfmt"
 
+    @Option(help: "The least severe lines logged: error, warning, info or debug.")
+    var logLevel: String = "info"
+
     func validate() throws {
         guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
+        guard OperatorLog.levels.contains(logLevel) else { throw ValidationError("'--log-level' is error, warning, info or debug") }
     }
 
-    var log: OperatorLog { OperatorLog(json: logFormat == "json") }
+    var log: OperatorLog {
+        var log = OperatorLog(json: logFormat == "json")
+        log.threshold = OperatorLog.priority(logLevel)
+        return log
+    }
 
     /// The configuration file, which `command` cannot run without.
     func configFile(for command: String) throws -> String {

@@ -77,5 +77,6 @@ struct ReplayCommand: ParsableCommand {
 }
 
 func printError(_ message: String) {
-    writeStandardError("agent: " + message + "\n")
+    // Under systemd the journal reads standard error: the priority makes `journalctl -p err` show it.
+    writeStandardError((OperatorLog.standardErrorIsJournal() ? "<3>" : "") + "agent: " + message + "\n")
 }

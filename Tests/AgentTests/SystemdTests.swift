@@ -55,6 +55,42 @@ import Testing
     #expect(!OperatorLog.standardErrorIsJournal(nil) && !OperatorLog.standardErrorIsJournal("garbage"))
 }
 
+/// A failure at start-up, written by the built agent to a standard error that is the journal's
+/// stream, carries the error priority, so `journalctl -p err` shows it; elsewhere it has none.
+@Test func aStartUpFailureCarriesTheErrorPriorityInTheJournal() throws {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("roam-journal-\(getpid())").path
+    _ = FileManager.default.createFile(atPath: path, contents: nil)
+    defer { unlink(path) }
+    var info = stat()
+    try #require(stat(path, &info) == 0)
+    for journal in [true, false] {
+        let process = Process()
+        process.executableURL = RoamingLab.builtAgent
+        process.arguments = ["up", "--config", "/nonexistent/roam.yaml"]
+        process.environment = journal ? ["JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)"] : [:]
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.truncate(atOffset: 0)
+        process.standardError = handle
+        try process.run()
+        process.waitUntilExit()
+        try handle.close()
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(process.terminationStatus == 2)
+        #expect(text.hasPrefix(journal ? "<3>agent: /nonexistent/roam.yaml" : "agent: /nonexistent/roam.yaml"), "\(text)")
+    }
+}
+
+@Test func theLogLevelHidesLessSevereLines() throws {
+    var log = OperatorLog(json: false, journal: false)
+    log.threshold = OperatorLog.priority("warning")
+    #expect(log.writes("error") && log.writes("warning") && !log.writes("info") && !log.writes("debug"))
+    log.threshold = OperatorLog.priority("debug")
+    #expect(OperatorLog.levels.allSatisfy(log.writes))
+    #expect(!OperatorLog(json: false).writes("debug"), "info by default")
+    let quiet = try NamespaceLab.capture(RoamingLab.builtAgent, ["up", "--config", "x.yaml", "--log-level", "loud"])
+    #expect(quiet.status == 64 && quiet.output.contains("'--log-level' is error, warning, info or debug"), "\(quiet.output)")
+}
+
 /// The service's stop path removes the lockdown only after an operator's stop; after a crash
 /// or a give-up, systemd starts the agent again and the machine stays closed.
 @Test func theStopPathKeepsTheLockdownAfterACrash() throws {
