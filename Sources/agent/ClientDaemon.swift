@@ -541,20 +541,8 @@ extension ClientDaemon {
                        ("power", .string(machine.power.rawValue))]
             if let client = effects.client {
                 let traffic = client.traffic
-                let drops = client.drops
-                fields += [
-                    ("traffic", .object([
-                        ("packets_in", .int(Int64(clamping: traffic.packetsIn))), ("packets_out", .int(Int64(clamping: traffic.packetsOut))),
-                        ("bytes_in", .int(Int64(clamping: traffic.bytesIn))), ("bytes_out", .int(Int64(clamping: traffic.bytesOut))),
-                        ("super_packets", .int(Int64(clamping: traffic.superPackets))),
-                        ("super_packets_written", .int(Int64(clamping: traffic.superPacketsWritten))),
-                    ])),
-                    ("drops", .object([
-                        ("total", .int(Int64(clamping: drops.total))), ("no_session", .int(Int64(clamping: traffic.noSession))),
-                        ("offload", .int(Int64(clamping: traffic.offloadDrops))),
-                        ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .int(Int64(clamping: drops[$0]))) })),
-                    ])),
-                ]
+                fields += [("traffic", .traffic(traffic)),
+                           ("drops", .drops(client.drops, traffic, extra: [("no_session", .count(traffic.noSession))]))]
             }
             fields.append(("offload", effects.offload.map { .string($0.description) } ?? .null))
             var lockdown: [(String, JSON)] = [("enabled", .bool(effects.firewall != nil))]

@@ -40,32 +40,28 @@ struct StatusCommand: ParsableCommand {
 /// The status as text for people and grep: one `key=value` per line, nested fields as
 /// `path.interface=eth0`.
 enum StatusText {
-    static func lines(_ value: JSON, prefix: String = "") -> [String] {
-        switch value {
-        case .object(let fields):
-            return fields.flatMap { key, value in lines(value, prefix: prefix.isEmpty ? key : prefix + "." + key) }
-        default:
-            return [LogLine.logfmt([(prefix, scalar(value))])]
-        }
+    static func lines(_ value: JSON) -> [String] { fields(value).map { LogLine.logfmt([$0]) } }
+
+    /// Every scalar field, nested ones under dotted keys, in order.
+    static func fields(_ value: JSON, prefix: String = "") -> [(String, String)] {
+        guard case .object(let members) = value else { return [(prefix, scalar(value))] }
+        return members.flatMap { key, value in fields(value, prefix: prefix.isEmpty ? key : prefix + "." + key) }
     }
 
     /// One line per watch event: its kind, the transition's fields, then the state.
     static func event(_ message: JSON) -> String {
-        var fields: [(String, String)] = [("event", message["event"]?.string ?? "?")]
+        var line: [(String, String)] = [("event", message["event"]?.string ?? "?")]
         if let transition = message["transition"]?.fields {
-            fields += transition.compactMap { key, value in
+            line += transition.compactMap { key, value in
                 if case .object = value { return value["interface"].map { (key, scalar($0)) } }
                 return (key, scalar(value))
             }
         } else if let status = message["status"] {
-            fields += lines(status).compactMap { line in
-                let pair = line.split(separator: "=", maxSplits: 1).map(String.init)
-                guard pair.count == 2, ["state", "server.name", "path.interface", "path.source", "rtt_ms"].contains(pair[0]) else { return nil }
-                return (pair[0], pair[1].trimmingQuotes)
-            }
+            let shown = ["state", "server.name", "path.interface", "path.source", "rtt_ms"]
+            line += fields(status).filter { shown.contains($0.0) }
         }
-        if let why = message["why"]?.string { fields.append(("why", why)) }
-        return LogLine.logfmt(fields)
+        if let why = message["why"]?.string { line.append(("why", why)) }
+        return LogLine.logfmt(line)
     }
 
     private static func scalar(_ value: JSON) -> String {
@@ -90,12 +86,6 @@ enum StatusText {
         while out.hasSuffix("0") { out.removeLast() }
         if out.hasSuffix(".") { out.removeLast() }
         return (negative ? "-" : "") + out
-    }
-}
-
-extension String {
-    fileprivate var trimmingQuotes: String {
-        hasPrefix("\"") && hasSuffix("\"") && count >= 2 ? String(dropFirst().dropLast()) : self
     }
 }
 

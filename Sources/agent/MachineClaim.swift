@@ -19,7 +19,7 @@ final class MachineClaim {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw AgentError("cannot open \(path): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            let other = SystemFilesText.read(fd) ?? "another agent"
+            let other = holderName(fd) ?? "another agent"
             close(fd)
             throw AgentError("\(wants) is held by the agent running \(other): only one profile at a time may have the full "
                 + "tunnel or the lockdown; stop that one first, or give this one 'mode: split' and 'lockdown: off'")
@@ -38,20 +38,17 @@ final class MachineClaim {
         return flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK
     }
 
+    /// The holder's name as written in the claim file.
+    private static func holderName(_ fd: Int32) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        let n = pread(fd, &buffer, buffer.count, 0)
+        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : nil
+    }
+
     /// One file per network namespace: agents in different ones hold different routes and tables.
     private static func file(in directory: String) -> String {
         var info = stat()
         let namespace = stat("/proc/self/ns/net", &info) == 0 ? "-\(info.st_ino)" : ""
         return (directory.isEmpty ? "." : directory) + "/exclusive\(namespace).lock"
-    }
-}
-
-/// The holder's name as written in the claim file, read through its descriptor.
-private enum SystemFilesText {
-    static func read(_ fd: Int32) -> String? {
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        let n = pread(fd, &buffer, buffer.count, 0)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n], as: UTF8.self)
     }
 }

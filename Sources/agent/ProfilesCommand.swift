@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConfigReader
 import Glibc
+import PathMonitor
 
 /// `agent profiles`: the VPN profiles of this machine, as Apple's apps list their configurations.
 struct ProfilesCommand: ParsableCommand {
@@ -27,17 +28,12 @@ struct ProfilesCommand: ParsableCommand {
     }
 
     func run() throws {
-        guard let dir = opendir(directory) else {
+        guard let files = SystemFiles.names(in: directory) else {
             throw AgentError("cannot list \(directory): \(String(cString: strerror(errno)))" + (errno == EACCES ? " (it is root's)" : ""))
         }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name.hasSuffix(".yaml"), !name.hasPrefix(".") { names.append(String(name.dropLast(5))) }
-        }
-        closedir(dir)
+        let names = files.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) }
         var rows: [Row] = []
-        for name in names.sorted() {
+        for name in names {
             let path = directory + "/" + name + ".yaml"
             var row = Row(name: name)
             do {

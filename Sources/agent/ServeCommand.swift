@@ -100,22 +100,12 @@ struct ServeCommand: ParsableCommand {
             // Answered on the control socket's own thread: everything read here is safe to read from any.
             let status = { @Sendable [unowned server] () -> JSON in
                 let traffic = server.traffic
-                let drops = server.drops
                 return .object([
                     ("role", .string("server")), ("sessions", .int(Int64(server.liveSessions))),
                     ("draining", .bool(stopping.load(ordering: .relaxed))), ("workers", .int(Int64(server.workers.count))),
                     ("offload", .string(tun.offload.description)),
-                    ("traffic", .object([
-                        ("packets_in", .int(Int64(clamping: traffic.packetsIn))), ("packets_out", .int(Int64(clamping: traffic.packetsOut))),
-                        ("bytes_in", .int(Int64(clamping: traffic.bytesIn))), ("bytes_out", .int(Int64(clamping: traffic.bytesOut))),
-                        ("super_packets", .int(Int64(clamping: traffic.superPackets))),
-                        ("super_packets_written", .int(Int64(clamping: traffic.superPacketsWritten))),
-                        ("initiations_overflowed", .int(Int64(clamping: traffic.initiationsOverflowed))),
-                    ])),
-                    ("drops", .object([
-                        ("total", .int(Int64(clamping: drops.total))), ("offload", .int(Int64(clamping: traffic.offloadDrops))),
-                        ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .int(Int64(clamping: drops[$0]))) })),
-                    ])),
+                    ("traffic", .traffic(traffic, extra: [("initiations_overflowed", .count(traffic.initiationsOverflowed))])),
+                    ("drops", .drops(server.drops, traffic)),
                 ])
             }
             let served = try ControlServer(socket: try ControlSocket(path: control)) { call in

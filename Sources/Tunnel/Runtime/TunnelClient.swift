@@ -195,9 +195,10 @@ public final class TunnelClient: Sendable {
     /// How long after a handover the old server is told goodbye.
     static let goodbyeDelay: Duration = .milliseconds(200)
 
-    private func sayGoodbye(to old: ServerSession) {
-        var old = old
-        if let goodbye = try? old.core.close(now: Instant.now()) { send(goodbye, to: old.server) }
+    /// Tells `server` of `session` goodbye on its keys: it forgets the session at once.
+    private func sayGoodbye(to session: ServerSession) {
+        var session = session
+        if let goodbye = try? session.core.close(now: Instant.now()) { send(goodbye, to: session.server) }
     }
 
     /// Forgets the prepared session.
@@ -273,21 +274,17 @@ public final class TunnelClient: Sendable {
     /// having no session, and no handshake starts by itself until `startHandshake`.
     public func endSession() {
         held.store(true, ordering: .relaxed)
-        let goodbye = try? session.withLock { (session) throws(SealFailure) -> ([UInt8], SocketAddress) in
+        // The copy keeps the keys for the goodbye; the session in use forgets them.
+        sayGoodbye(to: session.withLock { session in
             defer { session.core.forgetSession() }
-            return (try session.core.close(now: Instant.now()), session.server)
-        }
-        if let (datagram, server) = goodbye { send(datagram, to: server) }
+            return session
+        })
         cancelHandover()
     }
 
     /// Tells the server this client is going away (it forgets the session at once), then stops.
     public func close() {
-        if let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
-            (try session.core.close(now: Instant.now()), session.server)
-        }) {
-            send(datagram, to: server)
-        }
+        sayGoodbye(to: session.withLock { $0 })
         stop()
     }
 
