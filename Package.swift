@@ -14,6 +14,9 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C libraries from Debian packages, and the macros Swift cannot import.
@@ -36,7 +39,20 @@ let package = Package(
             dependencies: ["PathMonitor", "Reconnector", "ConfigReader"],
             swiftSettings: strict),
         // The data plane: TUN device, UDP session, wire protocol.
-        .target(name: "Tunnel", dependencies: ["CSodium", "CShims", "PathMonitor"], swiftSettings: strict),
+        .target(
+            name: "Tunnel",
+            dependencies: ["CSodium", "CShims", "PathMonitor", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        // What an operator reads and graphs: the log handler and the metrics.
+        .target(
+            name: "Observability",
+            dependencies: [
+                "Reconnector", "Tunnel",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict),
         // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
         .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf.
@@ -45,7 +61,9 @@ let package = Package(
             name: "agent",
             dependencies: [
                 "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
+                "Observability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
         .executableTarget(
@@ -55,7 +73,8 @@ let package = Package(
             name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "FloodBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
+            name: "FloodBenchmark",
+            dependencies: ["NamespaceLab", "PathMonitor", "Tunnel", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "GatewayBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
@@ -76,7 +95,13 @@ let package = Package(
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(
+            name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        .testTarget(
+            name: "ObservabilityTests",
+            dependencies: ["Observability", "Reconnector", "PathMonitor", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Logging
 import NamespaceLab
 import PathMonitor
 import Synchronization
@@ -281,7 +282,8 @@ final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
         self.name = name
         let core = try ClientCore(privateKey: key, serverKey: server, credentials: credentials)
         let socket = try UDPSocket(bindingTo: SocketAddress(IPAddress(address)!, port: 0), namespace: lab.namespace)
-        client = try TunnelClient(core: core, socket: socket, server: serverAddress, answersHints: false, log: { _ in })
+        client = try TunnelClient(core: core, socket: socket, server: serverAddress, answersHints: false,
+                                     logger: Logger(label: "flood") { _ in SwiftLogNoOpLogHandler() })
     }
 
     /// One handshake: its time, or nil when it failed or took more than a second.

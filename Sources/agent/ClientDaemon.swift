@@ -1,3 +1,5 @@
+import Logging
+import Observability
 import ConfigReader
 import Glibc
 import Lockdown
@@ -29,7 +31,7 @@ final class ClientDaemon: Sendable {
     /// starts on the first server, on the first address an uplink reaches, and changes family
     /// when the uplinks do).
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
-         log: OperatorLog, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
+         log: Logger, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
         self.mailbox = mailbox
         let server = try ControlServer(socket: control) { [weak mailbox] call in mailbox?.post(.control(call)) }
@@ -64,7 +66,7 @@ extension ClientDaemon {
         private(set) var restartRequested = false
         private(set) var failure: String?
         var server: SocketAddress { effects.server }
-        private let log: OperatorLog
+        private let log: Logger
         private let mailbox: Mailbox<Event>
         private var interpreter: Interpreter
         private var machine: Reconnector {
@@ -94,7 +96,7 @@ extension ClientDaemon {
         private var savedMemory: Reconnector.Memory?
 
         init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
-             log: OperatorLog, control: ControlServer, waitForServer: Duration?, firewall: Firewall?,
+             log: Logger, control: ControlServer, waitForServer: Duration?, firewall: Firewall?,
              mailbox: Mailbox<Event>) throws {
             self.settings = settings
             self.configPath = configPath
@@ -131,7 +133,7 @@ extension ClientDaemon {
             do {
                 try control.start()
             } catch {
-                log("error", "cannot serve the control socket; status and commands are unavailable", ["error": "\(error)"])
+                log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
             effects.networkChanged(monitor.tracker.model)
             feed(.paths(monitor.paths))
@@ -171,8 +173,16 @@ extension ClientDaemon {
             for event in monitor.next(timeout: .zero) {
                 switch event {
                 case .paths(let paths, _): pathsChanged(paths)
-                case .resynced(_, let paths): pathsChanged(paths)
-                default: pathsChanged(nil)
+                case .resynced(let changes, let paths):
+                    // The kernel dropped messages: a fresh dump stands in for them.
+                    log.warning("netlink overrun; routing state read again",
+                                metadata: ["changes": .stringConvertible(changes), "resyncs": .stringConvertible(monitor.resyncs)])
+                    pathsChanged(paths)
+                case .reopened(let error):
+                    log.warning("netlink socket failed; reopened", error: error, metadata: ["reopens": .stringConvertible(monitor.reopens)])
+                    pathsChanged(nil)
+                case .ignored:
+                    pathsChanged(nil)
                 }
             }
             effects.networkChanged(monitor.tracker.model)
@@ -193,7 +203,7 @@ extension ClientDaemon {
         private func powerMayHaveChanged() {
             let source = PowerSupply.current()
             guard source != machine.power else { return }
-            log("info", "power", ["source": source.rawValue])
+            log.info("power", metadata: ["source": "\(source.rawValue)"])
             feed(.powerChanged(source))
         }
 
@@ -218,7 +228,7 @@ extension ClientDaemon {
             case .signal(SIGHUP):
                 reload()
             case .signal:
-                log("info", "stopping")
+                log.info("stopping")
                 interpreter.stop()
                 running = false
             case .resolved(let result):
@@ -271,11 +281,11 @@ extension ClientDaemon {
                 let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
                 fresh = try reader.client(root)
             } catch {
-                log("error", "configuration not reloaded; the running one stays", ["error": "\(error)"])
+                log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
                 return
             }
             guard fresh.sameTunnel(as: settings) else {
-                log("warning", "configuration reloaded: the tunnel itself changed; restarting")
+                log.warning("configuration reloaded: the tunnel itself changed; restarting")
                 restartRequested = true
                 running = false
                 return
@@ -284,7 +294,7 @@ extension ClientDaemon {
             settings = fresh
             machine.config = fresh.reconnect
             effects.setPersistentKeepalive(fresh.persistentKeepalive)
-            log("info", "configuration reloaded", ["tunnel": "kept", "tunables": changed ? "changed" : "unchanged"])
+            log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
         }
 
         /// After a suspend the machine may be on another network, where the server's name may
@@ -301,7 +311,7 @@ extension ClientDaemon {
                     mailbox?.post(.resolved(result))
                 }
             } catch {
-                log("warning", "cannot look up the server's name", ["error": "\(error)"])
+                log.warning("cannot look up the server's name", metadata: ["error": "\(error)"])
             }
         }
 
@@ -313,7 +323,7 @@ extension ClientDaemon {
             switch result {
             case .success(let list): addresses = list
             case .failure(let error):
-                return log("warning", "server name not resolved; keeping its address", ["server": "\(server)", "error": "\(error)"])
+                return log.warning("server name not resolved; keeping its address", metadata: ["server": "\(server)", "error": "\(error)"])
             }
             // Not one the tunnel's own routes would carry: it would strand the session.
             let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
@@ -324,8 +334,8 @@ extension ClientDaemon {
             }
             // Nor one no uplink reaches (IPv6 on an IPv4-only network).
             guard let address = usable.first(where: { !monitor.tracker.model.paths(to: $0).isEmpty }) else {
-                return log("warning", "the server's name gives no address this machine can use now; keeping its address",
-                           ["server": "\(server)", "addresses": addresses.map(\.description).joined(separator: ",")])
+                return log.warning("the server's name gives no address this machine can use now; keeping its address",
+                           metadata: ["server": "\(server)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
             }
             _ = follow(address, why: "its name resolves there now")
         }
@@ -338,7 +348,7 @@ extension ClientDaemon {
             let moved = SocketAddress(address, port: server.port)
             guard effects.follow(moved) else { return false }
             interpreter.forgetProbes()  // an echo from the old address proves nothing about the new one
-            log("info", "server address changed", ["server": effects.serverName, "from": "\(server)", "to": "\(moved)", "why": why])
+            log.info("server address changed", metadata: ["server": "\(effects.serverName)", "from": "\(server)", "to": "\(moved)", "why": "\(why)"])
             following = true
             defer { following = false }
             if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
@@ -358,13 +368,13 @@ extension ClientDaemon {
 
         /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
         private func giveUp(_ reason: String) {
-            log("error", "giving up", ["reason": reason])
+            log.error("giving up", metadata: ["reason": "\(reason)"])
             failure = reason
             running = false
         }
 
         private func report(_ lines: [FlapSummary.Line]) {
-            for line in lines { log(line.level, line.message, line.fields) }
+            for line in lines { log.log(level: line.level, "\(line.message)", metadata: Logger.Metadata(line.fields.map { ($0.0, Logger.MetadataValue.string($0.1)) }) { $1 }) }
         }
 
         // MARK: Decisions out
@@ -381,7 +391,7 @@ extension ClientDaemon {
             var driver = Driver(effects: effects, paths: paths, log: log) { [unowned self] transition in
                 lastTransition = transition
                 service.transition(transition)
-                log("info", "transition", transition.fields)
+                log.info("transition", metadata: transition.metadata)
                 made.append(transition)
             }
             let before = effects.server
@@ -421,14 +431,14 @@ extension ClientDaemon {
         private struct Driver: SessionDriver {
             let effects: SessionEffects
             let paths: [Path]
-            let log: OperatorLog
+            let log: Logger
             let onTransition: (Transition) -> Void
 
             mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
             mutating func handshake(on path: Path) { effects.handshake(on: path) }
             mutating func probe(_ id: UInt64, via path: Path) { effects.probe(id, via: path) }
             mutating func reportFailure(_ reason: Reason) {
-                log("error", "the tunnel cannot come up without help", ["reason": reason.description])
+                log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
             }
             mutating func transitioned(_ transition: Transition) { onTransition(transition) }
             mutating func useServer(_ index: Int) { effects.useServer(index) }
@@ -439,7 +449,7 @@ extension ClientDaemon {
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.
-        private static func restoredMachine(settings: ClientSettings, memoryPath: String, log: OperatorLog) -> Reconnector {
+        private static func restoredMachine(settings: ClientSettings, memoryPath: String, log: Logger) -> Reconnector {
             let now = Instant.now()
             let power = PowerSupply.current()
             let seed = UInt64(getpid())
@@ -448,11 +458,11 @@ extension ClientDaemon {
                 return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
             }
             guard let memory = Reconnector.Memory(text: text) else {
-                log("warning", "reconnect state unreadable; starting with a full budget", ["file": memoryPath])
+                log.warning("reconnect state unreadable; starting with a full budget", metadata: ["file": "\(memoryPath)"])
                 return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
             }
             let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
-            log("info", "reconnect state restored", ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
+            log.info("reconnect state restored", metadata: ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
             return machine
         }
 
@@ -463,7 +473,7 @@ extension ClientDaemon {
                 try SystemFiles.write(memory.text, to: memoryPath, mode: 0o600)
             } catch {
                 if savedMemory != nil || error.code != ENOENT {
-                    log("warning", "cannot keep the reconnect state", ["file": memoryPath, "error": "\(error)"])
+                    log.warning("cannot keep the reconnect state", metadata: ["file": "\(memoryPath)", "error": "\(error)"])
                 }
             }
             savedMemory = memory

@@ -1,64 +1,10 @@
 import ArgumentParser
 import Glibc
+import Logging
+import Observability
 import PathMonitor
 import Reconnector
 import Tunnel
-
-/// Operator log lines on standard error: logfmt by default, JSON on request. Under systemd,
-/// whose journal reads standard error ($JOURNAL_STREAM is set), each line starts with its
-/// syslog priority (`<4>`), so `journalctl -p warning` shows warnings and errors only.
-struct OperatorLog: Sendable {
-    var json: Bool
-    var journal = OperatorLog.standardErrorIsJournal()
-    /// Lines less severe than this (a syslog priority: 3 error ... 7 debug) are not written.
-    var threshold = 6
-
-    /// Whether a line of `level` is written at this threshold.
-    func writes(_ level: String) -> Bool { Self.priority(level) <= threshold }
-
-    /// The levels `--log-level` takes, most severe first.
-    static let levels = ["error", "warning", "info", "debug"]
-
-    /// Whether standard error is the journal's stream: $JOURNAL_STREAM names it by device and
-    /// inode, and a child that inherited the variable but writes elsewhere must not prefix.
-    static func standardErrorIsJournal(_ variable: String? = environment("JOURNAL_STREAM")) -> Bool {
-        guard let parts = variable?.split(separator: ":"), parts.count == 2,
-              let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
-        var info = stat()
-        guard fstat(2, &info) == 0 else { return false }
-        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
-    }
-
-    /// The syslog priority of a level: error 3, warning 4, info 6, debug 7.
-    static func priority(_ level: String) -> Int {
-        switch level {
-        case "error": 3
-        case "warning": 4
-        case "debug": 7
-        default: 6
-        }
-    }
-
-    func callAsFunction(_ level: String, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
-        self(level, message, fields.map { ($0.key, $0.value) })
-    }
-
-    func callAsFunction(_ level: String, _ message: String, _ fields: [(String, String)]) {
-        guard writes(level) else { return }
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        let now = Duration.seconds(ts.tv_sec) + .nanoseconds(ts.tv_nsec)
-        let all = [("ts", now.seconds(decimals: 3)), ("level", level), ("msg", message)]
-            + fields
-        writeStandardError(line(all, level: level))
-    }
-
-    /// One line: the priority prefix for the journal, then logfmt or JSON.
-    func line(_ fields: [(String, String)], level: String) -> String {
-        (journal ? "<\(Self.priority(level))>" : "")
-            + (json ? LogLine.json(fields, numbers: ["ts", "attempt", "coalesced"]) : LogLine.logfmt(fields)) + "\n"
-    }
-}
 
 /// The wall-clock time `ago` before now, as RFC 3339 UTC to the second (`2026-11-22T19:04:01Z`).
 func wallClock(ago: Duration) -> String {
@@ -80,18 +26,21 @@ struct DaemonOptions: ParsableArguments {
     @Option(help: "Log format: logfmt or json.")
     var logFormat: String = "logfmt"
 
-    @Option(help: "The least severe lines logged: error, warning, info or debug.")
+    @Option(help: "The least severe lines logged: error, warning, notice, info or debug.")
     var logLevel: String = "info"
 
     func validate() throws {
-        guard ["logfmt", "json"].contains(logFormat) else { throw ValidationError("'--log-format' is logfmt or json") }
-        guard OperatorLog.levels.contains(logLevel) else { throw ValidationError("'--log-level' is error, warning, info or debug") }
+        guard OperatorLogHandler.Format(rawValue: logFormat) != nil else { throw ValidationError("'--log-format' is logfmt or json") }
+        guard let level = Logger.Level(rawValue: logLevel), Logger.Level.operatorLevels.contains(level) else {
+            throw ValidationError("'--log-level' is error, warning, notice, info or debug")
+        }
     }
 
-    var log: OperatorLog {
-        var log = OperatorLog(json: logFormat == "json")
-        log.threshold = OperatorLog.priority(logLevel)
-        return log
+    /// The operator log: one line per event on standard error, in the format and from the level asked for.
+    var log: Logger {
+        let handler = OperatorLogHandler(format: OperatorLogHandler.Format(rawValue: logFormat) ?? .logfmt,
+                                         level: Logger.Level(rawValue: logLevel) ?? .info)
+        return Logger(label: "roam") { _ in handler }
     }
 
     /// The configuration file, which `command` cannot run without.

@@ -1,3 +1,4 @@
+import Logging
 import PathMonitor
 
 /// Turns a flapping interface into a few summary lines for the operator instead of a line per
@@ -10,7 +11,7 @@ struct FlapSummary {
     var threshold = 3
 
     struct Line: Equatable {
-        var level: String
+        var level: Logger.Level
         var message: String
         var fields: [(String, String)]
         static func == (a: Line, b: Line) -> Bool {
@@ -49,7 +50,7 @@ struct FlapSummary {
             guard recent.count >= threshold else { continue }
             recentLosses[name] = nil
             flapping[name] = Flapping(since: recent[0], lastLoss: now, total: recent.count, sinceReport: 0)
-            lines.append(Line(level: "warning", message: "interface flapping",
+            lines.append(Line(level: .warning, message: "interface flapping",
                               fields: [("interface", name), ("losses", "\(recent.count)"), ("in", (now - recent[0]).short),
                                        ("next_summary", "\(window.short)")]))
             if nextDue == nil { nextDue = now + window }
@@ -64,13 +65,13 @@ struct FlapSummary {
         for name in flapping.keys.sorted() {
             guard let state = flapping[name] else { continue }
             if now - state.lastLoss >= window {
-                lines.append(Line(level: "info", message: "interface stopped flapping",
+                lines.append(Line(level: .info, message: "interface stopped flapping",
                                   fields: [("interface", name), ("losses", "\(state.total)"),
                                            ("for", (state.lastLoss - state.since).short),
                                            ("up", present.contains(name) ? "yes" : "no")]))
                 flapping[name] = nil
             } else {
-                lines.append(Line(level: "warning", message: "interface still flapping",
+                lines.append(Line(level: .warning, message: "interface still flapping",
                                   fields: [("interface", name), ("losses", "\(state.sinceReport)"), ("in", window.short),
                                            ("total", "\(state.total)"), ("for", (now - state.since).short)]))
                 flapping[name]?.sinceReport = 0

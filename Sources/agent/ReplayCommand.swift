@@ -1,3 +1,4 @@
+import Observability
 import ArgumentParser
 import PathMonitor
 import Reconnector
@@ -78,5 +79,5 @@ struct ReplayCommand: ParsableCommand {
 
 func printError(_ message: String) {
     // Under systemd the journal reads standard error: the priority makes `journalctl -p err` show it.
-    writeStandardError((OperatorLog.standardErrorIsJournal() ? "<3>" : "") + "agent: " + message + "\n")
+    writeStandardError((OperatorLogHandler.standardErrorIsJournal() ? "<3>" : "") + "agent: " + message + "\n")
 }

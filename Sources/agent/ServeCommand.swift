@@ -1,3 +1,4 @@
+import Logging
 import ArgumentParser
 import ConfigReader
 import Glibc
@@ -34,7 +35,7 @@ struct ServeCommand: ParsableCommand {
     func run() throws {
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
-        if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
+        if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
         // A mistake in the file is said first, whoever runs it.
         let (reader, root) = try YAMLReader.load(try daemon.configFile(for: "serve"), as: .serverConfiguration)
         let settings = try reader.server(root)
@@ -59,23 +60,23 @@ struct ServeCommand: ParsableCommand {
             for (i, socket) in v6.enumerated() { workers[i].append(socket) }
         } catch {
             // A host without IPv6 still serves IPv4 clients.
-            log("warning", "no IPv6 listening socket", ["error": "\(error)"])
+            log.warning("no IPv6 listening socket", metadata: ["error": "\(error)"])
         }
-        let server = TunnelServer(core: core, device: tun, workers: workers, publishesRoutes: true) { message in log("info", message) }
+        let server = TunnelServer(core: core, device: tun, workers: workers, publishesRoutes: true, logger: log)
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
         /// Tells every session to move, then stops when none is left or `period` ends; false when
         /// a drain or a stop is under way already.
         @Sendable func drain(for period: Duration, why: String) -> Bool {
             guard !stopping.exchange(true, ordering: .relaxed) else { return false }
-            log("info", "draining", ["sessions": "\(server.liveSessions)", "period": period.short, "why": why])
+            log.info("draining", metadata: ["sessions": "\(server.liveSessions)", "period": "\(period.short)", "why": "\(why)"])
             SystemdNotifier().notify("STOPPING=1\nSTATUS=draining")
             server.drain()
             do {
                 try OSThread.detach {
                     let deadline = Instant.now() + period
                     while Instant.now() < deadline { usleep(100_000) }
-                    log("info", "stopping", ["why": "drain period over", "sessions": "\(server.liveSessions)"])
+                    log.info("stopping", metadata: ["why": "drain period over", "sessions": "\(server.liveSessions)"])
                     server.stop()
                 }
             } catch {
@@ -86,12 +87,12 @@ struct ServeCommand: ParsableCommand {
         try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
             if signal == SIGHUP {
                 // Not a reason to stop (the default action of SIGHUP would end the server).
-                return log("warning", "SIGHUP: the server does not read its users again while it runs; restart it to apply a change")
+                return log.warning("SIGHUP: the server does not read its users again while it runs; restart it to apply a change")
             }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
             guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") else {
                 stopping.store(true, ordering: .relaxed)
-                log("info", "stopping", ["signal": "\(signal)"])
+                log.info("stopping", metadata: ["signal": "\(signal)"])
                 return server.stop()
             }
         }
@@ -122,19 +123,19 @@ struct ServeCommand: ParsableCommand {
             try served.start()
             controlServer = served
         }
-        log("info", "serving", ["port": "\(settings.listenPort)", "tunnel": tun.name, "offload": tun.offload.description,
+        log.info("serving", metadata: ["port": "\(settings.listenPort)", "tunnel": "\(tun.name)", "offload": "\(tun.offload.description)",
                                 "workers": "\(server.workers.count)",
-                                "addresses": settings.tunnel.addresses.map(\.description).joined(separator: ","),
-                                "public_key": key.publicKey.base64])
+                                "addresses": "\(settings.tunnel.addresses.map(\.description).joined(separator: ","))",
+                                "public_key": "\(key.publicKey.base64)"])
         SystemdNotifier().notify("READY=1")
         server.run()
         controlServer?.publish(ControlProtocol.event("stopped", [("why", .string("stopped"))]))
         controlServer?.stop()
         let traffic = server.traffic
-        log("info", "stopped", ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
+        log.info("stopped", metadata: ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
                                 "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
                                 "super_packets_written": "\(traffic.superPacketsWritten)",
-                                "offload_drops": "\(traffic.offloadDrops)", "drops": server.drops.description])
+                                "offload_drops": "\(traffic.offloadDrops)", "drops": "\(server.drops.description)"])
     }
 }
 

@@ -1,3 +1,4 @@
+import Logging
 import PathMonitor
 import Tunnel
 
@@ -80,13 +81,13 @@ struct ResolvedServer {
 
     /// One look-up of `entry`'s name (none for a literal address); no answer is logged and gives
     /// no address, for another look-up later.
-    static func lookUp(_ entry: ServerEntry, mark: UInt32?, log: OperatorLog) -> [IPAddress] {
+    static func lookUp(_ entry: ServerEntry, mark: UInt32?, log: Logger) -> [IPAddress] {
         if let address = entry.endpoint.address { return [address] }
         do {
             return try Resolver.addresses(of: entry.endpoint.host, mark: mark)
         } catch {
-            log("warning", "cannot resolve a server's name; asking again when it is needed",
-                ["server": entry.name, "error": "\(error)"])
+            log.warning("cannot resolve a server's name; asking again when it is needed",
+                metadata: ["server": "\(entry.name)", "error": "\(error)"])
             return []
         }
     }

@@ -1,3 +1,4 @@
+import Logging
 import Lockdown
 import PathMonitor
 import Reconnector
@@ -12,7 +13,7 @@ final class SessionEffects {
     private let settings: ClientSettings
     private let key: PrivateKey
     private let credentials: Credentials?
-    private let log: OperatorLog
+    private let log: Logger
     /// Where the session's notices go (to the deciding thread's mailbox).
     private let notify: @Sendable (ClientNotice) -> Void
     /// The lockdown firewall, when the configuration wants it (the default).
@@ -42,7 +43,7 @@ final class SessionEffects {
     private(set) var dnsProblem: String?
 
     init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
-         firewall: Firewall?, log: OperatorLog, notify: @escaping @Sendable (ClientNotice) -> Void) {
+         firewall: Firewall?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void) {
         self.settings = settings
         self.servers = servers
         self.key = key
@@ -95,8 +96,8 @@ final class SessionEffects {
         do {
             try openLockdown(also: moved)
         } catch {
-            log("error", "cannot open the lockdown firewall to the server's new address; keeping the old one",
-                ["to": "\(moved)", "error": "\(error)"])
+            log.error("cannot open the lockdown firewall to the server's new address; keeping the old one",
+                metadata: ["to": "\(moved)", "error": "\(error)"])
             return false
         }
         server = moved
@@ -119,9 +120,9 @@ final class SessionEffects {
         guard let client else { return }  // the first socket starts the session with this server
         do {
             client.useServer(try core(for: index), at: address)
-            log("info", "server", ["server": serverName, "address": "\(address)"])
+            log.info("server", metadata: ["server": "\(serverName)", "address": "\(address)"])
         } catch {
-            log("error", "cannot use server \(servers[index].entry.name)", ["error": "\(error)"])
+            log.error("cannot use server \(servers[index].entry.name)", metadata: ["error": "\(error)"])
         }
     }
 
@@ -133,7 +134,7 @@ final class SessionEffects {
             client.prepareHandover(try core(for: index), at: address)
             handover = (index, address)
         } catch {
-            log("error", "cannot prepare a session with server \(servers[index].entry.name)", ["error": "\(error)"])
+            log.error("cannot prepare a session with server \(servers[index].entry.name)", metadata: ["error": "\(error)"])
         }
     }
 
@@ -166,12 +167,12 @@ final class SessionEffects {
             do {
                 try openLockdown(also: server)
             } catch {
-                log("error", "cannot open the lockdown firewall to a server", ["server": servers[index].entry.name, "error": "\(error)"])
+                log.error("cannot open the lockdown firewall to a server", metadata: ["server": "\(servers[index].entry.name)", "error": "\(error)"])
                 servers[index].addresses = []
             }
         }
         guard let address = servers[index].socketAddress else {
-            log("warning", "server \(servers[index].entry.name) has no usable address now")
+            log.warning("server \(servers[index].entry.name) has no usable address now")
             return nil
         }
         return address
@@ -212,8 +213,8 @@ final class SessionEffects {
             routes = try TunnelRoutes(settings.mode, device: device)
             tun = device
             client.attach(device)
-            log("info", "tunnel up", ["tunnel": device.name, "addresses": prefixes.map(\.description).joined(separator: ","),
-                                      "offload": device.offload.description])
+            log.info("tunnel up", metadata: ["tunnel": "\(device.name)", "addresses": "\(prefixes.map(\.description).joined(separator: ","))",
+                                      "offload": "\(device.offload.description)"])
         } catch {
             throw AgentError("cannot configure the tunnel device: \(error)")
         }
@@ -230,7 +231,7 @@ final class SessionEffects {
         } else {
             switch pushed {
             case .success(let settings): wanted = settings
-            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: "warning")
+            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: .warning)
             }
         }
         // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
@@ -240,30 +241,30 @@ final class SessionEffects {
         }
         let outside = wanted.resolvers.filter(inClear)
         if !outside.isEmpty {
-            log("warning", "resolvers outside the tunnel are not used: they would be asked in clear",
-                ["resolvers": outside.map(\.description).joined(separator: ",")])
+            log.warning("resolvers outside the tunnel are not used: they would be asked in clear",
+                metadata: ["resolvers": "\(outside.map(\.description).joined(separator: ","))"])
             wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { !inClear($0) },
                                        searchDomains: wanted.searchDomains)) ?? .none
         }
         guard wanted != dns.applied else { return }
         guard !wanted.resolvers.isEmpty else {
             return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
-                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: "warning")
+                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: .warning)
         }
         do {
             try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
             dnsProblem = nil
-            log("info", "dns", ["resolvers": wanted.resolvers.map(\.description).joined(separator: ","),
-                                "search": wanted.searchDomains.joined(separator: ","), "via": dns.manager.rawValue])
+            log.info("dns", metadata: ["resolvers": "\(wanted.resolvers.map(\.description).joined(separator: ","))",
+                                "search": "\(wanted.searchDomains.joined(separator: ","))", "via": "\(dns.manager.rawValue)"])
         } catch {
-            noResolvers("\(error)", level: "error")
+            noResolvers("\(error)", level: .error)
         }
     }
 
-    private func noResolvers(_ reason: String, level: String) {
+    private func noResolvers(_ reason: String, level: Logger.Level) {
         guard reason != dnsProblem else { return }
         dnsProblem = reason
-        log(level, "no tunnel dns", ["reason": reason])
+        log.log(level: level, "no tunnel dns", metadata: ["reason": "\(reason)"])
     }
 
     // MARK: The network
@@ -274,7 +275,7 @@ final class SessionEffects {
         do {
             try firewall?.localNetworksChanged(model.localNetworks)
         } catch {
-            log("error", "cannot follow the local subnets in the lockdown", ["error": "\(error)"])
+            log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
         }
         if model.localNetworks != localNetworks {
             localNetworks = model.localNetworks
@@ -282,16 +283,16 @@ final class SessionEffects {
             if let pushedDNS { useResolvers(pushedDNS) }
         }
         do {
-            if try dns?.reassert() == true { log("info", "dns written again: resolv.conf had been replaced", ["via": "resolv.conf"]) }
+            if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }
         } catch {
-            log("error", "cannot write the tunnel's resolvers again", ["error": "\(error)"])
+            log.error("cannot write the tunnel's resolvers again", metadata: ["error": "\(error)"])
         }
         // Full mode only: split mode routes around the tunnel by design.
         guard settings.mode.socketMark != nil else { return }
         let diverting = model.routesAroundTheTunnel
         for route in diverting where !divertingRoutes.contains(route) {
-            log("warning", "a route on an uplink takes traffic around the tunnel",
-                ["route": route.description, "lockdown": firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped"])
+            log.warning("a route on an uplink takes traffic around the tunnel",
+                metadata: ["route": "\(route.description)", "lockdown": "\(firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped")"])
         }
         divertingRoutes = diverting
     }
@@ -308,17 +309,17 @@ final class SessionEffects {
         if let dns, dns.applied != nil {
             do {
                 try dns.revert()
-                log("info", "dns restored", ["via": dns.manager.rawValue])
+                log.info("dns restored", metadata: ["via": "\(dns.manager.rawValue)"])
             } catch {
-                log("error", "cannot take the tunnel's resolvers back", ["error": "\(error)"])
+                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
             }
         }
         if let firewall {
             do {
                 try firewall.remove()
-                log("info", "lockdown removed")
+                log.info("lockdown removed")
             } catch {
-                log("error", "cannot remove the lockdown firewall; remove it with 'agent lockdown off'", ["error": "\(error)"])
+                log.error("cannot remove the lockdown firewall; remove it with 'agent lockdown off'", metadata: ["error": "\(error)"])
             }
         }
     }
@@ -334,7 +335,7 @@ final class SessionEffects {
             sockets[path.id] = socket
             return socket
         } catch {
-            log("warning", "cannot open a socket on \(path.interface)", ["error": "\(error)"])
+            log.warning("cannot open a socket on \(path.interface)", metadata: ["error": "\(error)"])
             return nil
         }
     }
@@ -350,11 +351,11 @@ final class SessionEffects {
             let core = try core(for: serverIndex)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
                                           persistentKeepalive: settings.persistentKeepalive,
-                                          log: { [log] message in log("info", message) }, notify: notify)
+                                          logger: log, notify: notify)
             self.client = client
             clientThread = try OSThread { client.run() }
         } catch {
-            log("error", "cannot start the session", ["error": "\(error)"])
+            log.error("cannot start the session", metadata: ["error": "\(error)"])
         }
     }
 }

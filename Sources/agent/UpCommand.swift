@@ -1,3 +1,4 @@
+import Logging
 import ArgumentParser
 import ConfigReader
 import Glibc
@@ -42,7 +43,7 @@ struct UpCommand: ParsableCommand {
         }
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
-        if !ProcessHardening.forbidCoreDumps() { log("warning", "cannot make the process non-dumpable; a core dump could hold keys") }
+        if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
         // A mistake in the file is said first, whoever runs it.
         let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
         let settings = try reader.client(root)
@@ -95,7 +96,7 @@ struct UpCommand: ParsableCommand {
                 let message = "the split routes contain server \(entry.name) (\(addresses.map(\.description).joined(separator: ", "))): "
                     + "the tunnel would carry its own packets; narrow them"
                 if i == 0 { throw AgentError(message) }
-                log("warning", message)
+                log.warning("\(message)")
             }
             servers.append(ResolvedServer(entry: entry, addresses: usable))
         }
@@ -110,9 +111,9 @@ struct UpCommand: ParsableCommand {
                                        servers: servers, log: log,
                                        control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
         try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
-        log("info", "starting", ["server": "\(session.server)", "mode": settings.mode.socketMark == nil ? "split" : "full"])
+        log.info("starting", metadata: ["server": "\(session.server)", "mode": "\(settings.mode.socketMark == nil ? "split" : "full")"])
         session.run()
-        log("info", "down")
+        log.info("down")
         if let failure = session.failure { throw AgentError(failure) }
         if session.restartRequested { try restart() }
     }
@@ -121,7 +122,7 @@ struct UpCommand: ParsableCommand {
 /// The server's addresses. A name that gets no answer yet (no network at boot, no name server
 /// reachable) is asked again, 1 s doubling to 30 s apart, for as long as it takes: nothing is set
 /// up yet, and systemd hears READY so a boot does not wait. A name that does not exist is an error.
-private func resolveAtStart(_ host: String, mark: UInt32?, log: OperatorLog) throws -> [IPAddress] {
+private func resolveAtStart(_ host: String, mark: UInt32?, log: Logger) throws -> [IPAddress] {
     var delay = Duration.seconds(1)
     var told = false
     while true {
@@ -129,7 +130,7 @@ private func resolveAtStart(_ host: String, mark: UInt32?, log: OperatorLog) thr
         do throws(ResolverError) {
             addresses = try Resolver.addresses(of: host, mark: mark)
         } catch where error.isTemporary {
-            log("warning", "cannot resolve the server's name yet; asking again", ["server": host, "error": "\(error)", "next_in": delay.short])
+            log.warning("cannot resolve the server's name yet; asking again", metadata: ["server": "\(host)", "error": "\(error)", "next_in": "\(delay.short)"])
             if !told {
                 SystemdNotifier().notify("READY=1\nSTATUS=waiting to resolve \(host)")
                 told = true

@@ -62,7 +62,7 @@ struct DaemonLabTests {
         #expect(lab.wait(for: "reason=operatorRequest", in: "client.log"))
 
         // Down: the session ends with a goodbye, the tunnel device stays, nothing is tried until up.
-        let goodbyes = { lab.log("server.log").components(separatedBy: "session closed by alice").count - 1 }
+        let goodbyes = { lab.log("server.log").components(separatedBy: "msg=\"session closed by the client\" user=alice").count - 1 }
         #expect(try lab.control("down").contains("down"))
         #expect(lab.wait(for: "to=paused", in: "client.log"))
         #expect(lab.waitFor(seconds: 5) { goodbyes() == 1 }, "the server heard goodbye: \(lab.log("server.log"))")
@@ -86,7 +86,7 @@ struct DaemonLabTests {
         let original = try String(contentsOfFile: configuration, encoding: .utf8)
         try (original + "\nreconnect: {debounce: 80ms}\n").write(toFile: configuration, atomically: true, encoding: .utf8)
         kill(client.processIdentifier, SIGHUP)
-        #expect(lab.wait(for: "msg=\"configuration reloaded\" tunnel=kept tunables=changed", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.wait(for: "msg=\"configuration reloaded\" tunables=changed tunnel=kept", in: "client.log"), "\(lab.log("client.log"))")
         try (original + "\nnot-a-key: 1\n").write(toFile: configuration, atomically: true, encoding: .utf8)
         kill(client.processIdentifier, SIGHUP)
         #expect(lab.wait(for: "configuration not reloaded", in: "client.log"))
@@ -131,7 +131,7 @@ struct DaemonLabTests {
         try lab.laptop.setHosts("198.51.100.8 vpn.roam.test\n")
         try lab.server.ip("address del 198.51.100.7/32 dev lo")
         let moved = LabClock.now
-        #expect(lab.wait(for: "msg=\"server address changed\" server=vpn.roam.test from=198.51.100.7:51820 to=198.51.100.8:51820",
+        #expect(lab.wait(for: "msg=\"server address changed\" from=198.51.100.7:51820 to=198.51.100.8:51820 server=vpn.roam.test",
                          in: "client.log", seconds: 10), "\(lab.log("client.log"))")
         usleep(1_000_000)
         let end = LabClock.now

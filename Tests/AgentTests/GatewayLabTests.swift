@@ -31,7 +31,7 @@ struct GatewayLabTests {
             #expect(tcp.failure == nil && tcp.intact && tcp.sent > 0 && tcp.received == tcp.sent,
                     "client \(n): \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(context)")
         }
-        let handshakes = lab.log("server.log").components(separatedBy: "msg=\"handshake from").count - 1
+        let handshakes = lab.log("server.log").components(separatedBy: "msg=handshake from=").count - 1
         #expect(handshakes == 4, "one handshake per client: \(handshakes)\n\(context)")
     }
 

@@ -37,24 +37,6 @@ import Testing
     #expect(SystemdNotifier.watchdogInterval(usec: "soon", pid: nil) == nil)
 }
 
-@Test func logLinesCarryTheirPriorityForTheJournal() {
-    let fields = [("ts", "1.000"), ("level", "warning"), ("msg", "eth0 is flapping")]
-    #expect(OperatorLog(json: false, journal: true).line(fields, level: "warning") == "<4>ts=1.000 level=warning msg=\"eth0 is flapping\"\n")
-    #expect(OperatorLog(json: false, journal: false).line(fields, level: "warning") == "ts=1.000 level=warning msg=\"eth0 is flapping\"\n")
-    let transition = [("ts", "2.500"), ("level", "error"), ("msg", "giving up"), ("attempt", "3")]
-    #expect(OperatorLog(json: true, journal: true).line(transition, level: "error")
-        == "<3>{\"ts\":2.500,\"level\":\"error\",\"msg\":\"giving up\",\"attempt\":3}\n")
-    #expect(OperatorLog.priority("info") == 6 && OperatorLog.priority("debug") == 7)
-}
-
-@Test func theJournalIsRecognisedByTheStreamItNames() {
-    var info = stat()
-    fstat(2, &info)
-    #expect(OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino)"))
-    #expect(!OperatorLog.standardErrorIsJournal("\(info.st_dev):\(info.st_ino + 1)"), "inherited, but not this stream")
-    #expect(!OperatorLog.standardErrorIsJournal(nil) && !OperatorLog.standardErrorIsJournal("garbage"))
-}
-
 /// A failure at start-up, written by the built agent to a standard error that is the journal's
 /// stream, carries the error priority, so `journalctl -p err` shows it; elsewhere it has none.
 @Test func aStartUpFailureCarriesTheErrorPriorityInTheJournal() throws {
@@ -80,15 +62,9 @@ import Testing
     }
 }
 
-@Test func theLogLevelHidesLessSevereLines() throws {
-    var log = OperatorLog(json: false, journal: false)
-    log.threshold = OperatorLog.priority("warning")
-    #expect(log.writes("error") && log.writes("warning") && !log.writes("info") && !log.writes("debug"))
-    log.threshold = OperatorLog.priority("debug")
-    #expect(OperatorLog.levels.allSatisfy(log.writes))
-    #expect(!OperatorLog(json: false).writes("debug"), "info by default")
+@Test func anUnknownLogLevelIsRefused() throws {
     let quiet = try NamespaceLab.capture(RoamingLab.builtAgent, ["up", "--config", "x.yaml", "--log-level", "loud"])
-    #expect(quiet.status == 64 && quiet.output.contains("'--log-level' is error, warning, info or debug"), "\(quiet.output)")
+    #expect(quiet.status == 64 && quiet.output.contains("'--log-level' is error, warning, notice, info or debug"), "\(quiet.output)")
 }
 
 /// The service's stop path removes the lockdown only after an operator's stop; after a crash

@@ -179,21 +179,6 @@ import Testing
     }
 }
 
-/// A flood of one cause makes one log line per interval, and the next says how many were left out.
-@Test func aFloodOfRefusalsMakesOneLinePerCausePerInterval() {
-    var throttle = LogThrottle<DropReason>(interval: .seconds(10))
-    var lines: [String] = []
-    var now = Instant(nanoseconds: 0)
-    for i in 0..<10_000 {
-        now = now + .milliseconds(2)  // 500 a second for 20 s
-        let reason: DropReason = i % 2 == 0 ? .unknownUser : .badPassword
-        if let line = throttle.line(for: reason, now: now, { "handshake rejected: \(reason)" }) { lines.append(line) }
-    }
-    #expect(lines.count == 4, "\(lines)")
-    #expect(lines.filter { $0.contains("unknown-user") }.count == 2)
-    #expect(lines.last?.contains("more like it in the last 10s") == true, "\(lines)")
-}
-
 /// Findings of a review of the cookies, each a regression test.
 @Suite struct ProtocolCookieReviewTests {
     /// Names are compared byte for byte, so canonically equal spellings are other (unknown)

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import PathMonitor
 import NamespaceLab
+import Logging
 import Testing
 @testable import Tunnel
 
@@ -76,7 +77,7 @@ struct RuntimeTests {
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.1/24")!], namespace: lab.namespace)
         let sockets = [try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace),
                        try UDPSocket(bindingTo: SocketAddress(.v6(0, 0), port: 51820), namespace: lab.namespace)]
-        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, sockets: sockets) { _ in }
+        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, sockets: sockets, logger: quiet)
         return (server, Running { server.run() })
     }
 
@@ -85,7 +86,7 @@ struct RuntimeTests {
     func connect(_ socket: UDPSocket, to endpoint: SocketAddress, as key: PrivateKey? = nil,
                  address: IPAddress = IPAddress("10.77.0.2")!) throws -> TunnelClient {
         let client = try TunnelClient(core: try ClientCore(privateKey: key ?? clientKey, serverKey: serverKey.publicKey),
-                                      socket: socket, server: endpoint) { _ in }
+                                      socket: socket, server: endpoint, logger: quiet)
         let completion = try client.handshake(timeout: .seconds(3))
         #expect(completion.addresses == [address])
         return client
@@ -361,3 +362,6 @@ private final class Mutex2: @unchecked Sendable {
     func set(_ count: Int, _ intact: Bool) { lock.withLock { value = (count, intact) } }
     func get() -> (Int, Bool) { lock.withLock { value } }
 }
+
+/// The data plane's log lines are not what these tests look at.
+let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }

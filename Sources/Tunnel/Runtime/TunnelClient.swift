@@ -1,5 +1,6 @@
 public import PathMonitor
 import Glibc
+public import Logging
 import Synchronization
 
 /// Why the client could not bring the session up.
@@ -80,7 +81,7 @@ public final class TunnelClient: Sendable {
     private let held = Atomic<Bool>(false)
     private let inboundWakeup: Wakeup
     private let outboundWakeup: Wakeup
-    private let log: @Sendable (String) -> Void
+    private let logger: Logger
     private let notify: @Sendable (ClientNotice) -> Void
     /// Sockets on paths being tried (make-before-break): polled for echoes beside the current one.
     private let candidates = Mutex<[UDPSocket]>([])
@@ -103,14 +104,14 @@ public final class TunnelClient: Sendable {
     /// `notify` hears the facts a driver needs. The client rekeys by itself, and with
     /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
     public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, answersHints: Bool = true,
-                persistentKeepalive: Duration? = nil, log: @escaping @Sendable (String) -> Void,
+                persistentKeepalive: Duration? = nil, logger: Logger,
                 notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
         self.answersHints = answersHints
         self.persistentKeepalive = Mutex(persistentKeepalive)
         self.session = Mutex(ServerSession(core: core, server: server))
         self.current = Mutex(socket)
-        self.log = log
+        self.logger = logger
         self.notify = notify
         inboundWakeup = try Wakeup()
         outboundWakeup = try Wakeup()
@@ -258,7 +259,7 @@ public final class TunnelClient: Sendable {
             let thread = try OSThread { [self] in outbound(tun) }
             outboundThread.withLock { $0 = thread }
         } catch {
-            log("cannot start the outbound thread: \(error); packets from the tunnel device are not sent")
+            logger.error("cannot start the outbound thread; packets from the tunnel device are not sent", error: error)
         }
     }
 
@@ -401,7 +402,7 @@ public final class TunnelClient: Sendable {
                     if let tun { coalescer?.flush { write($0, $1, to: tun) } }
                 }
             } catch {
-                log("receive failed: \(error)")
+                logger.warning("receive failed", error: error, metadata: ["cause": "receive"])
             }
         }
     }
@@ -417,7 +418,7 @@ public final class TunnelClient: Sendable {
             try tun.write(packet, header: header)
             if header.gsoType != 0 { counters.withLock { $0.superPacketsWritten += 1 } }
         } catch {
-            log("write to \(tun.name) failed: \(error)")
+            logger.warning("write to the tunnel device failed", error: error, metadata: ["cause": "tun-write", "tunnel": "\(tun.name)"])
         }
     }
 
@@ -433,16 +434,16 @@ public final class TunnelClient: Sendable {
             deliver(range, in: raw)
         case .established(let completion):
             send(completion.confirmation)
-            log("handshake completed, rtt \(completion.rtt.short)")
+            logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)"])
             notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns))
         case .rejected:
-            log("the server rejected a handshake")
+            logger.warning("the server rejected a handshake")
             notify(.rejected)
         case .probeEcho(let id, let rtt):
             lastEcho.withLock { $0 = (id, rtt) }
             notify(.probeEcho(id: id, rtt: rtt))
         case .sessionUnknown:
-            log(answersHints ? "the server lost our session; handshaking" : "the server says it lost our session")
+            logger.info(answersHints ? "the server lost our session; handshaking" : "the server says it lost our session")
             notify(.sessionUnknown)
             if answersHints { initiate(force: false) }
         case .cookie(let resend):
@@ -450,7 +451,7 @@ public final class TunnelClient: Sendable {
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
         case .draining:
-            log("the server says it is being taken down")
+            logger.notice("the server says it is being taken down")
             notify(.serverDraining)
         case .dropped:
             break
@@ -468,10 +469,10 @@ public final class TunnelClient: Sendable {
             switch event {
             case .established(let completion):
                 send(completion.confirmation, to: peer)
-                log("handshake with the next server completed, rtt \(completion.rtt.short)")
+                logger.info("handshake with the next server completed", metadata: ["rtt": "\(completion.rtt.short)"])
                 notify(.handoverReady(rtt: completion.rtt, dns: completion.dns))
             case .rejected:
-                log("the next server rejected a handshake")
+                logger.warning("the next server rejected a handshake")
                 notify(.handoverRejected)
             case .cookie(let resend):
                 send(resend, to: peer)
@@ -507,7 +508,7 @@ public final class TunnelClient: Sendable {
             counters.withLock { $0.noSession += 1 }  // no device yet: nowhere to deliver
             return
         }
-        do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { log("write to \(tun.name) failed: \(error)") }
+        do { try tun.write(UnsafeRawBufferPointer(rebasing: raw[range])) } catch { logger.warning("write to the tunnel device failed", error: error, metadata: ["cause": "tun-write", "tunnel": "\(tun.name)"]) }
     }
 
     /// Packets from the TUN, sealed in place into a batch and sent with one `sendmmsg`.
@@ -524,7 +525,7 @@ public final class TunnelClient: Sendable {
                 if ready.contains(outboundWakeup.readEnd) { outboundWakeup.drain() }
                 guard ready.contains(tun.fileDescriptor) else { continue }
             } catch {
-                log("poll failed: \(error)")
+                logger.warning("poll failed", error: error, metadata: ["cause": "poll"])
                 continue
             }
             var drained = false

@@ -1,5 +1,6 @@
 import PathMonitor
 import Glibc
+public import Logging
 import Synchronization
 
 /// The server's data plane: a TUN device, UDP sockets, and the protocol core between them,
@@ -42,7 +43,7 @@ public final class TunnelServer: Sendable {
     /// dropped and counted. The handshake thread answers a flood's initiation with a cookie in
     /// tens of microseconds, so the queue is that many milliseconds of work at most.
     static let initiationQueueCapacity = 256
-    private let log: @Sendable (String) -> Void
+    private let logger: Logger
     /// With a value, each peer reachable here has its inner addresses routed to this server's
     /// TUN device (host routes, replacing another server's), and the routes go when it leaves:
     /// several servers on one host hand sessions over without a lost packet, and a routing
@@ -50,8 +51,6 @@ public final class TunnelServer: Sendable {
     private let routes: Mutex<PeerRoutes?>
     /// Draining: sessions are told to move to another server; `run()` returns once none is left.
     private let draining = Atomic<Bool>(false)
-    /// Refused handshakes: one line per cause per interval, never one per packet.
-    private let refusals = Mutex(LogThrottle<DropReason>(interval: .seconds(10)))
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
@@ -59,21 +58,21 @@ public final class TunnelServer: Sendable {
     /// `UDPSocket.listening(on:count:)`; at least one) and an outbound thread per queue of the
     /// device: as many of each, for workers that share nothing.
     public init(core: ServerCore, device: TunDevice, workers: [[UDPSocket]], publishesRoutes: Bool = false,
-                log: @escaping @Sendable (String) -> Void) {
+                logger: Logger) {
         precondition(!workers.isEmpty, "a server needs sockets to listen on")
-        routes = Mutex(publishesRoutes ? PeerRoutes(device: device, log: log) : nil)
+        routes = Mutex(publishesRoutes ? PeerRoutes(device: device, logger: logger) : nil)
         sessions = core.sessions
         self.core = Mutex(core)
         self.device = device
         self.workers = workers
         counters = (0..<(1 + workers.count + device.queues.count)).map { _ in Counters() }
-        self.log = log
+        self.logger = logger
     }
 
     /// One worker on `sockets`.
     public convenience init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], publishesRoutes: Bool = false,
-                            log: @escaping @Sendable (String) -> Void) {
-        self.init(core: core, device: device, workers: [sockets], publishesRoutes: publishesRoutes, log: log)
+                            logger: Logger) {
+        self.init(core: core, device: device, workers: [sockets], publishesRoutes: publishesRoutes, logger: logger)
     }
 
     /// Traffic so far, summed over the threads.
@@ -98,7 +97,7 @@ public final class TunnelServer: Sendable {
             do {
                 threads.append(try OSThread(body))
             } catch {
-                log("cannot start the \(name) thread: \(error)")
+                logger.error("cannot start a thread", error: error, metadata: ["thread": "\(name)"])
                 stop()
                 wake()
                 for thread in threads { thread.join() }
@@ -204,7 +203,7 @@ public final class TunnelServer: Sendable {
             do {
                 ready = try pollReadable(sockets.map(\.fileDescriptor), timeout: .seconds(1))
             } catch {
-                log("poll failed: \(error)")
+                logger.warning("poll failed", error: error, metadata: ["cause": "poll"])
                 continue
             }
             let now = Instant.now()
@@ -219,7 +218,7 @@ public final class TunnelServer: Sendable {
                     // the log as counts, not as lines.
                     if now - lastSummary.at >= Self.dropSummaryInterval {
                         let drops = self.drops
-                        if drops != lastSummary.drops { log("drops so far: \(drops)") }
+                        if drops != lastSummary.drops { logger.notice("drops so far", metadata: ["drops": "\(drops)"]) }
                         lastSummary = (now, drops)
                     }
                 }
@@ -230,7 +229,7 @@ public final class TunnelServer: Sendable {
                 do {
                     received = try socket.receive(into: batch, timeout: .zero)
                 } catch {
-                    log("receive failed: \(error)")
+                    logger.warning("receive failed", error: error, metadata: ["cause": "receive"])
                     continue
                 }
                 for i in 0..<received {
@@ -276,7 +275,7 @@ public final class TunnelServer: Sendable {
             }
             if sessions.hasLiveChanges { publishRoutes() }
             if draining.load(ordering: .relaxed), liveSessions == 0 {
-                log("drained: no session left")
+                logger.info("drained: no session left")
                 stop()
             }
         }
@@ -299,7 +298,7 @@ public final class TunnelServer: Sendable {
             try device.write(packet, header: header, queue: queue)
             if header.gsoType != 0 { traffic.superPacketsWritten += 1 }
         } catch {
-            log("write to \(device.name) failed: \(error)")
+            logger.warning("write to the tunnel device failed", error: error, metadata: ["cause": "tun-write", "tunnel": "\(device.name)"])
         }
     }
 
@@ -340,19 +339,19 @@ public final class TunnelServer: Sendable {
             counters.add(&traffic, &none)
         case .handshake(let peer, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
-            log("handshake from \(to) for \(sessions.users[peer].label)")
+            logger.info("handshake", metadata: ["from": "\(to)", "user": "\(sessions.users[peer].label)"])
         case .rejected(let reason, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
-            if let line = refusals.withLock({ $0.line(for: reason, now: Instant.now()) { "handshake from \(to) rejected: \(reason)" } }) {
-                log(line)
-            }
+            // One line per cause per interval (the log handler counts the rest): a flood of
+            // refused handshakes must not become a flood of log lines.
+            logger.warning("handshake rejected", metadata: ["cause": "rejected:\(reason)", "reason": "\(reason)", "from": "\(to)"])
         case .checkPassword(let check):
             checks.withLock { $0.append(check) }
             checksReady.signal()
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
             send(datagram, to: to, from: local, worker: worker, counters: counters)
         case .closed(let peer):
-            log("session closed by \(sessions.users[peer].label)")
+            logger.info("session closed by the client", metadata: ["user": "\(sessions.users[peer].label)"])
         case .dropped:
             break
         }
@@ -376,7 +375,7 @@ public final class TunnelServer: Sendable {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
             } catch {
-                log("poll \(device.name) failed: \(error)")
+                logger.warning("poll failed", error: error, metadata: ["cause": "poll-tunnel", "tunnel": "\(device.name)"])
                 continue
             }
             var drained = false
@@ -430,7 +429,7 @@ public final class TunnelServer: Sendable {
                 traffic.sendFailures += batch.count - sent
             } catch {
                 traffic.sendFailures += batch.count
-                log("send failed: \(error)")
+                logger.warning("send failed", error: error, metadata: ["cause": "send"])
             }
         } else {
             for i in 0..<batch.count {
@@ -466,7 +465,7 @@ public final class TunnelServer: Sendable {
             if !sent { traffic.sendFailures += 1 }
         } catch {
             traffic.sendFailures += 1
-            log("send to \(peer) failed: \(error)")
+            logger.warning("send failed", error: error, metadata: ["cause": "send", "to": "\(peer)"])
         }
     }
 }
@@ -542,15 +541,15 @@ struct InitiationQueue {
 final class PeerRoutes: @unchecked Sendable {  // used under the server's lock for it only
     private let device: TunDevice
     private let netlink: NetlinkSocket?
-    private let log: @Sendable (String) -> Void
+    private let logger: Logger
 
-    init(device: TunDevice, log: @escaping @Sendable (String) -> Void) {
+    init(device: TunDevice, logger: Logger) {
         self.device = device
-        self.log = log
+        self.logger = logger
         do {
             netlink = try NetlinkSocket()
         } catch {
-            log("cannot open a routing socket; sessions' host routes are not published: \(error)")
+            logger.error("cannot open a routing socket; sessions' host routes are not published", error: error)
             netlink = nil
         }
     }
@@ -567,7 +566,7 @@ final class PeerRoutes: @unchecked Sendable {  // used under the server's lock f
             } catch where !live && [ENOENT, ESRCH, ENODEV].contains(error.code) {
                 // Replaced by another server's route, or gone with the device.
             } catch {
-                log("cannot \(live ? "add" : "remove") the route to \(prefix): \(error)")
+                logger.error(live ? "cannot add a session's route" : "cannot remove a session's route", error: error, metadata: ["prefix": "\(prefix)"])
             }
         }
     }
