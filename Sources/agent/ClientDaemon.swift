@@ -90,6 +90,11 @@ extension ClientDaemon {
         private var attempts = 0
         private var flaps = FlapSummary()
         private var running = true
+        private let metrics = ClientMetrics()
+        private var metricsFile: MetricsFile?
+        /// While connected, the metrics file is written again this often (and on every transition).
+        static let metricsRefresh = Duration.seconds(60)
+        private var metricsDue: Instant?
         /// Where the budget, the backoff and the dead-path verdicts outlive this process (the
         /// runtime directory, beside the control socket), and what was written there last.
         private let memoryPath: String
@@ -116,6 +121,7 @@ extension ClientDaemon {
             memoryPath = control.path.parentDirectory + "/reconnect-state"
             interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
+            metricsFile = settings.metricsFile.map(MetricsFile.init)
             do {
                 monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
             } catch {
@@ -141,7 +147,7 @@ extension ClientDaemon {
                 let now = Instant.now()
                 service.tick(now: now)
                 let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp)
-                let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt].compactMap { $0 }.min()
+                let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
@@ -152,6 +158,7 @@ extension ClientDaemon {
                 }
                 let after = Instant.now()
                 report(flaps.tick(now: after))
+                if let due = metricsDue, due <= after { writeMetrics() }
                 for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                     feed(.timerFired(kind))
                 }
@@ -162,6 +169,7 @@ extension ClientDaemon {
                 }
             }
             service.stopping()
+            writeMetrics()
             control.publish(ControlProtocol.event("stopped", [("why", .string(failure ?? (restartRequested ? "restarting" : "stopped")))]))
             control.stop()
             effects.close(operatorStop: failure == nil && !restartRequested)
@@ -175,6 +183,7 @@ extension ClientDaemon {
                 case .paths(let paths, _): pathsChanged(paths)
                 case .resynced(let changes, let paths):
                     // The kernel dropped messages: a fresh dump stands in for them.
+                    metrics.resynced()
                     log.warning("netlink overrun; routing state read again",
                                 metadata: ["changes": .stringConvertible(changes), "resyncs": .stringConvertible(monitor.resyncs)])
                     pathsChanged(paths)
@@ -249,11 +258,15 @@ extension ClientDaemon {
                     return giveUp(error.message)
                 }
                 service.ready()
+                metrics.handshake("completed")
                 feed(.handshakeSucceeded(rtt: rtt))
             case .rejected where !effects.tunnelUp:
+                metrics.handshake("rejected")
                 giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
                     + "users list this client's public key")
-            case .rejected: feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
+            case .rejected:
+                metrics.handshake("rejected")
+                feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
             case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
             case .probeEcho(let id, let rtt):
                 if let echo = interpreter.echo(id, rtt: rtt) { feed(echo) }
@@ -266,8 +279,11 @@ extension ClientDaemon {
                 } catch {
                     return giveUp(error.message)
                 }
+                metrics.handshake("completed")
                 feed(.handoverReady(rtt: rtt))
-            case .handoverRejected: feed(.handoverRejected)
+            case .handoverRejected:
+                metrics.handshake("rejected")
+                feed(.handoverRejected)
             }
         }
 
@@ -291,6 +307,11 @@ extension ClientDaemon {
                 return
             }
             let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
+                || fresh.metricsFile != settings.metricsFile
+            if fresh.metricsFile != settings.metricsFile {
+                metricsFile = fresh.metricsFile.map(MetricsFile.init)
+                writeMetrics()
+            }
             settings = fresh
             machine.config = fresh.reconnect
             effects.setPersistentKeepalive(fresh.persistentKeepalive)
@@ -388,9 +409,10 @@ extension ClientDaemon {
             var paths = machine.paths
             if case .paths(let new) = input { paths = new }
             var made: [Transition] = []
-            var driver = Driver(effects: effects, paths: paths, log: log) { [unowned self] transition in
+            var driver = Driver(effects: effects, paths: paths, log: log, metrics: metrics) { [unowned self] transition in
                 lastTransition = transition
                 service.transition(transition)
+                metrics.record(transition)
                 log.info("transition", metadata: transition.metadata)
                 made.append(transition)
             }
@@ -405,6 +427,7 @@ extension ClientDaemon {
             }
             // Another server: its name is the one followed, and the paths are those to its address.
             if effects.server != before { serverChanged() }
+            if !made.isEmpty { writeMetrics() }
             if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
                 attempts += 1
                 startup.attempted(now: now, tunnelUp: effects.tunnelUp)
@@ -432,11 +455,15 @@ extension ClientDaemon {
             let effects: SessionEffects
             let paths: [Path]
             let log: Logger
+            let metrics: ClientMetrics
             let onTransition: (Transition) -> Void
 
             mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
             mutating func handshake(on path: Path) { effects.handshake(on: path) }
-            mutating func probe(_ id: UInt64, via path: Path) { effects.probe(id, via: path) }
+            mutating func probe(_ id: UInt64, via path: Path) {
+                metrics.probed()
+                effects.probe(id, via: path)
+            }
             mutating func reportFailure(_ reason: Reason) {
                 log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
             }
@@ -464,6 +491,18 @@ extension ClientDaemon {
             let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
             log.info("reconnect state restored", metadata: ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
             return machine
+        }
+
+        /// The metrics file, now; again in a minute while connected. Idle and not connected,
+        /// nothing wakes for it.
+        private func writeMetrics() {
+            guard var file = metricsFile else { return }
+            if let client = effects.client { metrics.sync(client) }
+            if let error = file.write(metrics.exposition()) {
+                log.warning("cannot write the metrics file", metadata: ["error": "\(error)"])
+            }
+            metricsFile = file
+            metricsDue = machine.state.name == "connected" ? Instant.now() + Self.metricsRefresh : nil
         }
 
         private func saveMemory() {

@@ -1,4 +1,5 @@
 import Logging
+import Observability
 import ArgumentParser
 import ConfigReader
 import Glibc
@@ -122,6 +123,16 @@ struct ServeCommand: ParsableCommand {
             }
             try served.start()
             controlServer = served
+        }
+        if let address = settings.metricsListen {
+            let metrics = ServerMetrics()
+            do {
+                let endpoint = try MetricsEndpoint(address) { [unowned server] in metrics.scrape(server) }
+                try endpoint.start()
+                log.info("metrics", metadata: ["url": "http://\(endpoint.listener.local)/metrics"])
+            } catch {
+                throw AgentError("cannot serve the metrics on \(address): \(error)")
+            }
         }
         log.info("serving", metadata: ["port": "\(settings.listenPort)", "tunnel": "\(tun.name)", "offload": "\(tun.offload.description)",
                                 "workers": "\(server.workers.count)",

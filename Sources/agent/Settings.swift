@@ -48,6 +48,8 @@ struct ClientSettings {
     var allowLAN = false
     /// How the tunnel's resolvers reach the system, and which ones.
     var dns = ClientDNSSettings()
+    /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.
+    var metricsFile: String?
 }
 
 /// The client's `dns` section.
@@ -83,6 +85,8 @@ struct ServerSettings {
     /// Data-plane workers, each with a queue of the TUN device and a socket per family: one
     /// per core by default, at most `maxWorkers`.
     var workers = ServerSettings.defaultWorkers
+    /// Where `/metrics` is served over HTTP for Prometheus; nil: nowhere.
+    var metricsListen: SocketAddress?
 
     static let maxWorkers = 64
     static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }
@@ -92,7 +96,7 @@ extension YAMLReader {
     func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns",
+            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -149,6 +153,14 @@ extension YAMLReader {
             }
         }
         if let node = f.optional("dns") { settings.dns = try clientDNS(node) }
+        if let node = f.optional("metrics-file") {
+            let path = try string(node)
+            guard path.hasPrefix("/"), path.hasSuffix(".prom"), !path.hasSuffix("/.prom") else {
+                throw fail(node, "'metrics-file' is an absolute path ending in .prom (node_exporter's textfile collector reads "
+                    + "no other), e.g. /var/lib/prometheus/node-exporter/roam.prom")
+            }
+            settings.metricsFile = path
+        }
         return settings
     }
 
@@ -186,7 +198,7 @@ extension YAMLReader {
 
     func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
-            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers",
+            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers", "metrics-listen",
         ])
         let usersNode = try f.required("users")
         let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
@@ -208,6 +220,13 @@ extension YAMLReader {
             settings.drainPeriod = period
         }
         if let node = f.optional("workers") { settings.workers = try int(node, 1...ServerSettings.maxWorkers) }
+        if let node = f.optional("metrics-listen") {
+            // Never every address by accident: the counts are for the operator's network only.
+            guard let endpoint = Endpoint(try string(node)), let address = SocketAddress(endpoint), !address.ip.isUnspecified else {
+                throw fail(node, "'metrics-listen' is an address of this host and a port, e.g. 127.0.0.1:9586 or [::1]:9586")
+            }
+            settings.metricsListen = address
+        }
         return settings
     }
 

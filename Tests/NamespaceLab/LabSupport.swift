@@ -13,7 +13,7 @@ public func labWait(seconds: Double, _ condition: () -> Bool) -> Bool {
 
 /// Writes `text` and a newline to `path`, created owner-only (as the agent demands of keys and
 /// of a server configuration) before anything is in it.
-func writeSecret(_ text: String, to path: String) throws {
+public func writeSecret(_ text: String, to path: String) throws {
     _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
     try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
 }

@@ -162,6 +162,12 @@ public final class RoamingLab {
         try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text).write(toFile: path, atomically: false, encoding: .utf8)
     }
 
+    /// Adds `text` (top-level keys) to the client's or the server's configuration file.
+    public func configure(_ side: String, _ text: String) throws {
+        let path = directory + "/\(side).yaml"
+        try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+    }
+
     /// The server's public key, as clients pin it.
     public var serverPublicKey: PublicKey? {
         PrivateKey(base64: key("server.key")).map(\.publicKey)

@@ -51,6 +51,8 @@ public final class TunnelServer: Sendable {
     private let routes: Mutex<PeerRoutes?>
     /// Draining: sessions are told to move to another server; `run()` returns once none is left.
     private let draining = Atomic<Bool>(false)
+    private let handshakesAccepted = Atomic<Int>(0)
+    private let handshakesRejected = Atomic<Int>(0)
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
@@ -84,6 +86,10 @@ public final class TunnelServer: Sendable {
         counters.reduce(into: core.withLock { $0.drops }) { sum, cell in sum.add(cell.value.withLock { $0.drops }) }
     }
     public var sessionCount: Int { sessions.sessionCount }
+    /// Handshakes answered with a session, and refused with an answer (both since start).
+    public var handshakeCounts: (accepted: Int, rejected: Int) {
+        (handshakesAccepted.load(ordering: .relaxed), handshakesRejected.load(ordering: .relaxed))
+    }
 
     /// Runs until `stop()`: each worker's two threads, the handshake and password threads, and
     /// the first worker's inbound loop here.
@@ -339,9 +345,11 @@ public final class TunnelServer: Sendable {
             counters.add(&traffic, &none)
         case .handshake(let peer, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
+            handshakesAccepted.add(1, ordering: .relaxed)
             logger.info("handshake", metadata: ["from": "\(to)", "user": "\(sessions.users[peer].label)"])
         case .rejected(let reason, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
+            handshakesRejected.add(1, ordering: .relaxed)
             // One line per cause per interval (the log handler counts the rest): a flood of
             // refused handshakes must not become a flood of log lines.
             logger.warning("handshake rejected", metadata: ["cause": "rejected:\(reason)", "reason": "\(reason)", "from": "\(to)"])

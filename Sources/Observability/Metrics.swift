@@ -1,0 +1,185 @@
+import CoreMetrics
+import PathMonitor
+import Prometheus
+import Synchronization
+public import Reconnector
+public import Tunnel
+
+/// The metrics both daemons expose, through swift-metrics into a Prometheus registry of their
+/// own (never the process-wide one, so several can live in one process).
+///
+/// The data plane keeps its own counts (it must not pay for a shared atomic per packet); they
+/// are carried into the counters here when the metrics are written or scraped, as the increase
+/// since the last time.
+public class RoamMetrics {
+    let registry = PrometheusCollectorRegistry()
+    let factory: PrometheusMetricsFactory
+    private var lastTraffic = TrafficCounters()
+    private var lastDrops = DropCounters()
+    /// The data plane the last counts came from; another one starts from zero.
+    var lastSource: ObjectIdentifier?
+
+    /// Outages and handshakes last from milliseconds (a roam) to minutes (a train tunnel).
+    static let durationBuckets: [Duration] = [
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500),
+        .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300),
+    ]
+
+    init() {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = Self.durationBuckets
+        self.factory = factory
+    }
+
+    /// The Prometheus text format (version 0.0.4), as node_exporter's textfile collector and a
+    /// scrape of `/metrics` read it.
+    public func exposition() -> String { registry.emitToString() }
+
+    /// Counts `amount` more; with zero, the series is there from now on, at its count.
+    func count(_ name: String, _ labels: [(String, String)] = [], by amount: Int = 1) {
+        CoreMetrics.Counter(label: name, dimensions: labels, factory: factory).increment(by: max(amount, 0))
+    }
+
+    func gauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+        Gauge(label: name, dimensions: labels, factory: factory).record(value)
+    }
+
+    /// Carries the data plane's counts in: bytes, packets, and drops by cause. Counts from
+    /// another `source` than last time (a new session's data plane) start from zero.
+    func sync(traffic: TrafficCounters, drops: DropCounters, source: ObjectIdentifier) {
+        if source != lastSource {
+            lastTraffic = TrafficCounters()
+            lastDrops = DropCounters()
+            lastSource = source
+        }
+        func increase<T: BinaryInteger>(_ now: T, _ before: T) -> Int { Int(clamping: now >= before ? now - before : now) }
+        count("roam_bytes_total", [("direction", "in")], by: increase(traffic.bytesIn, lastTraffic.bytesIn))
+        count("roam_bytes_total", [("direction", "out")], by: increase(traffic.bytesOut, lastTraffic.bytesOut))
+        count("roam_packets_total", [("direction", "in")], by: increase(traffic.packetsIn, lastTraffic.packetsIn))
+        count("roam_packets_total", [("direction", "out")], by: increase(traffic.packetsOut, lastTraffic.packetsOut))
+        let local: [(String, Int, Int)] = [
+            ("no-session", traffic.noSession, lastTraffic.noSession),
+            ("send-failed", traffic.sendFailures, lastTraffic.sendFailures),
+            ("offload", traffic.offloadDrops, lastTraffic.offloadDrops),
+            ("handshake-queue-full", traffic.initiationsOverflowed, lastTraffic.initiationsOverflowed),
+        ]
+        for (cause, now, before) in local { count("roam_drops_total", [("cause", cause)], by: increase(now, before)) }
+        for reason in DropReason.allCases {
+            count("roam_drops_total", [("cause", reason.description)], by: increase(drops[reason], lastDrops[reason]))
+        }
+        lastTraffic = traffic
+        lastDrops = drops
+    }
+}
+
+/// The client's metrics: the decision core's transitions, outages and roams, handshakes,
+/// probes, netlink resyncs, and the data plane's bytes and drops.
+public final class ClientMetrics: RoamMetrics {
+    /// When the tunnel last stopped carrying traffic, while it does not.
+    private var outageSince: Instant?
+    /// Where the last connected state was: a connected state elsewhere is a roam.
+    private var lastConnected: (path: Path, server: String?)?
+    private var state: String?
+
+    public override init() {
+        super.init()
+        // Every series an operator graphs is there from the start, at zero.
+        for direction in ["in", "out"] {
+            count("roam_bytes_total", [("direction", direction)], by: 0)
+        }
+        count("roam_netlink_resyncs_total", by: 0)
+        count("roam_probes_total", by: 0)
+        for result in ["started", "completed", "rejected"] { count("roam_handshakes_total", [("result", result)], by: 0) }
+        gauge("roam_connected", [], 0)
+    }
+
+    /// A transition of the decision core: counted by the state it led to and its reason; an
+    /// outage ends when a connected state follows one that was not, and a connected state on
+    /// another interface, source address or server is a roam of that kind.
+    public func record(_ transition: Transition) {
+        count("roam_transitions_total", [("to", transition.to.name), ("reason", Self.kind(of: transition.reason))])
+        if let state { gauge("roam_state", [("state", state)], 0) }
+        state = transition.to.name
+        gauge("roam_state", [("state", transition.to.name)], 1)
+        let connected = transition.to.name == "connected"
+        gauge("roam_connected", [], connected ? 1 : 0)
+        // Make-before-break carries traffic on the old path while it tries the new one.
+        let carrying = { (state: State) in ["connected", "switching"].contains(state.name) }
+        if connected, let path = transition.to.path {
+            if let since = outageSince {
+                Timer(label: "roam_outage_seconds", factory: factory).recordNanoseconds((transition.at - since).nanoseconds)
+                outageSince = nil
+            }
+            if let last = lastConnected {
+                let kind = last.server != transition.server ? "server"
+                    : last.path.interface != path.interface ? "interface"
+                    : last.path.source != path.source ? "address" : nil
+                if let kind { count("roam_roams_total", [("kind", kind)]) }
+            }
+            lastConnected = (path, transition.server)
+        } else if transition.to.name == "paused" {
+            outageSince = nil  // taken down on purpose: no outage
+        } else if carrying(transition.from), !carrying(transition.to) {
+            outageSince = transition.at
+        }
+    }
+
+    /// The kernel dropped netlink messages and the routing state was read again.
+    public func resynced() { count("roam_netlink_resyncs_total") }
+    /// A probe went out on a path.
+    public func probed() { count("roam_probes_total") }
+    /// A handshake answered: `completed` or `rejected`.
+    public func handshake(_ result: String) { count("roam_handshakes_total", [("result", result)]) }
+
+    /// The session's data plane's counts and the handshakes it started, carried in.
+    public func sync(_ client: TunnelClient) {
+        if ObjectIdentifier(client) != lastSource { handshakesStarted = 0 }
+        sync(traffic: client.traffic, drops: client.drops, source: ObjectIdentifier(client))
+        count("roam_handshakes_total", [("result", "started")], by: client.handshakeCount - handshakesStarted)
+        handshakesStarted = max(handshakesStarted, client.handshakeCount)
+    }
+    private var handshakesStarted = 0
+
+    /// `livenessTimeout(1s)` is `livenessTimeout`: a label's values must be a small set.
+    static func kind(of reason: Reason) -> String {
+        String(reason.description.prefix { $0 != "(" })
+    }
+}
+
+/// The server's metrics: sessions, handshakes accepted and rejected, bytes and drops; read
+/// from the server's own counts at each scrape, from whichever thread scrapes.
+public final class ServerMetrics: Sendable {
+    private let counts = Mutex(ServerCounts())
+
+    public init() {}
+
+    /// The metrics now, in the Prometheus text format.
+    public func scrape(_ server: TunnelServer) -> String {
+        counts.withLock { counts in
+            counts.sync(server)
+            return counts.exposition()
+        }
+    }
+}
+
+final class ServerCounts: RoamMetrics {
+    private var accepted = 0
+    private var rejected = 0
+
+    override init() {
+        super.init()
+        for result in ["accepted", "rejected"] {
+            count("roam_server_handshakes_total", [("result", result)], by: 0)
+        }
+    }
+
+    func sync(_ server: TunnelServer) {
+        let handshakes = server.handshakeCounts
+        gauge("roam_server_sessions", [], Double(server.liveSessions))
+        count("roam_server_handshakes_total", [("result", "accepted")], by: handshakes.accepted - accepted)
+        count("roam_server_handshakes_total", [("result", "rejected")], by: handshakes.rejected - rejected)
+        accepted = max(accepted, handshakes.accepted)
+        rejected = max(rejected, handshakes.rejected)
+        sync(traffic: server.traffic, drops: server.drops, source: ObjectIdentifier(server))
+    }
+}

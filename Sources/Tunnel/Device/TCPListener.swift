@@ -1,0 +1,116 @@
+import Glibc
+import PathMonitor
+
+/// A listening TCP socket on a local address, for the small answers the daemons give over
+/// HTTP (metrics); the one owner of its descriptor.
+public final class TCPListener: Sendable {
+    public let fileDescriptor: Int32
+    /// The address it listens on, with the port the kernel chose when asked for port 0.
+    public let local: SocketAddress
+
+    public init(bindingTo local: SocketAddress, backlog: Int32 = 16) throws(DeviceError) {
+        let what = "TCP socket on \(local)"
+        let v4 = local.ip.family == .v4
+        let fd = try kernel("open \(what)") {
+            socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        }
+        do throws(DeviceError) {
+            var one: Int32 = 1
+            let size = socklen_t(MemoryLayout<Int32>.size)
+            try kernel("reuse the address of \(what)") { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, size) }
+            if !v4 { try kernel("set IPV6_V6ONLY on \(what)") { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, size) } }
+            var storage = sockaddr_in6()
+            let length = local.write(to: &storage)
+            do {
+                try kernel("bind \(what)") { withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } }
+            } catch where error.code == EADDRNOTAVAIL {
+                throw DeviceError(error.operation, error.code, help: "\(local.ip) is not an address of this host")
+            } catch where error.code == EADDRINUSE {
+                throw DeviceError(error.operation, error.code, help: "another program listens on \(local)")
+            }
+            try kernel("listen on \(what)") { listen(fd, backlog) }
+            var bound = sockaddr_in6()
+            var boundLength = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            try kernel("read the address of \(what)") {
+                withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &boundLength) } }
+            }
+            self.local = SocketAddress(reading: &bound, length: boundLength) ?? local
+        } catch {
+            close(fd)
+            throw error
+        }
+        fileDescriptor = fd
+    }
+
+    deinit { close(fileDescriptor) }
+
+    /// The next connection, waiting for one at most `timeout` (nil: as long as it takes); nil
+    /// when none came.
+    public func accept(timeout: Duration?) throws(DeviceError) -> TCPConnection? {
+        try waitingForInput(on: fileDescriptor, timeout: timeout) { () throws(DeviceError) -> TCPConnection? in
+            var peer = sockaddr_in6()
+            var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            let fd = try nonBlocking("accept on TCP socket \(local)") {
+                withUnsafeMutablePointer(to: &peer) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(fileDescriptor, $0, &length) } }
+            }
+            guard let fd else { return nil }
+            // Accepted sockets inherit neither flag.
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            return TCPConnection(fileDescriptor: fd, peer: SocketAddress(reading: &peer, length: length))
+        }
+    }
+}
+
+/// One accepted TCP connection, non-blocking, read and written against deadlines; the one
+/// owner of its descriptor.
+public final class TCPConnection {
+    public let fileDescriptor: Int32
+    public let peer: SocketAddress?
+
+    init(fileDescriptor: Int32, peer: SocketAddress?) {
+        self.fileDescriptor = fileDescriptor
+        self.peer = peer
+    }
+
+    deinit { close(fileDescriptor) }
+
+    /// Bytes until `terminator` has arrived, the peer closes, `limit` bytes are in, or
+    /// `deadline` passes (what came so far, then).
+    public func read(until terminator: [UInt8], limit: Int, deadline: ContinuousClock.Instant) throws(DeviceError) -> [UInt8] {
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1024)
+        while received.count < limit, !received.ends(with: terminator) {
+            let left = deadline - .now
+            guard left > .zero else { break }
+            let n = try waitingForInput(on: fileDescriptor, timeout: left) { () throws(DeviceError) -> Int? in
+                try nonBlocking("read from \(peer?.description ?? "a TCP peer")") {
+                    chunk.withUnsafeMutableBytes { Glibc.read(fileDescriptor, $0.baseAddress, min($0.count, limit - received.count)) }
+                }
+            }
+            guard let n, n > 0 else { break }
+            received += chunk[0..<n]
+        }
+        return received
+    }
+
+    /// Writes all of `bytes`, waiting for room until `deadline`; false when it passed first.
+    public func write(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(DeviceError) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let n = try nonBlocking("write to \(peer?.description ?? "a TCP peer")") {
+                bytes.withUnsafeBytes { send(fileDescriptor, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            }
+            if let n { offset += n; continue }
+            let left = deadline - .now
+            guard left > .zero else { return false }
+            var fd = pollfd(fd: fileDescriptor, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&fd, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1))
+        }
+        return true
+    }
+}
+
+extension Array where Element == UInt8 {
+    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && self[(count - suffix.count)...].elementsEqual(suffix) }
+}
