@@ -38,7 +38,8 @@ struct ServeCommand: ParsableCommand {
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
         // A mistake in the file is said first, whoever runs it.
-        let (reader, root) = try YAMLReader.load(try daemon.configFile(for: "serve"), as: .serverConfiguration)
+        let configFile = try daemon.configFile(for: "serve")
+        let (reader, root) = try YAMLReader.load(configFile, as: .serverConfiguration)
         let settings = try reader.server(root)
         try Preflight.requireNetworkAdmin(for: "serve")
         try Preflight.requireTunDriver()
@@ -85,11 +86,26 @@ struct ServeCommand: ParsableCommand {
             }
             return true
         }
-        try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
-            if signal == SIGHUP {
-                // Not a reason to stop (the default action of SIGHUP would end the server).
-                return log.warning("SIGHUP: the server does not read its users again while it runs; restart it to apply a change")
+        /// SIGHUP: the users are read again and replaced; sessions of users listed as before stay.
+        /// A file with a mistake changes nothing; other settings need a restart.
+        @Sendable func reloadUsers() {
+            let fresh: ServerSettings
+            do {
+                let (reader, root) = try YAMLReader.load(configFile, as: .serverConfiguration)
+                fresh = try reader.server(root)
+            } catch {
+                return log.error("users not reloaded; the running ones stay", metadata: ["error": "\(error)"])
             }
+            let before = server.userCount
+            let ended = server.replaceUsers(fresh.users)
+            log.notice("users reloaded", metadata: ["users": .stringConvertible(fresh.users.users.count), "before": .stringConvertible(before),
+                                                    "sessions_ended": .stringConvertible(ended)])
+            if !fresh.sameServer(as: settings) {
+                log.warning("settings other than the users changed; they apply at the next restart")
+            }
+        }
+        try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
+            if signal == SIGHUP { return reloadUsers() }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
             guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") else {
                 stopping.store(true, ordering: .relaxed)
@@ -170,4 +186,12 @@ struct DrainCommand: ParsableCommand {
     @Option(help: "The server's control socket.")
     var control: String = ServerControl.defaultPath
     func run() throws { print(try ControlClient.ask(.drain, at: control)["message"]?.string ?? "") }
+}
+
+extension ServerSettings {
+    /// The same server apart from its users: what a reload can leave running.
+    func sameServer(as other: ServerSettings) -> Bool {
+        listenPort == other.listenPort && privateKeyFile == other.privateKeyFile && tunnel == other.tunnel && dns == other.dns
+            && drainPeriod == other.drainPeriod && workers == other.workers && metricsListen == other.metricsListen
+    }
 }

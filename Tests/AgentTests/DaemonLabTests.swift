@@ -178,3 +178,47 @@ struct DaemonLabTests {
             .write(toFile: configuration, atomically: true, encoding: .utf8)
     }
 }
+
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct ServerReloadLabTests {
+    /// SIGHUP to `agent serve`: users listed as before keep their sessions with no probe lost;
+    /// a user taken off the list loses theirs; a file with a mistake changes nothing.
+    @Test func theServerReloadsItsUsersAndKeepsTheSessionsOfThoseWhoRemain() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .split)
+        let bob = try PrivateKey.generate().publicKey.base64
+        try lab.addServerUsers("  - {name: bob, public-key: \(bob), addresses: [10.77.0.3]}")
+        try lab.startServer()
+        try lab.startClient()
+        let server = try #require(lab.serverPID)
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server)
+        defer { probes.stop() }
+        let path = lab.directory + "/server.yaml"
+        let original = try String(contentsOfFile: path, encoding: .utf8)
+
+        // Bob goes and Carol comes, listed before Alice: Alice's session stays.
+        let start = LabClock.now
+        let carol = try PrivateKey.generate().publicKey.base64
+        let withoutBob = original.replacingOccurrences(of: "  - {name: bob, public-key: \(bob), addresses: [10.77.0.3]}", with: "")
+            .replacingOccurrences(of: "users:\n", with: "users:\n  - {name: carol, public-key: \(carol), addresses: [10.77.0.4]}\n")
+        try withoutBob.write(toFile: path, atomically: false, encoding: .utf8)
+        kill(server, SIGHUP)
+        #expect(lab.wait(for: "msg=\"users reloaded\" before=2 sessions_ended=0 users=2", in: "server.log"), "\(lab.log("server.log"))")
+        usleep(1_000_000)
+        let (lost, sent) = probes.lost(from: start, to: LabClock.now - .milliseconds(200))
+        #expect(sent >= 30 && lost == 0, "\(lost) of \(sent) probes lost across the reload")
+        #expect(lab.log("client.log").components(separatedBy: "to=connecting").count == 2, "no new handshake: \(lab.log("client.log"))")
+
+        // A mistake: nothing changes.
+        try (withoutBob + "\nusers-typo: 1\n").write(toFile: path, atomically: false, encoding: .utf8)
+        kill(server, SIGHUP)
+        #expect(lab.wait(for: "users not reloaded", in: "server.log"), "\(lab.log("server.log"))")
+
+        // Alice goes: her session ends, and the server refuses her next handshake.
+        let aliceLine = withoutBob.split(separator: "\n").first { $0.contains("name: alice") }.map(String.init) ?? ""
+        try withoutBob.replacingOccurrences(of: aliceLine, with: "").write(toFile: path, atomically: false, encoding: .utf8)
+        kill(server, SIGHUP)
+        #expect(lab.wait(for: "msg=\"users reloaded\" before=2 sessions_ended=1 users=1", in: "server.log"), "\(lab.log("server.log"))")
+        #expect(lab.wait(for: "the server rejected", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+    }
+}

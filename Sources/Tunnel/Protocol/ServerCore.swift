@@ -54,7 +54,10 @@ public struct ServerCore: Sendable {
     /// The server's static public key, which clients pin.
     public let publicKey: PublicKey
     /// Who may connect.
-    public let users: UserDatabase
+    public private(set) var users: UserDatabase
+    /// How many times the users were replaced: a password check started before a replacement
+    /// is for a peer that may be someone else now.
+    private var usersGeneration = 0
     /// Resolvers and search domains for users who have none of their own.
     public let dns: DNSSettings
     /// Dropped datagrams by reason.
@@ -67,9 +70,9 @@ public struct ServerCore: Sendable {
     private let passwordProofKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
     /// What a password for an unknown user or a wrong key is checked against: a hash no password
     /// matches, at the users' own cost, so a refusal takes as long whether or not the user exists.
-    private let decoyHash: PasswordHash
+    private var decoyHash: PasswordHash
     /// Every peer's sessions, shared with the data threads (see `SessionTable`).
-    public let sessions: SessionTable
+    public private(set) var sessions: SessionTable
     /// "Session unknown" hints for datagrams that come through `receive`; a data thread has a
     /// share of its own (`hintShare(of:)`).
     private var hints: HintBudget
@@ -112,6 +115,18 @@ public struct ServerCore: Sendable {
         passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
         passwordChecksByAccount = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
         passwordChecksByNetwork = SourceRateLimiter(limits.passwordChecksPerNetwork, capacity: limits.trackedSources, per: .network)
+    }
+
+    /// Replaces the users: those listed exactly as before keep their sessions, everyone else's
+    /// end. Returns the new table for the data threads and the inner addresses of the ended
+    /// sessions that were reachable, whose routes must go.
+    public mutating func replaceUsers(_ new: UserDatabase) -> (sessions: SessionTable, ended: [[IPAddress]]) {
+        let (table, ended) = sessions.reloaded(with: new)
+        users = new
+        sessions = table
+        decoyHash = PasswordHash.decoy(costOf: new.users.compactMap(\.passwordHash))
+        usersGeneration += 1
+        return (table, ended)
     }
 
     // MARK: Receiving
@@ -293,12 +308,14 @@ public struct ServerCore: Sendable {
         checksInFlight.insert(initiation.ephemeral)
         return .checkPassword(PasswordCheck(
             peer: peer, refusal: refusal, initiation: initiation, hash: hash, password: held,
-            proof: proof))
+            proof: proof, generation: usersGeneration))
     }
 
     /// Completes a handshake held for a password check, once `check.verify()` has run.
     public mutating func finish(_ check: PasswordCheck, verified: Bool, now: Instant) -> ServerEvent {
         checksInFlight.remove(check.initiation.ephemeral)
+        // Checked against a users list that is gone: the client's next initiation gets a fresh check.
+        guard check.generation == usersGeneration else { return drop(.unexpected) }
         guard verified, let peer = check.peer else {
             failedChecks.insert(check.initiation.ephemeral)
             return complete(refusal(check.refusal ?? .badPassword, check.initiation).write(), now: now)
@@ -531,6 +548,8 @@ public struct PasswordCheck: Equatable, Sendable {
     /// The one buffer that holds the password: wiped for every holder once checked.
     let password: SecretBuffer
     let proof: [UInt8]
+    /// The users list it was started under (see `ServerCore.replaceUsers`).
+    let generation: Int
 
     /// Runs Argon2id (tens of milliseconds and 64 MiB at the interactive cost): call it off the data path.
     /// The password is wiped once checked: a check runs once.

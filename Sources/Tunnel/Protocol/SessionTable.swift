@@ -20,11 +20,49 @@ public final class SessionTable: Sendable {
     private let sessions = Atomic<Int>(0)
     private static let shardCount = 64
 
-    init(users: UserDatabase, limits: SessionLimits) {
+    convenience init(users: UserDatabase, limits: SessionLimits) {
+        self.init(users: users, limits: limits, peers: users.users.map { PeerCell(addresses: $0.addresses) })
+    }
+
+    private init(users: UserDatabase, limits: SessionLimits, peers: [PeerCell]) {
         self.users = users
         self.limits = limits
-        peers = users.users.map { PeerCell(addresses: $0.addresses) }
+        self.peers = peers
         shards = (0..<Self.shardCount).map { _ in IndexShard() }
+    }
+
+    /// A table for `users` that keeps the sessions of every user `old` lists exactly so (the
+    /// same name, key, password, addresses and resolvers): their state moves over whole, under
+    /// new slots. Everyone else's sessions end, their keys wiped; `ended` holds the inner
+    /// addresses of those who were reachable, whose routes must go.
+    func reloaded(with users: UserDatabase) -> (table: SessionTable, ended: [[IPAddress]]) {
+        var kept: [User: PeerCell] = [:]
+        for (slot, user) in self.users.users.enumerated() { kept[user] = peers[slot] }
+        let cells = users.users.map { kept.removeValue(forKey: $0) ?? PeerCell(addresses: $0.addresses) }
+        let table = SessionTable(users: users, limits: limits, peers: cells)
+        for (slot, cell) in cells.enumerated() {
+            let (indices, live) = cell.state.withLock { state in
+                ([state.current, state.next, state.previous].compactMap { $0?.localIndex }, state.endpoint != nil)
+            }
+            for index in indices where table.shard(index).claim(index, for: slot) { table.sessions.add(1, ordering: .relaxed) }
+            if live { table.live.add(1, ordering: .relaxed) }
+        }
+        var ended: [[IPAddress]] = []
+        for cell in kept.values {
+            let live = cell.state.withLock { state in
+                defer { state = PeerState() }
+                return state.endpoint != nil
+            }
+            if live { ended.append(cell.addresses) }
+        }
+        // Changes not published yet (routes to add or remove) go with the peers they are about.
+        var slots: [ObjectIdentifier: Int] = [:]
+        for (slot, cell) in cells.enumerated() { slots[ObjectIdentifier(cell)] = slot }
+        for change in takeLiveChanges() {
+            guard let slot = slots[ObjectIdentifier(peers[change.peer.index])] else { continue }
+            table.noteLive(PeerID(index: slot), change.live, counted: false)
+        }
+        return (table, ended)
     }
 
     // MARK: Receiving
@@ -211,12 +249,12 @@ public final class SessionTable: Sendable {
     }
 
     /// Called under the peer's lock, so a peer's changes are queued in the order they happened.
-    private func noteLive(_ peer: PeerID, _ isLive: Bool) {
+    private func noteLive(_ peer: PeerID, _ isLive: Bool, counted: Bool = true) {
         liveChanges.withLock { changes in
             changes.append((peer, isLive))
             changed.store(true, ordering: .releasing)
         }
-        live.add(isLive ? 1 : -1, ordering: .relaxed)
+        if counted { live.add(isLive ? 1 : -1, ordering: .relaxed) }
     }
 
     /// "This server is being taken down" for every peer reachable here, sealed on its session.

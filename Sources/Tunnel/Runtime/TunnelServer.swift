@@ -28,7 +28,13 @@ public final class TunnelServer: Sendable {
     public var sockets: [UDPSocket] { workers[0] }
     /// Handshake state: cookies, budgets, password checks. Never taken on the data path.
     private let core: Mutex<ServerCore>
-    private let sessions: SessionTable
+    /// The sessions, replaced whole when the users are (`replaceUsers`). Each data thread keeps
+    /// its own reference and takes the new one when `tableGeneration` moves, so the data path
+    /// takes no shared lock for it.
+    private let table: Mutex<SessionTable>
+    private let tableGeneration = Atomic<Int>(0)
+    /// The table now, for everything off the data path.
+    private var sessions: SessionTable { table.withLock { $0 } }
     /// Counters of the handshake and password threads (first), then of each data thread.
     private let counters: [Counters]
     private let running = Atomic<Bool>(false)
@@ -63,7 +69,7 @@ public final class TunnelServer: Sendable {
                 logger: Logger) {
         precondition(!workers.isEmpty, "a server needs sockets to listen on")
         routes = Mutex(publishesRoutes ? PeerRoutes(device: device, logger: logger) : nil)
-        sessions = core.sessions
+        table = Mutex(core.sessions)
         self.core = Mutex(core)
         self.device = device
         self.workers = workers
@@ -126,6 +132,36 @@ public final class TunnelServer: Sendable {
 
     /// Peers reachable here now.
     public var liveSessions: Int { sessions.livePeerCount }
+    /// Users served now.
+    public var userCount: Int { sessions.users.users.count }
+
+    /// Serves `users` from now on: users listed exactly as before keep their sessions (no
+    /// packet of theirs waits or is lost); removed or changed users' sessions end and their
+    /// routes go. Returns how many sessions that were reachable ended.
+    public func replaceUsers(_ users: UserDatabase) -> Int {
+        let (fresh, ended) = core.withLock { $0.replaceUsers(users) }
+        table.withLock { $0 = fresh }
+        tableGeneration.add(1, ordering: .releasing)
+        routes.withLock { routes in
+            for addresses in ended { routes?.set(addresses, live: false) }
+        }
+        return ended.count
+    }
+
+    /// This thread's table: the one it had, or the new one since a replacement.
+    private func refresh(_ sessions: inout SessionTable, seen: inout Int) {
+        let generation = tableGeneration.load(ordering: .acquiring)
+        guard generation != seen else { return }
+        sessions = self.sessions
+        seen = generation
+    }
+
+    /// What logs call `peer` in the current table (a label from a table just replaced may name
+    /// someone else for the moment it takes).
+    private func label(_ peer: PeerID) -> String {
+        let users = sessions.users.users
+        return users.indices.contains(peer.index) ? users[peer.index].label : "\(peer)"
+    }
 
     /// Tells every session that this server is being taken down (again each second while
     /// draining, for a message lost on the way); `run()` returns once no session is left.
@@ -191,6 +227,8 @@ public final class TunnelServer: Sendable {
         let mine = counters[1 + worker]
         let queue = worker % device.queues.count
         var hints = core.withLock { $0.hintShare(of: workers.count) }
+        var sessions = self.sessions
+        var seen = tableGeneration.load(ordering: .acquiring)
         // Sockets that receive joined runs of datagrams need slots of 64 KB (1 MB in all).
         let joins = sockets.contains { $0.joinsReceived }
         let batch = joins ? PacketBatch(capacity: 16, slotBytes: 65_536) : PacketBatch(capacity: 32)
@@ -229,6 +267,7 @@ public final class TunnelServer: Sendable {
                     }
                 }
             }
+            refresh(&sessions, seen: &seen)
             // Every ready socket gets its turn, so a flood on one family cannot starve the other.
             for socket in sockets where ready.contains(socket.fileDescriptor) {
                 let received: Int
@@ -279,7 +318,7 @@ public final class TunnelServer: Sendable {
                 // Counted once per batch, into this thread's own counters.
                 mine.add(&traffic, &drops)
             }
-            if sessions.hasLiveChanges { publishRoutes() }
+            if sessions.hasLiveChanges { publishRoutes(sessions) }
             if draining.load(ordering: .relaxed), liveSessions == 0 {
                 logger.info("drained: no session left")
                 stop()
@@ -309,7 +348,7 @@ public final class TunnelServer: Sendable {
     }
 
     /// Routes for peers that became reachable here or left since the last call.
-    private func publishRoutes() {
+    private func publishRoutes(_ sessions: SessionTable) {
         routes.withLock { routes in
             let changes = sessions.takeLiveChanges()
             guard let routes else { return }
@@ -346,7 +385,7 @@ public final class TunnelServer: Sendable {
         case .handshake(let peer, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
             handshakesAccepted.add(1, ordering: .relaxed)
-            logger.info("handshake", metadata: ["from": "\(to)", "user": "\(sessions.users[peer].label)"])
+            logger.info("handshake", metadata: ["from": "\(to)", "user": "\(label(peer))"])
         case .rejected(let reason, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
             handshakesRejected.add(1, ordering: .relaxed)
@@ -359,7 +398,7 @@ public final class TunnelServer: Sendable {
         case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
             send(datagram, to: to, from: local, worker: worker, counters: counters)
         case .closed(let peer):
-            logger.info("session closed by the client", metadata: ["user": "\(sessions.users[peer].label)"])
+            logger.info("session closed by the client", metadata: ["user": "\(label(peer))"])
         case .dropped:
             break
         }
@@ -379,6 +418,8 @@ public final class TunnelServer: Sendable {
         var traffic = TrafficCounters()
         var drops = DropCounters()
         let fd = device.queues[queue]
+        var sessions = self.sessions
+        var seen = tableGeneration.load(ordering: .acquiring)
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
@@ -386,6 +427,7 @@ public final class TunnelServer: Sendable {
                 logger.warning("poll failed", error: error, metadata: ["cause": "poll-tunnel", "tunnel": "\(device.name)"])
                 continue
             }
+            refresh(&sessions, seen: &seen)
             var drained = false
             while !drained {
                 batch.removeAll()
