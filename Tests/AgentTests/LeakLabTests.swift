@@ -73,7 +73,7 @@ struct LeakLabTests {
         defer { bait.stop() }
         try lab.laptop.ip("route add 0.0.0.0/1 via 192.168.1.1 dev wifi0")
         try lab.laptop.ip("route add 128.0.0.0/1 via 192.168.1.1 dev wifi0")
-        #expect(lab.wait(for: "a route on an uplink takes traffic around the tunnel\" route=\"0.0.0.0/1 via 192.168.1.1 dev wifi0\"",
+        #expect(lab.wait(for: "a route on an uplink takes traffic around the tunnel\" lockdown=\"on: that traffic is stopped\" route=\"0.0.0.0/1 via 192.168.1.1 dev wifi0\"",
                          in: "client.log"), "\(lab.log("client.log"))")
         usleep(1_000_000)
         #expect(lab.status()["diverting_routes"]?.contains("128.0.0.0/1 via 192.168.1.1 dev wifi0") == true, "\(lab.status())")
