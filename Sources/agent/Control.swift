@@ -134,6 +134,8 @@ final class ControlServer: Sendable {
     private let outgoing: Mailbox<Outgoing>
     private let handle: @Sendable (Call) -> Void
     private let watchers = Atomic<Int>(0)
+    /// The serving thread runs (started and not yet ended).
+    private let serving = Atomic<Bool>(false)
 
     /// Whether anyone watches: a status for them is worth making only then.
     var watched: Bool { watchers.load(ordering: .relaxed) > 0 }
@@ -148,9 +150,16 @@ final class ControlServer: Sendable {
 
     /// Starts the serving thread.
     func start() throws {
-        try OSThread.detach { [self] in
-            var loop = Loop(server: self)
-            loop.run()
+        serving.store(true, ordering: .releasing)
+        do {
+            try OSThread.detach { [self] in
+                var loop = Loop(server: self)
+                loop.run()
+                serving.store(false, ordering: .releasing)
+            }
+        } catch {
+            serving.store(false, ordering: .releasing)
+            throw error
         }
     }
 
@@ -158,9 +167,12 @@ final class ControlServer: Sendable {
     func publish(_ line: String) { outgoing.post(.publish(line)) }
 
     /// Takes the socket's name away and ends every connection after a last try to send what is queued.
+    /// Waits (at most a second) for the serving thread to hand what was published to the
+    /// watchers: the process may end right after, and a watcher must hear `stopped`.
     func stop() {
         socket.remove()
         outgoing.post(.stop)
+        for _ in 0..<200 where serving.load(ordering: .acquiring) { usleep(5_000) }
     }
 
     private struct Connection {
