@@ -101,11 +101,8 @@ public final class ClientMetrics: RoamMetrics {
         if let state { gauge("roam_state", [("state", state)], 0) }
         state = transition.to.name
         gauge("roam_state", [("state", transition.to.name)], 1)
-        let connected = transition.to.name == "connected"
-        gauge("roam_connected", [], connected ? 1 : 0)
-        // Make-before-break carries traffic on the old path while it tries the new one.
-        let carrying = { (state: State) in ["connected", "switching"].contains(state.name) }
-        if connected, let path = transition.to.path {
+        if case .connected = transition.to { gauge("roam_connected", [], 1) } else { gauge("roam_connected", [], 0) }
+        if case .connected(let path) = transition.to {
             if let since = outageSince {
                 Timer(label: "roam_outage_seconds", factory: factory).recordNanoseconds((transition.at - since).nanoseconds)
                 outageSince = nil
@@ -117,10 +114,19 @@ public final class ClientMetrics: RoamMetrics {
                 if let kind { count("roam_roams_total", [("kind", kind)]) }
             }
             lastConnected = (path, transition.server)
-        } else if transition.to.name == "paused" {
+        } else if transition.to == .paused {
             outageSince = nil  // taken down on purpose: no outage
-        } else if carrying(transition.from), !carrying(transition.to) {
+        } else if Self.carriesTraffic(transition.from), !Self.carriesTraffic(transition.to) {
             outageSince = transition.at
+        }
+    }
+
+    /// Connected, or switching: make-before-break carries traffic on the old path while it
+    /// tries the new one.
+    static func carriesTraffic(_ state: State) -> Bool {
+        switch state {
+        case .connected, .switching: true
+        default: false
         }
     }
 

@@ -1,5 +1,6 @@
 import Glibc
 public import Logging
+import PathMonitor
 import Reconnector
 import Synchronization
 
@@ -22,17 +23,17 @@ public struct OperatorLogHandler: LogHandler {
     let clock: @Sendable () -> (wall: Duration, monotonic: Duration)
     let write: @Sendable (String) -> Void
 
-    /// A handler writing to standard error; `journal` when standard error is the journal's stream.
+    /// A handler writing to standard error (or to `write`); `journal` when standard error is the journal's stream.
     public init(format: Format, level: Logger.Level, journal: Bool = OperatorLogHandler.standardErrorIsJournal(),
                 limiter: LogLimiter = LogLimiter(),
                 clock: @escaping @Sendable () -> (wall: Duration, monotonic: Duration) = OperatorLogHandler.now,
-                write: @escaping @Sendable (String) -> Void = OperatorLogHandler.writeStandardError) {
+                write: (@Sendable (String) -> Void)? = nil) {
         self.format = format
         self.logLevel = level
         self.journal = journal
         self.limiter = limiter
         self.clock = clock
-        self.write = write
+        self.write = write ?? { writeStandardError($0) }
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -58,7 +59,7 @@ public struct OperatorLogHandler: LogHandler {
     /// One line: the journal's priority, then `ts`, `level`, `msg` and the fields in `LogFields.order`.
     func line(level: Logger.Level, message: String, fields: Logger.Metadata, at wall: Duration) -> String {
         let head: [(String, Logger.MetadataValue)] = [
-            ("ts", .stringConvertible(Seconds(wall))), ("level", .string(level.name)), ("msg", .string(message)),
+            ("ts", .string(wall.seconds(decimals: 3))), ("level", .string(level.name)), ("msg", .string(message)),
         ]
         let all = head + LogFields.ordered(fields)
         return (journal ? "<\(level.syslogPriority)>" : "") + (format == .json ? LogFields.json(all) : LogFields.logfmt(all)) + "\n"
@@ -85,29 +86,6 @@ public struct OperatorLogHandler: LogHandler {
         clock_gettime(CLOCK_REALTIME, &wall)
         clock_gettime(CLOCK_MONOTONIC, &monotonic)
         return (.seconds(wall.tv_sec) + .nanoseconds(wall.tv_nsec), .seconds(monotonic.tv_sec) + .nanoseconds(monotonic.tv_nsec))
-    }
-
-    /// One whole line in one `write`, so lines from several threads never interleave.
-    @Sendable public static func writeStandardError(_ line: String) {
-        var line = line
-        line.withUTF8 { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let n = Glibc.write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                if n > 0 { offset += n } else if n < 0, errno == EINTR { continue } else { return }
-            }
-        }
-    }
-}
-
-/// Seconds since the epoch with milliseconds: `1763900000.123`.
-struct Seconds: CustomStringConvertible, Sendable {
-    let value: Duration
-    init(_ value: Duration) { self.value = value }
-    var description: String {
-        let (seconds, attoseconds) = value.components
-        let millis = attoseconds / 1_000_000_000_000_000
-        return "\(seconds)." + String(String(millis + 1000).dropFirst())
     }
 }
 
@@ -178,11 +156,12 @@ enum LogFields {
         LogLine.logfmt(fields.map { ($0.0, "\($0.1)") })
     }
 
-    /// Integers and decimals given as numbers are JSON numbers; everything else is a string.
+    /// The time and the integers and decimals given as numbers are JSON numbers; everything
+    /// else is a string.
     static func json(_ fields: [(String, Logger.MetadataValue)]) -> String {
-        var numbers: Set<String> = []
+        var numbers: Set<String> = ["ts"]
         for (key, value) in fields {
-            if case .stringConvertible(let number) = value, number is any BinaryInteger || number is Double || number is Seconds {
+            if case .stringConvertible(let number) = value, number is any BinaryInteger || number is Double {
                 numbers.insert(key)
             }
         }

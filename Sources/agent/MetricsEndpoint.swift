@@ -64,9 +64,10 @@ final class MetricsEndpoint: Sendable {
     }
 }
 
-/// The client's metrics in node_exporter's textfile format: written whole to a file beside the
-/// target and renamed over it, so the collector never reads half a file. A path that cannot be
-/// written is one warning, then another only after it worked again.
+/// The client's metrics in node_exporter's textfile format, written whole through
+/// `SystemFiles.write` (a temporary beside it, renamed over it, mode 0644 so the collector
+/// reads it as another user). A path that cannot be written is one warning, then another only
+/// after it worked again.
 struct MetricsFile {
     let path: String
     private(set) var failing = false
@@ -75,24 +76,11 @@ struct MetricsFile {
 
     /// Writes `text`; the error when it could not, once per spell of failures.
     mutating func write(_ text: String) -> String? {
-        let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
         var error: String?
-        if fd < 0 {
-            error = "cannot create \(temporary): \(String(cString: strerror(errno)))"
-        } else {
-            fchmod(fd, 0o644)  // the collector reads it as another user; the umask does not decide
-            var bytes = Array(text.utf8)
-            var offset = 0
-            while offset < bytes.count {
-                let n = bytes.withUnsafeMutableBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else { error = "cannot write \(temporary): \(String(cString: strerror(errno)))"; break }
-                offset += n
-            }
-            close(fd)
-            if error == nil, rename(temporary, path) != 0 { error = "cannot rename \(temporary) to \(path): \(String(cString: strerror(errno)))" }
-            if error != nil { unlink(temporary) }
+        do throws(FileWriteError) {
+            try SystemFiles.write(text, to: path, mode: 0o644)
+        } catch let failure {
+            error = failure.description
         }
         defer { failing = error != nil }
         return failing ? nil : error

@@ -34,7 +34,7 @@ private func respond(_ request: String) -> String {
     var info = stat()
     stat(directory + "/roam.prom", &info)
     #expect(info.st_mode & 0o777 == 0o644, "the collector reads it as another user")
-    #expect(!FileManager.default.fileExists(atPath: directory + "/roam.prom.tmp"))
+    #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["roam.prom"], "no temporary left")
 
     var missing = MetricsFile(path: directory + "/nowhere/roam.prom")
     #expect(missing.write("roam_up 1\n")?.contains("No such file or directory") == true)
