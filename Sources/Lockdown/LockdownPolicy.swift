@@ -42,6 +42,37 @@ public struct LockdownPolicy: Hashable, Sendable {
     public var allowLAN: Bool
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
+    /// The session's marked sockets may open TCP to these ports: the connectivity check's
+    /// plain HTTP request (only root can mark a socket).
+    public var checkPorts: [UInt16] = []
+    /// A portal window, while one is open (full mode only).
+    public var portalWindow: PortalWindow?
+
+    /// For a while, one process tree (a cgroup of its own) may reach the network directly
+    /// through one uplink to log in to a captive portal: its packets carry the session's mark
+    /// (so they take the uplink's routes, not the tunnel's), its name look-ups go to the
+    /// network's own resolvers, and it may speak HTTP and HTTPS; anything else it sends is
+    /// refused, and nobody else gains anything.
+    public struct PortalWindow: Hashable, Sendable {
+        /// The cgroup as nftables names it: a path under /sys/fs/cgroup.
+        public var cgroup: String
+        /// Its depth in the cgroup hierarchy.
+        public var level: Int
+        /// The uplink it may use.
+        public var interface: String
+        /// The network's own resolvers, where its name look-ups go.
+        public var resolvers: [IPAddress]
+
+        public init(cgroup: String, level: Int, interface: String, resolvers: [IPAddress]) {
+            self.cgroup = cgroup
+            self.level = level
+            self.interface = interface
+            self.resolvers = resolvers
+        }
+    }
+
+    /// The conntrack mark of the window's connections, so their answers come in.
+    static let portalConnectionMark: UInt32 = 0x726f616d
 
     public init(scope: Scope, tunnelInterface: String, server: Server? = nil, servers: [Server] = [],
                 allowLAN: Bool = false, localNetworks: [Prefix] = []) {
@@ -77,12 +108,31 @@ public struct LockdownPolicy: Hashable, Sendable {
         let lan = allowLAN ? localNetworks.map(\.network) + Self.linkScope : []
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
+        if let window = portalWindow { lines += portalChains(window, mark: mark) }
         lines += Self.refuse + [
             "    chain output {",
             "        type filter hook output priority filter; policy accept;",
             "        oifname \"lo\" accept",
-            "        oifname \(tunnel) accept",
         ]
+        if let window = portalWindow {
+            // The window's process tree: DNS to the network's resolvers, HTTP and HTTPS, on its
+            // uplink; nothing else (the tunnel included: its packets are marked for the uplink).
+            let match = window.match
+            let resolvers4 = window.resolvers.filter { $0.family == .v4 }.map(\.description)
+            let resolvers6 = window.resolvers.filter { $0.family == .v6 }.map(\.description)
+            let connection = "ct mark set \(hex(Self.portalConnectionMark)) accept"
+            if !resolvers4.isEmpty {
+                lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip daddr { \(resolvers4.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
+            }
+            if !resolvers6.isEmpty {
+                lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip6 daddr { \(resolvers6.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
+            }
+            lines += [
+                "        \(match) oifname \(Self.quoted(window.interface)) tcp dport { 80, 443 } \(connection)",
+                "        \(match) counter name \(BlockCause.outbound.counter) \(reject)",
+            ]
+        }
+        lines.append("        oifname \(tunnel) accept")
         for server in servers {
             let family = server.address.family == .v4 ? "ip" : "ip6"
             lines.append("        meta mark \(hex(mark)) \(family) daddr \(server.address) udp dport \(server.port) accept")
@@ -90,6 +140,12 @@ public struct LockdownPolicy: Hashable, Sendable {
         lines += [
             // The agent's own look-ups of the server's name, on marked sockets like the session's.
             "        meta mark \(hex(mark)) meta l4proto { tcp, udp } th dport 53 accept",
+        ]
+        if !checkPorts.isEmpty {
+            // The connectivity check's plain HTTP, from the agent's marked socket.
+            lines.append("        meta mark \(hex(mark)) tcp dport { \(checkPorts.map(String.init).joined(separator: ", ")) } accept")
+        }
+        lines += [
             "        udp sport 68 udp dport 67 accept",
             "        meta nfproto ipv6 udp sport 546 udp dport 547 accept",
             "        icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report } accept",
@@ -116,6 +172,11 @@ public struct LockdownPolicy: Hashable, Sendable {
             // look-ups of the server's name, and a multi-homed server that answers from another
             // of its addresses than the one the session sends to.
             "        socket mark \(hex(mark)) accept",
+        ]
+        if portalWindow != nil {
+            lines.append("        ct mark \(hex(Self.portalConnectionMark)) ct state established,related accept")
+        }
+        lines += [
             "        udp sport 67 udp dport 68 accept",
             "        meta nfproto ipv6 udp sport 547 udp dport 546 accept",
             "        icmpv6 type { nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-query, packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",
@@ -140,6 +201,28 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        counter name \(BlockCause.forward.counter) drop",
             "    }",
         ]
+        return lines
+    }
+
+    /// The window's routing and address translation: its packets take the session's mark (a
+    /// route chain, so the kernel routes them again, through the uplink), and its name look-ups,
+    /// whichever resolver the system names, go to the network's own.
+    private func portalChains(_ window: PortalWindow, mark: UInt32) -> [String] {
+        var lines = [
+            "    chain portal_route {",
+            "        type route hook output priority mangle; policy accept;",
+            "        \(window.match) meta mark set \(hex(mark))",
+            "    }",
+            "    chain portal_nat {",
+            "        type nat hook output priority -100; policy accept;",
+        ]
+        for family in [IPAddress.Family.v4, .v6] {
+            guard let resolver = window.resolvers.first(where: { $0.family == family }) else { continue }
+            let (name, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
+            lines.append("        \(window.match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(name) daddr != \(loopback) "
+                + "meta l4proto { tcp, udp } th dport 53 dnat \(name) to \(resolver)")
+        }
+        lines.append("    }")
         return lines
     }
 
@@ -226,4 +309,11 @@ public enum BlockCause: String, CaseIterable, Sendable {
 
     /// The named counter in the table.
     public var counter: String { "blocked_\(rawValue)" }
+}
+
+extension LockdownPolicy.PortalWindow {
+    /// Packets of sockets in the window's cgroup (or below it).
+    fileprivate var match: String {
+        "socket cgroupv2 level \(level) \"" + cgroup.filter { $0 != "\"" && $0 != "\\" && !$0.isNewline } + "\""
+    }
 }

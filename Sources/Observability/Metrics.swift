@@ -90,8 +90,16 @@ public final class ClientMetrics: RoamMetrics {
         count("roam_netlink_resyncs_total", by: 0)
         count("roam_probes_total", by: 0)
         for result in ["started", "completed", "rejected"] { count("roam_handshakes_total", [("result", result)], by: 0) }
+        for result in ["online", "portal", "unknown"] { count("roam_connectivity_checks_total", [("result", result)], by: 0) }
         gauge("roam_connected", [], 0)
+        gauge("roam_portal_window_open", [], 0)
     }
+
+    /// A connectivity check ended: `online`, `portal` or `unknown`.
+    public func checked(_ result: String) { count("roam_connectivity_checks_total", [("result", result)]) }
+
+    /// A portal window opened or closed.
+    public func portalWindow(open: Bool) { gauge("roam_portal_window_open", [], open ? 1 : 0) }
 
     /// A transition of the decision core: counted by the state it led to and its reason; an
     /// outage ends when a connected state follows one that was not, and a connected state on
@@ -116,6 +124,9 @@ public final class ClientMetrics: RoamMetrics {
             lastConnected = (path, transition.server)
         } else if transition.to == .paused {
             outageSince = nil  // taken down on purpose: no outage
+        } else if case .portal = transition.to {
+            // Behind a portal until someone logs in: the wait is the user's, not an outage.
+            outageSince = nil
         } else if Self.carriesTraffic(transition.from), !Self.carriesTraffic(transition.to) {
             outageSince = transition.at
         }

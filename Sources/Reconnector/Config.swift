@@ -62,6 +62,20 @@ public struct Config: Sendable, Equatable {
     public var battery = Budget(burst: 4, refill: .seconds(30), backoffBase: .milliseconds(500),
                                 backoffCap: .seconds(300))
 
+    /// When every path's handshakes go unanswered on a path with a default route, check the
+    /// network with a plain HTTP request (`Action.checkConnectivity`) for a captive portal.
+    public var portalCheck = true
+    /// Behind a portal, the first recheck comes after this; each further one waits twice as
+    /// long (on battery four times this to begin with), up to `portalRecheckCap`.
+    public var portalRecheck: Duration = .seconds(30)
+    /// The longest wait between two rechecks behind a portal.
+    public var portalRecheckCap: Duration = .seconds(600)
+    /// While a portal window is open the user is logging in: the check runs this often, so the
+    /// tunnel comes up as soon as the portal opens.
+    public var portalWindowRecheck: Duration = .milliseconds(500)
+    /// The longest a portal window stays open.
+    public var portalWindow: Duration = .seconds(300)
+
     public init() {}
 
     /// The budget in force for `power`.

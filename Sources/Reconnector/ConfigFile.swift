@@ -6,7 +6,8 @@ extension Config {
     public static let fileKeys = [
         "debounce", "flap-hold-down", "flap-stable-after", "max-hold-down", "flap-window", "handshake-timeout",
         "probe-timeout", "probe-attempts", "liveness-timeout", "short-sleep", "session-lifetime", "stable-after",
-        "dead-path-hold-down", "ac", "battery",
+        "dead-path-hold-down", "ac", "battery", "portal-check", "portal-recheck", "portal-recheck-cap",
+        "portal-window-recheck", "portal-window",
     ]
     /// The keys of the `ac:` and `battery:` budgets.
     public static let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
@@ -31,6 +32,14 @@ extension YAMLReader {
         if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }
         if let n = f.optional("stable-after") { config.stableAfter = try duration(n) }
         if let n = f.optional("dead-path-hold-down") { config.deadPathHoldDown = try duration(n) }
+        if let n = f.optional("portal-check") { config.portalCheck = try bool(n) }
+        if let n = f.optional("portal-recheck") { config.portalRecheck = try positiveDuration(n) }
+        if let n = f.optional("portal-recheck-cap") { config.portalRecheckCap = try positiveDuration(n) }
+        if let n = f.optional("portal-window-recheck") { config.portalWindowRecheck = try positiveDuration(n) }
+        if let n = f.optional("portal-window") { config.portalWindow = try positiveDuration(n) }
+        if config.portalRecheckCap < config.portalRecheck, let n = f.optional("portal-recheck-cap") ?? f.optional("portal-recheck") {
+            throw fail(n, "'portal-recheck-cap' (\(config.portalRecheckCap.short)) is shorter than 'portal-recheck' (\(config.portalRecheck.short))")
+        }
         for (key, path) in [("ac", \Config.ac), ("battery", \Config.battery)] {
             guard let n = f.optional(key) else { continue }
             let b = try fields(n, "\(section.dropLast())/\(key)'", allowed: Config.budgetKeys)

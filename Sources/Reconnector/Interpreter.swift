@@ -23,6 +23,13 @@ public protocol SessionDriver {
     mutating func cancelHandover()
     /// The session ends with a goodbye to the server; the tunnel device and the lockdown stay.
     mutating func disconnect()
+    /// Make one connectivity check over `path` outside the tunnel; its result is fed back as
+    /// `Input.connectivity` (later, from the daemon's check thread; at once, in a replay).
+    mutating func checkConnectivity(via path: Path)
+    /// Let the portal window's process tree through the lockdown on `path` until `until`.
+    mutating func openPortalWindow(via path: Path, until: Instant)
+    /// The lockdown is whole again.
+    mutating func closePortalWindow()
 }
 
 /// The one action interpreter, run by the daemon and by every replay: facts go into the core,
@@ -73,6 +80,9 @@ public struct Interpreter: Sendable {
             case .disconnect:
                 probes.removeAll()
                 driver.disconnect()
+            case .checkConnectivity(let path): driver.checkConnectivity(via: path)
+            case .openPortalWindow(let path, let until): driver.openPortalWindow(via: path, until: until)
+            case .closePortalWindow: driver.closePortalWindow()
             case .armTimer, .cancelTimer, .quiesce: break
             }
         }

@@ -70,6 +70,14 @@ public struct Reconnector: Sendable {
     public private(set) var disprovedHints = 0
     /// How long hints are ignored after one proved false.
     public static let hintHoldDown: Duration = .seconds(1)
+    /// The path a connectivity check is out on: one at a time.
+    private var checking: Path.ID?
+    /// Rechecks since the portal was found: each waits twice as long as the one before.
+    private var rechecks = 0
+    /// Connectivity checks asked for since start.
+    public private(set) var connectivityChecks = 0
+    /// Until when the portal window is open, while it is.
+    public private(set) var portalWindowUntil: Instant?
 
     /// `servers` names the servers in the order they are tried (one, unnamed, by default).
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero,
@@ -145,6 +153,9 @@ public struct Reconnector: Sendable {
         case .handoverRejected: handoverFailed(now, &out)
         case .pause: pause(now, &out)
         case .resume: resume(now, &out)
+        case .connectivity(let result, let id): connectivity(result, on: id, now, &out)
+        case .openPortalWindow: openPortalWindow(now, &out)
+        case .closePortalWindow: closePortalWindow(now, &out)
         }
         return out
     }
@@ -162,6 +173,17 @@ public struct Reconnector: Sendable {
             coalesced += 1
         case .offline:
             if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
+        case .portal(let path, let url):
+            // Behind the portal nothing is tried until the network changes: another path, or
+            // another address on this one (a new lease is a new chance too).
+            guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
+            guard best.id != path.id else {
+                state = .portal(best, url: url)
+                coalesced += 1
+                return
+            }
+            let stays = new.contains { $0.id == path.id }
+            attempt(on: best, stays ? .betterPath(best, over: path) : reasonForLeaving(path, to: best), now, &out)
         case .backingOff(let path):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
             if best.id != path.id {
@@ -256,7 +278,8 @@ public struct Reconnector: Sendable {
             sampleRTT(rtt, newPath: true)
             moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
             enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
-        case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id:
+        case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id,
+             .portal(let path, _) where path.id == id:
             // An echo on the session's keys that came later than the probes waited (an RTT that
             // rose): the path works and the server still has the session. No handshake needed.
             guard session != nil else { return }
@@ -278,7 +301,7 @@ public struct Reconnector: Sendable {
         // In backing-off the answer came after the timeout gave up on it; it works all the same.
         let path: Path
         switch state {
-        case .connecting(let p), .backingOff(let p): path = p
+        case .connecting(let p), .backingOff(let p), .portal(let p, _): path = p
         default: return
         }
         // The handshake's time includes the server's work on it: a path's RTT only if none is known.
@@ -328,7 +351,7 @@ public struct Reconnector: Sendable {
         case .backingOff:
             // The retry's probe checks it: its silence then brings a handshake at once.
             checkingHint = true
-        case .connecting, .offline, .sleeping, .failed, .paused:
+        case .connecting, .offline, .sleeping, .failed, .paused, .portal:
             coalesced += 1  // fresh keys are on their way, or nothing is sent meanwhile
         }
     }
@@ -360,7 +383,7 @@ public struct Reconnector: Sendable {
             guard rescue == nil else { return }
             enter(.connected(path), .trafficResumed, now, &out)
             considerBetterPath(now, &out)
-        case .backingOff(let path), .connecting(let path):
+        case .backingOff(let path), .connecting(let path), .portal(let path, _):
             // Data on the session's keys: the path works after all (its answers were only late)
             // and the server has the session. No handshake is needed.
             guard session != nil else { return }
@@ -430,6 +453,15 @@ public struct Reconnector: Sendable {
             guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
             // A probe while the session lives (the server keeps it), a handshake once it is gone.
             attempt(on: best, .retry, now, &out)
+        case (.recheck, .portal(let path, _)):
+            checkConnectivity(via: path, &out)
+            rechecks += 1
+            arm(.recheck, at: now + recheckWait, &out)
+        case (.portalWindow, .portal(let path, let url)):
+            portalWindowUntil = nil
+            out.append(.closePortalWindow)
+            enter(.portal(path, url: url), .portalWindowClosed(why: "timed out"), now, &out)
+            arm(.recheck, at: now + recheckWait, &out)
         default:
             break
         }
@@ -487,8 +519,9 @@ public struct Reconnector: Sendable {
         // Paths that failed their probes failed them towards the old address.
         dead.removeAll()
         switch state {
-        case .offline, .sleeping, .failed, .paused:
-            coalesced += 1  // the next attempt goes to the new address anyway
+        case .offline, .sleeping, .failed, .paused, .portal:
+            // The next attempt goes to the new address anyway (behind a portal, after it opens).
+            coalesced += 1
         case .backingOff:
             guard let best = preferred(now), takeToken(now) else { coalesced += 1; return }
             startAttempt(on: best, .serverAddressChanged, now, &out, handshake: false)
@@ -499,6 +532,74 @@ public struct Reconnector: Sendable {
             // The initiation went to the old address: its answer will not come.
             attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
         }
+    }
+
+    // MARK: Captive portals
+
+    /// Every attempt on `path` went unanswered: one plain HTTP request over it tells a captive
+    /// portal (which holds everything back until a user logs in) from an outage. Only on a path
+    /// through a default route (a network that claims to reach the internet), one at a time.
+    private mutating func checkForPortal(on path: Path, _ out: inout [Action]) {
+        guard config.portalCheck, path.prefixLength == 0 else { return }
+        checkConnectivity(via: path, &out)
+    }
+
+    private mutating func checkConnectivity(via path: Path, _ out: inout [Action]) {
+        guard checking == nil else { return }
+        checking = path.id
+        connectivityChecks += 1
+        out.append(.checkConnectivity(via: path))
+    }
+
+    private mutating func connectivity(_ result: Connectivity, on id: Path.ID, _ now: Instant, _ out: inout [Action]) {
+        if checking == id { checking = nil }
+        switch (result, state) {
+        case (.portal(let url), .backingOff(let path)) where path.id == id:
+            // No attempts until the network changes, an operator acts, or a recheck sees it open:
+            // a portal does not open by itself, so handshakes into it only spend the budget.
+            rechecks = 0
+            enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
+            arm(.recheck, at: now + recheckWait, &out)
+        case (.portal(let url), .portal(let path, let known)) where path.id == id && url != known:
+            enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
+        case (.online, .portal(let path, _)) where path.id == id:
+            // Logged in: the session comes up at once (a probe if its keys are still fresh).
+            startAttempt(on: path, .portalOpened(path.interface), now, &out, handshake: false)
+        default:
+            // The network reaches the internet and the server is silent (an outage), nothing is
+            // known, or the answer is about a path the session left.
+            coalesced += 1
+        }
+    }
+
+    /// Rechecks back off: twice as long each time up to the cap (both doubled on battery); a
+    /// portal window, while a user logs in, checks often.
+    private var recheckWait: Duration {
+        if portalWindowUntil != nil { return config.portalWindowRecheck }
+        let factor = power == .battery ? 2 : 1
+        return min(config.portalRecheckCap * factor, config.portalRecheck * factor * (1 << min(rechecks, 20)))
+    }
+
+    private mutating func openPortalWindow(_ now: Instant, _ out: inout [Action]) {
+        guard case .portal(let path, let url) = state, portalWindowUntil == nil else { coalesced += 1; return }
+        let until = now + config.portalWindow
+        portalWindowUntil = until
+        out.append(.openPortalWindow(via: path, until: until))
+        enter(.portal(path, url: url), .portalWindowOpened(config.portalWindow), now, &out)
+        arm(.portalWindow, at: until, &out)
+        arm(.recheck, at: now + config.portalWindowRecheck, &out)
+    }
+
+    /// The window's process ended: the user may just have logged in, so the network is checked
+    /// at once, and the rechecks start over.
+    private mutating func closePortalWindow(_ now: Instant, _ out: inout [Action]) {
+        guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
+        portalWindowUntil = nil
+        out.append(.closePortalWindow)
+        enter(.portal(path, url: url), .portalWindowClosed(why: "its process ended"), now, &out)
+        checkConnectivity(via: path, &out)
+        rechecks = 0
+        arm(.recheck, at: now + recheckWait, &out)
     }
 
     // MARK: Servers
@@ -703,6 +804,7 @@ public struct Reconnector: Sendable {
         failures += 1
         arm(.retry, at: now + backoffWait(now), &out)
         enter(.backingOff(path), reason, now, &out)
+        checkForPortal(on: path, &out)
     }
 
     /// Full jitter over the backoff step for the failures so far, but never before a token is back.
@@ -769,6 +871,11 @@ public struct Reconnector: Sendable {
         }
         if !Self.allows(new, .debounce) { candidate = nil }
         if !Self.allows(new, .handover) { dropHandover(&out) }
+        if portalWindowUntil != nil, !Self.allows(new, .portalWindow) {
+            // Leaving the portal (it opened, the network changed, a suspend): the lockdown is whole.
+            portalWindowUntil = nil
+            out.append(.closePortalWindow)
+        }
         if case .probing = new {} else {
             rescue = nil
             suspectedByLiveness = false
@@ -792,7 +899,8 @@ public struct Reconnector: Sendable {
         switch (state, kind) {
         case (.connecting, .handshake), (.connected, .liveness), (.connected, .debounce),
              (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
-             (.connected, .handover), (.probing, .handover), (.switching, .handover): true
+             (.connected, .handover), (.probing, .handover), (.switching, .handover),
+             (.portal, .recheck), (.portal, .portalWindow): true
         default: false
         }
     }
@@ -927,6 +1035,8 @@ extension TimerKind {
         case .liveness: 3
         case .retry: 4
         case .handover: 5
+        case .recheck: 6
+        case .portalWindow: 7
         }
     }
 }

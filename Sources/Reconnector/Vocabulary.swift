@@ -48,6 +48,13 @@ public enum Input: Equatable, Sendable {
     case pause
     /// An operator brought it back up (`agent up` on the running agent).
     case resume
+    /// What a connectivity check over the path `on` found (see `Action.checkConnectivity`).
+    case connectivity(Connectivity, on: Path.ID)
+    /// An operator asked for a portal window (`agent portal`): for a while, one process tree
+    /// may reach the network directly to log in.
+    case openPortalWindow
+    /// The process the window was opened for ended, or its operator closed the window.
+    case closePortalWindow
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -69,6 +76,9 @@ public enum Input: Equatable, Sendable {
         case .handoverRejected: "handover-rejected"
         case .pause: "operator-down"
         case .resume: "operator-up"
+        case .connectivity: "connectivity-check"
+        case .openPortalWindow: "portal-window"
+        case .closePortalWindow: "portal-window-closed"
         }
     }
 }
@@ -87,6 +97,21 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case retry
     /// The handshake with the server a session moves to took too long.
     case handover
+    /// Behind a captive portal: time for the next connectivity check.
+    case recheck
+    /// A portal window's time is up.
+    case portalWindow = "portal-window"
+}
+
+/// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the
+/// tunnel, found.
+public enum Connectivity: Equatable, Sendable {
+    /// The expected answer: the network reaches the internet (so a silent server is an outage).
+    case online
+    /// A redirect or an unexpected answer: a captive portal, with the page it sends users to.
+    case portal(url: String)
+    /// No usable answer (no route, no name, refused, timed out, not HTTP): nothing is known.
+    case unknown(String)
 }
 
 /// A command for the driver. The tunnel device is deliberately absent: no decision can
@@ -123,6 +148,14 @@ public enum Action: Equatable, Sendable {
     /// End the session with a goodbye to the server. The tunnel device, the lockdown and the
     /// resolvers stay, so nothing leaves in clear while there is no session.
     case disconnect
+    /// Make one connectivity check over `path`, outside the tunnel; its result comes back as
+    /// `Input.connectivity`.
+    case checkConnectivity(via: Path)
+    /// Let the portal window's process tree reach the network through `path` directly (DNS to
+    /// the network's resolver, HTTP and HTTPS), until `until` at the latest.
+    case openPortalWindow(via: Path, until: Instant)
+    /// Close the portal window: the lockdown is whole again.
+    case closePortalWindow
 }
 
 /// The state of the session as the state machine sees it.
@@ -146,6 +179,9 @@ public enum State: Equatable, Sendable {
     /// Taken down by an operator without stopping the agent: no session and no attempts until
     /// they bring it up again; the tunnel device and the lockdown stay.
     case paused
+    /// The network on the path holds everything back until a user logs in to its captive
+    /// portal at `url`: no attempts, only rechecks that back off.
+    case portal(Path, url: String)
 
     /// The state's name in logs and status.
     public var name: String {
@@ -159,13 +195,14 @@ public enum State: Equatable, Sendable {
         case .backingOff: "backing-off"
         case .failed: "failed"
         case .paused: "paused"
+        case .portal: "portal"
         }
     }
 
     /// The path the session is on or heading for.
     public var path: Path? {
         switch self {
-        case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p): p
+        case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p), .portal(let p, _): p
         case .switching(let from, _, _): from
         case .offline, .sleeping, .failed, .paused: nil
         }
@@ -239,6 +276,14 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case handedOver(from: String, to: String, rtt: Duration)
     /// The server a session was moving to did not answer or refused; the traffic stays.
     case handoverFailed(String)
+    /// A connectivity check over this interface found a captive portal.
+    case captivePortal(String, url: String)
+    /// A connectivity check passed behind the portal: the user logged in.
+    case portalOpened(String)
+    /// A portal window opened until this long from now.
+    case portalWindowOpened(Duration)
+    /// A portal window closed: its time ran out, or its process ended.
+    case portalWindowClosed(why: String)
 
     public var description: String {
         switch self {
@@ -276,6 +321,10 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .serverDraining(let s): "serverDraining(\(s))"
         case .handedOver(let a, let b, let rtt): "handedOver(\(a) -> \(b) rtt \(rtt.short))"
         case .handoverFailed(let s): "handoverFailed(\(s))"
+        case .captivePortal(let i, let url): "captivePortal(\(i) \(url))"
+        case .portalOpened(let i): "portalOpened(\(i))"
+        case .portalWindowOpened(let d): "portalWindowOpened(for \(d.short))"
+        case .portalWindowClosed(let why): "portalWindowClosed(\(why))"
         }
     }
 }

@@ -10,6 +10,10 @@ public struct ReplayReport: Sendable {
     public var attempts = 0
     public var handshakes = 0
     public var probes = 0
+    /// Connectivity checks (plain HTTP requests outside the tunnel) the agent made.
+    public var checks = 0
+    /// Portal windows opened.
+    public var portalWindows = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration = .zero
     /// Inputs fed to the state machine.
@@ -67,6 +71,12 @@ public struct Replay {
 
     // The world.
     private var dropped: Set<String> = []
+    /// Interfaces behind a closed captive portal, with its login page: UDP is dropped and a
+    /// connectivity check gets a redirect there.
+    private var portals: [String: String] = [:]
+    /// The lockdown lets a portal window's process tree out.
+    private var windowOpen = false
+    private var checkTimes: [Instant] = []
     private var rtt: [String: Duration] = [:]
     /// Per link: loss each way and jitter, drawn from a generator seeded by the scenario.
     private var lossUp: [String: Double] = [:]
@@ -174,6 +184,9 @@ public struct Replay {
                 if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
                 if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
                 deliver(input)
+            case .checked(let input):
+                // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
+                feed(input)
             case .echo(let id, let rtt, let via):
                 guard !sleeping, next.at == now, reaches(via), let input = interpreter.echo(id, rtt: rtt) else { break }
                 deliver(input)
@@ -251,6 +264,9 @@ public struct Replay {
             gateways[index].up = change == .up
         case .drop(let name): dropped.insert(name)
         case .restore(let name): dropped.remove(name)
+        case .portal(let name, let url): portals[name] = url
+        case .login(let name): portals[name] = nil
+        case .portalWindow(let open): feed(open ? .openPortalWindow : .closePortalWindow)
         case .auth(let accepts): acceptsAuth = accepts
         case .forgedHint:
             // It names the session in use, so it reaches the agent while the agent holds one;
@@ -276,6 +292,7 @@ public struct Replay {
             armed.removeAll()
             handshakeInFlight = nil
             handshakeGeneration += 1
+            windowOpen = false  // the new process loads the lockdown whole
             feed(.paths(tracker.paths))
         }
     }
@@ -389,7 +406,7 @@ public struct Replay {
         guard !sleeping, gateways[gateway ?? target].up,
               tracker.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
               let name = interface(of: id) else { return false }
-        return !dropped.contains(name)
+        return !dropped.contains(name) && portals[name] == nil
     }
 
     private func roundTrip(_ id: Path.ID) -> Duration {
@@ -476,7 +493,7 @@ public struct Replay {
 
     private mutating func updateOutage() {
         let couldWork = !sleeping && gateways.contains(where: \.up) && acceptsAuth
-            && tracker.paths.contains { !dropped.contains($0.interface) }
+            && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
@@ -520,7 +537,7 @@ public struct Replay {
             case .cancelTimer(let kind):
                 armed[kind] = nil
             case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
-                 .disconnect:
+                 .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow:
                 break
             }
         }
@@ -544,6 +561,12 @@ public struct Replay {
                 violation("timers armed while \(machine.state.name): \(armed.keys.map(\.rawValue).sorted())")
             }
         default: break
+        }
+        if windowOpen != (machine.portalWindowUntil != nil) {
+            violation("the portal window is \(windowOpen ? "open" : "closed") but the machine thinks otherwise, on \(input.name)")
+        }
+        if windowOpen, case .portal = machine.state {} else if windowOpen {
+            violation("a portal window open in \(machine.state.name)")
         }
         if machine.nextDeadline != armed.values.min().map({ $0 + skew }) {
             violation("the machine's next deadline disagrees with the timers it armed")
@@ -660,11 +683,17 @@ public struct Replay {
                 let n = count(probeTimes)
                 expect(n <= max, "probes in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
             }
+            if let max = w.maxChecks {
+                let n = count(checkTimes)
+                expect(n <= max, "connectivity checks in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
+            }
             if let max = w.maxTransitions {
                 let n = count(report.transitions.map(\.at))
                 expect(n <= max, "transitions in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
             }
         }
+        if let max = e.maxChecks { expect(report.checks <= max, "connectivity checks: expected at most \(max), got \(report.checks)") }
+        if let min = e.minChecks { expect(report.checks >= min, "connectivity checks: expected at least \(min), got \(report.checks)") }
         if let max = e.maxProbes { expect(report.probes <= max, "probes: expected at most \(max), got \(report.probes)") }
         if let min = e.minProbes { expect(report.probes >= min, "probes: expected at least \(min), got \(report.probes)") }
         for (i, check) in e.stateAt.enumerated() {
@@ -686,6 +715,8 @@ struct EventQueue {
         case deliver(Input, generation: Int, via: Path.ID)
         /// A probe's echo: the interpreter knows which path its id went on.
         case echo(UInt64, rtt: Duration, via: Path.ID)
+        /// A connectivity check's result.
+        case checked(Input)
         case traffic
         case checkpoint(Int)
         case stateCheck(Int)
@@ -821,6 +852,38 @@ extension Replay: SessionDriver {
         if let socket, passes(socket) { serverHasSession = false }
         if let standby { gateways[standby].hasSession = false }
         forgetSession()
+    }
+
+    /// The check's plain HTTP request: a portal redirects it to its login page, a network that
+    /// reaches the internet gives the expected answer after a round trip, and a link that drops
+    /// everything (or is gone) gives nothing until the check's own timeout.
+    public mutating func checkConnectivity(via path: Path) {
+        requireKnown(path, action: "connectivity check")
+        report.checks += 1
+        checkTimes.append(now)
+        let name = interface(of: path.id)
+        let result: Connectivity
+        let at: Instant
+        if let name, let url = portals[name], reaches(path.id), !sleeping {
+            (result, at) = (.portal(url: url), now + roundTrip(path.id))
+        } else if let name, reaches(path.id), !dropped.contains(name), !sleeping {
+            (result, at) = (.online, now + roundTrip(path.id))
+        } else {
+            (result, at) = (.unknown("no answer in 5s"), now + .seconds(5))
+        }
+        queue.push(at, .checked(.connectivity(result, on: path.id)))
+    }
+
+    public mutating func openPortalWindow(via path: Path, until: Instant) {
+        requireKnown(path, action: "portal window")
+        if windowOpen { violation("a portal window opened while one is open") }
+        windowOpen = true
+        report.portalWindows += 1
+    }
+
+    public mutating func closePortalWindow() {
+        if !windowOpen { violation("a portal window closed while none is open") }
+        windowOpen = false
     }
 
     public mutating func transitioned(_ transition: Transition) {

@@ -88,6 +88,13 @@ public enum ScenarioEvent: Sendable {
     case drop(String)
     /// The interface passes traffic again.
     case restore(String)
+    /// The network behind the interface turns into a closed captive portal with this login
+    /// page: UDP is dropped, a plain HTTP request is redirected there.
+    case portal(dev: String, url: String)
+    /// Someone logged in: the portal on the interface opens.
+    case login(String)
+    /// An operator runs `agent portal` (true), or its process ends (false).
+    case portalWindow(Bool)
     /// The server starts accepting or rejecting our credentials.
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
@@ -173,6 +180,9 @@ public struct Expectations: Sendable {
     public var minHandshakes: Int?
     public var maxProbes: Int?
     public var minProbes: Int?
+    /// Connectivity checks (plain HTTP requests outside the tunnel).
+    public var maxChecks: Int?
+    public var minChecks: Int?
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration?
     /// Transitions that must appear in this order: `state` or `state:reasonPrefix`.
@@ -195,6 +205,7 @@ public struct Expectations: Sendable {
         public var minAttempts: Int?
         public var maxHandshakes: Int?
         public var maxProbes: Int?
+        public var maxChecks: Int?
         public var maxTransitions: Int?
     }
 }

@@ -128,7 +128,7 @@ extension YAMLReader {
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop",
-        "forged-hint", "gateway-down", "gateway-up", "drain",
+        "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -228,6 +228,14 @@ extension YAMLReader {
                 add(.gateway(index, change))
             case "drop": add(.drop(try string(value)))
             case "restore": add(.restore(try string(value)))
+            case "portal":
+                let portal = try fields(value, "'portal'", allowed: ["dev", "url"])
+                add(.portal(dev: try string(try portal.required("dev")), url: try string(try portal.required("url"))))
+            case "login": add(.login(try string(value)))
+            case "portal-window":
+                let text = try string(value)
+                guard text == "open" || text == "close" else { throw fail(value, "'portal-window' is open or close, got \"\(text)\"") }
+                add(.portalWindow(text == "open"))
             case "auth":
                 let text = try string(value)
                 guard text == "accept" || text == "reject" else {
@@ -397,7 +405,7 @@ extension YAMLReader {
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
-            "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
+            "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -409,6 +417,8 @@ extension YAMLReader {
         if let n = f.optional("min-handshakes") { e.minHandshakes = try int(n, 0...Int.max) }
         if let n = f.optional("max-probes") { e.maxProbes = try int(n, 0...Int.max) }
         if let n = f.optional("min-probes") { e.minProbes = try int(n, 0...Int.max) }
+        if let n = f.optional("max-checks") { e.maxChecks = try int(n, 0...Int.max) }
+        if let n = f.optional("min-checks") { e.minChecks = try int(n, 0...Int.max) }
         if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
         for item in try list(f.optional("sequence")) {
             let text = try string(item)
@@ -423,7 +433,7 @@ extension YAMLReader {
         if let n = f.optional("max-cpu") { e.maxCPU = try positiveDuration(n) }
         for item in try list(f.optional("windows")) {
             let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts", "max-handshakes",
-                                                           "max-probes", "max-transitions"])
+                                                           "max-probes", "max-checks", "max-transitions"])
             let from = try instant(try w.required("from"))
             let toNode = try w.required("to")
             let to = try instant(toNode)
@@ -434,6 +444,7 @@ extension YAMLReader {
                 minAttempts: try opt(w.optional("min-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
                 maxHandshakes: try opt(w.optional("max-handshakes")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
                 maxProbes: try opt(w.optional("max-probes")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
+                maxChecks: try opt(w.optional("max-checks")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
                 maxTransitions: try opt(w.optional("max-transitions")) { node throws(ScenarioError) in try int(node, 0...Int.max) }))
         }
         for item in try list(f.optional("path-at")) {
@@ -447,7 +458,7 @@ extension YAMLReader {
         return e
     }
 
-    static let stateNames = ["offline", "connecting", "connected", "probing", "switching", "sleeping",
+    static let stateNames = ["offline", "connecting", "connected", "probing", "switching", "sleeping", "portal",
                              "backing-off", "failed", "paused"]
 
     /// Reads a state name, or checks `text` (the state part of a `state:reason` entry).

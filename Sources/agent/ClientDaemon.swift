@@ -20,6 +20,8 @@ final class ClientDaemon: Sendable {
         case resolved(Result<[IPAddress], ResolverError>)
         /// An operator's request from the control socket, to answer through `ControlServer.reply`.
         case control(ControlServer.Call)
+        /// A connectivity check over the path ended.
+        case connectivity(Connectivity, Path.ID)
     }
 
     /// The only state shared across threads.
@@ -246,6 +248,8 @@ extension ClientDaemon {
                 handle(notice)
             case .control(let call):
                 answer(call)
+            case .connectivity(let result, let id):
+                checked(result, on: id)
             }
         }
 
@@ -307,6 +311,7 @@ extension ClientDaemon {
                 return
             }
             let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
+                || fresh.portal != settings.portal
                 || fresh.metricsFile != settings.metricsFile
             if fresh.metricsFile != settings.metricsFile {
                 metricsFile = fresh.metricsFile.map(MetricsFile.init)
@@ -398,6 +403,43 @@ extension ClientDaemon {
             for line in lines { log.log(level: line.level, "\(line.message)", metadata: Logger.Metadata(line.fields.map { ($0.0, Logger.MetadataValue.string($0.1)) }) { $1 }) }
         }
 
+        /// Starts a connectivity check over `path` on a thread of its own; its result comes back
+        /// through the mailbox.
+        private func checkConnectivity(via path: Path) {
+            let check = settings.portal
+            let mark = settings.mode.socketMark
+            let avoiding = effects.dns?.applied?.resolvers ?? []
+            log.info("connectivity check", metadata: ["path": "\(path.interface)", "url": "\(check.url.text)"])
+            do {
+                try OSThread.detach { [weak mailbox] in
+                    mailbox?.post(.connectivity(check.run(via: path, mark: mark, avoiding: avoiding), path.id))
+                }
+            } catch {
+                mailbox.post(.connectivity(.unknown("cannot start its thread: \(error)"), path.id))
+            }
+        }
+
+        private func checked(_ result: Connectivity, on id: Path.ID) {
+            let interface = monitor.tracker.model.links[id.linkIndex]?.name ?? "link \(id.linkIndex)"
+            switch result {
+            case .online:
+                metrics.checked("online")
+                if case .portal = machine.state {
+                    log.info("connectivity check passed: the portal is open", metadata: ["path": "\(interface)"])
+                } else {
+                    log.warning("connectivity check passed: the network reaches the internet, the server does not answer",
+                                metadata: ["path": "\(interface)", "server": "\(effects.server)"])
+                }
+            case .portal(let url):
+                metrics.checked("portal")
+                log.info("connectivity check: captive portal", metadata: ["path": "\(interface)", "url": "\(url)"])
+            case .unknown(let why):
+                metrics.checked("unknown")
+                log.warning("connectivity check failed", metadata: ["path": "\(interface)", "error": "\(why)"])
+            }
+            feed(.connectivity(result, on: id))
+        }
+
         // MARK: Decisions out
 
         /// Facts into the core through the interpreter the replays run too; its actions come out
@@ -409,7 +451,8 @@ extension ClientDaemon {
             var paths = machine.paths
             if case .paths(let new) = input { paths = new }
             var made: [Transition] = []
-            var driver = Driver(effects: effects, paths: paths, log: log, metrics: metrics) { [unowned self] transition in
+            var driver = Driver(effects: effects, paths: paths, log: log, metrics: metrics,
+                                check: { [unowned self] path in checkConnectivity(via: path) }) { [unowned self] transition in
                 lastTransition = transition
                 service.transition(transition)
                 metrics.record(transition)
@@ -456,6 +499,7 @@ extension ClientDaemon {
             let paths: [Path]
             let log: Logger
             let metrics: ClientMetrics
+            let check: (Path) -> Void
             let onTransition: (Transition) -> Void
 
             mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
@@ -473,6 +517,15 @@ extension ClientDaemon {
             mutating func completeHandover() { effects.completeHandover() }
             mutating func cancelHandover() { effects.cancelHandover() }
             mutating func disconnect() { effects.disconnect() }
+            mutating func checkConnectivity(via path: Path) { check(path) }
+            mutating func openPortalWindow(via path: Path, until: Instant) {
+                metrics.portalWindow(open: true)
+                effects.openPortalWindow(via: path)
+            }
+            mutating func closePortalWindow() {
+                metrics.portalWindow(open: false)
+                effects.closePortalWindow()
+            }
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.
@@ -550,7 +603,48 @@ extension ClientDaemon {
                 done("connecting")
             case .drain:
                 call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
+            case .portalOpen:
+                openPortalWindow(call)
+            case .portalClose:
+                feed(.closePortalWindow)
+                done("portal window closed")
             }
+        }
+
+        /// `agent portal`: the asking process goes into the window's cgroup, then the window opens.
+        private func openPortalWindow(_ call: ControlServer.Call) {
+            let refuse = { (code: String, message: String) in call.reply(ControlFailure(code: code, message: message).line) }
+            guard case .portal(let path, let url) = machine.state else {
+                return refuse("no-portal", "no captive portal found (the agent is \(machine.state.name)); a window opens only "
+                    + "after the connectivity check found one")
+            }
+            guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
+                return refuse("not-needed", "without a full tunnel's lockdown the portal is reachable as it is: log in at \(url)")
+            }
+            if machine.portalWindowUntil == nil {
+                do {
+                    if effects.portalCgroup == nil { effects.portalCgroup = try PortalCgroup.prepare(runtimeDirectory: control.path.parentDirectory) }
+                    try effects.portalCgroup?.add(call.peer)
+                } catch {
+                    log.error("cannot open the portal window", metadata: ["error": "\(error.message)"])
+                    return refuse("failed", error.message)
+                }
+                feed(.openPortalWindow)
+                guard effects.portalWindow != nil else {
+                    feed(.closePortalWindow)
+                    return refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
+                }
+            } else {
+                // Another process joins the window already open, until it closes.
+                do {
+                    try effects.portalCgroup?.add(call.peer)
+                } catch {
+                    return refuse("failed", error.message)
+                }
+            }
+            let left = (machine.portalWindowUntil ?? Instant.now()) - Instant.now()
+            call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),
+                                               ("interface", .string(path.interface)), ("for_ms", left.milliseconds)]))
         }
 
         /// A transition as the control socket gives it.
@@ -586,7 +680,14 @@ extension ClientDaemon {
                 fields += [("since", .string(wallClock(ago: now - t.at))), ("for_ms", (now - t.at).milliseconds),
                            ("last_transition", transitionJSON(t))]
             }
+            if case .portal(_, let url) = machine.state {
+                var portal: [(String, JSON)] = [("url", .string(url))]
+                if let until = machine.portalWindowUntil { portal.append(("window_ms", (until - now).milliseconds)) }
+                if let due = machine.timers[.recheck] { portal.append(("next_check_ms", (due - now).milliseconds)) }
+                fields.append(("portal", .object(portal)))
+            }
             fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(machine.tokens))),
+                       ("connectivity_checks", .int(Int64(machine.connectivityChecks))),
                        ("power", .string(machine.power.rawValue))]
             if let client = effects.client {
                 let traffic = client.traffic

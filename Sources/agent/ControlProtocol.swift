@@ -27,10 +27,15 @@ enum ControlCommand: String, CaseIterable, Sendable {
     case up
     /// (A server) tell every session to move to another server, then stop.
     case drain
+    /// Behind a captive portal: let the asking process, and the processes it starts, reach the
+    /// network directly for a while to log in (`agent portal --run`).
+    case portalOpen = "portal-open"
+    /// Close the portal window (its process ended).
+    case portalClose = "portal-close"
 
-    /// Whether the command changes the agent: only root may ask those. Reading status and
-    /// watching is also open to the `roam` group.
-    var changesSomething: Bool { self != .status && self != .watch }
+    /// Whether members of the `roam` group may ask it too: reading status, watching, and logging
+    /// in to a portal. Everything else changes the agent, and only root may ask.
+    var openToReaders: Bool { self == .status || self == .watch || self == .portalOpen || self == .portalClose }
 }
 
 /// A request the agent refuses, with a code a program can act on.

@@ -20,7 +20,28 @@ final class Firewall {
         }
         policy = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
                                 localNetworks: localNetworks)
+        if settings.reconnect.portalCheck { policy.checkPorts = [settings.portal.url.port] }
         try lockdown.apply(policy)
+    }
+
+    /// The connectivity check's port (nil: no check): the agent's marked sockets may open TCP to it.
+    func allowCheck(port: UInt16?) throws(LockdownError) {
+        let ports = port.map { [$0] } ?? []
+        guard ports != policy.checkPorts else { return }
+        policy.checkPorts = ports
+        try lockdown.apply(policy)
+    }
+
+    /// Whether a portal window can be opened: only a full tunnel hides the portal.
+    var supportsPortalWindow: Bool { if case .full = policy.scope { true } else { false } }
+
+    /// Opens (or, with nil, closes) the portal window in the table.
+    func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
+        guard window != policy.portalWindow else { return }
+        var next = policy
+        next.portalWindow = window
+        try lockdown.apply(next)
+        policy = next
     }
 
     /// The session's UDP may go to `servers` now (the current one and those it may move to).

@@ -41,6 +41,10 @@ final class SessionEffects {
     private var localNetworks: [Prefix] = []
     /// Why the tunnel has no resolvers of its own, as last logged.
     private(set) var dnsProblem: String?
+    /// The portal window's cgroup, once `agent portal` asked for one.
+    var portalCgroup: PortalCgroup?
+    /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
+    private(set) var portalWindow: LockdownPolicy.PortalWindow?
 
     init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
          firewall: Firewall?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void) {
@@ -156,6 +160,41 @@ final class SessionEffects {
     func disconnect() {
         handover = nil
         client?.endSession()
+    }
+
+    /// Lets the portal window's cgroup through the lockdown on `path`: DNS to the network's
+    /// own resolvers (those the system named before the tunnel's, else the uplink's gateway),
+    /// HTTP and HTTPS. Logged when it cannot (the window then stays shut).
+    func openPortalWindow(via path: Path) {
+        guard let firewall, let cgroup = portalCgroup else {
+            return log.error("cannot open the portal window", metadata: ["error": "no lockdown or no cgroup for it"])
+        }
+        var resolvers = ResolvConf(ResolvConfFile.systemText(at: "/etc/resolv.conf") ?? "",
+                                   systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"),
+                                   avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
+        if resolvers.isEmpty, let gateway = path.gateway { resolvers = [gateway] }
+        let window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
+                                                 resolvers: resolvers)
+        do {
+            try firewall.portalWindow(window)
+            portalWindow = window
+            log.notice("portal window open", metadata: ["path": "\(path.interface)", "resolvers": "\(resolvers.map(\.description).joined(separator: ","))",
+                                                        "cgroup": "\(cgroup.directory)"])
+        } catch {
+            log.error("cannot open the portal window", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The lockdown is whole again.
+    func closePortalWindow() {
+        guard portalWindow != nil else { return }
+        do {
+            try firewall?.portalWindow(nil)
+            portalWindow = nil
+            log.notice("portal window closed")
+        } catch {
+            log.error("cannot close the portal window; stop the agent to close it", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Server `index`'s address, looked up again if its name gave none so far; the lockdown is
@@ -305,6 +344,9 @@ final class SessionEffects {
     func close(operatorStop: Bool) {
         client?.close()
         try? routes?.remove()
+        // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
+        closePortalWindow()
+        portalCgroup?.remove()
         guard operatorStop else { return }
         if let dns, dns.applied != nil {
             do {

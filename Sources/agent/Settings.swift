@@ -50,6 +50,8 @@ struct ClientSettings {
     var dns = ClientDNSSettings()
     /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.
     var metricsFile: String?
+    /// The connectivity check that finds captive portals (its timing is in `reconnect`).
+    var portal = PortalCheck.standard
 }
 
 /// The client's `dns` section.
@@ -97,6 +99,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
+            "portal",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -161,7 +164,47 @@ extension YAMLReader {
             }
             settings.metricsFile = path
         }
+        if let node = f.optional("portal") { try portal(node, into: &settings) }
         return settings
+    }
+
+    /// `portal`: the connectivity check (`check`, `url`, `expect`) and its timing (`recheck`,
+    /// `recheck-cap`, `window`).
+    private func portal(_ node: Node, into settings: inout ClientSettings) throws(ConfigError) {
+        let f = try fields(node, "'portal'", allowed: ["check", "url", "expect", "recheck", "recheck-cap", "window"])
+        if let n = f.optional("check") { settings.reconnect.portalCheck = try bool(n) }
+        if let n = f.optional("url") {
+            let text = try string(n)
+            guard let url = CheckURL(text) else {
+                throw fail(n, "'url' is a plain http:// URL (a portal can only intercept plain HTTP), e.g. "
+                    + PortalCheck.standard.url.text + "; got \"\(text)\"")
+            }
+            settings.portal.url = url
+            // Another URL answers otherwise than NetworkManager's.
+            if f.optional("expect") == nil {
+                throw fail(n, "'url' needs 'expect': the status code (e.g. 204) or the start of the body it answers with")
+            }
+        }
+        if let n = f.optional("expect") {
+            let text = try string(n)
+            if let code = Int(text) {
+                guard (200...299).contains(code) else { throw fail(n, "'expect' as a status code is 200 to 299, got \(code)") }
+                settings.portal.expect = .status(code)
+            } else {
+                guard !text.isEmpty, text.count <= 512 else { throw fail(n, "'expect' is a status code or up to 512 characters of body") }
+                settings.portal.expect = .body(text)
+            }
+        }
+        if let n = f.optional("recheck") { settings.reconnect.portalRecheck = try positiveDuration(n) }
+        if let n = f.optional("recheck-cap") { settings.reconnect.portalRecheckCap = try positiveDuration(n) }
+        if settings.reconnect.portalRecheckCap < settings.reconnect.portalRecheck {
+            throw fail(f.optional("recheck-cap") ?? node, "'recheck-cap' is shorter than 'recheck'")
+        }
+        if let n = f.optional("window") {
+            let window = try positiveDuration(n)
+            guard window <= .seconds(3600) else { throw fail(n, "'window' is at most 1h, e.g. 5m") }
+            settings.reconnect.portalWindow = window
+        }
     }
 
     /// `servers`: each `{address: host:port, key, name, priority}`; `key` defaults to the shared

@@ -1,5 +1,5 @@
 import Glibc
-import PathMonitor
+public import PathMonitor
 
 /// A listening TCP socket on a local address, for the small answers the daemons give over
 /// HTTP (metrics); the one owner of its descriptor.
@@ -75,12 +75,52 @@ public final class TCPConnection {
 
     deinit { close(fileDescriptor) }
 
-    /// Bytes until `terminator` has arrived, the peer closes, `limit` bytes are in, or
+    /// Connects to `peer` from `source` (any address of its family when nil), through `device`
+    /// only (`SO_BINDTODEVICE`) and with `mark` (`SO_MARK`) when given, waiting until `deadline`.
+    public static func connect(to peer: SocketAddress, from source: IPAddress? = nil, device: String? = nil, mark: UInt32? = nil,
+                               deadline: ContinuousClock.Instant) throws(DeviceError) -> TCPConnection {
+        let what = "TCP connection to \(peer)\(device.map { " via \($0)" } ?? "")"
+        if let device { try checkInterfaceName(device, "open \(what)") }
+        let v4 = peer.ip.family == .v4
+        let fd = try kernel("open \(what)") {
+            socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        }
+        let connection = TCPConnection(fileDescriptor: fd, peer: peer)
+        if let device {
+            try kernel("bind \(what)") { setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, socklen_t(device.utf8.count)) }
+        }
+        if var mark = mark.map({ Int32(bitPattern: $0) }) {
+            try kernel("set mark on \(what)") { setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, socklen_t(MemoryLayout<Int32>.size)) }
+        }
+        var storage = sockaddr_in6()
+        if let source, source.family == peer.ip.family {
+            let length = SocketAddress(source, port: 0).write(to: &storage)
+            try kernel("bind \(what) to \(source)") {
+                withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+            }
+        }
+        let length = peer.write(to: &storage)
+        let started = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) } }
+        if started != 0 && errno != EINPROGRESS { throw DeviceError("connect \(what)", errno) }
+        if started != 0 {
+            let left = deadline - .now
+            var pending = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let ready = left > .zero ? poll(&pending, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1)) : 0
+            guard ready > 0 else { throw DeviceError("connect \(what)", ETIMEDOUT) }
+            var failure: Int32 = 0
+            var size = socklen_t(MemoryLayout<Int32>.size)
+            try kernel("read the outcome of \(what)") { getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &size) }
+            if failure != 0 { throw DeviceError("connect \(what)", failure) }
+        }
+        return connection
+    }
+
+    /// Bytes until `terminator` has arrived (never, when empty), the peer closes, `limit` bytes are in, or
     /// `deadline` passes (what came so far, then).
     public func read(until terminator: [UInt8], limit: Int, deadline: ContinuousClock.Instant) throws(DeviceError) -> [UInt8] {
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1024)
-        while received.count < limit, !received.ends(with: terminator) {
+        while received.count < limit, terminator.isEmpty || !received.ends(with: terminator) {
             let left = deadline - .now
             guard left > .zero else { break }
             let n = try waitingForInput(on: fileDescriptor, timeout: left) { () throws(DeviceError) -> Int? in
