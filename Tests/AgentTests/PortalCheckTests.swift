@@ -1,0 +1,113 @@
+import Testing
+@testable import agent
+import Reconnector
+
+private func answer(_ text: String) -> [UInt8] { Array(text.replacingOccurrences(of: "\n", with: "\r\n").utf8) }
+
+/// The answers the check's parser must read right, as networks give them: the first is what
+/// nmcheck.gnome.org answers, the portals' are shaped after common hotel and train portals.
+@Test(arguments: [
+    ("""
+    HTTP/1.1 200 OK
+    Date: Mon, 23 Nov 2026 10:00:00 GMT
+    Server: Apache
+    X-NetworkManager-Status: online
+    Content-Length: 25
+    Connection: close
+    Content-Type: text/plain; charset=UTF-8
+
+    NetworkManager is online
+
+    """, Connectivity.online),
+    // A hotel portal's redirect to its login page.
+    ("""
+    HTTP/1.1 302 Found
+    Location: https://login.hotel.example/guest/?url=http%3A%2F%2Fnmcheck.gnome.org%2F
+    Content-Length: 0
+    Connection: close
+
+
+    """, .portal(url: "https://login.hotel.example/guest/?url=http%3A%2F%2Fnmcheck.gnome.org%2F")),
+    // A redirect to a path on the same host (the portal rewrote the Host).
+    ("HTTP/1.0 307 Temporary Redirect\nLocation: /login.html\n\n", .portal(url: "http://nmcheck.gnome.org/login.html")),
+    // A portal that redirects to the check itself, without end: one request, still a portal.
+    ("HTTP/1.1 302 Found\nLocation: http://nmcheck.gnome.org/check_network_status.txt\n\n",
+     .portal(url: "http://nmcheck.gnome.org/check_network_status.txt")),
+    // Its own page served in place, with a meta refresh, as many train portals do.
+    ("""
+    HTTP/1.1 200 OK
+    Content-Type: text/html
+
+    <html><head><meta http-equiv="refresh" content="0;url=http://wifi.train.example/"></head></html>
+    """, .portal(url: "http://nmcheck.gnome.org/check_network_status.txt")),
+    // RFC 6585's Network Authentication Required.
+    ("HTTP/1.1 511 Network Authentication Required\nContent-Type: text/html\n\n<title>Login</title>",
+     .portal(url: "http://nmcheck.gnome.org/check_network_status.txt")),
+    // A Location that is no URL (control characters, another scheme): the portal, at the check's URL.
+    ("HTTP/1.1 302 Found\nLocation: javascript:alert(1)\n\n", .portal(url: "http://nmcheck.gnome.org/check_network_status.txt")),
+    ("HTTP/1.1 302 Found\nLocation: \u{1b}[31mhttp://x/\n\n", .portal(url: "http://nmcheck.gnome.org/check_network_status.txt")),
+    // The check's own server failing is no portal.
+    ("HTTP/1.1 503 Service Unavailable\n\n", .unknown("nmcheck.gnome.org answered 503")),
+])
+func theCheckReadsWhatNetworksAnswer(text: String, expected: Connectivity) {
+    #expect(PortalCheck.standard.judge(answer(text)) == expected)
+}
+
+@Test(arguments: [
+    [UInt8](), Array("SSH-2.0-OpenSSH_9.2\r\n".utf8), [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03],
+    Array("HTTP/1.1 2000 OK\r\n\r\n".utf8), Array("HTTP/9 200\r\n\r\n".utf8),
+])
+func garbageIsNeitherOnlineNorAPortal(bytes: [UInt8]) {
+    guard case .unknown(let why) = PortalCheck.standard.judge(bytes) else { Issue.record("judged \(bytes) as known"); return }
+    #expect(why.contains("not HTTP"))
+}
+
+@Test func aStatusCheckWantsItsStatus() {
+    let check = PortalCheck(url: CheckURL("http://connectivitycheck.gstatic.com/generate_204")!, expect: .status(204))
+    #expect(check.judge(answer("HTTP/1.1 204 No Content\nContent-Length: 0\n\n")) == .online)
+    #expect(check.judge(answer("HTTP/1.1 200 OK\n\nwelcome")) == .portal(url: "http://connectivitycheck.gstatic.com/generate_204"))
+}
+
+@Test(arguments: [
+    ("http://nmcheck.gnome.org/check_network_status.txt", "nmcheck.gnome.org", 80, "/check_network_status.txt"),
+    ("http://192.0.2.1:8080", "192.0.2.1", 8080, "/"),
+    ("http://[2001:db8::1]/x?y=1#frag", "2001:db8::1", 80, "/x?y=1"),
+    ("http://example.com?q", "example.com", 80, "/?q"),
+])
+func checkURLs(text: String, host: String, port: Int, target: String) {
+    let url = CheckURL(text)
+    #expect(url?.host == host && url?.port == UInt16(port) && url?.target == target)
+}
+
+@Test(arguments: ["https://example.com/", "ftp://x/", "http://", "http://user@host/", "http://a b/", "http://host:0/", "example.com"])
+func checkURLsThatAreRefused(text: String) {
+    #expect(CheckURL(text) == nil)
+}
+
+@Test func theRequestIsPlainHTTP11() {
+    let request = CheckURL("http://[2001:db8::1]:8080/c")!.request
+    #expect(request.hasPrefix("GET /c HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\n"))
+    #expect(request.hasSuffix("Connection: close\r\n\r\n"))
+}
+
+@Test func theCgroup2FileSystemIsFoundInMountinfo() {
+    let hybrid = """
+        25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+        27 25 0:25 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+        28 27 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+        29 27 0:27 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+        """
+    #expect(PortalCgroup.cgroup2Mount(in: hybrid)! == ("/sys/fs/cgroup/unified", "/"))
+    let container = "35 30 0:29 /system.slice/x\\040y.service /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+    #expect(PortalCgroup.cgroup2Mount(in: container)! == ("/sys/fs/cgroup", "/system.slice/x y.service"))
+    #expect(PortalCgroup.cgroup2Mount(in: "25 30 0:23 / /sys rw - sysfs sysfs rw\n") == nil)
+    #expect(PortalCgroup(directory: "/sys/fs/cgroup/unified/roam-portal", level: 1).nftablesPath == "unified/roam-portal")
+    #expect(PortalCgroup(directory: "/run/roam/cgroup2/roam-portal", level: 1).nftablesPath == "../../../run/roam/cgroup2/roam-portal")
+}
+
+@Test func theRunCommandIsFoundBeforeAnyWindowOpens() {
+    #expect(PortalCommand.find("sh", path: "/nonexistent:/bin:/usr/bin") != nil)
+    #expect(PortalCommand.find("no-such-browser-anywhere", path: "/bin:/usr/bin") == nil)
+    #expect(PortalCommand.find("/bin", path: nil) == nil, "a directory is no program")
+    #expect(PortalCommand.find("/bin/sh", path: nil) == "/bin/sh")
+}
