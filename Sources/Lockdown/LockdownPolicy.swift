@@ -62,12 +62,15 @@ public struct LockdownPolicy: Hashable, Sendable {
         public var interface: String
         /// The network's own resolvers, where its name look-ups go.
         public var resolvers: [IPAddress]
+        /// The TCP ports it may reach: HTTP's, HTTPS's, and the login page's when it has another.
+        public var ports: [UInt16]
 
-        public init(cgroup: String, level: Int, interface: String, resolvers: [IPAddress]) {
+        public init(cgroup: String, level: Int, interface: String, resolvers: [IPAddress], ports: [UInt16] = [80, 443]) {
             self.cgroup = cgroup
             self.level = level
             self.interface = interface
             self.resolvers = resolvers
+            self.ports = ports
         }
     }
 
@@ -128,7 +131,7 @@ public struct LockdownPolicy: Hashable, Sendable {
                 lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip6 daddr { \(resolvers6.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
             }
             lines += [
-                "        \(match) oifname \(Self.quoted(window.interface)) tcp dport { 80, 443 } \(connection)",
+                "        \(match) oifname \(Self.quoted(window.interface)) tcp dport { \(Array(Set(window.ports)).sorted().map(String.init).joined(separator: ", ")) } \(connection)",
                 "        \(match) counter name \(BlockCause.outbound.counter) \(reject)",
             ]
         }

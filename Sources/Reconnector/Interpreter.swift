@@ -26,8 +26,9 @@ public protocol SessionDriver {
     /// Make one connectivity check over `path` outside the tunnel; its result is fed back as
     /// `Input.connectivity` (later, from the daemon's check thread; at once, in a replay).
     mutating func checkConnectivity(via path: Path)
-    /// Let the portal window's process tree through the lockdown on `path` until `until`.
-    mutating func openPortalWindow(via path: Path, until: Instant)
+    /// Let the portal window's process tree through the lockdown on `path` (to the login page at
+    /// `url` too) until `until`.
+    mutating func openPortalWindow(via path: Path, portal url: String, until: Instant)
     /// The lockdown is whole again.
     mutating func closePortalWindow()
 }
@@ -81,7 +82,7 @@ public struct Interpreter: Sendable {
                 probes.removeAll()
                 driver.disconnect()
             case .checkConnectivity(let path): driver.checkConnectivity(via: path)
-            case .openPortalWindow(let path, let until): driver.openPortalWindow(via: path, until: until)
+            case .openPortalWindow(let path, let url, let until): driver.openPortalWindow(via: path, portal: url, until: until)
             case .closePortalWindow: driver.closePortalWindow()
             case .armTimer, .cancelTimer, .quiesce: break
             }

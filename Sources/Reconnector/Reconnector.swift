@@ -584,7 +584,7 @@ public struct Reconnector: Sendable {
         guard case .portal(let path, let url) = state, portalWindowUntil == nil else { coalesced += 1; return }
         let until = now + config.portalWindow
         portalWindowUntil = until
-        out.append(.openPortalWindow(via: path, until: until))
+        out.append(.openPortalWindow(via: path, portal: url, until: until))
         enter(.portal(path, url: url), .portalWindowOpened(config.portalWindow), now, &out)
         arm(.portalWindow, at: until, &out)
         arm(.recheck, at: now + config.portalWindowRecheck, &out)

@@ -152,8 +152,9 @@ public enum Action: Equatable, Sendable {
     /// `Input.connectivity`.
     case checkConnectivity(via: Path)
     /// Let the portal window's process tree reach the network through `path` directly (DNS to
-    /// the network's resolver, HTTP and HTTPS), until `until` at the latest.
-    case openPortalWindow(via: Path, until: Instant)
+    /// the network's resolver, HTTP and HTTPS, and the login page at `portal`), until `until`
+    /// at the latest.
+    case openPortalWindow(via: Path, portal: String, until: Instant)
     /// Close the portal window: the lockdown is whole again.
     case closePortalWindow
 }

@@ -874,7 +874,7 @@ extension Replay: SessionDriver {
         queue.push(at, .checked(.connectivity(result, on: path.id)))
     }
 
-    public mutating func openPortalWindow(via path: Path, until: Instant) {
+    public mutating func openPortalWindow(via path: Path, portal url: String, until: Instant) {
         requireKnown(path, action: "portal window")
         if windowOpen { violation("a portal window opened while one is open") }
         windowOpen = true

@@ -518,9 +518,9 @@ extension ClientDaemon {
             mutating func cancelHandover() { effects.cancelHandover() }
             mutating func disconnect() { effects.disconnect() }
             mutating func checkConnectivity(via path: Path) { check(path) }
-            mutating func openPortalWindow(via path: Path, until: Instant) {
+            mutating func openPortalWindow(via path: Path, portal url: String, until: Instant) {
                 metrics.portalWindow(open: true)
-                effects.openPortalWindow(via: path)
+                effects.openPortalWindow(via: path, portal: url)
             }
             mutating func closePortalWindow() {
                 metrics.portalWindow(open: false)

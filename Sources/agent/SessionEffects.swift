@@ -165,7 +165,7 @@ final class SessionEffects {
     /// Lets the portal window's cgroup through the lockdown on `path`: DNS to the network's
     /// own resolvers (those the system named before the tunnel's, else the uplink's gateway),
     /// HTTP and HTTPS. Logged when it cannot (the window then stays shut).
-    func openPortalWindow(via path: Path) {
+    func openPortalWindow(via path: Path, portal url: String) {
         guard let firewall, let cgroup = portalCgroup else {
             return log.error("cannot open the portal window", metadata: ["error": "no lockdown or no cgroup for it"])
         }
@@ -174,7 +174,7 @@ final class SessionEffects {
                                    avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
         if resolvers.isEmpty, let gateway = path.gateway { resolvers = [gateway] }
         let window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
-                                                 resolvers: resolvers)
+                                                 resolvers: resolvers, ports: [80, 443] + (Self.port(of: url).map { [$0] } ?? []))
         do {
             try firewall.portalWindow(window)
             portalWindow = window
@@ -183,6 +183,13 @@ final class SessionEffects {
         } catch {
             log.error("cannot open the portal window", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// The TCP port a login page's URL names, if it names one (`http://10.0.0.1:8080/login`).
+    static func port(of url: String) -> UInt16? {
+        guard let scheme = url.firstRange(of: "://") else { return nil }
+        let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        return Endpoint(String(authority))?.port
     }
 
     /// The lockdown is whole again.

@@ -10,8 +10,9 @@ public import Tunnel
 public final class LeakTap: @unchecked Sendable {
     /// What may leave the laptop outside the tunnel.
     public enum Rule: Sendable {
-        /// Full tunnel: the session's UDP to `server`, DHCP, ARP and the ICMPv6 an uplink needs.
-        case full(servers: [IPAddress], port: UInt16)
+        /// Full tunnel: the session's UDP to `server`, DHCP, ARP and the ICMPv6 an uplink needs;
+        /// and TCP to `web` (a captive portal's login page, the connectivity check).
+        case full(servers: [IPAddress], port: UInt16, web: [SocketAddress] = [])
         /// Split tunnel: anything but packets for these prefixes.
         case split([Prefix])
     }
@@ -53,8 +54,9 @@ public final class LeakTap: @unchecked Sendable {
         switch rule {
         case .split(let prefixes):
             return prefixes.contains { $0.contains(p.destination) } ? p.description : nil
-        case .full(let servers, let port):
+        case .full(let servers, let port, let web):
             if p.protocolNumber == 17, servers.contains(p.destination), p.destinationPort == port { return nil }
+            if p.protocolNumber == 6, let to = p.destinationPort, web.contains(SocketAddress(p.destination, port: to)) { return nil }
             if p.protocolNumber == 17, p.sourcePort == 68, p.destinationPort == 67 { return nil }  // DHCPv4
             if p.protocolNumber == 17, p.sourcePort == 546, p.destinationPort == 547 { return nil }  // DHCPv6
             if p.protocolNumber == 58, let type = p.icmpType, [131, 133, 135, 136, 143].contains(type) { return nil }

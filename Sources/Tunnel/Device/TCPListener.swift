@@ -8,11 +8,14 @@ public final class TCPListener: Sendable {
     /// The address it listens on, with the port the kernel chose when asked for port 0.
     public let local: SocketAddress
 
-    public init(bindingTo local: SocketAddress, backlog: Int32 = 16) throws(DeviceError) {
+    /// `namespace`: the network namespace the socket lives in (this thread's when nil).
+    public init(bindingTo local: SocketAddress, backlog: Int32 = 16, namespace: NetworkNamespace? = nil) throws(DeviceError) {
         let what = "TCP socket on \(local)"
         let v4 = local.ip.family == .v4
-        let fd = try kernel("open \(what)") {
-            socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = try inNamespace(namespace) { () throws(DeviceError) in
+            try kernel("open \(what)") {
+                socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            }
         }
         do throws(DeviceError) {
             var one: Int32 = 1
@@ -120,7 +123,8 @@ public final class TCPConnection {
     public func read(until terminator: [UInt8], limit: Int, deadline: ContinuousClock.Instant) throws(DeviceError) -> [UInt8] {
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1024)
-        while received.count < limit, terminator.isEmpty || !received.ends(with: terminator) {
+        // (What follows the terminator in the same read, a request's body, is returned too.)
+        while received.count < limit, terminator.isEmpty || received.firstRange(of: terminator) == nil {
             let left = deadline - .now
             guard left > .zero else { break }
             let n = try waitingForInput(on: fileDescriptor, timeout: left) { () throws(DeviceError) -> Int? in
@@ -149,8 +153,4 @@ public final class TCPConnection {
         }
         return true
     }
-}
-
-extension Array where Element == UInt8 {
-    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && self[(count - suffix.count)...].elementsEqual(suffix) }
 }

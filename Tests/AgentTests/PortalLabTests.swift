@@ -1,0 +1,91 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import PathMonitor
+import Testing
+import Tunnel
+
+/// A hotel's captive portal in the lab: the router drops the Wi-Fi's UDP and redirects its
+/// plain HTTP to a login page until someone POSTs to it.
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct PortalLabTests {
+    /// The laptop on the portal's Wi-Fi only, the lockdown on, with the check pointed at the
+    /// lab's "internet".
+    private func portalLab() throws -> (RoamingLab, LabPortal) {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.laptop.ip("link set eth0 down")
+        let portal = try LabPortal(router: lab.server, uplink: "wifi-l", routerAddress: IPAddress("192.168.1.1")!)
+        try lab.configure("client", """
+            portal: {url: "http://\(portal.check)/check", expect: "\(LabPortal.expected)"}
+            reconnect: {handshake-timeout: 2s}
+            """)
+        try lab.startServer()
+        return (lab, portal)
+    }
+
+    /// The agent finds the portal within seconds and then spends nothing; `agent portal --run
+    /// curl` logs in through the window while a tap on the router shows that nothing else
+    /// left the laptop; the tunnel is up within a second of the portal opening.
+    @Test func aPortalIsFoundAndLoggedInThroughTheWindowAlone() throws {
+        let (lab, portal) = try portalLab()
+        defer { portal.stop() }
+        try lab.loadBootLockdown()  // as at boot: the machine is closed before the agent starts
+        let tap = try lab.leakTap(web: [portal.login, portal.check])
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        let started = LabClock.now
+        try lab.startClient(waitForTunnel: false)
+
+        #expect(lab.waitFor(seconds: 15) { lab.status()["state"] == "portal" }, "\(lab.log("client.log"))")
+        let found = LabClock.now - started
+        let status = lab.status()
+        #expect(status["portal.url"] == "http://\(portal.login)/login", "\(status)")
+        #expect(lab.log("client.log").contains("to=portal"), "the transition is logged")
+
+        // Behind the portal: no attempt, no token spent, for as long as it stays closed.
+        let attempts = lab.attempts()
+        let budget = status["budget_left"]
+        usleep(4_000_000)
+        #expect(lab.attempts() == attempts && lab.status()["budget_left"].map { Int($0)! >= Int(budget ?? "0")! } == true,
+                "\(lab.status())")
+
+        // A command that does not exist opens nothing.
+        let missing = try lab.runAgent(["portal", "--run", "no-such-browser", "--control", lab.controlSocket])
+        #expect(missing.status != 0 && missing.output.contains("cannot run 'no-such-browser'"), "\(missing.output)")
+        #expect(lab.status()["portal.window_ms"] == nil)
+
+        // Logging in: curl runs in the window and POSTs the login form.
+        let login = try lab.runAgent(["portal", "--control", lab.controlSocket, "--run", "curl", "-sS", "--max-time", "5",
+                                      "-d", "user=guest", "http://\(portal.login)/login"], seconds: 15)
+        #expect(login.status == 0 && login.output.contains("Welcome") && login.output.contains("portal window open"), "status \(login.status): \(login.output)\n\(lab.log("client.log"))")
+        let opened = try #require(portal.opened)
+        #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" })
+        let upAfter = LabClock.now - opened
+        let ping = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "ping", "-c", "1", "-W", "2",
+                                                                  lab.serverInner.description])
+        #expect(ping.status == 0, "traffic flows through the tunnel: \(ping.output)")
+        #expect(lab.status()["portal.window_ms"] == nil && !lab.log("client.log").contains("cannot open the portal window"))
+        print("captive portal: found in \(found.short), tunnel up \(upAfter.short) after the portal opened; "
+            + "\(tap.leaks().count) packets left outside the tunnel and the window of \(tap.packetsSeen) judged")
+        #expect(upAfter <= .seconds(1), "\(lab.log("client.log"))")
+        #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
+        // The portal saw the agent's checks (redirected) and curl's POST, nothing else.
+        #expect(portal.requestLines.allSatisfy { $0.hasPrefix("GET /check ") || $0.hasPrefix("POST /login ") }, "\(portal.requestLines)")
+    }
+
+    /// Without a portal, a server that does not answer is a plain outage: the check passes,
+    /// the agent says so and keeps backing off; `agent portal` refuses to open anything.
+    @Test func aSilentServerBehindAWorkingNetworkIsNoPortal() throws {
+        let (lab, portal) = try portalLab()
+        portal.open()
+        defer { portal.stop() }
+        lab.stopServer()
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.wait(for: "connectivity check passed: the network reaches the internet, the server does not answer",
+                         in: "client.log", seconds: 15), "\(lab.log("client.log"))")
+        #expect(lab.status()["state"] == "backing-off" || lab.status()["state"] == "connecting", "\(lab.status())")
+        let refused = try lab.runAgent(["portal", "--run", "true", "--control", lab.controlSocket])
+        #expect(refused.status != 0 && refused.output.contains("no captive portal found"), "\(refused.output)")
+        #expect(!lab.log("client.log").contains("to=portal"))
+    }
+}
