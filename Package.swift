@@ -83,6 +83,9 @@ let package = Package(
             name: "SessionBenchmark", dependencies: ["PathMonitor", "Tunnel"],
             path: "Benchmarks/SessionBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "PortalBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Reconnector"],
+            path: "Benchmarks/PortalBenchmark", swiftSettings: strict),
+        .executableTarget(
             name: "MonitorBenchmark", dependencies: ["PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 

@@ -13,6 +13,8 @@ public final class NamespaceLab {
 
     public let name: String
     public let namespace: NetworkNamespace
+    /// Made by this object, so deleted with it (not one adopted from elsewhere).
+    private var owned = true
 
     public init() throws {
         Self.lock.lock()
@@ -29,7 +31,15 @@ public final class NamespaceLab {
         }
     }
 
+    /// A namespace someone else made (`ip netns add NAME`) and deletes.
+    public init(adopting name: String) throws {
+        self.name = name
+        namespace = try NetworkNamespace(named: name)
+        owned = false
+    }
+
     deinit {
+        guard owned else { return }
         _ = try? Self.ip(["netns", "del", name])
         try? FileManager.default.removeItem(atPath: "/etc/netns/\(name)")
     }
