@@ -152,3 +152,34 @@ private func expectClientRefusal(_ text: String, line: Int, message: String,
         return error.line == line && error.message.contains(message)
     }
 }
+
+@Test func thePortalSectionSetsTheCheckAndItsTiming() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    let standard = try parse(base) { try $0.client($1) }
+    #expect(standard.portal == PortalCheck.standard && standard.reconnect.portalCheck)
+    let settings = try parse(base + """
+        portal:
+          url: http://connectivitycheck.gstatic.com/generate_204
+          expect: 204
+          recheck: 1m
+          recheck-cap: 20m
+          window: 2m
+        """) { try $0.client($1) }
+    #expect(settings.portal.url.host == "connectivitycheck.gstatic.com" && settings.portal.expect == .status(204))
+    #expect(settings.reconnect.portalRecheck == .seconds(60) && settings.reconnect.portalRecheckCap == .seconds(1200))
+    #expect(settings.reconnect.portalWindow == .seconds(120))
+    #expect(try parse(base + "portal: {check: off}") { try $0.client($1) }.reconnect.portalCheck == false)
+}
+
+@Test(arguments: [
+    ("portal: {url: \"https://example.com/\", expect: 204}", 4, "plain http:// URL"),
+    ("portal: {url: \"http://example.com/x\"}", 4, "'url' needs 'expect'"),
+    ("portal: {expect: 302}", 4, "200 to 299"),
+    ("portal:\n  recheck: 5m\n  recheck-cap: 1m", 6, "'recheck-cap' is shorter than 'recheck'"),
+    ("portal: {window: 2h}", 4, "at most 1h"),
+    ("portal: {check: maybe}", 4, "true or false"),
+    ("portal: {login: x}", 4, "login"),
+])
+func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
+}
