@@ -62,15 +62,25 @@ public struct LockdownPolicy: Hashable, Sendable {
         public var interface: String
         /// The network's own resolvers, where its name look-ups go.
         public var resolvers: [IPAddress]
-        /// The TCP ports it may reach: HTTP's, HTTPS's, and the login page's when it has another.
-        public var ports: [UInt16]
+        /// The login page's port when it is neither HTTP's nor HTTPS's: to its address only,
+        /// when known.
+        public var login: LoginPage?
 
-        public init(cgroup: String, level: Int, interface: String, resolvers: [IPAddress], ports: [UInt16] = [80, 443]) {
+        public struct LoginPage: Hashable, Sendable {
+            public var address: IPAddress?
+            public var port: UInt16
+            public init(address: IPAddress?, port: UInt16) {
+                self.address = address
+                self.port = port
+            }
+        }
+
+        public init(cgroup: String, level: Int, interface: String, resolvers: [IPAddress], login: LoginPage? = nil) {
             self.cgroup = cgroup
             self.level = level
             self.interface = interface
             self.resolvers = resolvers
-            self.ports = ports
+            self.login = login
         }
     }
 
@@ -130,10 +140,12 @@ public struct LockdownPolicy: Hashable, Sendable {
             if !resolvers6.isEmpty {
                 lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip6 daddr { \(resolvers6.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
             }
-            lines += [
-                "        \(match) oifname \(Self.quoted(window.interface)) tcp dport { \(Array(Set(window.ports)).sorted().map(String.init).joined(separator: ", ")) } \(connection)",
-                "        \(match) counter name \(BlockCause.outbound.counter) \(reject)",
-            ]
+            lines.append("        \(match) oifname \(Self.quoted(window.interface)) tcp dport { 80, 443 } \(connection)")
+            if let login = window.login {
+                let to = login.address.map { "\($0.family == .v4 ? "ip" : "ip6") daddr \($0) " } ?? ""
+                lines.append("        \(match) oifname \(Self.quoted(window.interface)) \(to)tcp dport \(login.port) \(connection)")
+            }
+            lines.append("        \(match) counter name \(BlockCause.outbound.counter) \(reject)")
         }
         lines.append("        oifname \(tunnel) accept")
         for server in servers {
@@ -176,8 +188,11 @@ public struct LockdownPolicy: Hashable, Sendable {
             // of its addresses than the one the session sends to.
             "        socket mark \(hex(mark)) accept",
         ]
-        if portalWindow != nil {
-            lines.append("        ct mark \(hex(Self.portalConnectionMark)) ct state established,related accept")
+        if let window = portalWindow {
+            // Answers to the window's own connections, on its uplink, and the ICMP errors about them.
+            let uplink = "iifname \(Self.quoted(window.interface)) ct mark \(hex(Self.portalConnectionMark))"
+            lines += ["        \(uplink) ct state established accept",
+                      "        \(uplink) ct state related meta l4proto { icmp, ipv6-icmp } accept"]
         }
         lines += [
             "        udp sport 67 udp dport 68 accept",

@@ -177,6 +177,10 @@ public struct Reconnector: Sendable {
             // Behind the portal nothing is tried until the network changes: another path, or
             // another address on this one (a new lease is a new chance too).
             guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
+            guard best.id != path.id || best.gateway == path.gateway else {
+                // The same address behind another gateway: another network that gave the same lease.
+                return attempt(on: best, .pathAppeared(best.interface), now, &out)
+            }
             guard best.id != path.id else {
                 state = .portal(best, url: url)
                 coalesced += 1

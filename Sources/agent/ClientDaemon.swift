@@ -97,6 +97,8 @@ extension ClientDaemon {
         /// While connected, the metrics file is written again this often (and on every transition).
         static let metricsRefresh = Duration.seconds(60)
         private var metricsDue: Instant?
+        /// Who opened the portal window, while one is open: only they (or root) close it.
+        private var windowOwner: UInt32?
         /// Where the budget, the backoff and the dead-path verdicts outlive this process (the
         /// runtime directory, beside the control socket), and what was written there last.
         private let memoryPath: String
@@ -471,6 +473,11 @@ extension ClientDaemon {
             // Another server: its name is the one followed, and the paths are those to its address.
             if effects.server != before { serverChanged() }
             if !made.isEmpty { writeMetrics() }
+            // A window the core closed whose rules could not be taken away is tried again.
+            if machine.portalWindowUntil == nil {
+                windowOwner = nil
+                if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
+            }
             if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
                 attempts += 1
                 startup.attempted(now: now, tunnelUp: effects.tunnelUp)
@@ -606,6 +613,10 @@ extension ClientDaemon {
             case .portalOpen:
                 openPortalWindow(call)
             case .portalClose:
+                // The one who opened the window closes it (or root).
+                if let owner = windowOwner, call.peer.uid != 0, call.peer.uid != owner {
+                    return call.reply(ControlFailure(code: "not-permitted", message: "the portal window is another user's").line)
+                }
                 feed(.closePortalWindow)
                 done("portal window closed")
             }
@@ -621,26 +632,26 @@ extension ClientDaemon {
             guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
                 return refuse("not-needed", "without a full tunnel's lockdown the portal is reachable as it is: log in at \(url)")
             }
-            if machine.portalWindowUntil == nil {
-                do {
-                    if effects.portalCgroup == nil { effects.portalCgroup = try PortalCgroup.prepare(runtimeDirectory: control.path.parentDirectory) }
-                    try effects.portalCgroup?.add(call.peer)
-                } catch {
-                    log.error("cannot open the portal window", metadata: ["error": "\(error.message)"])
-                    return refuse("failed", error.message)
-                }
+            let opening = machine.portalWindowUntil == nil
+            if !opening, let owner = windowOwner, call.peer.uid != 0, call.peer.uid != owner {
+                return refuse("not-permitted", "the portal window is another user's")
+            }
+            do {
+                // Into the open window's cgroup, or a new one.
+                try effects.joinPortalWindow(call.peer, runtimeDirectory: control.path.parentDirectory)
+            } catch {
+                log.error("cannot open the portal window", metadata: ["error": "\(error.message)", "pid": "\(call.peer.pid)"])
+                return refuse("failed", error.message)
+            }
+            if opening {
+                windowOwner = call.peer.uid
                 feed(.openPortalWindow)
                 guard effects.portalWindow != nil else {
                     feed(.closePortalWindow)
+                    effects.closePortalWindow()  // the cgroup goes, whatever the core thought
                     return refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
                 }
-            } else {
-                // Another process joins the window already open, until it closes.
-                do {
-                    try effects.portalCgroup?.add(call.peer)
-                } catch {
-                    return refuse("failed", error.message)
-                }
+                log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
             }
             let left = (machine.portalWindowUntil ?? Instant.now()) - Instant.now()
             call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),

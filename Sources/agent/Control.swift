@@ -112,7 +112,7 @@ final class ControlServer: Sendable {
         fileprivate let server: ControlServer
         let command: ControlCommand
         /// The process that asked (`SO_PEERCRED`), as the kernel saw it connect.
-        let peer: Int32
+        let peer: PeerProcess
 
         /// Answers with `line`; with `watch`, published lines follow on the same connection.
         func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
@@ -181,7 +181,7 @@ final class ControlServer: Sendable {
         enum Phase { case reading, answering, watching, closing }
         let fd: Int32
         let uid: uid_t
-        let pid: Int32
+        let peer: PeerProcess
         var phase = Phase.reading
         var deadline: Instant
         var input: [UInt8] = []
@@ -256,26 +256,26 @@ final class ControlServer: Sendable {
                 guard fd >= 0 else { return }
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
                 _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // (the agent starts no processes while it runs)
-                guard let (uid, pid) = Self.peer(fd) else {
+                guard let peer = Self.peer(fd) else {
                     Glibc.close(fd)
                     continue
                 }
                 let id = nextID
                 nextID += 1
-                connections[id] = Connection(fd: fd, uid: uid, pid: pid, deadline: Instant.now() + ControlServer.requestTimeout)
+                connections[id] = Connection(fd: fd, uid: peer.uid, peer: peer, deadline: Instant.now() + ControlServer.requestTimeout)
                 if connections.count > ControlServer.maxConnections {
                     fail(id, ControlFailure(code: "busy", message: "too many control connections at once; try again"))
                 }
             }
         }
 
-        /// The user and process ids at the other end (`SO_PEERCRED`), as the kernel saw it connect.
-        static func peer(_ fd: Int32) -> (uid: uid_t, pid: Int32)? {
+        /// The process at the other end (`SO_PEERCRED`), as the kernel saw it connect.
+        static func peer(_ fd: Int32) -> PeerProcess? {
             // struct ucred (pid, uid, gid), declared by glibc only for _GNU_SOURCE; its layout is the kernel's ABI.
             var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
             var length = socklen_t(MemoryLayout.size(ofValue: credentials))
             guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, length == 12 else { return nil }
-            return (uid_t(credentials.uid), credentials.pid)
+            return PeerProcess(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
         }
 
         mutating func serve(_ id: Int, revents: Int16) {
@@ -319,7 +319,7 @@ final class ControlServer: Sendable {
                 c.deadline = Instant.now() + ControlServer.answerTimeout
                 c.input = []
                 connections[id] = c
-                server.handle(Call(id: id, server: server, command: command, peer: c.pid))
+                server.handle(Call(id: id, server: server, command: command, peer: c.peer))
             }
         }
 

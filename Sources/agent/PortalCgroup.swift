@@ -1,70 +1,55 @@
 import Glibc
 import PathMonitor
 
-/// The cgroup (v2) of a portal window: `agent portal` is moved into it, and the browser it
-/// starts inherits it, so the lockdown can tell that process tree's packets from everyone
-/// else's (nftables' `socket cgroupv2`). Only root can move a process into it or out of it.
-struct PortalCgroup: Equatable {
-    /// Its directory in the cgroup2 file system.
-    var directory: String
-    /// Its depth in the cgroup hierarchy (1: a child of the root).
-    var level: Int
-    /// A cgroup2 file system the agent mounted itself (none was mounted), to unmount at the end.
-    var mountedByUs: String?
+/// The cgroup2 file system the portal windows' cgroups live in: the system's, or (when none is
+/// mounted, as inside `ip netns exec`, which gives a fresh /sys) one the agent mounts in its
+/// runtime directory and unmounts at its end.
+struct CgroupFileSystem: Equatable {
+    /// Where it is mounted.
+    var point: String
+    /// The mount's root inside the hierarchy (`/` unless in a cgroup namespace).
+    var root: String
+    var mountedByUs: Bool
 
-    static let name = "roam-portal"
-
-    /// The path nftables resolves: relative to /sys/fs/cgroup, where libnftables looks.
-    var nftablesPath: String {
-        let base = "/sys/fs/cgroup/"
-        return directory.hasPrefix(base) ? String(directory.dropFirst(base.count)) : "../../.." + directory
+    static func find(runtimeDirectory: String) throws(AgentError) -> CgroupFileSystem {
+        if let (point, root) = cgroup2Mount(in: SystemFiles.text("/proc/self/mountinfo") ?? "") {
+            return CgroupFileSystem(point: point, root: root, mountedByUs: false)
+        }
+        let point = runtimeDirectory + "/cgroup2"
+        if mkdir(point, 0o700) != 0 && errno != EEXIST {
+            throw AgentError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
+        }
+        // Only a directory of root's own, never a link someone planted: root mounts there.
+        var info = stat()
+        guard lstat(point, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == 0 else {
+            throw AgentError("\(point) is not a directory of root's own; not mounting the cgroup2 file system there")
+        }
+        guard mount("cgroup2", point, "cgroup2", UInt(MS_NOSUID | MS_NODEV | MS_NOEXEC), nil) == 0 else {
+            throw AgentError("no cgroup2 file system is mounted and mounting one failed: \(String(cString: strerror(errno))); "
+                + "a portal window needs cgroup v2 (Linux 4.5 or later)")
+        }
+        return CgroupFileSystem(point: point, root: "/", mountedByUs: true)
     }
 
-    /// Finds the cgroup2 file system (mounting one under `runtimeDirectory` if there is none,
-    /// as inside `ip netns exec`, which gives a fresh /sys) and makes the window's cgroup in it.
-    static func prepare(runtimeDirectory: String) throws(AgentError) -> PortalCgroup {
-        var mounted: String?
-        var found = cgroup2Mount(in: SystemFiles.text("/proc/self/mountinfo") ?? "")
-        if found == nil {
-            let point = runtimeDirectory + "/cgroup2"
-            if mkdir(point, 0o700) != 0 && errno != EEXIST {
-                throw AgentError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
-            }
-            guard mount("cgroup2", point, "cgroup2", UInt(MS_NOSUID | MS_NODEV | MS_NOEXEC), nil) == 0 else {
-                throw AgentError("no cgroup2 file system is mounted and mounting one failed: \(String(cString: strerror(errno))); "
-                    + "a portal window needs cgroup v2 (Linux 4.5 or later)")
-            }
-            mounted = point
-            found = (point, "/")
+    /// The directory of the cgroup `path` (as /proc/PID/cgroup names it), when it lies under
+    /// the mount's root.
+    func directory(of path: String) -> String? {
+        let inside: String?
+        if root == "/" {
+            inside = path
+        } else if path == root {
+            inside = "/"
+        } else {
+            inside = path.hasPrefix(root + "/") ? String(path.dropFirst(root.count)) : nil
         }
-        guard let (point, root) = found else { throw AgentError("no cgroup2 file system") }
-        let directory = (point == "/" ? "" : point) + "/" + name
-        if mkdir(directory, 0o755) != 0 && errno != EEXIST {
-            throw AgentError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
-        }
-        let depth = root.split(separator: "/").count
-        return PortalCgroup(directory: directory, level: depth + 1, mountedByUs: mounted)
+        return inside.map { (point == "/" ? "" : point) + ($0 == "/" ? "" : $0) }
     }
 
-    /// Moves process `pid` (and the children it starts from now on) into the cgroup.
-    func add(_ pid: Int32) throws(AgentError) {
-        let fd = open(directory + "/cgroup.procs", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw AgentError("cannot open \(directory)/cgroup.procs: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        let text = Array("\(pid)\n".utf8)
-        guard write(fd, text, text.count) == text.count else {
-            throw AgentError("cannot move process \(pid) into \(directory): \(String(cString: strerror(errno)))")
-        }
-    }
-
-    /// At the agent's stop: the cgroup goes if no process is left in it (a browser still
-    /// running keeps it; the next window uses it again), and a file system mounted for it.
-    func remove() {
-        _ = rmdir(directory)
-        if let point = mountedByUs {
-            _ = umount2(point, Int32(MNT_DETACH))
-            _ = rmdir(point)
-        }
+    /// At the agent's end: a file system it mounted goes.
+    func unmount() {
+        guard mountedByUs else { return }
+        _ = umount2(point, Int32(MNT_DETACH) | 0x8 /* UMOUNT_NOFOLLOW */)
+        _ = rmdir(point)
     }
 
     /// The mount point and the root inside the hierarchy of the first cgroup2 file system in
@@ -92,5 +77,130 @@ struct PortalCgroup: Equatable {
             }
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// The cgroup of one portal window: `agent portal` is moved into it, and the browser it starts
+/// inherits it, so the lockdown can tell that process tree's packets from everyone else's
+/// (nftables' `socket cgroupv2`). Each window has a cgroup of its own, made when it opens and
+/// removed when it closes, with its processes moved back where they came from: a browser left
+/// running, or a socket made in an earlier window, never gets through a later one.
+struct PortalCgroup: Equatable {
+    /// Its directory in the cgroup2 file system.
+    var directory: String
+    /// Its depth in the cgroup hierarchy (1: a child of the root).
+    var level: Int
+    /// Where its processes go back to when it closes: the cgroup the first one came from.
+    var returnTo: String?
+
+    /// The path nftables resolves: relative to /sys/fs/cgroup, where libnftables looks.
+    var nftablesPath: String {
+        let base = "/sys/fs/cgroup/"
+        return directory.hasPrefix(base) ? String(directory.dropFirst(base.count)) : "../../.." + directory
+    }
+
+    /// A new, empty cgroup for window `number` of this agent.
+    static func make(in fs: CgroupFileSystem, number: Int) throws(AgentError) -> PortalCgroup {
+        let directory = (fs.point == "/" ? "" : fs.point) + "/roam-portal.\(getpid()).\(number)"
+        if mkdir(directory, 0o755) != 0 {
+            throw AgentError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
+        }
+        return PortalCgroup(directory: directory, level: fs.root.split(separator: "/").count + 1)
+    }
+
+    /// Moves `peer` (and the children it starts from now on) into the cgroup: only a process
+    /// whose every user and group id is the asker's (no set-user-ID program it became since it
+    /// connected) and that is still the one that connected.
+    mutating func add(_ peer: PeerProcess, fs: CgroupFileSystem) throws(AgentError) {
+        try peer.verify()
+        if returnTo == nil { returnTo = peer.cgroup.flatMap { fs.directory(of: $0) } }
+        try Self.move(peer.pid, to: directory)
+        // Checked again after the move: had the process ended and its id been reused within
+        // these microseconds, the stranger goes back at once.
+        if (try? peer.verify()) == nil, let back = returnTo {
+            try? Self.move(peer.pid, to: back)
+            throw AgentError("process \(peer.pid) changed while it was moved into the portal window")
+        }
+    }
+
+    /// Closes the cgroup: its processes go back where the first came from (the file system's
+    /// root when that cgroup is gone), and it is removed.
+    func close(fs: CgroupFileSystem) {
+        for _ in 0..<8 {
+            let pids = (SystemFiles.text(directory + "/cgroup.procs") ?? "").split(whereSeparator: \.isNewline).compactMap { Int32($0) }
+            if pids.isEmpty { break }
+            for pid in pids {
+                if (try? Self.move(pid, to: returnTo ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
+            }
+        }
+        _ = rmdir(directory)
+    }
+
+    private static func move(_ pid: Int32, to directory: String) throws(AgentError) {
+        let fd = open(directory + "/cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw AgentError("cannot open \(directory)/cgroup.procs: \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(fd) }
+        let text = Array("\(pid)\n".utf8)
+        guard write(fd, text, text.count) == text.count else {
+            throw AgentError("cannot move process \(pid) into \(directory): \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// The process at the other end of a control connection, as the kernel saw it connect
+/// (`SO_PEERCRED`), with what /proc said of it then.
+struct PeerProcess: Equatable, Sendable {
+    var pid: Int32
+    var uid: UInt32
+    var gid: UInt32
+    /// When it started (/proc/PID/stat's 22nd field): a reused id shows another start time.
+    var started: UInt64?
+    /// Its cgroup (/proc/PID/cgroup's v2 line).
+    var cgroup: String?
+
+    init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        started = Self.startTime(pid)
+        cgroup = (SystemFiles.text("/proc/\(pid)/cgroup") ?? "").split(whereSeparator: \.isNewline)
+            .first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) }
+    }
+
+    /// Throws unless the process is still the one that connected, with the asker's ids.
+    func verify() throws(AgentError) {
+        guard pid > 1, pid != getpid() else { throw AgentError("process \(pid) cannot join a portal window") }
+        guard let now = Self.startTime(pid), now == started else {
+            throw AgentError("process \(pid) is gone (or is another process now)")
+        }
+        guard uid == 0 || Self.idsAll(pid, uid: uid, gid: gid) else {
+            throw AgentError("process \(pid) runs with other user or group ids than the one that asked")
+        }
+    }
+
+    /// Whether /proc/PID/status's real, effective, saved and file-system user and group ids
+    /// are all `uid` and `gid`.
+    static func idsAll(_ pid: Int32, uid: UInt32, gid: UInt32) -> Bool {
+        idsAll(in: SystemFiles.text("/proc/\(pid)/status") ?? "", uid: uid, gid: gid)
+    }
+
+    static func idsAll(in status: String, uid: UInt32, gid: UInt32) -> Bool {
+        var seen = 0
+        for line in status.split(whereSeparator: \.isNewline) {
+            let fields = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
+            guard let key = fields.first, key == "Uid:" || key == "Gid:" else { continue }
+            let want = key == "Uid:" ? uid : gid
+            let ids = fields.dropFirst().compactMap { UInt32($0) }
+            guard ids.count == 4, ids.allSatisfy({ $0 == want }) else { return false }
+            seen += 1
+        }
+        return seen == 2
+    }
+
+    /// /proc/PID/stat's start time (field 22, after the command name in parentheses).
+    static func startTime(_ pid: Int32) -> UInt64? {
+        guard let text = SystemFiles.text("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
     }
 }

@@ -41,8 +41,11 @@ final class SessionEffects {
     private var localNetworks: [Prefix] = []
     /// Why the tunnel has no resolvers of its own, as last logged.
     private(set) var dnsProblem: String?
-    /// The portal window's cgroup, once `agent portal` asked for one.
-    var portalCgroup: PortalCgroup?
+    /// Where the portal windows' cgroups live, once `agent portal` asked for one.
+    private var cgroups: CgroupFileSystem?
+    /// The open portal window's cgroup, and how many windows there were.
+    private(set) var portalCgroup: PortalCgroup?
+    private var windows = 0
     /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
     private(set) var portalWindow: LockdownPolicy.PortalWindow?
 
@@ -162,9 +165,29 @@ final class SessionEffects {
         client?.endSession()
     }
 
+    /// Moves `peer` into the portal window's cgroup, a new one when no window is open.
+    func joinPortalWindow(_ peer: PeerProcess, runtimeDirectory: String) throws(AgentError) {
+        if cgroups == nil { cgroups = try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory) }
+        guard let cgroups else { return }
+        var cgroup: PortalCgroup
+        if let open = portalCgroup {
+            cgroup = open
+        } else {
+            windows += 1
+            cgroup = try PortalCgroup.make(in: cgroups, number: windows)
+        }
+        do {
+            try cgroup.add(peer, fs: cgroups)
+        } catch {
+            if portalCgroup == nil { cgroup.close(fs: cgroups) }
+            throw error
+        }
+        portalCgroup = cgroup
+    }
+
     /// Lets the portal window's cgroup through the lockdown on `path`: DNS to the network's
     /// own resolvers (those the system named before the tunnel's, else the uplink's gateway),
-    /// HTTP and HTTPS. Logged when it cannot (the window then stays shut).
+    /// HTTP and HTTPS, and the login page's port. Logged when it cannot (the window then stays shut).
     func openPortalWindow(via path: Path, portal url: String) {
         guard let firewall, let cgroup = portalCgroup else {
             return log.error("cannot open the portal window", metadata: ["error": "no lockdown or no cgroup for it"])
@@ -173,8 +196,19 @@ final class SessionEffects {
                                    systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"),
                                    avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
         if resolvers.isEmpty, let gateway = path.gateway { resolvers = [gateway] }
-        let window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
-                                                 resolvers: resolvers, ports: [80, 443] + (Self.port(of: url).map { [$0] } ?? []))
+        var window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
+                                                 resolvers: resolvers)
+        if let (host, port) = Self.hostAndPort(of: url), port != 80 && port != 443 {
+            // The network chose this port: only to the login page's own address, or, for a
+            // name (its address is the network's resolver's to give), only an unprivileged port.
+            if let address = IPAddress(host) {
+                window.login = .init(address: address, port: port)
+            } else if port >= 1024 {
+                window.login = .init(address: nil, port: port)
+            } else {
+                log.warning("the login page's port is not let through the portal window", metadata: ["port": "\(port)", "url": "\(url)"])
+            }
+        }
         do {
             try firewall.portalWindow(window)
             portalWindow = window
@@ -185,22 +219,30 @@ final class SessionEffects {
         }
     }
 
-    /// The TCP port a login page's URL names, if it names one (`http://10.0.0.1:8080/login`).
-    static func port(of url: String) -> UInt16? {
+    /// The host and the TCP port a login page's URL names, when it names a port
+    /// (`http://10.0.0.1:8080/login`).
+    static func hostAndPort(of url: String) -> (String, UInt16)? {
         guard let scheme = url.firstRange(of: "://") else { return nil }
         let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        return Endpoint(String(authority))?.port
+        guard let endpoint = Endpoint(String(authority)), let port = endpoint.port else { return nil }
+        return (endpoint.host, port)
     }
 
-    /// The lockdown is whole again.
+    /// The lockdown is whole again, and the window's processes go back to their own cgroup.
+    /// A failure is logged and tried again after the next decision (`portalWindow` stays set).
     func closePortalWindow() {
-        guard portalWindow != nil else { return }
-        do {
-            try firewall?.portalWindow(nil)
-            portalWindow = nil
-            log.notice("portal window closed")
-        } catch {
-            log.error("cannot close the portal window; stop the agent to close it", metadata: ["error": "\(error)"])
+        if portalWindow != nil {
+            do {
+                try firewall?.portalWindow(nil)
+                portalWindow = nil
+                log.notice("portal window closed")
+            } catch {
+                return log.error("cannot close the portal window; trying again", metadata: ["error": "\(error)"])
+            }
+        }
+        if let cgroup = portalCgroup, let cgroups {
+            cgroup.close(fs: cgroups)
+            portalCgroup = nil
         }
     }
 
@@ -353,7 +395,7 @@ final class SessionEffects {
         try? routes?.remove()
         // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
         closePortalWindow()
-        portalCgroup?.remove()
+        cgroups?.unmount()
         guard operatorStop else { return }
         if let dns, dns.applied != nil {
             do {

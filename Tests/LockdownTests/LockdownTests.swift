@@ -28,6 +28,33 @@ struct LockdownPolicyTests {
         #expect(dns.lowerBound < open.lowerBound)
     }
 
+    @Test func aPortalWindowLetsOnlyItsCgroupOutAndOnlyToWhatALoginNeeds() {
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server)
+        policy.checkPorts = [80]
+        let closed = policy.ruleset()
+        #expect(closed.contains("meta mark 0xca6c tcp dport { 80 } accept"), "the agent's own check")
+        #expect(!closed.contains("cgroupv2"), "no window, no cgroup rule")
+        policy.portalWindow = .init(cgroup: "unified/roam-portal.7.1", level: 1, interface: "wifi0",
+                                    resolvers: [IPAddress("192.168.1.1")!, IPAddress("fd00::1")!],
+                                    login: .init(address: IPAddress("192.168.1.1")!, port: 8080))
+        let text = policy.ruleset()
+        let match = "socket cgroupv2 level 1 \"unified/roam-portal.7.1\""
+        #expect(text.contains("\(match) meta mark set 0xca6c"), "its packets take the uplink's routes")
+        #expect(text.contains("\(match) meta nfproto ipv4 ip daddr != 127.0.0.0/8 meta l4proto { tcp, udp } th dport 53 dnat ip to 192.168.1.1"))
+        #expect(text.contains("\(match) oifname \"wifi0\" ip daddr { 192.168.1.1 } meta l4proto { tcp, udp } th dport 53 ct mark set 0x726f616d accept"))
+        #expect(text.contains("\(match) oifname \"wifi0\" tcp dport { 80, 443 } ct mark set 0x726f616d accept"))
+        #expect(text.contains("\(match) oifname \"wifi0\" ip daddr 192.168.1.1 tcp dport 8080 ct mark set 0x726f616d accept"))
+        #expect(text.contains("iifname \"wifi0\" ct mark 0x726f616d ct state established accept"))
+        // Everything else from the window is refused before any rule that accepts marked packets.
+        let refused = try! #require(text.range(of: "\(match) counter name blocked_out goto refuse"))
+        let marked = try! #require(text.range(of: "meta mark 0xca6c meta l4proto { tcp, udp } th dport 53 accept"))
+        let tunnel = try! #require(text.range(of: "oifname \"roam0\" accept"))
+        #expect(refused.upperBound < marked.lowerBound && refused.upperBound < tunnel.lowerBound)
+        // A name in the cgroup's path cannot break out of its string.
+        policy.portalWindow?.cgroup = "x\" accept\nchain y"
+        #expect(policy.ruleset().contains("socket cgroupv2 level 1 \"x acceptchain y\""))
+    }
+
     @Test func anIPv6ServerIsMatchedAsIPv6() {
         let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
                                   server: LockdownPolicy.Server(IPAddress("2001:db8::7")!, port: 443)).ruleset()
