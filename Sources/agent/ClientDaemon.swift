@@ -319,6 +319,11 @@ extension ClientDaemon {
                 metricsFile = fresh.metricsFile.map(MetricsFile.init)
                 writeMetrics()
             }
+            do {
+                try effects.firewall?.allowCheck(port: fresh.checkPort)
+            } catch {
+                log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
+            }
             settings = fresh
             machine.config = fresh.reconnect
             effects.setPersistentKeepalive(fresh.persistentKeepalive)

@@ -20,7 +20,7 @@ final class Firewall {
         }
         policy = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
                                 localNetworks: localNetworks)
-        if settings.reconnect.portalCheck { policy.checkPorts = [settings.portal.url.port] }
+        policy.checkPorts = settings.checkPort.map { [$0] } ?? []
         try lockdown.apply(policy)
     }
 

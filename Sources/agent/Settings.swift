@@ -52,6 +52,9 @@ struct ClientSettings {
     var metricsFile: String?
     /// The connectivity check that finds captive portals (its timing is in `reconnect`).
     var portal = PortalCheck.standard
+
+    /// The port the connectivity check's plain HTTP goes to; nil with the check off.
+    var checkPort: UInt16? { reconnect.portalCheck ? portal.url.port : nil }
 }
 
 /// The client's `dns` section.
