@@ -618,8 +618,7 @@ extension ClientDaemon {
             case .portalOpen:
                 openPortalWindow(call)
             case .portalClose:
-                // The one who opened the window closes it (or root).
-                if let owner = windowOwner, call.peer.uid != 0, call.peer.uid != owner {
+                guard mayChangeWindow(call.peer) else {
                     return call.reply(ControlFailure(code: "not-permitted", message: "the portal window is another user's").line)
                 }
                 feed(.closePortalWindow)
@@ -638,7 +637,7 @@ extension ClientDaemon {
                 return refuse("not-needed", "without a full tunnel's lockdown the portal is reachable as it is: log in at \(url)")
             }
             let opening = machine.portalWindowUntil == nil
-            if !opening, let owner = windowOwner, call.peer.uid != 0, call.peer.uid != owner {
+            if !opening, !mayChangeWindow(call.peer) {
                 return refuse("not-permitted", "the portal window is another user's")
             }
             do {
@@ -652,8 +651,7 @@ extension ClientDaemon {
                 windowOwner = call.peer.uid
                 feed(.openPortalWindow)
                 guard effects.portalWindow != nil else {
-                    feed(.closePortalWindow)
-                    effects.closePortalWindow()  // the cgroup goes, whatever the core thought
+                    feed(.closePortalWindow)  // which takes the cgroup away too
                     return refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
                 }
                 log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
@@ -661,6 +659,11 @@ extension ClientDaemon {
             let left = (machine.portalWindowUntil ?? Instant.now()) - Instant.now()
             call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),
                                                ("interface", .string(path.interface)), ("for_ms", left.milliseconds)]))
+        }
+
+        /// Only the one who opened the portal window (or root) closes it or adds to it.
+        private func mayChangeWindow(_ peer: PeerProcess) -> Bool {
+            windowOwner.map { peer.uid == 0 || peer.uid == $0 } ?? true
         }
 
         /// A transition as the control socket gives it.
