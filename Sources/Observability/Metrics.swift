@@ -93,7 +93,11 @@ public final class ClientMetrics: RoamMetrics {
         for result in ["online", "portal", "unknown"] { count("roam_connectivity_checks_total", [("result", result)], by: 0) }
         gauge("roam_connected", [], 0)
         gauge("roam_portal_window_open", [], 0)
+        gauge("roam_lockdown_lifted", [], 0)
     }
+
+    /// An on-demand rule lifted the lockdown (or it came back).
+    public func lockdownLifted(_ lifted: Bool) { gauge("roam_lockdown_lifted", [], lifted ? 1 : 0) }
 
     /// A connectivity check ended: `online`, `portal` or `unknown`.
     public func checked(_ result: String) { count("roam_connectivity_checks_total", [("result", result)]) }
@@ -127,6 +131,8 @@ public final class ClientMetrics: RoamMetrics {
         } else if case .portal = transition.to {
             // Behind a portal until someone logs in: the wait is the user's, not an outage.
             outageSince = nil
+        } else if case .disconnected = transition.to {
+            outageSince = nil  // an on-demand rule keeps it down: no outage
         } else if Self.carriesTraffic(transition.from), !Self.carriesTraffic(transition.to) {
             outageSince = transition.at
         }

@@ -31,6 +31,11 @@ public protocol SessionDriver {
     mutating func openPortalWindow(via path: Path, portal url: String, until: Instant)
     /// The lockdown is whole again.
     mutating func closePortalWindow()
+    /// An on-demand rule trusts the network: the lockdown, the tunnel's routes and its
+    /// resolvers step aside.
+    mutating func liftLockdown()
+    /// The lockdown, the tunnel's routes and its resolvers are back.
+    mutating func restoreLockdown()
 }
 
 /// The one action interpreter, run by the daemon and by every replay: facts go into the core,
@@ -84,6 +89,8 @@ public struct Interpreter: Sendable {
             case .checkConnectivity(let path): driver.checkConnectivity(via: path)
             case .openPortalWindow(let path, let url, let until): driver.openPortalWindow(via: path, portal: url, until: until)
             case .closePortalWindow: driver.closePortalWindow()
+            case .liftLockdown: driver.liftLockdown()
+            case .restoreLockdown: driver.restoreLockdown()
             case .armTimer, .cancelTimer, .quiesce: break
             }
         }

@@ -78,6 +78,8 @@ public struct Reconnector: Sendable {
     public private(set) var connectivityChecks = 0
     /// Until when the portal window is open, while it is.
     public private(set) var portalWindowUntil: Instant?
+    /// What the on-demand rules last decided, for the network of the path it names.
+    public private(set) var onDemand: OnDemandVerdict?
 
     /// `servers` names the servers in the order they are tried (one, unnamed, by default).
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero,
@@ -156,6 +158,7 @@ public struct Reconnector: Sendable {
         case .connectivity(let result, let id): connectivity(result, on: id, now, &out)
         case .openPortalWindow: openPortalWindow(now, &out)
         case .closePortalWindow: closePortalWindow(now, &out)
+        case .onDemand(let decision): onDemand(decision, now, &out)
         }
         return out
     }
@@ -171,6 +174,15 @@ public struct Reconnector: Sendable {
         switch state {
         case .sleeping, .failed, .paused:
             coalesced += 1
+        case .disconnected(let rule, let lifted):
+            // A lifted lockdown belongs to the network it was lifted for: leaving it puts it back
+            // at once, before the rules have looked at the next one.
+            if let lifted, preferred(now)?.id != lifted {
+                out.append(.restoreLockdown)
+                enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
+            } else {
+                coalesced += 1
+            }
         case .offline:
             if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
         case .portal(let path, let url):
@@ -232,7 +244,7 @@ public struct Reconnector: Sendable {
 
     private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
         switch state {
-        case .sleeping, .paused: return  // paused: there is nothing to quiesce, and no session to keep
+        case .sleeping, .paused, .disconnected: return  // there is nothing to quiesce, and no session to keep
         default: break
         }
         stateBeforeSleep = state
@@ -241,7 +253,10 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
-        if case .paused = state { coalesced += 1; return }  // the operator brings it up, not a wake
+        switch state {
+        case .paused, .disconnected: coalesced += 1; return  // the operator or the rules bring it up, not a wake
+        default: break
+        }
         let before: State
         if case .sleeping = state { before = stateBeforeSleep } else { before = state }
         if case .failed(let why) = before { return enter(.failed(why), .wokeAfter(slept), now, &out) }
@@ -299,7 +314,10 @@ public struct Reconnector: Sendable {
     private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
         // A handshake that was in flight when the operator took the tunnel down: its keys went
         // with the session.
-        if case .paused = state { return }
+        switch state {
+        case .paused, .disconnected: return
+        default: break
+        }
         // The driver holds the fresh keys whatever the state: the session lives from now.
         session = (now, now)
         // In backing-off the answer came after the timeout gave up on it; it works all the same.
@@ -321,7 +339,7 @@ public struct Reconnector: Sendable {
             if case .connecting(let path) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
         case .rejected(let why):
             switch state {
-            case .sleeping, .failed, .offline, .paused: return
+            case .sleeping, .failed, .offline, .paused, .disconnected: return
             default:
                 enter(.failed(.rejected(why)), .rejected(why), now, &out)
                 out.append(.reportFailure(.rejected(why)))
@@ -355,7 +373,7 @@ public struct Reconnector: Sendable {
         case .backingOff:
             // The retry's probe checks it: its silence then brings a handshake at once.
             checkingHint = true
-        case .connecting, .offline, .sleeping, .failed, .paused, .portal:
+        case .connecting, .offline, .sleeping, .failed, .paused, .portal, .disconnected:
             coalesced += 1  // fresh keys are on their way, or nothing is sent meanwhile
         }
     }
@@ -484,7 +502,7 @@ public struct Reconnector: Sendable {
 
     private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
         switch state {
-        case .sleeping, .paused: return  // down stays down until `agent up`
+        case .sleeping, .paused, .disconnected: return  // down stays down until `agent up`, or the rules change
         case .connecting: coalesced += 1; return  // the fresh handshake asked for is already in flight
         default: break
         }
@@ -501,6 +519,7 @@ public struct Reconnector: Sendable {
     private mutating func pause(_ now: Instant, _ out: inout [Action]) {
         if case .paused = state { coalesced += 1; return }
         session = nil
+        if case .disconnected(_, _?) = state { out.append(.restoreLockdown) }
         enter(.paused, .operatorDown, now, &out)
         out.append(.disconnect)
     }
@@ -512,6 +531,10 @@ public struct Reconnector: Sendable {
         failures = 0
         notBefore = nil
         guard let best = preferred(now) else { return enter(.offline, .operatorUp, now, &out) }
+        if let verdict = onDemand, verdict.action == .disconnect, verdict.path == best.id {
+            // Up again on a network the rules keep the tunnel off: as they said.
+            return disconnect(verdict, now, &out, from: .operatorUp)
+        }
         startAttempt(on: best, .operatorUp, now, &out, handshake: true)
     }
 
@@ -523,7 +546,7 @@ public struct Reconnector: Sendable {
         // Paths that failed their probes failed them towards the old address.
         dead.removeAll()
         switch state {
-        case .offline, .sleeping, .failed, .paused, .portal:
+        case .offline, .sleeping, .failed, .paused, .portal, .disconnected:
             // The next attempt goes to the new address anyway (behind a portal, after it opens).
             coalesced += 1
         case .backingOff:
@@ -536,6 +559,59 @@ public struct Reconnector: Sendable {
             // The initiation went to the old address: its answer will not come.
             attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
         }
+    }
+
+    // MARK: On-demand rules
+
+    /// What the rules decided for the best path's network. `connect` brings a tunnel they kept
+    /// down up at once; `disconnect` ends the session with a goodbye and tries nothing while
+    /// they hold (lifting the lockdown for that network only if the rule says so); `ignore`
+    /// keeps what is. While they wait for a fact, a lifted lockdown is put back.
+    private mutating func onDemand(_ decision: OnDemandDecision, _ now: Instant, _ out: inout [Action]) {
+        guard case .decided(let verdict) = decision else {
+            guard case .disconnected(let rule, _?) = state else { coalesced += 1; return }
+            out.append(.restoreLockdown)
+            return enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("the rules look at the network"), now, &out)
+        }
+        onDemand = verdict
+        switch state {
+        case .paused, .failed, .sleeping:
+            // The operator's word (or a rejection) stands; a wake brings the rules' word anew.
+            coalesced += 1
+            return
+        default: break
+        }
+        switch verdict.action {
+        case .connect:
+            guard case .disconnected(_, let lifted) = state else { coalesced += 1; return }
+            if lifted != nil { out.append(.restoreLockdown) }
+            failures = 0
+            guard let best = preferred(now) else { return enter(.offline, .onDemand(verdict), now, &out) }
+            attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
+        case .disconnect:
+            disconnect(verdict, now, &out, from: .onDemand(verdict))
+        case .ignore:
+            // Keep what is, but a lifted lockdown was the lifting rule's, not this one's.
+            guard case .disconnected(let rule, _?) = state else { coalesced += 1; return }
+            out.append(.restoreLockdown)
+            enter(.disconnected(rule: rule, lifted: nil), .onDemand(verdict), now, &out)
+        }
+    }
+
+    /// Ends the session (with a goodbye, if there is one) as `verdict` says and keeps the
+    /// tunnel down; the lockdown steps aside only if the rule lifts it.
+    private mutating func disconnect(_ verdict: OnDemandVerdict, _ now: Instant, _ out: inout [Action], from reason: Reason) {
+        let lift = verdict.liftsLockdown ? verdict.path : nil
+        if case .disconnected(_, let lifted) = state {
+            guard lifted != lift else { coalesced += 1; return }
+            if lifted != nil { out.append(.restoreLockdown) }
+            if lift != nil { out.append(.liftLockdown) }
+            return enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)
+        }
+        session = nil
+        enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)
+        if socket != nil { out.append(.disconnect) }  // a session, or one on its way: a goodbye
+        if lift != nil { out.append(.liftLockdown) }
     }
 
     // MARK: Captive portals
@@ -885,7 +961,7 @@ public struct Reconnector: Sendable {
             suspectedByLiveness = false
         }
         switch new {
-        case .offline, .sleeping, .failed, .paused: checkingHint = false  // what follows starts afresh
+        case .offline, .sleeping, .failed, .paused, .disconnected: checkingHint = false  // what follows starts afresh
         default: break
         }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,

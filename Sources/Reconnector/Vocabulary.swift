@@ -55,6 +55,9 @@ public enum Input: Equatable, Sendable {
     case openPortalWindow
     /// The process the window was opened for ended, or its operator closed the window.
     case closePortalWindow
+    /// What the on-demand rules decided for the network of the best path (or that they wait
+    /// for a fact about it).
+    case onDemand(OnDemandDecision)
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -79,6 +82,7 @@ public enum Input: Equatable, Sendable {
         case .connectivity: "connectivity-check"
         case .openPortalWindow: "portal-window"
         case .closePortalWindow: "portal-window-closed"
+        case .onDemand: "on-demand"
         }
     }
 }
@@ -157,6 +161,11 @@ public enum Action: Equatable, Sendable {
     case openPortalWindow(via: Path, portal: String, until: Instant)
     /// Close the portal window: the lockdown is whole again.
     case closePortalWindow
+    /// An on-demand rule trusts the network: the lockdown, the tunnel's routes and its resolvers
+    /// step aside, and the machine talks to the network directly.
+    case liftLockdown
+    /// Put the lockdown, the tunnel's routes and its resolvers back.
+    case restoreLockdown
 }
 
 /// The state of the session as the state machine sees it.
@@ -183,6 +192,10 @@ public enum State: Equatable, Sendable {
     /// The network on the path holds everything back until a user logs in to its captive
     /// portal at `url`: no attempts, only rechecks that back off.
     case portal(Path, url: String)
+    /// An on-demand rule keeps the tunnel down on this network: no session and no attempts
+    /// until the rules say otherwise. The lockdown stays, unless the rule lifted it for the
+    /// network of path `lifted`.
+    case disconnected(rule: String, lifted: Path.ID?)
 
     /// The state's name in logs and status.
     public var name: String {
@@ -197,6 +210,7 @@ public enum State: Equatable, Sendable {
         case .failed: "failed"
         case .paused: "paused"
         case .portal: "portal"
+        case .disconnected: "disconnected"
         }
     }
 
@@ -205,7 +219,7 @@ public enum State: Equatable, Sendable {
         switch self {
         case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p), .portal(let p, _): p
         case .switching(let from, _, _): from
-        case .offline, .sleeping, .failed, .paused: nil
+        case .offline, .sleeping, .failed, .paused, .disconnected: nil
         }
     }
 }
@@ -285,6 +299,11 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case portalWindowOpened(Duration)
     /// A portal window closed: its time ran out, or its process ended.
     case portalWindowClosed(why: String)
+    /// An on-demand rule decided.
+    case onDemand(OnDemandVerdict)
+    /// The network the lockdown was lifted for is no longer the tunnel's (or the rules wait for
+    /// a fact about the new one): the lockdown is whole again.
+    case lockdownRestored(String)
 
     public var description: String {
         switch self {
@@ -326,6 +345,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .portalOpened(let i): "portalOpened(\(i))"
         case .portalWindowOpened(let d): "portalWindowOpened(for \(d.short))"
         case .portalWindowClosed(let why): "portalWindowClosed(\(why))"
+        case .onDemand(let v): "onDemand(\(v))"
+        case .lockdownRestored(let why): "lockdownRestored(\(why))"
         }
     }
 }

@@ -74,6 +74,12 @@ public struct Replay {
     private var portals: [String: String] = [:]
     /// The lockdown lets a portal window's process tree out.
     private var windowOpen = false
+    /// What on-demand rules can learn of the network behind each link.
+    private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)] = [:]
+    /// The rules' last decision, fed to the agent as the daemon does: only when it changes.
+    private var decision: OnDemandDecision?
+    /// An on-demand rule has the lockdown lifted.
+    private var lockdownLifted = false
     private var checkTimes: [Instant] = []
     private var rtt: [String: Duration] = [:]
     /// Per link: loss each way and jitter, drawn from a generator seeded by the scenario.
@@ -151,6 +157,7 @@ public struct Replay {
         let cpuAtStart = Self.threadCPUTime()
         // The initial network is what the first dump shows: the model starts from it.
         for event in scenario.network { try applyNetwork(event, report: false) }
+        for event in scenario.network { if case .link(let spec) = event.event { _ = try resolve(TimedEvent(at: .zero, line: event.line, event: .link(spec))) } }
         // The agent starts on the first of the server's addresses that an uplink reaches.
         tracker.learn(serverAddresses: scenario.serverAddresses)
         if let first = PathTracker.preferred(scenario.serverAddresses, in: tracker.model), first != tracker.endpoint {
@@ -162,7 +169,7 @@ public struct Replay {
         pathAtResults = Array(repeating: nil, count: scenario.expect.pathAt.count)
         stateAtResults = Array(repeating: "", count: scenario.expect.stateAt.count)
         if let every = scenario.traffic { queue.push(.zero + every, .traffic) }
-        feed(.paths(tracker.paths))
+        feedPaths(tracker.paths)
         updateOutage()
 
         while let next = queue.pop(), next.at <= scenario.until {
@@ -260,8 +267,12 @@ public struct Replay {
         case .gateway(let index, let change):
             gateways[index].hasSession = false
             gateways[index].up = change == .up
-        case .drop(let name): dropped.insert(name)
-        case .restore(let name): dropped.remove(name)
+        case .drop(let name):
+            dropped.insert(name)
+            decideOnDemand()
+        case .restore(let name):
+            dropped.remove(name)
+            decideOnDemand()
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
         case .portalWindow(let open): feed(open ? .openPortalWindow : .closePortalWindow)
@@ -291,7 +302,9 @@ public struct Replay {
             handshakeInFlight = nil
             handshakeGeneration += 1
             windowOpen = false  // the new process loads the lockdown whole
-            feed(.paths(tracker.paths))
+            lockdownLifted = false
+            decision = nil
+            feedPaths(tracker.paths)
         }
     }
     private var trafficPaused = false
@@ -310,11 +323,39 @@ public struct Replay {
     /// With nil (no significant change), only an uplink that now reaches another address counts.
     private mutating func pathsChanged(_ paths: [Path]?) {
         guard tracker.paths.isEmpty, let other = tracker.reachableAlternative else {
-            if let paths { feed(.paths(paths)) }
+            if let paths { feedPaths(paths) } else { decideOnDemand() }
             return
         }
         followServer()
-        if let new = tracker.retarget(to: other) { feed(.paths(new)) }
+        if let new = tracker.retarget(to: other) { feedPaths(new) }
+    }
+
+    /// As the daemon does: the rules decide for the best path's network first, so a trusted
+    /// network is never tried, then the paths go in.
+    private mutating func feedPaths(_ paths: [Path]) {
+        decideOnDemand()
+        feed(.paths(paths))
+    }
+
+    /// Evaluates the on-demand rules for the best path's network, with what the world says of it
+    /// (a probe answers at once), and feeds the decision when it changed.
+    private mutating func decideOnDemand() {
+        guard !scenario.onDemand.rules.isEmpty, let best = tracker.paths.first else { return }
+        let world = networks[best.interface]
+        let reaches = self.reaches(best.id) && !dropped.contains(best.interface)
+        var probes: [OnDemandRule.Probe: Bool] = [:]
+        for rule in scenario.onDemand.rules {
+            if let probe = rule.match.probe { probes[probe] = reaches && world?.probes.contains(probe.url) == true }
+        }
+        let facts = NetworkFacts(path: best, ssid: world?.ssid.map { .known($0) } ?? .absent,
+                                 gatewayMAC: world?.gatewayMAC.map { .known($0) } ?? .absent,
+                                 dnsDomains: world?.domains.map { .known($0) } ?? .absent,
+                                 addresses: tracker.model.addresses.values.filter { $0.linkIndex == best.linkIndex && $0.isUsable }.map(\.ip),
+                                 probes: probes)
+        let new = scenario.onDemand.evaluate(facts)
+        guard new != decision else { return }
+        decision = new
+        feed(.onDemand(new))
     }
 
     /// What the daemon's driver forgets when it follows the server to another address: a
@@ -355,6 +396,12 @@ public struct Replay {
             if let spread = spec.jitter { jitter[spec.name] = spread }
             if let mtu = spec.pathMTU { pathMTU[spec.name] = mtu }
             if let timeout = spec.natTimeout { natTimeout[spec.name] = timeout }
+            var facts = networks[spec.name] ?? (nil, nil, nil, [])
+            if let ssid = spec.ssid { facts.ssid = ssid }
+            if let mac = spec.gatewayMAC { facts.gatewayMAC = mac }
+            if let domains = spec.dnsDomains { facts.domains = domains }
+            if let urls = spec.probeAnswers { facts.probes = Set(urls) }
+            networks[spec.name] = facts
             let old = model.link(named: spec.name)
             let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
             let link = Link(index: index, name: spec.name, kind: spec.kind ?? old?.kind ?? .other,
@@ -490,6 +537,8 @@ public struct Replay {
     }
 
     private mutating func updateOutage() {
+        // A tunnel the rules keep down is no outage.
+        if case .disconnected = machine.state { if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }; outageStart = nil; return }
         let couldWork = !sleeping && gateways.contains(where: \.up) && acceptsAuth
             && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true
@@ -535,7 +584,7 @@ public struct Replay {
             case .cancelTimer(let kind):
                 armed[kind] = nil
             case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
-                 .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow:
+                 .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow, .liftLockdown, .restoreLockdown:
                 break
             }
         }
@@ -547,8 +596,20 @@ public struct Replay {
             if budgeted { acSinceLastAttempt = false }
         }
         if !machine.isHandshaking { handshakeInFlight = nil }
-        if case .paused = machine.state, attempted || actions.contains(where: { if case .probe = $0 { true } else { false } }) {
-            violation("an attempt while paused, on \(input.name)")
+        switch machine.state {
+        case .paused, .disconnected:
+            if attempted || actions.contains(where: { if case .probe = $0 { true } else { false } }) {
+                violation("an attempt while \(machine.state.name), on \(input.name)")
+            }
+        default: break
+        }
+        // The lockdown is lifted only while a rule keeps the tunnel down on the very network it
+        // trusts, and never anywhere else.
+        if case .disconnected(_, let lifted) = machine.state, let lifted {
+            if !lockdownLifted { violation("the core says the lockdown is lifted, the world's is whole") }
+            if tracker.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
+        } else if lockdownLifted {
+            violation("the lockdown is lifted in \(machine.state.name), on \(input.name)")
         }
         if before.name != machine.state.name && !reported {
             violation("\(before.name) -> \(machine.state.name) on \(input.name) without a logged transition")
@@ -635,6 +696,9 @@ public struct Replay {
         if let path = e.path {
             let actual = machine.state.path?.interface ?? "none"
             expect(actual == path, "final path: expected \(path), got \(actual)")
+        }
+        if let lifted = e.lockdownLifted {
+            expect(lifted == lockdownLifted, "lockdown: expected it \(lifted ? "lifted" : "whole") at the end, it was \(lockdownLifted ? "lifted" : "whole")")
         }
         if let server = e.server {
             let actual = scenario.gateways[machine.server]
@@ -881,6 +945,16 @@ extension Replay: SessionDriver {
     public mutating func closePortalWindow() {
         if !windowOpen { violation("a portal window closed while none is open") }
         windowOpen = false
+    }
+
+    public mutating func liftLockdown() {
+        if lockdownLifted { violation("the lockdown lifted twice") }
+        lockdownLifted = true
+    }
+
+    public mutating func restoreLockdown() {
+        if !lockdownLifted { violation("the lockdown restored while whole") }
+        lockdownLifted = false
     }
 
     public mutating func transitioned(_ transition: Transition) {

@@ -35,6 +35,8 @@ public struct Scenario: Sendable {
     /// Several gateways behind the same address, by name, in the agent's order: the
     /// first is tried first. One unnamed gateway when the scenario names none.
     public var gateways: [String] = ["server"]
+    /// The client's on-demand rules (none: always connect).
+    public var onDemand = OnDemandRules()
     public var expect: Expectations
 
     /// Where the scenario library lives in the source tree.
@@ -155,6 +157,12 @@ public struct LinkSpec: Sendable {
     /// A NAT on this link forgets a mapping this long after the laptop last sent through it; an
     /// answer that arrives after that is lost.
     public var natTimeout: Duration?
+    /// What on-demand rules can learn of the network behind this link.
+    public var ssid: String?
+    public var gatewayMAC: String?
+    public var dnsDomains: [String]?
+    /// Probe URLs that answer as their rules expect on this network.
+    public var probeAnswers: [String]?
 }
 
 /// A route as a scenario describes it, naming links.
@@ -197,6 +205,8 @@ public struct Expectations: Sendable {
     public var pathAt: [(at: Instant, path: String)] = []
     /// The state the machine is in at given instants.
     public var stateAt: [(at: Instant, state: String)] = []
+    /// Whether an on-demand rule has the lockdown lifted at the end.
+    public var lockdownLifted: Bool?
 
     public struct Window: Sendable {
         public var from: Instant

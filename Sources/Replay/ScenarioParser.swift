@@ -32,7 +32,7 @@ extension YAMLReader {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
-            "timeline", "until", "expect", "link-kinds", "recorded", "gateways",
+            "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -101,6 +101,7 @@ extension YAMLReader {
         scenario.linkKinds = kinds
         if !gateways.isEmpty { scenario.gateways = gateways }
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
+        if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
         return scenario
     }
 
@@ -297,7 +298,8 @@ extension YAMLReader {
 
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
-                                                     "loss-down", "jitter", "path-mtu", "nat-timeout"])
+                                                     "loss-down", "jitter", "path-mtu", "nat-timeout", "ssid", "gateway-mac",
+                                                     "dns-domain", "probe-answers"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
         if let n = f.optional("kind") { spec.kind = try linkKind(n) }
@@ -314,6 +316,24 @@ extension YAMLReader {
         if let n = f.optional("jitter") { spec.jitter = try duration(n) }
         if let n = f.optional("path-mtu") { spec.pathMTU = try int(n, 68...65535) }
         if let n = f.optional("nat-timeout") { spec.natTimeout = try positiveDuration(n) }
+        if let n = f.optional("ssid") { spec.ssid = try string(n) }
+        if let n = f.optional("gateway-mac") {
+            let text = try string(n)
+            guard let mac = HardwareAddress(text) else { throw fail(n, "'gateway-mac' is like 52:54:00:12:34:56, got \"\(text)\"") }
+            spec.gatewayMAC = mac.description
+        }
+        if let n = f.optional("dns-domain") {
+            var domains: [String] = []
+            let items: [Node]
+            if case .sequence = n.value { items = try list(n) } else { items = [n] }
+            for item in items { domains.append(try string(item)) }
+            spec.dnsDomains = domains
+        }
+        if let n = f.optional("probe-answers") {
+            var urls: [String] = []
+            for item in try list(n) { urls.append(try string(item)) }
+            spec.probeAnswers = urls
+        }
         return spec
     }
 
@@ -406,11 +426,13 @@ extension YAMLReader {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
+            "lockdown-lifted",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
         if let n = f.optional("path") { e.path = try string(n) }
         if let n = f.optional("server") { e.server = try string(n) }
+        if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
         if let n = f.optional("max-attempts") { e.maxAttempts = try int(n, 0...Int.max) }
         if let n = f.optional("min-attempts") { e.minAttempts = try int(n, 0...Int.max) }
         if let n = f.optional("max-handshakes") { e.maxHandshakes = try int(n, 0...Int.max) }
@@ -459,7 +481,7 @@ extension YAMLReader {
     }
 
     static let stateNames = ["offline", "connecting", "connected", "probing", "switching", "sleeping", "portal",
-                             "backing-off", "failed", "paused"]
+                             "backing-off", "failed", "paused", "disconnected"]
 
     /// Reads a state name, or checks `text` (the state part of a `state:reason` entry).
     func stateName(_ node: Node, text: String? = nil) throws(ScenarioError) -> String {

@@ -22,6 +22,8 @@ final class ClientDaemon: Sendable {
         case control(ControlServer.Call)
         /// A connectivity check over the path ended.
         case connectivity(Connectivity, Path.ID)
+        /// An on-demand rule's probe over the path answered (true: as expected), or did not.
+        case probed(OnDemandRule.Probe, Path.ID, Bool)
     }
 
     /// The only state shared across threads.
@@ -99,6 +101,8 @@ extension ClientDaemon {
         private var metricsDue: Instant?
         /// Who opened the portal window, while one is open: only they (or root) close it.
         private var windowOwner: UInt32?
+        /// The facts the on-demand rules match on; nil without rules.
+        private var onDemand: OnDemandWatch?
         /// Where the budget, the backoff and the dead-path verdicts outlive this process (the
         /// runtime directory, beside the control socket), and what was written there last.
         private let memoryPath: String
@@ -126,6 +130,7 @@ extension ClientDaemon {
             interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
+            onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand)
             do {
                 monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
             } catch {
@@ -146,12 +151,15 @@ extension ClientDaemon {
                 log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
             effects.networkChanged(monitor.tracker.model)
+            // The rules first: a trusted network is never tried.
+            decideOnDemand()
             feed(.paths(monitor.paths))
             while running {
                 let now = Instant.now()
                 service.tick(now: now)
                 let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp)
-                let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue].compactMap { $0 }.min()
+                let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue,
+                              onDemand?.nextDeadline].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
@@ -163,6 +171,7 @@ extension ClientDaemon {
                 let after = Instant.now()
                 report(flaps.tick(now: after))
                 if let due = metricsDue, due <= after { writeMetrics() }
+                if let due = onDemand?.nextDeadline, due <= after { decideOnDemand() }
                 for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                     feed(.timerFired(kind))
                 }
@@ -210,7 +219,45 @@ extension ClientDaemon {
                follow(other, why: "no uplink reaches \(effects.server.ip) now", announce: false) {
                 return
             }
+            // An address or a route that moved no path may still be what a rule matches on.
+            decideOnDemand()
             if let paths { feed(.paths(paths)) }
+        }
+
+        /// One on-demand probe over `path`, outside the tunnel, as the connectivity check is made.
+        private func startProbe(_ probe: OnDemandRule.Probe, via path: Path) {
+            guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, path.id, false)) }
+            let check = PortalCheck(url: url, expect: probe.expect.portalExpectation)
+            let mark = settings.mode.socketMark
+            let avoiding = effects.dns?.applied?.resolvers ?? []
+            log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
+            do {
+                try OSThread.detach { [weak mailbox] in
+                    mailbox?.post(.probed(probe, path.id, check.run(via: path, mark: mark, avoiding: avoiding) == .online))
+                }
+            } catch {
+                mailbox.post(.probed(probe, path.id, false))
+            }
+        }
+
+        /// Evaluates the on-demand rules for the best path's network and tells the core when
+        /// their decision changed (a probe they wait for runs on its own thread).
+        private func decideOnDemand() {
+            guard let onDemand, let best = monitor.paths.first else { return }
+            let decision = onDemand.decide(for: best, model: monitor.tracker.model,
+                                           tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path in
+                startProbe(probe, via: path)
+            }
+            guard let decision else { return }
+            switch decision {
+            case .decided(let verdict):
+                log.notice("on-demand", metadata: ["rule": "\(verdict.rule)", "action": "\(verdict.action.rawValue)",
+                                                   "path": "\(verdict.interface)", "lockdown": "\(verdict.liftsLockdown ? "lifted" : "kept")"])
+            case .waiting(let rule, let wanted, _):
+                log.info("on-demand waits", metadata: ["rule": "\(rule)", "path": "\(best.interface)",
+                                                       "for": "\(wanted.map(\.description).joined(separator: ","))"])
+            }
+            feed(.onDemand(decision))
         }
 
         private func powerMayHaveChanged() {
@@ -252,6 +299,10 @@ extension ClientDaemon {
                 answer(call)
             case .connectivity(let result, let id):
                 checked(result, on: id)
+            case .probed(let probe, let id, let expected):
+                log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
+                onDemand?.probeAnswered(probe, on: id, expected)
+                decideOnDemand()
             }
         }
 
@@ -320,11 +371,26 @@ extension ClientDaemon {
                 writeMetrics()
             }
             do {
-                try effects.firewall?.allowCheck(port: fresh.checkPort)
+                try effects.firewall?.allowCheck(ports: fresh.checkPorts)
             } catch {
                 log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
             }
+            let rulesChanged = fresh.onDemand != settings.onDemand
             settings = fresh
+            if rulesChanged {
+                if fresh.onDemand.rules.isEmpty {
+                    // No rules: always on, as without them.
+                    if onDemand != nil, let best = monitor.paths.first {
+                        feed(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: best.id, interface: best.interface))))
+                    }
+                    onDemand = nil
+                } else if let onDemand {
+                    onDemand.use(fresh.onDemand)
+                } else {
+                    onDemand = OnDemandWatch(rules: fresh.onDemand)
+                }
+                decideOnDemand()
+            }
             machine.config = fresh.reconnect
             effects.setPersistentKeepalive(fresh.persistentKeepalive)
             log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
@@ -538,6 +604,14 @@ extension ClientDaemon {
                 metrics.portalWindow(open: false)
                 effects.closePortalWindow()
             }
+            mutating func liftLockdown() {
+                metrics.lockdownLifted(true)
+                effects.liftLockdown()
+            }
+            mutating func restoreLockdown() {
+                metrics.lockdownLifted(false)
+                effects.restoreLockdown()
+            }
         }
 
         /// The machine as the previous process of the agent left it, if it left anything usable.
@@ -704,6 +778,9 @@ extension ClientDaemon {
                 if let until = machine.portalWindowUntil { portal.append(("window_ms", (until - now).milliseconds)) }
                 if let due = machine.timers[.recheck] { portal.append(("next_check_ms", (due - now).milliseconds)) }
                 fields.append(("portal", .object(portal)))
+            }
+            if case .disconnected(let rule, let lifted) = machine.state {
+                fields.append(("on_demand", .object([("rule", .string(rule)), ("lockdown_lifted", .bool(lifted != nil))])))
             }
             fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(machine.tokens))),
                        ("connectivity_checks", .int(Int64(machine.connectivityChecks))),

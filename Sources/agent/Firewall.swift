@@ -9,6 +9,9 @@ import Tunnel
 final class Firewall {
     private let lockdown: Lockdown
     private var policy: LockdownPolicy
+    /// An on-demand rule trusts the network: the table is away, and changes to the policy wait
+    /// for it to come back.
+    private(set) var isLifted = false
 
     /// Loads the lockdown for `settings`, with no server yet (its name may still need looking
     /// up): from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
@@ -20,16 +23,37 @@ final class Firewall {
         }
         policy = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
                                 localNetworks: localNetworks)
-        policy.checkPorts = settings.checkPort.map { [$0] } ?? []
+        policy.checkPorts = settings.checkPorts
         try lockdown.apply(policy)
     }
 
-    /// The connectivity check's port (nil: no check): the agent's marked sockets may open TCP to it.
-    func allowCheck(port: UInt16?) throws(LockdownError) {
-        let ports = port.map { [$0] } ?? []
-        guard ports != policy.checkPorts else { return }
-        policy.checkPorts = ports
+    /// The policy becomes `next`: loaded now, or when the lockdown comes back if it is lifted.
+    private func load(_ next: LockdownPolicy) throws(LockdownError) {
+        guard next != policy else { return }
+        if !isLifted { try lockdown.apply(next) }
+        policy = next
+    }
+
+    /// The connectivity check's ports and the on-demand probes' (empty: none): the agent's marked
+    /// sockets may open TCP to them.
+    func allowCheck(ports: [UInt16]) throws(LockdownError) {
+        var next = policy
+        next.checkPorts = ports
+        try load(next)
+    }
+
+    /// An on-demand rule trusts the network: the table goes until `restore()`.
+    func lift() throws(LockdownError) {
+        guard !isLifted else { return }
+        try lockdown.remove()
+        isLifted = true
+    }
+
+    /// The table is back, with every change made to the policy meanwhile.
+    func restore() throws(LockdownError) {
+        guard isLifted else { return }
         try lockdown.apply(policy)
+        isLifted = false
     }
 
     /// Whether a portal window can be opened: only a full tunnel hides the portal.
@@ -37,11 +61,9 @@ final class Firewall {
 
     /// Opens (or, with nil, closes) the portal window in the table.
     func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
-        guard window != policy.portalWindow else { return }
         var next = policy
         next.portalWindow = window
-        try lockdown.apply(next)
-        policy = next
+        try load(next)
     }
 
     /// The session's UDP may go to `servers` now (the current one and those it may move to).
@@ -50,16 +72,17 @@ final class Firewall {
         for server in servers where !unique.contains(where: { $0.address == server.ip && $0.port == server.port }) {
             unique.append(LockdownPolicy.Server(server.ip, port: server.port))
         }
-        guard unique != policy.servers else { return }
-        policy.servers = unique
-        try lockdown.apply(policy)
+        var next = policy
+        next.servers = unique
+        try load(next)
     }
 
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
-        guard policy.allowLAN, networks != policy.localNetworks else { return }
-        policy.localNetworks = networks
-        try lockdown.apply(policy)
+        guard policy.allowLAN else { return }
+        var next = policy
+        next.localNetworks = networks
+        try load(next)
     }
 
     /// Packets stopped, by cause, for `agent status`.

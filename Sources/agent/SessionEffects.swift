@@ -31,6 +31,8 @@ final class SessionEffects {
     private var clientThread: OSThread?
     private var tun: TunDevice?
     private var routes: TunnelRoutes?
+    /// An on-demand rule lifted the lockdown, the routes and the resolvers.
+    private(set) var lockdownLifted = false
     /// One socket per path the session uses or tries.
     private var sockets: [Path.ID: UDPSocket] = [:]
     /// Routes that take traffic around a full tunnel, as last logged.
@@ -312,7 +314,7 @@ final class SessionEffects {
     /// server's. A list the server got wrong is refused and the session stays.
     private func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
         pushedDNS = pushed
-        guard let dns, let tun else { return }
+        guard !lockdownLifted, let dns, let tun else { return }
         var wanted: DNSSettings
         if let override = settings.dns.override {
             wanted = override
@@ -355,11 +357,66 @@ final class SessionEffects {
         log.log(level: level, "no tunnel dns", metadata: ["reason": "\(reason)"])
     }
 
+    // MARK: On-demand rules
+
+    /// An on-demand rule trusts the network: the tunnel's routes, its resolvers and the
+    /// lockdown step aside (the session has ended already), and the machine talks to the
+    /// network directly. Each step that fails is logged; the others still happen.
+    func liftLockdown() {
+        lockdownLifted = true
+        do {
+            try routes?.remove()
+            routes = nil
+        } catch {
+            log.error("cannot take the tunnel's routes away", metadata: ["error": "\(error)"])
+        }
+        if let dns, dns.applied != nil {
+            do {
+                try dns.revert()
+            } catch {
+                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
+            }
+        }
+        do {
+            try firewall?.lift()
+        } catch {
+            log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
+        }
+        log.notice("lockdown lifted: the network is trusted", metadata: ["routes": "\(routes == nil ? "removed" : "kept")",
+                                                                          "lockdown": "\(firewall?.isLifted == true ? "lifted" : "none")"])
+    }
+
+    /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and
+    /// its resolvers. A lockdown that cannot come back is tried again at the next network change.
+    func restoreLockdown() {
+        lockdownLifted = false
+        restoreFirewall()
+        if let tun, routes == nil {
+            do {
+                routes = try TunnelRoutes(settings.mode, device: tun)
+            } catch {
+                log.error("cannot put the tunnel's routes back", metadata: ["error": "\(error)"])
+            }
+        }
+        if let pushedDNS { useResolvers(pushedDNS) }
+        log.notice("lockdown restored")
+    }
+
+    private func restoreFirewall() {
+        guard let firewall, firewall.isLifted else { return }
+        do {
+            try firewall.restore()
+        } catch {
+            log.error("cannot put the lockdown back; trying again at the next network change", metadata: ["error": "\(error)"])
+        }
+    }
+
     // MARK: The network
 
     /// What the lockdown, the resolvers and the operator need to know of a change in links,
     /// addresses or routes.
     func networkChanged(_ model: NetworkModel) {
+        if !lockdownLifted { restoreFirewall() }
         do {
             try firewall?.localNetworksChanged(model.localNetworks)
         } catch {
@@ -368,7 +425,7 @@ final class SessionEffects {
         if model.localNetworks != localNetworks {
             localNetworks = model.localNetworks
             // A new network may hold a resolver's address, or no longer hold it.
-            if let pushedDNS { useResolvers(pushedDNS) }
+            if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
         }
         do {
             if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }

@@ -53,8 +53,15 @@ struct ClientSettings {
     /// The connectivity check that finds captive portals (its timing is in `reconnect`).
     var portal = PortalCheck.standard
 
-    /// The port the connectivity check's plain HTTP goes to; nil with the check off.
-    var checkPort: UInt16? { reconnect.portalCheck ? portal.url.port : nil }
+    /// Rules for the networks the laptop meets: where the tunnel connects, where it stays down.
+    var onDemand = OnDemandRules()
+
+    /// The ports the agent's own plain HTTP goes to outside the tunnel: the connectivity check's
+    /// (with the check on) and the on-demand probes'.
+    var checkPorts: [UInt16] {
+        let probes = onDemand.rules.compactMap { $0.match.probe.flatMap { CheckURL($0.url)?.port } }
+        return Array(Set((reconnect.portalCheck ? [portal.url.port] : []) + probes)).sorted()
+    }
 }
 
 /// The client's `dns` section.
@@ -102,7 +109,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
-            "portal",
+            "portal", "on-demand",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -168,6 +175,17 @@ extension YAMLReader {
             settings.metricsFile = path
         }
         if let node = f.optional("portal") { try portal(node, into: &settings) }
+        if let node = f.optional("on-demand") {
+            settings.onDemand = try onDemandRules(node)
+            for rule in settings.onDemand.rules {
+                if let probe = rule.match.probe, CheckURL(probe.url) == nil {
+                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): the probe's url \"\(probe.url)\" is not a usable http:// URL")
+                }
+                if rule.liftsLockdown, !settings.lockdown {
+                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): 'lockdown: lift' with 'lockdown: false': there is no lockdown to lift")
+                }
+            }
+        }
         return settings
     }
 

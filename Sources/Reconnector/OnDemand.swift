@@ -1,0 +1,294 @@
+public import PathMonitor
+
+/// What an on-demand rule does on the networks it matches.
+public enum OnDemandAction: String, Equatable, Sendable, CaseIterable {
+    /// The tunnel comes up (the always-on default).
+    case connect
+    /// The session ends with a goodbye and nothing is tried while the network stays; the
+    /// lockdown stays too, unless the rule lifts it.
+    case disconnect
+    /// Keep what is: a session stays, a disconnect stays.
+    case ignore
+}
+
+/// One rule of the client's `on-demand` list: the first whose every criterion holds for the
+/// network the tunnel's path is on decides.
+public struct OnDemandRule: Equatable, Sendable {
+    /// The name operators read in the log: the rule's `name`, else "rule N".
+    public var name: String
+    /// Where it is written, for errors and the log.
+    public var line: Int
+    public var match: Match
+    public var action: OnDemandAction
+    /// With `disconnect`: the lockdown, the tunnel's routes and its resolvers step aside while
+    /// the network stays, so the machine talks to it directly.
+    public var liftsLockdown: Bool
+
+    public init(name: String, line: Int = 0, match: Match = Match(), action: OnDemandAction, liftsLockdown: Bool = false) {
+        self.name = name
+        self.line = line
+        self.match = match
+        self.action = action
+        self.liftsLockdown = liftsLockdown
+    }
+
+    /// Criteria that must all hold; each holds when any of its values does. No criterion at all
+    /// matches every network.
+    public struct Match: Equatable, Sendable {
+        public var interfaceKinds: [LinkKind] = []
+        /// Interface names; a trailing `*` matches any name that starts with what precedes it.
+        public var interfaces: [String] = []
+        /// Wi-Fi network names, as nl80211 reports them (see `NetworkFacts.ssid`).
+        public var ssids: [String] = []
+        /// The default gateway's hardware address, lowercase `aa:bb:cc:dd:ee:ff`.
+        public var gatewayMACs: [String] = []
+        /// Subnets one of the uplink's addresses lies in.
+        public var subnets: [Prefix] = []
+        /// DNS search domains the network gives; `corp.example` also matches `eu.corp.example`.
+        public var dnsDomains: [String] = []
+        /// A plain HTTP request over the uplink that answers as expected only on a trusted network.
+        public var probe: Probe?
+
+        public init(interfaceKinds: [LinkKind] = [], interfaces: [String] = [], ssids: [String] = [],
+                    gatewayMACs: [String] = [], subnets: [Prefix] = [], dnsDomains: [String] = [], probe: Probe? = nil) {
+            self.interfaceKinds = interfaceKinds
+            self.interfaces = interfaces
+            self.ssids = ssids
+            self.gatewayMACs = gatewayMACs
+            self.subnets = subnets
+            self.dnsDomains = dnsDomains
+            self.probe = probe
+        }
+
+        /// No criterion: every network matches.
+        public var isEmpty: Bool { self == Match() }
+    }
+
+    /// A request that answers as expected only where the network is trusted.
+    public struct Probe: Hashable, Sendable, CustomStringConvertible {
+        /// A plain `http://` URL.
+        public var url: String
+        public var expect: Expect
+
+        public enum Expect: Hashable, Sendable {
+            /// This status code, any body.
+            case status(Int)
+            /// Status 200 and a body that starts with this text.
+            case body(String)
+        }
+
+        public init(url: String, expect: Expect) {
+            self.url = url
+            self.expect = expect
+        }
+
+        public var description: String { url }
+    }
+}
+
+/// A fact about a network that takes a lookup: known, known to be missing, or still looked up.
+public enum Fact<Value: Equatable & Sendable>: Equatable, Sendable {
+    case known(Value)
+    /// Nothing to find: no Wi-Fi on a cable, no gateway in the neighbour table after a while,
+    /// no search domain given.
+    case absent
+    /// Being looked up: a rule that needs it waits.
+    case pending
+
+    var value: Value? { if case .known(let v) = self { v } else { nil } }
+}
+
+/// What the rules can know of the network the tunnel's best path is on.
+public struct NetworkFacts: Equatable, Sendable {
+    public var path: Path.ID
+    public var interface: String
+    public var kind: LinkKind
+    /// The uplink's usable addresses.
+    public var addresses: [IPAddress]
+    public var ssid: Fact<String>
+    /// The default gateway's hardware address, lowercase.
+    public var gatewayMAC: Fact<String>
+    public var dnsDomains: Fact<[String]>
+    /// Probes that answered (true: as expected); one missing is still out.
+    public var probes: [OnDemandRule.Probe: Bool]
+
+    public init(path: Path, ssid: Fact<String> = .absent, gatewayMAC: Fact<String> = .absent,
+                dnsDomains: Fact<[String]> = .absent, addresses: [IPAddress]? = nil,
+                probes: [OnDemandRule.Probe: Bool] = [:]) {
+        self.path = path.id
+        self.interface = path.interface
+        self.kind = path.kind
+        self.addresses = addresses ?? [path.source]
+        self.ssid = ssid
+        self.gatewayMAC = gatewayMAC
+        self.dnsDomains = dnsDomains
+        self.probes = probes
+    }
+}
+
+/// What the rules decided for one network.
+public struct OnDemandVerdict: Equatable, Sendable, CustomStringConvertible {
+    public var action: OnDemandAction
+    /// The rule that matched ("default" when none did: always on).
+    public var rule: String
+    public var liftsLockdown: Bool
+    /// The path whose network it was decided for.
+    public var path: Path.ID
+    public var interface: String
+
+    public init(action: OnDemandAction, rule: String, liftsLockdown: Bool = false, path: Path.ID, interface: String) {
+        self.action = action
+        self.rule = rule
+        self.liftsLockdown = liftsLockdown
+        self.path = path
+        self.interface = interface
+    }
+
+    public var description: String {
+        "\(rule) on \(interface): \(action.rawValue)" + (liftsLockdown ? ", lockdown lifted" : "")
+    }
+}
+
+/// A fact a rule is waiting for.
+public enum WantedFact: Hashable, Sendable, CustomStringConvertible {
+    case ssid, gatewayMAC, dnsDomains
+    case probe(OnDemandRule.Probe)
+
+    public var description: String {
+        switch self {
+        case .ssid: "ssid"
+        case .gatewayMAC: "gateway-mac"
+        case .dnsDomains: "dns-domain"
+        case .probe(let p): "probe \(p.url)"
+        }
+    }
+}
+
+/// The outcome of the rules for one network.
+public enum OnDemandDecision: Equatable, Sendable {
+    case decided(OnDemandVerdict)
+    /// The first rule that may still match needs facts being looked up; the rules after it wait.
+    case waiting(rule: String, for: [WantedFact], path: Path.ID)
+
+    public var path: Path.ID {
+        switch self {
+        case .decided(let v): v.path
+        case .waiting(_, _, let path): path
+        }
+    }
+}
+
+/// The client's on-demand rules, in order. Pure: the agent gathers the facts, the rules decide.
+public struct OnDemandRules: Equatable, Sendable {
+    public var rules: [OnDemandRule]
+
+    public init(_ rules: [OnDemandRule] = []) { self.rules = rules }
+
+    /// The first rule that matches `facts` decides; none matching means connect (always on).
+    /// A rule that needs a fact still looked up stops the evaluation there, unless another of
+    /// its criteria already fails.
+    public func evaluate(_ facts: NetworkFacts) -> OnDemandDecision {
+        for rule in rules {
+            switch Self.matches(rule.match, facts) {
+            case .no: continue
+            case .pending(let wanted): return .waiting(rule: rule.name, for: wanted, path: facts.path)
+            case .yes:
+                return .decided(OnDemandVerdict(action: rule.action, rule: rule.name, liftsLockdown: rule.liftsLockdown,
+                                                path: facts.path, interface: facts.interface))
+            }
+        }
+        return .decided(OnDemandVerdict(action: .connect, rule: "default", path: facts.path, interface: facts.interface))
+    }
+
+    enum Outcome: Equatable { case yes, no, pending([WantedFact]) }
+
+    static func matches(_ match: OnDemandRule.Match, _ facts: NetworkFacts) -> Outcome {
+        var wanted: [WantedFact] = []
+        func check<V>(_ wants: Bool, _ fact: Fact<V>, _ name: WantedFact, _ holds: (V) -> Bool) -> Bool {
+            guard wants else { return true }
+            switch fact {
+            case .known(let value): return holds(value)
+            case .absent: return false
+            case .pending: wanted.append(name); return true
+            }
+        }
+        if !match.interfaceKinds.isEmpty, !match.interfaceKinds.contains(facts.kind) { return .no }
+        if !match.interfaces.isEmpty, !match.interfaces.contains(where: { Self.name(facts.interface, matches: $0) }) { return .no }
+        if !match.subnets.isEmpty, !facts.addresses.contains(where: { a in match.subnets.contains { $0.contains(a) } }) { return .no }
+        guard check(!match.ssids.isEmpty, facts.ssid, .ssid, { match.ssids.contains($0) }),
+              check(!match.gatewayMACs.isEmpty, facts.gatewayMAC, .gatewayMAC, { match.gatewayMACs.contains($0.lowercased()) }),
+              check(!match.dnsDomains.isEmpty, facts.dnsDomains, .dnsDomains, { given in
+                  given.contains { d in match.dnsDomains.contains { Self.domain(d, isWithin: $0) } }
+              })
+        else { return .no }
+        if let probe = match.probe {
+            switch facts.probes[probe] {
+            case true?: break
+            case false?: return .no
+            case nil: wanted.append(.probe(probe))
+            }
+        }
+        return wanted.isEmpty ? .yes : .pending(wanted)
+    }
+
+    /// `pattern` is a name, or a prefix followed by `*`.
+    static func name(_ name: String, matches pattern: String) -> Bool {
+        pattern.hasSuffix("*") ? name.hasPrefix(pattern.dropLast()) : name == pattern
+    }
+
+    /// `corp.example` holds itself and `eu.corp.example`, not `notcorp.example`; case and a
+    /// trailing dot do not count.
+    static func domain(_ domain: String, isWithin zone: String) -> Bool {
+        let d = Self.normalized(domain), z = Self.normalized(zone)
+        return d == z || d.hasSuffix("." + z)
+    }
+
+    static func normalized(_ domain: String) -> String {
+        let lower = domain.lowercased()
+        return lower.hasSuffix(".") ? String(lower.dropLast()) : lower
+    }
+
+    // MARK: Checks at load
+
+    /// A rule that can never decide: an earlier one matches every network it matches, so the
+    /// later one is dead (and, with another action, says the opposite of what runs).
+    public struct Conflict: Equatable, Sendable {
+        public var line: Int
+        public var message: String
+    }
+
+    /// The rules that can never match, each with why.
+    public var conflicts: [Conflict] {
+        var found: [Conflict] = []
+        for (i, later) in rules.enumerated() {
+            guard let earlier = rules[..<i].first(where: { Self.covers($0.match, later.match) }) else { continue }
+            let what = earlier.match.isEmpty ? "matches every network" : "matches every network this one does"
+            let verdict = earlier.action == later.action
+                ? "; remove it"
+                : ", and says '\(earlier.action.rawValue)' where this one says '\(later.action.rawValue)'"
+            found.append(Conflict(line: later.line,
+                                  message: "\(later.name) can never match: \(earlier.name) (line \(earlier.line)) \(what)\(verdict)"))
+        }
+        return found
+    }
+
+    /// Whether every network `narrow` matches is matched by `wide` as well.
+    static func covers(_ wide: OnDemandRule.Match, _ narrow: OnDemandRule.Match) -> Bool {
+        func within<T>(_ w: [T], _ n: [T], _ holds: (T, T) -> Bool) -> Bool {
+            w.isEmpty || (!n.isEmpty && n.allSatisfy { x in w.contains { holds($0, x) } })
+        }
+        return within(wide.interfaceKinds, narrow.interfaceKinds, ==)
+            && within(wide.interfaces, narrow.interfaces) { pattern, name in
+                // A pattern covers a name, or a narrower pattern.
+                Self.name(name.hasSuffix("*") ? String(name.dropLast()) : name, matches: pattern)
+                    && (!name.hasSuffix("*") || pattern.hasSuffix("*"))
+            }
+            && within(wide.ssids, narrow.ssids, ==)
+            && within(wide.gatewayMACs, narrow.gatewayMACs, ==)
+            && within(wide.subnets, narrow.subnets) { w, n in
+                w.address.family == n.address.family && w.length <= n.length && w.contains(n.address)
+            }
+            && within(wide.dnsDomains, narrow.dnsDomains) { w, n in Self.domain(n, isWithin: w) }
+            && (wide.probe == nil || wide.probe == narrow.probe)
+    }
+}

@@ -1,0 +1,128 @@
+public import ConfigReader
+import PathMonitor
+
+extension YAMLReader {
+    /// Reads an `on-demand:` list (the client's configuration, a scenario's `config`):
+    /// ```
+    /// on-demand:
+    ///   - name: office
+    ///     match: {gateway-mac: "52:54:00:12:34:56", subnet: 10.20.0.0/16}
+    ///     action: disconnect
+    ///     lockdown: lift
+    ///   - match: {interface-kind: wifi}
+    ///     action: connect
+    /// ```
+    /// A value out of place, and a rule that contradicts the rules before it (it could never
+    /// match), are line-numbered errors.
+    public func onDemandRules(_ node: Node) throws(ConfigError) -> OnDemandRules {
+        var rules: [OnDemandRule] = []
+        for (i, item) in try list(node).enumerated() {
+            let f = try fields(item, "an 'on-demand' rule", allowed: ["name", "match", "action", "lockdown"])
+            let name = try f.optional("name").map { n throws(ConfigError) in
+                let text = try string(n)
+                guard !text.isEmpty, text.count <= 64, text.allSatisfy({ $0.isLetter || $0.isNumber || "-_. ".contains($0) })
+                else { throw fail(n, "'name' is up to 64 letters, digits, spaces, '-', '_' or '.', got \"\(text)\"") }
+                return text
+            } ?? "rule \(i + 1)"
+            let actionNode = try f.required("action")
+            let actionText = try string(actionNode)
+            guard let action = OnDemandAction(rawValue: actionText) else {
+                throw fail(actionNode, "'action' is connect, disconnect or ignore, got \"\(actionText)\"")
+            }
+            var lifts = false
+            if let n = f.optional("lockdown") {
+                guard try string(n) == "lift" else { throw fail(n, "'lockdown' can only be 'lift' (the lockdown stays otherwise)") }
+                guard action == .disconnect else {
+                    throw fail(n, "'lockdown: lift' goes with 'action: disconnect' only: a tunnel that is up keeps its lockdown")
+                }
+                lifts = true
+            }
+            let match = try f.optional("match").map { n throws(ConfigError) in try onDemandMatch(n) } ?? OnDemandRule.Match()
+            rules.append(OnDemandRule(name: name, line: item.line, match: match, action: action, liftsLockdown: lifts))
+        }
+        var seen: [String: Int] = [:]
+        for rule in rules {
+            if let line = seen[rule.name] {
+                throw ConfigError(file: file, line: rule.line, message: "two rules are named '\(rule.name)' (the other at line \(line))")
+            }
+            seen[rule.name] = rule.line
+        }
+        let result = OnDemandRules(rules)
+        if let conflict = result.conflicts.first {
+            throw ConfigError(file: file, line: conflict.line, message: conflict.message)
+        }
+        return result
+    }
+
+    private func onDemandMatch(_ node: Node) throws(ConfigError) -> OnDemandRule.Match {
+        let f = try fields(node, "'match'", allowed: ["interface-kind", "interface", "ssid", "gateway-mac", "subnet",
+                                                      "dns-domain", "probe"])
+        var m = OnDemandRule.Match()
+        /// A scalar or a list of them, none empty.
+        func values<T>(_ key: String, _ read: (Node) throws(ConfigError) -> T) throws(ConfigError) -> [T] {
+            guard let n = f.optional(key) else { return [] }
+            let items: [Node]
+            if case .sequence = n.value { items = try list(n) } else { items = [n] }
+            guard !items.isEmpty else { throw fail(n, "'\(key)' lists no value") }
+            var out: [T] = []
+            for item in items { out.append(try read(item)) }
+            return out
+        }
+        m.interfaceKinds = try values("interface-kind") { n throws(ConfigError) in
+            let text = try string(n)
+            let kinds: [LinkKind] = [.wifi, .ethernet, .wwan, .virtual, .other]
+            guard let kind = LinkKind(rawValue: text), kinds.contains(kind) else {
+                throw fail(n, "'interface-kind' is \(kinds.map(\.rawValue).joined(separator: ", ")), got \"\(text)\"")
+            }
+            return kind
+        }
+        m.interfaces = try values("interface") { n throws(ConfigError) in
+            let text = try string(n)
+            let name = text.hasSuffix("*") ? text.dropLast() : Substring(text)
+            guard !name.isEmpty || text == "*", name.utf8.count < 16, !name.contains("*"), !name.contains("/"),
+                  name.allSatisfy({ !$0.isWhitespace })
+            else { throw fail(n, "'interface' is an interface name (or a prefix and '*'), got \"\(text)\"") }
+            return text
+        }
+        m.ssids = try values("ssid") { n throws(ConfigError) in
+            let text = try string(n)
+            guard (1...32).contains(text.utf8.count) else { throw fail(n, "'ssid' is 1 to 32 bytes, got \"\(text)\"") }
+            return text
+        }
+        m.gatewayMACs = try values("gateway-mac") { n throws(ConfigError) in
+            let text = try string(n)
+            guard let mac = HardwareAddress(text) else {
+                throw fail(n, "'gateway-mac' is a hardware address like 52:54:00:12:34:56, got \"\(text)\"")
+            }
+            return mac.description
+        }
+        m.subnets = try values("subnet") { n throws(ConfigError) in try prefix(n).network }
+        m.dnsDomains = try values("dns-domain") { n throws(ConfigError) in
+            let text = try string(n)
+            let labels = OnDemandRules.normalized(text).split(separator: ".", omittingEmptySubsequences: false)
+            guard !labels.isEmpty, text.utf8.count <= 253,
+                  labels.allSatisfy({ (1...63).contains($0.utf8.count) && $0.allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" } })
+            else { throw fail(n, "'dns-domain' is a domain name like corp.example, got \"\(text)\"") }
+            return OnDemandRules.normalized(text)
+        }
+        if let n = f.optional("probe") {
+            let p = try fields(n, "'probe'", allowed: ["url", "expect"])
+            let urlNode = try p.required("url")
+            let url = try string(urlNode)
+            guard url.hasPrefix("http://"), url.count > 7, url.count <= 2048, url.allSatisfy({ $0.isASCII && !$0.isWhitespace })
+            else { throw fail(urlNode, "'probe' url is a plain http:// URL, got \"\(url)\"") }
+            let expectNode = try p.required("expect")
+            let text = try string(expectNode)
+            let expect: OnDemandRule.Probe.Expect
+            if let code = Int(text) {
+                guard (200...299).contains(code) else { throw fail(expectNode, "'expect' as a status code is 200 to 299, got \(code)") }
+                expect = .status(code)
+            } else {
+                guard !text.isEmpty, text.count <= 512 else { throw fail(expectNode, "'expect' is a status code or up to 512 characters of body") }
+                expect = .body(text)
+            }
+            m.probe = OnDemandRule.Probe(url: url, expect: expect)
+        }
+        return m
+    }
+}

@@ -1,0 +1,247 @@
+import ConfigReader
+import PathMonitor
+import Testing
+@testable import Reconnector
+
+private let office = OnDemandRule(name: "office", match: .init(gatewayMACs: ["52:54:00:12:34:56"]), action: .disconnect,
+                                  liftsLockdown: true)
+private let lab = OnDemandRule(name: "lab", match: .init(interfaceKinds: [.ethernet], subnets: [Prefix("10.20.0.0/16")!]),
+                               action: .disconnect)
+private let home = OnDemandRule(name: "home", match: .init(ssids: ["Home"]), action: .ignore)
+private let corp = OnDemandRule(name: "corp", match: .init(dnsDomains: ["corp.example"]), action: .disconnect)
+private let probe = OnDemandRule.Probe(url: "http://intranet.corp.example/health", expect: .status(204))
+private let intranet = OnDemandRule(name: "intranet", match: .init(probe: probe), action: .disconnect)
+private let rules = OnDemandRules([office, lab, home, corp, intranet])
+
+private func facts(_ path: Path, ssid: Fact<String> = .absent, mac: Fact<String> = .absent,
+                   domains: Fact<[String]> = .absent, probes: [OnDemandRule.Probe: Bool] = [probe: false]) -> NetworkFacts {
+    NetworkFacts(path: path, ssid: ssid, gatewayMAC: mac, dnsDomains: domains, probes: probes)
+}
+
+extension OnDemandDecision {
+    var summary: String {
+        switch self {
+        case .decided(let v): "\(v.rule):\(v.action.rawValue)"
+        case .waiting(let rule, let wanted, _): "wait:\(rule):" + wanted.map(\.description).joined(separator: ",")
+        }
+    }
+}
+
+@Test(arguments: [
+    // The office's gateway, on any uplink: disconnect.
+    (facts(wifi0, mac: .known("52:54:00:12:34:56")), "office:disconnect"),
+    // Not yet known: the rules wait rather than decide past it.
+    (facts(wifi0, mac: .pending), "wait:office:gateway-mac"),
+    // Another gateway: on to the next rules; a wired uplink in the lab's subnet.
+    (facts(eth0, mac: .known("aa:bb:cc:dd:ee:ff")), "lab:disconnect"),
+    // The lab's subnet over Wi-Fi is not the lab rule's.
+    (facts(Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("10.20.3.4")!, gateway: nil, metric: 600,
+                prefixLength: 0, mtu: 1500)), "default:connect"),
+    (facts(wifi0, ssid: .known("Home")), "home:ignore"),
+    (facts(wifi0, ssid: .known("Homework")), "default:connect"),
+    // A search domain within the zone matches; a look-alike does not.
+    (facts(wifi0, domains: .known(["eu.corp.example"])), "corp:disconnect"),
+    (facts(wifi0, domains: .known(["notcorp.example"])), "default:connect"),
+    (facts(wifi0, domains: .known(["CORP.EXAMPLE."])), "corp:disconnect"),
+    // The probe answered as expected only on the trusted network; unanswered, the rules wait.
+    (facts(wifi0, probes: [probe: true]), "intranet:disconnect"),
+    (facts(wifi0, probes: [:]), "wait:intranet:probe http://intranet.corp.example/health"),
+    (facts(wifi0), "default:connect"),
+] as [(NetworkFacts, String)])
+func rulesDecideInOrder(_ facts: NetworkFacts, _ expected: String) {
+    #expect(rules.evaluate(facts).summary == expected)
+}
+
+@Test func aPendingFactDoesNotHoldARuleThatFailsOtherwise() {
+    let both = OnDemandRule(name: "both", match: .init(interfaceKinds: [.ethernet], gatewayMACs: ["52:54:00:12:34:56"]),
+                            action: .disconnect)
+    let r = OnDemandRules([both])
+    #expect(r.evaluate(facts(wifi0, mac: .pending)).summary == "default:connect")
+    #expect(r.evaluate(facts(eth0, mac: .pending)).summary == "wait:both:gateway-mac")
+}
+
+@Test func interfaceNamesMatchExactlyOrByPrefix() {
+    #expect(OnDemandRules.name("wlp2s0", matches: "wl*"))
+    #expect(!OnDemandRules.name("eth0", matches: "wl*"))
+    #expect(OnDemandRules.name("eth0", matches: "eth0") && !OnDemandRules.name("eth01", matches: "eth0"))
+}
+
+// MARK: Contradictions at load
+
+private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
+    let reader = YAMLReader(file: "client.yaml")
+    let root = try reader.document(text)
+    guard case .mapping(let entries) = root.value, let node = entries.first?.value else {
+        throw ConfigError(file: "client.yaml", line: 0, message: "no on-demand")
+    }
+    return try reader.onDemandRules(node)
+}
+
+@Test func aWellFormedListLoads() throws {
+    let r = try load("""
+        on-demand:
+          - name: office
+            match: {gateway-mac: "52:54:00:12:34:56", subnet: 10.20.0.0/16}
+            action: disconnect
+            lockdown: lift
+          - match: {interface-kind: [wifi, wwan], ssid: Home}
+            action: ignore
+          - match: {dns-domain: corp.example, probe: {url: "http://intranet.corp.example/", expect: 204}}
+            action: disconnect
+          - action: connect
+        """)
+    #expect(r.rules.map(\.name) == ["office", "rule 2", "rule 3", "rule 4"])
+    #expect(r.rules[0].liftsLockdown && r.rules[0].line == 2)
+    #expect(r.rules[0].match.subnets == [Prefix("10.20.0.0/16")!])
+    #expect(r.rules[1].match.interfaceKinds == [.wifi, .wwan])
+    #expect(r.rules[2].match.probe == OnDemandRule.Probe(url: "http://intranet.corp.example/", expect: .status(204)))
+}
+
+@Test(arguments: [
+    // A rule after one that matches everything can never match.
+    ("on-demand:\n  - action: connect\n  - match: {ssid: Home}\n    action: disconnect\n", 3, "can never match"),
+    // The same network twice, with opposite actions.
+    ("on-demand:\n  - match: {ssid: Office}\n    action: disconnect\n  - match: {ssid: Office}\n    action: connect\n",
+     4, "says 'disconnect' where this one says 'connect'"),
+    // A narrower rule after a wider one: every /24 inside the /16, and Wi-Fi among Wi-Fi or Ethernet.
+    ("on-demand:\n  - match: {subnet: 10.20.0.0/16}\n    action: disconnect\n  - match: {subnet: 10.20.3.0/24}\n    action: connect\n",
+     4, "can never match"),
+    ("on-demand:\n  - match: {interface-kind: [wifi, ethernet]}\n    action: ignore\n"
+        + "  - match: {interface-kind: wifi, ssid: Cafe}\n    action: connect\n", 4, "can never match"),
+    ("on-demand:\n  - match: {dns-domain: corp.example}\n    action: ignore\n  - match: {dns-domain: eu.corp.example}\n    action: connect\n",
+     4, "can never match"),
+    ("on-demand:\n  - match: {interface: \"wl*\"}\n    action: ignore\n  - match: {interface: wlan0}\n    action: connect\n",
+     4, "can never match"),
+    // Lifting the lockdown only goes with disconnect.
+    ("on-demand:\n  - match: {ssid: Home}\n    action: connect\n    lockdown: lift\n", 4, "goes with 'action: disconnect' only"),
+    ("on-demand:\n  - match: {ssid: Home}\n    action: disconnect\n    lockdown: open\n", 4, "can only be 'lift'"),
+    ("on-demand:\n  - match: {ssid: Home}\n    action: drop\n", 3, "is connect, disconnect or ignore"),
+    ("on-demand:\n  - match: {ssid: Home}\n", 2, "action"),
+    ("on-demand:\n  - match: {gateway-mac: 52-54-00}\n    action: disconnect\n", 2, "hardware address"),
+    ("on-demand:\n  - match: {interface-kind: bluetooth}\n    action: disconnect\n", 2, "'interface-kind' is"),
+    ("on-demand:\n  - match: {dns-domain: \"bad domain\"}\n    action: disconnect\n", 2, "domain name"),
+    ("on-demand:\n  - match: {probe: {url: \"https://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "plain http://"),
+    ("on-demand:\n  - match: {ssid: \"\(String(repeating: "x", count: 33))\"}\n    action: disconnect\n", 2, "1 to 32 bytes"),
+    ("on-demand:\n  - match: {colour: blue}\n    action: disconnect\n", 2, "colour"),
+    ("on-demand:\n  - name: a\n    match: {ssid: A}\n    action: connect\n  - name: a\n    match: {ssid: B}\n    action: connect\n",
+     5, "two rules are named 'a'"),
+] as [(String, Int, String)])
+func contradictionsAndMistakesAreLineNumberedErrors(_ text: String, line: Int, message: String) {
+    #expect {
+        _ = try load(text)
+    } throws: { error in
+        guard let error = error as? ConfigError else { return false }
+        return error.line == line && error.message.contains(message)
+    }
+}
+
+@Test func overlappingNetworksAreNoConflict() throws {
+    // Neither covers the other (an office SSID, a subnet): both may match, the first wins.
+    let r = try load("on-demand:\n  - match: {ssid: Office}\n    action: disconnect\n  - match: {subnet: 10.0.0.0/8}\n    action: connect\n")
+    #expect(r.rules.count == 2 && r.conflicts.isEmpty)
+    // Their intersection after them can never match.
+    var three = r
+    three.rules.append(OnDemandRule(name: "both", line: 6, match: .init(ssids: ["Office"], subnets: [Prefix("10.0.0.0/8")!]),
+                                    action: .ignore))
+    #expect(three.conflicts.map(\.line) == [6])
+}
+
+// MARK: The core
+
+private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
+    .onDemand(.decided(OnDemandVerdict(action: rule.action, rule: rule.name, liftsLockdown: rule.liftsLockdown,
+                                       path: path.id, interface: path.interface)))
+}
+
+@Test func aTrustedNetworkAtStartIsNeverTried() {
+    var r = Reconnector()
+    let decided = r.handle(verdict(lab, on: eth0), now: at(0))
+    #expect(r.state == .disconnected(rule: "lab", lifted: nil))
+    #expect(!decided.contains(.disconnect) && !decided.contains(.liftLockdown))
+    let paths = r.handle(.paths([eth0]), now: at(1))
+    #expect(paths.handshakes.isEmpty && paths.binds == 0 && r.nextDeadline == nil)
+}
+
+@Test func disconnectEndsTheSessionWithAGoodbyeAndLiftsOnlyWhenTold() {
+    var r = connected([eth0])
+    let out = r.handle(verdict(lab, on: eth0), now: at(100))
+    #expect(out.contains(.disconnect) && !out.contains(.liftLockdown))
+    #expect(out.reasons == ["onDemand(lab on eth0: disconnect)"])
+    #expect(r.nextDeadline == nil)
+
+    var s = connected([eth0])
+    let lifted = s.handle(verdict(office, on: eth0), now: at(100))
+    #expect(lifted.contains(.disconnect) && lifted.contains(.liftLockdown))
+    #expect(s.state == .disconnected(rule: "office", lifted: eth0.id))
+    // Nothing is tried while the rule holds: no traffic, timer, reconnect or wake brings an attempt.
+    for input in [Input.dataSent, .reconnectRequested, .wake(sleptFor: .seconds(1)), .serverMoved, .timerFired(.retry)] {
+        let o = s.handle(input, now: at(200))
+        #expect(o.handshakes.isEmpty && o.probes.isEmpty && o.binds == 0)
+    }
+}
+
+@Test func leavingTheTrustedNetworkPutsTheLockdownBackAtOnce() {
+    var r = connected([eth0, wifi0])
+    _ = r.handle(verdict(office, on: eth0), now: at(100))
+    // The cable is pulled: Wi-Fi is the best path now, and nothing is decided about it yet.
+    let left = r.handle(.paths([wifi0]), now: at(200))
+    #expect(left == [.restoreLockdown] + [left.last!] && left.reasons == ["lockdownRestored(left the network)"])
+    #expect(r.state == .disconnected(rule: "office", lifted: nil))
+    // The rules say connect on the hotel's Wi-Fi: a handshake at once.
+    let connect = r.handle(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: wifi0.id,
+                                                              interface: "wifi0"))), now: at(210))
+    #expect(connect.handshakes == ["wifi0"] && !connect.contains(.restoreLockdown))
+}
+
+@Test func rulesThatWaitPutALiftedLockdownBack() {
+    var r = connected([eth0])
+    _ = r.handle(verdict(office, on: eth0), now: at(100))
+    let wait = r.handle(.onDemand(.waiting(rule: "office", for: [.gatewayMAC], path: eth0.id)), now: at(200))
+    #expect(wait.first == .restoreLockdown && r.state == .disconnected(rule: "office", lifted: nil))
+    // Decided again: lifted again.
+    let again = r.handle(verdict(office, on: eth0), now: at(300))
+    #expect(again == [.liftLockdown] + [again.last!])
+    #expect(r.state == .disconnected(rule: "office", lifted: eth0.id))
+}
+
+@Test func ignoreKeepsWhatIsButNotALift() {
+    var r = connected([wifi0])
+    let keep = r.handle(verdict(home, on: wifi0), now: at(100))
+    #expect(keep.transitions.isEmpty && r.state == .connected(wifi0))
+
+    var s = connected([eth0])
+    _ = s.handle(verdict(office, on: eth0), now: at(100))
+    let ignore = s.handle(verdict(home, on: eth0), now: at(200))
+    #expect(ignore.first == .restoreLockdown && ignore.handshakes.isEmpty)
+    #expect(s.state == .disconnected(rule: "office", lifted: nil))
+}
+
+@Test func theOperatorOutranksTheRulesUntilUp() {
+    var r = connected([eth0])
+    _ = r.handle(verdict(office, on: eth0), now: at(100))
+    let down = r.handle(.pause, now: at(200))
+    #expect(down.first == .restoreLockdown && r.state == .paused)
+    // Up again on the trusted network: as the rules said, lifted again.
+    let up = r.handle(.resume, now: at(300))
+    #expect(up.handshakes.isEmpty && up.contains(.liftLockdown) && r.state == .disconnected(rule: "office", lifted: eth0.id))
+    // A verdict while down is kept for when it comes up.
+    _ = r.handle(.pause, now: at(400))
+    let connect = r.handle(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: eth0.id,
+                                                              interface: "eth0"))), now: at(500))
+    #expect(connect.handshakes.isEmpty && r.state == .paused)
+    #expect(r.handle(.resume, now: at(600)).handshakes == ["eth0"])
+}
+
+@Test func connectFromDisconnectedIsBudgeted() {
+    var config = Config()
+    config.ac.burst = 1
+    var r = Reconnector(config: config)
+    _ = r.handle(verdict(lab, on: eth0), now: at(0))
+    _ = r.handle(.paths([eth0]), now: at(0))
+    let connect = Input.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: eth0.id, interface: "eth0")))
+    #expect(r.handle(connect, now: at(10)).handshakes == ["eth0"])
+    _ = r.handle(verdict(lab, on: eth0), now: at(20))
+    // The rules flipping back and forth cannot buy handshakes past the budget.
+    let again = r.handle(connect, now: at(30))
+    #expect(again.handshakes.isEmpty && r.state.name == "backing-off")
+}
