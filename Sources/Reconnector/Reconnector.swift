@@ -177,12 +177,17 @@ public struct Reconnector: Sendable {
         case .disconnected(let rule, let lifted):
             // A lifted lockdown belongs to the network it was lifted for: leaving it puts it back
             // at once, before the rules have looked at the next one.
-            if let lifted, preferred(now)?.id != lifted {
+            let best = preferred(now)
+            if let lifted, best?.id != lifted {
                 out.append(.restoreLockdown)
                 enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
-            } else {
-                coalesced += 1
             }
+            // The rules said connect for the network these paths now show.
+            if let best, let verdict = onDemand, verdict.action == .connect, verdict.path == best.id {
+                failures = 0
+                return attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
+            }
+            coalesced += 1
         case .offline:
             if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
         case .portal(let path, let url):
@@ -583,10 +588,16 @@ public struct Reconnector: Sendable {
         }
         switch verdict.action {
         case .connect:
-            guard case .disconnected(_, let lifted) = state else { coalesced += 1; return }
+            guard case .disconnected(let rule, let lifted) = state else { coalesced += 1; return }
+            guard let best = preferred(now), best.id == verdict.path else {
+                // The paths that show this network come next, and the attempt with them; the
+                // lockdown is whole meanwhile.
+                guard lifted != nil else { coalesced += 1; return }
+                out.append(.restoreLockdown)
+                return enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
+            }
             if lifted != nil { out.append(.restoreLockdown) }
             failures = 0
-            guard let best = preferred(now) else { return enter(.offline, .onDemand(verdict), now, &out) }
             attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
         case .disconnect:
             disconnect(verdict, now, &out, from: .onDemand(verdict))
