@@ -671,6 +671,9 @@ extension ClientDaemon {
                 call.reply(ControlProtocol.event("status", [("status", statusJSON)]), watch: true)
             case .reconnect:
                 if case .paused = machine.state { return done("down: `agent up` connects again") }
+                if case .disconnected(let rule, _) = machine.state {
+                    return done("the on-demand rule '\(rule)' keeps the tunnel down on this network")
+                }
                 feed(.reconnectRequested)
                 done("reconnecting")
             case .sleep:

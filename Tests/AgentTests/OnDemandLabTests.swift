@@ -1,0 +1,92 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import PathMonitor
+import Testing
+
+/// On-demand rules in the lab: the laptop's wired uplink (`eth0`, 10.20.0.57/24 behind the
+/// router's `eth-l`) is a trusted network; Wi-Fi (`wifi0`) is not.
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct OnDemandLabTests {
+    /// The office router's hardware address, given to the router's side of the laptop's cable.
+    static let officeMAC = "52:54:00:0f:f1:ce"
+
+    private func lab(rules: String) throws -> RoamingLab {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.server.ip("link set eth-l address \(Self.officeMAC)")
+        try lab.configure("client", "on-demand:\n" + rules)
+        try lab.startServer()
+        return lab
+    }
+
+    private func directPing(_ lab: RoamingLab, _ address: String) -> Bool {
+        let ping = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "ping", "-c", "1", "-W", "1", address])
+        return ping?.status == 0
+    }
+
+    private func isTrue(_ value: String?) -> Bool { value == "1" || value == "true" }
+
+    /// Docked behind the office's router (trusted by its hardware address, `lockdown: lift`):
+    /// the tunnel is never tried, the lockdown and the tunnel's routes step aside, and the
+    /// laptop reaches the network directly. The cable pulled, the lockdown is back and the
+    /// tunnel comes up on Wi-Fi; docked again, the session ends and the lockdown lifts again.
+    @Test func aTrustedGatewayLiftsTheLockdownAndLeavingItConnects() throws {
+        let lab = try lab(rules: """
+              - name: office
+                match: {gateway-mac: "\(Self.officeMAC)"}
+                action: disconnect
+                lockdown: lift
+            """)
+        try lab.loadBootLockdown()
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" }, "\(lab.log("client.log"))")
+        let status = lab.status()
+        #expect(status["on_demand.rule"] == "office" && isTrue(status["on_demand.lockdown_lifted"]), "\(status)")
+        #expect(lab.attempts() == 0, "a trusted network is never tried: \(status)")
+        #expect(lab.log("client.log").contains("reason=\"onDemand(office on eth0: disconnect, lockdown lifted)\""),
+                "the transition names the rule: \(lab.log("client.log"))")
+        #expect(!lab.lockdownLoaded(), "the lockdown is lifted")
+        #expect(directPing(lab, "198.51.100.7"), "the laptop talks to the trusted network directly")
+
+        // Undocked: the lockdown first, then the tunnel on Wi-Fi.
+        try lab.laptop.ip("link set eth0 down")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["path.interface"] == "wifi0")
+        #expect(lab.lockdownLoaded(), "the lockdown is back")
+        let log = lab.log("client.log")
+        #expect(log.contains("reason=\"lockdownRestored(left the network)\"") && log.contains("onDemand(default on wifi0: connect)"), "\(log)")
+        #expect(!directPing(lab, "198.51.100.7"), "nothing leaves outside the tunnel on Wi-Fi")
+        let tunnel = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "ping", "-c", "1", "-W", "2",
+                                                                    lab.serverInner.description])
+        #expect(tunnel.status == 0, "traffic flows through the tunnel: \(tunnel.output)")
+
+        // Docked again: the session ends with a goodbye, and the lockdown lifts for the office.
+        try lab.laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" && !lab.lockdownLoaded() },
+                "\(lab.log("client.log"))")
+        #expect(lab.wait(for: "session closed by the client", in: "server.log", seconds: 3),
+                "the server heard the goodbye: \(lab.log("server.log"))")
+    }
+
+    /// A lab subnet trusted without lifting the lockdown: the tunnel stays down there, and
+    /// nothing leaves outside it either; moving to Wi-Fi connects.
+    @Test func aTrustedSubnetKeepsTheLockdownAndOtherUplinksConnect() throws {
+        let lab = try lab(rules: """
+              - name: lab
+                match: {interface-kind: ethernet, subnet: 10.20.0.0/16}
+                action: disconnect
+            """)
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["on_demand.rule"] == "lab" && !isTrue(lab.status()["on_demand.lockdown_lifted"]))
+        #expect(lab.log("client.log").contains("reason=\"onDemand(lab on eth0: disconnect)\""))
+        usleep(1_000_000)
+        #expect(lab.attempts() == 0, "\(lab.status())")
+        #expect(lab.lockdownLoaded() && !directPing(lab, "198.51.100.7"), "the lockdown stays")
+
+        try lab.laptop.ip("link set eth0 down")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["path.interface"] == "wifi0")
+        #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"))
+    }
+}
