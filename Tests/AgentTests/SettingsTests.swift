@@ -183,3 +183,37 @@ private func expectClientRefusal(_ text: String, line: Int, message: String,
 func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
+
+@Test func theReadmesOnDemandExampleLoadsAndItsProbeIsLetThrough() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    let settings = try parse(base + """
+        on-demand:
+          - name: office
+            match: {gateway-mac: "52:54:00:0f:f1:ce"}
+            action: disconnect
+            lockdown: lift
+          - name: lab
+            match: {interface-kind: ethernet, subnet: 10.20.0.0/16}
+            action: disconnect
+          - name: intranet
+            match: {dns-domain: corp.example, probe: {url: "http://intranet.corp.example:8080/health", expect: 204}}
+            action: disconnect
+          - name: home
+            match: {ssid: [Home, "Home 5G"]}
+            action: ignore
+          - action: connect
+        """) { try $0.client($1) }
+    #expect(settings.onDemand.rules.map(\.name) == ["office", "lab", "intranet", "home", "rule 5"])
+    #expect(settings.onDemand.rules[0].line == 5)
+    // The check's port and the probe's: the lockdown lets the agent's own marked sockets reach both.
+    #expect(settings.checkPorts == [80, 8080])
+    var off = settings
+    off.reconnect.portalCheck = false
+    #expect(off.checkPorts == [8080])
+}
+
+@Test func aContradictingRuleSetIsRefusedAtItsLine() {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+        + "on-demand:\n  - match: {interface-kind: wifi}\n    action: connect\n  - match: {interface-kind: wifi, ssid: Office}\n    action: disconnect\n",
+        line: 7, message: "can never match")
+}
