@@ -32,44 +32,68 @@ public struct NetlinkDecoder: Sendable {
     public mutating func decode(_ bytes: some Collection<UInt8>) -> Batch {
         let buffer = Array(bytes)
         var batch = Batch()
-        var offset = 0
-        while offset + 16 <= buffer.count {
-            let length = Int(buffer.u32(offset))
-            let type = buffer.u16(offset + 4)
-            guard length >= 16, offset + length <= buffer.count else {
-                malformed += 1
-                break
-            }
-            let body = offset + 16..<offset + length
-            switch type {
+        let (messages, complete) = Self.messages(buffer)
+        if !complete { malformed += 1 }
+        for message in messages {
+            let body = message.body
+            switch message.type {
             case NL.done:
                 batch.done = true
             case NL.error:
-                if body.count >= 4 {
-                    let flags = buffer.u16(offset + 6)
-                    batch.error = (Int32(bitPattern: buffer.u32(body.lowerBound)), buffer.u32(offset + 8),
-                                   Self.extendedAckMessage(buffer, body, flags: flags))
-                } else {
-                    malformed += 1
-                }
+                if let answer = Self.acknowledgement(buffer, message) { batch.error = answer } else { malformed += 1 }
             case NL.noop, NL.overrun:
                 break
             case RTM.newLink, RTM.delLink:
-                if let change = link(buffer, body, removed: type == RTM.delLink) { batch.changes.append(change) }
+                if let change = link(buffer, body, removed: message.type == RTM.delLink) { batch.changes.append(change) }
             case RTM.newAddr, RTM.delAddr:
-                if let change = address(buffer, body, removed: type == RTM.delAddr) { batch.changes.append(change) }
+                if let change = address(buffer, body, removed: message.type == RTM.delAddr) { batch.changes.append(change) }
             case RTM.newRoute, RTM.delRoute:
-                if let change = route(buffer, body, removed: type == RTM.delRoute) { batch.changes.append(change) }
+                if let change = route(buffer, body, removed: message.type == RTM.delRoute) { batch.changes.append(change) }
             default:
                 skipped += 1
             }
-            offset += NL.align(length)
         }
-        if offset < buffer.count && offset + 16 > buffer.count && buffer.count - offset >= 4 { malformed += 1 }
         return batch
     }
 
     // MARK: Messages
+
+    /// One netlink message in a buffer: its header's fields and where it lies.
+    struct Message {
+        var type: UInt16
+        var flags: UInt16
+        var sequence: UInt32
+        /// The whole message, header included.
+        var bytes: Range<Int>
+        /// What follows the 16-byte header.
+        var body: Range<Int> { bytes.lowerBound + 16..<bytes.upperBound }
+    }
+
+    /// Splits one `recv` worth of bytes into its messages, for any netlink protocol.
+    /// `complete` is false when the buffer ends in a message that is truncated or
+    /// inconsistent: that message and anything after it are dropped.
+    static func messages(_ b: [UInt8]) -> (messages: [Message], complete: Bool) {
+        var messages: [Message] = []
+        var offset = 0
+        while offset + 16 <= b.count {
+            let length = Int(b.u32(offset))
+            guard length >= 16, offset + length <= b.count else { return (messages, false) }
+            messages.append(Message(type: b.u16(offset + 4), flags: b.u16(offset + 6), sequence: b.u32(offset + 8),
+                                    bytes: offset..<offset + length))
+            offset += NL.align(length)
+        }
+        // Fewer than 4 bytes left is padding; more is the start of a message cut short.
+        return (messages, b.count - offset < 4)
+    }
+
+    /// The kernel's answer in an `NLMSG_ERROR` message: 0 acknowledges request `sequence`, a
+    /// negative errno refuses it; nil when the message is too short to say.
+    static func acknowledgement(_ b: [UInt8], _ message: Message) -> (code: Int32, sequence: UInt32, message: String?)? {
+        let body = message.body
+        guard message.type == NL.error, body.count >= 4 else { return nil }
+        return (Int32(bitPattern: b.u32(body.lowerBound)), message.sequence,
+                extendedAckMessage(b, body, flags: message.flags))
+    }
 
     /// The kernel's message in an extended acknowledgement: after the error code comes the
     /// request's header (and, unless `NLM_F_CAPPED`, its payload), then attributes.
@@ -221,7 +245,7 @@ public struct NetlinkDecoder: Sendable {
     }
 
     /// Walks `rtattr`s in `range`; false when one overruns it.
-    private static func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
+    static func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
         var offset = range.lowerBound
         while offset + 4 <= range.upperBound {
             let length = Int(b.u16(offset))
@@ -247,6 +271,7 @@ enum RTM {
     static let newLink: UInt16 = 16, delLink: UInt16 = 17, getLink: UInt16 = 18
     static let newAddr: UInt16 = 20, delAddr: UInt16 = 21, getAddr: UInt16 = 22
     static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
+    static let newNeighbour: UInt16 = 28, getNeighbour: UInt16 = 30
     static let clonedFlag: UInt32 = 0x200
 }
 enum IFLA {

@@ -34,17 +34,23 @@ public struct NetlinkGroups: OptionSet, Sendable {
     public static let paths: NetlinkGroups = [.link, .ipv4Address, .ipv4Route, .ipv6Address, .ipv6Route]
 }
 
-/// A `NETLINK_ROUTE` socket through libmnl; the one owner of the C socket, closed in deinit.
+/// A netlink socket through libmnl (`NETLINK_ROUTE`, or `NETLINK_GENERIC` for Wi-Fi); the one
+/// owner of the C socket, closed in deinit.
 public final class NetlinkSocket {
     private let socket: OpaquePointer
     private var sequence: UInt32
     /// Receive buffer: big enough for any single message the kernel sends in a dump.
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
 
-    /// Opens a socket subscribed to `groups` (none for a request-only socket). A non-zero
-    /// `receiveBuffer` sets SO_RCVBUF(FORCE): the headroom before a burst overruns it.
-    public init(groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
-        guard let socket = mnl_socket_open(NETLINK_ROUTE) else { throw NetlinkError("open netlink socket", errno) }
+    /// Opens a `NETLINK_ROUTE` socket subscribed to `groups` (none for a request-only socket). A
+    /// non-zero `receiveBuffer` sets SO_RCVBUF(FORCE): the headroom before a burst overruns it.
+    public convenience init(groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
+        try self.init(protocol: NETLINK_ROUTE, groups: groups, receiveBuffer: receiveBuffer)
+    }
+
+    /// Opens a request-only socket, or one subscribed to `groups`, of netlink `protocol`.
+    init(protocol: Int32, groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
+        guard let socket = mnl_socket_open(`protocol`) else { throw NetlinkError("open netlink socket", errno) }
         self.socket = socket
         sequence = UInt32(truncatingIfNeeded: time(nil))
         guard mnl_socket_bind(socket, groups.rawValue, pid_t(MNL_SOCKET_AUTOPID)) >= 0 else {
@@ -181,13 +187,34 @@ public final class NetlinkSocket {
 
     /// Reads until the kernel acknowledges request `seq`; throws its error if it refused.
     private func awaitAcknowledgement(_ seq: UInt32, _ what: String) throws(NetlinkError) {
-        var decoder = NetlinkDecoder()
-        for _ in 0..<100 {
+        try answers(to: seq, what)
+    }
+
+    /// Reads the kernel's answers to request `seq`, in any netlink protocol, handing each
+    /// message to `visit`, until a dump's `NLMSG_DONE` or the acknowledgement (a request that is
+    /// not a dump must ask for one, `NLM_F_ACK`). Throws the kernel's refusal as `what`'s error.
+    func answers(to seq: UInt32, _ what: String,
+                 visit: (_ buffer: [UInt8], _ message: NetlinkDecoder.Message) -> Void = { _, _ in })
+        throws(NetlinkError)
+    {
+        // Bounded in count, and in time by the receive timeout.
+        for _ in 0..<1_000_000 {
             let bytes = try receive(timeout: .seconds(2))
             if bytes.isEmpty { throw NetlinkError(what, ETIMEDOUT) }
-            if let error = decoder.decode(bytes).error, error.sequence == seq {
-                if error.code != 0 { throw NetlinkError(what, -error.code, message: error.message) }
-                return
+            let buffer = Array(bytes)
+            for message in NetlinkDecoder.messages(buffer).messages where message.sequence == seq {
+                switch message.type {
+                case NL.done:
+                    return
+                case NL.error:
+                    guard let answer = NetlinkDecoder.acknowledgement(buffer, message) else {
+                        throw NetlinkError(what, EPROTO)
+                    }
+                    if answer.code != 0 { throw NetlinkError(what, -answer.code, message: answer.message) }
+                    return
+                default:
+                    visit(buffer, message)
+                }
             }
         }
         throw NetlinkError(what, ETIMEDOUT)
@@ -380,7 +407,7 @@ private enum FRA {
 
 extension [UInt8] {
     /// Stores `value` in host order (little-endian on every Linux target Roam runs on) at `offset`.
-    fileprivate mutating func store(_ value: UInt32, at offset: Int) {
+    mutating func store(_ value: UInt32, at offset: Int) {
         for i in 0..<4 { self[offset + i] = UInt8(truncatingIfNeeded: value >> (8 * i)) }
     }
 }

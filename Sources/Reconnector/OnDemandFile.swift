@@ -86,12 +86,15 @@ extension YAMLReader {
         }
         m.ssids = try values("ssid") { n throws(ConfigError) in
             let text = try string(n)
-            guard (1...32).contains(text.utf8.count) else { throw fail(n, "'ssid' is 1 to 32 bytes, got \"\(text)\"") }
-            return text
+            // As nl80211 names it: a byte that is not UTF-8 written \xNN.
+            guard let ssid = SSID(text), !ssid.bytes.isEmpty else {
+                throw fail(n, "'ssid' is 1 to 32 bytes (\\xNN for a byte that is not text), got \"\(text)\"")
+            }
+            return ssid.description
         }
         m.gatewayMACs = try values("gateway-mac") { n throws(ConfigError) in
             let text = try string(n)
-            guard let mac = HardwareAddress(text) else {
+            guard let mac = HardwareAddress(text), mac.bytes.count == 6 else {
                 throw fail(n, "'gateway-mac' is a hardware address like 52:54:00:12:34:56, got \"\(text)\"")
             }
             return mac.description

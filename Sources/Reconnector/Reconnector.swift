@@ -573,11 +573,21 @@ public struct Reconnector: Sendable {
     /// they hold (lifting the lockdown for that network only if the rule says so); `ignore`
     /// keeps what is. While they wait for a fact, a lifted lockdown is put back.
     private mutating func onDemand(_ decision: OnDemandDecision, _ now: Instant, _ out: inout [Action]) {
-        guard case .decided(let verdict) = decision else {
-            guard case .disconnected(let rule, _?) = state else { coalesced += 1; return }
-            out.append(.restoreLockdown)
-            return enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("the rules look at the network"), now, &out)
+        if case .waiting(let rule, let wanted, _) = decision {
+            switch state {
+            case .disconnected(let current, _?):
+                out.append(.restoreLockdown)
+                enter(.disconnected(rule: current, lifted: nil), .lockdownRestored("the rules look at the network"), now, &out)
+            case .offline:
+                // Nothing tried yet: nothing is, until the rules know whether this network is trusted
+                // (a session that works meanwhile keeps working).
+                enter(.disconnected(rule: rule, lifted: nil), .onDemandWaits(rule, for: wanted.map(\.description)), now, &out)
+            default:
+                coalesced += 1
+            }
+            return
         }
+        guard case .decided(let verdict) = decision else { return }
         onDemand = verdict
         switch state {
         case .paused, .failed, .sleeping:

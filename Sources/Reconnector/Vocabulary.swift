@@ -301,6 +301,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case portalWindowClosed(why: String)
     /// An on-demand rule decided.
     case onDemand(OnDemandVerdict)
+    /// The rules wait for facts about a new network before anything is tried there.
+    case onDemandWaits(String, for: [String])
     /// The network the lockdown was lifted for is no longer the tunnel's (or the rules wait for
     /// a fact about the new one): the lockdown is whole again.
     case lockdownRestored(String)
@@ -346,6 +348,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .portalWindowOpened(let d): "portalWindowOpened(for \(d.short))"
         case .portalWindowClosed(let why): "portalWindowClosed(\(why))"
         case .onDemand(let v): "onDemand(\(v))"
+        case .onDemandWaits(let rule, let wanted): "onDemandWaits(\(rule) for \(wanted.joined(separator: ",")))"
         case .lockdownRestored(let why): "lockdownRestored(\(why))"
         }
     }

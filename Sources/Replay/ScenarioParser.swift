@@ -319,7 +319,7 @@ extension YAMLReader {
         if let n = f.optional("ssid") { spec.ssid = try string(n) }
         if let n = f.optional("gateway-mac") {
             let text = try string(n)
-            guard let mac = HardwareAddress(text) else { throw fail(n, "'gateway-mac' is like 52:54:00:12:34:56, got \"\(text)\"") }
+            guard let mac = HardwareAddress(text), mac.bytes.count == 6 else { throw fail(n, "'gateway-mac' is like 52:54:00:12:34:56, got \"\(text)\"") }
             spec.gatewayMAC = mac.description
         }
         if let n = f.optional("dns-domain") {

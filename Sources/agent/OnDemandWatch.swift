@@ -101,8 +101,7 @@ final class OnDemandWatch {
     /// resolve it (an ARP or neighbour solicitation, no IP packet) and the rules wait a while.
     private func gatewayMAC(of path: Path) -> Fact<String> {
         guard let gateway = path.gateway, let netlink else { return .absent }
-        if let entry = try? netlink.neighbour(of: gateway, linkIndex: path.linkIndex), entry.isValid,
-           let mac = entry.hardwareAddress {
+        if let entry = try? netlink.neighbour(of: gateway, linkIndex: path.linkIndex), let mac = entry.usableHardwareAddress {
             resolvingUntil = nil
             return .known(mac.description)
         }

@@ -1,0 +1,223 @@
+import CMnl
+import Glibc
+
+/// A Wi-Fi network's name (SSID): 0 to 32 bytes, usually UTF-8 but not necessarily.
+public struct SSID: Hashable, Sendable, CustomStringConvertible {
+    /// The name as the access point broadcasts it.
+    public let bytes: [UInt8]
+
+    /// A name of at most 32 bytes (`IEEE80211_MAX_SSID_LEN`); nil when longer.
+    public init?(bytes: some Collection<UInt8>) {
+        guard bytes.count <= 32 else { return nil }
+        self.bytes = Array(bytes)
+    }
+
+    /// A name from configuration: the text's UTF-8 bytes, where `\xNN` stands for the byte NN
+    /// (as `description` writes them); nil when that makes more than 32 bytes.
+    public init?(_ text: String) {
+        let utf8 = Array(text.utf8)
+        var bytes: [UInt8] = []
+        var i = 0
+        while i < utf8.count {
+            if let byte = Self.escapedByte(utf8, at: i) {
+                bytes.append(byte)
+                i += 4
+            } else {
+                bytes.append(utf8[i])
+                i += 1
+            }
+        }
+        self.init(bytes: bytes)
+    }
+
+    /// The name as text where it is printable UTF-8, any other byte as `\xNN`. A backslash that
+    /// would read as such an escape is written `\x5c`, so the text parses back to the same name.
+    public var description: String {
+        var text = ""
+        var parser = Unicode.UTF8.ForwardParser()
+        var input = bytes.makeIterator()
+        var index = 0
+        while true {
+            switch parser.parseScalar(from: &input) {
+            case .valid(let encoded):
+                let scalar = Unicode.UTF8.decode(encoded)
+                if Self.isPrintable(scalar) && Self.escapedByte(bytes, at: index) == nil {
+                    text.unicodeScalars.append(scalar)
+                } else {
+                    for byte in encoded { text += Self.escape(byte) }
+                }
+                index += encoded.count
+            case .error(let length):
+                for byte in bytes[index..<index + length] { text += Self.escape(byte) }
+                index += length
+            case .emptyInput:
+                return text
+            }
+        }
+    }
+
+    /// The byte that `\xNN` at `i` stands for; nil when no such escape starts there.
+    private static func escapedByte(_ b: [UInt8], at i: Int) -> UInt8? {
+        guard i + 3 < b.count, b[i] == UInt8(ascii: "\\"), b[i + 1] == UInt8(ascii: "x"),
+              let high = hexValue(b[i + 2]), let low = hexValue(b[i + 3])
+        else { return nil }
+        return high << 4 | low
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private static func escape(_ byte: UInt8) -> String {
+        "\\x" + (byte < 16 ? "0" : "") + String(byte, radix: 16)
+    }
+
+    /// Control and format characters (a newline, a right-to-left override) would garble or
+    /// disguise a log line; they are written as bytes.
+    private static func isPrintable(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator: false
+        default: true
+        }
+    }
+}
+
+/// What the kernel says about a link's Wi-Fi association.
+public enum WirelessLookup: Equatable, Sendable {
+    /// A Wi-Fi client link, associated to the network with this name.
+    case ssid(SSID)
+    /// A Wi-Fi link associated to no network, or one that joins none as a client (an access
+    /// point, a monitor).
+    case notAssociated
+    /// Not a Wi-Fi link, or a kernel without Wi-Fi (no nl80211).
+    case notWireless
+    /// The kernel could not be asked.
+    case failed(NetlinkError)
+}
+
+/// The Wi-Fi network a link is on, asked of the kernel's nl80211 over generic netlink.
+public enum Wireless {
+    /// The Wi-Fi network link `index` is associated to, in the calling thread's network
+    /// namespace. A kernel without Wi-Fi, or a link that is not Wi-Fi, is an answer, not an error.
+    public static func ssid(ofInterface index: Int32) -> WirelessLookup {
+        do throws(NetlinkError) {
+            let socket = try NetlinkSocket(protocol: NETLINK_GENERIC)
+            let family = try socket.genericFamily(named: "nl80211")
+            let what = "get Wi-Fi interface \(index)"
+            let seq = try socket.request(type: family, flags: UInt16(NLM_F_ACK), header: [NL80211.getInterface, 1, 0, 0]) { nlh in
+                mnl_attr_put_u32(nlh, NL80211.interfaceIndex, UInt32(bitPattern: index))
+            }
+            var found: Interface?
+            try socket.answers(to: seq, what) { buffer, message in
+                if let interface = interface(buffer[message.bytes], family: family), interface.index == index { found = interface }
+            }
+            guard let found else { return .failed(NetlinkError(what, EPROTO)) }
+            return lookup(found)
+        } catch {
+            return lookup(refusal: error)
+        }
+    }
+
+    /// What the lookup needs of an `NL80211_CMD_NEW_INTERFACE` message.
+    struct Interface: Equatable {
+        var index: Int32
+        /// `enum nl80211_iftype`.
+        var type: UInt32
+        /// Present while associated.
+        var ssid: SSID?
+    }
+
+    /// An interface's answer: its network's name, for a link that joins one as a client.
+    static func lookup(_ interface: Interface) -> WirelessLookup {
+        guard NL80211.clientTypes.contains(interface.type), let ssid = interface.ssid, !ssid.bytes.isEmpty else {
+            return .notAssociated
+        }
+        return .ssid(ssid)
+    }
+
+    /// A refusal's answer: no nl80211 family (`ENOENT`), or a link that is not Wi-Fi (`ENODEV`;
+    /// `EOPNOTSUPP`; `EINVAL` from older kernels), says the link is not wireless.
+    static func lookup(refusal error: NetlinkError) -> WirelessLookup {
+        [ENOENT, ENODEV, EOPNOTSUPP, EINVAL].contains(error.code) ? .notWireless : .failed(error)
+    }
+
+    /// The family id in the controller's answer to `CTRL_CMD_GETFAMILY`, one whole
+    /// `CTRL_CMD_NEWFAMILY` message; nil for anything else.
+    static func familyIdentifier(_ message: some Collection<UInt8>) -> UInt16? {
+        guard case let (b, attributes)? = generic(message, family: CTRL.controller, command: CTRL.newFamily) else { return nil }
+        var id: UInt16?
+        guard NetlinkDecoder.attributes(b, attributes, { type, value in
+            if type == CTRL.familyIdentifier, value.count >= 2 { id = b.u16(value.lowerBound) }
+        }) else { return nil }
+        return id
+    }
+
+    /// Decodes one whole `NL80211_CMD_NEW_INTERFACE` message of nl80211's `family` id; nil for
+    /// anything else, or when the index or type is missing or the SSID is too long.
+    static func interface(_ message: some Collection<UInt8>, family: UInt16) -> Interface? {
+        guard case let (b, attributes)? = generic(message, family: family, command: NL80211.newInterface) else { return nil }
+        var index: Int32?
+        var type: UInt32?
+        var ssid: SSID?
+        var ssidFits = true
+        guard NetlinkDecoder.attributes(b, attributes, { attribute, value in
+            switch attribute {
+            case NL80211.interfaceIndex: if value.count >= 4 { index = Int32(bitPattern: b.u32(value.lowerBound)) }
+            case NL80211.interfaceType: if value.count >= 4 { type = b.u32(value.lowerBound) }
+            case NL80211.ssid:
+                ssid = SSID(bytes: b[value])
+                ssidFits = ssid != nil
+            default: break
+            }
+        }), ssidFits, let index, let type else { return nil }
+        return Interface(index: index, type: type, ssid: ssid)
+    }
+
+    /// A generic netlink message of `family` carrying `command`: its bytes, and where its
+    /// attributes lie after the headers (`nlmsghdr`, then `genlmsghdr`: cmd, version, reserved).
+    private static func generic(_ message: some Collection<UInt8>, family: UInt16, command: UInt8)
+        -> ([UInt8], Range<Int>)?
+    {
+        let b = Array(message)
+        guard b.count >= 20 else { return nil }
+        let length = Int(b.u32(0))
+        guard (20...b.count).contains(length), b.u16(4) == family, b[16] == command else { return nil }
+        return (b, 20..<length)
+    }
+}
+
+extension NetlinkSocket {
+    /// The id the generic netlink controller gave family `name`; the kernel refuses with
+    /// `ENOENT` when it has no such family.
+    fileprivate func genericFamily(named name: String) throws(NetlinkError) -> UInt16 {
+        let what = "look up generic netlink family '\(name)'"
+        let seq = try request(type: CTRL.controller, flags: UInt16(NLM_F_ACK), header: [CTRL.getFamily, 1, 0, 0]) { nlh in
+            mnl_attr_put_strz(nlh, CTRL.familyName, name)
+        }
+        var id: UInt16?
+        try answers(to: seq, what) { buffer, message in id = id ?? Wireless.familyIdentifier(buffer[message.bytes]) }
+        guard let id else { throw NetlinkError(what, EPROTO) }
+        return id
+    }
+}
+
+// linux/genetlink.h: the controller, which names families.
+private enum CTRL {
+    /// `GENL_ID_CTRL`: the controller's own fixed family id.
+    static let controller: UInt16 = 0x10
+    static let newFamily: UInt8 = 1, getFamily: UInt8 = 3
+    static let familyIdentifier: UInt16 = 1, familyName: UInt16 = 2
+}
+
+// linux/nl80211.h: commands, attributes and interface types.
+private enum NL80211 {
+    static let getInterface: UInt8 = 5, newInterface: UInt8 = 7
+    static let interfaceIndex: UInt16 = 3, interfaceType: UInt16 = 5, ssid: UInt16 = 52
+    /// NL80211_IFTYPE_ADHOC, _STATION, _P2P_CLIENT: the types that join a network.
+    static let clientTypes: [UInt32] = [1, 2, 8]
+}
