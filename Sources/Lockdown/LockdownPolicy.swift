@@ -47,6 +47,9 @@ public struct LockdownPolicy: Hashable, Sendable {
     public var checkPorts: [UInt16] = []
     /// A portal window, while one is open (full mode only).
     public var portalWindow: PortalWindow?
+    /// An on-demand rule trusts the network on this interface: the machine may talk to it
+    /// directly, both ways; every other interface stays locked.
+    public var trustedInterface: String?
 
     /// For a while, one process tree (a cgroup of its own) may reach the network directly
     /// through one uplink to log in to a captive portal: its packets carry the session's mark
@@ -127,6 +130,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        type filter hook output priority filter; policy accept;",
             "        oifname \"lo\" accept",
         ]
+        if let trusted = trustedInterface { lines.append("        oifname \(Self.quoted(trusted)) accept") }
         if let window = portalWindow {
             // The window's process tree: DNS to the network's resolvers, HTTP and HTTPS, on its
             // uplink; nothing else (the tunnel included: its packets are marked for the uplink).
@@ -178,6 +182,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \"lo\" accept",
             "        iifname \(tunnel) accept",
         ]
+        if let trusted = trustedInterface { lines.append("        iifname \(Self.quoted(trusted)) accept") }
         for server in servers {
             let family = server.address.family == .v4 ? "ip" : "ip6"
             lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
@@ -253,6 +258,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "    chain output {",
             "        type filter hook output priority filter; policy accept;",
             "        oifname \(tunnel) accept",
+        ] + (trustedInterface.map { ["        oifname \(Self.quoted($0)) accept"] } ?? []) + [
             "        ip daddr @tunneled4 counter name \(BlockCause.outbound.counter) goto refuse",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.outbound.counter) goto refuse",
             "    }",
@@ -296,7 +302,8 @@ public struct LockdownPolicy: Hashable, Sendable {
 
     /// An interface name as an nftables string; names are checked (no quotes, no spaces) at configuration.
     private static func quoted(_ name: String) -> String {
-        "\"" + name.filter { $0 != "\"" && $0 != "\\" } + "\""
+        // No quote, backslash or control character can end the string or the line.
+        "\"" + String(String.UnicodeScalarView(name.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f && $0 != "\"" && $0 != "\\" })) + "\""
     }
 
     private func hex(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }

@@ -33,7 +33,7 @@ public protocol SessionDriver {
     mutating func closePortalWindow()
     /// An on-demand rule trusts the network: the lockdown, the tunnel's routes and its
     /// resolvers step aside.
-    mutating func liftLockdown()
+    mutating func liftLockdown(interface: String)
     /// The lockdown, the tunnel's routes and its resolvers are back.
     mutating func restoreLockdown()
 }
@@ -89,7 +89,7 @@ public struct Interpreter: Sendable {
             case .checkConnectivity(let path): driver.checkConnectivity(via: path)
             case .openPortalWindow(let path, let url, let until): driver.openPortalWindow(via: path, portal: url, until: until)
             case .closePortalWindow: driver.closePortalWindow()
-            case .liftLockdown: driver.liftLockdown()
+            case .liftLockdown(let interface): driver.liftLockdown(interface: interface)
             case .restoreLockdown: driver.restoreLockdown()
             case .armTimer, .cancelTimer, .quiesce: break
             }

@@ -80,6 +80,11 @@ public struct Reconnector: Sendable {
     public private(set) var portalWindowUntil: Instant?
     /// What the on-demand rules last decided, for the network of the path it names.
     public private(set) var onDemand: OnDemandVerdict?
+    /// Held in `disconnected` only while the rules looked at a new network: whatever they then
+    /// say but `disconnect` brings the first attempt.
+    private var heldForRules = false
+    /// The rules wait for facts about the best path's network (the rule, and what it waits for).
+    private var rulesWait: (rule: String, wanted: [String])?
 
     /// `servers` names the servers in the order they are tried (one, unnamed, by default).
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero,
@@ -183,7 +188,8 @@ public struct Reconnector: Sendable {
                 enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
             }
             // The rules said connect for the network these paths now show.
-            if let best, let verdict = onDemand, verdict.action == .connect, verdict.path == best.id {
+            if let best, let verdict = onDemand, verdict.action == .connect || (heldForRules && verdict.action == .ignore),
+               verdict.path == best.id {
                 failures = 0
                 return attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
             }
@@ -249,6 +255,10 @@ public struct Reconnector: Sendable {
 
     private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
         switch state {
+        case .disconnected(let rule, _?):
+            // The machine may wake on another network: the lift does not outlive the sleep.
+            out.append(.restoreLockdown)
+            return enter(.disconnected(rule: rule, lifted: nil), .goingToSleep, now, &out)
         case .sleeping, .paused, .disconnected: return  // there is nothing to quiesce, and no session to keep
         default: break
         }
@@ -276,6 +286,16 @@ public struct Reconnector: Sendable {
         }
         candidate = nil
         guard let best = preferred(now) else { return enter(.offline, .wokeAfter(slept), now, &out) }
+        // Awake on a network the rules keep the tunnel off, or are still looking at.
+        if let verdict = onDemand, verdict.action == .disconnect, verdict.path == best.id {
+            return disconnect(verdict, now, &out, from: .wokeAfter(slept))
+        }
+        if let wait = rulesWait {
+            session = nil
+            enter(.disconnected(rule: wait.rule, lifted: nil), .onDemandWaits(wait.rule, for: wait.wanted), now, &out)
+            if socket != nil { out.append(.disconnect) }
+            return
+        }
         if isSessionFresh(now), best.id == socket {
             // Short sleep on the same network: one probe tells whether anything changed.
             probe(best, now, &out)
@@ -574,6 +594,9 @@ public struct Reconnector: Sendable {
     /// keeps what is. While they wait for a fact, a lifted lockdown is put back.
     private mutating func onDemand(_ decision: OnDemandDecision, _ now: Instant, _ out: inout [Action]) {
         if case .waiting(let rule, let wanted, _) = decision {
+            // What was decided is about a network the rules are looking at again.
+            onDemand = nil
+            rulesWait = (rule, wanted.map(\.description))
             switch state {
             case .disconnected(let current, _?):
                 out.append(.restoreLockdown)
@@ -588,6 +611,7 @@ public struct Reconnector: Sendable {
             return
         }
         guard case .decided(let verdict) = decision else { return }
+        rulesWait = nil
         onDemand = verdict
         switch state {
         case .paused, .failed, .sleeping:
@@ -596,7 +620,9 @@ public struct Reconnector: Sendable {
             return
         default: break
         }
-        switch verdict.action {
+        // Held only for the rules to look: anything but disconnect means the tunnel is wanted.
+        let action = heldForRules && verdict.action == .ignore ? .connect : verdict.action
+        switch action {
         case .connect:
             guard case .disconnected(let rule, let lifted) = state else { coalesced += 1; return }
             guard let best = preferred(now), best.id == verdict.path else {
@@ -626,13 +652,13 @@ public struct Reconnector: Sendable {
         if case .disconnected(_, let lifted) = state {
             guard lifted != lift else { coalesced += 1; return }
             if lifted != nil { out.append(.restoreLockdown) }
-            if lift != nil { out.append(.liftLockdown) }
+            if lift != nil { out.append(.liftLockdown(interface: verdict.interface)) }
             return enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)
         }
         session = nil
         enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)
         if socket != nil { out.append(.disconnect) }  // a session, or one on its way: a goodbye
-        if lift != nil { out.append(.liftLockdown) }
+        if lift != nil { out.append(.liftLockdown(interface: verdict.interface)) }
     }
 
     // MARK: Captive portals
@@ -991,6 +1017,12 @@ public struct Reconnector: Sendable {
         state = new
         enteredAt = now
         coalesced = 0
+        switch (new, reason) {
+        case (_, .onDemandWaits): heldForRules = true
+        case (.disconnected, .onDemand): heldForRules = false  // the rules decided: held by them now
+        case (.disconnected, _): break
+        default: heldForRules = false
+        }
         out.append(.report(transition))
     }
 

@@ -161,9 +161,10 @@ public enum Action: Equatable, Sendable {
     case openPortalWindow(via: Path, portal: String, until: Instant)
     /// Close the portal window: the lockdown is whole again.
     case closePortalWindow
-    /// An on-demand rule trusts the network: the lockdown, the tunnel's routes and its resolvers
-    /// step aside, and the machine talks to the network directly.
-    case liftLockdown
+    /// An on-demand rule trusts the network on `interface`: the tunnel's routes and its resolvers
+    /// step aside and the lockdown lets that interface through (every other stays locked), so the
+    /// machine talks to the network directly.
+    case liftLockdown(interface: String)
     /// Put the lockdown, the tunnel's routes and its resolvers back.
     case restoreLockdown
 }

@@ -947,7 +947,8 @@ extension Replay: SessionDriver {
         windowOpen = false
     }
 
-    public mutating func liftLockdown() {
+    public mutating func liftLockdown(interface: String) {
+        if tracker.model.link(named: interface) == nil { violation("the lockdown lifted for \(interface), which does not exist") }
         if lockdownLifted { violation("the lockdown lifted twice") }
         lockdownLifted = true
     }

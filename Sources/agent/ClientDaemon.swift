@@ -243,7 +243,8 @@ extension ClientDaemon {
         /// Evaluates the on-demand rules for the best path's network and tells the core when
         /// their decision changed (a probe they wait for runs on its own thread).
         private func decideOnDemand() {
-            guard let onDemand, let best = monitor.paths.first else { return }
+            guard let onDemand else { return }
+            guard let best = monitor.paths.first else { return onDemand.forgetNetwork() }
             let decision = onDemand.decide(for: best, model: monitor.tracker.model,
                                            tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path in
                 startProbe(probe, via: path)
@@ -400,6 +401,9 @@ extension ClientDaemon {
         /// resolve elsewhere. The time asleep was no time without an answer.
         private func woke(after slept: Duration) {
             startup.noPath()
+            // Awake, perhaps on another network: the rules look at it afresh.
+            onDemand?.forgetNetwork()
+            decideOnDemand()
             feed(.wake(sleptFor: slept))
             resolveServer()
         }
@@ -565,9 +569,11 @@ extension ClientDaemon {
                 resolveServer()
             }
             // No path is not an unanswered server: waiting for a network has no deadline.
-            if machine.state == .offline || machine.state == .sleeping { startup.noPath() }
-            // With no network there is nothing to wait for: a boot without one must not stall on us.
-            if machine.state == .offline { service.ready() }
+            let down = if case .disconnected = machine.state { true } else { false }
+            if machine.state == .offline || machine.state == .sleeping || down { startup.noPath() }
+            // With no network there is nothing to wait for: a boot without one must not stall on us,
+            // nor one on a network where a rule keeps the tunnel down.
+            if machine.state == .offline || down { service.ready() }
             saveMemory()
         }
 
@@ -604,9 +610,9 @@ extension ClientDaemon {
                 metrics.portalWindow(open: false)
                 effects.closePortalWindow()
             }
-            mutating func liftLockdown() {
+            mutating func liftLockdown(interface: String) {
                 metrics.lockdownLifted(true)
-                effects.liftLockdown()
+                effects.liftLockdown(interface: interface)
             }
             mutating func restoreLockdown() {
                 metrics.lockdownLifted(false)

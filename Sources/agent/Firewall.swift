@@ -9,9 +9,6 @@ import Tunnel
 final class Firewall {
     private let lockdown: Lockdown
     private var policy: LockdownPolicy
-    /// An on-demand rule trusts the network: the table is away, and changes to the policy wait
-    /// for it to come back.
-    private(set) var isLifted = false
 
     /// Loads the lockdown for `settings`, with no server yet (its name may still need looking
     /// up): from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
@@ -30,7 +27,7 @@ final class Firewall {
     /// The policy becomes `next`: loaded now, or when the lockdown comes back if it is lifted.
     private func load(_ next: LockdownPolicy) throws(LockdownError) {
         guard next != policy else { return }
-        if !isLifted { try lockdown.apply(next) }
+        try lockdown.apply(next)
         policy = next
     }
 
@@ -42,19 +39,24 @@ final class Firewall {
         try load(next)
     }
 
-    /// An on-demand rule trusts the network: the table goes until `restore()`.
-    func lift() throws(LockdownError) {
-        guard !isLifted else { return }
-        try lockdown.remove()
-        isLifted = true
+    /// An on-demand rule trusts the network on `interface`: the machine may talk to it directly
+    /// until `restore()`; every other interface stays locked. The table stays loaded, so an agent
+    /// that restarts loads it whole again.
+    func lift(for interface: String) throws(LockdownError) {
+        var next = policy
+        next.trustedInterface = interface
+        try load(next)
     }
 
-    /// The table is back, with every change made to the policy meanwhile.
+    /// The trusted interface is locked again.
     func restore() throws(LockdownError) {
-        guard isLifted else { return }
-        try lockdown.apply(policy)
-        isLifted = false
+        var next = policy
+        next.trustedInterface = nil
+        try load(next)
     }
+
+    /// Whether an interface is trusted now (a restore that failed leaves it so).
+    var isLifted: Bool { policy.trustedInterface != nil }
 
     /// Whether a portal window can be opened: only a full tunnel hides the portal.
     var supportsPortalWindow: Bool { if case .full = policy.scope { true } else { false } }

@@ -21,6 +21,8 @@ final class OnDemandWatch {
     private var resolvingUntil: Instant?
     /// The wait for the gateway's entry ran out on this network.
     private var resolveGaveUp = false
+    /// When to look for the gateway's entry again, while it is awaited.
+    private var nextLook: Instant?
     /// The last decision, fed to the core only when it changes.
     private(set) var decision: OnDemandDecision?
 
@@ -38,12 +40,22 @@ final class OnDemandWatch {
     func use(_ rules: OnDemandRules) {
         guard rules != self.rules else { return }
         self.rules = rules
+        forgetNetwork()
+    }
+
+    /// No network now (or the machine slept): what was known and decided is forgotten, so the
+    /// next network is looked at, and decided for, afresh.
+    func forgetNetwork() {
+        network = nil
+        answered = [:]
+        resolvingUntil = nil
+        resolveGaveUp = false
+        nextLook = nil
         decision = nil
-        answered = answered.filter { probe, _ in rules.rules.contains { $0.match.probe == probe } }
     }
 
     /// When the gateway's entry should be looked for again, while it is awaited.
-    var nextDeadline: Instant? { resolvingUntil.map { min($0, Instant.now() + Self.resolveStep) } }
+    var nextDeadline: Instant? { resolvingUntil == nil ? nil : nextLook }
 
     /// A probe over `path` answered (`true`: as its rule expects).
     func probeAnswered(_ probe: OnDemandRule.Probe, on path: Path.ID, _ expected: Bool) {
@@ -57,10 +69,10 @@ final class OnDemandWatch {
     func decide(for best: Path, model: NetworkModel, tunnelSearch: [String],
                 startProbe: (OnDemandRule.Probe, Path) -> Void) -> OnDemandDecision? {
         if network?.path != best.id || network?.gateway != best.gateway {
+            let decided = decision
+            forgetNetwork()
+            decision = decided
             network = (best.id, best.gateway)
-            answered = [:]
-            resolvingUntil = nil
-            resolveGaveUp = false
         }
         let facts = facts(for: best, model: model, tunnelSearch: tunnelSearch)
         let new = rules.evaluate(facts)
@@ -103,6 +115,7 @@ final class OnDemandWatch {
         guard let gateway = path.gateway, let netlink else { return .absent }
         if let entry = try? netlink.neighbour(of: gateway, linkIndex: path.linkIndex), let mac = entry.usableHardwareAddress {
             resolvingUntil = nil
+            nextLook = nil
             return .known(mac.description)
         }
         if resolveGaveUp { return .absent }
@@ -110,10 +123,15 @@ final class OnDemandWatch {
         guard let until = resolvingUntil else {
             try? netlink.resolve(gateway, linkIndex: path.linkIndex)
             resolvingUntil = now + Self.resolveWait
+            nextLook = now + Self.resolveStep
             return .pending
         }
-        if now < until { return .pending }
+        if now < until {
+            nextLook = min(until, now + Self.resolveStep)
+            return .pending
+        }
         resolvingUntil = nil
+        nextLook = nil
         resolveGaveUp = true
         return .absent
     }

@@ -295,7 +295,8 @@ final class SessionEffects {
     }
 
     private func attachTunnel() throws(AgentError) {
-        guard tun == nil, let client else { return }
+        // A late answer after a rule lifted the lockdown brings no routes back.
+        guard tun == nil, !lockdownLifted, let client else { return }
         let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
         do {
             let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes,
@@ -362,7 +363,7 @@ final class SessionEffects {
     /// An on-demand rule trusts the network: the tunnel's routes, its resolvers and the
     /// lockdown step aside (the session has ended already), and the machine talks to the
     /// network directly. Each step that fails is logged; the others still happen.
-    func liftLockdown() {
+    func liftLockdown(interface: String) {
         lockdownLifted = true
         do {
             try routes?.remove()
@@ -378,12 +379,12 @@ final class SessionEffects {
             }
         }
         do {
-            try firewall?.lift()
+            try firewall?.lift(for: interface)
         } catch {
             log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
         }
-        log.notice("lockdown lifted: the network is trusted", metadata: ["routes": "\(routes == nil ? "removed" : "kept")",
-                                                                          "lockdown": "\(firewall?.isLifted == true ? "lifted" : "none")"])
+        log.notice("lockdown lifted: the network is trusted", metadata: ["interface": "\(interface)",
+            "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.isLifted == true ? "open on \(interface) only" : "none")"])
     }
 
     /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and

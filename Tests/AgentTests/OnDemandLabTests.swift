@@ -26,6 +26,12 @@ struct OnDemandLabTests {
 
     private func isTrue(_ value: String?) -> Bool { value == "1" || value == "true" }
 
+    /// Whether the lockdown lets `interface` through (an on-demand rule trusts its network).
+    private func trusts(_ lab: RoamingLab, _ interface: String) -> Bool {
+        let table = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "table", "inet", "roam"])
+        return table?.output.contains("oifname \"\(interface)\" accept") == true
+    }
+
     /// Docked behind the office's router (trusted by its hardware address, `lockdown: lift`):
     /// the tunnel is never tried, the lockdown and the tunnel's routes step aside, and the
     /// laptop reaches the network directly. The cable pulled, the lockdown is back and the
@@ -38,23 +44,28 @@ struct OnDemandLabTests {
                 lockdown: lift
             """)
         try lab.loadBootLockdown()
+        let started = LabClock.now
         try lab.startClient(waitForTunnel: false)
         // The gateway's entry is resolved first (the rules wait, nothing is tried), then the rule decides.
         #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) }, "\(lab.log("client.log"))")
+        let trusted = LabClock.now - started
         let status = lab.status()
         #expect(status["state"] == "disconnected" && status["on_demand.rule"] == "office", "\(status)")
         #expect(lab.log("client.log").contains("reason=\"onDemandWaits(office for gateway-mac)\""))
         #expect(lab.attempts() == 0, "a trusted network is never tried: \(status)")
         #expect(lab.log("client.log").contains("reason=\"onDemand(office on eth0: disconnect, lockdown lifted)\""),
                 "the transition names the rule: \(lab.log("client.log"))")
-        #expect(!lab.lockdownLoaded(), "the lockdown is lifted")
+        #expect(lab.lockdownLoaded() && trusts(lab, "eth0") && !trusts(lab, "wifi0"), "the lockdown is lifted for eth0 alone")
         #expect(directPing(lab, "198.51.100.7"), "the laptop talks to the trusted network directly")
+        #expect(!directPing(lab, "192.168.1.1"), "Wi-Fi stays locked while the office is trusted")
 
         // Undocked: the lockdown first, then the tunnel on Wi-Fi.
+        let undocked = LabClock.now
         try lab.laptop.ip("link set eth0 down")
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        let connected = LabClock.now - undocked
         #expect(lab.status()["path.interface"] == "wifi0")
-        #expect(lab.lockdownLoaded(), "the lockdown is back")
+        #expect(lab.lockdownLoaded() && !trusts(lab, "eth0"), "the lockdown is back")
         let log = lab.log("client.log")
         #expect(log.contains("reason=\"lockdownRestored(") && log.contains("onDemand(default on wifi0: connect)"), "\(log)")
         let tunnel = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "ping", "-c", "1", "-W", "2",
@@ -63,10 +74,12 @@ struct OnDemandLabTests {
 
         // Docked again: the session ends with a goodbye, and the lockdown lifts for the office.
         try lab.laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
-        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" && !lab.lockdownLoaded() },
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" && trusts(lab, "eth0") },
                 "\(lab.log("client.log"))")
         #expect(lab.wait(for: "session closed by the client", in: "server.log", seconds: 3),
                 "the server heard the goodbye: \(lab.log("server.log"))")
+        print("on-demand: trusted gateway decided \(trusted.short) after start (status polled every 20 ms), "
+            + "tunnel up on Wi-Fi \(connected.short) after the cable was pulled")
     }
 
     /// A lab subnet trusted without lifting the lockdown: the tunnel stays down there, and

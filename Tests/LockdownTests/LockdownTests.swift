@@ -55,6 +55,23 @@ struct LockdownPolicyTests {
         #expect(policy.ruleset().contains("socket cgroupv2 level 1 \"x acceptchain y\""))
     }
 
+    @Test func aTrustedInterfaceIsLetThroughAndNothingElse() {
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server)
+        #expect(!policy.ruleset().contains("oifname \"eth0\""))
+        policy.trustedInterface = "eth0"
+        let text = policy.ruleset()
+        #expect(text.contains("oifname \"eth0\" accept") && text.contains("iifname \"eth0\" accept"))
+        // Before any refusal, and for that interface only: the rest still ends in the refusals.
+        let trusted = try! #require(text.range(of: "oifname \"eth0\" accept"))
+        let refused = try! #require(text.range(of: "counter name blocked_out goto refuse"))
+        #expect(trusted.upperBound < refused.lowerBound && !text.contains("oifname \"wifi0\""))
+        policy.trustedInterface = "x\" accept\nchain y"
+        #expect(policy.ruleset().contains("oifname \"x acceptchain y\" accept"), "a name cannot break out of its string")
+        var split = LockdownPolicy(scope: .split([Prefix("10.0.0.0/8")!]), tunnelInterface: "roam0")
+        split.trustedInterface = "eth0"
+        #expect(split.ruleset().contains("oifname \"eth0\" accept"))
+    }
+
     @Test func anIPv6ServerIsMatchedAsIPv6() {
         let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
                                   server: LockdownPolicy.Server(IPAddress("2001:db8::7")!, port: 443)).ruleset()

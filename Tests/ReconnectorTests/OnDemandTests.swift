@@ -157,7 +157,7 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     var r = Reconnector()
     let decided = r.handle(verdict(lab, on: eth0), now: at(0))
     #expect(r.state == .disconnected(rule: "lab", lifted: nil))
-    #expect(!decided.contains(.disconnect) && !decided.contains(.liftLockdown))
+    #expect(!decided.contains(.disconnect) && !decided.contains(.liftLockdown(interface: "eth0")))
     let paths = r.handle(.paths([eth0]), now: at(1))
     #expect(paths.handshakes.isEmpty && paths.binds == 0 && r.nextDeadline == nil)
 }
@@ -165,13 +165,13 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
 @Test func disconnectEndsTheSessionWithAGoodbyeAndLiftsOnlyWhenTold() {
     var r = connected([eth0])
     let out = r.handle(verdict(lab, on: eth0), now: at(100))
-    #expect(out.contains(.disconnect) && !out.contains(.liftLockdown))
+    #expect(out.contains(.disconnect) && !out.contains(.liftLockdown(interface: "eth0")))
     #expect(out.reasons == ["onDemand(lab on eth0: disconnect)"])
     #expect(r.nextDeadline == nil)
 
     var s = connected([eth0])
     let lifted = s.handle(verdict(office, on: eth0), now: at(100))
-    #expect(lifted.contains(.disconnect) && lifted.contains(.liftLockdown))
+    #expect(lifted.contains(.disconnect) && lifted.contains(.liftLockdown(interface: "eth0")))
     #expect(s.state == .disconnected(rule: "office", lifted: eth0.id))
     // Nothing is tried while the rule holds: no traffic, timer, reconnect or wake brings an attempt.
     for input in [Input.dataSent, .reconnectRequested, .wake(sleptFor: .seconds(1)), .serverMoved, .timerFired(.retry)] {
@@ -200,7 +200,7 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     #expect(wait.first == .restoreLockdown && r.state == .disconnected(rule: "office", lifted: nil))
     // Decided again: lifted again.
     let again = r.handle(verdict(office, on: eth0), now: at(300))
-    #expect(again == [.liftLockdown] + [again.last!])
+    #expect(again == [.liftLockdown(interface: "eth0")] + [again.last!])
     #expect(r.state == .disconnected(rule: "office", lifted: eth0.id))
 }
 
@@ -223,7 +223,7 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     #expect(down.first == .restoreLockdown && r.state == .paused)
     // Up again on the trusted network: as the rules said, lifted again.
     let up = r.handle(.resume, now: at(300))
-    #expect(up.handshakes.isEmpty && up.contains(.liftLockdown) && r.state == .disconnected(rule: "office", lifted: eth0.id))
+    #expect(up.handshakes.isEmpty && up.contains(.liftLockdown(interface: "eth0")) && r.state == .disconnected(rule: "office", lifted: eth0.id))
     // A verdict while down is kept for when it comes up.
     _ = r.handle(.pause, now: at(400))
     let connect = r.handle(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: eth0.id,
@@ -244,4 +244,30 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     // The rules flipping back and forth cannot buy handshakes past the budget.
     let again = r.handle(connect, now: at(30))
     #expect(again.handshakes.isEmpty && r.state.name == "backing-off")
+}
+
+@Test func rulesThatWaitHoldTheFirstAttemptAndIgnoreThenConnects() {
+    var r = Reconnector()
+    let wait = r.handle(.onDemand(.waiting(rule: "office", for: [.gatewayMAC], path: wifi0.id)), now: at(0))
+    #expect(wait.reasons == ["onDemandWaits(office for gateway-mac)"])
+    #expect(r.handle(.paths([wifi0]), now: at(1)).handshakes.isEmpty)
+    // Home's `ignore` after the wait: nothing was kept down by a rule, so the tunnel comes up.
+    #expect(r.handle(verdict(home, on: wifi0), now: at(100)).handshakes == ["wifi0"])
+}
+
+@Test func aLiftDoesNotOutliveASleepAndAWakeOnTheTrustedNetworkStaysDown() {
+    var r = connected([eth0])
+    _ = r.handle(verdict(office, on: eth0), now: at(100))
+    let sleep = r.handle(.sleep, now: at(200))
+    #expect(sleep.first == .restoreLockdown && r.state == .disconnected(rule: "office", lifted: nil))
+    #expect(r.handle(.wake(sleptFor: .seconds(60)), now: at(60_200)).handshakes.isEmpty)
+}
+
+@Test func aWakeWhileTheRulesLookHoldsAttempts() {
+    var r = connected([wifi0])
+    _ = r.handle(.sleep, now: at(100))
+    _ = r.handle(.onDemand(.waiting(rule: "office", for: [.gatewayMAC], path: eth0.id)), now: at(200))
+    _ = r.handle(.paths([eth0]), now: at(200))
+    let wake = r.handle(.wake(sleptFor: .seconds(10)), now: at(10_200))
+    #expect(wake.handshakes.isEmpty && wake.probes.isEmpty && r.state == .disconnected(rule: "office", lifted: nil))
 }
