@@ -85,6 +85,11 @@ public struct YAMLReader: Sendable {
         return items
     }
 
+    /// One value, or a list of them: the items to read either way.
+    public func oneOrMore(_ node: Node) throws(ConfigError) -> [Node] {
+        if case .sequence = node.value { try list(node) } else { [node] }
+    }
+
     public func line(_ node: Node) -> Int { node.line }
 
     public func string(_ node: Node) throws(ConfigError) -> String {

@@ -199,12 +199,13 @@ public struct NetworkModel: Sendable, Equatable {
         return chosen?.ip
     }
 
+    /// The addresses the kernel may send from on the link.
+    public func usableAddresses(on linkIndex: Int32) -> [IPAddress] {
+        addresses.values.filter { $0.linkIndex == linkIndex && $0.isUsable }.map(\.ip)
+    }
+
     private func otherSources(on linkIndex: Int32, besides source: IPAddress) -> [IPAddress] {
-        var others: [IPAddress] = []
-        for address in addresses.values where address.linkIndex == linkIndex && address.ip.family == source.family
-            && address.ip != source && address.isUsable {
-            others.append(address.ip)
-        }
+        let others = usableAddresses(on: linkIndex).filter { $0.family == source.family && $0 != source }
         return others.count > 1 ? others.sorted() : others
     }
 

@@ -61,8 +61,7 @@ extension YAMLReader {
         /// A scalar or a list of them, none empty.
         func values<T>(_ key: String, _ read: (Node) throws(ConfigError) -> T) throws(ConfigError) -> [T] {
             guard let n = f.optional(key) else { return [] }
-            let items: [Node]
-            if case .sequence = n.value { items = try list(n) } else { items = [n] }
+            let items = try oneOrMore(n)
             guard !items.isEmpty else { throw fail(n, "'\(key)' lists no value") }
             var out: [T] = []
             for item in items { out.append(try read(item)) }
@@ -92,13 +91,7 @@ extension YAMLReader {
             }
             return ssid.description
         }
-        m.gatewayMACs = try values("gateway-mac") { n throws(ConfigError) in
-            let text = try string(n)
-            guard let mac = HardwareAddress(text), mac.bytes.count == 6 else {
-                throw fail(n, "'gateway-mac' is a hardware address like 52:54:00:12:34:56, got \"\(text)\"")
-            }
-            return mac.description
-        }
+        m.gatewayMACs = try values("gateway-mac") { n throws(ConfigError) in try gatewayMAC(n) }
         m.subnets = try values("subnet") { n throws(ConfigError) in try prefix(n).network }
         m.dnsDomains = try values("dns-domain") { n throws(ConfigError) in
             let text = try string(n)
@@ -127,5 +120,15 @@ extension YAMLReader {
             m.probe = OnDemandRule.Probe(url: url, expect: expect)
         }
         return m
+    }
+
+    /// A gateway's hardware address (Ethernet's six bytes), in the lowercase form the neighbour
+    /// table's is compared in.
+    public func gatewayMAC(_ node: Node) throws(ConfigError) -> String {
+        let text = try string(node)
+        guard let mac = HardwareAddress(text), mac.bytes.count == 6 else {
+            throw fail(node, "'gateway-mac' is a hardware address like 52:54:00:12:34:56, got \"\(text)\"")
+        }
+        return mac.description
     }
 }

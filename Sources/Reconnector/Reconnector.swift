@@ -179,14 +179,11 @@ public struct Reconnector: Sendable {
         switch state {
         case .sleeping, .failed, .paused:
             coalesced += 1
-        case .disconnected(let rule, let lifted):
+        case .disconnected(_, let lifted):
             // A lifted lockdown belongs to the network it was lifted for: leaving it puts it back
             // at once, before the rules have looked at the next one.
             let best = preferred(now)
-            if let lifted, best?.id != lifted {
-                out.append(.restoreLockdown)
-                enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
-            }
+            if let lifted, best?.id != lifted { restoreLift(.lockdownRestored("left the network"), now, &out) }
             // The rules said connect for the network these paths now show.
             if let best, let verdict = onDemand, verdict.action == .connect || (heldForRules && verdict.action == .ignore),
                verdict.path == best.id {
@@ -255,10 +252,9 @@ public struct Reconnector: Sendable {
 
     private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
         switch state {
-        case .disconnected(let rule, _?):
+        case .disconnected(_, _?):
             // The machine may wake on another network: the lift does not outlive the sleep.
-            out.append(.restoreLockdown)
-            return enter(.disconnected(rule: rule, lifted: nil), .goingToSleep, now, &out)
+            return restoreLift(.goingToSleep, now, &out)
         case .sleeping, .paused, .disconnected: return  // there is nothing to quiesce, and no session to keep
         default: break
         }
@@ -598,9 +594,8 @@ public struct Reconnector: Sendable {
             onDemand = nil
             rulesWait = (rule, wanted.map(\.description))
             switch state {
-            case .disconnected(let current, _?):
-                out.append(.restoreLockdown)
-                enter(.disconnected(rule: current, lifted: nil), .lockdownRestored("the rules look at the network"), now, &out)
+            case .disconnected(_, _?):
+                restoreLift(.lockdownRestored("the rules look at the network"), now, &out)
             case .offline:
                 // Nothing tried yet: nothing is, until the rules know whether this network is trusted
                 // (a session that works meanwhile keeps working).
@@ -624,13 +619,12 @@ public struct Reconnector: Sendable {
         let action = heldForRules && verdict.action == .ignore ? .connect : verdict.action
         switch action {
         case .connect:
-            guard case .disconnected(let rule, let lifted) = state else { coalesced += 1; return }
+            guard case .disconnected(_, let lifted) = state else { coalesced += 1; return }
             guard let best = preferred(now), best.id == verdict.path else {
                 // The paths that show this network come next, and the attempt with them; the
                 // lockdown is whole meanwhile.
                 guard lifted != nil else { coalesced += 1; return }
-                out.append(.restoreLockdown)
-                return enter(.disconnected(rule: rule, lifted: nil), .lockdownRestored("left the network"), now, &out)
+                return restoreLift(.lockdownRestored("left the network"), now, &out)
             }
             if lifted != nil { out.append(.restoreLockdown) }
             failures = 0
@@ -639,10 +633,16 @@ public struct Reconnector: Sendable {
             disconnect(verdict, now, &out, from: .onDemand(verdict))
         case .ignore:
             // Keep what is, but a lifted lockdown was the lifting rule's, not this one's.
-            guard case .disconnected(let rule, _?) = state else { coalesced += 1; return }
-            out.append(.restoreLockdown)
-            enter(.disconnected(rule: rule, lifted: nil), .onDemand(verdict), now, &out)
+            guard case .disconnected(_, _?) = state else { coalesced += 1; return }
+            restoreLift(.onDemand(verdict), now, &out)
         }
+    }
+
+    /// The lockdown a rule lifted is whole again; the tunnel stays down as that rule said.
+    private mutating func restoreLift(_ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+        guard case .disconnected(let rule, _?) = state else { return }
+        out.append(.restoreLockdown)
+        enter(.disconnected(rule: rule, lifted: nil), reason, now, &out)
     }
 
     /// Ends the session (with a goodbye, if there is one) as `verdict` says and keeps the

@@ -157,7 +157,6 @@ public struct Replay {
         let cpuAtStart = Self.threadCPUTime()
         // The initial network is what the first dump shows: the model starts from it.
         for event in scenario.network { try applyNetwork(event, report: false) }
-        for event in scenario.network { if case .link(let spec) = event.event { _ = try resolve(TimedEvent(at: .zero, line: event.line, event: .link(spec))) } }
         // The agent starts on the first of the server's addresses that an uplink reaches.
         tracker.learn(serverAddresses: scenario.serverAddresses)
         if let first = PathTracker.preferred(scenario.serverAddresses, in: tracker.model), first != tracker.endpoint {
@@ -350,7 +349,7 @@ public struct Replay {
         let facts = NetworkFacts(path: best, ssid: world?.ssid.map { .known($0) } ?? .absent,
                                  gatewayMAC: world?.gatewayMAC.map { .known($0) } ?? .absent,
                                  dnsDomains: world?.domains.map { .known($0) } ?? .absent,
-                                 addresses: tracker.model.addresses.values.filter { $0.linkIndex == best.linkIndex && $0.isUsable }.map(\.ip),
+                                 addresses: tracker.model.usableAddresses(on: best.linkIndex),
                                  probes: probes)
         let new = scenario.onDemand.evaluate(facts)
         guard new != decision else { return }
@@ -538,8 +537,8 @@ public struct Replay {
 
     private mutating func updateOutage() {
         // A tunnel the rules keep down is no outage.
-        if case .disconnected = machine.state { if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }; outageStart = nil; return }
-        let couldWork = !sleeping && gateways.contains(where: \.up) && acceptsAuth
+        let keptDown = if case .disconnected = machine.state { true } else { false }
+        let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
             && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true
         if couldWork && !works {

@@ -43,9 +43,7 @@ extension YAMLReader {
         // One address, or a list: every address of a dual-stack server, as its name gives them.
         let serverNode = try top.required("server")
         var servers: [IPAddress] = []
-        let serverItems: [Node]
-        if case .sequence = serverNode.value { serverItems = try list(serverNode) } else { serverItems = [serverNode] }
-        for item in serverItems {
+        for item in try oneOrMore(serverNode) {
             let text = try string(item)
             guard let address = Endpoint(text)?.address else {
                 throw fail(item, "'server' needs an IP address (with an optional port), got \"\(text)\"")
@@ -317,16 +315,10 @@ extension YAMLReader {
         if let n = f.optional("path-mtu") { spec.pathMTU = try int(n, 68...65535) }
         if let n = f.optional("nat-timeout") { spec.natTimeout = try positiveDuration(n) }
         if let n = f.optional("ssid") { spec.ssid = try string(n) }
-        if let n = f.optional("gateway-mac") {
-            let text = try string(n)
-            guard let mac = HardwareAddress(text), mac.bytes.count == 6 else { throw fail(n, "'gateway-mac' is like 52:54:00:12:34:56, got \"\(text)\"") }
-            spec.gatewayMAC = mac.description
-        }
+        if let n = f.optional("gateway-mac") { spec.gatewayMAC = try gatewayMAC(n) }
         if let n = f.optional("dns-domain") {
             var domains: [String] = []
-            let items: [Node]
-            if case .sequence = n.value { items = try list(n) } else { items = [n] }
-            for item in items { domains.append(try string(item)) }
+            for item in try oneOrMore(n) { domains.append(try string(item)) }
             spec.dnsDomains = domains
         }
         if let n = f.optional("probe-answers") {

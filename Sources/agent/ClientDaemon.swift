@@ -191,6 +191,9 @@ extension ClientDaemon {
         // MARK: Facts in
 
         private func monitorSpoke() {
+            // Changes that moved no path may still be what a rule matches on (an address on the
+            // uplink): the rules look once for the whole batch, not once for each such change.
+            var unjudged = false
             for event in monitor.next(timeout: .zero) {
                 switch event {
                 case .paths(let paths, _): pathsChanged(paths)
@@ -203,40 +206,49 @@ extension ClientDaemon {
                 case .reopened(let error):
                     log.warning("netlink socket failed; reopened", error: error, metadata: ["reopens": .stringConvertible(monitor.reopens)])
                     pathsChanged(nil)
+                    unjudged = true
                 case .ignored:
                     pathsChanged(nil)
+                    unjudged = true
                 }
             }
+            if unjudged { decideOnDemand() }
             effects.networkChanged(monitor.tracker.model)
         }
 
         /// New paths to the server's address; none, while an uplink reaches another of its
         /// addresses (the other family), moves the session there instead of going offline.
         /// With nil (no significant change), only an uplink that now reaches another address
-        /// counts.
+        /// counts. New paths go to the on-demand rules before the core hears of them, so a
+        /// trusted network is never tried.
         private func pathsChanged(_ paths: [Path]?) {
             if monitor.paths.isEmpty, let other = monitor.tracker.reachableAlternative,
                follow(other, why: "no uplink reaches \(effects.server.ip) now", announce: false) {
                 return
             }
-            // An address or a route that moved no path may still be what a rule matches on.
+            guard let paths else { return }
             decideOnDemand()
-            if let paths { feed(.paths(paths)) }
+            feed(.paths(paths))
         }
 
-        /// One on-demand probe over `path`, outside the tunnel, as the connectivity check is made.
+        /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
         private func startProbe(_ probe: OnDemandRule.Probe, via path: Path) {
             guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, path.id, false)) }
-            let check = PortalCheck(url: url, expect: probe.expect.portalExpectation)
+            log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
+            run(PortalCheck(url: url, expect: probe.expect.portalExpectation), via: path) { .probed(probe, path.id, $0 == .online) }
+        }
+
+        /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers
+        /// avoided) and posts what `answer` makes of its result.
+        private func run(_ check: PortalCheck, via path: Path, answer: @escaping @Sendable (Connectivity) -> Event) {
             let mark = settings.mode.socketMark
             let avoiding = effects.dns?.applied?.resolvers ?? []
-            log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
             do {
                 try OSThread.detach { [weak mailbox] in
-                    mailbox?.post(.probed(probe, path.id, check.run(via: path, mark: mark, avoiding: avoiding) == .online))
+                    mailbox?.post(answer(check.run(via: path, mark: mark, avoiding: avoiding)))
                 }
             } catch {
-                mailbox.post(.probed(probe, path.id, false))
+                mailbox.post(answer(.unknown("cannot start its thread: \(error)")))
             }
         }
 
@@ -483,17 +495,8 @@ extension ClientDaemon {
         /// Starts a connectivity check over `path` on a thread of its own; its result comes back
         /// through the mailbox.
         private func checkConnectivity(via path: Path) {
-            let check = settings.portal
-            let mark = settings.mode.socketMark
-            let avoiding = effects.dns?.applied?.resolvers ?? []
-            log.info("connectivity check", metadata: ["path": "\(path.interface)", "url": "\(check.url.text)"])
-            do {
-                try OSThread.detach { [weak mailbox] in
-                    mailbox?.post(.connectivity(check.run(via: path, mark: mark, avoiding: avoiding), path.id))
-                }
-            } catch {
-                mailbox.post(.connectivity(.unknown("cannot start its thread: \(error)"), path.id))
-            }
+            log.info("connectivity check", metadata: ["path": "\(path.interface)", "url": "\(settings.portal.url.text)"])
+            run(settings.portal, via: path) { .connectivity($0, path.id) }
         }
 
         private func checked(_ result: Connectivity, on id: Path.ID) {

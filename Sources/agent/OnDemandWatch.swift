@@ -90,7 +90,7 @@ final class OnDemandWatch {
     private func facts(for path: Path, model: NetworkModel, tunnelSearch: [String]) -> NetworkFacts {
         let needs = rules.rules.map(\.match)
         var facts = NetworkFacts(path: path, probes: answered)
-        facts.addresses = model.addresses.values.filter { $0.linkIndex == path.linkIndex && $0.isUsable }.map(\.ip)
+        facts.addresses = model.usableAddresses(on: path.linkIndex)
         if facts.addresses.isEmpty { facts.addresses = [path.source] }
         if needs.contains(where: { !$0.ssids.isEmpty }) { facts.ssid = ssid(of: path) }
         if needs.contains(where: { !$0.gatewayMACs.isEmpty }) { facts.gatewayMAC = gatewayMAC(of: path) }
