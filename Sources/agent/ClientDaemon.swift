@@ -159,7 +159,7 @@ extension ClientDaemon {
                 service.tick(now: now)
                 let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp)
                 let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue,
-                              onDemand?.nextDeadline].compactMap { $0 }.min()
+                              onDemand?.nextDeadline, effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
@@ -172,6 +172,7 @@ extension ClientDaemon {
                 report(flaps.tick(now: after))
                 if let due = metricsDue, due <= after { writeMetrics() }
                 if let due = onDemand?.nextDeadline, due <= after { decideOnDemand() }
+                if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
                 for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                     feed(.timerFired(kind))
                 }
@@ -807,6 +808,8 @@ extension ClientDaemon {
             if let firewall = effects.firewall {
                 let counters = firewall.counters()
                 lockdown.append(("blocked", .object(BlockCause.allCases.map { ($0.rawValue, .int(Int64(clamping: counters[$0] ?? 0))) })))
+                lockdown += [("open_on", firewall.trustedInterface.map { .string($0) } ?? .null),
+                             ("refused_loads", .int(Int64(firewall.refusals)))]
             }
             fields.append(("lockdown", .object(lockdown)))
             if let dns = effects.dns {

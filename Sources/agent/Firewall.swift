@@ -7,65 +7,122 @@ import Tunnel
 /// by an operator's stop. A restart in place, a give-up or a crash leaves it loaded: the next
 /// agent adopts it.
 final class Firewall {
-    private let lockdown: Lockdown
-    private var policy: LockdownPolicy
+    private let lockdown: Lockdown?
+    /// Loads a policy into the table (`lockdown.apply`).
+    private let apply: (LockdownPolicy) throws(LockdownError) -> Void
+    /// What the table should hold.
+    private var wanted: LockdownPolicy
+    /// What it holds: nftables loads a policy whole or not at all, so a refusal leaves the last one.
+    private var loaded: LockdownPolicy
+    /// A change that closes something (a trusted interface, a portal window) was refused:
+    /// it is tried again then, and at every change after it, until it holds.
+    private(set) var retryDue: Instant?
+    /// Refusals since the table last held what it should.
+    private(set) var refusals = 0
+
+    /// How soon a refused closing change is tried again.
+    static let retryEvery: Duration = .seconds(1)
 
     /// Loads the lockdown for `settings`, with no server yet (its name may still need looking
     /// up): from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
     init(_ settings: ClientSettings, localNetworks: [Prefix] = []) throws(LockdownError) {
-        lockdown = try Lockdown()
+        let lockdown = try Lockdown()
         let scope: LockdownPolicy.Scope = switch settings.mode {
         case .full(let policy): .full(mark: policy.mark)
         case .split(let prefixes): .split(prefixes)
         }
-        policy = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
+        wanted = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
                                 localNetworks: localNetworks)
-        policy.checkPorts = settings.checkPorts
-        try lockdown.apply(policy)
+        wanted.checkPorts = settings.checkPorts
+        try lockdown.apply(wanted)
+        loaded = wanted
+        self.lockdown = lockdown
+        apply = lockdown.apply
     }
 
-    /// The policy becomes `next`: loaded now, or when the lockdown comes back if it is lifted.
-    private func load(_ next: LockdownPolicy) throws(LockdownError) {
-        guard next != policy else { return }
-        try lockdown.apply(next)
-        policy = next
+    /// A firewall over `apply` that holds `policy` now: for tests of what is loaded when.
+    init(holding policy: LockdownPolicy, apply: @escaping (LockdownPolicy) throws(LockdownError) -> Void) {
+        lockdown = nil
+        self.apply = apply
+        wanted = policy
+        loaded = policy
+    }
+
+    /// Makes `edit` to the policy and loads it. When nftables refuses, a change that opens
+    /// something is forgotten (the table keeps what it had); one that `closes` stays wanted and
+    /// is tried again, so a refusal can delay a closing but never undo it.
+    private func change(closes: Bool = false, _ edit: (inout LockdownPolicy) -> Void) throws(LockdownError) {
+        let before = wanted
+        edit(&wanted)
+        do {
+            try sync()
+        } catch {
+            if !closes { wanted = before }
+            if wanted == loaded {
+                retryDue = nil
+                refusals = 0
+            }
+            throw error
+        }
+    }
+
+    /// Loads what is wanted, if the table does not hold it yet.
+    private func sync() throws(LockdownError) {
+        guard wanted != loaded else {
+            retryDue = nil
+            refusals = 0
+            return
+        }
+        do {
+            try apply(wanted)
+        } catch {
+            refusals += 1
+            retryDue = .now() + Self.retryEvery
+            throw error
+        }
+        loaded = wanted
+        retryDue = nil
+        refusals = 0
+    }
+
+    /// Tries again to load what was refused; nil when the table now holds what it should.
+    func retry() -> LockdownError? {
+        do {
+            try sync()
+            return nil
+        } catch {
+            return error
+        }
     }
 
     /// The connectivity check's ports and the on-demand probes' (empty: none): the agent's marked
     /// sockets may open TCP to them.
     func allowCheck(ports: [UInt16]) throws(LockdownError) {
-        var next = policy
-        next.checkPorts = ports
-        try load(next)
+        try change { $0.checkPorts = ports }
     }
 
     /// An on-demand rule trusts the network on `interface`: the machine may talk to it directly
     /// until `restore()`; every other interface stays locked. The table stays loaded, so an agent
     /// that restarts loads it whole again.
     func lift(for interface: String) throws(LockdownError) {
-        var next = policy
-        next.trustedInterface = interface
-        try load(next)
+        try change { $0.trustedInterface = interface }
     }
 
-    /// The trusted interface is locked again.
+    /// The trusted interface is locked again (tried again until it holds).
     func restore() throws(LockdownError) {
-        var next = policy
-        next.trustedInterface = nil
-        try load(next)
+        try change(closes: true) { $0.trustedInterface = nil }
     }
 
-    /// Whether an interface is trusted now (a restore that failed leaves it so).
-    var isLifted: Bool { policy.trustedInterface != nil }
+    /// The interface the table lets through now, when an on-demand rule lifted the lockdown
+    /// (a refused restore leaves it so until a retry holds).
+    var trustedInterface: String? { loaded.trustedInterface }
 
     /// Whether a portal window can be opened: only a full tunnel hides the portal.
-    var supportsPortalWindow: Bool { if case .full = policy.scope { true } else { false } }
+    var supportsPortalWindow: Bool { if case .full = wanted.scope { true } else { false } }
 
-    /// Opens (or, with nil, closes) the portal window in the table.
+    /// Opens (or, with nil, closes: tried again until it holds) the portal window in the table.
     func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
-        var next = policy
-        next.portalWindow = window
-        try load(next)
+        try change(closes: window == nil) { $0.portalWindow = window }
     }
 
     /// The session's UDP may go to `servers` now (the current one and those it may move to).
@@ -74,24 +131,20 @@ final class Firewall {
         for server in servers where !unique.contains(where: { $0.address == server.ip && $0.port == server.port }) {
             unique.append(LockdownPolicy.Server(server.ip, port: server.port))
         }
-        var next = policy
-        next.servers = unique
-        try load(next)
+        try change { $0.servers = unique }
     }
 
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
-        guard policy.allowLAN else { return }
-        var next = policy
-        next.localNetworks = networks
-        try load(next)
+        guard wanted.allowLAN else { return }
+        try change { $0.localNetworks = networks }
     }
 
     /// Packets stopped, by cause, for `agent status`.
-    func counters() -> [BlockCause: UInt64] { (try? lockdown.counters()) ?? [:] }
+    func counters() -> [BlockCause: UInt64] { (try? lockdown?.counters()) ?? [:] }
 
     /// The operator stopped the agent: the machine is open again.
-    func remove() throws(LockdownError) { try lockdown.remove() }
+    func remove() throws(LockdownError) { try lockdown?.remove() }
 
     /// With `lockdown: off`, a table an earlier agent left is taken away at start.
     static func removeLeftover() throws(LockdownError) { try Lockdown().remove() }

@@ -230,16 +230,17 @@ final class SessionEffects {
         return (endpoint.host, port)
     }
 
-    /// The lockdown is whole again, and the window's processes go back to their own cgroup.
-    /// A failure is logged and tried again after the next decision (`portalWindow` stays set).
+    /// The lockdown is whole again, and the window's processes go back to their own cgroup,
+    /// which is removed: a rule for it, should nftables refuse the closing (it is tried again
+    /// every second), matches no socket any more.
     func closePortalWindow() {
         if portalWindow != nil {
+            portalWindow = nil
             do {
                 try firewall?.portalWindow(nil)
-                portalWindow = nil
                 log.notice("portal window closed")
             } catch {
-                return log.error("cannot close the portal window; trying again", metadata: ["error": "\(error)"])
+                log.error("cannot take the portal window out of the lockdown; trying again every second", metadata: ["error": "\(error)"])
             }
         }
         if let cgroup = portalCgroup, let cgroups {
@@ -384,11 +385,11 @@ final class SessionEffects {
             log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
         }
         log.notice("lockdown lifted: the network is trusted", metadata: ["interface": "\(interface)",
-            "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.isLifted == true ? "open on \(interface) only" : "none")"])
+            "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.trustedInterface.map { "open on \($0) only" } ?? "none")"])
     }
 
     /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and
-    /// its resolvers. A lockdown that cannot come back is tried again at the next network change.
+    /// its resolvers. A lockdown that cannot come back is tried again every second.
     func restoreLockdown() {
         lockdownLifted = false
         restoreFirewall()
@@ -404,11 +405,23 @@ final class SessionEffects {
     }
 
     private func restoreFirewall() {
-        guard let firewall, firewall.isLifted else { return }
         do {
-            try firewall.restore()
+            try firewall?.restore()
         } catch {
-            log.error("cannot put the lockdown back; trying again at the next network change", metadata: ["error": "\(error)"])
+            log.error("cannot put the lockdown back; trying again every second", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Loads what nftables refused to close before (a trusted interface, a portal window).
+    func retryFirewall() {
+        guard let firewall, firewall.retryDue != nil else { return }
+        let refusals = firewall.refusals
+        if let error = firewall.retry() {
+            if firewall.refusals.isMultiple(of: 60) {
+                log.error("the lockdown still refuses to close", metadata: ["tries": "\(firewall.refusals)", "error": "\(error)"])
+            }
+        } else {
+            log.notice("the lockdown holds again", metadata: ["refused": "\(refusals)"])
         }
     }
 
@@ -417,7 +430,6 @@ final class SessionEffects {
     /// What the lockdown, the resolvers and the operator need to know of a change in links,
     /// addresses or routes.
     func networkChanged(_ model: NetworkModel) {
-        if !lockdownLifted { restoreFirewall() }
         do {
             try firewall?.localNetworksChanged(model.localNetworks)
         } catch {

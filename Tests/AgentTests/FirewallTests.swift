@@ -1,0 +1,80 @@
+import Lockdown
+import PathMonitor
+import Testing
+import Tunnel
+@testable import agent
+
+/// Stands in for nftables' answers only: the table the firewall believes it holds is what
+/// these tests check, against every load the "kernel" took.
+private final class Table {
+    var refusing = false
+    var held: LockdownPolicy
+    var loads = 0
+    init(_ policy: LockdownPolicy) { held = policy }
+    func apply(_ policy: LockdownPolicy) throws(LockdownError) {
+        loads += 1
+        if refusing { throw LockdownError("apply", "Error: Could not process rule: Device or resource busy") }
+        held = policy
+    }
+}
+
+private func lockedFirewall() -> (Firewall, Table) {
+    let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0")
+    let table = Table(policy)
+    return (Firewall(holding: policy, apply: table.apply), table)
+}
+
+@Test func aRefusedRestoreStaysWantedAndIsRetriedUntilItHolds() throws {
+    let (firewall, table) = lockedFirewall()
+    try firewall.lift(for: "eth0")
+    #expect(table.held.trustedInterface == "eth0" && firewall.trustedInterface == "eth0")
+
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.restore() }
+    #expect(firewall.trustedInterface == "eth0", "the table still lets eth0 through, and says so")
+    #expect(firewall.retryDue != nil && firewall.refusals == 1)
+
+    // A change that opens something meanwhile is refused too, and forgotten; the restore is not.
+    #expect(throws: LockdownError.self) { try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)]) }
+    #expect(firewall.retry() != nil)
+    #expect(firewall.refusals == 3)
+
+    table.refusing = false
+    #expect(firewall.retry() == nil)
+    #expect(table.held.trustedInterface == nil && table.held.servers.isEmpty, "the restore holds; the refused opening does not come back")
+    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil && firewall.refusals == 0)
+    let loads = table.loads
+    #expect(firewall.retry() == nil && table.loads == loads, "nothing left to load")
+}
+
+@Test func aLaterChangeCarriesARefusedClosingWithIt() throws {
+    let (firewall, table) = lockedFirewall()
+    try firewall.lift(for: "eth0")
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.restore() }
+    table.refusing = false
+    // The next change loads the whole wanted policy: the lift does not come back with it.
+    try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)])
+    #expect(table.held.trustedInterface == nil && table.held.servers.count == 1)
+    #expect(firewall.retryDue == nil)
+}
+
+@Test func aRefusedLiftLeavesTheLockdownWhole() {
+    let (firewall, table) = lockedFirewall()
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.lift(for: "eth0") }
+    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil, "an opening that was refused is not tried again")
+    table.refusing = false
+    #expect(firewall.retry() == nil && table.held.trustedInterface == nil)
+}
+
+@Test func aRefusedPortalWindowClosingIsRetried() throws {
+    let (firewall, table) = lockedFirewall()
+    let window = LockdownPolicy.PortalWindow(cgroup: "roam/portal", level: 2, interface: "wifi0", resolvers: [IPAddress("10.0.0.1")!])
+    try firewall.portalWindow(window)
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.portalWindow(nil) }
+    #expect(table.held.portalWindow == window && firewall.retryDue != nil)
+    table.refusing = false
+    #expect(firewall.retry() == nil && table.held.portalWindow == nil)
+}
