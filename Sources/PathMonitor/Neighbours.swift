@@ -168,3 +168,38 @@ extension NetlinkSocket {
 
 // linux/neighbour.h: neighbour attributes.
 private enum NDA { static let destination: UInt16 = 1, linkLayerAddress: UInt16 = 2 }
+
+/// Follows the kernel's neighbour table (`RTMGRP_NEIGH`): entries learned or changed, so a
+/// gateway's hardware address is known the moment the kernel learns it, and a new one at once.
+public final class NeighbourEvents {
+    private let socket: NetlinkSocket
+
+    /// Subscribes in the calling thread's network namespace.
+    public init() throws(NetlinkError) {
+        socket = try NetlinkSocket(groups: .neighbour, receiveBuffer: 1 << 20)
+    }
+
+    /// The socket to poll for readiness.
+    public var fileDescriptor: Int32 { socket.fileDescriptor }
+
+    /// What arrived, without waiting.
+    public enum Notice: Equatable, Sendable {
+        /// An entry as it stands now (`RTM_NEWNEIGH`); removals are not notices: the kernel
+        /// forgetting an entry says nothing about the network.
+        case entry(Neighbour)
+        /// Notices were lost (the queue overran): any entry may have changed.
+        case lost
+    }
+
+    /// Reads what is queued, without waiting.
+    public func take() -> [Notice] {
+        let (buffers, lost) = socket.queued()
+        var notices: [Notice] = lost ? [.lost] : []
+        for buffer in buffers {
+            for message in NetlinkDecoder.messages(buffer).messages {
+                if let entry = NetlinkDecoder.neighbour(buffer[message.bytes]) { notices.append(.entry(entry)) }
+            }
+        }
+        return notices
+    }
+}

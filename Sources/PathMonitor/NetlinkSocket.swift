@@ -30,6 +30,7 @@ public struct NetlinkGroups: OptionSet, Sendable {
     public static let ipv4Route = NetlinkGroups(rawValue: 0x40)  // RTMGRP_IPV4_ROUTE
     public static let ipv6Address = NetlinkGroups(rawValue: 0x100)  // RTMGRP_IPV6_IFADDR
     public static let ipv6Route = NetlinkGroups(rawValue: 0x400)  // RTMGRP_IPV6_ROUTE
+    public static let neighbour = NetlinkGroups(rawValue: 0x4)  // RTMGRP_NEIGH
     /// Everything the path model needs.
     public static let paths: NetlinkGroups = [.link, .ipv4Address, .ipv4Route, .ipv6Address, .ipv6Route]
 }
@@ -97,6 +98,22 @@ public final class NetlinkSocket {
             if n >= 0 { return buffer[0..<n] }
             if errno != EINTR { throw NetlinkError("receive from netlink", errno) }
         }
+    }
+
+    /// What is queued now, without waiting: each buffer read (at most `limit`), and whether
+    /// the queue overran since the last read (notices were lost).
+    func queued(limit: Int = 64) -> (buffers: [[UInt8]], lost: Bool) {
+        var buffers: [[UInt8]] = []
+        for _ in 0..<limit {
+            do {
+                let bytes = try receive(timeout: .zero)
+                if bytes.isEmpty { break }
+                buffers.append(Array(bytes))
+            } catch {
+                return (buffers, error.isOverrun)
+            }
+        }
+        return (buffers, false)
     }
 
     /// Sends one request built by `build` and returns its sequence number.

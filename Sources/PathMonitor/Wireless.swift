@@ -148,13 +148,63 @@ public enum Wireless {
 
     /// The family id in the controller's answer to `CTRL_CMD_GETFAMILY`, one whole
     /// `CTRL_CMD_NEWFAMILY` message; nil for anything else.
-    static func familyIdentifier(_ message: some Collection<UInt8>) -> UInt16? {
+    static func familyIdentifier(_ message: some Collection<UInt8>) -> UInt16? { family(message)?.id }
+
+    /// A generic netlink family as the controller describes it.
+    struct Family: Equatable {
+        var id: UInt16
+        var name: String
+        /// Its multicast groups: name and the id to join.
+        var groups: [String: UInt32]
+    }
+
+    /// The family a `CTRL_CMD_NEWFAMILY` message describes (the answer to `CTRL_CMD_GETFAMILY`,
+    /// or the controller's notice of a family registered since); nil for anything else.
+    static func family(_ message: some Collection<UInt8>) -> Family? {
         guard case let (b, attributes)? = generic(message, family: CTRL.controller, command: CTRL.newFamily) else { return nil }
         var id: UInt16?
+        var name = ""
+        var groups: [String: UInt32] = [:]
+        var whole = true
         guard NetlinkDecoder.attributes(b, attributes, { type, value in
-            if type == CTRL.familyIdentifier, value.count >= 2 { id = b.u16(value.lowerBound) }
-        }) else { return nil }
-        return id
+            switch type {
+            case CTRL.familyIdentifier: if value.count >= 2 { id = b.u16(value.lowerBound) }
+            case CTRL.familyName: name = string(b[value])
+            case CTRL.multicastGroups:
+                // A nested array: each element nests a group's name and id.
+                whole = whole && NetlinkDecoder.attributes(b, value) { _, element in
+                    var groupName: String?
+                    var groupID: UInt32?
+                    whole = whole && NetlinkDecoder.attributes(b, element) { field, v in
+                        if field == CTRL.groupName { groupName = string(b[v]) }
+                        if field == CTRL.groupIdentifier, v.count >= 4 { groupID = b.u32(v.lowerBound) }
+                    }
+                    if let groupName, let groupID { groups[groupName] = groupID }
+                }
+            default: break
+            }
+        }), whole, let id else { return nil }
+        return Family(id: id, name: name, groups: groups)
+    }
+
+    /// A netlink string attribute: up to its terminating NUL.
+    private static func string(_ bytes: ArraySlice<UInt8>) -> String {
+        String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+    }
+
+    /// The link an nl80211 notice of the `mlme` group is about, when it may change which
+    /// network the link is on: a connection made, a roam to another access point, a
+    /// disconnection, a port authorised. Nil for any other message.
+    static func associationChange(_ message: some Collection<UInt8>, family: UInt16) -> Int32? {
+        for command in NL80211.associationCommands {
+            guard case let (b, attributes)? = generic(message, family: family, command: command) else { continue }
+            var index: Int32?
+            guard NetlinkDecoder.attributes(b, attributes, { attribute, value in
+                if attribute == NL80211.interfaceIndex, value.count >= 4 { index = Int32(bitPattern: b.u32(value.lowerBound)) }
+            }) else { return nil }
+            return index
+        }
+        return nil
     }
 
     /// Decodes one whole `NL80211_CMD_NEW_INTERFACE` message of nl80211's `family` id; nil for
@@ -195,14 +245,87 @@ extension NetlinkSocket {
     /// The id the generic netlink controller gave family `name`; the kernel refuses with
     /// `ENOENT` when it has no such family.
     fileprivate func genericFamily(named name: String) throws(NetlinkError) -> UInt16 {
+        try genericFamilyDescription(named: name).id
+    }
+
+    /// Family `name` as the generic netlink controller describes it (`ENOENT`: no such family).
+    fileprivate func genericFamilyDescription(named name: String) throws(NetlinkError) -> Wireless.Family {
         let what = "look up generic netlink family '\(name)'"
         let seq = try request(type: CTRL.controller, flags: UInt16(NLM_F_ACK), header: [CTRL.getFamily, 1, 0, 0]) { nlh in
             mnl_attr_put_strz(nlh, CTRL.familyName, name)
         }
-        var id: UInt16?
-        try answers(to: seq, what) { buffer, message in id = id ?? Wireless.familyIdentifier(buffer[message.bytes]) }
-        guard let id else { throw NetlinkError(what, EPROTO) }
-        return id
+        var family: Wireless.Family?
+        try answers(to: seq, what) { buffer, message in family = family ?? Wireless.family(buffer[message.bytes]) }
+        guard let family else { throw NetlinkError(what, EPROTO) }
+        return family
+    }
+
+    /// Joins multicast group `group` (any id; `bind` reaches only the first 32).
+    func join(group: UInt32) throws(NetlinkError) {
+        var id = group
+        guard setsockopt(fileDescriptor, 270 /* SOL_NETLINK */, 1 /* NETLINK_ADD_MEMBERSHIP */, &id, 4) == 0 else {
+            throw NetlinkError("join netlink group \(group)", errno)
+        }
+    }
+}
+
+/// Follows nl80211's notices of Wi-Fi links joining, leaving and moving between networks
+/// (its `mlme` group), and the controller's of families registered since (a Wi-Fi driver
+/// loaded after the agent started), so a change of Wi-Fi network is seen at once even when no
+/// link, address or route changes with it.
+public final class WirelessEvents {
+    private let socket: NetlinkSocket
+    /// nl80211's family id, once it exists.
+    private var nl80211: UInt16?
+
+    /// Subscribes in the calling thread's network namespace.
+    public init() throws(NetlinkError) {
+        socket = try NetlinkSocket(protocol: NETLINK_GENERIC, receiveBuffer: 1 << 20)
+        let lookups = try NetlinkSocket(protocol: NETLINK_GENERIC)
+        let controller = try lookups.genericFamilyDescription(named: "nlctrl")
+        if let notify = controller.groups["notify"] { try socket.join(group: notify) }
+        do {
+            try follow(lookups.genericFamilyDescription(named: "nl80211"))
+        } catch where error.code == ENOENT {
+            // No Wi-Fi in this kernel yet: the controller says when it comes.
+        }
+    }
+
+    /// The socket to poll for readiness.
+    public var fileDescriptor: Int32 { socket.fileDescriptor }
+
+    /// What arrived, without waiting.
+    public enum Notice: Equatable, Sendable {
+        /// Link `index` joined, left or moved between Wi-Fi networks.
+        case association(linkIndex: Int32)
+        /// Wi-Fi appeared in the kernel: links may be on networks now.
+        case appeared
+        /// Notices were lost (the queue overran): any Wi-Fi link may have changed.
+        case lost
+    }
+
+    /// Reads what is queued, without waiting.
+    public func take() -> [Notice] {
+        let (buffers, lost) = socket.queued()
+        var notices: [Notice] = lost ? [.lost] : []
+        for buffer in buffers {
+            for message in NetlinkDecoder.messages(buffer).messages {
+                let whole = buffer[message.bytes]
+                if let nl80211, let index = Wireless.associationChange(whole, family: nl80211) {
+                    notices.append(.association(linkIndex: index))
+                } else if let family = Wireless.family(whole), family.name == "nl80211", family.id != nl80211,
+                          (try? follow(family)) != nil {
+                    notices.append(.appeared)
+                }
+            }
+        }
+        return notices
+    }
+
+    private func follow(_ family: Wireless.Family) throws(NetlinkError) {
+        guard let mlme = family.groups["mlme"] else { throw NetlinkError("find nl80211's mlme group", ENOENT) }
+        try socket.join(group: mlme)
+        nl80211 = family.id
     }
 }
 
@@ -211,12 +334,15 @@ private enum CTRL {
     /// `GENL_ID_CTRL`: the controller's own fixed family id.
     static let controller: UInt16 = 0x10
     static let newFamily: UInt8 = 1, getFamily: UInt8 = 3
-    static let familyIdentifier: UInt16 = 1, familyName: UInt16 = 2
+    static let familyIdentifier: UInt16 = 1, familyName: UInt16 = 2, multicastGroups: UInt16 = 7
+    static let groupName: UInt16 = 1, groupIdentifier: UInt16 = 2
 }
 
 // linux/nl80211.h: commands, attributes and interface types.
 private enum NL80211 {
     static let getInterface: UInt8 = 5, newInterface: UInt8 = 7
+    /// NL80211_CMD_CONNECT, _ROAM, _DISCONNECT, _PORT_AUTHORIZED.
+    static let associationCommands: [UInt8] = [46, 47, 48, 125]
     static let interfaceIndex: UInt16 = 3, interfaceType: UInt16 = 5, ssid: UInt16 = 52
     /// NL80211_IFTYPE_ADHOC, _STATION, _P2P_CLIENT: the types that join a network.
     static let clientTypes: [UInt32] = [1, 2, 8]

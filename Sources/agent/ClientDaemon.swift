@@ -130,7 +130,7 @@ extension ClientDaemon {
             interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
             flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
-            onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand)
+            onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand, log: log)
             do {
                 monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
             } catch {
@@ -161,10 +161,12 @@ extension ClientDaemon {
                 let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue,
                               onDemand?.nextDeadline, effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
+                    + (onDemand?.fileDescriptors ?? [])
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
                 if let slept = checkSuspend() { woke(after: slept) }
                 if ready.contains(monitor.fileDescriptor) { monitorSpoke() }
+                if let onDemand, onDemand.noticesArrived(ready: ready) { decideOnDemand() }
                 if ready.contains(mailbox.fileDescriptor) {
                     for event in mailbox.take() { handle(event) }
                 }
@@ -401,7 +403,7 @@ extension ClientDaemon {
                 } else if let onDemand {
                     onDemand.use(fresh.onDemand)
                 } else {
-                    onDemand = OnDemandWatch(rules: fresh.onDemand)
+                    onDemand = OnDemandWatch(rules: fresh.onDemand, log: log)
                 }
                 decideOnDemand()
             }

@@ -1,3 +1,4 @@
+import Logging
 import PathMonitor
 import Reconnector
 import SystemDNS
@@ -7,6 +8,11 @@ import SystemDNS
 /// gateway's hardware address (the neighbour table), the search domains the network gave
 /// (resolv.conf as it was before the tunnel's), and the rules' probes (plain HTTP over the
 /// uplink, on their own threads). Only the facts some rule needs are looked up.
+///
+/// The Wi-Fi network and the gateway's address can change with no link, address or route
+/// changing (a join of another network on the same lease, another router behind the same
+/// gateway address): the kernel's notices of both are followed while a rule needs them, and
+/// each fact is kept for its network until a notice says it changed.
 ///
 /// Owned by the deciding thread.
 final class OnDemandWatch {
@@ -25,15 +31,24 @@ final class OnDemandWatch {
     private var nextLook: Instant?
     /// The last decision, fed to the core only when it changes.
     private(set) var decision: OnDemandDecision?
+    /// Kernel notices of the neighbour table and of Wi-Fi associations, while a rule needs them.
+    private var neighbourEvents: NeighbourEvents?
+    private var wirelessEvents: WirelessEvents?
+    /// This network's gateway address and Wi-Fi network, kept while the notices are followed.
+    private var gatewayAddress: HardwareAddress?
+    private var wifi: Fact<String>?
+    private let log: Logger
 
     /// How long the neighbour table may take to learn the gateway's address.
     static let resolveWait: Duration = .seconds(2)
     /// How often a missing gateway entry is looked for meanwhile.
     static let resolveStep: Duration = .milliseconds(100)
 
-    init(rules: OnDemandRules) {
+    init(rules: OnDemandRules, log: Logger) {
         self.rules = rules
+        self.log = log
         netlink = try? NetlinkSocket()
+        follow()
     }
 
     /// New rules (a reload): everything is decided afresh.
@@ -41,15 +56,91 @@ final class OnDemandWatch {
         guard rules != self.rules else { return }
         self.rules = rules
         forgetNetwork()
+        follow()
+    }
+
+    /// Follows the notices the rules need, and only those.
+    private func follow() {
+        let needs = rules.rules.map(\.match)
+        if !needs.contains(where: { !$0.gatewayMACs.isEmpty }) {
+            neighbourEvents = nil
+        } else if neighbourEvents == nil {
+            do {
+                neighbourEvents = try NeighbourEvents()
+            } catch {
+                log.warning("cannot follow the neighbour table; a gateway's address is read at each network change", metadata: ["error": "\(error)"])
+            }
+        }
+        if !needs.contains(where: { !$0.ssids.isEmpty }) {
+            wirelessEvents = nil
+        } else if wirelessEvents == nil {
+            do {
+                wirelessEvents = try WirelessEvents()
+            } catch {
+                log.warning("cannot follow Wi-Fi associations; the Wi-Fi network is read at each network change", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// The sockets whose notices `noticesArrived` reads.
+    var fileDescriptors: [Int32] { [neighbourEvents?.fileDescriptor, wirelessEvents?.fileDescriptor].compactMap { $0 } }
+
+    /// Reads the notices on the `ready` sockets; true when a fact about the current network may
+    /// have changed, so the rules should look again. A gateway with another hardware address, or
+    /// a Wi-Fi link on another network, is another network: its probes' answers are forgotten.
+    func noticesArrived(ready: [Int32]) -> Bool {
+        var again = false
+        if let events = neighbourEvents, ready.contains(events.fileDescriptor) {
+            for notice in events.take() {
+                switch notice {
+                case .lost:
+                    // The table is read again at the next decision.
+                    gatewayAddress = nil
+                    again = true
+                case .entry(let entry):
+                    guard let network, entry.linkIndex == network.path.linkIndex, entry.address == network.gateway,
+                          let address = entry.usableHardwareAddress, address != gatewayAddress else { continue }
+                    if gatewayAddress != nil { networkMoved() }
+                    gatewayAddress = address
+                    resolvingUntil = nil
+                    nextLook = nil
+                    again = true
+                }
+            }
+        }
+        if let events = wirelessEvents, ready.contains(events.fileDescriptor) {
+            for notice in events.take() {
+                switch notice {
+                case .association(let index):
+                    guard let network, index == network.path.linkIndex else { continue }
+                    let now = readSSID(network.path.linkIndex)
+                    if let wifi, wifi != now { networkMoved() }
+                    if wifi != now { again = true }
+                    wifi = now
+                case .appeared, .lost:
+                    wifi = nil
+                    again = true
+                }
+            }
+        }
+        return again && network != nil
+    }
+
+    /// The link is on another network than the one its facts were about (same path, same gateway
+    /// address): what was learned of that one no longer holds.
+    private func networkMoved() {
+        answered = [:]
+        gatewayAddress = nil
+        wifi = nil
+        resolveGaveUp = false
     }
 
     /// No network now (or the machine slept): what was known and decided is forgotten, so the
     /// next network is looked at, and decided for, afresh.
     func forgetNetwork() {
         network = nil
-        answered = [:]
+        networkMoved()
         resolvingUntil = nil
-        resolveGaveUp = false
         nextLook = nil
         decision = nil
     }
@@ -102,8 +193,16 @@ final class OnDemandWatch {
         return facts
     }
 
+    /// The Wi-Fi network, kept for the network while associations are followed.
     private func ssid(of path: Path) -> Fact<String> {
-        switch Wireless.ssid(ofInterface: path.linkIndex) {
+        if let wifi { return wifi }
+        let now = readSSID(path.linkIndex)
+        if wirelessEvents != nil { wifi = now }
+        return now
+    }
+
+    private func readSSID(_ linkIndex: Int32) -> Fact<String> {
+        switch Wireless.ssid(ofInterface: linkIndex) {
         case .ssid(let ssid): .known(ssid.description)
         case .notAssociated, .notWireless, .failed: .absent
         }
@@ -111,11 +210,15 @@ final class OnDemandWatch {
 
     /// The gateway's entry in the neighbour table; while it is missing, the kernel is asked to
     /// resolve it (an ARP or neighbour solicitation, no IP packet) and the rules wait a while.
+    /// Once known, it is kept for the network while the neighbour table is followed: the kernel
+    /// forgetting an idle entry says nothing about the network.
     private func gatewayMAC(of path: Path) -> Fact<String> {
+        if let gatewayAddress { return .known(gatewayAddress.description) }
         guard let gateway = path.gateway, let netlink else { return .absent }
         if let entry = try? netlink.neighbour(of: gateway, linkIndex: path.linkIndex), let mac = entry.usableHardwareAddress {
             resolvingUntil = nil
             nextLook = nil
+            if neighbourEvents != nil { gatewayAddress = mac }
             return .known(mac.description)
         }
         if resolveGaveUp { return .absent }

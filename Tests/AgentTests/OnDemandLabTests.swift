@@ -103,4 +103,66 @@ struct OnDemandLabTests {
         #expect(lab.status()["path.interface"] == "wifi0")
         #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"))
     }
+
+    /// The office router replaced by another (same gateway address, same cable, another hardware
+    /// address) is another network: no link, address or route changes, but the neighbour table's
+    /// notice is enough for the lockdown to come back and the tunnel to come up on the cable.
+    @Test func anotherRouterBehindTheSameAddressIsAnotherNetwork() throws {
+        let lab = try lab(rules: """
+              - name: office
+                match: {gateway-mac: "\(Self.officeMAC)"}
+                action: disconnect
+                lockdown: lift
+            """)
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
+                "\(lab.log("client.log"))")
+
+        // The kernel forgetting the entry says nothing about the network: the lift holds.
+        try lab.laptop.ip("neigh flush dev eth0")
+        usleep(300_000)
+        #expect(trusts(lab, "eth0") && lab.status()["state"] == "disconnected", "\(lab.log("client.log"))")
+
+        // Another router: the laptop learns its address over ARP, as it would from any packet.
+        try lab.server.ip("link set eth-l address 52:54:00:0f:f1:cf")
+        try lab.laptop.ip("neigh flush dev eth0")
+        let replaced = LabClock.now
+        _ = directPing(lab, "198.51.100.7")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        let connected = LabClock.now - replaced
+        #expect(lab.status()["path.interface"] == "eth0" && !trusts(lab, "eth0"), "\(lab.status())")
+        #expect(lab.log("client.log").contains("onDemand(default on eth0: connect)"), "\(lab.log("client.log"))")
+        print("on-demand: another router behind the gateway's address, tunnel up \(connected.short) after the laptop's first packet to it")
+    }
+
+    /// Rules changed by a reload apply at once: a connected tunnel ends when the new rules trust
+    /// its network; rules with a mistake are refused at their line and the running ones stay.
+    @Test func aReloadAppliesNewRulesAtOnceAndRefusesBrokenOnes() throws {
+        let lab = try lab(rules: """
+              - name: office
+                match: {gateway-mac: "52:54:00:00:00:01"}
+                action: disconnect
+                lockdown: lift
+            """)
+        try lab.startClient()
+        #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "eth0")
+        let pid = try #require(lab.clientPID)
+
+        try rewriteClient(lab) { $0.replacingOccurrences(of: "52:54:00:00:00:01", with: Self.officeMAC) }
+        kill(pid, SIGHUP)
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" && trusts(lab, "eth0") },
+                "\(lab.log("client.log"))")
+        #expect(lab.wait(for: "session closed by the client", in: "server.log", seconds: 3), "\(lab.log("server.log"))")
+
+        try rewriteClient(lab) { $0 + "  - name: office\n    match: {interface: eth0}\n    action: connect\n" }
+        kill(pid, SIGHUP)
+        #expect(lab.wait(for: "configuration not reloaded", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.log("client.log").contains("line "), "the refusal names the line: \(lab.log("client.log"))")
+        #expect(lab.status()["state"] == "disconnected" && trusts(lab, "eth0"), "the running rules stay")
+    }
+
+    private func rewriteClient(_ lab: RoamingLab, _ edit: (String) -> String) throws {
+        let path = lab.directory + "/client.yaml"
+        try edit(String(contentsOfFile: path, encoding: .utf8)).write(toFile: path, atomically: false, encoding: .utf8)
+    }
 }

@@ -195,4 +195,36 @@ struct NeighbourResolutionTests {
         let error = #expect(throws: NetlinkError.self) { try setup.socket.resolve(IPAddress("10.20.0.1")!, linkIndex: 9999) }
         #expect(error?.code == ENODEV)
     }
+
+    /// The notices: an entry learned over ARP arrives as it becomes usable, a forgotten one is no
+    /// notice, and a changed address arrives as the new one.
+    @Test func theNeighbourTablesNoticesFollowTheGateway() throws {
+        let setup = try setUp()
+        let events = try setup.laptop.namespace.run { () throws(NetlinkError) in try NeighbourEvents() }
+        let gateway = IPAddress("10.20.0.1")!
+        func notices(until done: ([NeighbourEvents.Notice]) -> Bool) -> [NeighbourEvents.Notice] {
+            var all: [NeighbourEvents.Notice] = []
+            for _ in 0..<50 where !done(all) {
+                all += events.take()
+                if !done(all) { usleep(20_000) }
+            }
+            return all
+        }
+        func learned(_ address: HardwareAddress) -> ([NeighbourEvents.Notice]) -> Bool {
+            { $0.contains { if case .entry(let e) = $0 { e.address == gateway && e.usableHardwareAddress == address } else { false } } }
+        }
+
+        try setup.socket.resolve(gateway, linkIndex: setup.eth0)
+        #expect(learned(routerAddress)(notices(until: learned(routerAddress))))
+
+        try setup.laptop.ip("neigh flush dev eth0")
+        usleep(100_000)
+        #expect(!events.take().contains { if case .entry(let e) = $0 { e.usableHardwareAddress != nil } else { false } },
+                "a flush is no notice of an address")
+
+        let other = HardwareAddress("02:00:5e:10:00:02")!
+        try setup.router.ip("link set eth-r address \(other)")
+        try setup.socket.resolve(gateway, linkIndex: setup.eth0)
+        #expect(learned(other)(notices(until: learned(other))), "the router's new address")
+    }
 }

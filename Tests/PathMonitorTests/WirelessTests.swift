@@ -29,6 +29,15 @@ private let nl80211Refusal = bytes(hex: "240000000200000101000000ab100000fefffff
     for cut in 0..<nlctrlReply.count { #expect(Wireless.familyIdentifier(nlctrlReply.prefix(cut)) == nil, "cut at \(cut)") }
 }
 
+@Test func theControllerNamesItsMulticastGroups() throws {
+    let family = try #require(Wireless.family(nlctrlReply))
+    #expect(family == Wireless.Family(id: 0x10, name: "nlctrl", groups: ["notify": 0x10]))
+    // A group list that runs past its attribute is refused whole.
+    var broken = nlctrlReply
+    broken[0x70] = 0xFF  // the "notify" group's nest length: past the list that holds it
+    #expect(Wireless.family(broken) == nil)
+}
+
 @Test func aKernelWithoutNl80211SaysENOENTWhichMeansNotWireless() throws {
     let message = try #require(NetlinkDecoder.messages(nl80211Refusal).messages.first)
     let answer = try #require(NetlinkDecoder.acknowledgement(nl80211Refusal, message))
@@ -134,6 +143,33 @@ private let unassociated = newInterface(identity + [power, queues])
     #expect(Wireless.interface(newInterface(Array(identity.dropFirst())), family: nl80211) == nil, "no index")
 }
 
+// MARK: nl80211's notices (the mlme group)
+
+/// A notice as nl80211_send_connect_result, nl80211_send_roamed, nl80211_send_disconnected and
+/// nl80211_send_port_authorized multicast it (sequence 0, port 0): the wiphy, then the netdev's
+/// index, then what the command carries (a BSSID; a reason code).
+private func notice(_ command: UInt8, _ attributes: [String]) -> [UInt8] {
+    let body = bytes(hex: hex(command) + "010000" + attributes.joined())
+    let length = UInt32(16 + body.count)
+    return withUnsafeBytes(of: length.littleEndian, Array.init) + withUnsafeBytes(of: nl80211.littleEndian, Array.init)
+        + [0, 0, 0, 0, 0, 0, 0, 0, 0, 0] + body  // flags, sequence, port id
+}
+private func hex(_ byte: UInt8) -> String { (byte < 16 ? "0" : "") + String(byte, radix: 16) }
+private let wiphy = "0800010000000000", index3 = "0800030003000000", bssid = "0a000600020000000a010000"
+
+@Test func connectsRoamsAndDisconnectsNameTheirLink() {
+    #expect(Wireless.associationChange(notice(46, [wiphy, index3, bssid, "0600480000000000"]), family: nl80211) == 3)
+    #expect(Wireless.associationChange(notice(47, [wiphy, index3, bssid]), family: nl80211) == 3)
+    #expect(Wireless.associationChange(notice(48, [wiphy, index3, "0600360003000000"]), family: nl80211) == 3)
+    #expect(Wireless.associationChange(notice(125, [wiphy, index3, bssid]), family: nl80211) == 3)
+    // A scan's results, another family's connect, a notice that does not hold together: nothing.
+    #expect(Wireless.associationChange(notice(34, [wiphy, index3]), family: nl80211) == nil)
+    #expect(Wireless.associationChange(notice(46, [wiphy, index3]), family: 0x1c) == nil)
+    let connect = notice(46, [wiphy, index3, bssid])
+    for cut in 0..<connect.count { #expect(Wireless.associationChange(connect.prefix(cut), family: nl80211) == nil, "cut at \(cut)") }
+    #expect(Wireless.associationChange(notice(48, [wiphy]), family: nl80211) == nil, "no link named")
+}
+
 @Test func ssidTextRoundTrips() {
     #expect(SSID("Roam Office")?.bytes == Array("Roam Office".utf8))
     #expect(SSID("Caf\\xE9")?.bytes == [0x43, 0x61, 0x66, 0xE9])
@@ -161,4 +197,11 @@ private let unassociated = newInterface(identity + [power, queues])
 
 @Test func loopbackIsNotWireless() {
     #expect(Wireless.ssid(ofInterface: 1) == .notWireless)
+}
+
+/// The controller's notices are followed even on a kernel without Wi-Fi (nl80211 may come with a
+/// driver later); nothing arrives while nothing changes.
+@Test func wirelessNoticesCanBeFollowedWithoutWiFi() throws {
+    let events = try WirelessEvents()
+    #expect(events.take() == [])
 }
