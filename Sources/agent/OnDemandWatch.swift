@@ -37,12 +37,21 @@ final class OnDemandWatch {
     /// This network's gateway address and Wi-Fi network, kept while the notices are followed.
     private var gatewayAddress: HardwareAddress?
     private var wifi: Fact<String>?
+    /// Changes of resolv.conf, while a rule matches on search domains.
+    private var resolvConf: ResolvConfWatch?
+    /// A network after the first is given its search domains until then, or until resolv.conf
+    /// changes: a DHCP client writes the file after the address and routes, and until it does
+    /// the file holds the last network's.
+    private var domainsAwaitedUntil: Instant?
+    private var seenANetwork = false
     private let log: Logger
 
     /// How long the neighbour table may take to learn the gateway's address.
     static let resolveWait: Duration = .seconds(2)
     /// How often a missing gateway entry is looked for meanwhile.
     static let resolveStep: Duration = .milliseconds(100)
+    /// How long a new network's search domains are awaited.
+    static let domainsWait: Duration = .seconds(2)
 
     init(rules: OnDemandRules, log: Logger) {
         self.rules = rules
@@ -56,6 +65,7 @@ final class OnDemandWatch {
         guard rules != self.rules else { return }
         self.rules = rules
         forgetNetwork()
+        seenANetwork = false
         follow()
     }
 
@@ -71,6 +81,15 @@ final class OnDemandWatch {
                 log.warning("cannot follow the neighbour table; a gateway's address is read at each network change", metadata: ["error": "\(error)"])
             }
         }
+        if !needs.contains(where: { !$0.dnsDomains.isEmpty }) {
+            resolvConf = nil
+        } else if resolvConf == nil {
+            do {
+                resolvConf = try ResolvConfWatch()
+            } catch {
+                log.warning("cannot follow resolv.conf; search domains are read at each network change", metadata: ["error": "\(error)"])
+            }
+        }
         if !needs.contains(where: { !$0.ssids.isEmpty }) {
             wirelessEvents = nil
         } else if wirelessEvents == nil {
@@ -83,7 +102,9 @@ final class OnDemandWatch {
     }
 
     /// The sockets whose notices `noticesArrived` reads.
-    var fileDescriptors: [Int32] { [neighbourEvents?.fileDescriptor, wirelessEvents?.fileDescriptor].compactMap { $0 } }
+    var fileDescriptors: [Int32] {
+        [neighbourEvents?.fileDescriptor, wirelessEvents?.fileDescriptor, resolvConf?.fileDescriptor].compactMap { $0 }
+    }
 
     /// Reads the notices on the `ready` sockets; true when a fact about the current network may
     /// have changed, so the rules should look again. A gateway with another hardware address, or
@@ -123,6 +144,10 @@ final class OnDemandWatch {
                 }
             }
         }
+        if let resolvConf, ready.contains(resolvConf.fileDescriptor), resolvConf.changed() {
+            domainsAwaitedUntil = nil
+            again = true
+        }
         return again && network != nil
     }
 
@@ -142,11 +167,12 @@ final class OnDemandWatch {
         networkMoved()
         resolvingUntil = nil
         nextLook = nil
+        domainsAwaitedUntil = nil
         decision = nil
     }
 
     /// When the gateway's entry should be looked for again, while it is awaited.
-    var nextDeadline: Instant? { resolvingUntil == nil ? nil : nextLook }
+    var nextDeadline: Instant? { [resolvingUntil == nil ? nil : nextLook, domainsAwaitedUntil].compactMap { $0 }.min() }
 
     /// A probe over `path` answered (`true`: as its rule expects).
     func probeAnswered(_ probe: OnDemandRule.Probe, on path: Path.ID, _ expected: Bool) {
@@ -164,6 +190,8 @@ final class OnDemandWatch {
             forgetNetwork()
             decision = decided
             network = (best.id, best.gateway)
+            if seenANetwork && resolvConf != nil { domainsAwaitedUntil = .now() + Self.domainsWait }
+            seenANetwork = true
         }
         let facts = facts(for: best, model: model, tunnelSearch: tunnelSearch)
         let new = rules.evaluate(facts)
@@ -185,7 +213,10 @@ final class OnDemandWatch {
         if facts.addresses.isEmpty { facts.addresses = [path.source] }
         if needs.contains(where: { !$0.ssids.isEmpty }) { facts.ssid = ssid(of: path) }
         if needs.contains(where: { !$0.gatewayMACs.isEmpty }) { facts.gatewayMAC = gatewayMAC(of: path) }
-        if needs.contains(where: { !$0.dnsDomains.isEmpty }) {
+        if let until = domainsAwaitedUntil, Instant.now() >= until { domainsAwaitedUntil = nil }
+        if domainsAwaitedUntil != nil {
+            facts.dnsDomains = .pending
+        } else if needs.contains(where: { !$0.dnsDomains.isEmpty }) {
             let conf = ResolvConf(ResolvConfFile.systemText(at: "/etc/resolv.conf") ?? "")
             let domains = conf.search.filter { !tunnelSearch.contains($0) }
             facts.dnsDomains = domains.isEmpty ? .absent : .known(domains)

@@ -161,6 +161,35 @@ struct OnDemandLabTests {
         #expect(lab.status()["state"] == "disconnected" && trusts(lab, "eth0"), "the running rules stay")
     }
 
+    /// A rule on the search domain DHCP gives: on a new network the rules wait until its DHCP
+    /// client writes resolv.conf (the file still names the last network's domain until then), and
+    /// decide the moment it does.
+    @Test func searchDomainsAreAwaitedOnANewNetworkAndFollowed() throws {
+        let lab = try lab(rules: """
+              - name: home
+                match: {dns-domain: home.example}
+                action: disconnect
+            """)
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["on_demand.rule"] == "home" && lab.log("client.log").contains("onDemand(home on eth0: disconnect)"))
+
+        // Off the cable: Wi-Fi's DHCP client writes resolv.conf a moment after its routes.
+        try lab.laptop.ip("link set eth0 down")
+        usleep(400_000)
+        #expect(lab.status()["state"] == "disconnected" && lab.attempts() == 0, "\(lab.status())")
+        #expect(lab.log("client.log").contains("msg=\"on-demand waits\" path=wifi0 for=dns-domain rule=home"), "\(lab.log("client.log"))")
+        #expect(!lab.log("client.log").contains("onDemand(home on wifi0"), "the cable's domain is not Wi-Fi's")
+        let written = LabClock.now
+        try "# from DHCP on wifi0\nnameserver 192.168.1.1\nsearch hotel.example\n"
+            .write(toFile: lab.laptopResolvConfPath, atomically: false, encoding: .utf8)
+        #expect(lab.waitFor(seconds: 1.2) { lab.log("client.log").contains("onDemand(default on wifi0: connect)") },
+                "decided when the file was written, not when the wait ran out: \(lab.log("client.log"))")
+        let decided = LabClock.now - written
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        print("on-demand: Wi-Fi's search domain decided \(decided.short) after its resolv.conf was written")
+    }
+
     private func rewriteClient(_ lab: RoamingLab, _ edit: (String) -> String) throws {
         let path = lab.directory + "/client.yaml"
         try edit(String(contentsOfFile: path, encoding: .utf8)).write(toFile: path, atomically: false, encoding: .utf8)
