@@ -649,8 +649,10 @@ public struct Reconnector: Sendable {
     /// tunnel down; the lockdown steps aside only if the rule lifts it.
     private mutating func disconnect(_ verdict: OnDemandVerdict, _ now: Instant, _ out: inout [Action], from reason: Reason) {
         let lift = verdict.liftsLockdown ? verdict.path : nil
-        if case .disconnected(_, let lifted) = state {
-            guard lifted != lift else { coalesced += 1; return }
+        if case .disconnected(let rule, let lifted) = state {
+            // Kept down already: a transition still names the rule that decides now, and ends a
+            // hold that was only for the rules to look.
+            guard lifted != lift || rule != verdict.rule || heldForRules else { coalesced += 1; return }
             if lifted != nil { out.append(.restoreLockdown) }
             if lift != nil { out.append(.liftLockdown(interface: verdict.interface)) }
             return enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)

@@ -190,6 +190,37 @@ struct OnDemandLabTests {
         print("on-demand: Wi-Fi's search domain decided \(decided.short) after its resolv.conf was written")
     }
 
+    /// A probe that answers only inside the trusted network: the intranet's health page answers
+    /// over the cable, the router refuses it from Wi-Fi. The tunnel is never tried on the cable;
+    /// on Wi-Fi the probe fails and the tunnel comes up.
+    @Test func aProbeThatAnswersOnlyInsideTrustsThatNetwork() throws {
+        let lab = try lab(rules: """
+              - name: intranet
+                match: {probe: {url: "http://198.51.100.80/check", expect: "\(LabPortal.expected)"}}
+                action: disconnect
+            """)
+        // The lab's portal, opened at once, is only its web server here.
+        let intranet = try LabPortal(router: lab.server, uplink: "eth-l", routerAddress: IPAddress("10.20.0.1")!)
+        defer { intranet.stop() }
+        intranet.open()
+        let refuse = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft",
+            "add table inet lab_intranet; add chain inet lab_intranet input { type filter hook input priority -10 ; }; "
+                + "add rule inet lab_intranet input iifname wifi-l tcp dport 80 reject with tcp reset"])
+        #expect(refuse.status == 0, "\(refuse.output)")
+
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" }, "\(lab.log("client.log"))")
+        let log = lab.log("client.log")
+        #expect(log.contains("msg=\"on-demand probe\" path=eth0") && log.contains("onDemand(intranet on eth0: disconnect)"), "\(log)")
+        #expect(lab.attempts() == 0, "the rules waited for the probe before anything was tried: \(lab.status())")
+        #expect(intranet.requestLines.contains { $0.hasPrefix("GET /check ") }, "\(intranet.requestLines)")
+
+        try lab.laptop.ip("link set eth0 down")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["path.interface"] == "wifi0")
+        #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"), "\(lab.log("client.log"))")
+    }
+
     private func rewriteClient(_ lab: RoamingLab, _ edit: (String) -> String) throws {
         let path = lab.directory + "/client.yaml"
         try edit(String(contentsOfFile: path, encoding: .utf8)).write(toFile: path, atomically: false, encoding: .utf8)

@@ -271,3 +271,16 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     let wake = r.handle(.wake(sleptFor: .seconds(10)), now: at(10_200))
     #expect(wake.handshakes.isEmpty && wake.probes.isEmpty && r.state == .disconnected(rule: "office", lifted: nil))
 }
+
+@Test func aDecisionAfterAWaitIsATransitionNamingItsRule() {
+    var r = Reconnector()
+    _ = r.handle(.onDemand(.waiting(rule: "office", for: [.gatewayMAC], path: eth0.id)), now: at(0))
+    _ = r.handle(.paths([eth0]), now: at(1))
+    // Another rule decides, without a lift: the state changes only in its rule, and says so.
+    let decided = r.handle(verdict(lab, on: eth0), now: at(100))
+    #expect(decided.reasons == ["onDemand(lab on eth0: disconnect)"] && r.state == .disconnected(rule: "lab", lifted: nil))
+    // Held by the rule now, not for the rules to look: `ignore` keeps the tunnel down.
+    #expect(r.handle(verdict(home, on: eth0), now: at(200)).handshakes.isEmpty)
+    // The same decision again is nothing new.
+    #expect(r.handle(verdict(lab, on: eth0), now: at(300)).transitions.isEmpty)
+}
