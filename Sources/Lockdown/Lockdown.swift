@@ -21,6 +21,9 @@ public final class Lockdown {
         guard policy != self.policy else { return }
         // `add` makes the delete safe when no table exists; all three commit together. The
         // counters carry over from the table replaced.
+        // A refusal may still have committed (an error after the kernel took it): what is loaded
+        // is unknown then, and the next apply loads whatever it is given.
+        self.policy = nil
         let counts = try counts()
         try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n"
                     + policy.ruleset(counts: counts),

@@ -159,9 +159,11 @@ public enum Wireless {
     }
 
     /// The family a `CTRL_CMD_NEWFAMILY` message describes (the answer to `CTRL_CMD_GETFAMILY`,
-    /// or the controller's notice of a family registered since); nil for anything else.
-    static func family(_ message: some Collection<UInt8>) -> Family? {
-        guard case let (b, attributes)? = generic(message, family: CTRL.controller, command: CTRL.newFamily) else { return nil }
+    /// or the controller's notice of a family registered since), or with `removed` the one a
+    /// `CTRL_CMD_DELFAMILY` notice names; nil for anything else.
+    static func family(_ message: some Collection<UInt8>, removed: Bool = false) -> Family? {
+        let command = removed ? CTRL.deleteFamily : CTRL.newFamily
+        guard case let (b, attributes)? = generic(message, family: CTRL.controller, command: command) else { return nil }
         var id: UInt16?
         var name = ""
         var groups: [String: UInt32] = [:]
@@ -316,6 +318,9 @@ public final class WirelessEvents {
                 } else if let family = Wireless.family(whole), family.name == "nl80211", family.id != nl80211,
                           (try? follow(family)) != nil {
                     notices.append(.appeared)
+                } else if let family = Wireless.family(whole, removed: true), family.name == "nl80211" {
+                    // Its driver unloaded: when it comes back, even under the same id, it is followed again.
+                    nl80211 = nil
                 }
             }
         }
@@ -333,7 +338,7 @@ public final class WirelessEvents {
 private enum CTRL {
     /// `GENL_ID_CTRL`: the controller's own fixed family id.
     static let controller: UInt16 = 0x10
-    static let newFamily: UInt8 = 1, getFamily: UInt8 = 3
+    static let newFamily: UInt8 = 1, deleteFamily: UInt8 = 2, getFamily: UInt8 = 3
     static let familyIdentifier: UInt16 = 1, familyName: UInt16 = 2, multicastGroups: UInt16 = 7
     static let groupName: UInt16 = 1, groupIdentifier: UInt16 = 2
 }

@@ -56,14 +56,32 @@ public final class ResolvConfWatch {
         if let text = SystemFiles.text(path), case .link(let target)? = ResolvConfFile.original(in: text) {
             files.append(target.hasPrefix("/") ? target : path.parentDirectory + "/" + target)
         }
+        var directories: [Int32: Set<String>] = [:]
+        var own: Set<Int32> = []
         for file in files {
             let directory = file.parentDirectory.isEmpty ? "/" : file.parentDirectory
             let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM)
             let watch = inotify_add_watch(descriptor, directory, mask)
-            if watch >= 0 { names[watch, default: []].insert(String(file.split(separator: "/").last ?? "")) }
-            let own = inotify_add_watch(descriptor, file, UInt32(IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF))
-            if own >= 0 { self.files.insert(own) }
+            if watch >= 0 { directories[watch, default: []].insert(String(file.split(separator: "/").last ?? "")) }
+            let fileWatch = inotify_add_watch(descriptor, file, UInt32(IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF))
+            if fileWatch >= 0 { own.insert(fileWatch) }
         }
+        // Where the links led before and lead no more.
+        for watch in Set(names.keys).union(self.files) where directories[watch] == nil && !own.contains(watch) {
+            inotify_rm_watch(descriptor, watch)
+        }
+        names = directories
+        self.files = own
+    }
+
+    /// Whether the file (what its links lead to) was last written before this boot: what it
+    /// says is about the network of an earlier one.
+    public static func writtenBeforeBoot(path: String = "/etc/resolv.conf") -> Bool {
+        var info = stat()
+        var now = timespec(), sinceBoot = timespec()
+        guard stat(path, &info) == 0, clock_gettime(CLOCK_REALTIME, &now) == 0,
+              clock_gettime(CLOCK_BOOTTIME, &sinceBoot) == 0 else { return false }
+        return info.st_mtim.tv_sec < now.tv_sec - sinceBoot.tv_sec
     }
 
     private static func linkTarget(of file: String) -> String? {

@@ -23,7 +23,7 @@ final class ClientDaemon: Sendable {
         /// A connectivity check over the path ended.
         case connectivity(Connectivity, Path.ID)
         /// An on-demand rule's probe over the path answered (true: as expected), or did not.
-        case probed(OnDemandRule.Probe, Path.ID, Bool)
+        case probed(OnDemandRule.Probe, generation: UInt64, Bool)
     }
 
     /// The only state shared across threads.
@@ -235,10 +235,10 @@ extension ClientDaemon {
         }
 
         /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
-        private func startProbe(_ probe: OnDemandRule.Probe, via path: Path) {
-            guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, path.id, false)) }
+        private func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
+            guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, generation: generation, false)) }
             log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
-            run(PortalCheck(url: url, expect: probe.expect.portalExpectation), via: path) { .probed(probe, path.id, $0 == .online) }
+            run(PortalCheck(url: url, expect: probe.expect.portalExpectation), via: path) { .probed(probe, generation: generation, $0 == .online) }
         }
 
         /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers
@@ -261,8 +261,8 @@ extension ClientDaemon {
             guard let onDemand else { return }
             guard let best = monitor.paths.first else { return onDemand.forgetNetwork() }
             let decision = onDemand.decide(for: best, model: monitor.tracker.model,
-                                           tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path in
-                startProbe(probe, via: path)
+                                           tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path, generation in
+                startProbe(probe, via: path, generation: generation)
             }
             guard let decision else { return }
             switch decision {
@@ -315,9 +315,9 @@ extension ClientDaemon {
                 answer(call)
             case .connectivity(let result, let id):
                 checked(result, on: id)
-            case .probed(let probe, let id, let expected):
+            case .probed(let probe, let generation, let expected):
                 log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
-                onDemand?.probeAnswered(probe, on: id, expected)
+                onDemand?.probeAnswered(probe, generation: generation, expected)
                 decideOnDemand()
             }
         }

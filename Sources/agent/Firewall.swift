@@ -12,10 +12,14 @@ final class Firewall {
     private let apply: (LockdownPolicy) throws(LockdownError) -> Void
     /// What the table should hold.
     private var wanted: LockdownPolicy
-    /// What it holds: nftables loads a policy whole or not at all, so a refusal leaves the last one.
+    /// What it held after the last load that succeeded.
     private var loaded: LockdownPolicy
-    /// A change that closes something (a trusted interface, a portal window) was refused:
-    /// it is tried again then, and at every change after it, until it holds.
+    /// The last policy nftables refused, until a load succeeds: nftables loads a policy whole
+    /// or not at all, but a refusal reported after the kernel took it would leave this one in
+    /// place, so what the table holds is uncertain until the next load succeeds.
+    private var refused: LockdownPolicy?
+    /// When to load what is wanted again after a refusal (a closing stays wanted; after a
+    /// refused opening, what was there before is loaded again), until a load succeeds.
     private(set) var retryDue: Instant?
     /// Refusals since the table last held what it should.
     private(set) var refusals = 0
@@ -58,29 +62,24 @@ final class Firewall {
             try sync()
         } catch {
             if !closes { wanted = before }
-            if wanted == loaded {
-                retryDue = nil
-                refusals = 0
-            }
             throw error
         }
     }
 
-    /// Loads what is wanted, if the table does not hold it yet.
+    /// Loads what is wanted, unless the table is known to hold it.
     private func sync() throws(LockdownError) {
-        guard wanted != loaded else {
-            retryDue = nil
-            refusals = 0
-            return
-        }
+        guard wanted != loaded || refused != nil else { return }
         do {
             try apply(wanted)
         } catch {
+            refused = wanted
             refusals += 1
-            retryDue = .now() + Self.retryEvery
+            // A close that keeps failing with other changes is not put off by each of them.
+            retryDue = min(retryDue ?? .now() + Self.retryEvery, .now() + Self.retryEvery)
             throw error
         }
         loaded = wanted
+        refused = nil
         retryDue = nil
         refusals = 0
     }
@@ -113,9 +112,10 @@ final class Firewall {
         try change(closes: true) { $0.trustedInterface = nil }
     }
 
-    /// The interface the table lets through now, when an on-demand rule lifted the lockdown
-    /// (a refused restore leaves it so until a retry holds).
-    var trustedInterface: String? { loaded.trustedInterface }
+    /// The interface the table may let through now, when an on-demand rule lifted the lockdown
+    /// (a refused restore leaves it so until a retry holds; after a refusal, what was refused
+    /// may be in place too).
+    var trustedInterface: String? { loaded.trustedInterface ?? refused?.trustedInterface }
 
     /// Whether a portal window can be opened: only a full tunnel hides the portal.
     var supportsPortalWindow: Bool { if case .full = wanted.scope { true } else { false } }

@@ -125,7 +125,9 @@ struct PortalCgroup: Equatable {
 
     /// Closes the cgroup: its processes go back where the first came from (the file system's
     /// root when that cgroup is gone), and it is removed.
-    func close(fs: CgroupFileSystem) {
+    /// Returns the error when the cgroup could not be removed (a process stayed in it).
+    @discardableResult
+    func close(fs: CgroupFileSystem) -> String? {
         for _ in 0..<8 {
             let pids = (SystemFiles.text(directory + "/cgroup.procs") ?? "").split(whereSeparator: \.isNewline).compactMap { Int32($0) }
             if pids.isEmpty { break }
@@ -133,7 +135,12 @@ struct PortalCgroup: Equatable {
                 if (try? Self.move(pid, to: returnTo ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
             }
         }
-        _ = rmdir(directory)
+        guard rmdir(directory) == 0 || errno == ENOENT else {
+            let code = errno
+            let left = (SystemFiles.text(directory + "/cgroup.procs") ?? "").split(whereSeparator: \.isNewline).joined(separator: ",")
+            return "cannot remove \(directory): \(String(cString: strerror(code)))" + (left.isEmpty ? "" : "; processes \(left) still in it")
+        }
+        return nil
     }
 
     private static func move(_ pid: Int32, to directory: String) throws(AgentError) {

@@ -244,7 +244,10 @@ final class SessionEffects {
             }
         }
         if let cgroup = portalCgroup, let cgroups {
-            cgroup.close(fs: cgroups)
+            if let error = cgroup.close(fs: cgroups) {
+                log.error("the portal window's cgroup stays", metadata: ["error": "\(error)",
+                    "lockdown": "\(firewall?.retryDue == nil ? "closed to it" : "closing it is tried again every second")"])
+            }
             portalCgroup = nil
         }
     }
@@ -466,6 +469,10 @@ final class SessionEffects {
         // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
         closePortalWindow()
         cgroups?.unmount()
+        // A closing still refused gets a last try; the next agent loads the table whole anyway.
+        if let firewall, firewall.retryDue != nil, let error = firewall.retry() {
+            log.error("the lockdown could not be put back whole before stopping", metadata: ["error": "\(error)"])
+        }
         guard operatorStop else { return }
         if let dns, dns.applied != nil {
             do {

@@ -1,3 +1,4 @@
+import Glibc
 import Lockdown
 import PathMonitor
 import Testing
@@ -59,13 +60,28 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(firewall.retryDue == nil)
 }
 
-@Test func aRefusedLiftLeavesTheLockdownWhole() {
+@Test func aRefusedLiftIsNotTriedAgainButTheLockdownIsLoadedAgain() {
     let (firewall, table) = lockedFirewall()
     table.refusing = true
     #expect(throws: LockdownError.self) { try firewall.lift(for: "eth0") }
-    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil, "an opening that was refused is not tried again")
+    // A refusal may have been reported after the kernel took the lift: until a load succeeds,
+    // status says eth0 may be open, and the locked policy is loaded again.
+    #expect(firewall.trustedInterface == "eth0" && firewall.retryDue != nil)
     table.refusing = false
+    table.held.trustedInterface = "eth0"  // as if the refused load had committed
     #expect(firewall.retry() == nil && table.held.trustedInterface == nil)
+    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil)
+}
+
+@Test func aRetryIsNotPutOffByEveryLaterRefusal() throws {
+    let (firewall, table) = lockedFirewall()
+    try firewall.lift(for: "eth0")
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.restore() }
+    let due = try #require(firewall.retryDue)
+    usleep(20_000)
+    #expect(throws: LockdownError.self) { try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)]) }
+    #expect(firewall.retryDue == due)
 }
 
 @Test func aRefusedPortalWindowClosingIsRetried() throws {

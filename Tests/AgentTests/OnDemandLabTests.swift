@@ -190,6 +190,35 @@ struct OnDemandLabTests {
         print("on-demand: Wi-Fi's search domain decided \(decided.short) after its resolv.conf was written")
     }
 
+    /// A trusted search domain with the lockdown lifted, then another network on the same cable
+    /// whose DHCP client writes no resolv.conf: the file still names the trusted network's
+    /// domain (the agent's own write of it, as the lockdown comes back, proves nothing), so the
+    /// rules wait, then take the new network as giving none, and the tunnel comes up there.
+    @Test func theLastNetworksSearchDomainIsNotTheNextOnes() throws {
+        let lab = try lab(rules: """
+              - name: home
+                match: {dns-domain: home.example}
+                action: disconnect
+                lockdown: lift
+            """)
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { trusts(lab, "eth0") }, "\(lab.log("client.log"))")
+
+        let moved = LabClock.now
+        try lab.laptop.batch(["address del 10.20.0.57/24 dev eth0", "address add 10.20.0.99/24 dev eth0",
+                              "route replace default via 10.20.0.1 dev eth0 metric 100"])
+        #expect(lab.waitFor(seconds: 1) { !trusts(lab, "eth0") }, "the lockdown is back while the rules look")
+        var liftedAgain = false
+        while LabClock.now - moved < .milliseconds(1500) {
+            liftedAgain = liftedAgain || trusts(lab, "eth0")
+            usleep(20_000)
+        }
+        #expect(!liftedAgain && lab.status()["state"] == "disconnected", "\(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(lab.status()["path.interface"] == "eth0" && !trusts(lab, "eth0"))
+        #expect(lab.log("client.log").contains("onDemand(default on eth0: connect)"), "\(lab.log("client.log"))")
+    }
+
     /// A probe that answers only inside the trusted network: the intranet's health page answers
     /// over the cable, the router refuses it from Wi-Fi. The tunnel is never tried on the cable;
     /// on Wi-Fi the probe fails and the tunnel comes up.

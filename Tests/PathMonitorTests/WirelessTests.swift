@@ -36,6 +36,11 @@ private let nl80211Refusal = bytes(hex: "240000000200000101000000ab100000fefffff
     var broken = nlctrlReply
     broken[0x70] = 0xFF  // the "notify" group's nest length: past the list that holds it
     #expect(Wireless.family(broken) == nil)
+    // The same description as a CTRL_CMD_DELFAMILY notice (the controller sends the family's
+    // attributes with it): a removal, not a family to follow.
+    var removed = nlctrlReply
+    removed[16] = 2
+    #expect(Wireless.family(removed) == nil && Wireless.family(removed, removed: true)?.name == "nlctrl")
 }
 
 @Test func aKernelWithoutNl80211SaysENOENTWhichMeansNotWireless() throws {
