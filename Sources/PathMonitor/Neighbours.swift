@@ -193,13 +193,10 @@ public final class NeighbourEvents {
 
     /// Reads what is queued, without waiting.
     public func take() -> [Notice] {
-        let (buffers, lost) = socket.queued()
-        var notices: [Notice] = lost ? [.lost] : []
-        for buffer in buffers {
-            for message in NetlinkDecoder.messages(buffer).messages {
-                if let entry = NetlinkDecoder.neighbour(buffer[message.bytes]) { notices.append(.entry(entry)) }
-            }
+        var notices: [Notice] = []
+        let lost = socket.takeQueued { message in
+            if let entry = NetlinkDecoder.neighbour(message) { notices.append(.entry(entry)) }
         }
-        return notices
+        return lost ? [.lost] + notices : notices
     }
 }

@@ -100,20 +100,22 @@ public final class NetlinkSocket {
         }
     }
 
-    /// What is queued now, without waiting: each buffer read (at most `limit`), and whether
-    /// the queue overran since the last read (notices were lost).
-    func queued(limit: Int = 64) -> (buffers: [[UInt8]], lost: Bool) {
-        var buffers: [[UInt8]] = []
+    /// Hands each message queued now to `visit` (whole, header included), without waiting and
+    /// reading at most `limit` buffers; returns whether the queue overran since the last read
+    /// (notices were lost).
+    func takeQueued(limit: Int = 64, _ visit: (ArraySlice<UInt8>) -> Void) -> Bool {
         for _ in 0..<limit {
+            let buffer: [UInt8]
             do {
                 let bytes = try receive(timeout: .zero)
                 if bytes.isEmpty { break }
-                buffers.append(Array(bytes))
+                buffer = Array(bytes)
             } catch {
-                return (buffers, error.isOverrun)
+                return error.isOverrun
             }
+            for message in NetlinkDecoder.messages(buffer).messages { visit(buffer[message.bytes]) }
         }
-        return (buffers, false)
+        return false
     }
 
     /// Sends one request built by `build` and returns its sequence number.

@@ -308,23 +308,19 @@ public final class WirelessEvents {
 
     /// Reads what is queued, without waiting.
     public func take() -> [Notice] {
-        let (buffers, lost) = socket.queued()
-        var notices: [Notice] = lost ? [.lost] : []
-        for buffer in buffers {
-            for message in NetlinkDecoder.messages(buffer).messages {
-                let whole = buffer[message.bytes]
-                if let nl80211, let index = Wireless.associationChange(whole, family: nl80211) {
-                    notices.append(.association(linkIndex: index))
-                } else if let family = Wireless.family(whole), family.name == "nl80211", family.id != nl80211,
-                          (try? follow(family)) != nil {
-                    notices.append(.appeared)
-                } else if let family = Wireless.family(whole, removed: true), family.name == "nl80211" {
-                    // Its driver unloaded: when it comes back, even under the same id, it is followed again.
-                    nl80211 = nil
-                }
+        var notices: [Notice] = []
+        let lost = socket.takeQueued { message in
+            if let nl80211, let index = Wireless.associationChange(message, family: nl80211) {
+                notices.append(.association(linkIndex: index))
+            } else if let family = Wireless.family(message), family.name == "nl80211", family.id != nl80211,
+                      (try? follow(family)) != nil {
+                notices.append(.appeared)
+            } else if let family = Wireless.family(message, removed: true), family.name == "nl80211" {
+                // Its driver unloaded: when it comes back, even under the same id, it is followed again.
+                nl80211 = nil
             }
         }
-        return notices
+        return lost ? [.lost] + notices : notices
     }
 
     private func follow(_ family: Wireless.Family) throws(NetlinkError) {
