@@ -746,8 +746,10 @@ extension ClientDaemon {
                 log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
             }
             let left = (machine.portalWindowUntil ?? Instant.now()) - Instant.now()
+            let resolvers = (effects.portalWindow?.resolvers ?? []).map { JSON.string($0.description) }
             call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),
-                                               ("interface", .string(path.interface)), ("for_ms", left.milliseconds)]))
+                                               ("interface", .string(path.interface)), ("for_ms", left.milliseconds),
+                                               ("resolvers", .array(resolvers))]))
         }
 
         /// Only the one who opened the portal window (or root) closes it or adds to it.

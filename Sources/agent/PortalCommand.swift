@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import PathMonitor
 
 /// `agent portal --run CMD [ARGS...]`: logging in to a captive portal without opening the lockdown.
 struct PortalCommand: ParsableCommand {
@@ -34,6 +35,17 @@ struct PortalCommand: ParsableCommand {
         let url = answer["url"]?.string ?? "?"
         let window = Duration.seconds(Int(((answer["for_ms"]?.double ?? 0) / 1000).rounded()))
         printError("portal window open for \(window.short) on \(answer["interface"]?.string ?? "?"): log in at \(url)")
+        let resolvers = (answer["resolvers"]?.array ?? []).compactMap { $0.string.flatMap(IPAddress.init) }
+        if let plan = PortalResolution.plan(resolvers: resolvers, resolvConf: SystemFiles.text("/etc/resolv.conf") ?? "",
+                                            nsswitch: SystemFiles.text("/etc/nsswitch.conf")) {
+            do {
+                try PortalResolution.isolate(resolvConf: plan.resolvConf, nsswitch: plan.nsswitch)
+                printError("\(command) resolves names with the network's resolvers: \(resolvers.map(\.description).joined(separator: ", "))")
+            } catch {
+                printError("warning: \(error.message); \(command)'s look-ups go where the portal holds them back: "
+                    + "open the login page by its address")
+            }
+        }
         let status: Int32
         do {
             status = try Self.spawnAndWait(executable, [command] + arguments)

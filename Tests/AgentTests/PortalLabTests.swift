@@ -73,6 +73,29 @@ struct PortalLabTests {
         #expect(portal.requestLines.allSatisfy { $0.hasPrefix("GET /check ") || $0.hasPrefix("POST /login ") }, "\(portal.requestLines)")
     }
 
+    /// A machine whose look-ups go through a local resolver (systemd-resolved's stub here,
+    /// which would ask the tunnel's resolvers): the window's program gets the network's own
+    /// resolver instead, so it finds the login page by its name.
+    @Test func theWindowsProgramResolvesNamesWithTheNetworksResolver() throws {
+        let (lab, portal) = try portalLab()
+        defer { portal.stop() }
+        try lab.laptop.setResolvConf("nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch hotel.example\n")
+        let resolver = try LabResolver(at: IPAddress("192.168.1.1")!, in: lab.server,
+                                       names: ["login.hotel.example": IPAddress("192.168.1.1")!])
+        defer { resolver.stop() }
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 15) { lab.status()["state"] == "portal" }, "\(lab.log("client.log"))")
+
+        let login = try lab.runAgent(["portal", "--control", lab.controlSocket, "--run", "curl", "-sS", "--max-time", "5",
+                                      "-d", "user=guest", "http://login.hotel.example:\(portal.login.port)/login"], seconds: 15)
+        #expect(login.status == 0 && login.output.contains("Welcome"), "status \(login.status): \(login.output)")
+        #expect(login.output.contains("resolves names with the network's resolvers: 192.168.1.1"), "\(login.output)")
+        #expect(resolver.queries.contains("login.hotel.example"), "\(resolver.queries)")
+        #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        // Only the window's program was given the network's resolver: the laptop's file is as it was.
+        #expect((try? String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8)).map { !$0.contains("portal window") } == true)
+    }
+
     /// Without a portal, a server that does not answer is a plain outage: the check passes,
     /// the agent says so and keeps backing off; `agent portal` refuses to open anything.
     @Test func aSilentServerBehindAWorkingNetworkIsNoPortal() throws {

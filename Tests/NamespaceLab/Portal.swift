@@ -44,6 +44,8 @@ public final class LabPortal: @unchecked Sendable {
         try nft("add chain inet lab_portal intercept { type nat hook prerouting priority -100 ; }")
         try nft("add rule inet lab_portal intercept iifname \(uplink) tcp dport 80 redirect to :8080")
         try nft("add chain inet lab_portal held { type filter hook input priority 0 ; }")
+        // Name look-ups to the network's own resolver pass, as at every portal.
+        try nft("add rule inet lab_portal held iifname \(uplink) udp dport 53 accept")
         try nft("add rule inet lab_portal held iifname \(uplink) meta l4proto udp counter drop")
         // A router that is not the server forwards the uplink's traffic instead.
         try nft("add chain inet lab_portal held_forwarded { type filter hook forward priority 0 ; }")

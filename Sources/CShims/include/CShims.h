@@ -15,6 +15,10 @@ static inline uint32_t CShims_RTA_ALIGN(uint32_t n) { return RTA_ALIGN(n); }
 /// _GNU_SOURCE, which the system module is not built with.
 extern int setns(int fd, int nstype);
 static inline int CShims_setns_net(int fd) { return setns(fd, 0x40000000 /* CLONE_NEWNET */); }
+/// unshare(2), hidden the same way: a mount namespace of its own, and with `user` a user
+/// namespace too (CLONE_NEWNS, CLONE_NEWUSER).
+extern int unshare(int flags);
+static inline int CShims_unshare_mounts(int user) { return unshare(0x00020000 | (user ? 0x10000000 : 0)); }
 
 // MARK: Process hardening
 
