@@ -96,6 +96,31 @@ struct PortalLabTests {
         #expect((try? String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8)).map { !$0.contains("portal window") } == true)
     }
 
+    /// The same for a user in the `roam` group (not root): the program gets a user namespace
+    /// that maps the user to themselves, and the network's resolver in it.
+    @Test func aGroupMembersProgramResolvesWithTheNetworksResolverToo() throws {
+        let (lab, portal) = try portalLab()
+        defer { portal.stop() }
+        let groups = (try? String(contentsOfFile: "/etc/group", encoding: .utf8)) ?? ""
+        try lab.laptop.setGroups(groups + "roam:x:4242:\n")
+        try lab.laptop.setResolvConf("nameserver 127.0.0.53\n")
+        let resolver = try LabResolver(at: IPAddress("192.168.1.1")!, in: lab.server,
+                                       names: ["login.hotel.example": IPAddress("192.168.1.1")!])
+        defer { resolver.stop() }
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 15) { lab.status()["state"] == "portal" }, "\(lab.log("client.log"))")
+        chmod(lab.directory, 0o755)
+
+        let member = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--groups=4242", "--inh-caps=-all", "--bounding-set=-all"]
+        let login = try lab.runAgent(["portal", "--control", lab.controlSocket, "--run", "curl", "-sS", "--max-time", "5",
+                                      "-d", "user=guest", "http://login.hotel.example:\(portal.login.port)/login"],
+                                     inside: member, seconds: 15)
+        #expect(login.status == 0 && login.output.contains("Welcome"), "status \(login.status): \(login.output)")
+        #expect(login.output.contains("resolves names with the network's resolvers: 192.168.1.1"), "\(login.output)")
+        #expect(lab.log("client.log").contains("uid=65534"), "the window is the member's: \(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+    }
+
     /// Without a portal, a server that does not answer is a plain outage: the check passes,
     /// the agent says so and keeps backing off; `agent portal` refuses to open anything.
     @Test func aSilentServerBehindAWorkingNetworkIsNoPortal() throws {

@@ -52,6 +52,9 @@ public final class NamespaceLab {
     /// The same for /etc/resolv.conf: which name servers programs in this namespace ask.
     public func setResolvConf(_ text: String) throws { try setEtc("resolv.conf", text) }
 
+    /// The same for /etc/group: the groups programs in this namespace know.
+    public func setGroups(_ text: String) throws { try setEtc("group", text) }
+
     private func setEtc(_ file: String, _ text: String) throws {
         let directory = "/etc/netns/\(name)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
