@@ -121,6 +121,31 @@ struct PortalLabTests {
         #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
     }
 
+    /// A reload that moves the connectivity check to another port: the lockdown lets the agent's
+    /// marked check through to the new port, and no longer to the old one.
+    @Test func aReloadMovesTheChecksPortInTheLockdown() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.configure("client", "portal: {url: \"http://198.51.100.80/check\", expect: 204}")
+        try lab.startServer()
+        try lab.startClient()
+        func checkPorts() -> String? {
+            let table = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "table", "inet", "roam"])
+            // nftables lists a one-port set as the port alone.
+            return table?.output.split(separator: "\n").first { $0.contains("meta mark") && $0.contains(" tcp dport ") }
+                .map { $0.split(separator: " ").drop { $0 != "dport" }.dropFirst().prefix { $0 != "accept" }.joined(separator: " ") }
+        }
+        #expect(checkPorts() == "80", "\(checkPorts() ?? "no check rule")")
+
+        let path = lab.directory + "/client.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "http://198.51.100.80/check", with: "http://198.51.100.80:8081/check")
+            .write(toFile: path, atomically: false, encoding: .utf8)
+        kill(try #require(lab.clientPID), SIGHUP)
+        #expect(lab.wait(for: "configuration reloaded", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 3) { checkPorts() == "8081" }, "\(checkPorts() ?? "no check rule")")
+        #expect(lab.status()["state"] == "connected", "the tunnel stays")
+    }
+
     /// Without a portal, a server that does not answer is a plain outage: the check passes,
     /// the agent says so and keeps backing off; `agent portal` refuses to open anything.
     @Test func aSilentServerBehindAWorkingNetworkIsNoPortal() throws {
