@@ -68,22 +68,24 @@ public struct OnDemandRule: Equatable, Sendable {
     public struct Probe: Hashable, Sendable, CustomStringConvertible {
         /// A plain `http://` URL.
         public var url: String
-        public var expect: Expect
+        public var expect: HTTPExpectation
 
-        public enum Expect: Hashable, Sendable {
-            /// This status code, any body.
-            case status(Int)
-            /// Status 200 and a body that starts with this text.
-            case body(String)
-        }
-
-        public init(url: String, expect: Expect) {
+        public init(url: String, expect: HTTPExpectation) {
             self.url = url
             self.expect = expect
         }
 
         public var description: String { url }
     }
+}
+
+/// What a plain HTTP answer must be to count as expected: the connectivity check's, and an
+/// on-demand probe's.
+public enum HTTPExpectation: Hashable, Sendable {
+    /// This status code, any body.
+    case status(Int)
+    /// Status 200 and a body that starts with this text.
+    case body(String)
 }
 
 /// A fact about a network that takes a lookup: known, known to be missing, or still looked up.

@@ -107,19 +107,21 @@ extension YAMLReader {
             let url = try string(urlNode)
             guard url.hasPrefix("http://"), url.count > 7, url.count <= 2048, url.allSatisfy({ $0.isASCII && !$0.isWhitespace })
             else { throw fail(urlNode, "'probe' url is a plain http:// URL, got \"\(url)\"") }
-            let expectNode = try p.required("expect")
-            let text = try string(expectNode)
-            let expect: OnDemandRule.Probe.Expect
-            if let code = Int(text) {
-                guard (200...299).contains(code) else { throw fail(expectNode, "'expect' as a status code is 200 to 299, got \(code)") }
-                expect = .status(code)
-            } else {
-                guard !text.isEmpty, text.count <= 512 else { throw fail(expectNode, "'expect' is a status code or up to 512 characters of body") }
-                expect = .body(text)
-            }
-            m.probe = OnDemandRule.Probe(url: url, expect: expect)
+            m.probe = OnDemandRule.Probe(url: url, expect: try httpExpectation(p.required("expect")))
         }
         return m
+    }
+
+    /// An `expect`: a status code from 200 to 299, or the text the body starts with (up to 512
+    /// characters).
+    public func httpExpectation(_ node: Node) throws(ConfigError) -> HTTPExpectation {
+        let text = try string(node)
+        if let code = Int(text) {
+            guard (200...299).contains(code) else { throw fail(node, "'expect' as a status code is 200 to 299, got \(code)") }
+            return .status(code)
+        }
+        guard !text.isEmpty, text.count <= 512 else { throw fail(node, "'expect' is a status code or up to 512 characters of body") }
+        return .body(text)
     }
 
     /// A gateway's hardware address (Ethernet's six bytes), in the lowercase form the neighbour

@@ -238,7 +238,7 @@ extension ClientDaemon {
         private func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
             guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, generation: generation, false)) }
             log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
-            run(PortalCheck(url: url, expect: probe.expect.portalExpectation), via: path) { .probed(probe, generation: generation, $0 == .online) }
+            run(PortalCheck(url: url, expect: probe.expect), via: path) { .probed(probe, generation: generation, $0 == .online) }
         }
 
         /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers

@@ -309,13 +309,3 @@ final class OnDemandWatch {
         return .absent
     }
 }
-
-extension OnDemandRule.Probe.Expect {
-    /// The same expectation, as the connectivity check reads answers.
-    var portalExpectation: PortalCheck.Expectation {
-        switch self {
-        case .status(let code): .status(code)
-        case .body(let text): .body(text)
-        }
-    }
-}

@@ -13,14 +13,7 @@ struct PortalCheck: Equatable, Sendable {
     /// Where the request goes: plain HTTP, so a portal can intercept it.
     var url: CheckURL
     /// What a network that reaches the internet answers.
-    var expect: Expectation
-
-    enum Expectation: Equatable, Sendable {
-        /// This status code (e.g. 204, with any body).
-        case status(Int)
-        /// Status 200 and a body that starts with this text.
-        case body(String)
-    }
+    var expect: HTTPExpectation
 
     /// NetworkManager's check, which Debian and most Linux desktops already make.
     static let standard = PortalCheck(url: CheckURL("http://nmcheck.gnome.org/check_network_status.txt")!,

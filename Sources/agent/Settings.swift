@@ -206,16 +206,7 @@ extension YAMLReader {
                 throw fail(n, "'url' needs 'expect': the status code (e.g. 204) or the start of the body it answers with")
             }
         }
-        if let n = f.optional("expect") {
-            let text = try string(n)
-            if let code = Int(text) {
-                guard (200...299).contains(code) else { throw fail(n, "'expect' as a status code is 200 to 299, got \(code)") }
-                settings.portal.expect = .status(code)
-            } else {
-                guard !text.isEmpty, text.count <= 512 else { throw fail(n, "'expect' is a status code or up to 512 characters of body") }
-                settings.portal.expect = .body(text)
-            }
-        }
+        if let n = f.optional("expect") { settings.portal.expect = try httpExpectation(n) }
         if let n = f.optional("recheck") { settings.reconnect.portalRecheck = try positiveDuration(n) }
         if let n = f.optional("recheck-cap") { settings.reconnect.portalRecheckCap = try positiveDuration(n) }
         if settings.reconnect.portalRecheckCap < settings.reconnect.portalRecheck {
