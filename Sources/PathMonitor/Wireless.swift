@@ -107,7 +107,7 @@ public enum Wireless {
     public static func ssid(ofInterface index: Int32) -> WirelessLookup {
         do throws(NetlinkError) {
             let socket = try NetlinkSocket(protocol: NETLINK_GENERIC)
-            let family = try socket.genericFamily(named: "nl80211")
+            let family = try socket.genericFamily(named: "nl80211").id
             let what = "get Wi-Fi interface \(index)"
             let seq = try socket.request(type: family, flags: UInt16(NLM_F_ACK), header: [NL80211.getInterface, 1, 0, 0]) { nlh in
                 mnl_attr_put_u32(nlh, NL80211.interfaceIndex, UInt32(bitPattern: index))
@@ -146,10 +146,6 @@ public enum Wireless {
         [ENOENT, ENODEV, EOPNOTSUPP, EINVAL].contains(error.code) ? .notWireless : .failed(error)
     }
 
-    /// The family id in the controller's answer to `CTRL_CMD_GETFAMILY`, one whole
-    /// `CTRL_CMD_NEWFAMILY` message; nil for anything else.
-    static func familyIdentifier(_ message: some Collection<UInt8>) -> UInt16? { family(message)?.id }
-
     /// A generic netlink family as the controller describes it.
     struct Family: Equatable {
         var id: UInt16
@@ -163,7 +159,7 @@ public enum Wireless {
     /// `CTRL_CMD_DELFAMILY` notice names; nil for anything else.
     static func family(_ message: some Collection<UInt8>, removed: Bool = false) -> Family? {
         let command = removed ? CTRL.deleteFamily : CTRL.newFamily
-        guard case let (b, attributes)? = generic(message, family: CTRL.controller, command: command) else { return nil }
+        guard case let (b, attributes)? = generic(message, family: CTRL.controller, commands: [command]) else { return nil }
         var id: UInt16?
         var name = ""
         var groups: [String: UInt32] = [:]
@@ -171,14 +167,14 @@ public enum Wireless {
         guard NetlinkDecoder.attributes(b, attributes, { type, value in
             switch type {
             case CTRL.familyIdentifier: if value.count >= 2 { id = b.u16(value.lowerBound) }
-            case CTRL.familyName: name = string(b[value])
+            case CTRL.familyName: name = b.cString(value)
             case CTRL.multicastGroups:
                 // A nested array: each element nests a group's name and id.
                 whole = whole && NetlinkDecoder.attributes(b, value) { _, element in
                     var groupName: String?
                     var groupID: UInt32?
                     whole = whole && NetlinkDecoder.attributes(b, element) { field, v in
-                        if field == CTRL.groupName { groupName = string(b[v]) }
+                        if field == CTRL.groupName { groupName = b.cString(v) }
                         if field == CTRL.groupIdentifier, v.count >= 4 { groupID = b.u32(v.lowerBound) }
                     }
                     if let groupName, let groupID { groups[groupName] = groupID }
@@ -189,30 +185,22 @@ public enum Wireless {
         return Family(id: id, name: name, groups: groups)
     }
 
-    /// A netlink string attribute: up to its terminating NUL.
-    private static func string(_ bytes: ArraySlice<UInt8>) -> String {
-        String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-    }
-
     /// The link an nl80211 notice of the `mlme` group is about, when it may change which
     /// network the link is on: a connection made, a roam to another access point, a
     /// disconnection, a port authorised. Nil for any other message.
     static func associationChange(_ message: some Collection<UInt8>, family: UInt16) -> Int32? {
-        for command in NL80211.associationCommands {
-            guard case let (b, attributes)? = generic(message, family: family, command: command) else { continue }
-            var index: Int32?
-            guard NetlinkDecoder.attributes(b, attributes, { attribute, value in
-                if attribute == NL80211.interfaceIndex, value.count >= 4 { index = Int32(bitPattern: b.u32(value.lowerBound)) }
-            }) else { return nil }
-            return index
-        }
-        return nil
+        guard case let (b, attributes)? = generic(message, family: family, commands: NL80211.associationCommands) else { return nil }
+        var index: Int32?
+        guard NetlinkDecoder.attributes(b, attributes, { attribute, value in
+            if attribute == NL80211.interfaceIndex, value.count >= 4 { index = Int32(bitPattern: b.u32(value.lowerBound)) }
+        }) else { return nil }
+        return index
     }
 
     /// Decodes one whole `NL80211_CMD_NEW_INTERFACE` message of nl80211's `family` id; nil for
     /// anything else, or when the index or type is missing or the SSID is too long.
     static func interface(_ message: some Collection<UInt8>, family: UInt16) -> Interface? {
-        guard case let (b, attributes)? = generic(message, family: family, command: NL80211.newInterface) else { return nil }
+        guard case let (b, attributes)? = generic(message, family: family, commands: [NL80211.newInterface]) else { return nil }
         var index: Int32?
         var type: UInt32?
         var ssid: SSID?
@@ -230,28 +218,23 @@ public enum Wireless {
         return Interface(index: index, type: type, ssid: ssid)
     }
 
-    /// A generic netlink message of `family` carrying `command`: its bytes, and where its
+    /// A generic netlink message of `family` carrying one of `commands`: its bytes, and where its
     /// attributes lie after the headers (`nlmsghdr`, then `genlmsghdr`: cmd, version, reserved).
-    private static func generic(_ message: some Collection<UInt8>, family: UInt16, command: UInt8)
+    private static func generic(_ message: some Collection<UInt8>, family: UInt16, commands: [UInt8])
         -> ([UInt8], Range<Int>)?
     {
         let b = Array(message)
         guard b.count >= 20 else { return nil }
         let length = Int(b.u32(0))
-        guard (20...b.count).contains(length), b.u16(4) == family, b[16] == command else { return nil }
+        guard (20...b.count).contains(length), b.u16(4) == family, commands.contains(b[16]) else { return nil }
         return (b, 20..<length)
     }
 }
 
 extension NetlinkSocket {
-    /// The id the generic netlink controller gave family `name`; the kernel refuses with
-    /// `ENOENT` when it has no such family.
-    fileprivate func genericFamily(named name: String) throws(NetlinkError) -> UInt16 {
-        try genericFamilyDescription(named: name).id
-    }
-
-    /// Family `name` as the generic netlink controller describes it (`ENOENT`: no such family).
-    fileprivate func genericFamilyDescription(named name: String) throws(NetlinkError) -> Wireless.Family {
+    /// Family `name` as the generic netlink controller describes it: the id it was given and
+    /// its multicast groups. The kernel refuses with `ENOENT` when it has no such family.
+    fileprivate func genericFamily(named name: String) throws(NetlinkError) -> Wireless.Family {
         let what = "look up generic netlink family '\(name)'"
         let seq = try request(type: CTRL.controller, flags: UInt16(NLM_F_ACK), header: [CTRL.getFamily, 1, 0, 0]) { nlh in
             mnl_attr_put_strz(nlh, CTRL.familyName, name)
@@ -284,10 +267,10 @@ public final class WirelessEvents {
     public init() throws(NetlinkError) {
         socket = try NetlinkSocket(protocol: NETLINK_GENERIC, receiveBuffer: 1 << 20)
         let lookups = try NetlinkSocket(protocol: NETLINK_GENERIC)
-        let controller = try lookups.genericFamilyDescription(named: "nlctrl")
+        let controller = try lookups.genericFamily(named: "nlctrl")
         if let notify = controller.groups["notify"] { try socket.join(group: notify) }
         do {
-            try follow(lookups.genericFamilyDescription(named: "nl80211"))
+            try follow(lookups.genericFamily(named: "nl80211"))
         } catch where error.code == ENOENT {
             // No Wi-Fi in this kernel yet: the controller says when it comes.
         }

@@ -24,9 +24,9 @@ private let nlctrlAcknowledgement = bytes(hex: "24000000020000010100000081100000
 private let nl80211Refusal = bytes(hex: "240000000200000101000000ab100000feffffff20000000100005000100000000000000")
 
 @Test func theControllerNamesItsOwnFamily() {
-    #expect(Wireless.familyIdentifier(nlctrlReply) == 0x10)
-    #expect(Wireless.familyIdentifier(nlctrlAcknowledgement) == nil)
-    for cut in 0..<nlctrlReply.count { #expect(Wireless.familyIdentifier(nlctrlReply.prefix(cut)) == nil, "cut at \(cut)") }
+    #expect(Wireless.family(nlctrlReply)?.id == 0x10)
+    #expect(Wireless.family(nlctrlAcknowledgement) == nil)
+    for cut in 0..<nlctrlReply.count { #expect(Wireless.family(nlctrlReply.prefix(cut)) == nil, "cut at \(cut)") }
 }
 
 @Test func theControllerNamesItsMulticastGroups() throws {
