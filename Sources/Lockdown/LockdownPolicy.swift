@@ -135,14 +135,11 @@ public struct LockdownPolicy: Hashable, Sendable {
             // The window's process tree: DNS to the network's resolvers, HTTP and HTTPS, on its
             // uplink; nothing else (the tunnel included: its packets are marked for the uplink).
             let match = window.match
-            let resolvers4 = window.resolvers.filter { $0.family == .v4 }.map(\.description)
-            let resolvers6 = window.resolvers.filter { $0.family == .v6 }.map(\.description)
             let connection = "ct mark set \(hex(Self.portalConnectionMark)) accept"
-            if !resolvers4.isEmpty {
-                lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip daddr { \(resolvers4.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
-            }
-            if !resolvers6.isEmpty {
-                lines.append("        \(match) oifname \(Self.quoted(window.interface)) ip6 daddr { \(resolvers6.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
+            for (family, name) in [(IPAddress.Family.v4, "ip"), (.v6, "ip6")] {
+                let resolvers = window.resolvers.filter { $0.family == family }.map(\.description)
+                guard !resolvers.isEmpty else { continue }
+                lines.append("        \(match) oifname \(Self.quoted(window.interface)) \(name) daddr { \(resolvers.joined(separator: ", ")) } meta l4proto { tcp, udp } th dport 53 \(connection)")
             }
             lines.append("        \(match) oifname \(Self.quoted(window.interface)) tcp dport { 80, 443 } \(connection)")
             if let login = window.login {
@@ -300,8 +297,9 @@ public struct LockdownPolicy: Hashable, Sendable {
         return lines
     }
 
-    /// An interface name as an nftables string; names are checked (no quotes, no spaces) at configuration.
-    private static func quoted(_ name: String) -> String {
+    /// A name (an interface's, checked at configuration; a cgroup's path, the agent's own) as an
+    /// nftables string.
+    fileprivate static func quoted(_ name: String) -> String {
         // No quote, backslash or control character can end the string or the line.
         "\"" + String(String.UnicodeScalarView(name.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f && $0 != "\"" && $0 != "\\" })) + "\""
     }
@@ -339,6 +337,6 @@ public enum BlockCause: String, CaseIterable, Sendable {
 extension LockdownPolicy.PortalWindow {
     /// Packets of sockets in the window's cgroup (or below it).
     fileprivate var match: String {
-        "socket cgroupv2 level \(level) \"" + cgroup.filter { $0 != "\"" && $0 != "\\" && !$0.isNewline } + "\""
+        "socket cgroupv2 level \(level) " + LockdownPolicy.quoted(cgroup)
     }
 }
