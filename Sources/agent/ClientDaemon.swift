@@ -554,7 +554,8 @@ extension ClientDaemon {
             // Another server: its name is the one followed, and the paths are those to its address.
             if effects.server != before { serverChanged() }
             if !made.isEmpty { writeMetrics() }
-            // A window the core closed whose rules could not be taken away is tried again.
+            // No window in the core, none in effect: a cgroup made for a window the core did not
+            // open goes (a closing nftables refuses is the firewall's to retry).
             if machine.portalWindowUntil == nil {
                 windowOwner = nil
                 if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
