@@ -78,6 +78,21 @@ func checkInterfaceName(_ name: String, _ operation: @autoclosure () -> String) 
     }
 }
 
+/// Ties socket `fd` to one uplink: only through `device` (`SO_BINDTODEVICE`), and with `mark`
+/// (`SO_MARK`: the routes and the lockdown know the agent's own traffic by it), each when given.
+func pin(_ fd: Int32, device: String?, mark: UInt32?, _ what: String) throws(DeviceError) {
+    if let device {
+        do {
+            try kernel("bind \(what)") { setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, socklen_t(device.utf8.count)) }
+        } catch where error.code == ENODEV {
+            throw DeviceError(error.operation, error.code, help: "there is no interface named '\(device)'")
+        }
+    }
+    if var mark = mark.map({ Int32(bitPattern: $0) }) {
+        try kernel("set mark on \(what)") { setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, socklen_t(MemoryLayout<Int32>.size)) }
+    }
+}
+
 /// Waits until one of `descriptors` is readable (an error or hang-up counts: the next read
 /// reports it) and returns those that are; empty when `timeout` passed first. A nil
 /// `timeout` waits as long as it takes, zero only looks.

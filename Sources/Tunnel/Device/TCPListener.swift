@@ -89,12 +89,7 @@ public final class TCPConnection {
             socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         }
         let connection = TCPConnection(fileDescriptor: fd, peer: peer)
-        if let device {
-            try kernel("bind \(what)") { setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, socklen_t(device.utf8.count)) }
-        }
-        if var mark = mark.map({ Int32(bitPattern: $0) }) {
-            try kernel("set mark on \(what)") { setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, socklen_t(MemoryLayout<Int32>.size)) }
-        }
+        try pin(fd, device: device, mark: mark, what)
         var storage = sockaddr_in6()
         if let source, source.family == peer.ip.family {
             let length = SocketAddress(source, port: 0).write(to: &storage)

@@ -45,16 +45,7 @@ public final class UDPSocket: Sendable {
             if reportsDestination {
                 try kernel("ask for the destination of datagrams on \(what)") { CShims_enable_pktinfo(fd, v4 ? AF_INET : AF_INET6) }
             }
-            if let device {
-                do {
-                    try kernel("bind \(what)") {
-                        setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, socklen_t(device.utf8.count))
-                    }
-                } catch where error.code == ENODEV {
-                    throw DeviceError(error.operation, error.code, help: "there is no interface named '\(device)'")
-                }
-            }
-            if let mark { try Self.set(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: mark), "set mark on \(what)") }
+            try pin(fd, device: device, mark: mark, what)
             if sharesPort { try Self.set(fd, SOL_SOCKET, SO_REUSEPORT, 1, "share the port of \(what)") }
             // Runs of datagrams from one sender come as one buffer (a kernel without it: one each).
             joins = joinsReceived && CShims_enable_udp_gro(fd) == 0
