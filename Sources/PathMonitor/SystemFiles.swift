@@ -64,6 +64,16 @@ public enum SystemFiles {
         }
     }
 
+    /// Writes `text` into the file at `path` in place, with no temporary and rename: a kernel's
+    /// file (in /proc, in a cgroup), or with `create` a new file of `mode` where nobody else
+    /// writes. A symbolic link at `path` is not followed. Returns the errno on failure.
+    public static func overwrite(_ text: String, at path: String, create: Bool = false, mode: UInt32 = 0o644) -> Int32? {
+        let fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), mode_t(mode))
+        guard fd >= 0 else { return errno }
+        defer { close(fd) }
+        return writeAll(text, to: fd)
+    }
+
     /// A new, empty, owner-only file in `path`'s directory, open for writing, under a random
     /// name: nobody can plant a symbolic link at it beforehand to have a privileged writer
     /// follow it (O_EXCL and O_NOFOLLOW refuse whatever is there), and a rename from the same

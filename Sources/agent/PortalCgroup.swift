@@ -144,12 +144,8 @@ struct PortalCgroup: Equatable {
     }
 
     private static func move(_ pid: Int32, to directory: String) throws(AgentError) {
-        let fd = open(directory + "/cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw AgentError("cannot open \(directory)/cgroup.procs: \(String(cString: strerror(errno)))") }
-        defer { Glibc.close(fd) }
-        let text = Array("\(pid)\n".utf8)
-        guard write(fd, text, text.count) == text.count else {
-            throw AgentError("cannot move process \(pid) into \(directory): \(String(cString: strerror(errno)))")
+        if let code = SystemFiles.overwrite("\(pid)\n", at: directory + "/cgroup.procs") {
+            throw AgentError("cannot move process \(pid) into \(directory): \(String(cString: strerror(code)))")
         }
     }
 }

@@ -53,7 +53,7 @@ enum PortalResolution {
         }
         var files = [("resolv.conf", resolvConf)]
         if let nsswitch { files.append(("nsswitch.conf", nsswitch)) }
-        for (name, text) in files { try write(text, to: directory + "/" + name) }
+        for (name, text) in files { try write(text, to: directory + "/" + name, create: true) }
 
         let uid = getuid(), gid = getgid()
         if uid == 0 {
@@ -72,11 +72,10 @@ enum PortalResolution {
         }
     }
 
-    private static func write(_ text: String, to path: String) throws(AgentError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
-        guard fd >= 0 else { throw failure("open \(path)") }
-        defer { close(fd) }
-        if let code = writeAll(text, to: fd) { throw AgentError("cannot write \(path): \(String(cString: strerror(code)))") }
+    private static func write(_ text: String, to path: String, create: Bool = false) throws(AgentError) {
+        if let code = SystemFiles.overwrite(text, at: path, create: create) {
+            throw AgentError("cannot write \(path): \(String(cString: strerror(code)))")
+        }
     }
 
     private static func failure(_ what: String) -> AgentError {
