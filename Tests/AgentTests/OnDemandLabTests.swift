@@ -148,13 +148,13 @@ struct OnDemandLabTests {
         #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "eth0")
         let pid = try #require(lab.clientPID)
 
-        try rewriteClient(lab) { $0.replacingOccurrences(of: "52:54:00:00:00:01", with: Self.officeMAC) }
+        try lab.editConfiguration("client") { $0.replacingOccurrences(of: "52:54:00:00:00:01", with: Self.officeMAC) }
         kill(pid, SIGHUP)
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "disconnected" && trusts(lab, "eth0") },
                 "\(lab.log("client.log"))")
         #expect(lab.wait(for: "session closed by the client", in: "server.log", seconds: 3), "\(lab.log("server.log"))")
 
-        try rewriteClient(lab) { $0 + "  - name: office\n    match: {interface: eth0}\n    action: connect\n" }
+        try lab.editConfiguration("client") { $0 + "  - name: office\n    match: {interface: eth0}\n    action: connect\n" }
         kill(pid, SIGHUP)
         #expect(lab.wait(for: "configuration not reloaded", in: "client.log"), "\(lab.log("client.log"))")
         #expect(lab.log("client.log").contains("line "), "the refusal names the line: \(lab.log("client.log"))")
@@ -248,10 +248,5 @@ struct OnDemandLabTests {
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
         #expect(lab.status()["path.interface"] == "wifi0")
         #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"), "\(lab.log("client.log"))")
-    }
-
-    private func rewriteClient(_ lab: RoamingLab, _ edit: (String) -> String) throws {
-        let path = lab.directory + "/client.yaml"
-        try edit(String(contentsOfFile: path, encoding: .utf8)).write(toFile: path, atomically: false, encoding: .utf8)
     }
 }

@@ -136,10 +136,9 @@ struct PortalLabTests {
         }
         #expect(checkPorts() == "80", "\(checkPorts() ?? "no check rule")")
 
-        let path = lab.directory + "/client.yaml"
-        let text = try String(contentsOfFile: path, encoding: .utf8)
-        try text.replacingOccurrences(of: "http://198.51.100.80/check", with: "http://198.51.100.80:8081/check")
-            .write(toFile: path, atomically: false, encoding: .utf8)
+        try lab.editConfiguration("client") {
+            $0.replacingOccurrences(of: "http://198.51.100.80/check", with: "http://198.51.100.80:8081/check")
+        }
         kill(try #require(lab.clientPID), SIGHUP)
         #expect(lab.wait(for: "configuration reloaded", in: "client.log"), "\(lab.log("client.log"))")
         #expect(lab.waitFor(seconds: 3) { checkPorts() == "8081" }, "\(checkPorts() ?? "no check rule")")

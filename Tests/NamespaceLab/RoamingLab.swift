@@ -164,8 +164,13 @@ public final class RoamingLab {
 
     /// Adds `text` (top-level keys) to the client's or the server's configuration file.
     public func configure(_ side: String, _ text: String) throws {
+        try editConfiguration(side) { $0 + "\n" + text + "\n" }
+    }
+
+    /// Rewrites the client's or the server's configuration file with `edit` (e.g. before a reload).
+    public func editConfiguration(_ side: String, _ edit: (String) -> String) throws {
         let path = directory + "/\(side).yaml"
-        try (String(contentsOfFile: path, encoding: .utf8) + "\n" + text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+        try edit(String(contentsOfFile: path, encoding: .utf8)).write(toFile: path, atomically: false, encoding: .utf8)
     }
 
     /// The server's public key, as clients pin it.
