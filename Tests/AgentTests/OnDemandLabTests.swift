@@ -11,6 +11,16 @@ struct OnDemandLabTests {
     /// The office router's hardware address, given to the router's side of the laptop's cable.
     static let officeMAC = "52:54:00:0f:f1:ce"
 
+    /// The office, trusted by its router's hardware address, with the lockdown lifted there.
+    static func office(mac: String = officeMAC) -> String {
+        """
+          - name: office
+            match: {gateway-mac: "\(mac)"}
+            action: disconnect
+            lockdown: lift
+        """
+    }
+
     private func lab(rules: String) throws -> RoamingLab {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.server.ip("link set eth-l address \(Self.officeMAC)")
@@ -37,12 +47,7 @@ struct OnDemandLabTests {
     /// laptop reaches the network directly. The cable pulled, the lockdown is back and the
     /// tunnel comes up on Wi-Fi; docked again, the session ends and the lockdown lifts again.
     @Test func aTrustedGatewayLiftsTheLockdownAndLeavingItConnects() throws {
-        let lab = try lab(rules: """
-              - name: office
-                match: {gateway-mac: "\(Self.officeMAC)"}
-                action: disconnect
-                lockdown: lift
-            """)
+        let lab = try lab(rules: Self.office())
         try lab.loadBootLockdown()
         let started = LabClock.now
         try lab.startClient(waitForTunnel: false)
@@ -108,12 +113,7 @@ struct OnDemandLabTests {
     /// address) is another network: no link, address or route changes, but the neighbour table's
     /// notice is enough for the lockdown to come back and the tunnel to come up on the cable.
     @Test func anotherRouterBehindTheSameAddressIsAnotherNetwork() throws {
-        let lab = try lab(rules: """
-              - name: office
-                match: {gateway-mac: "\(Self.officeMAC)"}
-                action: disconnect
-                lockdown: lift
-            """)
+        let lab = try lab(rules: Self.office())
         try lab.startClient(waitForTunnel: false)
         #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
                 "\(lab.log("client.log"))")
@@ -138,12 +138,7 @@ struct OnDemandLabTests {
     /// Rules changed by a reload apply at once: a connected tunnel ends when the new rules trust
     /// its network; rules with a mistake are refused at their line and the running ones stay.
     @Test func aReloadAppliesNewRulesAtOnceAndRefusesBrokenOnes() throws {
-        let lab = try lab(rules: """
-              - name: office
-                match: {gateway-mac: "52:54:00:00:00:01"}
-                action: disconnect
-                lockdown: lift
-            """)
+        let lab = try lab(rules: Self.office(mac: "52:54:00:00:00:01"))
         try lab.startClient()
         #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "eth0")
         let pid = try #require(lab.clientPID)
