@@ -89,6 +89,7 @@ public final class ClientMetrics: RoamMetrics {
         }
         count("roam_netlink_resyncs_total", by: 0)
         count("roam_probes_total", by: 0)
+        count("roam_handshake_resends_total", by: 0)
         for result in ["started", "completed", "rejected"] { count("roam_handshakes_total", [("result", result)], by: 0) }
         for result in ["online", "portal", "unknown"] { count("roam_connectivity_checks_total", [("result", result)], by: 0) }
         gauge("roam_connected", [], 0)
@@ -151,6 +152,8 @@ public final class ClientMetrics: RoamMetrics {
     public func resynced() { count("roam_netlink_resyncs_total") }
     /// A probe went out on a path.
     public func probed() { count("roam_probes_total") }
+    /// The handshake in flight was sent again within its attempt (no answer yet).
+    public func resentHandshake() { count("roam_handshake_resends_total") }
     /// A handshake answered: `completed` or `rejected`.
     public func handshake(_ result: String) { count("roam_handshakes_total", [("result", result)]) }
 

@@ -36,11 +36,24 @@ public struct Config: Sendable, Equatable {
     public var flapWindow: Duration = .seconds(60)
     /// How long a handshake may take before the attempt counts as failed.
     public var handshakeTimeout: Duration = .seconds(5)
+    /// A handshake unanswered this long (or the path's patience, if longer) is sent again
+    /// within the attempt, then after twice as long, as TCP resends a SYN: one lost datagram
+    /// costs this, not the handshake timeout and a backoff.
+    public var handshakeResend: Duration = .seconds(1)
     /// Shortest wait for a probe echo; on slow paths the wait is the path's patience (twice the
     /// smoothed RTT plus four deviations), and it doubles for each further unanswered probe.
     public var probeTimeout: Duration = .milliseconds(250)
-    /// Unanswered probes in a row before a path counts as dead.
+    /// Unanswered probes in a row before a path counts as dead, on a path that has lost none
+    /// of its recent probes. A path that loses some needs more, so that a run of losses that
+    /// long would happen by chance less than once in a hundred (`maxProbeAttempts` at most).
     public var probeAttempts: Int = 3
+    /// The most unanswered probes in a row a lossy path is given before it counts as dead.
+    public var maxProbeAttempts: Int = 8
+    /// An RTT estimate with no sample for this long is stale: while traffic flows a probe
+    /// refreshes it (one per this interval at most, none while idle); meanwhile waits for
+    /// answers start from the path's lowest recent RTT (a queue that drained), and a "session
+    /// unknown" hint's check waits longer (the RTT may have risen).
+    public var rttStaleAfter: Duration = .seconds(10)
     /// Data sent and nothing received for this long makes the path suspect: the shortest such
     /// wait; on slow paths it is twice the path's patience, and it doubles (up to 32 times) each
     /// time a probe proves the path works while the application hears nothing back.

@@ -7,6 +7,8 @@ public protocol SessionDriver {
     mutating func bind(_ path: Path, first: Bool)
     /// Send a handshake initiation for fresh keys on `path`.
     mutating func handshake(on path: Path)
+    /// Send the handshake in flight on `path` again: a fresh initiation within the same attempt.
+    mutating func resendHandshake(on path: Path)
     /// Send authenticated probe `id` on `path`; its echo names the id.
     mutating func probe(_ id: UInt64, via path: Path)
     /// The tunnel cannot come up without an operator.
@@ -66,6 +68,7 @@ public struct Interpreter: Sendable {
             case .bind(let path, _): driver.bind(path, first: true)
             case .rebind(let path, _): driver.bind(path, first: false)
             case .handshake(let path, _): driver.handshake(on: path)
+            case .resendHandshake(let path): driver.resendHandshake(on: path)
             case .probe(let path):
                 let id = nextProbe
                 nextProbe += 1

@@ -46,6 +46,22 @@ public struct Reconnector: Sendable {
     private var coalesced = 0
     private var smoothedRTT: Duration?
     private var rttVariance: Duration = .zero
+    /// When the RTT estimate last had a sample, and the lowest sample on the session's path
+    /// (what the path does with its queues empty).
+    private var rttSampledAt: Instant?
+    private var minimumRTT: Duration?
+    /// When the estimate was last refreshed with a probe while traffic flowed.
+    private var refreshedAt: Instant?
+    /// Probes sent on the session's path and answers that came back, halved as they grow: the
+    /// path's recent loss, which decides how many probes in a row it may miss before it is dead.
+    private var probeRecord: (sent: Int, answered: Int) = (0, 0)
+    /// Resends of the handshake in flight so far.
+    private var resends = 0
+    /// Initiations sent again within an attempt since start.
+    public private(set) var resentHandshakes = 0
+    /// Since when the session has worked without an attempt failing (probing that ends in an
+    /// answer does not interrupt it); `stableAfter` of it resets the backoff.
+    private var workingSince: Instant?
     /// Another path probed while the session's path is suspect, and its echo's RTT once it answered.
     private var rescue: (path: Path, rtt: Duration?)?
     /// The current probing began because data went unanswered.
@@ -111,7 +127,9 @@ public struct Reconnector: Sendable {
         refill(now)
         failures = max(0, memory.failures)
         notBefore = memory.notBefore.flatMap { $0 > now ? $0 : nil }
-        dead = memory.dead.filter { $0.value.until > now }.mapValues { ($0.until, $0.strikes) }
+        // Verdicts whose hold-down ran out are kept with their strikes: such a path is re-checked
+        // by a probe before it is trusted, and fails into a doubled hold-down if still dead.
+        dead = memory.dead.mapValues { ($0.until, $0.strikes) }
     }
 
     /// What a restart of the agent must not forget.
@@ -192,7 +210,14 @@ public struct Reconnector: Sendable {
             }
             coalesced += 1
         case .offline:
-            if let best = preferred(now) { attempt(on: best, .pathAppeared(best.interface), now, &out) }
+            guard let best = preferred(now) else { return }
+            // Back from no path at all with the session alive (a Wi-Fi roam's carrier gap, a
+            // cable replugged): the network took the path away, nobody chose to move, so proving
+            // the session again with a probe spends no token. A flapping link's returns do.
+            if isSessionFresh(now), !isFlapping(best.interface, now) {
+                return startAttempt(on: best, .pathAppeared(best.interface), now, &out, handshake: false)
+            }
+            attempt(on: best, .pathAppeared(best.interface), now, &out)
         case .portal(let path, let url):
             // Behind the portal nothing is tried until the network changes: another path, or
             // another address on this one (a new lease is a new chance too).
@@ -302,20 +327,25 @@ public struct Reconnector: Sendable {
 
     private mutating func probeReply(on id: Path.ID, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
         noteHeard(now)
+        if id == socket { probeRecord.answered = min(probeRecord.answered + 1, probeRecord.sent) }
         switch state {
         case .probing(let path, _) where path.id == id:
-            sampleRTT(rtt)
+            sampleRTT(rtt, now)
             dead[id] = nil
             if suspectedByLiveness { quietProofs = min(quietProofs + 1, 5) }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
+        case .connected(let path) where path.id == id:
+            // An estimate's refresh, or a probe's late echo.
+            sampleRTT(rtt, now)
+            dead[id] = nil
         case .probing(let path, let sent) where rescue?.path.id == id:
             rescue?.rtt = rtt
             // Once the session's own path has missed a probe, the path that answers takes over.
             if sent > 1 { failover(from: path, now, &out) }
         case .switching(_, let to, _) where to.id == id:
             dead[id] = nil
-            sampleRTT(rtt, newPath: true)
+            sampleRTT(rtt, now, newPath: true)
             moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
             enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
         case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id,
@@ -323,7 +353,7 @@ public struct Reconnector: Sendable {
             // An echo on the session's keys that came later than the probes waited (an RTT that
             // rose): the path works and the server still has the session. No handshake needed.
             guard session != nil else { return }
-            sampleRTT(rtt)
+            sampleRTT(rtt, now)
             dead[id] = nil
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
@@ -347,8 +377,10 @@ public struct Reconnector: Sendable {
         case .connecting(let p), .backingOff(let p), .portal(let p, _): path = p
         default: return
         }
-        // The handshake's time includes the server's work on it: a path's RTT only if none is known.
-        if smoothedRTT == nil { sampleRTT(rtt) }
+        // The handshake's time includes the server's work on it, so it bounds the path's RTT from
+        // above: a sample when no estimate is known or when the estimate is slower than that
+        // (a queue that has drained since the last probe).
+        if smoothedRTT.map({ rtt < $0 }) ?? true { sampleRTT(rtt, now) }
         dead[path.id] = nil
         enter(.connected(path), .handshakeSucceeded(rtt: rtt), now, &out)
         considerBetterPath(now, &out)
@@ -388,8 +420,8 @@ public struct Reconnector: Sendable {
         switch state {
         case .connected(let path), .probing(let path, _), .switching(let path, _, _):
             checkingHint = true
-            out.append(.probe(via: path))
-            arm(.probe, at: now + hintPatience, &out)
+            sendProbe(via: path, &out)
+            arm(.probe, at: now + hintPatience(now), &out)
             enter(.probing(path, sent: 1), .sessionUnknownHint, now, &out)
         case .backingOff:
             // The retry's probe checks it: its silence then brings a handshake at once.
@@ -399,11 +431,15 @@ public struct Reconnector: Sendable {
         }
     }
 
-    /// How long a hint's check waits for an authenticated answer: twice the smoothed RTT (the
-    /// server was heard lately, so the estimate is current). An echo later than that costs the
-    /// handshake a hint used to cost every time.
-    private var hintPatience: Duration {
-        smoothedRTT.map { max(.milliseconds(20), $0 * 2) } ?? config.probeTimeout
+    /// How long a hint's check waits for an authenticated answer: twice the smoothed RTT while
+    /// the estimate is current. An echo later than that costs the handshake a hint used to cost
+    /// every time. An estimate with no recent sample may be from a faster hour of the path (its
+    /// RTT rose since), so the check then waits twice the path's patience, at least the probe
+    /// timeout.
+    private func hintPatience(_ now: Instant) -> Duration {
+        guard let smoothed = smoothedRTT else { return config.probeTimeout }
+        if let at = rttSampledAt, now - at < config.rttStaleAfter { return max(.milliseconds(20), smoothed * 2) }
+        return max(config.probeTimeout, (smoothed * 2 + rttVariance * 4) * 2)
     }
 
     private mutating func dataSent(_ now: Instant, _ out: inout [Action]) {
@@ -411,7 +447,15 @@ public struct Reconnector: Sendable {
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
-        if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait, &out) }
+        if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait(now), &out) }
+        // While the tunnel carries traffic the estimate is kept current (at most one probe per
+        // `rttStaleAfter`, none while idle): the waits for answers and a hint's check rest on it.
+        let sampled = [rttSampledAt, refreshedAt].compactMap { $0 }.max()
+        let answering = session.map { now - $0.lastHeard < config.rttStaleAfter } ?? false
+        if smoothedRTT != nil, answering, sampled.map({ now - $0 >= config.rttStaleAfter }) ?? true {
+            refreshedAt = now
+            sendProbe(via: path, &out)
+        }
     }
 
     private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
@@ -443,14 +487,14 @@ public struct Reconnector: Sendable {
         deadlines[kind] = nil
         switch (kind, state) {
         case (.liveness, .connected(let path)):
-            let waited = livenessWait
+            let waited = livenessWait(now)
             probe(path, now, &out)
             // A hint came since the server was last heard: its check is this probe.
-            if checkingHint { arm(.probe, at: now + hintPatience, &out) }
+            if checkingHint { arm(.probe, at: now + hintPatience(now), &out) }
             // Make-before-break for a path that may have died: the best other path is asked at
             // the same time, and takes over if the session's own stays silent.
             let other = paths.first { $0.id != path.id && !isDead($0.id, now) }
-            if let other { out.append(.probe(via: other)) }
+            if let other { sendProbe(via: other, &out) }
             enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
             rescue = other.map { ($0, nil) }
             suspectedByLiveness = true
@@ -461,9 +505,9 @@ public struct Reconnector: Sendable {
             attempt(on: path, .sessionUnknown, now, &out, handshake: true)
         case (.probe, .probing(let path, let sent)):
             if rescue?.rtt != nil, takeToken(now) { return failover(from: path, now, &out) }
-            if sent < config.probeAttempts {
+            if sent < probesBeforeDead(after: sent) {
                 probe(path, now, &out, attempt: sent + 1)
-                if let other = rescue, other.rtt == nil { out.append(.probe(via: other.path)) }
+                if let other = rescue, other.rtt == nil { sendProbe(via: other.path, &out) }
                 state = .probing(path, sent: sent + 1)
             } else {
                 failed(on: path, .probeTimeout(sent, of: config.probeAttempts), now, &out)
@@ -479,16 +523,29 @@ public struct Reconnector: Sendable {
             }
         case (.handshake, .connecting(let path)):
             failed(on: path, .handshakeTimeout(path.interface), now, &out)
+        case (.resend, .connecting(let path)):
+            // No transition: the attempt goes on, with a fresh initiation in case one was lost.
+            resends += 1
+            resentHandshakes += 1
+            out.append(.resendHandshake(on: path))
+            armResend(now, &out)
         case (.debounce, .connected(let current)):
             guard let id = candidate, let target = paths.first(where: { $0.id == id }),
                   Self.isPreferred(target, over: current), !isDead(id, now)
             else { return considerBetterPath(now, &out) }
             guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
             candidate = nil
-            probe(target, now, &out)
             let reason: Reason = target.linkIndex == current.linkIndex
                 ? .addressChanged(current.interface, from: current.source, to: target.source)
                 : .betterPath(target, over: current)
+            // A session the server has forgotten by now (idle past its lifetime) cannot be probed
+            // onto the better path: the probe would draw a hint, its check and a handshake on the
+            // path being left. One handshake on the better path does it all.
+            guard isSessionFresh(now) else {
+                session = nil
+                return startAttempt(on: target, reason, now, &out, handshake: true)
+            }
+            probe(target, now, &out)
             enter(.switching(from: current, to: target, sent: 1), reason, now, &out)
         case (.handover, _):
             handoverFailed(now, &out)
@@ -761,7 +818,7 @@ public struct Reconnector: Sendable {
         server = next
         session = (now, now)
         dead.removeAll()  // verdicts on paths were about the old server
-        sampleRTT(rtt, newPath: true)
+        sampleRTT(rtt, now, newPath: true)
         out.append(.completeHandover(server: next))
         enter(.connected(path), .handedOver(from: servers[old], to: servers[next], rtt: rtt), now, &out)
         considerBetterPath(now, &out)
@@ -799,6 +856,8 @@ public struct Reconnector: Sendable {
         dead.removeAll()
         smoothedRTT = nil
         rttVariance = .zero
+        minimumRTT = nil
+        rttSampledAt = nil
         out.append(.useServer(index, reason: reason))
     }
 
@@ -860,16 +919,18 @@ public struct Reconnector: Sendable {
         guard let (target, rtt) = rescue, let rtt else { return }
         markDead(path.id, now)
         dead[target.id] = nil
-        sampleRTT(rtt, newPath: true)
+        sampleRTT(rtt, now, newPath: true)
         let reason = Reason.failover(from: path.interface, to: target.interface, rtt: rtt)
         moveSocket(to: target, reason, &out)
         enter(.connected(target), reason, now, &out)
         considerBetterPath(now, &out)
     }
 
-    /// The best path that has not recently failed its probes; the best of all if every one has.
+    /// The best path with no verdict against it; else the best whose hold-down ran out (it has
+    /// not answered since it failed: it is re-checked with a probe once the session works
+    /// elsewhere, see `considerBetterPath`); the best of all if every one is held down.
     private func preferred(_ now: Instant) -> Path? {
-        paths.first { !isDead($0.id, now) } ?? paths.first
+        paths.first { dead[$0.id] == nil } ?? paths.first { !isDead($0.id, now) } ?? paths.first
     }
 
     private func reasonForLeaving(_ old: Path, to new: Path) -> Reason {
@@ -881,6 +942,12 @@ public struct Reconnector: Sendable {
     /// Spends a token on a reconnect to `path`, or backs off until one comes back.
     private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
                                   handshake: Bool = false) {
+        if failures > 0 || notBefore != nil, dead[path.id] == nil {
+            // The backoff was earned on paths that failed; this one has not failed since (a new
+            // network, or one back after a long sleep): no step of it applies here.
+            failures = 0
+            notBefore = nil
+        }
         if let due = notBefore, now < due {
             arm(.retry, at: due, &out)
             return enter(.backingOff(path), .backoff(nextIn: due - now), now, &out)
@@ -908,6 +975,8 @@ public struct Reconnector: Sendable {
             out.append(.handshake(on: path, reason: reason))
             arm(.handshake, at: now + config.handshakeTimeout, &out)
             enter(.connecting(path), reason, now, &out)
+            resends = 0
+            armResend(now, &out)
         } else {
             probe(path, now, &out)
             enter(.probing(path, sent: 1), reason, now, &out)
@@ -987,14 +1056,25 @@ public struct Reconnector: Sendable {
         drained = drained.mapValues { $0 + step }
         losses = losses.mapValues { ($0.count, $0.last + step) }
         notBefore = notBefore.map { $0 + step }
+        rttSampledAt = rttSampledAt.map { $0 + step }
+        refreshedAt = refreshedAt.map { $0 + step }
+        workingSince = workingSince.map { $0 + step }
         for kind in TimerKind.allCases {
             if let due = deadlines[kind] { arm(kind, at: due + step, &out) }
         }
     }
 
     private mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
-        if case .connected = state, now - enteredAt >= config.stableAfter { failures = 0 }
-        if case .connected = new { attempt = 0 }
+        switch new {
+        case .connected:
+            attempt = 0
+            if workingSince == nil { workingSince = now }
+            // Working this long, with probes that ended in answers along the way (a lossy path
+            // is probed often), the earlier failures are history.
+            if let since = workingSince, now - since >= config.stableAfter { failures = 0 }
+        case .probing, .switching: break
+        default: workingSince = nil
+        }
         for kind in TimerKind.allCases where deadlines[kind] != nil && !Self.allows(new, kind) {
             cancel(kind, &out)
         }
@@ -1032,7 +1112,7 @@ public struct Reconnector: Sendable {
     /// offline, sleeping and failed never keep a timer.
     private static func allows(_ state: State, _ kind: TimerKind) -> Bool {
         switch (state, kind) {
-        case (.connecting, .handshake), (.connected, .liveness), (.connected, .debounce),
+        case (.connecting, .handshake), (.connecting, .resend), (.connected, .liveness), (.connected, .debounce),
              (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
              (.connected, .handover), (.probing, .handover), (.switching, .handover),
              (.portal, .recheck), (.portal, .portalWindow): true
@@ -1052,23 +1132,78 @@ public struct Reconnector: Sendable {
 
     /// Sends a probe and waits for its echo: the path's patience (at least `probeTimeout`),
     /// doubled for each probe in a row before it, as TCP backs off its retransmissions.
+    /// The doubling stops at the wait of the last probe a clean path gets: a lossy path's
+    /// further probes are about loss, not about a queue that needs more time.
     private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action], attempt: Int = 1) {
+        sendProbe(via: path, &out)
+        let doublings = min(attempt - 1, max(config.probeAttempts - 1, 0), 4)
+        arm(.probe, at: now + max(config.probeTimeout, patience(now)) * (1 << doublings), &out)
+    }
+
+    /// Every probe goes out through here: those on the session's path count for its loss.
+    private mutating func sendProbe(via path: Path, _ out: inout [Action]) {
         out.append(.probe(via: path))
-        arm(.probe, at: now + max(config.probeTimeout, patience) * (1 << min(attempt - 1, 4)), &out)
+        guard path.id == socket else { return }
+        probeRecord.sent += 1
+        if probeRecord.sent >= 32 { probeRecord = (probeRecord.sent / 2, probeRecord.answered / 2) }
+    }
+
+    /// Unanswered probes in a row that make the session's path dead, after `sent` of them in
+    /// this round: `probeAttempts` on a path that lost none of its probes before; on one that
+    /// lost a share `p` of them (with two answered ones assumed, so that a short history does
+    /// not look lossier than it is), the fewest `n` with `p^n` under 1 %, so loss alone makes a
+    /// wrong verdict rare (at most `maxProbeAttempts`).
+    private func probesBeforeDead(after sent: Int) -> Int {
+        let before = max(probeRecord.sent - sent, 0)
+        let answered = min(probeRecord.answered, before)
+        let fewest = max(config.probeAttempts, 1)
+        guard answered > 0, before > answered else { return fewest }
+        let loss = Double(before - answered) / Double(before + 2)
+        var n = 1
+        var chance = loss
+        while chance >= 0.01 && n < config.maxProbeAttempts {
+            chance *= loss
+            n += 1
+        }
+        return max(fewest, n)
+    }
+
+    /// Resends the handshake in flight after the path's patience (at least `handshakeResend`),
+    /// doubled per resend, while that is before the attempt's own timeout.
+    private mutating func armResend(_ now: Instant, _ out: inout [Action]) {
+        guard let timeout = deadlines[.handshake] else { return }
+        let due = now + max(config.handshakeResend, patience(now)) * (1 << min(resends, 10))
+        if due < timeout { arm(.resend, at: due, &out) }
     }
 
     /// How long an answer may take on the session's path before its absence means something:
     /// twice the smoothed RTT plus four deviations (TCP's retransmission timeout, with room
-    /// for the far end's own delays).
-    private var patience: Duration { (smoothedRTT ?? .zero) * 2 + rttVariance * 4 }
+    /// for the far end's own delays). An estimate with no sample for `rttStaleAfter` is not
+    /// trusted to be that slow: a queue that filled may have drained since (as TCP restarts
+    /// from scratch after an idle spell), so the wait starts from the path's lowest RTT; an
+    /// answer later than that costs one more probe.
+    private func patience(_ now: Instant) -> Duration {
+        guard let smoothed = smoothedRTT else { return .zero }
+        if let at = rttSampledAt, now - at >= config.rttStaleAfter, let lowest = minimumRTT, lowest < smoothed {
+            return lowest * 4  // 2 × RTT + 4 × RTT/2: a first sample's wait
+        }
+        return smoothed * 2 + rttVariance * 4
+    }
 
     /// Data unanswered this long makes the path suspect.
-    private var livenessWait: Duration {
-        max(config.livenessTimeout, patience * 2) * (1 << quietProofs)
+    private func livenessWait(_ now: Instant) -> Duration {
+        max(config.livenessTimeout, patience(now) * 2) * (1 << quietProofs)
+    }
+
+    /// A link that lost its path three times within `flapWindow`.
+    private func isFlapping(_ interface: String, _ now: Instant) -> Bool {
+        guard let loss = losses[interface] else { return false }
+        return loss.count >= 3 && now - loss.last < config.flapWindow
     }
 
     private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
         guard socket != path.id else { return }
+        probeRecord = (0, 0)  // another path's losses are its own
         out.append(socket == nil ? .bind(path, reason: reason) : .rebind(path, reason: reason))
         socket = path.id
     }
@@ -1089,8 +1224,16 @@ public struct Reconnector: Sendable {
         }
     }
 
-    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over.
-    private mutating func sampleRTT(_ rtt: Duration, newPath: Bool = false) {
+    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over. The
+    /// path's lowest RTT follows the lowest samples at once and higher ones slowly (an eighth
+    /// of the way each), so a path whose base RTT rose for good is not waited on too briefly.
+    private mutating func sampleRTT(_ rtt: Duration, _ now: Instant, newPath: Bool = false) {
+        rttSampledAt = now
+        if let lowest = minimumRTT, !newPath {
+            minimumRTT = rtt < lowest ? rtt : lowest + (rtt - lowest) / 8
+        } else {
+            minimumRTT = rtt
+        }
         guard let smoothed = smoothedRTT, !newPath else {
             smoothedRTT = rtt
             rttVariance = rtt / 2
@@ -1172,6 +1315,7 @@ extension TimerKind {
         case .handover: 5
         case .recheck: 6
         case .portalWindow: 7
+        case .resend: 8
         }
     }
 }

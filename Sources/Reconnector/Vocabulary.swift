@@ -93,6 +93,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case debounce
     /// The handshake in flight took too long.
     case handshake
+    /// The handshake's initiation (or its answer) may be lost: send it again within the attempt.
+    case resend
     /// The last probe went unanswered.
     case probe
     /// Data went out and nothing came back.
@@ -127,6 +129,9 @@ public enum Action: Equatable, Sendable {
     case rebind(Path, reason: Reason)
     /// Send a handshake initiation over the session's socket, on `path`, for fresh keys.
     case handshake(on: Path, reason: Reason)
+    /// Send the handshake in flight on `path` again (a fresh initiation, whose answer replaces
+    /// the first one's): a lost datagram within the attempt, not a new attempt.
+    case resendHandshake(on: Path)
     /// Send an authenticated probe over `path` (through a second socket if the session is elsewhere).
     case probe(via: Path)
     /// Fire `timerFired(kind)` at `at`, replacing any timer of the same kind.

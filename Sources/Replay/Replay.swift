@@ -9,6 +9,8 @@ public struct ReplayReport: Sendable {
     /// Decisions that bound, rebound or handshook.
     public var attempts = 0
     public var handshakes = 0
+    /// Initiations sent again within an attempt (not attempts, not handshakes of their own).
+    public var resends = 0
     public var probes = 0
     /// Connectivity checks (plain HTTP requests outside the tunnel) the agent made.
     public var checks = 0
@@ -573,6 +575,8 @@ public struct Replay {
                 attempted = true
                 switch why {
                 case .pathLost, .addressChanged: forced = forced || !machine.isHandshaking
+                // Back from no path with the session alive: the network moved it, nobody chose to.
+                case .pathAppeared where before == .offline: forced = forced || !machine.isHandshaking
                 default: break
                 }
             case .armTimer(let kind, let at):
@@ -582,7 +586,7 @@ public struct Replay {
                 queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
-            case .probe, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
+            case .probe, .resendHandshake, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
                  .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow, .liftLockdown, .restoreLockdown:
                 break
             }
@@ -846,6 +850,14 @@ extension Replay: SessionDriver {
             violation("a handshake on \(path.interface) (in \(feeding.before.name), on \(feeding.input.name)) while the session lives "
                 + "(the server answered \((now - heard).short) ago)")
         }
+        serverHandshake(on: path)
+    }
+
+    public mutating func resendHandshake(on path: Path) {
+        requireKnown(path, action: "resent handshake")
+        if handshakeInFlight != path.id { violation("a handshake resent on \(path.interface), where none is in flight") }
+        report.resends += 1
+        // The fresh initiation replaces the first in the client: only its answer counts.
         serverHandshake(on: path)
     }
 

@@ -595,6 +595,10 @@ extension ClientDaemon {
 
             mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
             mutating func handshake(on path: Path) { effects.handshake(on: path) }
+            mutating func resendHandshake(on path: Path) {
+                metrics.resentHandshake()
+                effects.handshake(on: path)
+            }
             mutating func probe(_ id: UInt64, via path: Path) {
                 metrics.probed()
                 effects.probe(id, via: path)

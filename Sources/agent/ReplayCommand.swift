@@ -52,7 +52,7 @@ struct ReplayCommand: ParsableCommand {
                 let report = try replay.run { transition in
                     if !quiet { print("  " + (json ? transition.json : transition.logfmt)) }
                 }
-                let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) probes=\(report.probes) "
+                let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) resends=\(report.resends) probes=\(report.probes) "
                     + "max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
                 if report.passed {
                     passed += 1
