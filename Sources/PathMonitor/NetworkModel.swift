@@ -256,10 +256,12 @@ public struct NetworkModel: Sendable, Equatable {
     }
 
     /// True when the tunnel must hear about the change from `old` to `new` paths: a path came
-    /// or went, changed its source, or the ranking changed. Metric or gateway changes that
-    /// leave the order intact do not move the session.
+    /// or went, changed its source, the ranking changed, or a link's other addresses changed
+    /// (a session may be bound to one of them while the link prefers another: if it goes, the
+    /// session must move). Metric or gateway changes that leave the order intact do not move
+    /// the session.
     public static func isSignificant(from old: [Path], to new: [Path]) -> Bool {
-        old.count != new.count || zip(old, new).contains { $0.id != $1.id }
+        old.count != new.count || zip(old, new).contains { $0.id != $1.id || $0.otherSources != $1.otherSources }
     }
 }
 

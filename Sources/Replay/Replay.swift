@@ -599,6 +599,11 @@ public struct Replay {
             if budgeted { acSinceLastAttempt = false }
         }
         if !machine.isHandshaking { handshakeInFlight = nil }
+        // The session's path is bound to an address the machine has: one that went unnoticed
+        // would send probes and data from nowhere.
+        if let path = machine.state.path, !tracker.model.usableAddresses(on: path.linkIndex).contains(path.source) {
+            violation("the session is on \(path.interface)/\(path.source), an address the machine no longer has, on \(input.name)")
+        }
         switch machine.state {
         case .paused, .disconnected:
             if attempted || actions.contains(where: { if case .probe = $0 { true } else { false } }) {
