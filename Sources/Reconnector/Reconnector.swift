@@ -36,7 +36,7 @@ public struct Reconnector: Sendable {
     /// Paths that failed their probes, avoided until the instant, with repeat count.
     private var dead: [Path.ID: (until: Instant, strikes: Int)] = [:]
     /// Recent losses per interface name, for flap damping.
-    private var losses: [String: (count: Int, last: Instant)] = [:]
+    private var losses: [String: (count: Int, first: Instant, last: Instant)] = [:]
     /// The better path the debounce timer waits for.
     private var candidate: Path.ID?
     private var deadlines = TimerTable()
@@ -1054,7 +1054,7 @@ public struct Reconnector: Sendable {
         dead = dead.mapValues { ($0.until + step, $0.strikes) }
         heldServers = heldServers.mapValues { ($0.until + step, $0.strikes) }
         drained = drained.mapValues { $0 + step }
-        losses = losses.mapValues { ($0.count, $0.last + step) }
+        losses = losses.mapValues { ($0.count, $0.first + step, $0.last + step) }
         notBefore = notBefore.map { $0 + step }
         rttSampledAt = rttSampledAt.map { $0 + step }
         refreshedAt = refreshedAt.map { $0 + step }
@@ -1195,10 +1195,12 @@ public struct Reconnector: Sendable {
         max(config.livenessTimeout, patience(now) * 2) * (1 << quietProofs)
     }
 
-    /// A link that lost its path three times within `flapWindow`.
+    /// A link that lost its path three times or more in a row, each within `flapWindow` of the
+    /// one before, and stayed up less than `flapStableAfter` between them on average: a loose
+    /// cable, not an access point handing the laptop on every so often.
     private func isFlapping(_ interface: String, _ now: Instant) -> Bool {
-        guard let loss = losses[interface] else { return false }
-        return loss.count >= 3 && now - loss.last < config.flapWindow
+        guard let loss = losses[interface], loss.count >= 3, now - loss.last < config.flapWindow else { return false }
+        return loss.last - loss.first < config.flapStableAfter * (loss.count - 1)
     }
 
     private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
@@ -1246,9 +1248,11 @@ public struct Reconnector: Sendable {
 
     /// Counts a path's disappearance against its interface, whether or not the session used it.
     private mutating func noteLoss(of path: Path, _ now: Instant) {
-        let previous = losses[path.interface]
-        let recent = previous.map { now - $0.last < config.flapWindow } ?? false
-        losses[path.interface] = (recent ? previous!.count + 1 : 1, now)
+        if let previous = losses[path.interface], now - previous.last < config.flapWindow {
+            losses[path.interface] = (previous.count + 1, previous.first, now)
+        } else {
+            losses[path.interface] = (1, now, now)
+        }
     }
 
     private func isDead(_ id: Path.ID, _ now: Instant) -> Bool {

@@ -690,6 +690,17 @@ public struct Replay {
         }
     }
 
+    /// How long the machine was connected through `interface`, from its transitions.
+    private func timeConnected(on interface: String) -> Duration {
+        var total = Duration.zero
+        for (i, t) in report.transitions.enumerated() {
+            guard case .connected(let path) = t.to, path.interface == interface else { continue }
+            let end = i + 1 < report.transitions.count ? report.transitions[i + 1].at : now
+            total += end - t.at
+        }
+        return total
+    }
+
     /// Whether a transition is what `state` or `state:reasonPrefix` names.
     private static func matches(_ t: Transition, _ pattern: String) -> Bool {
         let parts = pattern.split(separator: ":", maxSplits: 1)
@@ -766,6 +777,13 @@ public struct Replay {
         if let min = e.minChecks { expect(report.checks >= min, "connectivity checks: expected at least \(min), got \(report.checks)") }
         if let max = e.maxProbes { expect(report.probes <= max, "probes: expected at most \(max), got \(report.probes)") }
         if let min = e.minProbes { expect(report.probes >= min, "probes: expected at least \(min), got \(report.probes)") }
+        if let max = e.maxResends { expect(report.resends <= max, "resent handshakes: expected at most \(max), got \(report.resends)") }
+        if let min = e.minResends { expect(report.resends >= min, "resent handshakes: expected at least \(min), got \(report.resends)") }
+        for entry in e.timeOn {
+            let spent = timeConnected(on: entry.path)
+            if let min = entry.min { expect(spent >= min, "time connected on \(entry.path): expected at least \(min.short), got \(spent.short)") }
+            if let max = entry.max { expect(spent <= max, "time connected on \(entry.path): expected at most \(max.short), got \(spent.short)") }
+        }
         for (i, check) in e.stateAt.enumerated() {
             expect(stateAtResults[i] == check.state, "state at \(check.at)s: expected \(check.state), got \(stateAtResults[i])")
         }

@@ -188,6 +188,11 @@ public struct Expectations: Sendable {
     public var minHandshakes: Int?
     public var maxProbes: Int?
     public var minProbes: Int?
+    /// Handshakes sent again within their attempt.
+    public var maxResends: Int?
+    public var minResends: Int?
+    /// How long the session was connected through an interface, at least or at most.
+    public var timeOn: [(path: String, min: Duration?, max: Duration?)] = []
     /// Connectivity checks (plain HTTP requests outside the tunnel).
     public var maxChecks: Int?
     public var minChecks: Int?

@@ -258,19 +258,31 @@ extension YAMLReader {
                 // entries may fall between its hints).
                 try addOnceOrRepeated(.forgedHint, "'forged-hint'", holdsTheTimeline: false)
             case "flap":
-                let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for"])
+                let flap = try fields(value, "'flap'", allowed: ["dev", "every", "for", "gap"])
                 let dev = try string(try flap.required("dev"))
                 let (every, length) = try repetition(value, "'flap'", count: events.count)
-                // Carrier toggles, ending with carrier back, as a loose cable or a bad AP does.
                 var t = at
-                var carrier = false
-                while t < at + length {
-                    add(.link(LinkSpec(name: dev, carrier: carrier)), at: t)
-                    carrier.toggle()
-                    t = t + every
+                if let gapNode = flap.optional("gap") {
+                    // A gap without carrier every `every` (access-point roams): off, then on `gap` later.
+                    let gap = try positiveDuration(gapNode)
+                    guard gap < every else { throw fail(gapNode, "a flap's 'gap' must be shorter than its 'every'") }
+                    while t < at + length {
+                        add(.link(LinkSpec(name: dev, carrier: false)), at: t)
+                        add(.link(LinkSpec(name: dev, carrier: true)), at: t + gap)
+                        t = t + every
+                    }
+                    floor = t - every + gap
+                } else {
+                    // Carrier toggles, ending with carrier back, as a loose cable or a bad AP does.
+                    var carrier = false
+                    while t < at + length {
+                        add(.link(LinkSpec(name: dev, carrier: carrier)), at: t)
+                        carrier.toggle()
+                        t = t + every
+                    }
+                    if !carrier { add(.link(LinkSpec(name: dev, carrier: true)), at: t) }
+                    floor = t
                 }
-                if !carrier { add(.link(LinkSpec(name: dev, carrier: true)), at: t) }
-                floor = t
             default:
                 throw fail(item, "unknown event '\(kind)'")
             }
@@ -284,7 +296,7 @@ extension YAMLReader {
     /// `every` and `for` of an expanding event, refused when it would make more events than a
     /// scenario may hold (counted before anything is generated).
     func repetition(_ node: Node, _ what: String, count: Int) throws(ScenarioError) -> (every: Duration, length: Duration) {
-        let f = try fields(node, what, allowed: what == "'flap'" ? ["dev", "every", "for"] : ["every", "for"])
+        let f = try fields(node, what, allowed: what == "'flap'" ? ["dev", "every", "for", "gap"] : ["every", "for"])
         let every = try positiveDuration(try f.required("every"))
         let length = try positiveDuration(try f.required("for"))
         let steps = length.nanoseconds / max(every.nanoseconds, 1) + 2
@@ -418,7 +430,7 @@ extension YAMLReader {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
-            "lockdown-lifted",
+            "lockdown-lifted", "max-resends", "min-resends", "time-on",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -431,6 +443,17 @@ extension YAMLReader {
         if let n = f.optional("min-handshakes") { e.minHandshakes = try int(n, 0...Int.max) }
         if let n = f.optional("max-probes") { e.maxProbes = try int(n, 0...Int.max) }
         if let n = f.optional("min-probes") { e.minProbes = try int(n, 0...Int.max) }
+        if let n = f.optional("max-resends") { e.maxResends = try int(n, 0...Int.max) }
+        if let n = f.optional("min-resends") { e.minResends = try int(n, 0...Int.max) }
+        for item in try list(f.optional("time-on")) {
+            let t = try fields(item, "a time-on entry", allowed: ["path", "min", "max"])
+            let min = try opt(t.optional("min")) { node throws(ScenarioError) in try duration(node) }
+            let maxNode = t.optional("max")
+            let max = try opt(maxNode) { node throws(ScenarioError) in try duration(node) }
+            if let min, let max, let maxNode, max < min { throw fail(maxNode, "a time-on entry's 'max' is below its 'min'") }
+            if min == nil && max == nil { throw fail(item, "a time-on entry needs 'min' or 'max'") }
+            e.timeOn.append((try string(try t.required("path")), min, max))
+        }
         if let n = f.optional("max-checks") { e.maxChecks = try int(n, 0...Int.max) }
         if let n = f.optional("min-checks") { e.minChecks = try int(n, 0...Int.max) }
         if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
