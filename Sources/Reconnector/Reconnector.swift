@@ -1226,10 +1226,13 @@ public struct Reconnector: Sendable {
         }
     }
 
-    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over. The
+    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over, and
+    /// so does a sample that follows a stale estimate (the smoothing is for samples that come
+    /// often: one from 10 s later is worth more than the average of what came before it). The
     /// path's lowest RTT follows the lowest samples at once and higher ones slowly (an eighth
     /// of the way each), so a path whose base RTT rose for good is not waited on too briefly.
     private mutating func sampleRTT(_ rtt: Duration, _ now: Instant, newPath: Bool = false) {
+        let newPath = newPath || rttSampledAt.map { now - $0 >= config.rttStaleAfter } ?? true
         rttSampledAt = now
         if let lowest = minimumRTT, !newPath {
             minimumRTT = rtt < lowest ? rtt : lowest + (rtt - lowest) / 8
