@@ -341,8 +341,9 @@ public struct Reconnector: Sendable {
             dead[id] = nil
         case .probing(let path, let sent) where rescue?.path.id == id:
             rescue?.rtt = rtt
-            // Once the session's own path has missed a probe, the path that answers takes over.
-            if sent > 1 { failover(from: path, now, &out) }
+            // Once the session's own path has missed a probe, the path that answers takes over,
+            // within the budget as on the probe timer's expiry.
+            if sent > 1, takeToken(now) { failover(from: path, now, &out) }
         case .switching(_, let to, _) where to.id == id:
             dead[id] = nil
             sampleRTT(rtt, now, newPath: true)

@@ -3,7 +3,8 @@ import Reconnector
 
 extension Scenario {
     /// A seeded random life of a laptop: uplinks losing carrier, going down, renumbering,
-    /// container links churning, silent drops, server restarts, suspends, power changes.
+    /// turning lossy, container links churning, silent drops, server restarts, suspends, power
+    /// changes.
     ///
     /// Events come as raw model changes, the way a recording does, so nothing can fail to
     /// resolve. Used by the invariant tests and the benchmark; the same seed gives the same life.
@@ -96,6 +97,14 @@ extension Scenario {
             case 80..<88: add(.power(chance(50) ? .battery : .ac))
             case 88..<89: add(.auth(accepts: chance(70)))
             case 89..<91: add(.reconnect)
+            case 91..<95:  // the uplink turns lossy (up to half of everything, one way or both) or clean
+                let share = chance(30) ? 0 : Double(pick(50)) / 100
+                let spec = switch pick(3) {
+                case 0: LinkSpec(name: uplinks[i].link.name, lossUp: share, jitter: .milliseconds(Int64(pick(80))))
+                case 1: LinkSpec(name: uplinks[i].link.name, lossDown: share, jitter: .milliseconds(Int64(pick(80))))
+                default: LinkSpec(name: uplinks[i].link.name, lossUp: share, lossDown: share, jitter: .milliseconds(Int64(pick(80))))
+                }
+                add(.link(spec))
             default:  // a duplicate notification: the kernel repeats itself
                 add(.change(.linkChanged(uplinks[i].link)))
             }

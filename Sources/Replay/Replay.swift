@@ -289,11 +289,12 @@ public struct Replay {
         case .operatorPause(let down):
             feed(down ? .pause : .resume)
         case .restart:
-            // What the real agent keeps across processes, and nothing else.
+            // What the real agent keeps across processes, and nothing else. The new process reads
+            // the clock the old one read (stepped back, if it was), not the world's.
             restarts += 1
             let memory = machine.memory
             interpreter = Interpreter(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
-                                                  now: now, memory: memory, servers: scenario.gateways))
+                                                  now: now + skew, memory: memory, servers: scenario.gateways))
             target = 0
             standby = nil
             socket = nil
