@@ -7,7 +7,7 @@ extension Config {
         "debounce", "flap-hold-down", "flap-stable-after", "max-hold-down", "flap-window", "handshake-timeout",
         "probe-timeout", "probe-attempts", "liveness-timeout", "short-sleep", "session-lifetime", "stable-after",
         "dead-path-hold-down", "ac", "battery", "portal-check", "portal-recheck", "portal-recheck-cap",
-        "portal-window-recheck", "portal-window",
+        "portal-window-recheck", "portal-window", "handshake-resend", "max-probe-attempts", "rtt-stale-after",
     ]
     /// The keys of the `ac:` and `battery:` budgets.
     public static let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
@@ -27,6 +27,9 @@ extension YAMLReader {
         if let n = f.optional("handshake-timeout") { config.handshakeTimeout = try positiveDuration(n) }
         if let n = f.optional("probe-timeout") { config.probeTimeout = try positiveDuration(n) }
         if let n = f.optional("probe-attempts") { config.probeAttempts = try int(n, 1...100) }
+        if let n = f.optional("max-probe-attempts") { config.maxProbeAttempts = try int(n, 1...100) }
+        if let n = f.optional("handshake-resend") { config.handshakeResend = try positiveDuration(n) }
+        if let n = f.optional("rtt-stale-after") { config.rttStaleAfter = try positiveDuration(n) }
         if let n = f.optional("liveness-timeout") { config.livenessTimeout = try positiveDuration(n) }
         if let n = f.optional("short-sleep") { config.shortSleep = try duration(n) }
         if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }
