@@ -24,6 +24,9 @@ public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvert
     case serverRestart = "server-restart"
     /// Both uplinks go down for 30 s, then wifi0 comes back.
     case bothUplinksDown = "both-uplinks-down"
+    /// The router drops a random 20 % of what crosses eth0, each way, for 20 s (nftables'
+    /// `numgen random`: this kernel has no netem); wifi0 is healthy.
+    case lossyUplink = "lossy-uplink"
 
     public var description: String { rawValue }
 }
@@ -166,6 +169,15 @@ extension RoamingScenario {
             try laptop.ip("route add default via 192.168.1.1 dev wifi0 metric 600")
             stream?.resume()
             usleep(2_000_000)
+        case .lossyUplink:
+            try nft(lab.server, "add table inet lab")
+            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
+            try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
+            try nft(lab.server, "add rule inet lab in iifname eth-l numgen random mod 100 < 20 drop")
+            try nft(lab.server, "add rule inet lab out oifname eth-l numgen random mod 100 < 20 drop")
+            usleep(20_000_000)
+            try nft(lab.server, "delete table inet lab")
+            usleep(1_000_000)
         }
 
         let end = LabClock.now
