@@ -30,6 +30,7 @@ let fed = report.networkChanges + report.inputs
 print(String(format: "full replay:  %.3f s wall, %d network changes + %d inputs, %.0f facts/s, %d transitions, %d violations",
              full, report.networkChanges, report.inputs, Double(fed) / full, report.transitions.count,
              report.violations.count))
+for violation in report.violations.prefix(5) { print("  violation: \(violation)") }
 
 // 2. The core alone: the same facts through PathTracker + Reconnector, nothing else.
 let trace = report.trace
