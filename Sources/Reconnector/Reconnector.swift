@@ -336,9 +336,7 @@ public struct Reconnector: Sendable {
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
         case .connected(let path) where path.id == id:
-            // An estimate's refresh, or a probe's late echo.
-            sampleRTT(rtt, now)
-            dead[id] = nil
+            sampleRTT(rtt, now)  // an estimate's refresh, or a probe's late echo
         case .probing(let path, let sent) where rescue?.path.id == id:
             rescue?.rtt = rtt
             // Once the session's own path has missed a probe, the path that answers takes over,
@@ -439,7 +437,7 @@ public struct Reconnector: Sendable {
     /// timeout.
     private func hintPatience(_ now: Instant) -> Duration {
         guard let smoothed = smoothedRTT else { return config.probeTimeout }
-        if let at = rttSampledAt, now - at < config.rttStaleAfter { return max(.milliseconds(20), smoothed * 2) }
+        if !rttIsStale(now) { return max(.milliseconds(20), smoothed * 2) }
         return max(config.probeTimeout, (smoothed * 2 + rttVariance * 4) * 2)
     }
 
@@ -451,9 +449,9 @@ public struct Reconnector: Sendable {
         if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait(now), &out) }
         // While the tunnel carries traffic the estimate is kept current (at most one probe per
         // `rttStaleAfter`, none while idle): the waits for answers and a hint's check rest on it.
-        let sampled = [rttSampledAt, refreshedAt].compactMap { $0 }.max()
         let answering = session.map { now - $0.lastHeard < config.rttStaleAfter } ?? false
-        if smoothedRTT != nil, answering, sampled.map({ now - $0 >= config.rttStaleAfter }) ?? true {
+        let refreshedLately = refreshedAt.map { now - $0 < config.rttStaleAfter } ?? false
+        if smoothedRTT != nil, answering, rttIsStale(now), !refreshedLately {
             refreshedAt = now
             sendProbe(via: path, &out)
         }
@@ -1185,10 +1183,15 @@ public struct Reconnector: Sendable {
     /// answer later than that costs one more probe.
     private func patience(_ now: Instant) -> Duration {
         guard let smoothed = smoothedRTT else { return .zero }
-        if let at = rttSampledAt, now - at >= config.rttStaleAfter, let lowest = minimumRTT, lowest < smoothed {
+        if rttIsStale(now), let lowest = minimumRTT, lowest < smoothed {
             return lowest * 4  // 2 × RTT + 4 × RTT/2: a first sample's wait
         }
         return smoothed * 2 + rttVariance * 4
+    }
+
+    /// No RTT sample for `rttStaleAfter` (or none at all).
+    private func rttIsStale(_ now: Instant) -> Bool {
+        rttSampledAt.map { now - $0 >= config.rttStaleAfter } ?? true
     }
 
     /// Data unanswered this long makes the path suspect.
@@ -1233,7 +1236,7 @@ public struct Reconnector: Sendable {
     /// path's lowest RTT follows the lowest samples at once and higher ones slowly (an eighth
     /// of the way each), so a path whose base RTT rose for good is not waited on too briefly.
     private mutating func sampleRTT(_ rtt: Duration, _ now: Instant, newPath: Bool = false) {
-        let newPath = newPath || rttSampledAt.map { now - $0 >= config.rttStaleAfter } ?? true
+        let newPath = newPath || rttIsStale(now)
         rttSampledAt = now
         if let lowest = minimumRTT, !newPath {
             minimumRTT = rtt < lowest ? rtt : lowest + (rtt - lowest) / 8

@@ -99,12 +99,9 @@ extension Scenario {
             case 89..<91: add(.reconnect)
             case 91..<95:  // the uplink turns lossy (up to half of everything, one way or both) or clean
                 let share = chance(30) ? 0 : Double(pick(50)) / 100
-                let spec = switch pick(3) {
-                case 0: LinkSpec(name: uplinks[i].link.name, lossUp: share, jitter: .milliseconds(Int64(pick(80))))
-                case 1: LinkSpec(name: uplinks[i].link.name, lossDown: share, jitter: .milliseconds(Int64(pick(80))))
-                default: LinkSpec(name: uplinks[i].link.name, lossUp: share, lossDown: share, jitter: .milliseconds(Int64(pick(80))))
-                }
-                add(.link(spec))
+                let direction = pick(3)  // 0 up, 1 down, 2 both
+                add(.link(LinkSpec(name: uplinks[i].link.name, lossUp: direction == 1 ? nil : share,
+                                   lossDown: direction == 0 ? nil : share, jitter: .milliseconds(Int64(pick(80))))))
             default:  // a duplicate notification: the kernel repeats itself
                 add(.change(.linkChanged(uplinks[i].link)))
             }
