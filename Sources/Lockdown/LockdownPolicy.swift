@@ -221,7 +221,20 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        counter name \(BlockCause.forward.counter) drop",
             "    }",
         ]
-        return lines
+        return lines + clamp
+    }
+
+    /// TCP connections that containers and VMs open through the tunnel announce a segment size
+    /// that fits the tunnel's MTU as it is now (it follows the path: `rt mtu` is the route's,
+    /// which is the device's), so the far end never sends them more than the path carries. The
+    /// machine's own connections need no clamp: the kernel derives theirs from the device.
+    private var clamp: [String] {
+        [
+            "    chain clamp {",
+            "        type filter hook forward priority mangle; policy accept;",
+            "        oifname \(tunnel) tcp flags & (syn | rst) == syn tcp option maxseg size set rt mtu",
+            "    }",
+        ]
     }
 
     /// The window's routing and address translation: its packets take the session's mark (a
@@ -265,7 +278,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        ip daddr @tunneled4 counter name \(BlockCause.forward.counter) drop",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.forward.counter) drop",
             "    }",
-        ]
+        ] + clamp
         return lines
     }
 

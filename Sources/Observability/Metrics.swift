@@ -90,6 +90,7 @@ public final class ClientMetrics: RoamMetrics {
         count("roam_netlink_resyncs_total", by: 0)
         count("roam_probes_total", by: 0)
         count("roam_handshake_resends_total", by: 0)
+        count("roam_size_probes_total", by: 0)
         for result in ["started", "completed", "rejected"] { count("roam_handshakes_total", [("result", result)], by: 0) }
         for result in ["online", "portal", "unknown"] { count("roam_connectivity_checks_total", [("result", result)], by: 0) }
         gauge("roam_connected", [], 0)
@@ -152,6 +153,10 @@ public final class ClientMetrics: RoamMetrics {
     public func resynced() { count("roam_netlink_resyncs_total") }
     /// A probe went out on a path.
     public func probed() { count("roam_probes_total") }
+    /// A probe padded to a tunnel packet's size went out (path MTU discovery).
+    public func sizeProbed() { count("roam_size_probes_total") }
+    /// The tunnel device's MTU now.
+    public func tunnelMTU(_ mtu: Int) { gauge("roam_tunnel_mtu", [], Double(mtu)) }
     /// The handshake in flight was sent again within its attempt (no answer yet).
     public func resentHandshake() { count("roam_handshake_resends_total") }
     /// A handshake answered: `completed` or `rejected`.

@@ -89,6 +89,17 @@ public struct Config: Sendable, Equatable {
     /// The longest a portal window stays open.
     public var portalWindow: Duration = .seconds(300)
 
+    /// The tunnel's MTU as configured: the largest tunnel packet, and the size path MTU
+    /// discovery starts from and never goes above.
+    public var maxMTU: Int = 1420
+    /// The smallest tunnel MTU the tunnel can work with (1280, IPv6's minimum): a path that
+    /// cannot carry a tunnel packet this big is broken for the tunnel.
+    public var minMTU: Int = 1280
+    /// Discover each path's MTU with padded probes when the server echoes them.
+    public var pathMTUDiscovery = true
+    /// On a path found smaller than `maxMTU`, how often to see whether it grew.
+    public var mtuRaiseAfter: Duration = .seconds(600)
+
     public init() {}
 
     /// The budget in force for `power`.

@@ -8,6 +8,7 @@ extension Config {
         "probe-timeout", "probe-attempts", "liveness-timeout", "short-sleep", "session-lifetime", "stable-after",
         "dead-path-hold-down", "ac", "battery", "portal-check", "portal-recheck", "portal-recheck-cap",
         "portal-window-recheck", "portal-window", "handshake-resend", "max-probe-attempts", "rtt-stale-after",
+        "path-mtu-discovery", "min-mtu", "mtu-raise-after",
     ]
     /// The keys of the `ac:` and `battery:` budgets.
     public static let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
@@ -30,6 +31,9 @@ extension YAMLReader {
         if let n = f.optional("max-probe-attempts") { config.maxProbeAttempts = try int(n, 1...100) }
         if let n = f.optional("handshake-resend") { config.handshakeResend = try positiveDuration(n) }
         if let n = f.optional("rtt-stale-after") { config.rttStaleAfter = try positiveDuration(n) }
+        if let n = f.optional("path-mtu-discovery") { config.pathMTUDiscovery = try bool(n) }
+        if let n = f.optional("min-mtu") { config.minMTU = try int(n, 576...9000) }
+        if let n = f.optional("mtu-raise-after") { config.mtuRaiseAfter = try positiveDuration(n) }
         if let n = f.optional("liveness-timeout") { config.livenessTimeout = try positiveDuration(n) }
         if let n = f.optional("short-sleep") { config.shortSleep = try duration(n) }
         if let n = f.optional("session-lifetime") { config.sessionLifetime = try positiveDuration(n) }

@@ -11,6 +11,11 @@ public protocol SessionDriver {
     mutating func resendHandshake(on path: Path)
     /// Send authenticated probe `id` on `path`; its echo names the id.
     mutating func probe(_ id: UInt64, via path: Path)
+    /// Send authenticated probe `id` on `path`, padded to stand for a tunnel packet of `size`
+    /// bytes; the server's echo is as big.
+    mutating func probe(_ id: UInt64, via path: Path, size: Int)
+    /// Set the tunnel device's MTU (the session's path carries no more).
+    mutating func setTunnelMTU(_ mtu: Int)
     /// The tunnel cannot come up without an operator.
     mutating func reportFailure(_ reason: Reason)
     /// One state change, for the operator's log.
@@ -48,7 +53,7 @@ public struct Interpreter: Sendable {
     public var machine: Reconnector
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
-    private var probes: [UInt64: Path.ID] = [:]
+    private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
     private var nextProbe: UInt64 = 1
     /// At most this many probes are remembered; the oldest is forgotten first.
     static let probesKept = 64
@@ -70,11 +75,10 @@ public struct Interpreter: Sendable {
             case .handshake(let path, _): driver.handshake(on: path)
             case .resendHandshake(let path): driver.resendHandshake(on: path)
             case .probe(let path):
-                let id = nextProbe
-                nextProbe += 1
-                probes[id] = path.id
-                if probes.count > Self.probesKept, let oldest = probes.keys.min() { probes[oldest] = nil }
-                driver.probe(id, via: path)
+                driver.probe(remember(path, size: nil), via: path)
+            case .probeSize(let size, let path):
+                driver.probe(remember(path, size: size), via: path, size: size)
+            case .setTunnelMTU(let mtu, _): driver.setTunnelMTU(mtu)
             case .reportFailure(let reason): driver.reportFailure(reason)
             case .report(let transition): driver.transitioned(transition)
             case .useServer(let index, _):
@@ -100,10 +104,23 @@ public struct Interpreter: Sendable {
         return actions
     }
 
+    /// A new probe's id, remembered with the path it goes on and its size.
+    private mutating func remember(_ path: Path, size: Int?) -> UInt64 {
+        let id = nextProbe
+        nextProbe += 1
+        probes[id] = (path.id, size)
+        if probes.count > Self.probesKept, let oldest = probes.keys.min() { probes[oldest] = nil }
+        return id
+    }
+
     /// The echo of probe `id` came back after `rtt`: the fact to feed, or nil when no probe
-    /// with that id is in flight.
-    public mutating func echo(_ id: UInt64, rtt: Duration) -> Input? {
-        probes.removeValue(forKey: id).map { .probeReply(on: $0, rtt: rtt) }
+    /// with that id is in flight. A size probe's echo counts only if it is as big as the probe
+    /// (`size`, the tunnel packet it stood for): a server that echoed it short proved nothing.
+    public mutating func echo(_ id: UInt64, rtt: Duration, size: Int? = nil) -> Input? {
+        guard let probe = probes.removeValue(forKey: id) else { return nil }
+        guard let wanted = probe.size else { return .probeReply(on: probe.path, rtt: rtt) }
+        guard let size, size >= wanted else { return nil }
+        return .sizeProbeReply(on: probe.path, size: wanted, rtt: rtt)
     }
 
     /// The server answers at another address: an echo from the old one proves nothing about it.

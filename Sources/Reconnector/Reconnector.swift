@@ -101,6 +101,21 @@ public struct Reconnector: Sendable {
     private var heldForRules = false
     /// The rules wait for facts about the best path's network (the rule, and what it waits for).
     private var rulesWait: (rule: String, wanted: [String])?
+    /// The tunnel device's MTU as the core last set it (the configured one until a path is
+    /// found smaller).
+    public private(set) var tunnelMTU: Int
+    /// The server echoes padded probes at their size (it said so in its handshake response).
+    private var sizedProbes = false
+    /// The path MTU search on the session's path: when its round began, and when to look for a
+    /// bigger MTU once it is over.
+    private var mtu: (path: Path.ID, search: PathMTUSearch, roundStart: Instant?, raiseAt: Instant?)?
+    /// Paths found too small for the tunnel: their re-check is a probe of the smallest tunnel
+    /// packet, not a small probe that would prove nothing.
+    private var tooSmall: Set<Path.ID> = []
+    /// Path MTU probes sent since start.
+    public private(set) var sizeProbes = 0
+    /// A path MTU search is under way on the session's path.
+    public var isSearchingPathMTU: Bool { mtu.map { !$0.search.isDone } ?? false }
 
     /// `servers` names the servers in the order they are tried (one, unnamed, by default).
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant = .zero,
@@ -112,6 +127,7 @@ public struct Reconnector: Sendable {
         self.tokens = config.budget(on: power).burst
         self.refilledAt = now
         self.enteredAt = now
+        self.tunnelMTU = config.maxMTU
     }
 
     /// Starts where a previous process of the agent left off (`memory`, kept in its runtime
@@ -165,7 +181,10 @@ public struct Reconnector: Sendable {
         case .sleep: sleep(now, &out)
         case .wake(let slept): wake(after: slept, now, &out)
         case .probeReply(let id, let rtt): probeReply(on: id, rtt: rtt, now, &out)
-        case .handshakeSucceeded(let rtt): handshakeSucceeded(rtt: rtt, now, &out)
+        case .sizeProbeReply(let id, let size, let rtt): sizeProbeReply(on: id, size: size, rtt: rtt, now, &out)
+        case .handshakeSucceeded(let rtt, let sized):
+            sizedProbes = sized
+            handshakeSucceeded(rtt: rtt, now, &out)
         case .handshakeFailed(let failure): handshakeFailed(failure, now, &out)
         case .dataSent: dataSent(now, &out)
         case .dataReceived: dataReceived(now, &out)
@@ -174,7 +193,7 @@ public struct Reconnector: Sendable {
         case .reconnectRequested: reconnectRequested(now, &out)
         case .serverMoved: serverMoved(now, &out)
         case .serverDraining: serverDraining(now, &out)
-        case .handoverReady(let rtt): handoverReady(rtt: rtt, now, &out)
+        case .handoverReady(let rtt, let sized): handoverReady(rtt: rtt, sizedProbes: sized, now, &out)
         case .handoverRejected: handoverFailed(now, &out)
         case .pause: pause(now, &out)
         case .resume: resume(now, &out)
@@ -332,7 +351,12 @@ public struct Reconnector: Sendable {
         case .probing(let path, _) where path.id == id:
             sampleRTT(rtt, now)
             dead[id] = nil
-            if suspectedByLiveness { quietProofs = min(quietProofs + 1, 5) }
+            if suspectedByLiveness {
+                quietProofs = min(quietProofs + 1, 5)
+                // Data went unanswered, yet a small probe passes: the path may have begun to drop
+                // big packets (a route change behind it). Its MTU is looked for again.
+                if let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id) { mtu = nil }
+            }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
         case .connected(let path) where path.id == id:
@@ -556,6 +580,8 @@ public struct Reconnector: Sendable {
             checkConnectivity(via: path, &out)
             rechecks += 1
             arm(.recheck, at: now + recheckWait, &out)
+        case (.pathMTU, .connected(let path)):
+            pathMTUTimer(on: path, now, &out)
         case (.portalWindow, .portal(let path, let url)):
             portalWindowUntil = nil
             out.append(.closePortalWindow)
@@ -620,8 +646,11 @@ public struct Reconnector: Sendable {
     /// a handshake); a handshake in flight to the old address starts afresh; a backoff drawn for
     /// the old address ends: the new one is a new chance, within the budget, as a new path is.
     private mutating func serverMoved(_ now: Instant, _ out: inout [Action]) {
-        // Paths that failed their probes failed them towards the old address.
+        // Paths that failed their probes failed them towards the old address, and the path to
+        // the new one may carry other sizes.
         dead.removeAll()
+        tooSmall.removeAll()
+        mtu = nil
         switch state {
         case .offline, .sleeping, .failed, .paused, .portal, .disconnected:
             // The next attempt goes to the new address anyway (behind a portal, after it opens).
@@ -809,14 +838,18 @@ public struct Reconnector: Sendable {
         arm(.handover, at: now + config.handshakeTimeout, &out)
     }
 
-    private mutating func handoverReady(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+    private mutating func handoverReady(rtt: Duration, sizedProbes sized: Bool, _ now: Instant, _ out: inout [Action]) {
         guard let next = handover, let path = state.path else { return }
         handover = nil
         cancel(.handover, &out)
         let old = server
         server = next
         session = (now, now)
-        dead.removeAll()  // verdicts on paths were about the old server
+        sizedProbes = sized
+        // Verdicts on paths, and their MTUs, were about the old server.
+        dead.removeAll()
+        tooSmall.removeAll()
+        mtu = nil
         sampleRTT(rtt, now, newPath: true)
         out.append(.completeHandover(server: next))
         enter(.connected(path), .handedOver(from: servers[old], to: servers[next], rtt: rtt), now, &out)
@@ -853,6 +886,8 @@ public struct Reconnector: Sendable {
         session = nil
         checkingHint = false
         dead.removeAll()
+        tooSmall.removeAll()
+        mtu = nil
         smoothedRTT = nil
         rttVariance = .zero
         minimumRTT = nil
@@ -1041,6 +1076,139 @@ public struct Reconnector: Sendable {
         return max(config.debounce, damped)
     }
 
+    // MARK: Path MTU
+
+    /// The echo of a probe padded to `size`.
+    private mutating func sizeProbeReply(on id: Path.ID, size: Int, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+        if case .switching(_, let to, _) = state, to.id == id, tooSmall.contains(id) {
+            // A path found too small carries the smallest tunnel packet again: a candidate like any.
+            guard size >= config.minMTU else { return noteHeard(now) }
+            tooSmall.remove(id)
+            return probeReply(on: id, rtt: rtt, now, &out)
+        }
+        noteHeard(now)
+        if size >= config.minMTU { tooSmall.remove(id) }
+        guard var current = mtu, current.path == id, case .connected(let path) = state, path.id == id else { return }
+        _ = current.search.answered(size)
+        let roundOver = !current.search.inFlight.isEmpty
+            && current.search.inFlight.allSatisfy { $0 <= (current.search.confirmed ?? 0) }
+        mtu = current
+        // Mid-search the MTU changes only at a round's end (each change disturbs TCP's flows).
+        if current.search.isDone { applyPathMTU(on: path, now, &out) }
+        // Every size of the round came back: the next round need not wait out the probe wait.
+        if roundOver, deadlines[.pathMTU] != nil, !current.search.isDone {
+            pathMTUTimer(on: path, now, &out, force: true)
+        } else if current.search.isDone, current.roundStart != nil {
+            finishPathMTU(on: path, now, &out)
+        }
+    }
+
+    /// The session is connected on `path`: the path's MTU search starts (a new path), goes on
+    /// (it was paused while the session was not connected), or waits for its next look upward.
+    private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+        guard config.pathMTUDiscovery, sizedProbes, config.minMTU < config.maxMTU || tunnelMTU != config.maxMTU else { return }
+        if mtu?.path != path.id {
+            mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU), nil, nil)
+        }
+        guard let current = mtu else { return }
+        if current.search.isDone {
+            // The look for a bigger MTU, when it is due; at once if it fell due meanwhile.
+            if let raise = current.raiseAt { arm(.pathMTU, at: max(raise, now), &out) }
+        } else {
+            startPathMTURound(on: path, now, &out)
+        }
+    }
+
+    /// The round's wait is over (or every echo of it came back, `force`), or it is time to look
+    /// for a bigger MTU.
+    private mutating func pathMTUTimer(on path: Path, _ now: Instant, _ out: inout [Action], force: Bool = false) {
+        guard var current = mtu, current.path == path.id else { return continuePathMTU(on: path, now, &out) }
+        if current.search.isDone {
+            // Time to see whether the path grew: the ceiling is asked again, and what is known
+            // stands if it still fails.
+            let known = current.search.tooBig ?? tunnelMTU + PathMTUSearch.granularity
+            mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU, confirmed: tunnelMTU, knownTooBig: known),
+                   nil, nil)
+            return startPathMTURound(on: path, now, &out)
+        }
+        let heard = current.roundStart.flatMap { start in session.map { $0.lastHeard >= start } } ?? false
+        // A size is too big after as many unanswered rounds as the path's loss calls for before
+        // it is dead, and at least two: one lost probe is no verdict.
+        _ = current.search.endRound(heard: force || heard, misses: probesBeforeDead(after: 0, atLeast: 2))
+        current.roundStart = nil
+        mtu = current
+        if current.search.isTooSmall { return pathTooSmall(path, now, &out) }
+        applyPathMTU(on: path, now, &out)
+        if current.search.isDone { return finishPathMTU(on: path, now, &out) }
+        if current.search.silentRounds >= 3 {
+            // Nothing heard for three rounds: the path's liveness rules deal with that; the
+            // search looks again later.
+            mtu?.raiseAt = now + config.mtuRaiseAfter
+            mtu?.search = PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU, confirmed: current.search.confirmed)
+            return arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
+        }
+        startPathMTURound(on: path, now, &out)
+    }
+
+    /// Sends a round of size probes on the session's path, and a small probe with them when the
+    /// server has not been heard lately: its echo tells a lost size from a silent path.
+    private mutating func startPathMTURound(on path: Path, _ now: Instant, _ out: inout [Action]) {
+        guard var current = mtu else { return }
+        let sizes = current.search.startRound()
+        guard !sizes.isEmpty else { return finishPathMTU(on: path, now, &out) }
+        let wait = max(config.probeTimeout, patience(now))
+        for size in sizes { out.append(.probeSize(size, via: path)) }
+        sizeProbes += sizes.count
+        if let session, now - session.lastHeard >= wait { sendProbe(via: path, &out) }
+        current.roundStart = now
+        mtu = current
+        arm(.pathMTU, at: now + wait, &out)
+    }
+
+    /// The search is over: the next look for a bigger MTU, if the path is smaller than the tunnel's.
+    private mutating func finishPathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+        mtu?.roundStart = nil
+        if tunnelMTU < config.maxMTU {
+            let raise = now + config.mtuRaiseAfter
+            mtu?.raiseAt = raise
+            arm(.pathMTU, at: raise, &out)
+        } else {
+            mtu?.raiseAt = nil
+            if deadlines[.pathMTU] != nil { cancel(.pathMTU, &out) }
+        }
+    }
+
+    /// Sets the tunnel's MTU to what the search found, when it found something: lower as soon
+    /// as a size failed (full packets are lost meanwhile), higher once the search is over.
+    private mutating func applyPathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+        guard let search = mtu?.search else { return }
+        let found: Int? = search.confirmed == search.ceiling ? search.ceiling
+            : search.tooBig != nil ? max(search.confirmed ?? search.floor, search.floor) : nil
+        guard let found, found != tunnelMTU, found < tunnelMTU || search.isDone else { return }
+        tunnelMTU = found
+        out.append(.setTunnelMTU(found, path: path.interface))
+    }
+
+    /// The path carries small probes but not the smallest tunnel packet: it is broken for the
+    /// tunnel. Another path takes the session if there is one; else the tunnel stays at its
+    /// smallest MTU here and looks again later.
+    private mutating func pathTooSmall(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+        if tunnelMTU != config.minMTU {
+            tunnelMTU = config.minMTU
+            out.append(.setTunnelMTU(config.minMTU, path: path.interface))
+        }
+        let reason = Reason.pathTooSmall(path.interface, mtu: config.minMTU)
+        tooSmall.insert(path.id)
+        mtu = nil
+        if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
+            markDead(path.id, now)
+            return attempt(on: other, reason, now, &out)
+        }
+        mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU), nil, now + config.mtuRaiseAfter)
+        arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
+        out.append(.reportFailure(reason))
+    }
+
     // MARK: Bookkeeping
 
     /// The driver's clock went back (CLOCK_BOOTTIME never does, but a clock that can must not
@@ -1058,6 +1226,11 @@ public struct Reconnector: Sendable {
         rttSampledAt = rttSampledAt.map { $0 + step }
         refreshedAt = refreshedAt.map { $0 + step }
         workingSince = workingSince.map { $0 + step }
+        if var search = mtu {
+            search.roundStart = search.roundStart.map { $0 + step }
+            search.raiseAt = search.raiseAt.map { $0 + step }
+            mtu = search
+        }
         for kind in TimerKind.allCases {
             if let due = deadlines[kind] { arm(kind, at: due + step, &out) }
         }
@@ -1105,6 +1278,7 @@ public struct Reconnector: Sendable {
         default: heldForRules = false
         }
         out.append(.report(transition))
+        if case .connected(let path) = new { continuePathMTU(on: path, now, &out) }
     }
 
     /// Which timers may stay armed in a state; entering a state cancels the rest, so
@@ -1114,7 +1288,7 @@ public struct Reconnector: Sendable {
         case (.connecting, .handshake), (.connecting, .resend), (.connected, .liveness), (.connected, .debounce),
              (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
              (.connected, .handover), (.probing, .handover), (.switching, .handover),
-             (.portal, .recheck), (.portal, .portalWindow): true
+             (.portal, .recheck), (.portal, .portalWindow), (.connected, .pathMTU): true
         default: false
         }
     }
@@ -1134,7 +1308,13 @@ public struct Reconnector: Sendable {
     /// The doubling stops at the wait of the last probe a clean path gets: a lossy path's
     /// further probes are about loss, not about a queue that needs more time.
     private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action], attempt: Int = 1) {
-        sendProbe(via: path, &out)
+        if tooSmall.contains(path.id), path.id != socket {
+            // A small echo proved nothing on this path before: only the smallest tunnel packet does.
+            sizeProbes += 1
+            out.append(.probeSize(config.minMTU, via: path))
+        } else {
+            sendProbe(via: path, &out)
+        }
         let doublings = min(attempt - 1, max(config.probeAttempts - 1, 0), 4)
         arm(.probe, at: now + max(config.probeTimeout, patience(now)) * (1 << doublings), &out)
     }
@@ -1152,10 +1332,10 @@ public struct Reconnector: Sendable {
     /// lost a share `p` of them (with two answered ones assumed, so that a short history does
     /// not look lossier than it is), the fewest `n` with `p^n` under 1 %, so loss alone makes a
     /// wrong verdict rare (at most `maxProbeAttempts`).
-    private func probesBeforeDead(after sent: Int) -> Int {
+    private func probesBeforeDead(after sent: Int, atLeast fewest: Int? = nil) -> Int {
         let before = max(probeRecord.sent - sent, 0)
         let answered = min(probeRecord.answered, before)
-        let fewest = max(config.probeAttempts, 1)
+        let fewest = fewest ?? max(config.probeAttempts, 1)
         guard answered > 0, before > answered else { return fewest }
         let loss = Double(before - answered) / Double(before + 2)
         var n = 1
@@ -1327,6 +1507,7 @@ extension TimerKind {
         case .recheck: 6
         case .portalWindow: 7
         case .resend: 8
+        case .pathMTU: 9
         }
     }
 }

@@ -20,8 +20,11 @@ public enum Input: Equatable, Sendable {
     case wake(sleptFor: Duration)
     /// A probe echo came back over the path `on`.
     case probeReply(on: Path.ID, rtt: Duration)
-    /// The handshake completed; the session has fresh keys.
-    case handshakeSucceeded(rtt: Duration)
+    /// The echo of a probe padded to `size` (see `Action.probeSize`) came back over the path `on`.
+    case sizeProbeReply(on: Path.ID, size: Int, rtt: Duration)
+    /// The handshake completed; the session has fresh keys. `sizedProbes`: the server said it
+    /// echoes padded probes at their size, so the path's MTU can be discovered.
+    case handshakeSucceeded(rtt: Duration, sizedProbes: Bool = false)
     /// The handshake or the session failed.
     case handshakeFailed(HandshakeFailure)
     /// The tunnel sent a data packet to the server.
@@ -41,7 +44,7 @@ public enum Input: Equatable, Sendable {
     case serverDraining
     /// The handshake with the server the session moves to (see `Action.prepareHandover`)
     /// completed; the current session still carries the traffic.
-    case handoverReady(rtt: Duration)
+    case handoverReady(rtt: Duration, sizedProbes: Bool = false)
     /// The server the session was to move to refused it.
     case handoverRejected
     /// An operator took the tunnel down without stopping the agent (`agent down`).
@@ -66,6 +69,7 @@ public enum Input: Equatable, Sendable {
         case .sleep: "sleep"
         case .wake: "wake"
         case .probeReply: "probe-reply"
+        case .sizeProbeReply: "size-probe-reply"
         case .handshakeSucceeded: "handshake-ok"
         case .handshakeFailed: "handshake-failed"
         case .dataSent: "data-sent"
@@ -107,6 +111,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case recheck
     /// A portal window's time is up.
     case portalWindow = "portal-window"
+    /// A round of path MTU probes is over, or it is time to see whether the path grew.
+    case pathMTU = "path-mtu"
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the
@@ -134,6 +140,12 @@ public enum Action: Equatable, Sendable {
     case resendHandshake(on: Path)
     /// Send an authenticated probe over `path` (through a second socket if the session is elsewhere).
     case probe(via: Path)
+    /// Send an authenticated probe over `path` padded to stand for a tunnel packet of `size`
+    /// bytes (the datagram a full tunnel packet at that MTU makes); the server's echo is as big.
+    case probeSize(Int, via: Path)
+    /// The tunnel device's MTU is now `mtu`: the largest the session's path carries (TCP's MSS
+    /// follows it through the lockdown's clamp).
+    case setTunnelMTU(Int, path: String)
     /// Fire `timerFired(kind)` at `at`, replacing any timer of the same kind.
     case armTimer(TimerKind, at: Instant)
     /// Forget the timer of this kind.
@@ -266,6 +278,9 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case livenessTimeout(Duration)
     /// This many probes in a row went unanswered.
     case probeTimeout(Int, of: Int)
+    /// The path answers small probes but not even the smallest tunnel packet (an MTU black
+    /// hole below the tunnel's minimum): it cannot carry the tunnel.
+    case pathTooSmall(String, mtu: Int)
     /// A probe echo came back.
     case probeAnswered(rtt: Duration)
     /// Data arrived while probing: the path works.
@@ -334,6 +349,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .sessionExpired(let idle): "sessionExpired(idle \(idle.short))"
         case .livenessTimeout(let d): "livenessTimeout(\(d.short))"
         case .probeTimeout(let n, let m): "probeTimeout(\(n) of \(m))"
+        case .pathTooSmall(let i, let mtu): "pathTooSmall(\(i) carries no \(mtu)-byte packet)"
         case .probeAnswered(let rtt): "probeAnswered(rtt \(rtt.short))"
         case .trafficResumed: "trafficResumed"
         case .goingToSleep: "goingToSleep"

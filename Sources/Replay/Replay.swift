@@ -12,6 +12,11 @@ public struct ReplayReport: Sendable {
     /// Initiations sent again within an attempt (not attempts, not handshakes of their own).
     public var resends = 0
     public var probes = 0
+    /// Probes padded to a size, for the path's MTU.
+    public var sizeProbes = 0
+    /// The tunnel device's MTU at the end, and how often the agent changed it.
+    public var tunnelMTU = 0
+    public var mtuChanges = 0
     /// Connectivity checks (plain HTTP requests outside the tunnel) the agent made.
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
@@ -123,6 +128,8 @@ public struct Replay {
     private var armed: [TimerKind: Instant] = [:]
     private var handshakeGeneration = 0
     private var handshakeInFlight: Path.ID?
+    /// The tunnel device's MTU as the agent set it.
+    private var tunnelMTU: Int
     private var outageStart: Instant?
     /// Attempts, each with the most generous power source in force since the previous one.
     private var attemptLog: [(at: Instant, power: PowerSource, budgeted: Bool)] = []
@@ -150,6 +157,7 @@ public struct Replay {
         interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
                                               servers: scenario.gateways))
         gateways = Array(repeating: (true, false, .zero), count: scenario.gateways.count)
+        tunnelMTU = scenario.config.maxMTU
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
@@ -193,8 +201,8 @@ public struct Replay {
             case .checked(let input):
                 // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
                 feed(input)
-            case .echo(let id, let rtt, let via):
-                guard !sleeping, next.at == now, reaches(via), let input = interpreter.echo(id, rtt: rtt) else { break }
+            case .echo(let id, let rtt, let size, let via):
+                guard !sleeping, next.at == now, reaches(via), let input = interpreter.echo(id, rtt: rtt, size: size) else { break }
                 deliver(input)
             case .traffic:
                 // A sleeping machine sends nothing, and its sleep costs no ticks: the wake
@@ -212,6 +220,7 @@ public struct Replay {
         now = max(now, scenario.until)
         if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
         report.finalState = machine.state
+        report.tunnelMTU = tunnelMTU
         checkBudget()
         report.cpuTime = Self.threadCPUTime() - cpuAtStart
         checkExpectations()
@@ -461,12 +470,12 @@ public struct Replay {
     }
 
     /// Whether one packet through `id` in this direction is lost: to the link's loss, to a path
-    /// MTU smaller than the packet (upstream, `size` bytes), or, for an answer, to a NAT that
-    /// forgot the mapping before it arrived (`arriving`).
+    /// MTU smaller than the packet (`size` bytes on the wire, either way), or, for an answer, to
+    /// a NAT that forgot the mapping before it arrived (`arriving`).
     private mutating func lost(_ id: Path.ID, up: Bool, size: Int = 64, arriving: Instant? = nil) -> Bool {
         guard let name = interface(of: id) else { return false }
+        if let mtu = pathMTU[name], size > mtu { return true }
         if up {
-            if let mtu = pathMTU[name], size > mtu { return true }
             lastSent[name] = now
         } else if let at = arriving, let timeout = natTimeout[name], let sent = lastSent[name], at - sent > timeout {
             return true
@@ -488,24 +497,39 @@ public struct Replay {
         }
     }
 
+    /// What the tunnel adds to an inner packet on the wire: the data header and the AEAD tag
+    /// (32), UDP (8) and the outer IP header (20, or 40 over IPv6).
+    static func overhead(_ id: Path.ID) -> Int {
+        32 + 8 + (id.source.family == .v4 ? 20 : 40)
+    }
+
+    /// The application's packet on the wire: at most the tunnel's MTU inside (the kernel makes
+    /// the application's packets fit the device), plus the tunnel's overhead.
+    private func wireSize(of inner: Int, on id: Path.ID) -> Int {
+        min(inner, tunnelMTU) + Self.overhead(id)
+    }
+
     private mutating func sendTraffic() {
         guard !sleeping, carrying, let socket else { return }
         feed(.dataSent)
-        answer(from: socket, clientHasSession ? .dataReceived : nil, size: scenario.trafficSize)
+        let size = wireSize(of: scenario.trafficSize, on: socket)
+        answer(from: socket, clientHasSession ? .dataReceived : nil, size: size, downSize: size)
     }
 
-    /// The server's answer to an authenticated packet from `id`: `reply` if it knows the
-    /// session, else its rate-limited "session unknown" hint.
-    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64, echo: UInt64? = nil) {
+    /// The server's answer to an authenticated packet from `id` (`size` bytes on the wire):
+    /// `reply` if it knows the session (`downSize` bytes back), else its rate-limited
+    /// "session unknown" hint.
+    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64, downSize: Int = 64,
+                                 echo: (id: UInt64, size: Int?)? = nil) {
         guard passes(id), let reply, !lost(id, up: true, size: size) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
             serverHeardAt = now
             let at = arrival(id)
-            if !lost(id, up: false, arriving: at) {
+            if !lost(id, up: false, size: downSize, arriving: at) {
                 // An echo names its probe and reports the round trip it really took, jitter included.
                 if let echo {
-                    queue.push(at, .echo(echo, rtt: at - now, via: id))
+                    queue.push(at, .echo(echo.id, rtt: at - now, size: echo.size, via: id))
                 } else {
                     queue.push(at, .deliver(reply, generation: 0, via: id))
                 }
@@ -543,7 +567,11 @@ public struct Replay {
         let keptDown = if case .disconnected = machine.state { true } else { false }
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
             && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
-        let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true
+        // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
+        let fits = socket.map { id in
+            interface(of: id).flatMap { pathMTU[$0] }.map { wireSize(of: scenario.trafficSize, on: id) <= $0 } ?? true
+        } ?? false
+        let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true && fits
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
         } else if let start = outageStart {
@@ -587,7 +615,7 @@ public struct Replay {
                 queue.push(at - skew, .timer(kind))
             case .cancelTimer(let kind):
                 armed[kind] = nil
-            case .probe, .resendHandshake, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
+            case .probe, .probeSize, .setTunnelMTU, .resendHandshake, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
                  .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow, .liftLockdown, .restoreLockdown:
                 break
             }
@@ -653,7 +681,8 @@ public struct Replay {
             serverHeardAt = now
         }
         guard !lost(path.id, up: false, arriving: at) else { return }
-        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt) : .handshakeFailed(.rejected("unknown key"))
+        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt, sizedProbes: scenario.serverEchoesSizes)
+            : .handshakeFailed(.rejected("unknown key"))
         queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
     }
 
@@ -780,6 +809,9 @@ public struct Replay {
         if let min = e.minProbes { expect(report.probes >= min, "probes: expected at least \(min), got \(report.probes)") }
         if let max = e.maxResends { expect(report.resends <= max, "resent handshakes: expected at most \(max), got \(report.resends)") }
         if let min = e.minResends { expect(report.resends >= min, "resent handshakes: expected at least \(min), got \(report.resends)") }
+        if let mtu = e.tunnelMTU { expect(report.tunnelMTU == mtu, "tunnel MTU at the end: expected \(mtu), got \(report.tunnelMTU)") }
+        if let max = e.maxSizeProbes { expect(report.sizeProbes <= max, "size probes: expected at most \(max), got \(report.sizeProbes)") }
+        if let min = e.minSizeProbes { expect(report.sizeProbes >= min, "size probes: expected at least \(min), got \(report.sizeProbes)") }
         for entry in e.timeOn {
             let spent = timeConnected(on: entry.path)
             if let min = entry.min { expect(spent >= min, "time connected on \(entry.path): expected at least \(min.short), got \(spent.short)") }
@@ -802,8 +834,9 @@ struct EventQueue {
         case timeline(Int)
         case timer(TimerKind)
         case deliver(Input, generation: Int, via: Path.ID)
-        /// A probe's echo: the interpreter knows which path its id went on.
-        case echo(UInt64, rtt: Duration, via: Path.ID)
+        /// A probe's echo (`size`: the tunnel packet a padded probe stood for, nil for a small
+        /// one): the interpreter knows which path its id went on.
+        case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
         /// A connectivity check's result.
         case checked(Input)
         case traffic
@@ -889,7 +922,31 @@ extension Replay: SessionDriver {
         requireKnown(path, action: "probe")
         report.probes += 1
         probeTimes.append(now)
-        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), echo: id)
+        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), echo: (id, nil))
+    }
+
+    /// A padded probe is as big on the wire as a tunnel packet of `size`; a server that echoes
+    /// sizes answers as big, an older one drops it (it reads the padding as malformed).
+    public mutating func probe(_ id: UInt64, via path: Path, size: Int) {
+        requireKnown(path, action: "size probe")
+        report.sizeProbes += 1
+        if getenv("DBG") != nil { print("DBG \(now) sizeprobe \(size)") }
+        if size < scenario.config.minMTU || size > scenario.config.maxMTU {
+            violation("a size probe of \(size) bytes, outside \(scenario.config.minMTU)...\(scenario.config.maxMTU)")
+        }
+        guard scenario.serverEchoesSizes else { return }
+        let wire = size + Self.overhead(path.id)
+        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), size: wire, downSize: wire, echo: (id, size))
+    }
+
+    public mutating func setTunnelMTU(_ mtu: Int) {
+        if mtu < scenario.config.minMTU || mtu > scenario.config.maxMTU {
+            violation("tunnel MTU set to \(mtu), outside \(scenario.config.minMTU)...\(scenario.config.maxMTU)")
+        }
+        if mtu == tunnelMTU { violation("tunnel MTU set to \(mtu), which it already is") }
+        tunnelMTU = mtu
+        report.mtuChanges += 1
+        if getenv("DBG") != nil { print("DBG \(now) mtu \(mtu)") }
     }
 
     public mutating func reportFailure(_ reason: Reason) {}
@@ -924,7 +981,7 @@ extension Replay: SessionDriver {
         }
         gateways[index].hasSession = true
         gateways[index].heardAt = now
-        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now), generation: 0, via: path.id)) }
+        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes), generation: 0, via: path.id)) }
     }
 
     public mutating func completeHandover() {

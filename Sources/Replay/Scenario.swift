@@ -23,8 +23,12 @@ public struct Scenario: Sendable {
     public var seed: UInt64
     /// The application sends a packet this often while the tunnel carries traffic.
     public var traffic: Duration?
-    /// The size of those packets as the tunnel sends them (bytes on the wire).
+    /// The size of those packets inside the tunnel (the application's IP packets), at most the
+    /// tunnel's MTU; on the wire each is bigger by the tunnel's overhead (`Replay.overhead`).
     public var trafficSize = 100
+    /// The server echoes padded probes at their size (a server of revision 3 or later): the
+    /// agent discovers each path's MTU.
+    public var serverEchoesSizes = true
     /// Round-trip time to the server on links that do not set their own.
     public var rtt: Duration
     /// Initial network, applied before the clock starts.
@@ -191,6 +195,11 @@ public struct Expectations: Sendable {
     /// Handshakes sent again within their attempt.
     public var maxResends: Int?
     public var minResends: Int?
+    /// The tunnel device's MTU at the end.
+    public var tunnelMTU: Int?
+    /// Probes padded to a size (path MTU discovery), over the whole timeline.
+    public var maxSizeProbes: Int?
+    public var minSizeProbes: Int?
     /// How long the session was connected through an interface, at least or at most.
     public var timeOn: [(path: String, min: Duration?, max: Duration?)] = []
     /// Connectivity checks (plain HTTP requests outside the tunnel).

@@ -32,7 +32,8 @@ extension YAMLReader {
     func scenario(_ root: Node) throws(ScenarioError) -> Scenario {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
-            "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand",
+            "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
+            "server-echoes-sizes",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -99,6 +100,13 @@ extension YAMLReader {
         scenario.linkKinds = kinds
         if !gateways.isEmpty { scenario.gateways = gateways }
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
+        if let node = top.optional("tunnel-mtu") {
+            scenario.config.maxMTU = try int(node, 576...9000)
+            if scenario.config.minMTU > scenario.config.maxMTU {
+                throw fail(node, "'tunnel-mtu' \(scenario.config.maxMTU) is below the config's min-mtu \(scenario.config.minMTU)")
+            }
+        }
+        if let node = top.optional("server-echoes-sizes") { scenario.serverEchoesSizes = try bool(node) }
         if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
         return scenario
     }
@@ -430,7 +438,7 @@ extension YAMLReader {
         let f = try fields(node, "'expect'", allowed: [
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
-            "lockdown-lifted", "max-resends", "min-resends", "time-on",
+            "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -445,6 +453,9 @@ extension YAMLReader {
         if let n = f.optional("min-probes") { e.minProbes = try int(n, 0...Int.max) }
         if let n = f.optional("max-resends") { e.maxResends = try int(n, 0...Int.max) }
         if let n = f.optional("min-resends") { e.minResends = try int(n, 0...Int.max) }
+        if let n = f.optional("tunnel-mtu") { e.tunnelMTU = try int(n, 576...9000) }
+        if let n = f.optional("max-size-probes") { e.maxSizeProbes = try int(n, 0...Int.max) }
+        if let n = f.optional("min-size-probes") { e.minSizeProbes = try int(n, 0...Int.max) }
         for item in try list(f.optional("time-on")) {
             let t = try fields(item, "a time-on entry", allowed: ["path", "min", "max"])
             let min = try opt(t.optional("min")) { node throws(ScenarioError) in try duration(node) }

@@ -324,7 +324,7 @@ extension ClientDaemon {
 
         private func handle(_ notice: ClientNotice) {
             switch notice {
-            case .handshakeCompleted(let rtt, let dns):
+            case .handshakeCompleted(let rtt, let dns, let sized):
                 do {
                     try effects.handshakeCompleted(dns: dns)
                 } catch {
@@ -332,7 +332,8 @@ extension ClientDaemon {
                 }
                 service.ready()
                 metrics.handshake("completed")
-                feed(.handshakeSucceeded(rtt: rtt))
+                metrics.tunnelMTU(effects.tunnelMTU)
+                feed(.handshakeSucceeded(rtt: rtt, sizedProbes: sized))
             case .rejected where !effects.tunnelUp:
                 metrics.handshake("rejected")
                 giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
@@ -341,19 +342,19 @@ extension ClientDaemon {
                 metrics.handshake("rejected")
                 feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
             case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
-            case .probeEcho(let id, let rtt):
-                if let echo = interpreter.echo(id, rtt: rtt) { feed(echo) }
+            case .probeEcho(let id, let rtt, let size):
+                if let echo = interpreter.echo(id, rtt: rtt, size: size) { feed(echo) }
             case .dataSent: feed(.dataSent)
             case .dataReceived: feed(.dataReceived)
             case .serverDraining: feed(.serverDraining)
-            case .handoverReady(let rtt, let dns):
+            case .handoverReady(let rtt, let dns, let sized):
                 do {
                     try effects.handshakeCompleted(dns: dns)
                 } catch {
                     return giveUp(error.message)
                 }
                 metrics.handshake("completed")
-                feed(.handoverReady(rtt: rtt))
+                feed(.handoverReady(rtt: rtt, sizedProbes: sized))
             case .handoverRejected:
                 metrics.handshake("rejected")
                 feed(.handoverRejected)
@@ -603,6 +604,14 @@ extension ClientDaemon {
                 metrics.probed()
                 effects.probe(id, via: path)
             }
+            mutating func probe(_ id: UInt64, via path: Path, size: Int) {
+                metrics.sizeProbed()
+                effects.probe(id, via: path, size: size)
+            }
+            mutating func setTunnelMTU(_ mtu: Int) {
+                effects.setTunnelMTU(mtu)
+                metrics.tunnelMTU(effects.tunnelMTU)
+            }
             mutating func reportFailure(_ reason: Reason) {
                 log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
             }
@@ -790,6 +799,9 @@ extension ClientDaemon {
                 ("role", .string("client")), ("state", .string(machine.state.name)), ("server", .object(server)),
                 ("path", machine.state.path.map(Self.pathJSON) ?? .null),
                 ("rtt_ms", machine.roundTripTime.map(\.milliseconds) ?? .null),
+                ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
+                                 ("searching", .bool(machine.isSearchingPathMTU)),
+                                 ("size_probes", .int(Int64(machine.sizeProbes)))])),
             ]
             if let t = lastTransition {
                 fields += [("since", .string(wallClock(ago: now - t.at))), ("for_ms", (now - t.at).milliseconds),

@@ -53,7 +53,7 @@ struct ReplayCommand: ParsableCommand {
                     if !quiet { print("  " + (json ? transition.json : transition.logfmt)) }
                 }
                 let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) resends=\(report.resends) probes=\(report.probes) "
-                    + "max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
+                    + "size_probes=\(report.sizeProbes) mtu=\(report.tunnelMTU) max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
                 if report.passed {
                     passed += 1
                     print("PASS \(path) \(summary)")

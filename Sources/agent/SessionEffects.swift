@@ -30,6 +30,8 @@ final class SessionEffects {
     private(set) var client: TunnelClient?
     private var clientThread: OSThread?
     private var tun: TunDevice?
+    /// The MTU the decision core last asked for.
+    private var wantedMTU: Int?
     private var routes: TunnelRoutes?
     /// An on-demand rule lifted the lockdown, the routes and the resolvers.
     private(set) var lockdownLifted = false
@@ -93,11 +95,27 @@ final class SessionEffects {
         client?.startHandshake()
     }
 
-    /// Sends probe `id` through the socket of `path` (a second socket when the session is elsewhere).
-    func probe(_ id: UInt64, via path: Path) {
+    /// Sends probe `id` through the socket of `path` (a second socket when the session is
+    /// elsewhere), padded to stand for a tunnel packet of `size` bytes if given.
+    func probe(_ id: UInt64, via path: Path, size: Int? = nil) {
         guard let socket = socket(for: path) else { return }
-        client?.probe(id: id, via: socket)
+        client?.probe(id: id, via: socket, size: size)
     }
+
+    /// The tunnel's MTU as the session's path allows; the device takes it now, or when it comes up.
+    func setTunnelMTU(_ mtu: Int) {
+        wantedMTU = mtu
+        guard let tun, tun.mtu != mtu else { return }
+        do {
+            try tun.setMTU(mtu)
+            log.info("tunnel MTU set", metadata: ["tunnel": "\(tun.name)", "mtu": "\(mtu)"])
+        } catch {
+            log.error("cannot set the tunnel's MTU", metadata: ["tunnel": "\(tun.name)", "mtu": "\(mtu)", "error": "\(error)"])
+        }
+    }
+
+    /// The tunnel device's MTU now (the configured one until a path asks for less).
+    var tunnelMTU: Int { tun?.mtu ?? wantedMTU ?? settings.tunnel.mtu }
 
     /// The server's name now gives `moved`: the lockdown opens to it first, then the session
     /// follows. False (and logged) when the lockdown could not be changed.
@@ -303,7 +321,7 @@ final class SessionEffects {
         guard tun == nil, !lockdownLifted, let client else { return }
         let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
         do {
-            let device = try TunDevice(name: settings.tunnel.name, mtu: settings.tunnel.mtu, addresses: prefixes,
+            let device = try TunDevice(name: settings.tunnel.name, mtu: wantedMTU ?? settings.tunnel.mtu, addresses: prefixes,
                                        offload: settings.tunnel.offload)
             routes = try TunnelRoutes(settings.mode, device: device)
             tun = device

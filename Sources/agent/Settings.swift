@@ -151,6 +151,16 @@ extension YAMLReader {
             throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
         }
         if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
+        // Path MTU discovery searches between the tunnel's minimum and its configured MTU.
+        settings.reconnect.maxMTU = settings.tunnel.mtu
+        if settings.reconnect.minMTU > settings.tunnel.mtu {
+            // A tunnel configured below the minimum has nothing to search.
+            if let node = f.optional("reconnect"), case .mapping(let keys) = node.value,
+               keys.contains(where: { if case .scalar("min-mtu") = $0.key.value { true } else { false } }) {
+                throw fail(node, "'min-mtu' (\(settings.reconnect.minMTU)) is above the tunnel's 'mtu' (\(settings.tunnel.mtu))")
+            }
+            settings.reconnect.minMTU = settings.tunnel.mtu
+        }
         if let node = f.optional("persistent-keepalive") {
             let interval = try duration(node)
             guard interval == .zero || (Duration.seconds(1)...Duration.seconds(3600)).contains(interval) else {

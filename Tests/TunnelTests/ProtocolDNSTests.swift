@@ -25,11 +25,12 @@ import Testing
         #expect(response > Response.minLength && response <= initiation, "a response never amplifies")
     }
 
-    @Test func aServerWithoutResolversSendsTheFixedResponse() throws {
+    @Test func aServerWithoutResolversSendsTheFixedResponseAndItsFeatures() throws {
         var f = try ProtocolFixture()
         let (_, response, done) = try Self.handshake(&f)
         #expect(done.dns == .success(.none))
-        #expect(response == Response.minLength)
+        #expect(done.sizedEchoes, "the server says it echoes padded probes")
+        #expect(response == Response.minLength + 3, "the fixed part and the 3-byte features option")
     }
 
     @Test func aUsersOwnResolversReplaceTheServers() throws {

@@ -102,9 +102,46 @@ import Testing
         return
     }
     #expect(to == ProtocolFixture.roamedAddress, "an echo answers the path the probe came on")
-    #expect(f.client.receive(&echo, now: f.now + .milliseconds(25)) == .probeEcho(id: 42, rtt: .milliseconds(25)))
+    #expect(f.client.receive(&echo, now: f.now + .milliseconds(25)) == .probeEcho(id: 42, rtt: .milliseconds(25), size: 18))
     var keepalive = try f.client.keepalive(now: f.now)
     #expect(f.server.receive(&keepalive, from: ProtocolFixture.roamedAddress, now: f.now) == .keepalive(from: peer))
+}
+
+@Test func aPaddedProbeIsAsBigAsTheTunnelPacketItStandsForAndSoIsItsEcho() throws {
+    var f = try ProtocolFixture()
+    let peer = try f.connect()
+    var probe = try f.client.probe(id: 7, now: f.now, size: 1420)
+    #expect(probe.count == 1420 + DataPacket.overhead, "the datagram of a full-size tunnel packet")
+    guard case .echo(peer, var echo, _) = f.server.receive(&probe, from: ProtocolFixture.roamedAddress, now: f.now) else {
+        Issue.record("no echo")
+        return
+    }
+    #expect(echo.count == 1420 + DataPacket.overhead, "the echo proves the size on the way back")
+    #expect(f.client.receive(&echo, now: f.now + .milliseconds(5)) == .probeEcho(id: 7, rtt: .milliseconds(5), size: 1420))
+}
+
+@Test func onlyProbesAndEchoesArePaddedAndOnlyWithZeros() {
+    let now = Instant(nanoseconds: 5)
+    let close = Control.encode(kind: Control.close, id: 0, sentAt: now, paddedTo: 40)
+    #expect(close.withUnsafeBytes { InnerContent($0) } == .malformed, "a padded close is malformed")
+    var probe = Control.encode(kind: Control.probe, id: 1, sentAt: now, paddedTo: 64)
+    #expect(probe.withUnsafeBytes { InnerContent($0) } == .probe(id: 1, sentAt: now, size: 64))
+    probe[50] = 1
+    #expect(probe.withUnsafeBytes { InnerContent($0) } == .malformed, "padding that carries data is malformed")
+}
+
+@Test func theServerSaysItEchoesSizesAndAnOlderClientStillReadsItsResponse() throws {
+    var payload = ResponsePayload(accepted: true, addresses: [IPAddress("10.7.0.2")!],
+                                  dns: try DNSSettings(resolvers: [IPAddress("10.7.0.1")!], searchDomains: ["corp.example"]))
+    payload.sizedEchoes = true
+    let bytes = payload.encoded()
+    let read = try #require(ResponsePayload(decoding: bytes))
+    #expect(read.sizedEchoes)
+    #expect(read.dns == payload.dns, "the DNS options after the features option are read as before")
+    // A revision 2 client reads only the DNS options, skipping the unknown one.
+    #expect(DNSSettings.decode(bytes[ResponsePayload.length...]) == payload.dns)
+    // Without room for options (an initiation that was not padded) the features go too.
+    #expect(ResponsePayload(decoding: payload.encoded(limit: Response.minLength))?.sizedEchoes == false)
 }
 
 @Test func aClientMaySendOnlyFromItsOwnInnerAddresses() throws {

@@ -1,9 +1,11 @@
 import CShims
 import Glibc
+import Synchronization
 public import PathMonitor
 
 /// A layer-3 TUN interface (`IFF_TUN | IFF_NO_PI`: each read or write is one bare IP packet),
-/// configured once when opened: MTU, up, inner addresses. A reconnect never touches it.
+/// configured once when opened: MTU, up, inner addresses. A reconnect never touches it; only
+/// its MTU follows the path the session is on (path MTU discovery).
 ///
 /// The one owner of its `/dev/net/tun` descriptor. The device is not persistent, so closing the
 /// descriptor (deinit) deletes the interface and every route through it, on a clean exit and
@@ -14,7 +16,12 @@ public final class TunDevice: Sendable {
     public let name: String
     /// The kernel's interface index, for routes through it.
     public let index: Int32
-    public let mtu: Int
+    /// The MTU as last set.
+    public var mtu: Int { currentMTU.withLock { $0 } }
+    private let currentMTU: Mutex<Int>
+    /// The lowest MTU the device takes: IPv6's minimum with an IPv6 address, else IPv4's.
+    public let minimumMTU: Int
+    private let namespace: NetworkNamespace?
     /// The inner addresses, with their subnets: those asked for, less IPv6 ones on a host
     /// where IPv6 is disabled.
     public let addresses: [Prefix]
@@ -103,11 +110,26 @@ public final class TunDevice: Sendable {
             throw error
         }
         self.name = name
-        self.mtu = mtu
+        currentMTU = Mutex(mtu)
+        minimumMTU = minimum
+        self.namespace = namespace
         self.addresses = added
         queues = fds
         self.offload = opened.offload
         hasVirtioHeader = opened.hasVirtioHeader
+    }
+
+    /// Sets the device's MTU (`RTM_NEWLINK`): the kernel makes local sockets' packets fit it at
+    /// once, and new TCP connections announce a segment size to match.
+    public func setMTU(_ mtu: Int) throws(DeviceError) {
+        let operation = "set the MTU of '\(name)' to \(mtu)"
+        guard (minimumMTU...65535).contains(mtu) else {
+            throw DeviceError(operation, EINVAL, help: "the MTU must be \(minimumMTU) to 65535 on this device")
+        }
+        try inNamespace(namespace) { () throws(DeviceError) in
+            try Self.netlink { () throws(NetlinkError) in try NetlinkSocket().setLink(index, mtu: mtu) }
+        }
+        currentMTU.withLock { $0 = mtu }
     }
 
     /// What opening the device gave: its offloads, and whether reads and writes carry a header.

@@ -45,8 +45,9 @@ public enum ClientEvent: Equatable, Sendable {
     case established(HandshakeCompletion)
     /// The server refused our key or credentials; retrying with the same ones will not help.
     case rejected
-    /// The echo of our probe `id`, `rtt` after we sent it.
-    case probeEcho(id: UInt64, rtt: Duration)
+    /// The echo of our probe `id`, `rtt` after we sent it; `size`: its plaintext's length, the
+    /// tunnel packet a padded probe stood for.
+    case probeEcho(id: UInt64, rtt: Duration, size: Int)
     /// The server says it holds no session for the one we use: it restarted. Start a handshake;
     /// keep the session meanwhile (the hint is unauthenticated, see docs/PROTOCOL.md).
     case sessionUnknown
@@ -73,6 +74,8 @@ public struct HandshakeCompletion: Equatable, Sendable {
     /// A keepalive on the new session: send it at once if no data is about to go, so the
     /// server learns we hold the keys and starts using them too.
     public var confirmation: [UInt8]
+    /// The server echoes padded probes padded alike: the path's MTU can be discovered.
+    public var sizedEchoes = false
 }
 
 /// The client's side of the protocol: builds initiations, turns responses into a session, seals
@@ -244,7 +247,8 @@ public struct ClientCore: Sendable {
         hintReported = false
         addresses = verdict.addresses
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
-        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns, confirmation: confirmation))
+        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns,
+                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes))
     }
 
     /// A cookie reply for the handshake in flight: keep the cookie and send the same initiation
@@ -295,7 +299,7 @@ public struct ClientCore: Sendable {
                 return drop(.wrongInnerSource)
             }
             return .packet(range: opened.range)
-        case .echo(let id, let sentAt): return .probeEcho(id: id, rtt: now - sentAt)
+        case .echo(let id, let sentAt, let size): return .probeEcho(id: id, rtt: now - sentAt, size: size)
         case .drain: return .draining
         case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)
@@ -323,8 +327,10 @@ public struct ClientCore: Sendable {
     }
 
     /// A probe the server echoes: liveness and round-trip time for the path it is sent on.
-    public mutating func probe(id: UInt64, now: Instant) throws(SealFailure) -> [UInt8] {
-        try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now), now: now)
+    /// `size` pads it to stand for a tunnel packet of that many bytes (its datagram is then
+    /// exactly as big as one), and a server that echoes sizes pads the echo alike.
+    public mutating func probe(id: UInt64, now: Instant, size: Int? = nil) throws(SealFailure) -> [UInt8] {
+        try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now, paddedTo: size ?? Control.length), now: now)
     }
 
     /// Tells the server this client is going away, so it forgets the session at once rather

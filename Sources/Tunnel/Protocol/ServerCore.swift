@@ -334,7 +334,8 @@ public struct ServerCore: Sendable {
     /// passed: a prober without the password cannot tell "replay" from "wrong password".
     private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation) -> Decision {
         if let last = sessions.withPeer(peer, { $0.lastTimestamp }), initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
-        let accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
+        var accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
+        accepted.sizedEchoes = true
         return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: initiation.limit)))
     }
 

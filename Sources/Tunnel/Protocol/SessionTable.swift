@@ -117,8 +117,10 @@ public final class SessionTable: Sendable {
         case .packet(let inner):
             guard peers[slot].addresses.contains(inner) else { return drop(.wrongInnerSource) }
             return .packet(from: peer, range: opened.range)
-        case .probe(let id, let sentAt):
-            let echo = Control.encode(kind: Control.echo, id: id, sentAt: sentAt)
+        case .probe(let id, let sentAt, let size):
+            // Padded as the probe was, so the echo proves the size on the way back too; never
+            // bigger than what came, so a probe cannot make the server amplify.
+            let echo = Control.encode(kind: Control.echo, id: id, sentAt: sentAt, paddedTo: size)
             guard let current = peers[slot].state.withLock({ $0.current }),
                   let datagram = try? current.seal(message: echo, now: now, limits: limits)
             else { return drop(.sessionExpired) }

@@ -219,6 +219,8 @@ struct ResponsePayload: Equatable {
     var addresses: [IPAddress]
     /// The resolvers and search domains pushed for the tunnel, or why those received are unusable.
     var dns: Result<DNSSettings, DNSSettingsError>
+    /// The server echoes padded probes padded alike (`Features.sizedEchoes`).
+    var sizedEchoes = false
 
     /// The payload, with the DNS options only when the whole response stays within `limit` bytes
     /// (the initiation's length): a client too old to pad its initiation could not read them anyway.
@@ -235,11 +237,33 @@ struct ResponsePayload: Equatable {
                 bytes.replaceSubrange(6..<22, with: address.bytes)
             }
         }
+        // The features first: three bytes, within every initiation's room.
+        if sizedEchoes, Response.minLength + 3 <= limit { bytes += [Features.option, 1, Features.sizedEchoes] }
         if case .success(let settings) = dns {
             let options = settings.encoded()
-            if Response.minLength + options.count <= limit { bytes += options }
+            if Response.minLength + (bytes.count - Self.length) + options.count <= limit { bytes += options }
         }
         return bytes
+    }
+
+    /// The response option that says what this server does beyond revision 2's protocol; a
+    /// client of an earlier revision skips it as an unknown option.
+    enum Features {
+        static let option: UInt8 = 3
+        /// The server echoes a padded probe padded alike (path MTU discovery).
+        static let sizedEchoes: UInt8 = 1
+
+        /// The feature bits in the response's options (zero when they do not say).
+        static func decode(_ options: ArraySlice<UInt8>) -> UInt8 {
+            var at = options.startIndex
+            while at + 1 < options.endIndex, options[at] != DNSSettings.Option.end {
+                let type = options[at], length = Int(options[at + 1])
+                guard at + 2 + length <= options.endIndex else { return 0 }
+                if type == option, length >= 1 { return options[at + 2] }
+                at += 2 + length
+            }
+            return 0
+        }
     }
 
     init(accepted: Bool, addresses: [IPAddress], dns: DNSSettings = .none) {
@@ -257,6 +281,7 @@ struct ResponsePayload: Equatable {
         if bytes[1] & 1 != 0, let v4 = IPAddress(bytes: bytes[2..<6]) { addresses.append(v4) }
         if bytes[1] & 2 != 0, let v6 = IPAddress(bytes: bytes[6..<22]) { addresses.append(v6) }
         dns = DNSSettings.decode(bytes[Self.length...])
+        sizedEchoes = Features.decode(bytes[Self.length...]) & Features.sizedEchoes != 0
     }
 }
 
@@ -313,6 +338,8 @@ enum SessionUnknown {
 ///         4 drain (server to client: this server is being taken down; move to another)
 ///     2   probe id (u64 LE), chosen by the prober; zero in a close
 ///     10  the prober's clock when it sent the probe, in nanoseconds (i64 LE); echoed unchanged
+///     18  a probe or an echo only: zeros, padding it to the size of the tunnel packet it stands
+///         for (path MTU discovery); the echo of a padded probe is padded alike
 enum Control {
     static let length = 18
     static let probe: UInt8 = 1
@@ -320,9 +347,11 @@ enum Control {
     static let close: UInt8 = 3
     static let drain: UInt8 = 4
 
-    static func encode(kind: UInt8, id: UInt64, sentAt: Instant) -> [UInt8] {
-        [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
+    static func encode(kind: UInt8, id: UInt64, sentAt: Instant, paddedTo size: Int = length) -> [UInt8] {
+        var bytes = [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
             + withUnsafeBytes(of: sentAt.nanoseconds.littleEndian) { Array($0) }
+        if size > length { bytes += repeatElement(0, count: size - length) }
+        return bytes
     }
 }
 
@@ -330,8 +359,9 @@ enum Control {
 enum InnerContent: Equatable {
     case keepalive
     case packet(source: IPAddress)
-    case probe(id: UInt64, sentAt: Instant)
-    case echo(id: UInt64, sentAt: Instant)
+    /// `size`: the plaintext's length, padding included.
+    case probe(id: UInt64, sentAt: Instant, size: Int)
+    case echo(id: UInt64, sentAt: Instant, size: Int)
     case close
     case drain
     case malformed
@@ -345,15 +375,19 @@ enum InnerContent: Equatable {
             self = InnerPacket.source(of: plaintext).map { .packet(source: $0) } ?? .malformed
             return
         }
-        guard plaintext.count == Control.length else {
+        let kind = plaintext.count > 1 ? plaintext[1] : 0
+        let padded = kind == Control.probe || kind == Control.echo
+        guard plaintext.count == Control.length
+                || (padded && plaintext.count > Control.length && plaintext[Control.length...].allSatisfy { $0 == 0 })
+        else {
             self = .malformed
             return
         }
         let id = plaintext.loadLittleEndian(UInt64.self, at: 2)
         let sentAt = Instant(nanoseconds: Int64(bitPattern: plaintext.loadLittleEndian(UInt64.self, at: 10)))
-        switch plaintext[1] {
-        case Control.probe: self = .probe(id: id, sentAt: sentAt)
-        case Control.echo: self = .echo(id: id, sentAt: sentAt)
+        switch kind {
+        case Control.probe: self = .probe(id: id, sentAt: sentAt, size: plaintext.count)
+        case Control.echo: self = .echo(id: id, sentAt: sentAt, size: plaintext.count)
         case Control.close: self = .close
         case Control.drain: self = .drain
         default: self = .malformed

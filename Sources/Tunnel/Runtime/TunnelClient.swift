@@ -23,14 +23,16 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
 /// What the client's data plane tells whoever decides (the state machine's driver): facts, each
 /// reported once per change, never per packet.
 public enum ClientNotice: Equatable, Sendable {
-    /// A handshake completed: the session has fresh keys.
-    case handshakeCompleted(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>)
+    /// A handshake completed: the session has fresh keys. `sizedEchoes`: the server echoes
+    /// padded probes padded alike.
+    case handshakeCompleted(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>, sizedEchoes: Bool)
     /// The server refused our key or credentials.
     case rejected
     /// The server says it holds no session for us.
     case sessionUnknown
-    /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it).
-    case probeEcho(id: UInt64, rtt: Duration)
+    /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it),
+    /// `size` bytes of plaintext (the tunnel packet a padded probe stood for).
+    case probeEcho(id: UInt64, rtt: Duration, size: Int)
     /// Data went out more than `quietSpell` after the last arrival: the first such send.
     case dataSent
     /// An authenticated packet arrived after data had gone out unanswered.
@@ -38,7 +40,7 @@ public enum ClientNotice: Equatable, Sendable {
     /// The server said, on the session, that it is being taken down.
     case serverDraining
     /// The session prepared with another server (`prepareHandover`) is up.
-    case handoverReady(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>)
+    case handoverReady(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>, sizedEchoes: Bool)
     /// The server the session was to move to refused this client.
     case handoverRejected
 }
@@ -312,11 +314,12 @@ public final class TunnelClient: Sendable {
         }
     }
 
-    /// Sends a probe over `socket` (a path being tried; the current one when nil). Its echo is
-    /// reported as `.probeEcho(id:rtt:)` and shown by `lastProbeEcho`.
-    public func probe(id: UInt64, via socket: UDPSocket? = nil) {
+    /// Sends a probe over `socket` (a path being tried; the current one when nil), padded to
+    /// stand for a tunnel packet of `size` bytes if given. Its echo is reported as
+    /// `.probeEcho(id:rtt:size:)` and shown by `lastProbeEcho`.
+    public func probe(id: UInt64, via socket: UDPSocket? = nil, size: Int? = nil) {
         guard let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
-            (try session.core.probe(id: id, now: Instant.now()), session.server)
+            (try session.core.probe(id: id, now: Instant.now(), size: size), session.server)
         }) else { return }
         guard let socket, socket !== self.socket else { return send(datagram, to: server) }
         let added = candidates.withLock { list -> Bool in
@@ -435,13 +438,13 @@ public final class TunnelClient: Sendable {
         case .established(let completion):
             send(completion.confirmation)
             logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)"])
-            notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns))
+            notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
         case .rejected:
             logger.warning("the server rejected a handshake")
             notify(.rejected)
-        case .probeEcho(let id, let rtt):
+        case .probeEcho(let id, let rtt, let size):
             lastEcho.withLock { $0 = (id, rtt) }
-            notify(.probeEcho(id: id, rtt: rtt))
+            notify(.probeEcho(id: id, rtt: rtt, size: size))
         case .sessionUnknown:
             logger.info(answersHints ? "the server lost our session; handshaking" : "the server says it lost our session")
             notify(.sessionUnknown)
@@ -470,7 +473,7 @@ public final class TunnelClient: Sendable {
             case .established(let completion):
                 send(completion.confirmation, to: peer)
                 logger.info("handshake with the next server completed", metadata: ["rtt": "\(completion.rtt.short)"])
-                notify(.handoverReady(rtt: completion.rtt, dns: completion.dns))
+                notify(.handoverReady(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
             case .rejected:
                 logger.warning("the next server rejected a handshake")
                 notify(.handoverRejected)

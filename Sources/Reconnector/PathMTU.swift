@@ -1,0 +1,131 @@
+/// The search for the largest tunnel packet a path carries, in the manner of RFC 8899's
+/// packetization-layer discovery: probes padded to a candidate size go out on the session's
+/// keys, an echo proves the size both ways, and silence proves nothing until it is repeated
+/// while the server is heard otherwise. No ICMP is needed, so it works where ICMP is filtered.
+///
+/// Sizes are tunnel MTUs: the inner packet a size probe stands for, so the datagram on the wire
+/// is exactly that of a full-size tunnel packet. The search runs in rounds: each sends a few
+/// sizes at once and waits one probe wait; answered sizes raise the floor at once, a size
+/// missed `misses` times in rounds where the server was heard is too big.
+public struct PathMTUSearch: Equatable, Sendable {
+    /// The smallest tunnel packet the tunnel needs (1280: IPv6's minimum).
+    public let floor: Int
+    /// The tunnel's configured MTU: never probed above.
+    public let ceiling: Int
+    /// The largest size an echo proved, if any.
+    public private(set) var confirmed: Int?
+    /// The smallest size found too big, if any.
+    public private(set) var tooBig: Int?
+    /// Unanswered sizes of earlier rounds, with how many rounds missed them.
+    private var missed: [Int: Int] = [:]
+    /// The sizes of the round in flight.
+    public private(set) var inFlight: [Int] = []
+    /// Rounds that ended with nothing heard from the server at all: they prove nothing.
+    public private(set) var silentRounds = 0
+    /// What an earlier search found too big, when this one only looks whether the path grew: if
+    /// the ceiling still fails, the earlier finding stands and no new search runs.
+    private let knownTooBig: Int?
+
+    /// Sizes closer together than this are not told apart.
+    public static let granularity = 8
+
+    /// A search of a path between `floor` and `ceiling`; with `confirmed` and `knownTooBig` (what
+    /// an earlier search of the path found), a look upward that probes only the ceiling.
+    public init(floor: Int, ceiling: Int, confirmed: Int? = nil, knownTooBig: Int? = nil) {
+        let lowest = min(floor, ceiling)
+        self.floor = lowest
+        self.ceiling = ceiling
+        self.knownTooBig = confirmed == nil ? nil : knownTooBig
+        self.confirmed = confirmed.map { min(max($0, lowest), ceiling) }
+    }
+
+    /// The search is over: the ceiling is proven, or the gap between the largest size proven
+    /// and the smallest too big is within the granularity, or not even the floor passes.
+    public var isDone: Bool {
+        if confirmed == ceiling { return true }
+        if isTooSmall { return true }
+        guard let confirmed, let tooBig else { return false }
+        return tooBig - confirmed <= Self.granularity
+    }
+
+    /// The floor itself is too big: the path cannot carry the tunnel.
+    public var isTooSmall: Bool { tooBig.map { $0 <= floor } ?? false }
+
+    /// The MTU the tunnel can use now: the largest proven size once a bigger one failed, the
+    /// ceiling while nothing failed (the path is presumed whole until shown otherwise).
+    public var usable: Int {
+        guard tooBig != nil else { return ceiling }
+        return confirmed ?? floor
+    }
+
+    /// Starts a round: the sizes to probe. Sizes missed before are asked again (a miss may be
+    /// loss), and up to three new ones split the range below the smallest of them, so a path
+    /// much smaller than the ceiling is found in a few rounds, not one halving per round.
+    public mutating func startRound() -> [Int] {
+        guard !isDone else { inFlight = []; return [] }
+        let low = confirmed ?? floor
+        if tooBig == nil && missed.isEmpty {
+            // Nothing failed yet: the ceiling (most paths carry it, and one echo ends the search),
+            // with the floor if it is not proven yet (a path that cannot carry even that is told
+            // at once).
+            inFlight = confirmed == nil && floor < ceiling ? [floor, ceiling] : [ceiling]
+            return inFlight
+        }
+        if knownTooBig != nil && tooBig == nil {
+            // A look upward asks only the ceiling, until it answers or fails.
+            inFlight = [ceiling]
+            return inFlight
+        }
+        let high = tooBig ?? ceiling + 1
+        var sizes = missed.keys.filter { $0 > low && $0 < high }.sorted()
+        if confirmed == nil, !sizes.contains(floor), floor < high { sizes.insert(floor, at: 0) }
+        let splitBelow = sizes.first { $0 > low } ?? high
+        if splitBelow - low > Self.granularity {
+            for i in 1...3 {
+                let size = (low + (splitBelow - low) * i / 4) / 4 * 4
+                if size > low, size < splitBelow, !sizes.contains(size) { sizes.append(size) }
+            }
+        }
+        inFlight = sizes.sorted()
+        return inFlight
+    }
+
+    /// An echo of a size probe came back (of this round or a late one of an earlier round).
+    /// Returns true when the usable MTU changed.
+    public mutating func answered(_ size: Int) -> Bool {
+        let before = usable
+        guard size >= floor, size <= ceiling else { return false }
+        if confirmed.map({ size > $0 }) ?? true { confirmed = size }
+        // An echo proves the size: an earlier verdict of too big was loss.
+        if let big = tooBig, big <= size { tooBig = nil }
+        missed = missed.filter { $0.key > size }
+        return usable != before
+    }
+
+    /// The round's wait is over. `heard` says whether anything authenticated came from the
+    /// server during it; without that the silence proves nothing. A size is too big after
+    /// `misses` rounds without its echo. Returns true when the usable MTU changed.
+    public mutating func endRound(heard: Bool, misses: Int) -> Bool {
+        let before = usable
+        let low = confirmed ?? (floor - 1)
+        let unanswered = inFlight.filter { $0 > low }
+        inFlight = []
+        guard heard else {
+            silentRounds += 1
+            return false
+        }
+        silentRounds = 0
+        for size in unanswered {
+            let count = (missed[size] ?? 0) + 1
+            if count >= max(misses, 1) {
+                missed[size] = nil
+                if tooBig.map({ size < $0 }) ?? true { tooBig = size }
+                if let known = knownTooBig, size >= known { tooBig = min(size, known) }
+            } else {
+                missed[size] = count
+            }
+        }
+        if let big = tooBig { missed = missed.filter { $0.key < big } }
+        return usable != before
+    }
+}
