@@ -22,21 +22,48 @@ public struct PathMTUSearch: Equatable, Sendable {
     public private(set) var inFlight: [Int] = []
     /// Rounds that ended with nothing heard from the server at all: they prove nothing.
     public private(set) var silentRounds = 0
-    /// What an earlier search found too big, when this one only looks whether the path grew: if
-    /// the ceiling still fails, the earlier finding stands and no new search runs.
-    private let knownTooBig: Int?
+    /// A look at one size before any search: whether the path grew or shrank since the last
+    /// search of it, whose finding stands unless the look says otherwise.
+    private var look: (kind: Look, size: Int, knownTooBig: Int?)?
+
+    enum Look: Equatable, Sendable {
+        /// The smallest size the last search found too big: if it passes now, the search goes
+        /// on upward from it (a finding that loss made too low is mended this way too).
+        case grew
+        /// The MTU in use: if it fails now, the whole search runs below it.
+        case shrank
+    }
+
+    public static func == (a: PathMTUSearch, b: PathMTUSearch) -> Bool {
+        a.floor == b.floor && a.ceiling == b.ceiling && a.confirmed == b.confirmed && a.tooBig == b.tooBig
+            && a.missed == b.missed && a.inFlight == b.inFlight && a.silentRounds == b.silentRounds
+            && a.look?.kind == b.look?.kind && a.look?.size == b.look?.size && a.look?.knownTooBig == b.look?.knownTooBig
+    }
 
     /// Sizes closer together than this are not told apart.
     public static let granularity = 8
 
-    /// A search of a path between `floor` and `ceiling`; with `confirmed` and `knownTooBig` (what
-    /// an earlier search of the path found), a look upward that probes only the ceiling.
-    public init(floor: Int, ceiling: Int, confirmed: Int? = nil, knownTooBig: Int? = nil) {
-        let lowest = min(floor, ceiling)
-        self.floor = lowest
+    /// A search of a path between `floor` and `ceiling`.
+    public init(floor: Int, ceiling: Int) {
+        self.floor = min(floor, ceiling)
         self.ceiling = ceiling
-        self.knownTooBig = confirmed == nil ? nil : knownTooBig
-        self.confirmed = confirmed.map { min(max($0, lowest), ceiling) }
+    }
+
+    /// On a path that carries `current` and not `tooBig`: did it grow? One size is asked.
+    public static func raise(floor: Int, ceiling: Int, current: Int, tooBig: Int?) -> PathMTUSearch {
+        var search = PathMTUSearch(floor: floor, ceiling: ceiling)
+        search.confirmed = min(max(current, search.floor), ceiling)
+        let known = tooBig.map { min($0, ceiling) } ?? ceiling
+        search.look = (.grew, max(known, search.confirmed ?? search.floor), known)
+        return search
+    }
+
+    /// `current`, the MTU in use: did the path shrink? `tooBig` is what the last search of the
+    /// path found too big (nil if the ceiling passed).
+    public static func verify(floor: Int, ceiling: Int, current: Int, tooBig: Int?) -> PathMTUSearch {
+        var search = PathMTUSearch(floor: floor, ceiling: ceiling)
+        search.look = (.shrank, min(max(current, search.floor), ceiling), tooBig)
+        return search
     }
 
     /// The search is over: the ceiling is proven, or the gap between the largest size proven
@@ -64,16 +91,15 @@ public struct PathMTUSearch: Equatable, Sendable {
     public mutating func startRound() -> [Int] {
         guard !isDone else { inFlight = []; return [] }
         let low = confirmed ?? floor
+        if let look {
+            inFlight = [look.size]
+            return inFlight
+        }
         if tooBig == nil && missed.isEmpty {
             // Nothing failed yet: the ceiling (most paths carry it, and one echo ends the search),
             // with the floor if it is not proven yet (a path that cannot carry even that is told
             // at once).
             inFlight = confirmed == nil && floor < ceiling ? [floor, ceiling] : [ceiling]
-            return inFlight
-        }
-        if knownTooBig != nil && tooBig == nil {
-            // A look upward asks only the ceiling, until it answers or fails.
-            inFlight = [ceiling]
             return inFlight
         }
         let high = tooBig ?? ceiling + 1
@@ -96,6 +122,15 @@ public struct PathMTUSearch: Equatable, Sendable {
         let before = usable
         guard size >= floor, size <= ceiling else { return false }
         if confirmed.map({ size > $0 }) ?? true { confirmed = size }
+        if let current = look, size >= current.size {
+            look = nil
+            switch current.kind {
+            case .grew: break  // the search goes on above it
+            case .shrank:
+                // What the last search found stands.
+                if let known = current.knownTooBig, known > size, tooBig == nil { tooBig = known }
+            }
+        }
         // An echo proves the size: an earlier verdict of too big was loss.
         if let big = tooBig, big <= size { tooBig = nil }
         missed = missed.filter { $0.key > size }
@@ -120,7 +155,11 @@ public struct PathMTUSearch: Equatable, Sendable {
             if count >= max(misses, 1) {
                 missed[size] = nil
                 if tooBig.map({ size < $0 }) ?? true { tooBig = size }
-                if let known = knownTooBig, size >= known { tooBig = min(size, known) }
+                if let current = look, size == current.size {
+                    // A look upward that failed leaves what was known; a look at the MTU in use
+                    // that failed starts the whole search below it.
+                    look = nil
+                }
             } else {
                 missed[size] = count
             }

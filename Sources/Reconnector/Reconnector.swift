@@ -112,6 +112,10 @@ public struct Reconnector: Sendable {
     /// Paths found too small for the tunnel: their re-check is a probe of the smallest tunnel
     /// packet, not a small probe that would prove nothing.
     private var tooSmall: Set<Path.ID> = []
+    /// When the MTU in use was last looked at after a silence (see `mtuVerifyEvery`).
+    private var mtuVerifiedAt: Instant?
+    /// The least time between two looks at the MTU in use that silences bring.
+    public static let mtuVerifyEvery: Duration = .seconds(30)
     /// Path MTU probes sent since start.
     public private(set) var sizeProbes = 0
     /// A path MTU search is under way on the session's path.
@@ -355,7 +359,14 @@ public struct Reconnector: Sendable {
                 quietProofs = min(quietProofs + 1, 5)
                 // Data went unanswered, yet a small probe passes: the path may have begun to drop
                 // big packets (a route change behind it). Its MTU is looked for again.
-                if let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id) { mtu = nil }
+                // One probe of the MTU in use tells; only its failure starts a whole search. On a
+                // lossy path such silences come often: one look per `mtuVerifyEvery` is enough.
+                if let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id),
+                   mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true {
+                    mtuVerifiedAt = now
+                    mtu = (id, .verify(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU,
+                                       tooBig: search.search.tooBig), nil, nil)
+                }
             }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
@@ -1127,14 +1138,13 @@ public struct Reconnector: Sendable {
             // Time to see whether the path grew: the ceiling is asked again, and what is known
             // stands if it still fails.
             let known = current.search.tooBig ?? tunnelMTU + PathMTUSearch.granularity
-            mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU, confirmed: tunnelMTU, knownTooBig: known),
-                   nil, nil)
+            mtu = (path.id, .raise(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: known), nil, nil)
             return startPathMTURound(on: path, now, &out)
         }
         let heard = current.roundStart.flatMap { start in session.map { $0.lastHeard >= start } } ?? false
         // A size is too big after as many unanswered rounds as the path's loss calls for before
-        // it is dead, and at least two: one lost probe is no verdict.
-        _ = current.search.endRound(heard: force || heard, misses: probesBeforeDead(after: 0, atLeast: 2))
+        // it is dead, and at least three (as RFC 8899's MAX_PROBES): one lost probe is no verdict.
+        _ = current.search.endRound(heard: force || heard, misses: probesBeforeDead(after: 0, atLeast: 3))
         current.roundStart = nil
         mtu = current
         if current.search.isTooSmall { return pathTooSmall(path, now, &out) }
@@ -1144,7 +1154,7 @@ public struct Reconnector: Sendable {
             // Nothing heard for three rounds: the path's liveness rules deal with that; the
             // search looks again later.
             mtu?.raiseAt = now + config.mtuRaiseAfter
-            mtu?.search = PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU, confirmed: current.search.confirmed)
+            mtu?.search = .raise(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: current.search.tooBig)
             return arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
         }
         startPathMTURound(on: path, now, &out)
@@ -1226,6 +1236,7 @@ public struct Reconnector: Sendable {
         rttSampledAt = rttSampledAt.map { $0 + step }
         refreshedAt = refreshedAt.map { $0 + step }
         workingSince = workingSince.map { $0 + step }
+        mtuVerifiedAt = mtuVerifiedAt.map { $0 + step }
         if var search = mtu {
             search.roundStart = search.roundStart.map { $0 + step }
             search.raiseAt = search.raiseAt.map { $0 + step }

@@ -930,7 +930,6 @@ extension Replay: SessionDriver {
     public mutating func probe(_ id: UInt64, via path: Path, size: Int) {
         requireKnown(path, action: "size probe")
         report.sizeProbes += 1
-        if getenv("DBG") != nil { print("DBG \(now) sizeprobe \(size)") }
         if size < scenario.config.minMTU || size > scenario.config.maxMTU {
             violation("a size probe of \(size) bytes, outside \(scenario.config.minMTU)...\(scenario.config.maxMTU)")
         }
@@ -946,7 +945,6 @@ extension Replay: SessionDriver {
         if mtu == tunnelMTU { violation("tunnel MTU set to \(mtu), which it already is") }
         tunnelMTU = mtu
         report.mtuChanges += 1
-        if getenv("DBG") != nil { print("DBG \(now) mtu \(mtu)") }
     }
 
     public mutating func reportFailure(_ reason: Reason) {}
