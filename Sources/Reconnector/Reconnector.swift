@@ -359,14 +359,7 @@ public struct Reconnector: Sendable {
                 quietProofs = min(quietProofs + 1, 5)
                 // Data went unanswered, yet a small probe passes: the path may have begun to drop
                 // big packets (a route change behind it). Its MTU is looked for again.
-                // One probe of the MTU in use tells; only its failure starts a whole search. On a
-                // lossy path such silences come often: one look per `mtuVerifyEvery` is enough.
-                if let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id),
-                   mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true {
-                    mtuVerifiedAt = now
-                    mtu = (id, .verify(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU,
-                                       tooBig: search.search.tooBig), nil, nil)
-                }
+                prepareLookAtMTU(on: id, now)
             }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
@@ -490,6 +483,19 @@ public struct Reconnector: Sendable {
             refreshedAt = now
             sendProbe(via: path, &out)
         }
+    }
+
+    /// Replaces a finished search on `id` with one look at the MTU in use (one padded probe,
+    /// whose failure alone starts a whole search), unless one was made within `mtuVerifyEvery`:
+    /// on a lossy path the silences that ask for it come often. True when it did.
+    @discardableResult
+    private mutating func prepareLookAtMTU(on id: Path.ID, _ now: Instant) -> Bool {
+        guard let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id),
+              mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true else { return false }
+        mtuVerifiedAt = now
+        mtu = (id, .verify(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: search.search.tooBig),
+               nil, nil)
+        return true
     }
 
     private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {

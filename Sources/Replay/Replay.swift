@@ -125,6 +125,9 @@ public struct Replay {
     // The driver's view.
     private var socket: Path.ID?
     private var clientHasSession = false
+    /// Which keys the client holds. A hint names the receiver index of the packet that drew it,
+    /// and the client's data plane drops one that names keys it no longer holds.
+    private var clientKeys = 0
     private var armed: [TimerKind: Instant] = [:]
     private var handshakeGeneration = 0
     private var handshakeInFlight: Path.ID?
@@ -197,6 +200,9 @@ public struct Replay {
                 guard !sleeping, next.at == now, reaches(via) else { break }
                 if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
                 if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
+                // A hint drawn by a packet on keys replaced since (a handshake completed while it
+                // was on its way) is about them, not about the session now.
+                if case .handshakeFailed(.sessionUnknown) = input, generation != clientKeys { break }
                 deliver(input)
             case .checked(let input):
                 // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
@@ -308,6 +314,7 @@ public struct Replay {
             standby = nil
             socket = nil
             clientHasSession = false
+            clientKeys += 1
             lastHeard = nil
             armed.removeAll()
             handshakeInFlight = nil
@@ -537,7 +544,7 @@ public struct Replay {
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
             let at = arrival(id)
-            if !lost(id, up: false, arriving: at) { queue.push(at, .deliver(.handshakeFailed(.sessionUnknown), generation: 0, via: id)) }
+            if !lost(id, up: false, arriving: at) { queue.push(at, .deliver(.handshakeFailed(.sessionUnknown), generation: clientKeys, via: id)) }
         }
     }
 
@@ -545,6 +552,7 @@ public struct Replay {
         switch input {
         case .handshakeSucceeded:
             clientHasSession = true
+            clientKeys += 1
             lastHeard = now
             hintReported = false
         case .handshakeFailed(.sessionUnknown):
@@ -959,6 +967,7 @@ extension Replay: SessionDriver {
     private mutating func forgetSession() {
         standby = nil
         clientHasSession = false
+        clientKeys += 1
         lastHeard = nil
         hintReported = false
         handshakeInFlight = nil
@@ -989,6 +998,7 @@ extension Replay: SessionDriver {
         target = next
         standby = nil
         clientHasSession = true
+        clientKeys += 1
         lastHeard = now
         hintReported = false
     }

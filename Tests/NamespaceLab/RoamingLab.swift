@@ -333,7 +333,9 @@ public final class RoamingLab {
     /// into it. A reconnect must leave all of it as it was.
     public func tunnelSnapshot() -> String {
         let name = tunnelDevice
-        let link = (try? laptop.ip("-o link show \(name)")) ?? "absent"
+        // Its MTU follows the path (path MTU discovery); everything else stays.
+        let link = ((try? laptop.ip("-o link show \(name)")) ?? "absent")
+            .replacingOccurrences(of: " mtu [0-9]+", with: "", options: .regularExpression)
         let addresses = (try? laptop.ip("-o address show dev \(name)")) ?? ""
         let routes = ((try? laptop.ip("route show table all dev \(name)")) ?? "")
             .split(separator: "\n").filter { !$0.contains("linkdown") }.sorted().joined(separator: "\n")

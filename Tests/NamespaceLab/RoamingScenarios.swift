@@ -27,6 +27,11 @@ public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvert
     /// The router drops a random 20 % of what crosses eth0, each way, for 20 s (nftables'
     /// `numgen random`: this kernel has no netem); wifi0 is healthy.
     case lossyUplink = "lossy-uplink"
+    /// On wifi0 with eth0 down, then eth0 comes up behind a router that drops every IPv4
+    /// packet over 1400 bytes crossing it, each way, and says nothing (no ICMP): the session
+    /// moves there (it ranks first) and full-size tunnel packets vanish while small ones pass.
+    /// 20 s with the TCP stream running (20 MB at its megabyte a second).
+    case mtuBlackHole = "mtu-black-hole"
 
     public var description: String { rawValue }
 }
@@ -53,6 +58,9 @@ public struct RoamingOutcome: Sendable {
     public var moved: Duration?
     /// Roam's interface at the end.
     public var interface: String?
+    /// Roam's tunnel MTU at the end, and how long it took to come down to what the path carries.
+    public var tunnelMTU: Int?
+    public var adapted: Duration?
     /// The TCP stream: bytes written, bytes read, every byte in order, what failed.
     public var tcp: (sent: Int, received: Int, intact: Bool, failure: String?)?
     /// The tunnel device's index, flags, addresses and routes at the end, equal to the start.
@@ -74,7 +82,7 @@ extension RoamingScenario {
                     leaks: Bool = false) throws -> RoamingOutcome {
         let lab = try RoamingLab(vpn: vpn, routing: routing, agent: agent)
         let laptop = lab.laptop
-        if self == .betterPath { try laptop.ip("link set eth0 down") }
+        if self == .betterPath || self == .mtuBlackHole { try laptop.ip("link set eth0 down") }
         if self == .addressChange { try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"]) }
         try lab.startServer()
         let tap = try PacketTap(port: lab.port, in: lab.server)
@@ -99,6 +107,7 @@ extension RoamingScenario {
         var measuredFrom = start
         var moved: Duration?
         var attemptsWhileOffline: Int?
+        var adapted: Duration?
         let eth0 = lab.serverIndex(of: "eth-l")
 
         switch self {
@@ -178,6 +187,20 @@ extension RoamingScenario {
             usleep(20_000_000)
             try nft(lab.server, "delete table inet lab")
             usleep(1_000_000)
+        case .mtuBlackHole:
+            try nft(lab.server, "add table inet lab")
+            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
+            try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
+            try nft(lab.server, "add rule inet lab in iifname eth-l meta length > 1400 drop")
+            try nft(lab.server, "add rule inet lab out oifname eth-l meta length > 1400 drop")
+            try laptop.ip("link set eth0 up")
+            let from = LabClock.now
+            try laptop.ip("route add default via 10.20.0.1 dev eth0 metric 100")
+            if lab.waitFor(seconds: 10, { lab.status()["mtu.tunnel"].flatMap { Int($0) }.map { $0 <= 1340 } ?? false }) {
+                adapted = LabClock.now - from
+            }
+            let rest = from + .seconds(20) - LabClock.now
+            if rest > .zero { usleep(UInt32(rest.nanoseconds / 1000)) }
         }
 
         let end = LabClock.now
@@ -192,7 +215,8 @@ extension RoamingScenario {
         let tunnelAfter = lab.tunnelSnapshot()
         return RoamingOutcome(scenario: self, vpn: vpn, routing: routing, outage: outage, lostProbes: lost, sentProbes: sent,
                               handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,
-                              cpu: cpu, moved: moved, interface: interface, tcp: tcpResult,
+                              cpu: cpu, moved: moved, interface: interface,
+                              tunnelMTU: status["mtu.tunnel"].flatMap { Int($0) }, adapted: adapted, tcp: tcpResult,
                               tunnelUntouched: tunnelAfter == tunnelBefore, clientLog: lab.log("client.log"),
                               serverLog: lab.log("server.log"), leaks: leakTap?.leaks(), packetsJudged: leakTap?.packetsSeen ?? 0)
     }
