@@ -179,20 +179,12 @@ extension RoamingScenario {
             stream?.resume()
             usleep(2_000_000)
         case .lossyUplink:
-            try nft(lab.server, "add table inet lab")
-            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
-            try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
-            try nft(lab.server, "add rule inet lab in iifname eth-l numgen random mod 100 < 20 drop")
-            try nft(lab.server, "add rule inet lab out oifname eth-l numgen random mod 100 < 20 drop")
+            try dropOnEth0(lab, "numgen random mod 100 < 20")
             usleep(20_000_000)
             try nft(lab.server, "delete table inet lab")
             usleep(1_000_000)
         case .mtuBlackHole:
-            try nft(lab.server, "add table inet lab")
-            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
-            try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
-            try nft(lab.server, "add rule inet lab in iifname eth-l meta length > 1400 drop")
-            try nft(lab.server, "add rule inet lab out oifname eth-l meta length > 1400 drop")
+            try dropOnEth0(lab, "meta length > 1400")
             try laptop.ip("link set eth0 up")
             let from = LabClock.now
             try laptop.ip("route add default via 10.20.0.1 dev eth0 metric 100")
@@ -237,6 +229,15 @@ private func isInitiation(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) ->
 private func difference(_ a: Int?, _ b: Int?) -> Int? {
     guard let a, let b else { return nil }
     return a - b
+}
+
+/// The router drops what crosses the laptop's eth0 and matches `match`, each way (table `inet lab`).
+private func dropOnEth0(_ lab: RoamingLab, _ match: String) throws {
+    try nft(lab.server, "add table inet lab")
+    try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
+    try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
+    try nft(lab.server, "add rule inet lab in iifname eth-l \(match) drop")
+    try nft(lab.server, "add rule inet lab out oifname eth-l \(match) drop")
 }
 
 private func nft(_ lab: NamespaceLab, _ command: String) throws {
