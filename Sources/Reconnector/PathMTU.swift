@@ -7,7 +7,7 @@
 /// is exactly that of a full-size tunnel packet. The search runs in rounds: each sends a few
 /// sizes at once and waits one probe wait; answered sizes raise the floor at once, a size
 /// missed `misses` times in rounds where the server was heard is too big.
-public struct PathMTUSearch: Equatable, Sendable {
+public struct PathMTUSearch: Sendable {
     /// The smallest tunnel packet the tunnel needs (1280: IPv6's minimum).
     public let floor: Int
     /// The tunnel's configured MTU: never probed above.
@@ -26,7 +26,7 @@ public struct PathMTUSearch: Equatable, Sendable {
     /// search of it, whose finding stands unless the look says otherwise.
     private var look: (kind: Look, size: Int, knownTooBig: Int?)?
 
-    enum Look: Equatable, Sendable {
+    enum Look: Sendable {
         /// The smallest size the last search found too big: if it passes now, the search goes
         /// on upward from it (a finding that loss made too low is mended this way too).
         case grew
@@ -34,11 +34,6 @@ public struct PathMTUSearch: Equatable, Sendable {
         case shrank
     }
 
-    public static func == (a: PathMTUSearch, b: PathMTUSearch) -> Bool {
-        a.floor == b.floor && a.ceiling == b.ceiling && a.confirmed == b.confirmed && a.tooBig == b.tooBig
-            && a.missed == b.missed && a.inFlight == b.inFlight && a.silentRounds == b.silentRounds
-            && a.look?.kind == b.look?.kind && a.look?.size == b.look?.size && a.look?.knownTooBig == b.look?.knownTooBig
-    }
 
     /// Sizes closer together than this are not told apart.
     public static let granularity = 8
@@ -78,11 +73,13 @@ public struct PathMTUSearch: Equatable, Sendable {
     /// The floor itself is too big: the path cannot carry the tunnel.
     public var isTooSmall: Bool { tooBig.map { $0 <= floor } ?? false }
 
-    /// The MTU the tunnel can use now: the largest proven size once a bigger one failed, the
-    /// ceiling while nothing failed (the path is presumed whole until shown otherwise).
-    public var usable: Int {
-        guard tooBig != nil else { return ceiling }
-        return confirmed ?? floor
+    /// What the search says the tunnel's MTU should be, once it says anything: the ceiling once
+    /// proven, the largest proven size (at least the floor) once a bigger one failed; nil while
+    /// nothing failed and the ceiling is not proven yet.
+    public var found: Int? {
+        if confirmed == ceiling { return ceiling }
+        guard tooBig != nil else { return nil }
+        return max(confirmed ?? floor, floor)
     }
 
     /// Starts a round: the sizes to probe. Sizes missed before are asked again (a miss may be
@@ -117,10 +114,8 @@ public struct PathMTUSearch: Equatable, Sendable {
     }
 
     /// An echo of a size probe came back (of this round or a late one of an earlier round).
-    /// Returns true when the usable MTU changed.
-    public mutating func answered(_ size: Int) -> Bool {
-        let before = usable
-        guard size >= floor, size <= ceiling else { return false }
+    public mutating func answered(_ size: Int) {
+        guard size >= floor, size <= ceiling else { return }
         if confirmed.map({ size > $0 }) ?? true { confirmed = size }
         if let current = look, size >= current.size {
             look = nil
@@ -134,20 +129,18 @@ public struct PathMTUSearch: Equatable, Sendable {
         // An echo proves the size: an earlier verdict of too big was loss.
         if let big = tooBig, big <= size { tooBig = nil }
         missed = missed.filter { $0.key > size }
-        return usable != before
     }
 
     /// The round's wait is over. `heard` says whether anything authenticated came from the
     /// server during it; without that the silence proves nothing. A size is too big after
-    /// `misses` rounds without its echo. Returns true when the usable MTU changed.
-    public mutating func endRound(heard: Bool, misses: Int) -> Bool {
-        let before = usable
+    /// `misses` rounds without its echo.
+    public mutating func endRound(heard: Bool, misses: Int) {
         let low = confirmed ?? (floor - 1)
         let unanswered = inFlight.filter { $0 > low }
         inFlight = []
         guard heard else {
             silentRounds += 1
-            return false
+            return
         }
         silentRounds = 0
         for size in unanswered {
@@ -165,6 +158,5 @@ public struct PathMTUSearch: Equatable, Sendable {
             }
         }
         if let big = tooBig { missed = missed.filter { $0.key < big } }
-        return usable != before
     }
 }

@@ -487,15 +487,14 @@ public struct Reconnector: Sendable {
 
     /// Replaces a finished search on `id` with one look at the MTU in use (one padded probe,
     /// whose failure alone starts a whole search), unless one was made within `mtuVerifyEvery`:
-    /// on a lossy path the silences that ask for it come often. True when it did.
-    @discardableResult
-    private mutating func prepareLookAtMTU(on id: Path.ID, _ now: Instant) -> Bool {
+    /// on a lossy path the silences that ask for it come often. The look goes out once the
+    /// session is connected again.
+    private mutating func prepareLookAtMTU(on id: Path.ID, _ now: Instant) {
         guard let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id),
-              mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true else { return false }
+              mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true else { return }
         mtuVerifiedAt = now
         mtu = (id, .verify(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: search.search.tooBig),
                nil, nil)
-        return true
     }
 
     private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
@@ -1106,7 +1105,7 @@ public struct Reconnector: Sendable {
         noteHeard(now)
         if size >= config.minMTU { tooSmall.remove(id) }
         guard var current = mtu, current.path == id, case .connected(let path) = state, path.id == id else { return }
-        _ = current.search.answered(size)
+        current.search.answered(size)
         let roundOver = !current.search.inFlight.isEmpty
             && current.search.inFlight.allSatisfy { $0 <= (current.search.confirmed ?? 0) }
         mtu = current
@@ -1123,7 +1122,7 @@ public struct Reconnector: Sendable {
     /// The session is connected on `path`: the path's MTU search starts (a new path), goes on
     /// (it was paused while the session was not connected), or waits for its next look upward.
     private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
-        guard config.pathMTUDiscovery, sizedProbes, config.minMTU < config.maxMTU || tunnelMTU != config.maxMTU else { return }
+        guard config.pathMTUDiscovery, sizedProbes, config.minMTU < config.maxMTU else { return }
         if mtu?.path != path.id {
             mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU), nil, nil)
         }
@@ -1150,7 +1149,7 @@ public struct Reconnector: Sendable {
         let heard = current.roundStart.flatMap { start in session.map { $0.lastHeard >= start } } ?? false
         // A size is too big after as many unanswered rounds as the path's loss calls for before
         // it is dead, and at least three (as RFC 8899's MAX_PROBES): one lost probe is no verdict.
-        _ = current.search.endRound(heard: force || heard, misses: probesBeforeDead(after: 0, atLeast: 3))
+        current.search.endRound(heard: force || heard, misses: probesBeforeDead(after: 0, atLeast: 3))
         current.roundStart = nil
         mtu = current
         if current.search.isTooSmall { return pathTooSmall(path, now, &out) }
@@ -1197,10 +1196,8 @@ public struct Reconnector: Sendable {
     /// Sets the tunnel's MTU to what the search found, when it found something: lower as soon
     /// as a size failed (full packets are lost meanwhile), higher once the search is over.
     private mutating func applyPathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
-        guard let search = mtu?.search else { return }
-        let found: Int? = search.confirmed == search.ceiling ? search.ceiling
-            : search.tooBig != nil ? max(search.confirmed ?? search.floor, search.floor) : nil
-        guard let found, found != tunnelMTU, found < tunnelMTU || search.isDone else { return }
+        guard let search = mtu?.search, let found = search.found, found != tunnelMTU, found < tunnelMTU || search.isDone
+        else { return }
         tunnelMTU = found
         out.append(.setTunnelMTU(found, path: path.interface))
     }

@@ -14,9 +14,8 @@ public struct ReplayReport: Sendable {
     public var probes = 0
     /// Probes padded to a size, for the path's MTU.
     public var sizeProbes = 0
-    /// The tunnel device's MTU at the end, and how often the agent changed it.
+    /// The tunnel device's MTU at the end.
     public var tunnelMTU = 0
-    public var mtuChanges = 0
     /// Connectivity checks (plain HTTP requests outside the tunnel) the agent made.
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
@@ -952,7 +951,6 @@ extension Replay: SessionDriver {
         }
         if mtu == tunnelMTU { violation("tunnel MTU set to \(mtu), which it already is") }
         tunnelMTU = mtu
-        report.mtuChanges += 1
     }
 
     public mutating func reportFailure(_ reason: Reason) {}

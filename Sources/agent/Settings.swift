@@ -155,8 +155,8 @@ extension YAMLReader {
         settings.reconnect.maxMTU = settings.tunnel.mtu
         if settings.reconnect.minMTU > settings.tunnel.mtu {
             // A tunnel configured below the minimum has nothing to search.
-            if let node = f.optional("reconnect"), case .mapping(let keys) = node.value,
-               keys.contains(where: { if case .scalar("min-mtu") = $0.key.value { true } else { false } }) {
+            if let section = f.optional("reconnect"),
+               let node = try fields(section, "'reconnect'", allowed: Config.fileKeys).optional("min-mtu") {
                 throw fail(node, "'min-mtu' (\(settings.reconnect.minMTU)) is above the tunnel's 'mtu' (\(settings.tunnel.mtu))")
             }
             settings.reconnect.minMTU = settings.tunnel.mtu

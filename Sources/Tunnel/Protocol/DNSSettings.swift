@@ -89,28 +89,37 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
         return bytes
     }
 
+    /// A response's options, each type and value, up to the end marker; nil when one overruns
+    /// the payload.
+    static func options(_ bytes: ArraySlice<UInt8>) -> [(type: UInt8, value: ArraySlice<UInt8>)]? {
+        var found: [(type: UInt8, value: ArraySlice<UInt8>)] = []
+        var at = bytes.startIndex
+        while at < bytes.endIndex, bytes[at] != Option.end {
+            guard at + 1 < bytes.endIndex else { return nil }
+            let start = at + 2, length = Int(bytes[at + 1])
+            guard start + length <= bytes.endIndex else { return nil }
+            found.append((bytes[at], bytes[start..<start + length]))
+            at = start + length
+        }
+        return found
+    }
+
     /// The settings in a response's options; options of types this version does not know are
     /// skipped, so a later server can say more.
-    static func decode(_ options: ArraySlice<UInt8>) -> Result<DNSSettings, DNSSettingsError> {
+    static func decode(_ bytes: ArraySlice<UInt8>) -> Result<DNSSettings, DNSSettingsError> {
+        guard let options = options(bytes) else { return .failure(.malformed) }
         var resolvers: [IPAddress] = []
         var domains: [String] = []
-        var at = options.startIndex
-        while at < options.endIndex, options[at] != Option.end {
-            guard at + 1 < options.endIndex else { return .failure(.malformed) }
-            let type = options[at], length = Int(options[at + 1])
-            let start = at + 2
-            guard start + length <= options.endIndex else { return .failure(.malformed) }
-            let value = options[start..<start + length]
+        for (type, value) in options {
             switch type {
             case Option.resolver:
-                guard length == 4 || length == 16, let address = IPAddress(bytes: value) else { return .failure(.malformed) }
+                guard value.count == 4 || value.count == 16, let address = IPAddress(bytes: value) else { return .failure(.malformed) }
                 resolvers.append(address)
             case Option.searchDomain:
                 domains.append(String(decoding: value, as: UTF8.self))
             default:
                 break
             }
-            at = start + length
         }
         return Result { () throws(DNSSettingsError) in try DNSSettings(resolvers: resolvers, searchDomains: domains) }
     }

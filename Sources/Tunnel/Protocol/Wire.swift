@@ -255,14 +255,7 @@ struct ResponsePayload: Equatable {
 
         /// The feature bits in the response's options (zero when they do not say).
         static func decode(_ options: ArraySlice<UInt8>) -> UInt8 {
-            var at = options.startIndex
-            while at + 1 < options.endIndex, options[at] != DNSSettings.Option.end {
-                let type = options[at], length = Int(options[at + 1])
-                guard at + 2 + length <= options.endIndex else { return 0 }
-                if type == option, length >= 1 { return options[at + 2] }
-                at += 2 + length
-            }
-            return 0
+            DNSSettings.options(options)?.first { $0.type == option }?.value.first ?? 0
         }
     }
 
