@@ -31,6 +31,15 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     #expect(settings.persistentKeepalive == .seconds(25))
 }
 
+@Test func pathMTUDiscoverySearchesUpToTheTunnelsMTU() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k"
+    let settings = try parse(base + "\ntunnel: {mtu: 1400}") { try $0.client($1) }
+    #expect(settings.reconnect.maxMTU == 1400 && settings.reconnect.minMTU == 1280)
+    // A tunnel below the minimum has nothing to search, unless the operator asked for a minimum.
+    let small = try parse(base + "\ntunnel: {mtu: 1200}") { try $0.client($1) }
+    #expect(small.reconnect.maxMTU == 1200 && small.reconnect.minMTU == 1200)
+}
+
 @Test func persistentKeepaliveIsOffUnlessAsked() throws {
     let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k"
     #expect(try parse(base) { try $0.client($1) }.persistentKeepalive == nil)
@@ -48,6 +57,8 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     ("server-key: \(serverKey)\nprivate-key-file: k", 1, "needs 'server' (host:port) or 'servers'"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: 10ms", 4, "1s to 1h"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: often", 4, "a duration"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ntunnel: {mtu: 1200}\nreconnect:\n  min-mtu: 1280", 6,
+     "above the tunnel's 'mtu' (1200)"),
 ])
 func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     expectClientRefusal(text, line: line, message: message)
