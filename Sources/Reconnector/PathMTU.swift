@@ -47,9 +47,12 @@ public struct PathMTUSearch: Sendable {
     /// On a path that carries `current` and not `tooBig`: did it grow? One size is asked.
     public static func raise(floor: Int, ceiling: Int, current: Int, tooBig: Int?) -> PathMTUSearch {
         var search = PathMTUSearch(floor: floor, ceiling: ceiling)
-        search.confirmed = min(max(current, search.floor), ceiling)
+        let current = min(max(current, search.floor), ceiling)
         let known = tooBig.map { min($0, ceiling) } ?? ceiling
-        search.look = (.grew, max(known, search.confirmed ?? search.floor), known)
+        // On a path found too small (even the floor failed) nothing is proven: the look is at the
+        // floor itself.
+        if known > current { search.confirmed = current }
+        search.look = (.grew, max(known, current), known)
         return search
     }
 
@@ -103,7 +106,8 @@ public struct PathMTUSearch: Sendable {
         var sizes = missed.keys.filter { $0 > low && $0 < high }.sorted()
         if confirmed == nil, !sizes.contains(floor), floor < high { sizes.insert(floor, at: 0) }
         let splitBelow = sizes.first { $0 > low } ?? high
-        if splitBelow - low > Self.granularity {
+        // Sizes between are worth asking only once the floor passed.
+        if confirmed != nil, splitBelow - low > Self.granularity {
             for i in 1...3 {
                 let size = (low + (splitBelow - low) * i / 4) / 4 * 4
                 if size > low, size < splitBelow, !sizes.contains(size) { sizes.append(size) }

@@ -1212,12 +1212,14 @@ public struct Reconnector: Sendable {
         }
         let reason = Reason.pathTooSmall(path.interface, mtu: config.minMTU)
         tooSmall.insert(path.id)
-        mtu = nil
         if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
+            mtu = nil
             markDead(path.id, now)
             return attempt(on: other, reason, now, &out)
         }
-        mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU), nil, now + config.mtuRaiseAfter)
+        // The finished search stays: a return to connected (a silence a small probe ended) waits
+        // for the look upward, which asks the smallest size again.
+        mtu?.raiseAt = now + config.mtuRaiseAfter
         arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
         out.append(.reportFailure(reason))
     }

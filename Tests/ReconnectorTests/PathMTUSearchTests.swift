@@ -83,3 +83,19 @@ import Testing
         #expect(found <= 1300 && 1300 - found < PathMTUSearch.granularity, "found \(found)")
     }
 }
+
+extension PathMTUSearchTests {
+    @Test func aLookAtAPathFoundTooSmallAsksTheFloorAndCanFailAgain() {
+        var search = PathMTUSearch.raise(floor: 1280, ceiling: 1420, current: 1280, tooBig: 1280)
+        #expect(search.startRound() == [1280])
+        let rounds = Self.play(&search, carries: 1200)
+        #expect(search.isTooSmall && rounds == 3)
+    }
+
+    @Test func sizesAboveAnUnprovenFloorAreNotAsked() {
+        var search = PathMTUSearch(floor: 1280, ceiling: 1420)
+        _ = search.startRound()
+        search.endRound(heard: true, misses: 3)
+        #expect(search.startRound() == [1280, 1420], "the floor and the ceiling again, nothing between")
+    }
+}
