@@ -480,7 +480,7 @@ public struct Replay {
     /// a NAT that forgot the mapping before it arrived (`arriving`).
     private mutating func lost(_ id: Path.ID, up: Bool, size: Int = 64, arriving: Instant? = nil) -> Bool {
         guard let name = interface(of: id) else { return false }
-        if let mtu = pathMTU[name], size > mtu { return true }
+        if !fits(size, on: id) { return true }
         if up {
             lastSent[name] = now
         } else if let at = arriving, let timeout = natTimeout[name], let sent = lastSent[name], at - sent > timeout {
@@ -501,6 +501,11 @@ public struct Replay {
         case .connected, .probing, .switching: true
         default: false
         }
+    }
+
+    /// True when the path through `id` carries a packet of `size` bytes on the wire.
+    private func fits(_ size: Int, on id: Path.ID) -> Bool {
+        interface(of: id).flatMap { pathMTU[$0] }.map { size <= $0 } ?? true
     }
 
     /// What the tunnel adds to an inner packet on the wire: the data header and the AEAD tag
@@ -575,10 +580,8 @@ public struct Replay {
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
             && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
-        let fits = socket.map { id in
-            interface(of: id).flatMap { pathMTU[$0] }.map { wireSize(of: scenario.trafficSize, on: id) <= $0 } ?? true
-        } ?? false
-        let works = carrying && clientHasSession && serverHasSession && socket.map { passes($0) } == true && fits
+        let works = carrying && clientHasSession && serverHasSession
+            && socket.map { passes($0) && fits(wireSize(of: scenario.trafficSize, on: $0), on: $0) } == true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
         } else if let start = outageStart {
