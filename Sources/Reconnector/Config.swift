@@ -92,15 +92,26 @@ public struct Config: Sendable, Equatable {
     /// The tunnel's MTU as configured: the largest tunnel packet, and the size path MTU
     /// discovery starts from and never goes above.
     public var maxMTU: Int = 1420
-    /// The smallest tunnel MTU the tunnel can work with (1280, IPv6's minimum): a path that
-    /// cannot carry a tunnel packet this big is broken for the tunnel.
-    public var minMTU: Int = 1280
+    /// The smallest tunnel MTU the tunnel can work with, when the operator set one (`min-mtu`);
+    /// else it follows what the tunnel carries (`mtuFloor`). A path that cannot carry a tunnel
+    /// packet this big is broken for the tunnel.
+    public var minMTU: Int?
     /// Discover each path's MTU with padded probes when the server echoes them.
     public var pathMTUDiscovery = true
     /// On a path found smaller than `maxMTU`, how often to see whether it grew.
     public var mtuRaiseAfter: Duration = .seconds(600)
 
     public init() {}
+
+    /// The smallest tunnel MTU for a tunnel that carries IPv6 or not: 1,280 with IPv6 (its
+    /// minimum; the kernel takes IPv6 off a device below it), else 1,200 (RFC 8899's base for
+    /// packetization-layer probing, and what a 1,280-byte path carries inside the tunnel over
+    /// either family: 1,200 + 80 for IPv6 outside). `min-mtu` overrides it, never below
+    /// IPv6's minimum with IPv6 inside, never above `maxMTU`.
+    public func mtuFloor(ipv6: Bool) -> Int {
+        let family = ipv6 ? 1280 : 1200
+        return min(max(minMTU ?? family, ipv6 ? 1280 : 576), maxMTU)
+    }
 
     /// The budget in force for `power`.
     public func budget(on power: PowerSource) -> Budget { power == .battery ? battery : ac }

@@ -8,7 +8,7 @@
 /// sizes at once and waits one probe wait; answered sizes raise the floor at once, a size
 /// missed `misses` times in rounds where the server was heard is too big.
 public struct PathMTUSearch: Sendable {
-    /// The smallest tunnel packet the tunnel needs (1280: IPv6's minimum).
+    /// The smallest tunnel packet the tunnel needs (`Config.mtuFloor`).
     public let floor: Int
     /// The tunnel's configured MTU: never probed above.
     public let ceiling: Int

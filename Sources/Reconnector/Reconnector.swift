@@ -106,6 +106,9 @@ public struct Reconnector: Sendable {
     public private(set) var tunnelMTU: Int
     /// The server echoes padded probes at their size (it said so in its handshake response).
     private var sizedProbes = false
+    /// The smallest tunnel MTU the path MTU search considers (`Config.mtuFloor`), by whether the
+    /// tunnel carries IPv6, as the last handshake said.
+    public private(set) var floorMTU: Int
     /// The path MTU search on the session's path: when its round began, and when to look for a
     /// bigger MTU once it is over.
     private var mtu: (path: Path.ID, search: PathMTUSearch, roundStart: Instant?, raiseAt: Instant?)?
@@ -132,6 +135,7 @@ public struct Reconnector: Sendable {
         self.refilledAt = now
         self.enteredAt = now
         self.tunnelMTU = config.maxMTU
+        self.floorMTU = config.mtuFloor(ipv6: true)
     }
 
     /// Starts where a previous process of the agent left off (`memory`, kept in its runtime
@@ -186,8 +190,9 @@ public struct Reconnector: Sendable {
         case .wake(let slept): wake(after: slept, now, &out)
         case .probeReply(let id, let rtt): probeReply(on: id, rtt: rtt, now, &out)
         case .sizeProbeReply(let id, let size, let rtt): sizeProbeReply(on: id, size: size, rtt: rtt, now, &out)
-        case .handshakeSucceeded(let rtt, let sized):
+        case .handshakeSucceeded(let rtt, let sized, let ipv6):
             sizedProbes = sized
+            floorMTU = config.mtuFloor(ipv6: ipv6)
             handshakeSucceeded(rtt: rtt, now, &out)
         case .handshakeFailed(let failure): handshakeFailed(failure, now, &out)
         case .dataSent: dataSent(now, &out)
@@ -197,7 +202,9 @@ public struct Reconnector: Sendable {
         case .reconnectRequested: reconnectRequested(now, &out)
         case .serverMoved: serverMoved(now, &out)
         case .serverDraining: serverDraining(now, &out)
-        case .handoverReady(let rtt, let sized): handoverReady(rtt: rtt, sizedProbes: sized, now, &out)
+        case .handoverReady(let rtt, let sized, let ipv6):
+            floorMTU = config.mtuFloor(ipv6: ipv6)
+            handoverReady(rtt: rtt, sizedProbes: sized, now, &out)
         case .handoverRejected: handoverFailed(now, &out)
         case .pause: pause(now, &out)
         case .resume: resume(now, &out)
@@ -493,7 +500,7 @@ public struct Reconnector: Sendable {
         guard let search = mtu, search.path == id, search.search.isDone, !tooSmall.contains(id),
               mtuVerifiedAt.map({ now - $0 >= Self.mtuVerifyEvery }) ?? true else { return }
         mtuVerifiedAt = now
-        mtu = (id, .verify(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: search.search.tooBig),
+        mtu = (id, .verify(floor: floorMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: search.search.tooBig),
                nil, nil)
     }
 
@@ -1098,12 +1105,12 @@ public struct Reconnector: Sendable {
     private mutating func sizeProbeReply(on id: Path.ID, size: Int, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
         if case .switching(_, let to, _) = state, to.id == id, tooSmall.contains(id) {
             // A path found too small carries the smallest tunnel packet again: a candidate like any.
-            guard size >= config.minMTU else { return noteHeard(now) }
+            guard size >= floorMTU else { return noteHeard(now) }
             tooSmall.remove(id)
             return probeReply(on: id, rtt: rtt, now, &out)
         }
         noteHeard(now)
-        if size >= config.minMTU { tooSmall.remove(id) }
+        if size >= floorMTU { tooSmall.remove(id) }
         guard var current = mtu, current.path == id, case .connected(let path) = state, path.id == id else { return }
         current.search.answered(size)
         let roundOver = !current.search.inFlight.isEmpty
@@ -1122,9 +1129,9 @@ public struct Reconnector: Sendable {
     /// The session is connected on `path`: the path's MTU search starts (a new path), goes on
     /// (it was paused while the session was not connected), or waits for its next look upward.
     private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
-        guard config.pathMTUDiscovery, sizedProbes, config.minMTU < config.maxMTU else { return }
+        guard config.pathMTUDiscovery, sizedProbes, floorMTU < config.maxMTU else { return }
         if mtu?.path != path.id {
-            mtu = (path.id, PathMTUSearch(floor: config.minMTU, ceiling: config.maxMTU), nil, nil)
+            mtu = (path.id, PathMTUSearch(floor: floorMTU, ceiling: config.maxMTU), nil, nil)
         }
         guard let current = mtu else { return }
         if current.search.isDone {
@@ -1143,7 +1150,7 @@ public struct Reconnector: Sendable {
             // Time to see whether the path grew: the ceiling is asked again, and what is known
             // stands if it still fails.
             let known = current.search.tooBig ?? tunnelMTU + PathMTUSearch.granularity
-            mtu = (path.id, .raise(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: known), nil, nil)
+            mtu = (path.id, .raise(floor: floorMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: known), nil, nil)
             return startPathMTURound(on: path, now, &out)
         }
         let heard = current.roundStart.flatMap { start in session.map { $0.lastHeard >= start } } ?? false
@@ -1159,7 +1166,7 @@ public struct Reconnector: Sendable {
             // Nothing heard for three rounds: the path's liveness rules deal with that; the
             // search looks again later.
             mtu?.raiseAt = now + config.mtuRaiseAfter
-            mtu?.search = .raise(floor: config.minMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: current.search.tooBig)
+            mtu?.search = .raise(floor: floorMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: current.search.tooBig)
             return arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
         }
         startPathMTURound(on: path, now, &out)
@@ -1206,11 +1213,11 @@ public struct Reconnector: Sendable {
     /// tunnel. Another path takes the session if there is one; else the tunnel stays at its
     /// smallest MTU here and looks again later.
     private mutating func pathTooSmall(_ path: Path, _ now: Instant, _ out: inout [Action]) {
-        if tunnelMTU != config.minMTU {
-            tunnelMTU = config.minMTU
-            out.append(.setTunnelMTU(config.minMTU, path: path.interface))
+        if tunnelMTU != floorMTU {
+            tunnelMTU = floorMTU
+            out.append(.setTunnelMTU(floorMTU, path: path.interface))
         }
-        let reason = Reason.pathTooSmall(path.interface, mtu: config.minMTU)
+        let reason = Reason.pathTooSmall(path.interface, mtu: floorMTU)
         tooSmall.insert(path.id)
         if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
             mtu = nil
@@ -1327,7 +1334,7 @@ public struct Reconnector: Sendable {
         if tooSmall.contains(path.id), path.id != socket {
             // A small echo proved nothing on this path before: only the smallest tunnel packet does.
             sizeProbes += 1
-            out.append(.probeSize(config.minMTU, via: path))
+            out.append(.probeSize(floorMTU, via: path))
         } else {
             sendProbe(via: path, &out)
         }

@@ -23,8 +23,9 @@ public enum Input: Equatable, Sendable {
     /// The echo of a probe padded to `size` (see `Action.probeSize`) came back over the path `on`.
     case sizeProbeReply(on: Path.ID, size: Int, rtt: Duration)
     /// The handshake completed; the session has fresh keys. `sizedProbes`: the server said it
-    /// echoes padded probes at their size, so the path's MTU can be discovered.
-    case handshakeSucceeded(rtt: Duration, sizedProbes: Bool = false)
+    /// echoes padded probes at their size, so the path's MTU can be discovered. `carriesIPv6`:
+    /// the tunnel has an IPv6 address, so its MTU stays at 1,280 or above (`Config.mtuFloor`).
+    case handshakeSucceeded(rtt: Duration, sizedProbes: Bool = false, carriesIPv6: Bool = true)
     /// The handshake or the session failed.
     case handshakeFailed(HandshakeFailure)
     /// The tunnel sent a data packet to the server.
@@ -44,7 +45,7 @@ public enum Input: Equatable, Sendable {
     case serverDraining
     /// The handshake with the server the session moves to (see `Action.prepareHandover`)
     /// completed; the current session still carries the traffic.
-    case handoverReady(rtt: Duration, sizedProbes: Bool = false)
+    case handoverReady(rtt: Duration, sizedProbes: Bool = false, carriesIPv6: Bool = true)
     /// The server the session was to move to refused it.
     case handoverRejected
     /// An operator took the tunnel down without stopping the agent (`agent down`).

@@ -691,7 +691,8 @@ public struct Replay {
             serverHeardAt = now
         }
         guard !lost(path.id, up: false, arriving: at) else { return }
-        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt, sizedProbes: scenario.serverEchoesSizes)
+        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt, sizedProbes: scenario.serverEchoesSizes,
+                                                                       carriesIPv6: scenario.tunnelCarriesIPv6)
             : .handshakeFailed(.rejected("unknown key"))
         queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
     }
@@ -940,8 +941,8 @@ extension Replay: SessionDriver {
     public mutating func probe(_ id: UInt64, via path: Path, size: Int) {
         requireKnown(path, action: "size probe")
         report.sizeProbes += 1
-        if size < scenario.config.minMTU || size > scenario.config.maxMTU {
-            violation("a size probe of \(size) bytes, outside \(scenario.config.minMTU)...\(scenario.config.maxMTU)")
+        if size < scenario.mtuFloor || size > scenario.config.maxMTU {
+            violation("a size probe of \(size) bytes, outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")
         }
         guard scenario.serverEchoesSizes else { return }
         let wire = size + Self.overhead(path.id)
@@ -949,8 +950,8 @@ extension Replay: SessionDriver {
     }
 
     public mutating func setTunnelMTU(_ mtu: Int) {
-        if mtu < scenario.config.minMTU || mtu > scenario.config.maxMTU {
-            violation("tunnel MTU set to \(mtu), outside \(scenario.config.minMTU)...\(scenario.config.maxMTU)")
+        if mtu < scenario.mtuFloor || mtu > scenario.config.maxMTU {
+            violation("tunnel MTU set to \(mtu), outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")
         }
         if mtu == tunnelMTU { violation("tunnel MTU set to \(mtu), which it already is") }
         tunnelMTU = mtu
@@ -989,7 +990,7 @@ extension Replay: SessionDriver {
         }
         gateways[index].hasSession = true
         gateways[index].heardAt = now
-        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes), generation: 0, via: path.id)) }
+        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6), generation: 0, via: path.id)) }
     }
 
     public mutating func completeHandover() {

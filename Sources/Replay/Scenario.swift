@@ -29,6 +29,11 @@ public struct Scenario: Sendable {
     /// The server echoes padded probes at their size (a server of revision 3 or later): the
     /// agent discovers each path's MTU.
     public var serverEchoesSizes = true
+    /// The tunnel has an IPv6 address, so its MTU stays at 1,280 or above; without, the floor of
+    /// path MTU discovery is 1,200 (`Config.mtuFloor`).
+    public var tunnelCarriesIPv6 = true
+    /// The smallest tunnel MTU the agent may set or probe.
+    public var mtuFloor: Int { config.mtuFloor(ipv6: tunnelCarriesIPv6) }
     /// Round-trip time to the server on links that do not set their own.
     public var rtt: Duration
     /// Initial network, applied before the clock starts.

@@ -33,7 +33,7 @@ extension YAMLReader {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
-            "server-echoes-sizes",
+            "server-echoes-sizes", "tunnel-ipv6",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -102,11 +102,12 @@ extension YAMLReader {
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
         if let node = top.optional("tunnel-mtu") {
             scenario.config.maxMTU = try int(node, 576...9000)
-            if scenario.config.minMTU > scenario.config.maxMTU {
-                throw fail(node, "'tunnel-mtu' \(scenario.config.maxMTU) is below the config's min-mtu \(scenario.config.minMTU)")
+            if let minimum = scenario.config.minMTU, minimum > scenario.config.maxMTU {
+                throw fail(node, "'tunnel-mtu' \(scenario.config.maxMTU) is below the config's min-mtu \(minimum)")
             }
         }
         if let node = top.optional("server-echoes-sizes") { scenario.serverEchoesSizes = try bool(node) }
+        if let node = top.optional("tunnel-ipv6") { scenario.tunnelCarriesIPv6 = try bool(node) }
         if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
         return scenario
     }

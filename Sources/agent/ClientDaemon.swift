@@ -333,7 +333,7 @@ extension ClientDaemon {
                 service.ready()
                 metrics.handshake("completed")
                 metrics.tunnelMTU(effects.tunnelMTU)
-                feed(.handshakeSucceeded(rtt: rtt, sizedProbes: sized))
+                feed(.handshakeSucceeded(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
             case .rejected where !effects.tunnelUp:
                 metrics.handshake("rejected")
                 giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
@@ -354,7 +354,7 @@ extension ClientDaemon {
                     return giveUp(error.message)
                 }
                 metrics.handshake("completed")
-                feed(.handoverReady(rtt: rtt, sizedProbes: sized))
+                feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
             case .handoverRejected:
                 metrics.handshake("rejected")
                 feed(.handoverRejected)
@@ -800,6 +800,7 @@ extension ClientDaemon {
                 ("path", machine.state.path.map(Self.pathJSON) ?? .null),
                 ("rtt_ms", machine.roundTripTime.map(\.milliseconds) ?? .null),
                 ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
+                                 ("floor", .int(Int64(machine.floorMTU))),
                                  ("searching", .bool(machine.isSearchingPathMTU)),
                                  ("size_probes", .int(Int64(machine.sizeProbes)))])),
             ]

@@ -116,6 +116,9 @@ final class SessionEffects {
 
     /// The tunnel device's MTU now (the configured one until a path asks for less).
     var tunnelMTU: Int { tun?.mtu ?? wantedMTU ?? settings.tunnel.mtu }
+    /// Whether the tunnel has an IPv6 address, which keeps its MTU at 1,280 or above (true
+    /// until the device exists: the cautious floor).
+    var tunnelCarriesIPv6: Bool { tun.map { $0.addresses.contains { $0.address.family == .v6 } } ?? true }
 
     /// The server's name now gives `moved`: the lockdown opens to it first, then the session
     /// follows. False (and logged) when the lockdown could not be changed.

@@ -153,13 +153,10 @@ extension YAMLReader {
         if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
         // Path MTU discovery searches between the tunnel's minimum and its configured MTU.
         settings.reconnect.maxMTU = settings.tunnel.mtu
-        if settings.reconnect.minMTU > settings.tunnel.mtu {
-            // A tunnel configured below the minimum has nothing to search.
-            if let section = f.optional("reconnect"),
-               let node = try fields(section, "'reconnect'", allowed: Config.fileKeys).optional("min-mtu") {
-                throw fail(node, "'min-mtu' (\(settings.reconnect.minMTU)) is above the tunnel's 'mtu' (\(settings.tunnel.mtu))")
-            }
-            settings.reconnect.minMTU = settings.tunnel.mtu
+        if let minimum = settings.reconnect.minMTU, minimum > settings.tunnel.mtu,
+           let section = f.optional("reconnect"),
+           let node = try fields(section, "'reconnect'", allowed: Config.fileKeys).optional("min-mtu") {
+            throw fail(node, "'min-mtu' (\(minimum)) is above the tunnel's 'mtu' (\(settings.tunnel.mtu))")
         }
         if let node = f.optional("persistent-keepalive") {
             let interval = try duration(node)

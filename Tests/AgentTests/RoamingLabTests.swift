@@ -25,15 +25,8 @@ struct RoamingLabTests {
         print("leak check: \(scenario) \(routing): \(o.leaks?.count ?? -1) packets left outside the tunnel of \(o.packetsJudged) judged")
         check(o.leaks == [] && o.packetsJudged > 0, "leaks: \(o.leaks ?? [])")
         let tcp = try #require(o.tcp)
-        if scenario == .mtuBlackHole {
-            // Not yet: a TCP stream opened before the move onto the smaller path stalls although
-            // the tunnel's MTU came down (docs/SCENARIOS.md, path MTU); its bytes stay in order.
-            print("mtu black hole: \(routing): TCP \(tcp.received) of \(tcp.sent) bytes, \(tcp.failure ?? "no failure")")
-            check(tcp.intact, "TCP stream reordered or corrupted")
-        } else {
-            check(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
-                  "TCP stream: \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")")
-        }
+        check(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
+              "TCP stream: \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")")
         check(o.tunnelUntouched, "the tunnel device, its addresses and routes are as they were")
         switch scenario {
         case .steady:
@@ -64,12 +57,15 @@ struct RoamingLabTests {
             check(o.handshakes == 0, "no handshake for loss")
             check((o.attempts ?? 99) <= 10 && o.outage < .seconds(2))
         case .mtuBlackHole:
-            // Found with padded probes and the tunnel's MTU lowered, on the same path, in seconds;
-            // the TCP stream (checked above) carried on through it.
-            print("mtu black hole: \(routing): tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-") after \(o.adapted.map { "\($0)" } ?? "never")")
+            // Behind a router whose links carry 1280 bytes and that sends no ICMP, a tunnel without
+            // IPv6 inside finds 1220 (1280 on the wire) with padded probes, on the same path, in
+            // seconds; the TCP stream opened before the move (checked above) carries on through it.
+            print("mtu black hole: \(routing): tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-") after \(o.adapted.map { "\($0)" } ?? "never"), "
+                  + "TCP \(tcp.received >> 20) of \(tcp.sent >> 20) MB")
             check(o.interface == "eth0" && o.handshakes == 0)
-            check(o.tunnelMTU.map { (1332...1340).contains($0) } ?? false, "tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-")")
+            check(o.tunnelMTU.map { (1212...1220).contains($0) } ?? false, "tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-")")
             check(o.adapted.map { $0 < .seconds(3) } ?? false, "adapted after \(o.adapted.map { "\($0)" } ?? "never")")
+            check(tcp.sent >= 15 << 20, "the stream kept its pace: \(tcp.sent) bytes in 20 s")
         case .bothUplinksDown:
             check(o.interface == "wifi0")
             check(o.attemptsWhileOffline == 0, "no attempts while offline")

@@ -34,10 +34,15 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
 @Test func pathMTUDiscoverySearchesUpToTheTunnelsMTU() throws {
     let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k"
     let settings = try parse(base + "\ntunnel: {mtu: 1400}") { try $0.client($1) }
-    #expect(settings.reconnect.maxMTU == 1400 && settings.reconnect.minMTU == 1280)
-    // A tunnel below the minimum has nothing to search, unless the operator asked for a minimum.
+    #expect(settings.reconnect.maxMTU == 1400 && settings.reconnect.minMTU == nil)
+    // The floor follows what the tunnel carries: IPv6's minimum with IPv6 inside, 1,200 without.
+    #expect(settings.reconnect.mtuFloor(ipv6: true) == 1280 && settings.reconnect.mtuFloor(ipv6: false) == 1200)
+    // A tunnel below the minimum has nothing to search.
     let small = try parse(base + "\ntunnel: {mtu: 1200}") { try $0.client($1) }
-    #expect(small.reconnect.maxMTU == 1200 && small.reconnect.minMTU == 1200)
+    #expect(small.reconnect.maxMTU == 1200 && small.reconnect.mtuFloor(ipv6: false) == 1200)
+    // An operator's minimum stands for IPv4, and never goes below IPv6's with IPv6 inside.
+    let asked = try parse(base + "\nreconnect: {min-mtu: 1000}") { try $0.client($1) }
+    #expect(asked.reconnect.mtuFloor(ipv6: false) == 1000 && asked.reconnect.mtuFloor(ipv6: true) == 1280)
 }
 
 @Test func persistentKeepaliveIsOffUnlessAsked() throws {

@@ -236,10 +236,12 @@ public final class RoamingLab {
     /// A tap on the router's side of both uplinks that judges what the laptop sends: in full
     /// mode only the session, DHCP and neighbour discovery may leave; in split mode nothing for
     /// the tunnel's prefix may.
-    public func leakTap(servers: [IPAddress] = [IPAddress("198.51.100.7")!], web: [SocketAddress] = []) throws -> LeakTap {
+    /// `interfaces` in `lab` (a router between the laptop and the server) instead, with the same rule.
+    public func leakTap(servers: [IPAddress] = [IPAddress("198.51.100.7")!], web: [SocketAddress] = [],
+                        on interfaces: [String] = ["eth-l", "wifi-l"], in lab: NamespaceLab? = nil) throws -> LeakTap {
         let rule: LeakTap.Rule = routing == .full ? .full(servers: servers, port: port, web: web)
             : .split([Prefix(serverInner, length: 24)!])
-        return try LeakTap(["eth-l", "wifi-l"], in: server, rule: rule)
+        return try LeakTap(interfaces, in: lab ?? server, rule: rule)
     }
 
     /// Applications on the laptop that keep trying: a host on the internet (UDP and TCP), the

@@ -72,6 +72,7 @@ public final class TunDevice: Sendable {
         }
         let (fds, netlink, opened) = try inNamespace(namespace) { () throws(DeviceError) -> ([Int32], NetlinkSocket, Opened) in
             let (fd, opened) = try Self.open(name, offload: offload, multiqueue: queueCount > 1)
+            if minimum < 1280 { Self.disableIPv6(on: name) }
             var fds = [fd]
             do throws(DeviceError) {
                 for _ in 1..<queueCount { fds.append(try Self.attachQueue(name, like: opened)) }
@@ -130,6 +131,17 @@ public final class TunDevice: Sendable {
             try Self.netlink { () throws(NetlinkError) in try NetlinkSocket().setLink(index, mtu: mtu) }
         }
         currentMTU.withLock { $0 = mtu }
+    }
+
+    /// Takes IPv6 off a device with no IPv6 address (`disable_ipv6`, in the calling thread's
+    /// namespace): no IPv6 packet has anything to do there, and its MTU may then go below 1,280
+    /// (IPv6's minimum) without the kernel taking its IPv6 state away and back as it moves. Best
+    /// effort: a host without IPv6 has no such setting, and a device left with it works alike.
+    private static func disableIPv6(on name: String) {
+        let fd = Glibc.open("/proc/sys/net/ipv6/conf/\(name)/disable_ipv6", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { Glibc.close(fd) }
+        _ = Glibc.write(fd, "1", 1)
     }
 
     /// What opening the device gave: its offloads, and whether reads and writes carry a header.
