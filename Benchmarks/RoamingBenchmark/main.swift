@@ -80,7 +80,8 @@ for mode in modes {
                 say(row.joined(separator: " ")
                       + (o.attemptsWhileOffline.map { "  (attempts while offline: \($0))" } ?? "")
                       + (o.adapted.map { "  (tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-") after \(ms($0)) ms)" } ?? "")
-                      + (o.tcp.map { "  (TCP: \($0.received >> 20) of \($0.sent >> 20) MB\($0.intact && $0.failure == nil ? "" : ", broken: \($0.failure ?? "reordered")"))" } ?? ""))
+                      + (o.tcp.map { "  (TCP up: \($0.received >> 20) of \($0.sent >> 20) MB\($0.intact && $0.failure == nil ? "" : ", broken: \($0.failure ?? "reordered")"))" } ?? "")
+                      + (o.download.map { "  (TCP down: \($0.received >> 20) of \($0.sent >> 20) MB\($0.intact && $0.failure == nil ? "" : ", broken: \($0.failure ?? "reordered")"))" } ?? ""))
                 if showLogs && vpn == .roam {
                     say(o.clientLog.split(separator: "\n").map { "    " + $0 }.joined(separator: "\n"))
                 }

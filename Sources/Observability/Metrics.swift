@@ -62,6 +62,8 @@ public class RoamMetrics {
             ("send-failed", traffic.sendFailures, lastTraffic.sendFailures),
             ("offload", traffic.offloadDrops, lastTraffic.offloadDrops),
             ("handshake-queue-full", traffic.initiationsOverflowed, lastTraffic.initiationsOverflowed),
+            // Bigger than the client's path carries; most are answered with ICMP (too_big_answered).
+            ("too-big", traffic.tooBig, lastTraffic.tooBig),
         ]
         for (cause, now, before) in local { count("roam_drops_total", [("cause", cause)], by: increase(now, before)) }
         for reason in DropReason.allCases {

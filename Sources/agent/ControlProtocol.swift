@@ -107,7 +107,8 @@ extension JSON {
     static func traffic(_ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
         .object([("packets_in", .count(t.packetsIn)), ("packets_out", .count(t.packetsOut)),
                  ("bytes_in", .count(t.bytesIn)), ("bytes_out", .count(t.bytesOut)),
-                 ("super_packets", .count(t.superPackets)), ("super_packets_written", .count(t.superPacketsWritten))] + extra)
+                 ("super_packets", .count(t.superPackets)), ("super_packets_written", .count(t.superPacketsWritten)),
+                 ("too_big", .count(t.tooBig)), ("too_big_answered", .count(t.tooBigAnswered))] + extra)
     }
 
     /// Drops: the total, `extra`, the offload drops, then the causes that dropped anything.

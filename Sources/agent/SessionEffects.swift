@@ -105,6 +105,8 @@ final class SessionEffects {
     /// The tunnel's MTU as the session's path allows; the device takes it now, or when it comes up.
     func setTunnelMTU(_ mtu: Int) {
         wantedMTU = mtu
+        // The server keeps what it sends within it, and answers bigger packets as a router would.
+        client?.announcePathMTU(mtu)
         guard let tun, tun.mtu != mtu else { return }
         do {
             try tun.setMTU(mtu)

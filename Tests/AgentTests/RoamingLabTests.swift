@@ -66,6 +66,12 @@ struct RoamingLabTests {
             check(o.tunnelMTU.map { (1212...1220).contains($0) } ?? false, "tunnel MTU \(o.tunnelMTU.map(String.init) ?? "-")")
             check(o.adapted.map { $0 < .seconds(3) } ?? false, "adapted after \(o.adapted.map { "\($0)" } ?? "never")")
             check(tcp.sent >= 15 << 20, "the stream kept its pace: \(tcp.sent) bytes in 20 s")
+            // The other way too: the server hears what the client's path carries and answers its
+            // own bigger packets as a router would, so the server's TCP re-cuts them.
+            let down = try #require(o.download)
+            print("mtu black hole: \(routing): TCP down \(down.received >> 20) of \(down.sent >> 20) MB")
+            check(down.failure == nil && down.intact && down.received == down.sent && down.sent >= 15 << 20,
+                  "TCP download: \(down.received) of \(down.sent) bytes, intact \(down.intact), \(down.failure ?? "")")
         case .bothUplinksDown:
             check(o.interface == "wifi0")
             check(o.attemptsWhileOffline == 0, "no attempts while offline")

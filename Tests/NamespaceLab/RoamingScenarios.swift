@@ -63,6 +63,8 @@ public struct RoamingOutcome: Sendable {
     public var adapted: Duration?
     /// The TCP stream: bytes written, bytes read, every byte in order, what failed.
     public var tcp: (sent: Int, received: Int, intact: Bool, failure: String?)?
+    /// The MTU black hole's second stream, the other way (the server sends, the laptop reads).
+    public var download: (sent: Int, received: Int, intact: Bool, failure: String?)?
     /// The tunnel device's index, flags, addresses and routes at the end, equal to the start.
     public var tunnelUntouched: Bool
     public var clientLog: String
@@ -102,6 +104,10 @@ extension RoamingScenario {
             throw NamespaceLab.Failure(description: "no echo through the tunnel: \(lab.log("client.log"))")
         }
         let stream = tcp ? try TCPStream(to: SocketAddress(lab.serverInner, port: 5007), listenerIn: lab.server, from: laptop) : nil
+        // Through a path that loses big packets, both ways matter: the server learns from the
+        // client what its path carries.
+        let download = tcp && self == .mtuBlackHole
+            ? try TCPStream(to: SocketAddress(lab.clientInner, port: 5008), listenerIn: laptop, from: lab.server) : nil
         usleep(500_000)
         let tunnelBefore = lab.tunnelSnapshot()
         let attemptsBefore = lab.attempts()
@@ -206,11 +212,12 @@ extension RoamingScenario {
         let (lost, sent) = probes.lost(from: measuredFrom, to: end - .milliseconds(200))
         let outage = probes.outage(from: measuredFrom, to: end)
         let tcpResult = stream.map { $0.finish(within: .seconds(30)) }
+        let downloadResult = download.map { $0.finish(within: .seconds(30)) }
         let tunnelAfter = lab.tunnelSnapshot()
         return RoamingOutcome(scenario: self, vpn: vpn, routing: routing, outage: outage, lostProbes: lost, sentProbes: sent,
                               handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,
                               cpu: cpu, moved: moved, interface: interface,
-                              tunnelMTU: status["mtu.tunnel"].flatMap { Int($0) }, adapted: adapted, tcp: tcpResult,
+                              tunnelMTU: status["mtu.tunnel"].flatMap { Int($0) }, adapted: adapted, tcp: tcpResult, download: downloadResult,
                               tunnelUntouched: tunnelAfter == tunnelBefore, clientLog: lab.log("client.log"),
                               serverLog: lab.log("server.log"), leaks: leakTap.map { $0.leaks() + (routerLeakTap?.leaks() ?? []) },
                               packetsJudged: (leakTap?.packetsSeen ?? 0) + (routerLeakTap?.packetsSeen ?? 0))

@@ -5,7 +5,10 @@ import Foundation
 /// drops: no ICMP "fragmentation needed" or "packet too big" leaves it (the path MTU black
 /// hole of a PPPoE line, an LTE bearer or a tunnel inside a hotel's network). Packets too big
 /// for a link vanish as a real router's would, each datagram of a segmentation-offload batch
-/// judged alone (the kernel's forwarding checks every segment against the link's MTU).
+/// judged alone (the kernel's forwarding checks every segment against the link's MTU); those
+/// that may be fragmented are, and the fragments are dropped on the way out, as many networks
+/// drop them. So nothing bigger than the link passes, whatever its don't-fragment bit says (a
+/// batch of UDP datagrams goes out without it).
 ///
 /// It replaces the lab's direct `eth0`/`eth-l` link: `eth0` (10.20.0.57/24, fd00:20::57/64, down,
 /// no route) meets the router's `lan` (10.20.0.1, fd00:20::1), whose `wan` (10.21.0.2,
@@ -43,6 +46,12 @@ public final class SilentRouter {
                     icmp type destination-unreachable icmp code frag-needed drop
                     icmpv6 type packet-too-big drop
                 }
+            }
+            table netdev silent-lan {
+                chain out { type filter hook egress device "lan" priority 0; ip frag-off & 0x3fff != 0 drop; }
+            }
+            table netdev silent-wan {
+                chain out { type filter hook egress device "wan" priority 0; ip frag-off & 0x3fff != 0 drop; }
             }
             """
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("silent-\(lab.name).nft").path

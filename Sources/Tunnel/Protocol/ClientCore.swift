@@ -59,6 +59,8 @@ public enum ClientEvent: Equatable, Sendable {
     case keepalive
     /// The server said, on the session, that it is being taken down: move to another one.
     case draining
+    /// The server took our path MTU notice saying `mtu`.
+    case pathMTUAcknowledged(Int)
     /// The datagram was dropped, and counted, for `reason`.
     case dropped(DropReason)
 }
@@ -76,6 +78,8 @@ public struct HandshakeCompletion: Equatable, Sendable {
     public var confirmation: [UInt8]
     /// The server echoes padded probes padded alike: the path's MTU can be discovered.
     public var sizedEchoes = false
+    /// The server takes path MTU notices (`ClientCore.pathMTUNotice`).
+    public var pathMTUNotices = false
 }
 
 /// The client's side of the protocol: builds initiations, turns responses into a session, seals
@@ -87,6 +91,8 @@ public struct ClientCore: Sendable {
     public let serverKey: PublicKey
     /// Dropped datagrams by reason.
     public private(set) var drops = DropCounters()
+    /// The server of the last accepted handshake takes path MTU notices (`pathMTUNotice`).
+    public private(set) var takesPathMTUNotices = false
     /// The inner addresses from the last accepted handshake.
     public private(set) var addresses: [IPAddress] = []
 
@@ -246,9 +252,11 @@ public struct ClientCore: Sendable {
         current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, established: now)
         hintReported = false
         addresses = verdict.addresses
+        takesPathMTUNotices = verdict.pathMTUNotices
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
         return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns,
-                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes))
+                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes,
+                                                pathMTUNotices: verdict.pathMTUNotices))
     }
 
     /// A cookie reply for the handshake in flight: keep the cookie and send the same initiation
@@ -301,6 +309,7 @@ public struct ClientCore: Sendable {
             return .packet(range: opened.range)
         case .echo(let id, let sentAt, let size): return .probeEcho(id: id, rtt: now - sentAt, size: size)
         case .drain: return .draining
+        case .pathMTU(let mtu): return .pathMTUAcknowledged(mtu)
         case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)
         }
@@ -331,6 +340,14 @@ public struct ClientCore: Sendable {
     /// exactly as big as one), and a server that echoes sizes pads the echo alike.
     public mutating func probe(id: UInt64, now: Instant, size: Int? = nil) throws(SealFailure) -> [UInt8] {
         try sealMessage(Control.encode(kind: Control.probe, id: id, sentAt: now, paddedTo: size ?? Control.length), now: now)
+    }
+
+    /// Tells the server the largest inner packet this client's path carries (its tunnel MTU):
+    /// a server that takes such notices keeps what it sends within it, and answers bigger
+    /// packets from its side as a router would, so their senders make them smaller.
+    public mutating func pathMTUNotice(_ mtu: Int, now: Instant) throws(SealFailure) -> [UInt8] {
+        guard Control.pathMTURange.contains(mtu) else { throw .badLength }
+        return try sealMessage(Control.encode(kind: Control.pathMTU, id: UInt64(mtu), sentAt: now), now: now)
     }
 
     /// Tells the server this client is going away, so it forgets the session at once rather

@@ -336,6 +336,7 @@ public struct ServerCore: Sendable {
         if let last = sessions.withPeer(peer, { $0.lastTimestamp }), initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
         var accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
         accepted.sizedEchoes = true
+        accepted.pathMTUNotices = true
         return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: initiation.limit)))
     }
 

@@ -125,6 +125,17 @@ public final class SessionTable: Sendable {
                   let datagram = try? current.seal(message: echo, now: now, limits: limits)
             else { return drop(.sessionExpired) }
             return .echo(peer: peer, datagram: datagram, to: source)
+        case .pathMTU(let mtu):
+            // Kept for the peer, whichever session brought it: the client says it again after
+            // each handshake and on each change, and the answer tells it the notice arrived.
+            let current = peers[slot].state.withLock { state -> TransportSession? in
+                state.pathMTU = mtu
+                return state.current
+            }
+            let answer = Control.encode(kind: Control.pathMTU, id: UInt64(mtu), sentAt: .zero)
+            guard let current, let datagram = try? current.seal(message: answer, now: now, limits: limits)
+            else { return drop(.sessionExpired) }
+            return .echo(peer: peer, datagram: datagram, to: source)
         case .close:
             // Only on the session in use, checked under the lock: a close that lingered in the
             // network from before the client's newest handshake (or one opened while another
@@ -151,8 +162,11 @@ public final class SessionTable: Sendable {
     /// bytes, `innerLength` bytes of packet, and `DataPacket.tailroom` spare bytes.
     func seal(_ buffer: UnsafeMutableRawBufferPointer, innerLength: Int, to peer: PeerID, now: Instant) throws(SealFailure) -> SealedDatagram {
         guard peers.indices.contains(peer.index) else { throw .noSession }
-        let (session, endpoint, local) = peers[peer.index].state.withLock { ($0.current, $0.endpoint, $0.endpointLocal) }
+        let (session, endpoint, local, mtu) = peers[peer.index].state.withLock {
+            ($0.current, $0.endpoint, $0.endpointLocal, $0.pathMTU)
+        }
         guard let session, let endpoint else { throw .noSession }
+        if let mtu, innerLength > mtu { throw .tooBig(mtu: mtu) }
         let length = try session.seal(buffer, innerLength: innerLength, now: now, limits: limits)
         return SealedDatagram(length: length, destination: endpoint, source: local)
     }
@@ -183,7 +197,8 @@ public final class SessionTable: Sendable {
         let index = claimIndex(for: peer.index)
         let session = TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, established: now)
         let replaced = peers[peer.index].state.withLock { state in
-            defer { state.next = session }
+            // What the client said of its path was about the sessions before; it says it again.
+            defer { (state.next, state.pathMTU) = (session, nil) }
             return state.next
         }
         if let replaced { forget(replaced.localIndex) }
@@ -341,6 +356,8 @@ struct PeerState {
     var lastTimestamp: TAI64N?
     /// The keyed hash of the last password that passed Argon2id for this peer.
     var passwordProof: [UInt8]?
+    /// The largest inner packet the client's path carries, as it last said (nil: it has not).
+    var pathMTU: Int?
 
     /// The session with receiver index `index`, and which one it is.
     func session(_ index: UInt32) -> (TransportSession, Slot)? {

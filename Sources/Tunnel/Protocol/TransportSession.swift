@@ -35,6 +35,8 @@ public enum SealFailure: Error, Equatable, Sendable {
     case sessionExpired
     /// The buffer cannot hold headroom, packet and tailroom, or the packet exceeds a datagram.
     case badLength
+    /// The packet is bigger than the client said its path carries (`mtu`, inner bytes).
+    case tooBig(mtu: Int)
 }
 
 /// One direction pair of keys after a handshake, with the counter and replay window that keep

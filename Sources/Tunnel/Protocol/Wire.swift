@@ -221,6 +221,8 @@ struct ResponsePayload: Equatable {
     var dns: Result<DNSSettings, DNSSettingsError>
     /// The server echoes padded probes padded alike (`Features.sizedEchoes`).
     var sizedEchoes = false
+    /// The server takes the client's path MTU notices (`Features.pathMTUNotices`).
+    var pathMTUNotices = false
 
     /// The payload, with the DNS options only when the whole response stays within `limit` bytes
     /// (the initiation's length): a client too old to pad its initiation could not read them anyway.
@@ -238,7 +240,8 @@ struct ResponsePayload: Equatable {
             }
         }
         // The features first: three bytes, within every initiation's room.
-        if sizedEchoes, Response.minLength + 3 <= limit { bytes += [Features.option, 1, Features.sizedEchoes] }
+        let features = (sizedEchoes ? Features.sizedEchoes : 0) | (pathMTUNotices ? Features.pathMTUNotices : 0)
+        if features != 0, Response.minLength + 3 <= limit { bytes += [Features.option, 1, features] }
         if case .success(let settings) = dns {
             let options = settings.encoded()
             if Response.minLength + (bytes.count - Self.length) + options.count <= limit { bytes += options }
@@ -252,6 +255,9 @@ struct ResponsePayload: Equatable {
         static let option: UInt8 = 3
         /// The server echoes a padded probe padded alike (path MTU discovery).
         static let sizedEchoes: UInt8 = 1
+        /// The server takes path MTU notices and keeps what it sends the client within them,
+        /// answering bigger packets as a router would (revision 3).
+        static let pathMTUNotices: UInt8 = 2
 
         /// The feature bits in the response's options (zero when they do not say).
         static func decode(_ options: ArraySlice<UInt8>) -> UInt8 {
@@ -274,7 +280,9 @@ struct ResponsePayload: Equatable {
         if bytes[1] & 1 != 0, let v4 = IPAddress(bytes: bytes[2..<6]) { addresses.append(v4) }
         if bytes[1] & 2 != 0, let v6 = IPAddress(bytes: bytes[6..<22]) { addresses.append(v6) }
         dns = DNSSettings.decode(bytes[Self.length...])
-        sizedEchoes = Features.decode(bytes[Self.length...]) & Features.sizedEchoes != 0
+        let features = Features.decode(bytes[Self.length...])
+        sizedEchoes = features & Features.sizedEchoes != 0
+        pathMTUNotices = features & Features.pathMTUNotices != 0
     }
 }
 
@@ -339,6 +347,11 @@ enum Control {
     static let echo: UInt8 = 2
     static let close: UInt8 = 3
     static let drain: UInt8 = 4
+    /// The client's path MTU (revision 3): the largest inner packet its path carries, in the id
+    /// field; the server acknowledges with the same message.
+    static let pathMTU: UInt8 = 5
+    /// What a path MTU notice may say: IPv4's minimum datagram up to the largest IPv6 packet.
+    static let pathMTURange = 576...65535
 
     static func encode(kind: UInt8, id: UInt64, sentAt: Instant, paddedTo size: Int = length) -> [UInt8] {
         var bytes = [0, kind] + withUnsafeBytes(of: id.littleEndian) { Array($0) }
@@ -357,6 +370,8 @@ enum InnerContent: Equatable {
     case echo(id: UInt64, sentAt: Instant, size: Int)
     case close
     case drain
+    /// The largest inner packet the client's path carries (`Control.pathMTU`).
+    case pathMTU(Int)
     case malformed
 
     init(_ plaintext: UnsafeRawBufferPointer) {
@@ -383,6 +398,8 @@ enum InnerContent: Equatable {
         case Control.echo: self = .echo(id: id, sentAt: sentAt, size: plaintext.count)
         case Control.close: self = .close
         case Control.drain: self = .drain
+        case Control.pathMTU where id <= UInt64(Control.pathMTURange.upperBound) && Control.pathMTURange.contains(Int(id)):
+            self = .pathMTU(Int(id))
         default: self = .malformed
         }
     }

@@ -31,6 +31,11 @@ public struct TrafficCounters: Sendable, Equatable {
     public var offloadDrops = 0
     /// Super-packets written to the TUN device, each several segments of one TCP flow joined.
     public var superPacketsWritten = 0
+    /// Packets bigger than their client's path carries (`SealFailure.tooBig`): answered as a
+    /// router would (`PacketTooBig`), or dropped when they may not be answered.
+    public var tooBig = 0
+    /// Of those, the answers written back into the tunnel device.
+    public var tooBigAnswered = 0
     public init() {}
 
     /// Adds another thread's counts.
@@ -46,6 +51,8 @@ public struct TrafficCounters: Sendable, Equatable {
         superPackets += other.superPackets
         offloadDrops += other.offloadDrops
         superPacketsWritten += other.superPacketsWritten
+        tooBig += other.tooBig
+        tooBigAnswered += other.tooBigAnswered
     }
 
     /// Takes the counts a TUN reader kept of what it cut and dropped since the last time.

@@ -76,6 +76,8 @@ public final class TunnelClient: Sendable {
     private let outboundThread = Mutex<OSThread?>(nil)
     private let counters = Mutex(TrafficCounters())
     private let lastEcho = Mutex<(id: UInt64, rtt: Duration)?>(nil)
+    /// The path MTU to tell the server (`announcePathMTU`), and whether it still has to hear it.
+    private let pathMTU = Mutex<(wanted: Int?, unheard: Bool)>((nil, false))
     private let lastInitiation = Mutex<Instant?>(nil)
     private let handshakes = Atomic<Int>(0)
     private let running = Atomic<Bool>(false)
@@ -182,6 +184,7 @@ public final class TunnelClient: Sendable {
         }
         retired.withLock { $0 = (old, Instant.now() + Self.retiredFor) }
         hasOthers.store(true, ordering: .relaxed)
+        pathMTUUnheard()
         // The goodbye goes a moment later: the new server routes this client's inner addresses
         // to itself once the session's first packet reaches it, and until then what comes back
         // for the client still goes through the old one, which must still hold the session.
@@ -321,7 +324,10 @@ public final class TunnelClient: Sendable {
         guard let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
             (try session.core.probe(id: id, now: Instant.now(), size: size), session.server)
         }) else { return }
-        guard let socket, socket !== self.socket else { return send(datagram, to: server) }
+        guard let socket, socket !== self.socket else {
+            send(datagram, to: server)
+            return sendPathMTUNotice()
+        }
         let added = candidates.withLock { list -> Bool in
             guard !list.contains(where: { $0 === socket }) else { return false }
             list.append(socket)
@@ -331,6 +337,31 @@ public final class TunnelClient: Sendable {
         datagram.withUnsafeBytes { bytes in
             if (try? socket.send(bytes, to: server)) != true { counters.withLock { $0.sendFailures += 1 } }
         }
+    }
+
+    /// Tells the server the largest inner packet this client's path carries (the tunnel MTU path
+    /// MTU discovery set), if it takes such notices; said again with every probe until the server
+    /// answers, and after every handshake and handover.
+    public func announcePathMTU(_ mtu: Int) {
+        pathMTU.withLock { $0 = (mtu, true) }
+        sendPathMTUNotice()
+    }
+
+    /// The path MTU notice, when there is one the server has not answered yet.
+    private func sendPathMTUNotice() {
+        guard let mtu = pathMTU.withLock({ $0.unheard ? $0.wanted : nil }) else { return }
+        if let (notice, server) = try? session.withLock({ (session) throws(SealFailure) -> ([UInt8], SocketAddress)? in
+            guard session.core.takesPathMTUNotices else { return nil }
+            return (try session.core.pathMTUNotice(mtu, now: Instant.now()), session.server)
+        }) {
+            send(notice, to: server)
+        }
+    }
+
+    /// A new session (a handshake, a handover) holds nothing of what the last one was told.
+    private func pathMTUUnheard() {
+        pathMTU.withLock { if $0.wanted != nil { $0.unheard = true } }
+        sendPathMTUNotice()
     }
 
     /// Changes the persistent keepalive interval (nil: none) of the running client.
@@ -439,6 +470,7 @@ public final class TunnelClient: Sendable {
             send(completion.confirmation)
             logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)"])
             notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
+            pathMTUUnheard()
         case .rejected:
             logger.warning("the server rejected a handshake")
             notify(.rejected)
@@ -456,6 +488,8 @@ public final class TunnelClient: Sendable {
         case .draining:
             logger.notice("the server says it is being taken down")
             notify(.serverDraining)
+        case .pathMTUAcknowledged(let mtu):
+            pathMTU.withLock { if $0.wanted == mtu { $0.unheard = false } }
         case .dropped:
             break
         }

@@ -420,6 +420,7 @@ public final class TunnelServer: Sendable {
         let fd = device.queues[queue]
         var sessions = self.sessions
         var seen = tableGeneration.load(ordering: .acquiring)
+        var tooBigLimiter = TooBigLimiter()
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
@@ -450,6 +451,11 @@ public final class TunnelServer: Sendable {
                             traffic.bytesOut += length
                             source = sealed.source
                             return (sealed.length, sealed.destination)
+                        } catch SealFailure.tooBig(let mtu) {
+                            // The client's path would lose it: its sender hears so, as from a router.
+                            let packet = UnsafeRawBufferPointer(rebasing: inner[0..<length])
+                            answerTooBig(packet, mtu: mtu, queue: queue, limiter: &tooBigLimiter, now: now, traffic: &traffic)
+                            return nil
                         } catch {
                             traffic.noSession += 1
                             return nil
@@ -464,6 +470,17 @@ public final class TunnelServer: Sendable {
                 mine.add(&traffic, &drops)
             }
         }
+    }
+
+    /// Writes the ICMP answer to a packet bigger than its client's path carries into the device,
+    /// at most `TooBigLimiter.perSecond` a second per queue (the sender's kernel acts on the
+    /// first; the rest of its burst is dropped alike).
+    private func answerTooBig(_ packet: UnsafeRawBufferPointer, mtu: Int, queue: Int, limiter: inout TooBigLimiter,
+                              now: Instant, traffic: inout TrafficCounters) {
+        traffic.tooBig += 1
+        guard limiter.allow(now), let answer = PacketTooBig.answer(to: packet, mtu: mtu) else { return }
+        answer.withUnsafeBytes { write($0, VirtioNetHeader(), queue: queue, traffic: &traffic) }
+        traffic.tooBigAnswered += 1
     }
 
     /// Sends a batch through the socket of its first datagram's family, any others one by one.
@@ -619,5 +636,29 @@ final class PeerRoutes: @unchecked Sendable {  // used under the server's lock f
                 logger.error(live ? "cannot add a session's route" : "cannot remove a session's route", error: error, metadata: ["prefix": "\(prefix)"])
             }
         }
+    }
+}
+
+/// A token bucket for the answers to packets too big for their client's path, as a router
+/// limits its ICMP errors: a burst of `burst`, refilled at `perSecond`.
+struct TooBigLimiter {
+    static let perSecond = 100
+    static let burst = 10
+    private var tokens = Self.burst
+    private var refilled: Instant?
+
+    mutating func allow(_ now: Instant) -> Bool {
+        if let refilled {
+            let earned = Int((now - refilled) / .seconds(1) * Double(Self.perSecond))
+            if earned > 0 {
+                tokens = min(Self.burst, tokens + earned)
+                self.refilled = now
+            }
+        } else {
+            refilled = now
+        }
+        guard tokens > 0 else { return false }
+        tokens -= 1
+        return true
     }
 }
