@@ -9,7 +9,9 @@ import Testing
     var f = try ProtocolFixture()
     let peer = try f.connect()
     #expect(f.client.takesPathMTUNotices, "the server says it takes notices")
-    let big = ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4, payload: [UInt8](repeating: 7, count: 1300))
+    var big = ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4, payload: [UInt8](repeating: 7, count: 1300))
+    let mayFragment = big
+    big[6] = 0x40  // don't fragment
     _ = try f.serverDatagram(big, to: peer)  // nothing said yet: no limit
     var notice = try f.client.pathMTUNotice(1220, now: f.now)
     guard case .echo(peer, var answer, _) = f.server.receive(&notice, from: ProtocolFixture.clientAddress, now: f.now) else {
@@ -18,6 +20,8 @@ import Testing
     }
     #expect(f.client.receive(&answer, now: f.now) == .pathMTUAcknowledged(1220))
     #expect(throws: SealFailure.tooBig(mtu: 1220)) { _ = try f.serverDatagram(big, to: peer) }
+    // One that may be fragmented goes whole, as it did before the notice.
+    _ = try f.serverDatagram(mayFragment, to: peer)
     let fits = ProtocolFixture.ipv4(from: IPAddress("10.9.0.1")!, to: ProtocolFixture.innerV4, payload: [UInt8](repeating: 7, count: 1200))
     _ = try f.serverDatagram(fits, to: peer)
     // A new handshake starts without it: the client says it again on the new session.
@@ -89,6 +93,14 @@ private func tcp4(length: Int, dontFragment: Bool = true) -> [UInt8] {
     #expect([UInt8](repeating: 0, count: 60).withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1220) } == nil, "not IP")
     #expect([UInt8]([0x45, 0, 0]).withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1220) } == nil, "truncated")
     #expect([UInt8](repeating: 0x60, count: 20).withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1280) } == nil, "truncated IPv6")
+    var later = tcp4(length: 1400)
+    later[7] = 185  // a fragment at offset 1480
+    #expect(later.withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1220) } == nil, "a later fragment")
+    for first: UInt8 in [0, 127, 224, 255] {
+        var nobody = tcp4(length: 1400)
+        nobody[12] = first
+        #expect(nobody.withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1220) } == nil, "from \(first).x.x.x")
+    }
 }
 
 @Test func anIPv6PacketTooBigGetsPacketTooBigWithinTheMinimumMTU() throws {
@@ -101,11 +113,14 @@ private func tcp4(length: Int, dontFragment: Bool = true) -> [UInt8] {
     let source = IPAddress("fd77::1")!.bytes, destination = IPAddress("fd77::2")!.bytes
     packet.replaceSubrange(8..<24, with: source)
     packet.replaceSubrange(24..<40, with: destination)
-    let answer = try #require(packet.withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1280) })
+    let answer = try #require(packet.withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1220) })
     #expect(answer.count == 1280, "as much of the packet as keeps the answer within 1280 bytes")
     #expect(answer[6] == 58 && answer[40] == 2 && answer[41] == 0, "ICMPv6 packet too big")
     #expect(Array(answer[8..<24]) == destination && Array(answer[24..<40]) == source)
-    #expect(answer[44..<48].reduce(0) { $0 << 8 | Int($1) } == 1280)
+    #expect(answer[44..<48].reduce(0) { $0 << 8 | Int($1) } == 1280, "never below IPv6's minimum, which hosts ignore")
+    var multicast = packet
+    multicast[8] = 0xff
+    #expect(multicast.withUnsafeBytes { PacketTooBig.answer(to: $0, mtu: 1280) } == nil, "from a multicast source")
     let length = answer.count - 40
     #expect(Int(answer[4]) << 8 | Int(answer[5]) == length)
     let pseudo = Array(answer[8..<40]) + [0, 0, UInt8(length >> 8), UInt8(length & 0xff), 0, 0, 0, 58]

@@ -286,6 +286,7 @@ public struct ClientCore: Sendable {
     private mutating func receiveData(_ datagram: UnsafeMutableRawBufferPointer, now: Instant) -> ClientEvent {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         let result: Result<TransportSession.Opened, DropReason>
+        let onCurrent = current?.localIndex == index
         if current?.localIndex == index, let opened = current?.open(datagram, now: now, limits: limits) {
             result = opened
         } else if previous?.localIndex == index, let opened = previous?.open(datagram, now: now, limits: limits) {
@@ -309,7 +310,9 @@ public struct ClientCore: Sendable {
             return .packet(range: opened.range)
         case .echo(let id, let sentAt, let size): return .probeEcho(id: id, rtt: now - sentAt, size: size)
         case .drain: return .draining
-        case .pathMTU(let mtu): return .pathMTUAcknowledged(mtu)
+        case .pathMTU(let mtu):
+            // An answer to a notice of the session before says nothing of the one in use.
+            return onCurrent ? .pathMTUAcknowledged(mtu) : drop(.unexpected)
         case .probe, .close: return drop(.unexpected)
         case .malformed: return drop(.malformed)
         }

@@ -126,9 +126,12 @@ public final class SessionTable: Sendable {
             else { return drop(.sessionExpired) }
             return .echo(peer: peer, datagram: datagram, to: source)
         case .pathMTU(let mtu):
-            // Kept for the peer, whichever session brought it: the client says it again after
-            // each handshake and on each change, and the answer tells it the notice arrived.
+            // Kept for the peer; the client says it again after each handshake and on each
+            // change, and the answer tells it the notice arrived. One that lingered from a
+            // session since replaced says nothing about the new one.
+            guard which != .previous else { return drop(.unexpected) }
             let current = peers[slot].state.withLock { state -> TransportSession? in
+                guard state.current === session else { return nil }
                 state.pathMTU = mtu
                 return state.current
             }
@@ -166,7 +169,10 @@ public final class SessionTable: Sendable {
             ($0.current, $0.endpoint, $0.endpointLocal, $0.pathMTU)
         }
         guard let session, let endpoint else { throw .noSession }
-        if let mtu, innerLength > mtu { throw .tooBig(mtu: mtu) }
+        if let mtu, innerLength > mtu,
+           PacketTooBig.mayNotBeFragmented(UnsafeRawBufferPointer(rebasing: buffer[DataPacket.headroom..<(DataPacket.headroom + innerLength)])) {
+            throw .tooBig(mtu: mtu)
+        }
         let length = try session.seal(buffer, innerLength: innerLength, now: now, limits: limits)
         return SealedDatagram(length: length, destination: endpoint, source: local)
     }

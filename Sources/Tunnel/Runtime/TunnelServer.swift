@@ -420,7 +420,8 @@ public final class TunnelServer: Sendable {
         let fd = device.queues[queue]
         var sessions = self.sessions
         var seen = tableGeneration.load(ordering: .acquiring)
-        var tooBigLimiter = TooBigLimiter()
+        // Per client (the packet's destination), so one client's answers never use up another's.
+        var tooBigLimiters: [IPAddress: TooBigLimiter] = [:]
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
@@ -454,7 +455,9 @@ public final class TunnelServer: Sendable {
                         } catch SealFailure.tooBig(let mtu) {
                             // The client's path would lose it: its sender hears so, as from a router.
                             let packet = UnsafeRawBufferPointer(rebasing: inner[0..<length])
-                            answerTooBig(packet, mtu: mtu, queue: queue, limiter: &tooBigLimiter, now: now, traffic: &traffic)
+                            if tooBigLimiters.count >= TooBigLimiter.clientsKept { tooBigLimiters.removeAll() }
+                            answerTooBig(packet, mtu: mtu, queue: queue, limiter: &tooBigLimiters[destination, default: TooBigLimiter()],
+                                         now: now, traffic: &traffic)
                             return nil
                         } catch {
                             traffic.noSession += 1
@@ -473,8 +476,8 @@ public final class TunnelServer: Sendable {
     }
 
     /// Writes the ICMP answer to a packet bigger than its client's path carries into the device,
-    /// at most `TooBigLimiter.perSecond` a second per queue (the sender's kernel acts on the
-    /// first; the rest of its burst is dropped alike).
+    /// at most `TooBigLimiter.perSecond` a second per client and queue (the sender's kernel acts
+    /// on the first; the rest of its burst is dropped alike).
     private func answerTooBig(_ packet: UnsafeRawBufferPointer, mtu: Int, queue: Int, limiter: inout TooBigLimiter,
                               now: Instant, traffic: inout TrafficCounters) {
         traffic.tooBig += 1
@@ -644,6 +647,8 @@ final class PeerRoutes: @unchecked Sendable {  // used under the server's lock f
 struct TooBigLimiter {
     static let perSecond = 100
     static let burst = 10
+    /// Clients whose buckets a queue keeps; all are forgotten (full again) past it.
+    static let clientsKept = 4096
     private var tokens = Self.burst
     private var refilled: Instant?
 
