@@ -34,7 +34,6 @@ public struct PathMTUSearch: Sendable {
         case shrank
     }
 
-
     /// Sizes closer together than this are not told apart.
     public static let granularity = 8
 

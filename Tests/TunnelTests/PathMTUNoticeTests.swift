@@ -76,8 +76,8 @@ private func tcp4(length: Int, dontFragment: Bool = true) -> [UInt8] {
     #expect(answer[9] == 1 && answer[20] == 3 && answer[21] == 4, "ICMP destination unreachable, fragmentation needed")
     #expect(Int(answer[26]) << 8 | Int(answer[27]) == 1220, "the next hop's MTU")
     #expect(Array(answer[28...]) == Array(packet[0..<28]), "the packet's header and first 8 bytes")
-    #expect(PacketTooBig.checksum(answer[0..<20]) == 0, "a valid IP header checksum")
-    #expect(PacketTooBig.checksum(answer[20...]) == 0, "a valid ICMP checksum")
+    #expect(sumsToOnes(answer[0..<20]), "a valid IP header checksum")
+    #expect(sumsToOnes(answer[20...]), "a valid ICMP checksum")
     #expect(Int(answer[2]) << 8 | Int(answer[3]) == answer.count)
 }
 
@@ -124,16 +124,24 @@ private func tcp4(length: Int, dontFragment: Bool = true) -> [UInt8] {
     let length = answer.count - 40
     #expect(Int(answer[4]) << 8 | Int(answer[5]) == length)
     let pseudo = Array(answer[8..<40]) + [0, 0, UInt8(length >> 8), UInt8(length & 0xff), 0, 0, 0, 58]
-    #expect(PacketTooBig.checksum((pseudo + answer[40...])[...]) == 0, "a valid ICMPv6 checksum")
+    #expect(sumsToOnes((pseudo + answer[40...])[...]), "a valid ICMPv6 checksum")
 }
 
-@Test func answersAreLimitedAsARoutersICMPIs() {
-    var limiter = TooBigLimiter()
+@Test func answersAreLimitedPerClientAsARoutersICMPIs() {
+    var limiter = KeyedRateLimiter<IPAddress>(PacketTooBig.rate, capacity: PacketTooBig.clientsKept)
+    let client = IPAddress("10.77.0.2")!, other = IPAddress("10.77.0.3")!
     let start = Instant(nanoseconds: 1_000_000_000)
-    let burst = (0..<50).filter { _ in limiter.allow(start) }.count
-    #expect(burst == TooBigLimiter.burst)
-    let refilled = limiter.allow(start + .milliseconds(20))
+    let burst = (0..<50).filter { _ in limiter.allow(client, now: start) }.count
+    #expect(burst == Int(PacketTooBig.rate.burst))
+    let another = limiter.allow(other, now: start)
+    #expect(another, "one client's answers never use up another's")
+    let refilled = limiter.allow(client, now: start + .milliseconds(20))
     #expect(refilled, "refilled at its rate")
-    let second = (1...1000).filter { limiter.allow(start + .milliseconds(20) + .milliseconds($0)) }.count
-    #expect((90...111).contains(second), "about \(TooBigLimiter.perSecond) a second: \(second)")
+    let second = (1...1000).filter { limiter.allow(client, now: start + .milliseconds(20) + .milliseconds($0)) }.count
+    #expect((90...111).contains(second), "about \(PacketTooBig.rate.perSecond) a second: \(second)")
+}
+
+/// The Internet checksum over `bytes` with their checksum in place: all ones when it is right.
+private func sumsToOnes(_ bytes: ArraySlice<UInt8>) -> Bool {
+    Array(bytes).withUnsafeBytes { Checksum.fold(Checksum.sum($0)) } == 0xFFFF
 }

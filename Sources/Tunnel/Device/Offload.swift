@@ -201,10 +201,11 @@ enum Checksum {
         packet.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 10, as: UInt16.self)
     }
 
-    /// The sum of the IPv4 or IPv6 pseudo-header for TCP of `length` bytes, addresses read from `packet`.
-    static func pseudoHeader(_ packet: UnsafeRawBufferPointer, isV6: Bool, length: Int) -> UInt64 {
+    /// The sum of the IPv4 or IPv6 pseudo-header for `length` bytes of protocol `next` (TCP
+    /// unless said), addresses read from `packet`.
+    static func pseudoHeader(_ packet: UnsafeRawBufferPointer, isV6: Bool, length: Int, next: UInt8 = 6) -> UInt64 {
         let addresses = isV6 ? UnsafeRawBufferPointer(rebasing: packet[8..<40]) : UnsafeRawBufferPointer(rebasing: packet[12..<20])
-        return sum(addresses) &+ 6 &+ UInt64(length)
+        return sum(addresses) &+ UInt64(next) &+ UInt64(length)
     }
 
     /// Folds a sum to 16 bits.

@@ -78,8 +78,6 @@ public struct HandshakeCompletion: Equatable, Sendable {
     public var confirmation: [UInt8]
     /// The server echoes padded probes padded alike: the path's MTU can be discovered.
     public var sizedEchoes = false
-    /// The server takes path MTU notices (`ClientCore.pathMTUNotice`).
-    public var pathMTUNotices = false
 }
 
 /// The client's side of the protocol: builds initiations, turns responses into a session, seals
@@ -255,8 +253,7 @@ public struct ClientCore: Sendable {
         takesPathMTUNotices = verdict.pathMTUNotices
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
         return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns,
-                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes,
-                                                pathMTUNotices: verdict.pathMTUNotices))
+                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes))
     }
 
     /// A cookie reply for the handshake in flight: keep the cookie and send the same initiation
@@ -287,7 +284,7 @@ public struct ClientCore: Sendable {
         let index = UnsafeRawBufferPointer(datagram).loadLittleEndian(UInt32.self, at: DataPacket.receiverOffset)
         let result: Result<TransportSession.Opened, DropReason>
         let onCurrent = current?.localIndex == index
-        if current?.localIndex == index, let opened = current?.open(datagram, now: now, limits: limits) {
+        if onCurrent, let opened = current?.open(datagram, now: now, limits: limits) {
             result = opened
         } else if previous?.localIndex == index, let opened = previous?.open(datagram, now: now, limits: limits) {
             result = opened

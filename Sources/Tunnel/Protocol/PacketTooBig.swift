@@ -34,49 +34,44 @@ public enum PacketTooBig {
               packet[12] != 0, packet[12] != 127, packet[12] < 224 else { return nil }
         // An ICMP error (types 3, 4, 5, 11, 12) gets none; the rest of ICMP (echo) does.
         if packet[9] == 1, packet.count > headerLength, [3, 4, 5, 11, 12].contains(packet[headerLength]) { return nil }
-        let quoted = Array(packet[0..<min(packet.count, headerLength + 8)])
-        var icmp: [UInt8] = [3, 4, 0, 0, 0, 0, UInt8(truncatingIfNeeded: mtu >> 8), UInt8(truncatingIfNeeded: mtu)] + quoted
-        store(checksum(icmp[...]), in: &icmp, at: 2)
-        let total = 20 + icmp.count
-        var header: [UInt8] = [0x45, 0, UInt8(total >> 8), UInt8(total & 0xff), 0, 0, 0x40, 0, 64, 1, 0, 0]
-        header += packet[16..<20]  // from the packet's destination
-        header += packet[12..<16]  // to its source
-        store(checksum(header[...]), in: &header, at: 10)
-        return header + icmp
+        var answer: [UInt8] = [0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 1, 0, 0]
+        answer += packet[16..<20]  // from the packet's destination
+        answer += packet[12..<16]  // to its source
+        answer += [3, 4, 0, 0, 0, 0, UInt8(truncatingIfNeeded: mtu >> 8), UInt8(truncatingIfNeeded: mtu)]
+        answer += packet[0..<min(packet.count, headerLength + 8)]
+        answer.withUnsafeMutableBytes { out in
+            let icmp = Checksum.sum(UnsafeRawBufferPointer(rebasing: out[20...]))
+            out.storeBytes(of: (~Checksum.fold(icmp)).bigEndian, toByteOffset: 22, as: UInt16.self)
+            Checksum.setLength(of: out, isV6: false, ipLength: 20, to: out.count)  // and the header's checksum
+        }
+        return answer
     }
 
     private static func answerIPv6(_ packet: UnsafeRawBufferPointer, mtu: Int) -> [UInt8]? {
         guard packet.count >= 40, packet[8] != 0xff, packet[8..<24].contains(where: { $0 != 0 }) else { return nil }
         // An ICMPv6 error (types below 128) directly after the header gets none.
         if packet[6] == 58, packet.count > 40, packet[40] < 128 { return nil }
-        // As much of the packet as keeps the answer within IPv6's minimum MTU.
-        let quoted = Array(packet[0..<min(packet.count, 1280 - 48)])
-        let length = 8 + quoted.count
         let mtu = max(mtu, 1280)  // hosts take nothing less for IPv6
-        var icmp: [UInt8] = [2, 0, 0, 0, UInt8(truncatingIfNeeded: mtu >> 24), UInt8(truncatingIfNeeded: mtu >> 16),
-                             UInt8(truncatingIfNeeded: mtu >> 8), UInt8(truncatingIfNeeded: mtu)] + quoted
-        let source = Array(packet[24..<40]), destination = Array(packet[8..<24])
-        let pseudo = source + destination + [0, 0, UInt8(length >> 8), UInt8(length & 0xff), 0, 0, 0, 58]
-        store(checksum((pseudo + icmp)[...]), in: &icmp, at: 2)
-        let header: [UInt8] = [0x60, 0, 0, 0, UInt8(length >> 8), UInt8(length & 0xff), 58, 64] + source + destination
-        return header + icmp
-    }
-
-    /// The Internet checksum (RFC 1071) of `bytes`.
-    static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt16 {
-        var sum: UInt32 = 0
-        var i = bytes.startIndex
-        while i + 1 < bytes.endIndex {
-            sum += UInt32(bytes[i]) << 8 | UInt32(bytes[i + 1])
-            i += 2
+        var answer: [UInt8] = [0x60, 0, 0, 0, 0, 0, 58, 64]
+        answer += packet[24..<40]  // from the packet's destination
+        answer += packet[8..<24]  // to its source
+        answer += [2, 0, 0, 0, UInt8(truncatingIfNeeded: mtu >> 24), UInt8(truncatingIfNeeded: mtu >> 16),
+                   UInt8(truncatingIfNeeded: mtu >> 8), UInt8(truncatingIfNeeded: mtu)]
+        // As much of the packet as keeps the answer within IPv6's minimum MTU.
+        answer += packet[0..<min(packet.count, 1280 - 48)]
+        answer.withUnsafeMutableBytes { out in
+            Checksum.setLength(of: out, isV6: true, ipLength: 40, to: out.count)
+            let sum = Checksum.pseudoHeader(UnsafeRawBufferPointer(out), isV6: true, length: out.count - 40, next: 58)
+                &+ Checksum.sum(UnsafeRawBufferPointer(rebasing: out[40...]))
+            out.storeBytes(of: (~Checksum.fold(sum)).bigEndian, toByteOffset: 42, as: UInt16.self)
         }
-        if i < bytes.endIndex { sum += UInt32(bytes[i]) << 8 }
-        while sum >> 16 != 0 { sum = (sum & 0xffff) + (sum >> 16) }
-        return ~UInt16(sum)
+        return answer
     }
 
-    private static func store(_ value: UInt16, in bytes: inout [UInt8], at offset: Int) {
-        bytes[offset] = UInt8(value >> 8)
-        bytes[offset + 1] = UInt8(value & 0xff)
-    }
+    /// How often answers go to one client's senders, per queue of the server: as a router
+    /// limits its ICMP errors (the sender's kernel acts on the first; the rest of a burst is
+    /// dropped alike).
+    static let rate = ServerLimits.Rate(perSecond: 100, burst: 10)
+    /// Clients whose budgets a queue keeps at once.
+    static let clientsKept = 4096
 }

@@ -127,17 +127,16 @@ public final class SessionTable: Sendable {
             return .echo(peer: peer, datagram: datagram, to: source)
         case .pathMTU(let mtu):
             // Kept for the peer; the client says it again after each handshake and on each
-            // change, and the answer tells it the notice arrived. One that lingered from a
-            // session since replaced says nothing about the new one.
-            guard which != .previous else { return drop(.unexpected) }
-            let current = peers[slot].state.withLock { state -> TransportSession? in
-                guard state.current === session else { return nil }
+            // change, and the answer tells it the notice arrived. Only on the session in use:
+            // one that lingered from a session since replaced says nothing about the new one.
+            let inUse = peers[slot].state.withLock { state -> Bool in
+                guard state.current === session else { return false }
                 state.pathMTU = mtu
-                return state.current
+                return true
             }
+            guard inUse else { return drop(.unexpected) }
             let answer = Control.encode(kind: Control.pathMTU, id: UInt64(mtu), sentAt: .zero)
-            guard let current, let datagram = try? current.seal(message: answer, now: now, limits: limits)
-            else { return drop(.sessionExpired) }
+            guard let datagram = try? session.seal(message: answer, now: now, limits: limits) else { return drop(.sessionExpired) }
             return .echo(peer: peer, datagram: datagram, to: source)
         case .close:
             // Only on the session in use, checked under the lock: a close that lingered in the

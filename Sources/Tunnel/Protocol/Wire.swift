@@ -398,7 +398,7 @@ enum InnerContent: Equatable {
         case Control.echo: self = .echo(id: id, sentAt: sentAt, size: plaintext.count)
         case Control.close: self = .close
         case Control.drain: self = .drain
-        case Control.pathMTU where id <= UInt64(Control.pathMTURange.upperBound) && Control.pathMTURange.contains(Int(id)):
+        case Control.pathMTU where Control.pathMTURange.contains(Int(clamping: id)):
             self = .pathMTU(Int(id))
         default: self = .malformed
         }

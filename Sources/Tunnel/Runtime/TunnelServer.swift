@@ -421,7 +421,7 @@ public final class TunnelServer: Sendable {
         var sessions = self.sessions
         var seen = tableGeneration.load(ordering: .acquiring)
         // Per client (the packet's destination), so one client's answers never use up another's.
-        var tooBigLimiters: [IPAddress: TooBigLimiter] = [:]
+        var tooBigLimiter = KeyedRateLimiter<IPAddress>(PacketTooBig.rate, capacity: PacketTooBig.clientsKept)
         while running.load(ordering: .relaxed) {
             do {
                 guard try !pollReadable([fd], timeout: .seconds(1)).isEmpty else { continue }
@@ -455,8 +455,7 @@ public final class TunnelServer: Sendable {
                         } catch SealFailure.tooBig(let mtu) {
                             // The client's path would lose it: its sender hears so, as from a router.
                             let packet = UnsafeRawBufferPointer(rebasing: inner[0..<length])
-                            if tooBigLimiters.count >= TooBigLimiter.clientsKept { tooBigLimiters.removeAll() }
-                            answerTooBig(packet, mtu: mtu, queue: queue, limiter: &tooBigLimiters[destination, default: TooBigLimiter()],
+                            answerTooBig(packet, to: destination, mtu: mtu, queue: queue, limiter: &tooBigLimiter,
                                          now: now, traffic: &traffic)
                             return nil
                         } catch {
@@ -476,12 +475,11 @@ public final class TunnelServer: Sendable {
     }
 
     /// Writes the ICMP answer to a packet bigger than its client's path carries into the device,
-    /// at most `TooBigLimiter.perSecond` a second per client and queue (the sender's kernel acts
-    /// on the first; the rest of its burst is dropped alike).
-    private func answerTooBig(_ packet: UnsafeRawBufferPointer, mtu: Int, queue: Int, limiter: inout TooBigLimiter,
-                              now: Instant, traffic: inout TrafficCounters) {
+    /// within `PacketTooBig.rate` per client (`destination`) and queue.
+    private func answerTooBig(_ packet: UnsafeRawBufferPointer, to destination: IPAddress, mtu: Int, queue: Int,
+                              limiter: inout KeyedRateLimiter<IPAddress>, now: Instant, traffic: inout TrafficCounters) {
         traffic.tooBig += 1
-        guard limiter.allow(now), let answer = PacketTooBig.answer(to: packet, mtu: mtu) else { return }
+        guard limiter.allow(destination, now: now), let answer = PacketTooBig.answer(to: packet, mtu: mtu) else { return }
         answer.withUnsafeBytes { write($0, VirtioNetHeader(), queue: queue, traffic: &traffic) }
         traffic.tooBigAnswered += 1
     }
@@ -642,28 +640,3 @@ final class PeerRoutes: @unchecked Sendable {  // used under the server's lock f
     }
 }
 
-/// A token bucket for the answers to packets too big for their client's path, as a router
-/// limits its ICMP errors: a burst of `burst`, refilled at `perSecond`.
-struct TooBigLimiter {
-    static let perSecond = 100
-    static let burst = 10
-    /// Clients whose buckets a queue keeps; all are forgotten (full again) past it.
-    static let clientsKept = 4096
-    private var tokens = Self.burst
-    private var refilled: Instant?
-
-    mutating func allow(_ now: Instant) -> Bool {
-        if let refilled {
-            let earned = Int((now - refilled) / .seconds(1) * Double(Self.perSecond))
-            if earned > 0 {
-                tokens = min(Self.burst, tokens + earned)
-                self.refilled = now
-            }
-        } else {
-            refilled = now
-        }
-        guard tokens > 0 else { return false }
-        tokens -= 1
-        return true
-    }
-}
