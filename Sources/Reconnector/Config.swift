@@ -50,7 +50,8 @@ public struct Config: Sendable, Equatable {
     /// The most unanswered probes in a row a lossy path is given before it counts as dead.
     public var maxProbeAttempts: Int = 8
     /// An RTT estimate with no sample for this long is stale: while traffic flows a probe
-    /// refreshes it (one per this interval at most, none while idle); meanwhile waits for
+    /// refreshes it before then, when three quarters of this have passed (none while idle), so
+    /// a busy session's estimate never goes stale; meanwhile waits for
     /// answers start from the path's lowest recent RTT (a queue that drained), and a "session
     /// unknown" hint's check waits longer (the RTT may have risen).
     public var rttStaleAfter: Duration = .seconds(10)

@@ -482,11 +482,20 @@ public struct Reconnector: Sendable {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
         if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait(now), &out) }
-        // While the tunnel carries traffic the estimate is kept current (at most one probe per
-        // `rttStaleAfter`, none while idle): the waits for answers and a hint's check rest on it.
-        let answering = session.map { now - $0.lastHeard < config.rttStaleAfter } ?? false
-        let refreshedLately = refreshedAt.map { now - $0 < config.rttStaleAfter } ?? false
-        if smoothedRTT != nil, answering, rttIsStale(now), !refreshedLately {
+        refreshRTT(on: path, heardBefore: session?.lastHeard, now, &out)
+    }
+
+    /// While the tunnel carries traffic the estimate is kept current: a probe when three
+    /// quarters of `rttStaleAfter` have passed since the last sample (at most one per that,
+    /// none while idle), so that it never goes stale; the waits for answers and a hint's check
+    /// rest on it. Data sent after a quiet spell asks for it, and so does a busy conversation,
+    /// which reports only its arrivals (`LivenessNotices`). Traffic flows when the server was
+    /// heard within `rttStaleAfter` before (`heardBefore`): an application that sends a packet a
+    /// minute costs no probes.
+    private mutating func refreshRTT(on path: Path, heardBefore: Instant?, _ now: Instant, _ out: inout [Action]) {
+        let answering = heardBefore.map { now - $0 < config.rttStaleAfter } ?? false
+        let refreshedLately = refreshedAt.map { now - $0 < rttRefreshDue } ?? false
+        if smoothedRTT != nil, answering, rttIsAged(now), !refreshedLately {
             refreshedAt = now
             sendProbe(via: path, &out)
         }
@@ -505,11 +514,13 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
+        let heardBefore = session?.lastHeard
         noteHeard(now)
         quietProofs = 0
         switch state {
-        case .connected:
+        case .connected(let path):
             if deadlines[.liveness] != nil { cancel(.liveness, &out) }
+            refreshRTT(on: path, heardBefore: heardBefore, now, &out)
         case .probing(let path, _):
             // With a rescue probe out, the server follows the session to the rescue path and its
             // data may arrive there: no proof for the silent path. The probe timer decides.
@@ -1397,6 +1408,14 @@ public struct Reconnector: Sendable {
         rttSampledAt.map { now - $0 >= config.rttStaleAfter } ?? true
     }
 
+    /// A sample this long after the last one refreshes the estimate: it starts it over rather
+    /// than being averaged into what the path was several seconds ago.
+    private var rttRefreshDue: Duration { config.rttStaleAfter * 3 / 4 }
+
+    private func rttIsAged(_ now: Instant) -> Bool {
+        rttSampledAt.map { now - $0 >= rttRefreshDue } ?? true
+    }
+
     /// Data unanswered this long makes the path suspect.
     private func livenessWait(_ now: Instant) -> Duration {
         max(config.livenessTimeout, patience(now) * 2) * (1 << quietProofs)
@@ -1439,7 +1458,7 @@ public struct Reconnector: Sendable {
     /// path's lowest RTT follows the lowest samples at once and higher ones slowly (an eighth
     /// of the way each), so a path whose base RTT rose for good is not waited on too briefly.
     private mutating func sampleRTT(_ rtt: Duration, _ now: Instant, newPath: Bool = false) {
-        let newPath = newPath || rttIsStale(now)
+        let newPath = newPath || rttIsAged(now)
         rttSampledAt = now
         if let lowest = minimumRTT, !newPath {
             minimumRTT = rtt < lowest ? rtt : lowest + (rtt - lowest) / 8

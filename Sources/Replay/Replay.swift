@@ -16,6 +16,11 @@ public struct ReplayReport: Sendable {
     public var sizeProbes = 0
     /// The tunnel device's MTU at the end.
     public var tunnelMTU = 0
+    /// Packets the server started, and those of them that never reached the agent's session.
+    public var fromServer = 0
+    public var lostFromServer = 0
+    /// Persistent keepalives the agent's data plane sent.
+    public var keepalives = 0
     /// Connectivity checks (plain HTTP requests outside the tunnel) the agent made.
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
@@ -88,19 +93,34 @@ public struct Replay {
     private var lockdownLifted = false
     private var checkTimes: [Instant] = []
     private var rtt: [String: Duration] = [:]
-    /// Per link: loss each way and jitter, drawn from a generator seeded by the scenario.
+    /// Per link: loss each way, per address family, and jitter, drawn from a generator seeded by
+    /// the scenario.
     private var lossUp: [String: Double] = [:]
     private var lossDown: [String: Double] = [:]
+    private var lossV4: [String: Double] = [:]
+    private var lossV6: [String: Double] = [:]
     private var jitter: [String: Duration] = [:]
     private var pathMTU: [String: Int] = [:]
     private var natTimeout: [String: Duration] = [:]
-    /// When the laptop last sent through each link: a NAT's mapping lives from there.
+    /// When the laptop last sent through each link: a NAT's mapping lives from there. A mapping
+    /// made after the last one expired is a new one (a new outside port): its count goes up.
     private var lastSent: [String: Instant] = [:]
+    private var natMapping: [String: Int] = [:]
     private var chance: SeededRandom
-    /// Each gateway: whether it answers, whether it holds the agent's session, and when it last
-    /// heard an authenticated packet (it drops sessions idle longer than the session lifetime,
-    /// as the real server does).
-    private var gateways: [(up: Bool, hasSession: Bool, heardAt: Instant)]
+    /// Each gateway as the world sees it.
+    private var gateways: [Gateway]
+    private struct Gateway {
+        var up = true
+        /// It holds the agent's session.
+        var hasSession = false
+        /// When it last heard an authenticated packet: it drops sessions idle longer than the
+        /// session lifetime, as the real server does.
+        var heardAt = Instant.zero
+        /// Where it last heard the agent from, as the real server records it from every
+        /// authenticated packet: the path, the socket on it, and the NAT mapping. The packets
+        /// it starts go there.
+        var endpoint: ClientEndpoint?
+    }
     /// The gateway the agent talks to, and the one it prepares a session with.
     private var target = 0
     private var standby: Int?
@@ -123,6 +143,28 @@ public struct Replay {
 
     // The driver's view.
     private var socket: Path.ID?
+    /// The agent's sockets, one per path, made on first use and kept while their path is one
+    /// of the current paths at a bind, as the daemon's effects keep them: a new one is a new
+    /// port, where nothing the server sent to the old one arrives.
+    private var sockets: [Path.ID: Int] = [:]
+    private var socketsMade = 0
+    /// The data plane's liveness notices (TunnelClient): application data after a quiet spell
+    /// is reported once (`dataSent`), and the next authenticated arrival answers it (`dataReceived`).
+    private var lastArrival: Instant?
+    private var lastReported: Instant?
+    private var lastSentReport: Instant?
+    private var awaitingReply = false
+    /// When the application last sent: a persistent keepalive goes after that much silence.
+    private var lastAppSent = Instant.zero
+    /// The application's stream and the server's, and their generations: a tick of a replaced
+    /// phase is dropped.
+    private var clientStream: TrafficPhase?
+    private var serverStream: TrafficPhase?
+    private var streams = (client: 0, server: 0)
+    /// Packets the server started: sent, arrived, and still on their way (not lost when the
+    /// replay ends).
+    private var fromServer = (sent: 0, delivered: 0, inFlight: 0)
+    private var keepalives = 0
     private var clientHasSession = false
     /// Which keys the client holds. A hint names the receiver index of the packet that drew it,
     /// and the client's data plane drops one that names keys it no longer holds.
@@ -158,7 +200,9 @@ public struct Replay {
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
         interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
                                               servers: scenario.gateways))
-        gateways = Array(repeating: (true, false, .zero), count: scenario.gateways.count)
+        gateways = Array(repeating: Gateway(), count: scenario.gateways.count)
+        clientStream = scenario.traffic.map { TrafficPhase(every: $0) }
+        serverStream = scenario.serverTraffic
         tunnelMTU = scenario.config.maxMTU
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
@@ -179,7 +223,9 @@ public struct Replay {
         for (i, check) in scenario.expect.stateAt.enumerated() { queue.push(check.at, .stateCheck(i)) }
         pathAtResults = Array(repeating: nil, count: scenario.expect.pathAt.count)
         stateAtResults = Array(repeating: "", count: scenario.expect.stateAt.count)
-        if let every = scenario.traffic { queue.push(.zero + every, .traffic) }
+        if let phase = clientStream { queue.push(.zero + phase.every, .traffic(0)) }
+        if let phase = serverStream { queue.push(.zero + phase.every, .serverTraffic(0)) }
+        if let every = scenario.persistentKeepalive { queue.push(.zero + every, .keepalive) }
         feedPaths(tracker.paths)
         updateOutage()
 
@@ -207,14 +253,36 @@ public struct Replay {
                 // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
                 feed(input)
             case .echo(let id, let rtt, let size, let via):
-                guard !sleeping, next.at == now, reaches(via), let input = interpreter.echo(id, rtt: rtt, size: size) else { break }
-                deliver(input)
-            case .traffic:
+                guard !sleeping, next.at == now, reaches(via) else { break }
+                arrived(reporting: false)
+                if let input = interpreter.echo(id, rtt: rtt, size: size) { deliver(input) }
+            case .traffic(let generation):
                 // A sleeping machine sends nothing, and its sleep costs no ticks: the wake
                 // starts them again.
+                guard generation == streams.client, let phase = clientStream else { break }
                 if sleeping { trafficPaused = true; break }
-                sendTraffic()
-                if let every = scenario.traffic { queue.push(now + every, .traffic) }
+                sendTraffic(size: phase.size ?? scenario.trafficSize)
+                queue.push(now + phase.every, .traffic(generation))
+            case .serverTraffic(let generation):
+                // The server sends on while the laptop sleeps: those packets are lost.
+                guard generation == streams.server, let phase = serverStream else { break }
+                serverSends(size: phase.size ?? scenario.trafficSize)
+                queue.push(now + phase.every, .serverTraffic(generation))
+            case .fromServer(let endpoint):
+                fromServer.inFlight -= 1
+                if !sleeping, next.at == now, reaches(endpoint), clientHasSession {
+                    fromServer.delivered += 1
+                    arrived()
+                }
+            case .keepalive:
+                guard let every = scenario.persistentKeepalive else { break }
+                let due = lastAppSent + every
+                if due <= now {
+                    sendKeepalive(persistent: true)
+                    queue.push(now + every, .keepalive)
+                } else {
+                    queue.push(due, .keepalive)
+                }
             case .checkpoint(let i):
                 pathAtResults[i] = machine.state.path?.interface
             case .stateCheck(let i):
@@ -226,6 +294,9 @@ public struct Replay {
         if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
         report.finalState = machine.state
         report.tunnelMTU = tunnelMTU
+        report.fromServer = fromServer.sent - fromServer.inFlight
+        report.lostFromServer = report.fromServer - fromServer.delivered
+        report.keepalives = keepalives
         checkBudget()
         report.cpuTime = Self.threadCPUTime() - cpuAtStart
         checkExpectations()
@@ -251,9 +322,9 @@ public struct Replay {
         case .wake:
             sleeping = false
             feed(.wake(sleptFor: now - sleptAt))
-            if trafficPaused, let every = scenario.traffic {
+            if trafficPaused, let phase = clientStream {
                 trafficPaused = false
-                queue.push(now + every, .traffic)
+                queue.push(now + phase.every, .traffic(streams.client))
             }
         case .clockJump(let length):
             // A handshake in flight across a suspend was lost with the machine's network state.
@@ -292,6 +363,16 @@ public struct Replay {
         case .login(let name): portals[name] = nil
         case .portalWindow(let open): feed(open ? .openPortalWindow : .closePortalWindow)
         case .auth(let accepts): acceptsAuth = accepts
+        case .traffic(let phase):
+            // A new phase starts now: its first packet goes at once.
+            clientStream = phase
+            streams.client += 1
+            trafficPaused = false
+            if phase != nil { queue.push(now, .traffic(streams.client)) }
+        case .serverTraffic(let phase):
+            serverStream = phase
+            streams.server += 1
+            if phase != nil { queue.push(now, .serverTraffic(streams.server)) }
         case .forgedHint:
             // It names the session in use, so it reaches the agent while the agent holds one;
             // nothing in the world changes (the server keeps the session).
@@ -312,6 +393,8 @@ public struct Replay {
             target = 0
             standby = nil
             socket = nil
+            sockets.removeAll()
+            awaitingReply = false
             clientHasSession = false
             clientKeys += 1
             lastHeard = nil
@@ -410,6 +493,8 @@ public struct Replay {
             if let rtt = spec.rtt { self.rtt[spec.name] = rtt }
             if let share = spec.lossUp { lossUp[spec.name] = share }
             if let share = spec.lossDown { lossDown[spec.name] = share }
+            if let share = spec.lossV4 { lossV4[spec.name] = share }
+            if let share = spec.lossV6 { lossV6[spec.name] = share }
             if let spread = spec.jitter { jitter[spec.name] = spread }
             if let mtu = spec.pathMTU { pathMTU[spec.name] = mtu }
             if let timeout = spec.natTimeout { natTimeout[spec.name] = timeout }
@@ -463,6 +548,12 @@ public struct Replay {
         return tracker.model.addresses.values.contains { $0.linkIndex == id.linkIndex && $0.ip == id.source }
     }
 
+    /// True when a packet the server sent to `endpoint` can arrive: the socket is still open and
+    /// its path still reaches.
+    private func reaches(_ endpoint: ClientEndpoint) -> Bool {
+        sockets[endpoint.path] == endpoint.socket && reaches(endpoint.path)
+    }
+
     /// True when packets sent from this path reach the server (the gateway talked to, unless named).
     private func passes(_ id: Path.ID, gateway: Int? = nil) -> Bool {
         guard !sleeping, gateways[gateway ?? target].up,
@@ -482,11 +573,18 @@ public struct Replay {
         guard let name = interface(of: id) else { return false }
         if !fits(size, on: id) { return true }
         if up {
+            if let timeout = natTimeout[name], let sent = lastSent[name], now - sent > timeout { natMapping[name, default: 0] += 1 }
             lastSent[name] = now
         } else if let at = arriving, let timeout = natTimeout[name], let sent = lastSent[name], at - sent > timeout {
             return true
         }
-        guard let share = (up ? lossUp : lossDown)[name], share > 0 else { return false }
+        if draw((up ? lossUp : lossDown)[name]) { return true }
+        return draw((id.source.family == .v4 ? lossV4 : lossV6)[name])
+    }
+
+    /// True with probability `share` (none drawn without one, so a scenario's other draws stay put).
+    private mutating func draw(_ share: Double?) -> Bool {
+        guard let share, share > 0 else { return false }
         return Double(chance.next() >> 11) / Double(1 << 53) < share
     }
 
@@ -520,11 +618,65 @@ public struct Replay {
         min(inner, tunnelMTU) + Self.overhead(id)
     }
 
-    private mutating func sendTraffic() {
+    /// The application sends a packet of `inner` bytes, which its peer answers as big; as the
+    /// data plane does, the first after a quiet spell is reported to the agent.
+    private mutating func sendTraffic(size inner: Int) {
         guard !sleeping, carrying, let socket else { return }
-        feed(.dataSent)
-        let size = wireSize(of: scenario.trafficSize, on: socket)
+        lastAppSent = now
+        if lastArrival.map({ now - $0 > LivenessNotices.quietSpell }) ?? true,
+           !awaitingReply || lastSentReport.map({ now - $0 >= LivenessNotices.heardEvery }) ?? true {
+            awaitingReply = true
+            lastSentReport = now
+            feed(.dataSent)
+        }
+        let size = wireSize(of: inner, on: socket)
         answer(from: socket, clientHasSession ? .dataReceived : nil, size: size, downSize: size)
+    }
+
+    /// An authenticated packet reached the agent's session: the data plane notes it, and reports
+    /// it as `LivenessNotices` say (a probe's echo or a handshake's answer is reported as such:
+    /// `reporting: false`).
+    private mutating func arrived(reporting: Bool = true) {
+        lastArrival = now
+        if lastHeard != nil { lastHeard = now }
+        hintReported = false
+        guard reporting, awaitingReply || lastReported.map({ now - $0 >= LivenessNotices.heardEvery }) ?? true else { return }
+        awaitingReply = false
+        lastReported = now
+        feed(.dataReceived)
+    }
+
+    /// A keepalive from the session's socket (after a rebind, a handshake's confirmation, or
+    /// `persistent` after the application's silence): the server and the NATs on the way hear
+    /// it; nothing answers.
+    private mutating func sendKeepalive(persistent: Bool) {
+        guard !sleeping, clientHasSession, let socket else { return }
+        if persistent { keepalives += 1 }
+        guard passes(socket), !lost(socket, up: true) else { return }
+        serverHeard(from: socket)
+    }
+
+    /// The server heard an authenticated packet from `id` on the session it holds: it records
+    /// where from (the path's socket and the NAT's mapping).
+    private mutating func serverHeard(from id: Path.ID) {
+        guard serverHasSession, let socket = sockets[id], let name = interface(of: id) else { return }
+        serverHeardAt = now
+        gateways[target].endpoint = ClientEndpoint(path: id, socket: socket, mapping: natMapping[name, default: 0])
+    }
+
+    /// A packet the server starts, sent to where it last heard the agent from: lost when the
+    /// session is gone, the NAT forgot or remapped, or the agent's socket there is closed.
+    private mutating func serverSends(size inner: Int) {
+        let gateway = gateways[target]
+        guard gateway.up else { return }
+        fromServer.sent += 1
+        guard gateway.hasSession, now - gateway.heardAt < scenario.config.sessionLifetime, let endpoint = gateway.endpoint,
+              let name = interface(of: endpoint.path), natMapping[name, default: 0] == endpoint.mapping,
+              !dropped.contains(name), portals[name] == nil else { return }
+        let at = now + roundTrip(endpoint.path) / 2
+        guard !lost(endpoint.path, up: false, size: wireSize(of: inner, on: endpoint.path), arriving: at) else { return }
+        fromServer.inFlight += 1
+        queue.push(at, .fromServer(endpoint))
     }
 
     /// The server's answer to an authenticated packet from `id` (`size` bytes on the wire):
@@ -535,7 +687,7 @@ public struct Replay {
         guard passes(id), let reply, !lost(id, up: true, size: size) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
-            serverHeardAt = now
+            serverHeard(from: id)
             let at = arrival(id)
             if !lost(id, up: false, size: downSize, arriving: at) {
                 // An echo names its probe and reports the round trip it really took, jitter included.
@@ -558,7 +710,9 @@ public struct Replay {
             clientHasSession = true
             clientKeys += 1
             lastHeard = now
-            hintReported = false
+            arrived(reporting: false)
+            // Its confirmation tells the server where the agent is.
+            sendKeepalive(persistent: false)
         case .handshakeFailed(.sessionUnknown):
             // The client keeps its keys (the hint is unauthenticated) and sends on. As its data
             // plane does, it reports one hint per session until the server is heard again.
@@ -566,9 +720,10 @@ public struct Replay {
             hintReported = true
             // A true hint: the server has said it lost the session.
             if !serverHasSession { lastHeard = nil }
-        case .probeReply, .dataReceived:
-            if lastHeard != nil { lastHeard = now }
-            hintReported = false
+        case .dataReceived:
+            // An answer to the application's data: the data plane reports it if it reported
+            // the data sent.
+            return arrived()
         default: break
         }
         feed(input)
@@ -823,6 +978,15 @@ public struct Replay {
         if let mtu = e.tunnelMTU { expect(report.tunnelMTU == mtu, "tunnel MTU at the end: expected \(mtu), got \(report.tunnelMTU)") }
         if let max = e.maxSizeProbes { expect(report.sizeProbes <= max, "size probes: expected at most \(max), got \(report.sizeProbes)") }
         if let min = e.minSizeProbes { expect(report.sizeProbes >= min, "size probes: expected at least \(min), got \(report.sizeProbes)") }
+        if let max = e.maxLostFromServer {
+            expect(report.lostFromServer <= max, "packets the server started that never arrived: expected at most \(max), got \(report.lostFromServer) of \(report.fromServer)")
+        }
+        if let min = e.minFromServer {
+            let arrived = report.fromServer - report.lostFromServer
+            expect(arrived >= min, "packets the server started that arrived: expected at least \(min), got \(arrived) of \(report.fromServer)")
+        }
+        if let max = e.maxKeepalives { expect(report.keepalives <= max, "persistent keepalives: expected at most \(max), got \(report.keepalives)") }
+        if let min = e.minKeepalives { expect(report.keepalives >= min, "persistent keepalives: expected at least \(min), got \(report.keepalives)") }
         for entry in e.timeOn {
             let spent = timeConnected(on: entry.path)
             if let min = entry.min { expect(spent >= min, "time connected on \(entry.path): expected at least \(min.short), got \(spent.short)") }
@@ -839,6 +1003,14 @@ public struct Replay {
     }
 }
 
+/// Where the server last heard the agent from: the path, the agent's socket on it, and the NAT's
+/// mapping of the link.
+struct ClientEndpoint: Equatable {
+    var path: Path.ID
+    var socket: Int
+    var mapping: Int
+}
+
 /// A min-heap of pending events, ordered by time and then by insertion.
 struct EventQueue {
     enum What {
@@ -850,7 +1022,14 @@ struct EventQueue {
         case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
         /// A connectivity check's result.
         case checked(Input)
-        case traffic
+        /// The application's next packet, of the stream's generation.
+        case traffic(Int)
+        /// The server's next packet, of its stream's generation.
+        case serverTraffic(Int)
+        /// A packet the server started arrives at that endpoint.
+        case fromServer(ClientEndpoint)
+        /// Time to look whether a persistent keepalive is due.
+        case keepalive
         case checkpoint(Int)
         case stateCheck(Int)
     }
@@ -902,7 +1081,20 @@ extension Input {
 extension Replay: SessionDriver {
     public mutating func bind(_ path: Path, first: Bool) {
         requireKnown(path, action: "bind")
+        openSocket(on: path.id)
         socket = path.id
+        // The sockets of paths gone go, as the daemon's effects close them.
+        let current = tracker.paths.map(\.id)
+        sockets = sockets.filter { current.contains($0.key) || $0.key == path.id }
+        // The session moved: a keepalive tells the server at once.
+        sendKeepalive(persistent: false)
+    }
+
+    /// The socket on `id`, made on first use (a new port).
+    private mutating func openSocket(on id: Path.ID) {
+        guard sockets[id] == nil else { return }
+        socketsMade += 1
+        sockets[id] = socketsMade
     }
 
     public mutating func handshake(on path: Path) {
@@ -912,6 +1104,7 @@ extension Replay: SessionDriver {
         }
         report.handshakes += 1
         handshakeTimes.append(now)
+        openSocket(on: path.id)
         // Keys that the server answered within their lifetime still work: a handshake then only
         // costs an outage and a token (an operator's request aside).
         if feeding.input != .reconnectRequested, let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
@@ -931,6 +1124,7 @@ extension Replay: SessionDriver {
 
     public mutating func probe(_ id: UInt64, via path: Path) {
         requireKnown(path, action: "probe")
+        openSocket(on: path.id)
         report.probes += 1
         probeTimes.append(now)
         answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), echo: (id, nil))
@@ -940,6 +1134,7 @@ extension Replay: SessionDriver {
     /// sizes answers as big, an older one drops it (it reads the padding as malformed).
     public mutating func probe(_ id: UInt64, via path: Path, size: Int) {
         requireKnown(path, action: "size probe")
+        openSocket(on: path.id)
         report.sizeProbes += 1
         if size < scenario.mtuFloor || size > scenario.config.maxMTU {
             violation("a size probe of \(size) bytes, outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")
@@ -990,6 +1185,9 @@ extension Replay: SessionDriver {
         }
         gateways[index].hasSession = true
         gateways[index].heardAt = now
+        if let socket = sockets[path.id], let name = interface(of: path.id) {
+            gateways[index].endpoint = ClientEndpoint(path: path.id, socket: socket, mapping: natMapping[name, default: 0])
+        }
         if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6), generation: 0, via: path.id)) }
     }
 

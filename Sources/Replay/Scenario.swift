@@ -26,6 +26,13 @@ public struct Scenario: Sendable {
     /// The size of those packets inside the tunnel (the application's IP packets), at most the
     /// tunnel's MTU; on the wire each is bigger by the tunnel's overhead (`Replay.overhead`).
     public var trafficSize = 100
+    /// Packets the server starts (pushed mail, a call's far side, an incoming SSH session): they
+    /// go to where the server last heard the agent from, so a NAT that forgot the mapping or a
+    /// socket the agent left loses them. nil: the server only answers.
+    public var serverTraffic: TrafficPhase?
+    /// The agent's `persistent-keepalive`: its data plane sends a keepalive after this long
+    /// without an application packet, so NATs keep the mapping and the server the endpoint.
+    public var persistentKeepalive: Duration?
     /// The server echoes padded probes at their size (a server of revision 3 or later): the
     /// agent discovers each path's MTU.
     public var serverEchoesSizes = true
@@ -54,6 +61,17 @@ public struct Scenario: Sendable {
         parts.removeLast(3)  // Sources/Replay/Scenario.swift
         return parts.joined(separator: "/") + "/Scenarios"
     }()
+}
+
+/// A stream of packets: one every `every`, each `size` bytes inside the tunnel (nil: the
+/// scenario's `trafficSize`).
+public struct TrafficPhase: Sendable, Equatable {
+    public var every: Duration
+    public var size: Int?
+    public init(every: Duration, size: Int? = nil) {
+        self.every = every
+        self.size = size
+    }
 }
 
 /// One event at one instant, with the line it came from.
@@ -110,6 +128,10 @@ public enum ScenarioEvent: Sendable {
     case auth(accepts: Bool)
     /// An operator runs `agent reconnect`.
     case reconnect
+    /// The application's traffic changes: a new rhythm and size, or idle (nil).
+    case traffic(TrafficPhase?)
+    /// The traffic the server starts changes: a new rhythm and size, or none (nil).
+    case serverTraffic(TrafficPhase?)
     /// An operator runs `agent down` (`paused: true`) or `agent up` on the running agent.
     case operatorPause(Bool)
     /// An attacker who sees the session's packets (same Wi-Fi) sends a "session unknown" hint
@@ -159,6 +181,10 @@ public struct LinkSpec: Sendable {
     public var lossUp: Double?
     /// Share of packets lost from the server to the laptop (0...1) through this link.
     public var lossDown: Double?
+    /// Share of packets of one address family lost each way, on top of `lossUp`/`lossDown` (a
+    /// hotel Wi-Fi whose IPv6 is broken, a carrier whose IPv4 NAT is overloaded).
+    public var lossV4: Double?
+    public var lossV6: Double?
     /// Each packet through this link takes up to this much longer (drawn evenly; packets may overtake).
     public var jitter: Duration?
     /// The largest packet the path through this link carries to the server; larger ones vanish.
@@ -202,6 +228,13 @@ public struct Expectations: Sendable {
     public var minResends: Int?
     /// The tunnel device's MTU at the end.
     public var tunnelMTU: Int?
+    /// Packets the server started that never reached the agent's session.
+    public var maxLostFromServer: Int?
+    /// Packets the server started that reached it.
+    public var minFromServer: Int?
+    /// Persistent keepalives the data plane sent.
+    public var maxKeepalives: Int?
+    public var minKeepalives: Int?
     /// Probes padded to a size (path MTU discovery), over the whole timeline.
     public var maxSizeProbes: Int?
     public var minSizeProbes: Int?

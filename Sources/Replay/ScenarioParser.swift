@@ -33,7 +33,7 @@ extension YAMLReader {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
-            "server-echoes-sizes", "tunnel-ipv6",
+            "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -64,9 +64,15 @@ extension YAMLReader {
             throw fail(node, "'until' (\(until)s) is before the last event (\(last)s)")
         }
         let traffic = try opt(top.optional("traffic")) { node throws(ScenarioError) in try positiveDuration(node) }
-        if let traffic, let node = top.optional("traffic"),
-           (until - Instant.zero).nanoseconds / max(traffic.nanoseconds, 1) > Self.maxTrafficTicks {
-            throw fail(node, "'traffic' every \(traffic.short) until \(until) makes more than \(Self.maxTrafficTicks) packets")
+        let serverTraffic = try opt(top.optional("server-traffic")) { node throws(ScenarioError) in
+            try trafficPhase(node, "'server-traffic'", idle: false)
+        } ?? nil
+        try countTicks(of: "'traffic'", from: traffic, line: top.optional("traffic")?.line, events: events, until: until) {
+            if case .traffic(let phase) = $0 { .some(phase) } else { nil }
+        }
+        try countTicks(of: "'server-traffic'", from: serverTraffic?.every, line: top.optional("server-traffic")?.line,
+                       events: events, until: until) {
+            if case .serverTraffic(let phase) = $0 { .some(phase) } else { nil }
         }
         var config = Config()
         if let node = top.optional("config") { try reconnectConfig(node, section: "'config'", into: &config) }
@@ -108,8 +114,54 @@ extension YAMLReader {
         }
         if let node = top.optional("server-echoes-sizes") { scenario.serverEchoesSizes = try bool(node) }
         if let node = top.optional("tunnel-ipv6") { scenario.tunnelCarriesIPv6 = try bool(node) }
+        scenario.serverTraffic = serverTraffic
+        if let node = top.optional("persistent-keepalive") {
+            let interval = try positiveDuration(node)
+            guard interval >= .seconds(1), interval <= .seconds(3600) else {
+                throw fail(node, "'persistent-keepalive' is 1s to 1h (as the agent's setting), got \(interval.short)")
+            }
+            scenario.persistentKeepalive = interval
+        }
         if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
         return scenario
+    }
+
+    /// `idle` (with `idle: true`), a duration, or `{every, size}`: one packet every so often, of
+    /// that size inside the tunnel.
+    func trafficPhase(_ node: Node, _ what: String, idle: Bool) throws(ScenarioError) -> TrafficPhase? {
+        if case .scalar(let text) = node.value, text == "idle" {
+            guard idle else { throw fail(node, "\(what) at the top is a duration or {every, size}; 'idle' is for the timeline") }
+            return nil
+        }
+        if case .mapping = node.value {
+            let f = try fields(node, what, allowed: ["every", "size"])
+            let every = try positiveDuration(try f.required("every"))
+            let size = try opt(f.optional("size")) { node throws(ScenarioError) in try int(node, 28...65535) }
+            return TrafficPhase(every: every, size: size)
+        }
+        guard case .scalar(let text) = node.value, Self.parseDuration(text).map({ $0 > .zero }) == true else {
+            throw fail(node, "\(what) is \(idle ? "idle, " : "")a duration (e.g. 100ms) or {every, size}")
+        }
+        return TrafficPhase(every: try positiveDuration(node))
+    }
+
+    /// Refuses a stream whose phases would send more than `maxTrafficTicks` packets before
+    /// `until` (counted before anything runs), naming the line of the phase that crossed it.
+    func countTicks(of what: String, from first: Duration?, line firstLine: Int?, events: [TimedEvent], until: Instant,
+                    phase: (ScenarioEvent) -> TrafficPhase??) throws(ScenarioError) {
+        var (from, every, line, total) = (Instant.zero, first, firstLine ?? 0, Int64(0))
+        func check(upTo end: Instant) throws(ScenarioError) {
+            if let every { total += max(0, (end - from).nanoseconds) / max(every.nanoseconds, 1) }
+            guard total <= Self.maxTrafficTicks else {
+                throw ScenarioError(file: file, line: line, message: "\(what) every \((every ?? .zero).short) until \(end) makes more than \(Self.maxTrafficTicks) packets")
+            }
+        }
+        for event in events where event.at <= until {
+            guard let change = phase(event.event) else { continue }
+            try check(upTo: event.at)
+            (from, every, line) = (event.at, change?.every, event.line)
+        }
+        try check(upTo: until)
     }
 
     // MARK: Network and timeline
@@ -136,7 +188,7 @@ extension YAMLReader {
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop",
-        "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window",
+        "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -251,6 +303,8 @@ extension YAMLReader {
                 }
                 add(.auth(accepts: text == "accept"))
             case "reconnect": add(.reconnect)
+            case "traffic": add(.traffic(try trafficPhase(value, "'traffic'", idle: true)))
+            case "server-traffic": add(.serverTraffic(try trafficPhase(value, "'server-traffic'", idle: true)))
             case "operator":
                 let text = try string(value)
                 guard text == "down" || text == "up" else { throw fail(value, "'operator' is down or up, got \"\(text)\"") }
@@ -317,7 +371,7 @@ extension YAMLReader {
 
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
-                                                     "loss-down", "jitter", "path-mtu", "nat-timeout", "ssid", "gateway-mac",
+                                                     "loss-down", "loss-v4", "loss-v6", "jitter", "path-mtu", "nat-timeout", "ssid", "gateway-mac",
                                                      "dns-domain", "probe-answers"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
@@ -332,6 +386,8 @@ extension YAMLReader {
         }
         if let n = f.optional("loss-up") { spec.lossUp = try percent(n) }
         if let n = f.optional("loss-down") { spec.lossDown = try percent(n) }
+        if let n = f.optional("loss-v4") { spec.lossV4 = try percent(n) }
+        if let n = f.optional("loss-v6") { spec.lossV6 = try percent(n) }
         if let n = f.optional("jitter") { spec.jitter = try duration(n) }
         if let n = f.optional("path-mtu") { spec.pathMTU = try int(n, 68...65535) }
         if let n = f.optional("nat-timeout") { spec.natTimeout = try positiveDuration(n) }
@@ -440,6 +496,7 @@ extension YAMLReader {
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
+            "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -457,6 +514,10 @@ extension YAMLReader {
         if let n = f.optional("tunnel-mtu") { e.tunnelMTU = try int(n, 576...9000) }
         if let n = f.optional("max-size-probes") { e.maxSizeProbes = try int(n, 0...Int.max) }
         if let n = f.optional("min-size-probes") { e.minSizeProbes = try int(n, 0...Int.max) }
+        if let n = f.optional("max-lost-from-server") { e.maxLostFromServer = try int(n, 0...Int.max) }
+        if let n = f.optional("min-from-server") { e.minFromServer = try int(n, 0...Int.max) }
+        if let n = f.optional("max-keepalives") { e.maxKeepalives = try int(n, 0...Int.max) }
+        if let n = f.optional("min-keepalives") { e.minKeepalives = try int(n, 0...Int.max) }
         for item in try list(f.optional("time-on")) {
             let t = try fields(item, "a time-on entry", allowed: ["path", "min", "max"])
             let min = try opt(t.optional("min")) { node throws(ScenarioError) in try duration(node) }

@@ -54,6 +54,8 @@ struct ReplayCommand: ParsableCommand {
                 }
                 let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) resends=\(report.resends) probes=\(report.probes) "
                     + "size_probes=\(report.sizeProbes) mtu=\(report.tunnelMTU) max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
+                    + (report.fromServer > 0 ? " from_server=\(report.fromServer) lost_from_server=\(report.lostFromServer)" : "")
+                    + (report.keepalives > 0 ? " keepalives=\(report.keepalives)" : "")
                 if report.passed {
                     passed += 1
                     print("PASS \(path) \(summary)")

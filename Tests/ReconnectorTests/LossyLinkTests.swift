@@ -98,14 +98,21 @@ import Testing
     #expect(Reconnector.Memory(text: memory.text) == memory)
 }
 
-@Test func aStaleRoundTripIsRefreshedWhileTrafficIsAnswered() {
+@Test func theRoundTripIsRefreshedBeforeItGoesStaleWhileTrafficIsAnswered() {
     var r = connected([eth0])
-    _ = r.handle(.dataReceived, now: at(5000))
-    #expect(r.handle(.dataSent, now: at(5100)).probes.isEmpty, "the estimate is 5 s old")
-    _ = r.handle(.dataReceived, now: at(10_100))
-    #expect(r.handle(.dataSent, now: at(10_200)).probes == ["eth0"], "the estimate is 10 s old")
-    #expect(r.handle(.dataSent, now: at(10_300)).probes.isEmpty, "one refresh per 10 s")
-    // Idle: the server unheard for longer than that, so no refresh.
+    #expect(r.handle(.dataReceived, now: at(5000)).probes.isEmpty, "the estimate is 5 s old")
+    #expect(r.handle(.dataSent, now: at(5100)).probes.isEmpty)
+    // A busy conversation reports only its arrivals (one a second): one of them asks for the
+    // refresh once three quarters of the 10 s have passed.
+    #expect(r.handle(.dataReceived, now: at(7600)).probes == ["eth0"], "the estimate is 7.6 s old")
+    #expect(r.handle(.dataReceived, now: at(8600)).probes.isEmpty, "one refresh at a time")
+    #expect(r.handle(.dataSent, now: at(8700)).probes.isEmpty)
+    // Data sent after a quiet spell asks too.
+    var quiet = connected([eth0])
+    _ = quiet.handle(.dataReceived, now: at(4000))
+    #expect(quiet.handle(.dataSent, now: at(8000)).probes == ["eth0"])
+    // Idle: an application that sends a packet a minute costs no probes, on its send or on its answer.
     var idle = connected([eth0])
     #expect(idle.handle(.dataSent, now: at(60_000)).probes.isEmpty)
+    #expect(idle.handle(.dataReceived, now: at(60_050)).probes.isEmpty)
 }

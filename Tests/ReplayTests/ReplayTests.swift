@@ -93,6 +93,14 @@ func randomTimelinesKeepTheInvariants(batch: UInt64) throws {
     ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss: 130%}]", 3, "from 0% to 100%"),
     ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss-up: -1}]", 3, "from 0% to 100%"),
     ("server: 1.2.3.4\ntimeline: [{at: 3s, clock-jump: -5s}]", 2, "the clock cannot go back 5s"),
+    // Traffic in phases: each phase's packets count, and the one that crosses the bound is named.
+    ("server: 1.2.3.4\ntraffic: 1s\ntimeline:\n  - {at: 10s, traffic: idle}\n  - {at: 20s, traffic: 1ns}\nuntil: 1d", 5, "packets"),
+    ("server: 1.2.3.4\nserver-traffic: {every: 1us}\nuntil: 1d", 2, "packets"),
+    ("server: 1.2.3.4\nserver-traffic: idle", 2, "'idle' is for the timeline"),
+    ("server: 1.2.3.4\ntimeline:\n  - {at: 1s, traffic: often}", 3, "is idle, a duration"),
+    ("server: 1.2.3.4\ntimeline:\n  - {at: 1s, server-traffic: {every: 1s, rate: 5}}", 3, "unknown key 'rate'"),
+    ("server: 1.2.3.4\npersistent-keepalive: 500ms", 2, "1s to 1h"),
+    ("server: 1.2.3.4\nnetwork:\n  links: [{name: eth0, loss-v6: 2}]", 3, "from 0% to 100%"),
 ])
 func malformedFilesGiveLineNumberedErrors(text: String, line: Int, message: String) {
     #expect {
@@ -128,4 +136,51 @@ func malformedFilesGiveLineNumberedErrors(text: String, line: Int, message: Stri
     #expect(ScenarioParser.parseDuration("5") == nil)
     #expect(ScenarioParser.parseDuration("5 parsecs") == nil)
     #expect(ScenarioParser.parseDuration("") == nil)
+}
+
+/// The server sends what it starts to where it last heard the agent from: a NAT that forgot the
+/// mapping loses it, a persistent keepalive keeps the mapping.
+@Test func packetsTheServerStartsNeedTheMappingAKeepaliveKeeps() throws {
+    func run(keepalive: String) throws -> ReplayReport {
+        let text = """
+            server: 198.51.100.7
+            \(keepalive)
+            server-traffic: 40s
+            network:
+              links: [{name: wwan0, kind: wwan, rtt: 80ms, nat-timeout: 30s}]
+              addresses: [{dev: wwan0, addr: 10.64.0.9/30}]
+              routes: [{to: default, via: 10.64.0.10, dev: wwan0}]
+            until: 10m
+            """
+        var replay = Replay(try Scenario.parse(text, file: "t.yaml"))
+        return try replay.run()
+    }
+    let without = try run(keepalive: "")
+    #expect(without.fromServer == 15 && without.lostFromServer == 15, "\(without.fromServer) \(without.lostFromServer)")
+    #expect(without.keepalives == 0)
+    let with = try run(keepalive: "persistent-keepalive: 25s")
+    // (The last one is still on its way when the replay ends.)
+    #expect(with.fromServer == 14 && with.lostFromServer == 0, "\(with.fromServer) \(with.lostFromServer)")
+    #expect((23...24).contains(with.keepalives), "\(with.keepalives)")
+}
+
+/// Loss of one address family: a path of the other family does not feel it.
+@Test func lossOfOneFamilySparesTheOther() throws {
+    func run(_ address: String, _ route: String) throws -> ReplayReport {
+        let text = """
+            server: \(address.contains(":") ? "2001:db8::7" : "198.51.100.7")
+            traffic: 100ms
+            network:
+              links: [{name: wifi0, kind: wifi, loss-v6: 100%}]
+              addresses: [{dev: wifi0, addr: \(address)}]
+              routes: [{to: default, via: \(route), dev: wifi0}]
+            until: 30s
+            """
+        var replay = Replay(try Scenario.parse(text, file: "t.yaml"))
+        return try replay.run()
+    }
+    let v4 = try run("192.168.1.23/24", "192.168.1.1")
+    #expect(v4.finalState.name == "connected" && v4.handshakes == 1)
+    let v6 = try run("2001:db8:1::23/64", "fe80::1")
+    #expect(v6.finalState.name != "connected" && v6.handshakes > 1)
 }

@@ -33,9 +33,10 @@ public enum ClientNotice: Equatable, Sendable {
     /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it),
     /// `size` bytes of plaintext (the tunnel packet a padded probe stood for).
     case probeEcho(id: UInt64, rtt: Duration, size: Int)
-    /// Data went out more than `quietSpell` after the last arrival: the first such send.
+    /// Data went out more than `LivenessNotices.quietSpell` after the last arrival: the first such send.
     case dataSent
-    /// An authenticated packet arrived after data had gone out unanswered.
+    /// An authenticated packet arrived after data had gone out unanswered, or `LivenessNotices.heardEvery`
+    /// after the last such report.
     case dataReceived
     /// The server said, on the session, that it is being taken down.
     case serverDraining
@@ -89,14 +90,14 @@ public final class TunnelClient: Sendable {
     private let notify: @Sendable (ClientNotice) -> Void
     /// Sockets on paths being tried (make-before-break): polled for echoes beside the current one.
     private let candidates = Mutex<[UDPSocket]>([])
-    /// Data went out and nothing has come back since.
     /// Whether `.dataSent` was reported and no packet has arrived since.
     private let awaitingReply = Atomic<Bool>(false)
-    /// Sends this long after the last arrival count as unanswered; closer ones belong to a
-    /// conversation that is still answering. Delays the detection of a dead path by at most this.
-    public static let quietSpell = Duration.milliseconds(100)
-    /// When the last authenticated packet arrived (Instant nanoseconds).
+    /// When the last authenticated packet arrived, and when an arrival was last reported
+    /// (Instant nanoseconds; the rules are `LivenessNotices`).
     private let lastReceived = Atomic<Int64>(0)
+    private let lastReported = Atomic<Int64>(0)
+    /// When unanswered data was last reported (written by the sending thread alone).
+    private let lastSentReport = Atomic<Int64>(0)
 
     /// Answers the server's "session unknown" hint with a handshake by itself; off when a
     /// state machine decides (it hears `.sessionUnknown` and asks for the handshake).
@@ -441,10 +442,16 @@ public final class TunnelClient: Sendable {
         }
     }
 
-    /// An authenticated packet arrived: the conversation answers.
-    private func noteArrival() {
-        lastReceived.store(Instant.now().nanoseconds, ordering: .relaxed)
-        if awaitingReply.exchange(false, ordering: .relaxed) { notify(.dataReceived) }
+    /// An authenticated packet arrived: the conversation answers. A probe's echo or a handshake's
+    /// answer is reported as such, not as data (`reporting: false`).
+    private func noteArrival(reporting: Bool = true) {
+        let now = Instant.now().nanoseconds
+        lastReceived.store(now, ordering: .relaxed)
+        guard reporting else { return }
+        let awaited = awaitingReply.exchange(false, ordering: .relaxed)
+        guard awaited || now - lastReported.load(ordering: .relaxed) >= LivenessNotices.heardEvery.nanoseconds else { return }
+        lastReported.store(now, ordering: .relaxed)
+        notify(.dataReceived)
     }
 
     private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader, to tun: TunDevice) {
@@ -458,8 +465,10 @@ public final class TunnelClient: Sendable {
 
     private func handle(_ event: ClientEvent, in raw: UnsafeMutableRawBufferPointer) {
         switch event {
-        case .packet, .keepalive, .probeEcho, .established:
+        case .packet, .keepalive:
             noteArrival()
+        case .probeEcho, .established:
+            noteArrival(reporting: false)
         default:
             break
         }
@@ -590,10 +599,15 @@ public final class TunnelClient: Sendable {
         // is empty, and that is exactly when a handshake is most needed.
         if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
         guard batch.count > 0 else { return drained }
-        // Data after a quiet spell is worth a liveness check; in a conversation whose
-        // answers keep coming, the decider hears nothing, so it is not woken per packet.
-        if now.nanoseconds - lastReceived.load(ordering: .relaxed) > Self.quietSpell.nanoseconds,
-           !awaitingReply.exchange(true, ordering: .relaxed) {
+        // Data after a quiet spell is worth a liveness check, and again while it goes
+        // unanswered; in a conversation whose answers keep coming, the decider hears nothing,
+        // so it is not woken per packet (`LivenessNotices`).
+        let nanoseconds = now.nanoseconds
+        if nanoseconds - lastReceived.load(ordering: .relaxed) > LivenessNotices.quietSpell.nanoseconds,
+           !awaitingReply.load(ordering: .relaxed)
+            || nanoseconds - lastSentReport.load(ordering: .relaxed) >= LivenessNotices.heardEvery.nanoseconds {
+            awaitingReply.store(true, ordering: .relaxed)
+            lastSentReport.store(nanoseconds, ordering: .relaxed)
             notify(.dataSent)
         }
         let socket = self.socket
