@@ -555,6 +555,12 @@ public struct Reconnector: Sendable {
             enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
             rescue = other.map { ($0, nil) }
             suspectedByLiveness = true
+        case (.probe, .probing(let path, let sent)) where checkingHint && sent < probesBeforeDead(after: sent, atLeast: 1):
+            // On a path that loses packets one silent probe proves nothing: the check sends as
+            // many as the path's loss calls for (one on a clean path), as a dead-path verdict does.
+            sendProbe(via: path, &out)
+            arm(.probe, at: now + hintPatience(now), &out)
+            state = .probing(path, sent: sent + 1)
         case (.probe, .probing(let path, _)) where checkingHint:
             // Nothing authenticated came back: the server did lose the session.
             checkingHint = false

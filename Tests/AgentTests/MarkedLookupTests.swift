@@ -45,11 +45,35 @@ struct MarkedLookupTests {
         #expect(DNSMessage.parse(answer.dropLast(3)) == nil, "a truncated record is refused")
     }
 
-    @Test func garbageNeverCrashesTheParser() {
-        var random = SystemRandomNumberGenerator()
-        for _ in 0..<2000 {
-            let bytes = (0..<Int.random(in: 0..<80, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
-            _ = DNSMessage.parse(bytes[...])
+    /// Garbage and mutants of a real answer (seeded, so a failure repeats): never a crash, and
+    /// whatever is accepted is read from the bytes: an answer (QR set) with their id, and no more
+    /// addresses than records of 16 bytes or more could hold.
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func garbageAndMutantsNeverCrashTheParserNorInventAddresses(seed: UInt64) {
+        var random = SeededRandom(seed: seed)
+        var answer = DNSMessage.query("vpn.roam.test", type: DNSMessage.a, id: 0x4242).bytes
+        answer[2] = 0x81; answer[3] = 0x80
+        answer[7] = 1
+        answer += [0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 51, 100, 7]
+        #expect(DNSMessage.parse(answer[...])?.addresses == [IPAddress("198.51.100.7")!], "the unmutated answer parses")
+        var accepted = 0
+        for round in 0..<4000 {
+            var bytes: [UInt8]
+            if round % 2 == 0 {
+                bytes = (0..<Int.random(in: 0..<80, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            } else {
+                bytes = answer
+                for _ in 0..<Int.random(in: 1...4, using: &random) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+                }
+                bytes.removeLast(Int.random(in: 0...3, using: &random))
+            }
+            guard let parsed = DNSMessage.parse(bytes[...]) else { continue }
+            accepted += 1
+            #expect(bytes.count >= 12 && bytes[2] & 0x80 != 0, "only an answer is accepted: \(bytes)")
+            #expect(parsed.id == UInt16(bytes[0]) << 8 | UInt16(bytes[1]), "the id is the message's: \(bytes)")
+            #expect(parsed.addresses.count <= (bytes.count - 12) / 16, "\(parsed.addresses.count) addresses from \(bytes.count) bytes")
         }
+        #expect(accepted > 0, "some mutants of a good answer still parse")
     }
 }

@@ -22,7 +22,11 @@ struct PackageTests {
                                              ["--binary", RoamingLab.builtAgent.path, "--manual-tool", tool, "--output", work])
         try #require(built.status == 0, "\(built.output)")
         let deb = try #require(built.output.split(separator: "\n").last.map(String.init))
-        #expect(deb.hasSuffix("roam_\(Release.version)_amd64.deb") || deb.hasSuffix(".deb"), "\(deb)")
+        // Named for this release and for the machine's own architecture, as dpkg names it.
+        let architecture = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/dpkg"), ["--print-architecture"])
+            .output.trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(!architecture.isEmpty)
+        #expect(deb.hasSuffix("/roam_\(Release.version)_\(architecture).deb"), "\(deb)")
 
         let dpkgDeb = URL(fileURLWithPath: "/usr/bin/dpkg-deb")
         let listing = try NamespaceLab.capture(dpkgDeb, ["--contents", deb]).output
