@@ -1,5 +1,6 @@
 /// What the client's data plane tells the decision core of a conversation it carries, without
-/// waking it per packet (TunnelClient does this, and the replay's world the same):
+/// waking it per packet. TunnelClient and the replay's world keep their own clocks of it and ask
+/// these rules, so both report alike:
 /// - application data sent more than `quietSpell` after the last authenticated arrival is
 ///   reported (`dataSent`): the core starts waiting for an answer; while none comes, data is
 ///   reported again at most every `heardEvery`;
@@ -12,4 +13,22 @@ public enum LivenessNotices {
     /// At most one wakeup of the core per this while a conversation runs, or while data goes
     /// unanswered.
     public static let heardEvery = Duration.seconds(1)
+
+    /// Whether application data sent at `now` is reported: `lastArrival` is the last
+    /// authenticated arrival, `awaiting` whether data was reported and nothing arrived since,
+    /// `lastReport` when data was last reported (nil: never).
+    /// (Inlinable and in nanoseconds: the data plane asks once per batch it sends.)
+    @inlinable
+    public static func reportsSent(at now: Instant, lastArrival: Instant?, awaiting: Bool, lastReport: Instant?) -> Bool {
+        guard lastArrival.map({ now.nanoseconds - $0.nanoseconds > quietSpell.nanoseconds }) ?? true else { return false }
+        return !awaiting || lastReport.map { now.nanoseconds - $0.nanoseconds >= heardEvery.nanoseconds } ?? true
+    }
+
+    /// Whether an authenticated arrival at `now` is reported: `awaited` when data was reported
+    /// sent and nothing arrived since, `lastReport` when an arrival was last reported (nil: never).
+    /// (The data plane asks once per packet it receives.)
+    @inlinable
+    public static func reportsArrival(at now: Instant, awaited: Bool, lastReport: Instant?) -> Bool {
+        awaited || lastReport.map { now.nanoseconds - $0.nanoseconds >= heardEvery.nanoseconds } ?? true
+    }
 }

@@ -445,12 +445,14 @@ public final class TunnelClient: Sendable {
     /// An authenticated packet arrived: the conversation answers. A probe's echo or a handshake's
     /// answer is reported as such, not as data (`reporting: false`).
     private func noteArrival(reporting: Bool = true) {
-        let now = Instant.now().nanoseconds
-        lastReceived.store(now, ordering: .relaxed)
+        let now = Instant.now()
+        lastReceived.store(now.nanoseconds, ordering: .relaxed)
         guard reporting else { return }
         let awaited = awaitingReply.exchange(false, ordering: .relaxed)
-        guard awaited || now - lastReported.load(ordering: .relaxed) >= LivenessNotices.heardEvery.nanoseconds else { return }
-        lastReported.store(now, ordering: .relaxed)
+        guard LivenessNotices.reportsArrival(at: now, awaited: awaited,
+                                             lastReport: Instant(nanoseconds: lastReported.load(ordering: .relaxed)))
+        else { return }
+        lastReported.store(now.nanoseconds, ordering: .relaxed)
         notify(.dataReceived)
     }
 
@@ -602,12 +604,11 @@ public final class TunnelClient: Sendable {
         // Data after a quiet spell is worth a liveness check, and again while it goes
         // unanswered; in a conversation whose answers keep coming, the decider hears nothing,
         // so it is not woken per packet (`LivenessNotices`).
-        let nanoseconds = now.nanoseconds
-        if nanoseconds - lastReceived.load(ordering: .relaxed) > LivenessNotices.quietSpell.nanoseconds,
-           !awaitingReply.load(ordering: .relaxed)
-            || nanoseconds - lastSentReport.load(ordering: .relaxed) >= LivenessNotices.heardEvery.nanoseconds {
+        if LivenessNotices.reportsSent(at: now, lastArrival: Instant(nanoseconds: lastReceived.load(ordering: .relaxed)),
+                                       awaiting: awaitingReply.load(ordering: .relaxed),
+                                       lastReport: Instant(nanoseconds: lastSentReport.load(ordering: .relaxed))) {
             awaitingReply.store(true, ordering: .relaxed)
-            lastSentReport.store(nanoseconds, ordering: .relaxed)
+            lastSentReport.store(now.nanoseconds, ordering: .relaxed)
             notify(.dataSent)
         }
         let socket = self.socket
