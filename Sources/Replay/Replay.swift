@@ -148,8 +148,7 @@ public struct Replay {
     /// port, where nothing the server sent to the old one arrives.
     private var sockets: [Path.ID: Int] = [:]
     private var socketsMade = 0
-    /// The data plane's liveness notices (TunnelClient): application data after a quiet spell
-    /// is reported once (`dataSent`), and the next authenticated arrival answers it (`dataReceived`).
+    /// The data plane's clocks for its liveness notices, whose rules are `LivenessNotices`.
     private var lastArrival: Instant?
     private var lastReported: Instant?
     private var lastSentReport: Instant?
@@ -623,8 +622,7 @@ public struct Replay {
     private mutating func sendTraffic(size inner: Int) {
         guard !sleeping, carrying, let socket else { return }
         lastAppSent = now
-        if lastArrival.map({ now - $0 > LivenessNotices.quietSpell }) ?? true,
-           !awaitingReply || lastSentReport.map({ now - $0 >= LivenessNotices.heardEvery }) ?? true {
+        if LivenessNotices.reportsSent(at: now, lastArrival: lastArrival, awaiting: awaitingReply, lastReport: lastSentReport) {
             awaitingReply = true
             lastSentReport = now
             feed(.dataSent)
@@ -640,7 +638,7 @@ public struct Replay {
         lastArrival = now
         if lastHeard != nil { lastHeard = now }
         hintReported = false
-        guard reporting, awaitingReply || lastReported.map({ now - $0 >= LivenessNotices.heardEvery }) ?? true else { return }
+        guard reporting, LivenessNotices.reportsArrival(at: now, awaited: awaitingReply, lastReport: lastReported) else { return }
         awaitingReply = false
         lastReported = now
         feed(.dataReceived)
@@ -656,12 +654,20 @@ public struct Replay {
         serverHeard(from: socket)
     }
 
-    /// The server heard an authenticated packet from `id` on the session it holds: it records
-    /// where from (the path's socket and the NAT's mapping).
-    private mutating func serverHeard(from id: Path.ID) {
-        guard serverHasSession, let socket = sockets[id], let name = interface(of: id) else { return }
-        serverHeardAt = now
-        gateways[target].endpoint = ClientEndpoint(path: id, socket: socket, mapping: natMapping[name, default: 0])
+    /// The gateway (the one talked to, unless named) heard an authenticated packet from `id` on
+    /// the session it holds: the session lives on, and it records where from.
+    private mutating func serverHeard(from id: Path.ID, gateway: Int? = nil) {
+        let index = gateway ?? target
+        guard gateways[index].hasSession else { return }
+        gateways[index].heardAt = now
+        if let endpoint = endpoint(of: id) { gateways[index].endpoint = endpoint }
+    }
+
+    /// Where a packet sent from `id` comes from, as a server sees it: the agent's socket on the
+    /// path and the NAT's mapping of its link.
+    private func endpoint(of id: Path.ID) -> ClientEndpoint? {
+        guard let socket = sockets[id], let name = interface(of: id) else { return nil }
+        return ClientEndpoint(path: id, socket: socket, mapping: natMapping[name, default: 0])
     }
 
     /// A packet the server starts, sent to where it last heard the agent from: lost when the
@@ -919,13 +925,19 @@ public struct Replay {
             let actual = scenario.gateways[machine.server]
             expect(actual == server, "final server: expected \(server), got \(actual)")
         }
-        if let max = e.maxAttempts { expect(report.attempts <= max, "attempts: expected at most \(max), got \(report.attempts)") }
-        if let min = e.minAttempts { expect(report.attempts >= min, "attempts: expected at least \(min), got \(report.attempts)") }
-        if let max = e.maxHandshakes {
-            expect(report.handshakes <= max, "handshakes: expected at most \(max), got \(report.handshakes)")
-        }
-        if let min = e.minHandshakes {
-            expect(report.handshakes >= min, "handshakes: expected at least \(min), got \(report.handshakes)")
+        // Counts: what was counted, its bounds, and how many there were.
+        let counts: [(String, Int?, Int?, Int)] = [
+            ("attempts", e.minAttempts, e.maxAttempts, report.attempts),
+            ("handshakes", e.minHandshakes, e.maxHandshakes, report.handshakes),
+            ("connectivity checks", e.minChecks, e.maxChecks, report.checks),
+            ("probes", e.minProbes, e.maxProbes, report.probes),
+            ("resent handshakes", e.minResends, e.maxResends, report.resends),
+            ("size probes", e.minSizeProbes, e.maxSizeProbes, report.sizeProbes),
+            ("persistent keepalives", e.minKeepalives, e.maxKeepalives, report.keepalives),
+        ]
+        for (what, min, max, n) in counts {
+            if let max { expect(n <= max, "\(what): expected at most \(max), got \(n)") }
+            if let min { expect(n >= min, "\(what): expected at least \(min), got \(n)") }
         }
         if let max = e.maxOutage {
             expect(report.maxOutage <= max, "outage: expected at most \(max.short), got \(report.maxOutage.short)")
@@ -969,15 +981,7 @@ public struct Replay {
                 expect(n <= max, "transitions in \(w.from)s...\(w.to)s: expected at most \(max), got \(n)")
             }
         }
-        if let max = e.maxChecks { expect(report.checks <= max, "connectivity checks: expected at most \(max), got \(report.checks)") }
-        if let min = e.minChecks { expect(report.checks >= min, "connectivity checks: expected at least \(min), got \(report.checks)") }
-        if let max = e.maxProbes { expect(report.probes <= max, "probes: expected at most \(max), got \(report.probes)") }
-        if let min = e.minProbes { expect(report.probes >= min, "probes: expected at least \(min), got \(report.probes)") }
-        if let max = e.maxResends { expect(report.resends <= max, "resent handshakes: expected at most \(max), got \(report.resends)") }
-        if let min = e.minResends { expect(report.resends >= min, "resent handshakes: expected at least \(min), got \(report.resends)") }
         if let mtu = e.tunnelMTU { expect(report.tunnelMTU == mtu, "tunnel MTU at the end: expected \(mtu), got \(report.tunnelMTU)") }
-        if let max = e.maxSizeProbes { expect(report.sizeProbes <= max, "size probes: expected at most \(max), got \(report.sizeProbes)") }
-        if let min = e.minSizeProbes { expect(report.sizeProbes >= min, "size probes: expected at least \(min), got \(report.sizeProbes)") }
         if let max = e.maxLostFromServer {
             expect(report.lostFromServer <= max, "packets the server started that never arrived: expected at most \(max), got \(report.lostFromServer) of \(report.fromServer)")
         }
@@ -985,8 +989,6 @@ public struct Replay {
             let arrived = report.fromServer - report.lostFromServer
             expect(arrived >= min, "packets the server started that arrived: expected at least \(min), got \(arrived) of \(report.fromServer)")
         }
-        if let max = e.maxKeepalives { expect(report.keepalives <= max, "persistent keepalives: expected at most \(max), got \(report.keepalives)") }
-        if let min = e.minKeepalives { expect(report.keepalives >= min, "persistent keepalives: expected at least \(min), got \(report.keepalives)") }
         for entry in e.timeOn {
             let spent = timeConnected(on: entry.path)
             if let min = entry.min { expect(spent >= min, "time connected on \(entry.path): expected at least \(min.short), got \(spent.short)") }
@@ -1184,10 +1186,7 @@ extension Replay: SessionDriver {
             return
         }
         gateways[index].hasSession = true
-        gateways[index].heardAt = now
-        if let socket = sockets[path.id], let name = interface(of: path.id) {
-            gateways[index].endpoint = ClientEndpoint(path: path.id, socket: socket, mapping: natMapping[name, default: 0])
-        }
+        serverHeard(from: path.id, gateway: index)
         if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6), generation: 0, via: path.id)) }
     }
 

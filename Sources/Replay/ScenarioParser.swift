@@ -503,21 +503,21 @@ extension YAMLReader {
         if let n = f.optional("path") { e.path = try string(n) }
         if let n = f.optional("server") { e.server = try string(n) }
         if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
-        if let n = f.optional("max-attempts") { e.maxAttempts = try int(n, 0...Int.max) }
-        if let n = f.optional("min-attempts") { e.minAttempts = try int(n, 0...Int.max) }
-        if let n = f.optional("max-handshakes") { e.maxHandshakes = try int(n, 0...Int.max) }
-        if let n = f.optional("min-handshakes") { e.minHandshakes = try int(n, 0...Int.max) }
-        if let n = f.optional("max-probes") { e.maxProbes = try int(n, 0...Int.max) }
-        if let n = f.optional("min-probes") { e.minProbes = try int(n, 0...Int.max) }
-        if let n = f.optional("max-resends") { e.maxResends = try int(n, 0...Int.max) }
-        if let n = f.optional("min-resends") { e.minResends = try int(n, 0...Int.max) }
+        // The expectations that bound a count, by key.
+        let countKeys: [(String, WritableKeyPath<Expectations, Int?>)] = [
+            ("max-attempts", \.maxAttempts), ("min-attempts", \.minAttempts),
+            ("max-handshakes", \.maxHandshakes), ("min-handshakes", \.minHandshakes),
+            ("max-probes", \.maxProbes), ("min-probes", \.minProbes),
+            ("max-resends", \.maxResends), ("min-resends", \.minResends),
+            ("max-size-probes", \.maxSizeProbes), ("min-size-probes", \.minSizeProbes),
+            ("max-checks", \.maxChecks), ("min-checks", \.minChecks),
+            ("max-lost-from-server", \.maxLostFromServer), ("min-from-server", \.minFromServer),
+            ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
+        ]
+        for (key, field) in countKeys {
+            if let n = f.optional(key) { e[keyPath: field] = try int(n, 0...Int.max) }
+        }
         if let n = f.optional("tunnel-mtu") { e.tunnelMTU = try int(n, 576...9000) }
-        if let n = f.optional("max-size-probes") { e.maxSizeProbes = try int(n, 0...Int.max) }
-        if let n = f.optional("min-size-probes") { e.minSizeProbes = try int(n, 0...Int.max) }
-        if let n = f.optional("max-lost-from-server") { e.maxLostFromServer = try int(n, 0...Int.max) }
-        if let n = f.optional("min-from-server") { e.minFromServer = try int(n, 0...Int.max) }
-        if let n = f.optional("max-keepalives") { e.maxKeepalives = try int(n, 0...Int.max) }
-        if let n = f.optional("min-keepalives") { e.minKeepalives = try int(n, 0...Int.max) }
         for item in try list(f.optional("time-on")) {
             let t = try fields(item, "a time-on entry", allowed: ["path", "min", "max"])
             let min = try opt(t.optional("min")) { node throws(ScenarioError) in try duration(node) }
@@ -527,8 +527,6 @@ extension YAMLReader {
             if min == nil && max == nil { throw fail(item, "a time-on entry needs 'min' or 'max'") }
             e.timeOn.append((try string(try t.required("path")), min, max))
         }
-        if let n = f.optional("max-checks") { e.maxChecks = try int(n, 0...Int.max) }
-        if let n = f.optional("min-checks") { e.minChecks = try int(n, 0...Int.max) }
         if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
         for item in try list(f.optional("sequence")) {
             let text = try string(item)
