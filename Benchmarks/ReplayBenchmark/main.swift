@@ -32,7 +32,7 @@ print(String(format: "full replay:  %.3f s wall, %d network changes + %d inputs,
              report.violations.count))
 for violation in report.violations.prefix(5) { print("  violation: \(violation)") }
 
-// 2. The core alone: the same facts through PathTracker + Reconnector, nothing else.
+// 2. The core alone: the same facts through PathTracker and the agent's whole core, nothing else.
 let trace = report.trace
 var sink = 0
 var best = Double.infinity
@@ -43,18 +43,19 @@ for _ in 0..<5 {
             if case .change(let change) = event.event { model.apply(change) }
         }
         var tracker = PathTracker(model: model, endpoint: scenario.server)
-        var machine = Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed)
-        sink &+= machine.handle(.paths(tracker.paths), now: .zero).count
+        var core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed),
+                             startupWait: scenario.waitForServer)
+        sink &+= core.handle(.paths(tracker.paths), now: .zero).count
         for (at, fact) in trace {
             switch fact {
             case .change(let change):
-                if let paths = tracker.apply(change) { sink &+= machine.handle(.paths(paths), now: at).count }
-            case .input(let input):
-                sink &+= machine.handle(input, now: at).count
+                if let paths = tracker.apply(change) { sink &+= core.handle(.paths(paths), now: at).count }
+            case .event(let event):
+                sink &+= core.handle(event, now: at).count
             }
         }
     }
     best = min(best, t)
 }
-print(String(format: "core only:    %.3f s wall (best of 5) for %d facts: %.2f M facts/s (%d actions)",
+print(String(format: "core only:    %.3f s wall (best of 5) for %d facts: %.2f M facts/s (%d effects)",
              best, trace.count, Double(trace.count) / best / 1e6, sink / 5))

@@ -1556,6 +1556,7 @@ extension TimerKind {
         case .portalWindow: 7
         case .resend: 8
         case .pathMTU: 9
+        case .startup: 10
         }
     }
 }

@@ -114,6 +114,9 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case portalWindow = "portal-window"
     /// A round of path MTU probes is over, or it is time to see whether the path grew.
     case pathMTU = "path-mtu"
+    /// Before the tunnel first came up, attempts went unanswered too long: the agent gives up
+    /// (kept by `AgentCore`, never by the state machine).
+    case startup
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

@@ -25,11 +25,13 @@ public struct ReplayReport: Sendable {
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration = .zero
-    /// Inputs fed to the state machine.
+    /// Events fed to the core.
     public var inputs = 0
     /// Network changes applied to the model.
     public var networkChanges = 0
     public var finalState: State = .offline
+    /// When and why the agent gave up, when it did (its process ended there).
+    public var gaveUp: (at: Instant, why: GiveUp)?
     /// CPU time the replay took on its thread.
     public var cpuTime: Duration = .zero
     /// Invariants the state machine broke: always a bug.
@@ -46,7 +48,8 @@ public struct ReplayReport: Sendable {
     /// One entry of the trace.
     public enum Fact: Sendable {
         case change(NetworkChange)
-        case input(Input)
+        /// An event fed to the core (the paths, which follow from the changes, aside).
+        case event(AgentEvent)
     }
 }
 
@@ -67,12 +70,11 @@ public struct Replay {
     public let scenario: Scenario
     private var tracker: PathTracker
     private var decoder = NetlinkDecoder()
-    /// The action interpreter the daemon runs, with the world as its driver.
-    private var interpreter: Interpreter
-    private var machine: Reconnector { interpreter.machine }
-    /// The input being fed, the state before it, and whether it logged a transition.
-    private var feeding: (input: Input, before: State, reported: Bool) = (.sleep, .offline, false)
-    private static let idle = Interpreter(Reconnector(now: .zero))
+    /// The core the daemon runs; the world carries out its effects.
+    private var core: AgentCore
+    private var machine: Reconnector { core.machine }
+    /// The event being fed, the state before it, and whether it logged a transition.
+    private var feeding: (event: AgentEvent, before: State, reported: Bool) = (.sleep, .offline, false)
     private var now = Instant.zero
     private var queue = EventQueue()
     private var report = ReplayReport()
@@ -168,6 +170,7 @@ public struct Replay {
     /// Which keys the client holds. A hint names the receiver index of the packet that drew it,
     /// and the client's data plane drops one that names keys it no longer holds.
     private var clientKeys = 0
+    /// The core's timers as the world's queue holds them (on the agent's clock).
     private var armed: [TimerKind: Instant] = [:]
     private var handshakeGeneration = 0
     private var handshakeInFlight: Path.ID?
@@ -197,8 +200,8 @@ public struct Replay {
         keepsTrace = keepTrace
         self.scenario = scenario
         tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
-        interpreter = Interpreter(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
-                                              servers: scenario.gateways))
+        core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
+                                     servers: scenario.gateways), startupWait: scenario.waitForServer)
         gateways = Array(repeating: Gateway(), count: scenario.gateways.count)
         clientStream = scenario.traffic.map { TrafficPhase(every: $0) }
         serverStream = scenario.serverTraffic
@@ -233,8 +236,9 @@ public struct Replay {
             now = max(now, next.at)
             switch next.what {
             case .timeline(let i): try play(scenario.timeline[i])
-            case .timer(let kind):
-                if armed[kind] == next.at {
+            case .timer(let kind, let at):
+                // Only the latest arming of a kind counts.
+                if armed[kind] == at {
                     armed[kind] = nil
                     feed(.timerFired(kind))
                 }
@@ -242,11 +246,11 @@ public struct Replay {
                 // Answers in flight when the machine slept or the clock jumped are lost, and so
                 // are those whose link lost its carrier or the address they were sent to.
                 guard !sleeping, next.at == now, reaches(via) else { break }
-                if case .handshakeSucceeded = input, generation != handshakeGeneration { break }
-                if case .handshakeFailed(.rejected) = input, generation != handshakeGeneration { break }
+                if case .handshakeCompleted = input, generation != handshakeGeneration { break }
+                if case .handshakeRejected = input, generation != handshakeGeneration { break }
                 // A hint drawn by a packet on keys replaced since (a handshake completed while it
                 // was on its way) is about them, not about the session now.
-                if case .handshakeFailed(.sessionUnknown) = input, generation != clientKeys { break }
+                if case .sessionUnknown = input, generation != clientKeys { break }
                 deliver(input)
             case .checked(let input):
                 // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
@@ -254,7 +258,7 @@ public struct Replay {
             case .echo(let id, let rtt, let size, let via):
                 guard !sleeping, next.at == now, reaches(via) else { break }
                 arrived(reporting: false)
-                if let input = interpreter.echo(id, rtt: rtt, size: size) { deliver(input) }
+                feed(.probeEcho(id: id, rtt: rtt, size: size))
             case .traffic(let generation):
                 // A sleeping machine sends nothing, and its sleep costs no ticks: the wake
                 // starts them again.
@@ -331,7 +335,7 @@ public struct Replay {
             now = now + length
             feed(.wake(sleptFor: length))
         case .stop:
-            interpreter.stop()
+            feed(.request(.stop))
         case .clockBack(let step):
             // Only the agent's clock moves: answers in flight still come, timers keep their waits.
             skew = skew - step
@@ -360,7 +364,7 @@ public struct Replay {
             decideOnDemand()
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
-        case .portalWindow(let open): feed(open ? .openPortalWindow : .closePortalWindow)
+        case .portalWindow(let open): feed(.request(open ? .openPortalWindow : .closePortalWindow))
         case .auth(let accepts): acceptsAuth = accepts
         case .traffic(let phase):
             // A new phase starts now: its first packet goes at once.
@@ -375,20 +379,21 @@ public struct Replay {
         case .forgedHint:
             // It names the session in use, so it reaches the agent while the agent holds one;
             // nothing in the world changes (the server keeps the session).
-            if !sleeping, clientHasSession, socket.map(reaches) == true { deliver(.handshakeFailed(.sessionUnknown)) }
+            if !sleeping, clientHasSession, socket.map(reaches) == true { deliver(.sessionUnknown) }
         case .reconnect:
             // The operator asked for fresh keys: the old session no longer counts as alive.
             lastHeard = nil
-            feed(.reconnectRequested)
+            feed(.request(.reconnect))
         case .operatorPause(let down):
-            feed(down ? .pause : .resume)
+            feed(.request(down ? .pause : .resume))
         case .restart:
             // What the real agent keeps across processes, and nothing else. The new process reads
             // the clock the old one read (stepped back, if it was), not the world's.
             restarts += 1
             let memory = machine.memory
-            interpreter = Interpreter(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
-                                                  now: now + skew, memory: memory, servers: scenario.gateways))
+            core = AgentCore(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
+                                         now: now + skew, memory: memory, servers: scenario.gateways),
+                             startupWait: scenario.waitForServer)
             target = 0
             standby = nil
             socket = nil
@@ -462,7 +467,7 @@ public struct Replay {
     private mutating func followServer() {
         handshakeInFlight = nil
         handshakeGeneration += 1
-        interpreter.forgetProbes()
+        core.forgetProbes()
     }
 
     /// Turns a named event into model changes, as the kernel would report them.
@@ -688,8 +693,7 @@ public struct Replay {
     /// The server's answer to an authenticated packet from `id` (`size` bytes on the wire):
     /// `reply` if it knows the session (`downSize` bytes back), else its rate-limited
     /// "session unknown" hint.
-    private mutating func answer(from id: Path.ID, _ reply: Input?, size: Int = 64, downSize: Int = 64,
-                                 echo: (id: UInt64, size: Int?)? = nil) {
+    private mutating func answer(from id: Path.ID, _ reply: AgentEvent?, size: Int = 64, downSize: Int = 64) {
         guard passes(id), let reply, !lost(id, up: true, size: size) else { return }
         if serverHasSession && now - serverHeardAt >= scenario.config.sessionLifetime { serverHasSession = false }
         if serverHasSession {
@@ -697,8 +701,8 @@ public struct Replay {
             let at = arrival(id)
             if !lost(id, up: false, size: downSize, arriving: at) {
                 // An echo names its probe and reports the round trip it really took, jitter included.
-                if let echo {
-                    queue.push(at, .echo(echo.id, rtt: at - now, size: echo.size, via: id))
+                if case .probeEcho(let probe, _, let size) = reply {
+                    queue.push(at, .echo(probe, rtt: at - now, size: size, via: id))
                 } else {
                     queue.push(at, .deliver(reply, generation: 0, via: id))
                 }
@@ -706,20 +710,20 @@ public struct Replay {
         } else if lastHint.map({ now - $0 >= .milliseconds(100) }) ?? true {
             lastHint = now
             let at = arrival(id)
-            if !lost(id, up: false, arriving: at) { queue.push(at, .deliver(.handshakeFailed(.sessionUnknown), generation: clientKeys, via: id)) }
+            if !lost(id, up: false, arriving: at) { queue.push(at, .deliver(.sessionUnknown, generation: clientKeys, via: id)) }
         }
     }
 
-    private mutating func deliver(_ input: Input) {
+    private mutating func deliver(_ input: AgentEvent) {
         switch input {
-        case .handshakeSucceeded:
+        case .handshakeCompleted:
             clientHasSession = true
             clientKeys += 1
             lastHeard = now
             arrived(reporting: false)
             // Its confirmation tells the server where the agent is.
             sendKeepalive(persistent: false)
-        case .handshakeFailed(.sessionUnknown):
+        case .sessionUnknown:
             // The client keeps its keys (the hint is unauthenticated) and sends on. As its data
             // plane does, it reports one hint per session until the server is heard again.
             guard !hintReported else { return }
@@ -753,47 +757,44 @@ public struct Replay {
 
     // MARK: The driver
 
-    private mutating func feed(_ input: Input) {
+    private mutating func feed(_ event: AgentEvent) {
         report.inputs += 1
-        if keepsTrace, !input.isPaths { report.trace.append((now, .input(input))) }
+        if keepsTrace, !event.isPaths { report.trace.append((now, .event(event))) }
         let before = machine.state
-        feeding = (input, before, false)
-        // The interpreter drives the world (self) while it decides: it is moved out meanwhile.
-        var running = Self.idle
-        swap(&running, &interpreter)
-        let actions = running.feed(input, now: now + skew, driver: &self)
-        swap(&running, &interpreter)
-        let reported = feeding.reported
+        feeding = (event, before, false)
+        let effects = core.handle(event, now: now + skew)
         var attempted = false
         // A move off a path that is gone, with the session alive, is forced and costs no token.
         var forced = false
-        for action in actions {
-            switch action {
-            case .bind, .handshake:
+        for effect in effects {
+            switch effect {
+            case .handshake: attempted = true
+            case .bind(_, let first, let why):
                 attempted = true
-            case .rebind(_, let why):
-                attempted = true
+                guard !first else { break }
                 switch why {
                 case .pathLost, .addressChanged: forced = forced || !machine.isHandshaking
                 // Back from no path with the session alive: the network moved it, nobody chose to.
                 case .pathAppeared where before == .offline: forced = forced || !machine.isHandshaking
                 default: break
                 }
-            case .armTimer(let kind, let at):
-                if at < now + skew { violation("timer \(kind) armed in the past") }
-                // The machine's deadline is on its own clock; the world's queue on the world's.
-                armed[kind] = at - skew
-                queue.push(at - skew, .timer(kind))
-            case .cancelTimer(let kind):
-                armed[kind] = nil
-            case .probe, .probeSize, .setTunnelMTU, .resendHandshake, .quiesce, .reportFailure, .report, .useServer, .prepareHandover, .completeHandover, .cancelHandover,
-                 .disconnect, .checkConnectivity, .openPortalWindow, .closePortalWindow, .liftLockdown, .restoreLockdown:
-                break
+            default: break
             }
+            perform(effect)
         }
+        // The core's timers, one route: what it keeps is what the world's queue wakes it for.
+        let timers = core.timers
+        for (kind, at) in timers.sorted(by: { ($0.value, $0.key.rawValue) < ($1.value, $1.key.rawValue) }) where armed[kind] != at {
+            if at < now + skew { violation("timer \(kind) armed in the past") }
+            armed[kind] = at
+            // The core's deadline is on its own clock; the world's queue on the world's.
+            queue.push(at - skew, .timer(kind, at: at))
+        }
+        for kind in armed.keys where timers[kind] == nil { armed[kind] = nil }
+        let reported = feeding.reported
         if attempted {
             report.attempts += 1
-            let budgeted = input != .reconnectRequested && input != .resume && !forced
+            let budgeted = event != .request(.reconnect) && event != .request(.resume) && !forced
             let power: PowerSource = acSinceLastAttempt || machine.power == .ac ? .ac : .battery
             attemptLog.append((now, power, budgeted))
             if budgeted { acSinceLastAttempt = false }
@@ -802,12 +803,12 @@ public struct Replay {
         // The session's path is bound to an address the machine has: one that went unnoticed
         // would send probes and data from nowhere.
         if let path = machine.state.path, !tracker.model.usableAddresses(on: path.linkIndex).contains(path.source) {
-            violation("the session is on \(path.interface)/\(path.source), an address the machine no longer has, on \(input.name)")
+            violation("the session is on \(path.interface)/\(path.source), an address the machine no longer has, on \(event.name)")
         }
         switch machine.state {
         case .paused, .disconnected:
-            if attempted || actions.contains(where: { if case .probe = $0 { true } else { false } }) {
-                violation("an attempt while \(machine.state.name), on \(input.name)")
+            if attempted || effects.contains(where: { if case .probe = $0 { true } else { false } }) {
+                violation("an attempt while \(machine.state.name), on \(event.name)")
             }
         default: break
         }
@@ -817,26 +818,23 @@ public struct Replay {
             if !lockdownLifted { violation("the core says the lockdown is lifted, the world's is whole") }
             if tracker.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
         } else if lockdownLifted {
-            violation("the lockdown is lifted in \(machine.state.name), on \(input.name)")
+            violation("the lockdown is lifted in \(machine.state.name), on \(event.name)")
         }
         if before.name != machine.state.name && !reported {
-            violation("\(before.name) -> \(machine.state.name) on \(input.name) without a logged transition")
+            violation("\(before.name) -> \(machine.state.name) on \(event.name) without a logged transition")
         }
         switch machine.state {
         case .offline, .sleeping, .failed, .paused:
-            if !armed.isEmpty || !machine.timers.isEmpty {
-                violation("timers armed while \(machine.state.name): \(armed.keys.map(\.rawValue).sorted())")
+            if !machine.timers.isEmpty {
+                violation("timers armed while \(machine.state.name): \(machine.timers.keys.map(\.rawValue).sorted())")
             }
         default: break
         }
         if windowOpen != (machine.portalWindowUntil != nil) {
-            violation("the portal window is \(windowOpen ? "open" : "closed") but the machine thinks otherwise, on \(input.name)")
+            violation("the portal window is \(windowOpen ? "open" : "closed") but the machine thinks otherwise, on \(event.name)")
         }
         if windowOpen && machine.state.name != "portal" {
             violation("a portal window open in \(machine.state.name)")
-        }
-        if machine.nextDeadline != armed.values.min().map({ $0 + skew }) {
-            violation("the machine's next deadline disagrees with the timers it armed")
         }
     }
 
@@ -852,9 +850,9 @@ public struct Replay {
             serverHeardAt = now
         }
         guard !lost(path.id, up: false, arriving: at) else { return }
-        let reply: Input = acceptsAuth ? .handshakeSucceeded(rtt: rtt, sizedProbes: scenario.serverEchoesSizes,
+        let reply: AgentEvent = acceptsAuth ? .handshakeCompleted(rtt: rtt, sizedProbes: scenario.serverEchoesSizes,
                                                                        carriesIPv6: scenario.tunnelCarriesIPv6)
-            : .handshakeFailed(.rejected("unknown key"))
+            : .handshakeRejected
         queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
     }
 
@@ -921,6 +919,15 @@ public struct Replay {
         if let lifted = e.lockdownLifted {
             expect(lifted == lockdownLifted, "lockdown: expected it \(lifted ? "lifted" : "whole") at the end, it was \(lockdownLifted ? "lifted" : "whole")")
         }
+        if let window = e.givesUp {
+            if let gaveUp = report.gaveUp {
+                expect(gaveUp.at >= window.from && gaveUp.at <= window.to,
+                       "gave up at \(gaveUp.at)s, expected within \(window.from)s...\(window.to)s")
+            } else {
+                failures.append("the agent was to give up; it kept trying")
+            }
+        }
+        if e.keepsTrying, let gaveUp = report.gaveUp { failures.append("the agent gave up at \(gaveUp.at)s: \(gaveUp.why)") }
         if let server = e.server {
             let actual = scenario.gateways[machine.server]
             expect(actual == server, "final server: expected \(server), got \(actual)")
@@ -1017,13 +1024,14 @@ struct ClientEndpoint: Equatable {
 struct EventQueue {
     enum What {
         case timeline(Int)
-        case timer(TimerKind)
-        case deliver(Input, generation: Int, via: Path.ID)
+        /// A timer of the core's, armed for `at` on the agent's clock.
+        case timer(TimerKind, at: Instant)
+        case deliver(AgentEvent, generation: Int, via: Path.ID)
         /// A probe's echo (`size`: the tunnel packet a padded probe stood for, nil for a small
         /// one): the interpreter knows which path its id went on.
         case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
         /// A connectivity check's result.
-        case checked(Input)
+        case checked(AgentEvent)
         /// The application's next packet, of the stream's generation.
         case traffic(Int)
         /// The server's next packet, of its stream's generation.
@@ -1074,14 +1082,39 @@ struct EventQueue {
     }
 }
 
-extension Input {
+extension AgentEvent {
     fileprivate var isPaths: Bool { if case .paths = self { true } else { false } }
 }
 
-/// The world as the interpreter's driver: what the daemon's sockets would do, with the checks
-/// every replay makes on each command. (Public only because the protocol is; `run()` is the way in.)
-extension Replay: SessionDriver {
-    public mutating func bind(_ path: Path, first: Bool) {
+/// The world as the core's runner: what the daemon's sockets, firewall and checks would do with
+/// each effect, with the checks every replay makes on each.
+extension Replay {
+    private mutating func perform(_ effect: Effect) {
+        switch effect {
+        case .bind(let path, _, _): bind(path)
+        case .handshake(let path, _): handshake(on: path)
+        case .resendHandshake(let path): resendHandshake(on: path)
+        case .probe(let id, let path, nil): probe(id, via: path)
+        case .probe(let id, let path, let size?): probe(id, via: path, size: size)
+        case .setTunnelMTU(let mtu): setTunnelMTU(mtu)
+        case .reportFailure: break
+        case .transition(let transition): transitioned(transition)
+        case .useServer(let index): useServer(index)
+        case .prepareHandover(let index, let path): prepareHandover(to: index, on: path)
+        case .completeHandover: completeHandover()
+        case .cancelHandover: cancelHandover()
+        case .disconnect: disconnect()
+        case .checkConnectivity(let path): checkConnectivity(via: path)
+        case .openPortalWindow(let path, _, _): openPortalWindow(via: path)
+        case .closePortalWindow: closePortalWindow()
+        case .liftLockdown(let interface): liftLockdown(interface: interface)
+        case .restoreLockdown: restoreLockdown()
+        case .ready: break
+        case .giveUp(let why): report.gaveUp = (now, why)
+        }
+    }
+
+    private mutating func bind(_ path: Path) {
         requireKnown(path, action: "bind")
         openSocket(on: path.id)
         socket = path.id
@@ -1099,7 +1132,7 @@ extension Replay: SessionDriver {
         sockets[id] = socketsMade
     }
 
-    public mutating func handshake(on path: Path) {
+    private mutating func handshake(on path: Path) {
         requireKnown(path, action: "handshake")
         if let inFlight = handshakeInFlight, inFlight == path.id {
             violation("a second handshake on \(path.interface) while one is in flight")
@@ -1109,14 +1142,14 @@ extension Replay: SessionDriver {
         openSocket(on: path.id)
         // Keys that the server answered within their lifetime still work: a handshake then only
         // costs an outage and a token (an operator's request aside).
-        if feeding.input != .reconnectRequested, let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
-            violation("a handshake on \(path.interface) (in \(feeding.before.name), on \(feeding.input.name)) while the session lives "
+        if feeding.event != .request(.reconnect), let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
+            violation("a handshake on \(path.interface) (in \(feeding.before.name), on \(feeding.event.name)) while the session lives "
                 + "(the server answered \((now - heard).short) ago)")
         }
         serverHandshake(on: path)
     }
 
-    public mutating func resendHandshake(on path: Path) {
+    private mutating func resendHandshake(on path: Path) {
         requireKnown(path, action: "resent handshake")
         if handshakeInFlight != path.id { violation("a handshake resent on \(path.interface), where none is in flight") }
         report.resends += 1
@@ -1124,17 +1157,17 @@ extension Replay: SessionDriver {
         serverHandshake(on: path)
     }
 
-    public mutating func probe(_ id: UInt64, via path: Path) {
+    private mutating func probe(_ id: UInt64, via path: Path) {
         requireKnown(path, action: "probe")
         openSocket(on: path.id)
         report.probes += 1
         probeTimes.append(now)
-        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), echo: (id, nil))
+        answer(from: path.id, .probeEcho(id: id, rtt: .zero, size: nil))
     }
 
     /// A padded probe is as big on the wire as a tunnel packet of `size`; a server that echoes
     /// sizes answers as big, an older one drops it (it reads the padding as malformed).
-    public mutating func probe(_ id: UInt64, via path: Path, size: Int) {
+    private mutating func probe(_ id: UInt64, via path: Path, size: Int) {
         requireKnown(path, action: "size probe")
         openSocket(on: path.id)
         report.sizeProbes += 1
@@ -1143,10 +1176,10 @@ extension Replay: SessionDriver {
         }
         guard scenario.serverEchoesSizes else { return }
         let wire = size + Self.overhead(path.id)
-        answer(from: path.id, .probeReply(on: path.id, rtt: roundTrip(path.id)), size: wire, downSize: wire, echo: (id, size))
+        answer(from: path.id, .probeEcho(id: id, rtt: .zero, size: size), size: wire, downSize: wire)
     }
 
-    public mutating func setTunnelMTU(_ mtu: Int) {
+    private mutating func setTunnelMTU(_ mtu: Int) {
         if mtu < scenario.mtuFloor || mtu > scenario.config.maxMTU {
             violation("tunnel MTU set to \(mtu), outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")
         }
@@ -1154,9 +1187,7 @@ extension Replay: SessionDriver {
         tunnelMTU = mtu
     }
 
-    public mutating func reportFailure(_ reason: Reason) {}
-
-    public mutating func useServer(_ index: Int) {
+    private mutating func useServer(_ index: Int) {
         if index == target { violation("useServer(\(scenario.gateways[index])), the gateway in use") }
         target = index
         forgetSession()
@@ -1173,7 +1204,7 @@ extension Replay: SessionDriver {
         handshakeGeneration += 1
     }
 
-    public mutating func prepareHandover(to index: Int, on path: Path) {
+    private mutating func prepareHandover(to index: Int, on path: Path) {
         requireKnown(path, action: "handover")
         if index == target { violation("a handover to \(scenario.gateways[index]), the gateway in use") }
         standby = index
@@ -1190,7 +1221,7 @@ extension Replay: SessionDriver {
         if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6), generation: 0, via: path.id)) }
     }
 
-    public mutating func completeHandover() {
+    private mutating func completeHandover() {
         guard let next = standby else { return violation("a handover completed without one prepared") }
         // The agent tells the old gateway goodbye: it forgets the session.
         gateways[target].hasSession = false
@@ -1202,12 +1233,12 @@ extension Replay: SessionDriver {
         hintReported = false
     }
 
-    public mutating func cancelHandover() {
+    private mutating func cancelHandover() {
         if let standby { gateways[standby].hasSession = false }
         standby = nil
     }
 
-    public mutating func disconnect() {
+    private mutating func disconnect() {
         // The goodbye reaches the server when the session's path passes it; otherwise the
         // server's copy only expires.
         if let socket, passes(socket) { serverHasSession = false }
@@ -1218,7 +1249,7 @@ extension Replay: SessionDriver {
     /// The check's plain HTTP request: a portal redirects it to its login page, a network that
     /// reaches the internet gives the expected answer after a round trip, and a link that drops
     /// everything (or is gone) gives nothing until the check's own timeout.
-    public mutating func checkConnectivity(via path: Path) {
+    private mutating func checkConnectivity(via path: Path) {
         requireKnown(path, action: "connectivity check")
         report.checks += 1
         checkTimes.append(now)
@@ -1235,29 +1266,29 @@ extension Replay: SessionDriver {
         queue.push(at, .checked(.connectivity(result, on: path.id)))
     }
 
-    public mutating func openPortalWindow(via path: Path, portal url: String, until: Instant) {
+    private mutating func openPortalWindow(via path: Path) {
         requireKnown(path, action: "portal window")
         if windowOpen { violation("a portal window opened while one is open") }
         windowOpen = true
     }
 
-    public mutating func closePortalWindow() {
+    private mutating func closePortalWindow() {
         if !windowOpen { violation("a portal window closed while none is open") }
         windowOpen = false
     }
 
-    public mutating func liftLockdown(interface: String) {
+    private mutating func liftLockdown(interface: String) {
         if tracker.model.link(named: interface) == nil { violation("the lockdown lifted for \(interface), which does not exist") }
         if lockdownLifted { violation("the lockdown lifted twice") }
         lockdownLifted = true
     }
 
-    public mutating func restoreLockdown() {
+    private mutating func restoreLockdown() {
         if !lockdownLifted { violation("the lockdown restored while whole") }
         lockdownLifted = false
     }
 
-    public mutating func transitioned(_ transition: Transition) {
+    private mutating func transitioned(_ transition: Transition) {
         feeding.reported = true
         if transition.from != feeding.before && report.transitions.last?.to != transition.from {
             violation("transition from \(transition.from.name) but the machine was \(feeding.before.name)")

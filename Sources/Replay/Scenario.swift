@@ -33,6 +33,9 @@ public struct Scenario: Sendable {
     /// The agent's `persistent-keepalive`: its data plane sends a keepalive after this long
     /// without an application packet, so NATs keep the mapping and the server the endpoint.
     public var persistentKeepalive: Duration?
+    /// The agent's `--wait-for-server`: before the tunnel first comes up, attempts on a usable
+    /// path may go unanswered this long before it gives up (nil: for ever). 30 s, as the agent's.
+    public var waitForServer: Duration? = .seconds(30)
     /// The server echoes padded probes at their size (a server of revision 3 or later): the
     /// agent discovers each path's MTU.
     public var serverEchoesSizes = true
@@ -259,6 +262,10 @@ public struct Expectations: Sendable {
     public var stateAt: [(at: Instant, state: String)] = []
     /// Whether an on-demand rule has the lockdown lifted at the end.
     public var lockdownLifted: Bool?
+    /// The agent gives up (and exits) within this window (`gives-up: true`: at any time).
+    public var givesUp: (from: Instant, to: Instant)?
+    /// The agent never gives up (`gives-up: false`).
+    public var keepsTrying = false
 
     public struct Window: Sendable {
         public var from: Instant

@@ -33,7 +33,7 @@ extension YAMLReader {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
-            "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive",
+            "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -123,6 +123,11 @@ extension YAMLReader {
             scenario.persistentKeepalive = interval
         }
         if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
+        if let node = top.optional("wait-for-server") {
+            // As the agent's `--wait-for-server`: 0 waits for ever.
+            let wait = try duration(node)
+            scenario.waitForServer = wait > .zero ? wait : nil
+        }
         return scenario
     }
 
@@ -496,13 +501,27 @@ extension YAMLReader {
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
-            "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives",
+            "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
         if let n = f.optional("path") { e.path = try string(n) }
         if let n = f.optional("server") { e.server = try string(n) }
         if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
+        if let n = f.optional("gives-up") {
+            // true, false, or the window {from, to} it gives up in.
+            if case .scalar = n.value {
+                e.givesUp = try bool(n) ? (.zero, Instant(nanoseconds: .max)) : nil
+                e.keepsTrying = !(try bool(n))
+            } else {
+                let w = try fields(n, "'gives-up'", allowed: ["from", "to"])
+                let from = try instant(try w.required("from"))
+                let toNode = try w.required("to")
+                let to = try instant(toNode)
+                if to < from { throw fail(toNode, "'gives-up' has its 'to' before its 'from'") }
+                e.givesUp = (from, to)
+            }
+        }
         // The expectations that bound a count, by key.
         let countKeys: [(String, WritableKeyPath<Expectations, Int?>)] = [
             ("max-attempts", \.maxAttempts), ("min-attempts", \.minAttempts),

@@ -72,17 +72,17 @@ extension ClientDaemon {
         var server: SocketAddress { effects.server }
         private let log: Logger
         private let mailbox: Mailbox<Event>
-        private var interpreter: Interpreter
+        /// Every decision: the session's state machine and what lies around it.
+        private var core: AgentCore
         private var machine: Reconnector {
-            get { interpreter.machine }
-            set { interpreter.machine = newValue }
+            get { core.machine }
+            set { core.machine = newValue }
         }
         private let monitor: LiveMonitor
         private let effects: SessionEffects
         private var follower: ServerFollower
         /// The session is being moved to the server's new address: no lookups meanwhile.
         private var following = false
-        private var startup: StartupDeadline
         private var service: ServiceReporter
         private var suspends: SuspendDetector
         /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
@@ -116,7 +116,6 @@ extension ClientDaemon {
             self.log = log
             self.control = control
             self.mailbox = mailbox
-            startup = StartupDeadline(wait: waitForServer)
             follower = ServerFollower(settings.server, mark: settings.mode.socketMark)
             let serverAddresses = servers.first?.addresses ?? []
             guard let first = serverAddresses.first, let port = settings.server.port else { throw AgentError("the server has no address") }
@@ -127,7 +126,7 @@ extension ClientDaemon {
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
             memoryPath = control.path.parentDirectory + "/reconnect-state"
-            interpreter = Interpreter(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log))
+            core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer)
             flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
             onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand, log: log)
@@ -157,8 +156,7 @@ extension ClientDaemon {
             while running {
                 let now = Instant.now()
                 service.tick(now: now)
-                let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp)
-                let wakeAt = [machine.nextDeadline, service.nextDeadline, flaps.nextDue, giveUpAt, metricsDue,
+                let wakeAt = [core.nextDeadline, service.nextDeadline, flaps.nextDue, metricsDue,
                               onDemand?.nextDeadline, effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                     + (onDemand?.fileDescriptors ?? [])
@@ -175,13 +173,8 @@ extension ClientDaemon {
                 if let due = metricsDue, due <= after { writeMetrics() }
                 if let due = onDemand?.nextDeadline, due <= after { decideOnDemand() }
                 if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
-                for (kind, due) in machine.timers.sorted(by: { $0.value < $1.value }) where due <= after {
+                for (kind, due) in core.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                     feed(.timerFired(kind))
-                }
-                if let giveUpAt = startup.deadline(tunnelUp: effects.tunnelUp), giveUpAt <= after, let wait = startup.wait {
-                    let path = machine.state.path.map { " over \($0.interface)" } ?? ""
-                    giveUp("no answer from the server \(effects.server) in \(wait.short)\(path): check that it runs, its "
-                        + "address and port, that UDP reaches it, and that 'server-key' is its public key")
                 }
             }
             service.stopping()
@@ -305,7 +298,7 @@ extension ClientDaemon {
                 reload()
             case .signal:
                 log.info("stopping")
-                interpreter.stop()
+                feed(.request(.stop))
                 running = false
             case .resolved(let result):
                 resolved(result)
@@ -328,22 +321,16 @@ extension ClientDaemon {
                 do {
                     try effects.handshakeCompleted(dns: dns)
                 } catch {
-                    return giveUp(error.message)
+                    return feed(.tunnelFailed(error.message))
                 }
-                service.ready()
                 metrics.handshake("completed")
                 metrics.tunnelMTU(effects.tunnelMTU)
-                feed(.handshakeSucceeded(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
-            case .rejected where !effects.tunnelUp:
-                metrics.handshake("rejected")
-                giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
-                    + "users list this client's public key")
+                feed(.handshakeCompleted(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
             case .rejected:
                 metrics.handshake("rejected")
-                feed(.handshakeFailed(.rejected("the server refused this client's key or credentials")))
-            case .sessionUnknown: feed(.handshakeFailed(.sessionUnknown))
-            case .probeEcho(let id, let rtt, let size):
-                if let echo = interpreter.echo(id, rtt: rtt, size: size) { feed(echo) }
+                feed(.handshakeRejected)
+            case .sessionUnknown: feed(.sessionUnknown)
+            case .probeEcho(let id, let rtt, let size): feed(.probeEcho(id: id, rtt: rtt, size: size))
             case .dataSent: feed(.dataSent)
             case .dataReceived: feed(.dataReceived)
             case .serverDraining: feed(.serverDraining)
@@ -351,7 +338,7 @@ extension ClientDaemon {
                 do {
                     try effects.handshakeCompleted(dns: dns)
                 } catch {
-                    return giveUp(error.message)
+                    return feed(.tunnelFailed(error.message))
                 }
                 metrics.handshake("completed")
                 feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
@@ -416,7 +403,6 @@ extension ClientDaemon {
         /// After a suspend the machine may be on another network, where the server's name may
         /// resolve elsewhere. The time asleep was no time without an answer.
         private func woke(after slept: Duration) {
-            startup.noPath()
             // Awake, perhaps on another network: the rules look at it afresh.
             onDemand?.forgetNetwork()
             decideOnDemand()
@@ -466,7 +452,7 @@ extension ClientDaemon {
             let server = effects.server
             let moved = SocketAddress(address, port: server.port)
             guard effects.follow(moved) else { return false }
-            interpreter.forgetProbes()  // an echo from the old address proves nothing about the new one
+            core.forgetProbes()  // an echo from the old address proves nothing about the new one
             log.info("server address changed", metadata: ["server": "\(effects.serverName)", "from": "\(server)", "to": "\(moved)", "why": "\(why)"])
             following = true
             defer { following = false }
@@ -526,25 +512,23 @@ extension ClientDaemon {
 
         // MARK: Decisions out
 
-        /// Facts into the core through the interpreter the replays run too; its actions come out
-        /// through `Driver` into the session's effects.
-        private func feed(_ input: Input) {
+        /// An event into the core the replays run too; its effects are carried out here, in order.
+        private func feed(_ event: AgentEvent) {
             guard running else { return }
-            if case .paths(let paths) = input { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
-            let now = Instant.now()
-            var paths = machine.paths
-            if case .paths(let new) = input { paths = new }
-            var made: [Transition] = []
-            var driver = Driver(effects: effects, paths: paths, log: log, metrics: metrics,
-                                check: { [unowned self] path in checkConnectivity(via: path) }) { [unowned self] transition in
-                lastTransition = transition
-                service.transition(transition)
-                metrics.record(transition)
-                log.info("transition", metadata: transition.metadata)
-                made.append(transition)
-            }
+            if case .paths(let paths) = event { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
             let before = effects.server
-            let actions = interpreter.feed(input, now: now, driver: &driver)
+            let out = core.handle(event, now: Instant.now())
+            var made: [Transition] = []
+            var attempted = false
+            for effect in out {
+                switch effect {
+                case .transition(let transition): made.append(transition)
+                case .bind, .handshake: attempted = true
+                default: break
+                }
+                perform(effect)
+            }
+            if attempted { attempts += 1 }
             // Told to watchers once the machine has settled: the status they get beside each
             // transition is the one it led to.
             if control.watched {
@@ -561,82 +545,69 @@ extension ClientDaemon {
                 windowOwner = nil
                 if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
             }
-            if actions.contains(where: { switch $0 { case .bind, .rebind, .handshake: true; default: false } }) {
-                attempts += 1
-                startup.attempted(now: now, tunnelUp: effects.tunnelUp)
-            }
             // A new path or attempts that fail: the moments the server's name may give another
             // address. (Not while following a move, which would only ask the same question again.)
-            if !following, actions.contains(where: { action in
-                switch action {
-                case .rebind: true
-                case .report(let t): if case .backingOff = t.to { true } else { false }
+            if !following, out.contains(where: { effect in
+                switch effect {
+                case .bind(_, let first, _): !first
+                case .transition(let t): if case .backingOff = t.to { true } else { false }
                 default: false
                 }
             }) {
                 resolveServer()
             }
-            // No path is not an unanswered server: waiting for a network has no deadline.
-            let down = if case .disconnected = machine.state { true } else { false }
-            if machine.state == .offline || machine.state == .sleeping || down { startup.noPath() }
-            // With no network there is nothing to wait for: a boot without one must not stall on us,
-            // nor one on a network where a rule keeps the tunnel down.
-            if machine.state == .offline || down { service.ready() }
             saveMemory()
         }
 
-        /// The core's commands, carried out on the session's sockets.
-        private struct Driver: SessionDriver {
-            let effects: SessionEffects
-            let paths: [Path]
-            let log: Logger
-            let metrics: ClientMetrics
-            let check: (Path) -> Void
-            let onTransition: (Transition) -> Void
-
-            mutating func bind(_ path: Path, first: Bool) { effects.bind(path, paths: paths) }
-            mutating func handshake(on path: Path) { effects.handshake(on: path) }
-            mutating func resendHandshake(on path: Path) {
+        /// Carries one of the core's effects out on the session's sockets, the lockdown and the
+        /// resolvers.
+        private func perform(_ effect: Effect) {
+            switch effect {
+            case .bind(let path, _, _): effects.bind(path, paths: machine.paths)
+            case .handshake(let path, _): effects.handshake(on: path)
+            case .resendHandshake(let path):
                 metrics.resentHandshake()
                 effects.handshake(on: path)
-            }
-            mutating func probe(_ id: UInt64, via path: Path) {
-                metrics.probed()
-                effects.probe(id, via: path)
-            }
-            mutating func probe(_ id: UInt64, via path: Path, size: Int) {
-                metrics.sizeProbed()
+            case .probe(let id, let path, let size):
+                if size == nil { metrics.probed() } else { metrics.sizeProbed() }
                 effects.probe(id, via: path, size: size)
-            }
-            mutating func setTunnelMTU(_ mtu: Int) {
+            case .setTunnelMTU(let mtu):
                 effects.setTunnelMTU(mtu)
                 metrics.tunnelMTU(effects.tunnelMTU)
-            }
-            mutating func reportFailure(_ reason: Reason) {
+            case .reportFailure(let reason):
                 log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
-            }
-            mutating func transitioned(_ transition: Transition) { onTransition(transition) }
-            mutating func useServer(_ index: Int) { effects.useServer(index) }
-            mutating func prepareHandover(to index: Int, on path: Path) { effects.prepareHandover(to: index, on: path) }
-            mutating func completeHandover() { effects.completeHandover() }
-            mutating func cancelHandover() { effects.cancelHandover() }
-            mutating func disconnect() { effects.disconnect() }
-            mutating func checkConnectivity(via path: Path) { check(path) }
-            mutating func openPortalWindow(via path: Path, portal url: String, until: Instant) {
+            case .transition(let transition):
+                lastTransition = transition
+                service.transition(transition)
+                metrics.record(transition)
+                log.info("transition", metadata: transition.metadata)
+            case .useServer(let index): effects.useServer(index)
+            case .prepareHandover(let index, let path): effects.prepareHandover(to: index, on: path)
+            case .completeHandover: effects.completeHandover()
+            case .cancelHandover: effects.cancelHandover()
+            case .disconnect: effects.disconnect()
+            case .checkConnectivity(let path): checkConnectivity(via: path)
+            case .openPortalWindow(let path, let url, _):
                 metrics.portalWindow(open: true)
                 effects.openPortalWindow(via: path, portal: url)
-            }
-            mutating func closePortalWindow() {
+            case .closePortalWindow:
                 metrics.portalWindow(open: false)
                 effects.closePortalWindow()
-            }
-            mutating func liftLockdown(interface: String) {
+            case .liftLockdown(let interface):
                 metrics.lockdownLifted(true)
                 effects.liftLockdown(interface: interface)
-            }
-            mutating func restoreLockdown() {
+            case .restoreLockdown:
                 metrics.lockdownLifted(false)
                 effects.restoreLockdown()
+            case .ready: service.ready()
+            case .giveUp(.noAnswer(let wait, let interface)):
+                let path = interface.map { " over \($0)" } ?? ""
+                giveUp("no answer from the server \(effects.server) in \(wait.short)\(path): check that it runs, its "
+                    + "address and port, that UDP reaches it, and that 'server-key' is its public key")
+            case .giveUp(.rejected):
+                giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
+                    + "users list this client's public key")
+            case .giveUp(.tunnelFailed(let why)): giveUp(why)
             }
         }
 
@@ -700,7 +671,7 @@ extension ClientDaemon {
                 if case .disconnected(let rule, _) = machine.state {
                     return done("the on-demand rule '\(rule)' keeps the tunnel down on this network")
                 }
-                feed(.reconnectRequested)
+                feed(.request(.reconnect))
                 done("reconnecting")
             case .sleep:
                 handle(.signal(SIGTSTP))
@@ -710,11 +681,11 @@ extension ClientDaemon {
                 done("awake")
             case .down:
                 if case .paused = machine.state { return done("down already") }
-                feed(.pause)
+                feed(.request(.pause))
                 done("down: the session is closed; the tunnel device" + (effects.firewall == nil ? "" : " and the lockdown") + " stay")
             case .up:
                 guard case .paused = machine.state else { return done("up already (\(machine.state.name))") }
-                feed(.resume)
+                feed(.request(.resume))
                 done("connecting")
             case .drain:
                 call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
@@ -724,7 +695,7 @@ extension ClientDaemon {
                 guard mayChangeWindow(call.peer) else {
                     return call.reply(ControlFailure(code: "not-permitted", message: "the portal window is another user's").line)
                 }
-                feed(.closePortalWindow)
+                feed(.request(.closePortalWindow))
                 done("portal window closed")
             }
         }
@@ -752,9 +723,9 @@ extension ClientDaemon {
             }
             if opening {
                 windowOwner = call.peer.uid
-                feed(.openPortalWindow)
+                feed(.request(.openPortalWindow))
                 guard effects.portalWindow != nil else {
-                    feed(.closePortalWindow)  // which takes the cgroup away too
+                    feed(.request(.closePortalWindow))  // which takes the cgroup away too
                     return refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
                 }
                 log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])

@@ -56,6 +56,7 @@ struct ReplayCommand: ParsableCommand {
                     + "size_probes=\(report.sizeProbes) mtu=\(report.tunnelMTU) max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
                     + (report.fromServer > 0 ? " from_server=\(report.fromServer) lost_from_server=\(report.lostFromServer)" : "")
                     + (report.keepalives > 0 ? " keepalives=\(report.keepalives)" : "")
+                    + (report.gaveUp.map { " gave_up_at=\($0.at)" } ?? "")
                 if report.passed {
                     passed += 1
                     print("PASS \(path) \(summary)")

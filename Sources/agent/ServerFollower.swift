@@ -43,31 +43,6 @@ struct ServerFollower {
     }
 }
 
-/// Before the tunnel first comes up, how long attempts on a usable path may go unanswered
-/// before the agent gives up; time without a path does not count. Once up, it never gives up.
-struct StartupDeadline {
-    /// nil waits for ever.
-    let wait: Duration?
-    /// Since when attempts have gone unanswered.
-    private var unansweredSince: Instant?
-
-    init(wait: Duration?) { self.wait = wait }
-
-    /// When to give up, if the tunnel has not come up by then.
-    func deadline(tunnelUp: Bool) -> Instant? {
-        guard !tunnelUp, let unansweredSince, let wait else { return nil }
-        return unansweredSince + wait
-    }
-
-    /// The agent bound, rebound or handshook at `now`.
-    mutating func attempted(now: Instant, tunnelUp: Bool) {
-        if !tunnelUp, unansweredSince == nil { unansweredSince = now }
-    }
-
-    /// No path (offline, asleep, just woke): nothing was waiting on the server.
-    mutating func noPath() { unansweredSince = nil }
-}
-
 /// A server of the client's list with the addresses its name gave (its own, for a literal
 /// address), those the tunnel's routes would carry left out.
 struct ResolvedServer {
