@@ -28,10 +28,11 @@ let package = Package(
         // Facts from the kernel: links, addresses, routes, and the path to the server.
         .target(name: "PathMonitor", dependencies: ["CMnl", "CShims"], swiftSettings: strict),
         // The pure decision core: inputs and time in, actions out.
-        .target(name: "Reconnector", dependencies: ["PathMonitor", "ConfigReader"], swiftSettings: strict),
-        // Line-numbered YAML for configuration and scenario files.
+        .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
+        // Line-numbered YAML, and the readers of the file formats built on it (the core's settings
+        // and on-demand rules among them).
         .target(
-            name: "ConfigReader", dependencies: ["PathMonitor"],
+            name: "ConfigReader", dependencies: ["PathMonitor", "Reconnector"],
             swiftSettings: strict),
         // Timelines replayed through the real model and state machine on a virtual clock.
         .target(

@@ -3,7 +3,7 @@ import Glibc
 
 /// A named network namespace (`ip netns add NAME`) in which sockets can be opened without
 /// moving the process: the socket stays in the namespace it was created in.
-public final class NetworkNamespace: @unchecked Sendable {
+public final class NetworkNamespace: Sendable {
     public let name: String
     private let fd: Int32
 

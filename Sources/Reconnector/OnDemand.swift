@@ -245,7 +245,7 @@ public struct OnDemandRules: Equatable, Sendable {
         return d == z || d.hasSuffix("." + z)
     }
 
-    static func normalized(_ domain: String) -> String {
+    public static func normalized(_ domain: String) -> String {
         let lower = domain.lowercased()
         return lower.hasSuffix(".") ? String(lower.dropLast()) : lower
     }

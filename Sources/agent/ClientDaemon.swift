@@ -10,8 +10,9 @@ import Tunnel
 /// The always-on client, one direction of flow: facts (the path monitor, the data plane's
 /// notices, signals, the operator's requests, timers) go into the Reconnector; its actions go
 /// to `SessionEffects`, which carries them out. Other threads only post into the mailbox; one
-/// thread decides, and the data plane never waits for a decision.
-final class ClientDaemon: Sendable {
+/// thread decides, and the data plane never waits for a decision. The daemon itself stays on
+/// the thread that made it: other threads get only its `mailbox`.
+final class ClientDaemon {
     /// Everything another thread may tell the deciding thread.
     enum Event: Sendable {
         case notice(ClientNotice)
@@ -26,8 +27,9 @@ final class ClientDaemon: Sendable {
         case probed(OnDemandRule.Probe, generation: UInt64, Bool)
     }
 
-    /// The only state shared across threads.
-    private let mailbox: Mailbox<Event>
+    /// The only state shared across threads: where other threads (signal handlers included)
+    /// post events for the deciding thread.
+    let mailbox: Mailbox<Event>
     /// The deciding thread's state; nothing else touches it.
     private let loop: Loop
 
@@ -44,9 +46,6 @@ final class ClientDaemon: Sendable {
                         waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)
     }
 
-    /// Hands an event to the deciding thread (from any thread, signal threads included).
-    func post(_ event: Event) { mailbox.post(event) }
-
     /// Decides until SIGTERM/SIGINT or a reason to stop; call once, on the deciding thread.
     func run() { loop.run() }
 
@@ -61,9 +60,7 @@ final class ClientDaemon: Sendable {
 extension ClientDaemon {
     /// The deciding thread: a poll over the monitor, the mailbox (where the control socket's
     /// requests arrive too) and the power supply, with the core's next deadline as its timeout.
-    // Owned by ClientDaemon and used only from the thread that calls run(); the daemon's
-    // other accessors are read after run() returns.
-    private final class Loop: @unchecked Sendable {
+    private final class Loop {
         private var settings: ClientSettings
         /// Where the settings came from, read again on SIGHUP.
         private let configPath: String

@@ -23,6 +23,13 @@ struct PortalCommand: ParsableCommand {
     @Argument(parsing: .captureForPassthrough, help: "Its arguments.")
     var arguments: [String] = []
 
+    func validate() throws {
+        // The arguments take everything after the options, a request for help included.
+        if command == nil, let first = arguments.first, ["-h", "--help", "help"].contains(first) {
+            throw CleanExit.helpRequest(Self.self)
+        }
+    }
+
     func run() throws {
         guard let command, !command.isEmpty else {
             throw AgentError("agent portal needs --run COMMAND: the browser (or curl) to log in with, e.g. agent portal --run firefox")

@@ -110,7 +110,8 @@ struct UpCommand: ParsableCommand {
         let session = try ClientDaemon(settings: settings, configPath: configPath, key: key, credentials: credentials,
                                        servers: servers, log: log,
                                        control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
-        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in session.post(.signal(signal)) }
+        let mailbox = session.mailbox
+        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in mailbox.post(.signal(signal)) }
         log.info("starting", metadata: ["server": "\(session.server)", "mode": "\(settings.mode.socketMark == nil ? "split" : "full")"])
         session.run()
         log.info("down")

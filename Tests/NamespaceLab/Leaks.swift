@@ -7,7 +7,7 @@ public import Tunnel
 /// Everything the laptop sends onto its uplinks, as the router sees it (an AF_PACKET socket for
 /// every protocol on the router's side of `eth0` and `wifi0`), judged against what may leave a
 /// machine whose VPN is always on. What may not is a leak, described for the test's message.
-public final class LeakTap: @unchecked Sendable {
+public final class LeakTap: @unchecked Sendable {  // every mutable field is read and written under `lock`
     /// What may leave the laptop outside the tunnel.
     public enum Rule: Sendable {
         /// Full tunnel: the session's UDP to `server`, DHCP, ARP and the ICMPv6 an uplink needs;
@@ -111,7 +111,7 @@ public final class LeakTap: @unchecked Sendable {
 /// What applications on the laptop keep trying while a test runs: a datagram to a host on the
 /// internet, a name look-up to the LAN's resolver, a TCP connection to a web server, and IPv6
 /// to the LAN and beyond, every `interval`. With the tunnel down, each is a leak waiting to happen.
-public final class LeakBait: @unchecked Sendable {
+public final class LeakBait: @unchecked Sendable {  // immutable but for `running`, an atomic
     private let running = Atomic<Bool>(true)
     private let done = DispatchGroup()
     public let targets: [SocketAddress]
@@ -159,7 +159,7 @@ public final class LeakBait: @unchecked Sendable {
 
 /// A name server for the lab: answers A queries for the names it knows, NXDOMAIN for the rest,
 /// and counts what it was asked, on a thread of its own until `stop()`.
-public final class LabResolver: @unchecked Sendable {
+public final class LabResolver: @unchecked Sendable {  // every mutable field is read and written under `lock`
     private let running = Atomic<Bool>(true)
     private let done = DispatchGroup()
     private let lock = NSLock()

@@ -8,7 +8,7 @@ public import Tunnel
 /// drops the uplink's UDP (the tunnel's handshakes vanish) and sends every plain HTTP request
 /// to its own server, which redirects to a login page; a POST to that page opens it. Beside it
 /// stands "the internet's" connectivity check, an HTTP server that answers `expected`.
-public final class LabPortal: @unchecked Sendable {
+public final class LabPortal: @unchecked Sendable {  // every mutable field is read and written under `lock`
     /// Where the portal's server listens, on the router's address on that uplink.
     public let login: SocketAddress
     /// The connectivity check's address ("on the internet") and the body it answers.

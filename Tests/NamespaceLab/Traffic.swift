@@ -10,7 +10,7 @@ public typealias LabInstant = ContinuousClock.Instant
 
 /// A UDP probe stream through a tunnel: a numbered datagram every `interval` from `source` in
 /// one namespace to an echo at `echo` in another, and the time every echo came back.
-public final class ProbeStream: @unchecked Sendable {
+public final class ProbeStream: @unchecked Sendable {  // every mutable field is read and written under `lock`
     public let interval: Duration
     private let lock = NSLock()
     private var sent: [(seq: UInt32, at: LabInstant)] = []
@@ -133,7 +133,7 @@ public final class ProbeStream: @unchecked Sendable {
 
 /// A paced TCP stream through a tunnel whose every byte is checked at the far end: a lost,
 /// duplicated or reordered byte breaks the pattern.
-public final class TCPStream: @unchecked Sendable {
+public final class TCPStream: @unchecked Sendable {  // every mutable field is read and written under `lock`
     private let sender: Int32
     private let receiver: Int32
     private let lock = NSLock()
@@ -270,7 +270,7 @@ public final class TCPStream: @unchecked Sendable {
 /// Watches the UDP datagrams that arrive on a namespace's interfaces for one port: which
 /// interface each came in on, when, how long its payload was and its first bytes. It sees
 /// the tunnel's outer packets, so it tells which uplink a VPN really uses.
-public final class PacketTap: @unchecked Sendable {
+public final class PacketTap: @unchecked Sendable {  // every mutable field is read and written under `lock`
     public struct Packet: Sendable {
         public var interface: Int32
         public var at: LabInstant
@@ -306,7 +306,7 @@ public final class PacketTap: @unchecked Sendable {
 /// every packet that arrives on an interface there (not those it sends) goes to `handle`, with
 /// its first `snapshot` bytes (layer 3 on), its whole length and where it came from. Stops and
 /// closes its socket on deinit (the thread holds none of it, so the owner's release ends it).
-final class PacketCapture: @unchecked Sendable {
+final class PacketCapture: @unchecked Sendable {  // immutable: the socket, an atomic flag and a group
     private let fd: Int32
     private let running = Running()
     private let done = DispatchGroup()

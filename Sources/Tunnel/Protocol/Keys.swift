@@ -5,7 +5,7 @@ import CSodium
 ///
 /// A class so that copies of a key share one buffer and `deinit` runs exactly once; the bytes
 /// are written only inside `init`, which is why sharing it across threads is safe.
-final class SecretBytes: @unchecked Sendable {
+final class SecretBytes: @unchecked Sendable {  // written only in init
     static let count = 32
     private let pointer: UnsafeMutablePointer<UInt8>
     /// From the heap, when the arena could not map a chunk.

@@ -71,7 +71,7 @@ final class SecretArena: Sendable {
 /// Variable-length secret bytes (a password, a decrypted payload that holds one), up to 1024,
 /// in the secret arena. A class, so that every holder shares the one buffer: `wipe()` clears
 /// what everyone sees, and no copy-on-write duplicate is left behind in the heap.
-final class SecretBuffer: @unchecked Sendable {
+final class SecretBuffer: @unchecked Sendable {  // written in init and zeroed by wipe(): a racing reader sees the secret or zeros
     // Safe to share: the bytes are written in `init` and by `wipe()`, which only zeroes them;
     // a reader racing a wipe sees zeros or the secret, never memory it does not own.
     static let capacity = 1024

@@ -2,7 +2,7 @@ import Glibc
 
 /// A POSIX thread running one closure, joined by its owner. The data plane needs nothing more
 /// than this and a semaphore, so it does not pull in a threading framework.
-public final class OSThread: @unchecked Sendable {
+public final class OSThread: @unchecked Sendable {  // only its owner joins it; the thread it runs touches none of its fields
     private var thread = pthread_t()
     private var joined = false
 
@@ -46,7 +46,7 @@ public final class OSThread: @unchecked Sendable {
 }
 
 /// A counting semaphore (sem_init(3)), for a worker that sleeps until there is work.
-public final class Semaphore: @unchecked Sendable {
+public final class Semaphore: @unchecked Sendable {  // sem_post and sem_wait are safe from any thread; the pointer never changes
     private let semaphore = UnsafeMutablePointer<sem_t>.allocate(capacity: 1)
 
     public init(value: UInt32 = 0) { sem_init(semaphore, 0, value) }

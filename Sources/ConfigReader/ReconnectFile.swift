@@ -1,4 +1,4 @@
-public import ConfigReader
+public import Reconnector
 
 extension Config {
     /// The keys of a `reconnect:` section (the client's configuration) or a scenario's

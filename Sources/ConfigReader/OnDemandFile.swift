@@ -1,4 +1,4 @@
-public import ConfigReader
+public import Reconnector
 import PathMonitor
 
 extension YAMLReader {
