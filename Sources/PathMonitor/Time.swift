@@ -1,3 +1,4 @@
+import Glibc
 /// A point on the agent's clock (CLOCK_BOOTTIME in the daemon, so suspended time counts;
 /// virtual in a replay). The origin is arbitrary; only differences mean anything.
 public struct Instant: Comparable, Hashable, Sendable, CustomStringConvertible {
@@ -79,5 +80,15 @@ public struct SeededRandom: RandomNumberGenerator, Sendable {
         let n = limit.nanoseconds
         guard n > 0 else { return .zero }
         return .nanoseconds(Int64(next() % UInt64(n + 1)))
+    }
+}
+
+extension Instant {
+    /// CLOCK_BOOTTIME now: it keeps counting through a suspend, so key ages and session
+    /// lifetimes include the time the laptop slept.
+    public static func now() -> Instant {
+        var ts = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &ts)
+        return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
     }
 }

@@ -1,3 +1,4 @@
+import SystemDNS
 import Logging
 import Observability
 import ConfigReader

@@ -28,9 +28,9 @@ struct LockdownCommand: ParsableCommand {
             try Preflight.requireNetworkAdmin(for: "lockdown on")
             guard settings.lockdown else { throw AgentError("\(config) says 'lockdown: off'") }
             do {
-                let firewall = try Firewall(settings)
+                let firewall = try Firewall(settings.lockdownPolicy)
                 try firewall.serve(settings.servers.compactMap { entry in
-                    entry.endpoint.address.flatMap { address in entry.endpoint.port.map { SocketAddress(address, port: $0) } }
+                    entry.endpoint.address.flatMap { address in entry.endpoint.port.map { LockdownPolicy.Server(address, port: $0) } }
                 })
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error)")

@@ -1,3 +1,4 @@
+import SystemDNS
 import ArgumentParser
 import Glibc
 import Synchronization

@@ -1,3 +1,4 @@
+import SystemDNS
 import Glibc
 import PathMonitor
 import Reconnector

@@ -1,3 +1,4 @@
+import SystemDNS
 import CShims
 import Glibc
 import PathMonitor

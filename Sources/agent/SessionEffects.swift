@@ -297,7 +297,7 @@ final class SessionEffects {
 
     /// Lets the session's UDP through the lockdown to `address` and to every server's address.
     private func openLockdown(also address: SocketAddress) throws(LockdownError) {
-        try firewall?.serve([address] + servers.compactMap(\.socketAddress))
+        try firewall?.serve(([address] + servers.compactMap(\.socketAddress)).map(LockdownPolicy.Server.init))
     }
 
     /// A protocol core that pins server `index`'s key; a split tunnel accepts inner packets

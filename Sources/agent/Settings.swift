@@ -1,5 +1,6 @@
 import ConfigReader
 import Glibc
+import Lockdown
 import PathMonitor
 import Reconnector
 import Replay
@@ -373,4 +374,23 @@ func readSecretFile(_ path: String) throws(ConfigError) -> String {
     var bytes = try TrustedFile.read(path, as: .secret)
     defer { Sodium.wipe(&bytes) }
     return String(decoding: bytes, as: UTF8.self).trimmed
+}
+
+extension ClientSettings {
+    /// The lockdown this client loads at start: no server yet (its name may still need looking
+    /// up), the local subnets not yet known.
+    var lockdownPolicy: LockdownPolicy {
+        let scope: LockdownPolicy.Scope = switch mode {
+        case .full(let policy): .full(mark: policy.mark)
+        case .split(let prefixes): .split(prefixes)
+        }
+        var policy = LockdownPolicy(scope: scope, tunnelInterface: tunnel.name, allowLAN: allowLAN, localNetworks: [])
+        policy.checkPorts = checkPorts
+        return policy
+    }
+}
+
+extension LockdownPolicy.Server {
+    /// The lockdown's entry for a server's socket address.
+    init(_ address: SocketAddress) { self.init(address.ip, port: address.port) }
 }

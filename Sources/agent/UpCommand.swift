@@ -1,3 +1,5 @@
+import Lockdown
+import SystemDNS
 import Logging
 import ArgumentParser
 import ConfigReader
@@ -73,7 +75,7 @@ struct UpCommand: ParsableCommand {
         var firewall: Firewall?
         if settings.lockdown {
             do {
-                firewall = try Firewall(settings)
+                firewall = try Firewall(settings.lockdownPolicy)
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
             }
@@ -101,7 +103,7 @@ struct UpCommand: ParsableCommand {
             servers.append(ResolvedServer(entry: entry, addresses: usable))
         }
         do {
-            try firewall?.serve(servers.compactMap(\.socketAddress))
+            try firewall?.serve(servers.compactMap(\.socketAddress).map(LockdownPolicy.Server.init))
         } catch {
             throw AgentError("cannot open the lockdown firewall to the server: \(error)")
         }

@@ -1,16 +1,6 @@
 public import PathMonitor
 import Glibc
 
-extension Instant {
-    /// CLOCK_BOOTTIME now: it keeps counting through a suspend, so key ages and session
-    /// lifetimes include the time the laptop slept.
-    public static func now() -> Instant {
-        var ts = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &ts)
-        return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
-    }
-}
-
 /// Data-plane counters an operator reads in status.
 public struct TrafficCounters: Sendable, Equatable {
     public var packetsIn = 0

@@ -1,6 +1,5 @@
 import Glibc
-import PathMonitor
-import SystemDNS
+public import PathMonitor
 import Tunnel
 
 /// Looks up the server's name the way the C library would (the hosts file, then the name
@@ -10,10 +9,10 @@ import Tunnel
 /// tunnel's routes: glibc's resolver cannot mark its sockets, so its queries would be stopped
 /// by the lockdown, or sent into a tunnel that is down and needs this very answer to come up.
 /// Only the agent (CAP_NET_ADMIN sets a mark) can send DNS outside the tunnel this way.
-enum MarkedLookup {
+public enum MarkedLookup {
     /// `avoiding`: the tunnel's own resolvers, which the system's configuration lists while the
     /// tunnel is up (resolv.conf saves the previous file, systemd-resolved's list has every link's).
-    static func addresses(of host: String, mark: UInt32, avoiding: [IPAddress] = [], etc: String = "/etc") throws(ResolverError) -> [IPAddress] {
+    public static func addresses(of host: String, mark: UInt32, avoiding: [IPAddress] = [], etc: String = "/etc") throws(ResolverError) -> [IPAddress] {
         let name = host.lowercased().hasSuffix(".") ? String(host.lowercased().dropLast()) : host.lowercased()
         let fromHosts = hostsFile(SystemFiles.text(etc + "/hosts") ?? "", name: name)
         if !fromHosts.isEmpty { return fromHosts }
@@ -31,7 +30,7 @@ enum MarkedLookup {
     }
 
     /// The addresses the hosts file gives `name`, in file order.
-    static func hostsFile(_ text: String, name: String) -> [IPAddress] {
+    public static func hostsFile(_ text: String, name: String) -> [IPAddress] {
         var found: [IPAddress] = []
         for line in text.split(whereSeparator: \.isNewline) {
             let fields = line.prefix { $0 != "#" }.split(whereSeparator: { $0 == " " || $0 == "\t" })
@@ -92,18 +91,18 @@ enum MarkedLookup {
 }
 
 /// The parts of resolv.conf(5) a look-up needs.
-struct ResolvConf: Equatable {
-    var nameservers: [IPAddress] = []
-    var search: [String] = []
-    var timeout: Duration = .seconds(5)
-    var attempts = 2
-    var ndots = 1
+public struct ResolvConf: Equatable {
+    public var nameservers: [IPAddress] = []
+    public var search: [String] = []
+    public var timeout: Duration = .seconds(5)
+    public var attempts = 2
+    public var ndots = 1
 
     /// Reads `text`; when it points at systemd-resolved's local stub (127.0.0.53), the uplinks'
     /// own servers come from `systemdUplinks` (/run/systemd/resolve/resolv.conf) instead: the
     /// stub itself sends its queries unmarked, so the lockdown would stop them. Servers in
     /// `avoiding` are left out.
-    init(_ text: String, systemdUplinks: String? = nil, avoiding: [IPAddress] = []) {
+    public init(_ text: String, systemdUplinks: String? = nil, avoiding: [IPAddress] = []) {
         for line in text.split(whereSeparator: \.isNewline) {
             let words = line.prefix { $0 != "#" && $0 != ";" }.split(whereSeparator: { $0 == " " || $0 == "\t" })
             guard let key = words.first else { continue }
@@ -139,26 +138,26 @@ struct ResolvConf: Equatable {
     }
 
     /// The names to ask, in order: as given first when it has enough dots, else after the search list.
-    func candidates(for name: String) -> [String] {
+    public func candidates(for name: String) -> [String] {
         let searched = search.map { name + "." + $0 }
         return name.filter { $0 == "." }.count >= ndots ? [name] + searched : searched + [name]
     }
 }
 
 /// DNS messages (RFC 1035): a query for one name and type, and the addresses in an answer.
-enum DNSMessage {
-    static let a: UInt16 = 1, aaaa: UInt16 = 28
+public enum DNSMessage {
+    public static let a: UInt16 = 1, aaaa: UInt16 = 28
 
-    enum Code: Equatable { case ok, noSuchName, failed }
+    public enum Code: Equatable { case ok, noSuchName, failed }
 
-    struct Answer: Equatable {
-        var id: UInt16
-        var code: Code
-        var addresses: [IPAddress]
+    public struct Answer: Equatable {
+        public var id: UInt16
+        public var code: Code
+        public var addresses: [IPAddress]
     }
 
     /// A recursive query for `name`'s records of `type`.
-    static func query(_ name: String, type: UInt16, id: UInt16) -> (id: UInt16, bytes: [UInt8]) {
+    public static func query(_ name: String, type: UInt16, id: UInt16) -> (id: UInt16, bytes: [UInt8]) {
         var bytes: [UInt8] = [UInt8(id >> 8), UInt8(id & 0xff), 0x01 /* RD */, 0, 0, 1, 0, 0, 0, 0, 0, 0]
         for label in name.split(separator: ".") {
             let utf8 = Array(label.utf8.prefix(63))
@@ -171,7 +170,7 @@ enum DNSMessage {
 
     /// The answer's ID, result code and every A/AAAA record of its answer section; nil for
     /// anything that is not a well-formed answer.
-    static func parse(_ message: ArraySlice<UInt8>) -> Answer? {
+    public static func parse(_ message: ArraySlice<UInt8>) -> Answer? {
         let b = Array(message)
         guard b.count >= 12, b[2] & 0x80 != 0 /* QR */ else { return nil }
         func u16(_ at: Int) -> Int { Int(b[at]) << 8 | Int(b[at + 1]) }

@@ -1,15 +1,15 @@
 import Glibc
-import PathMonitor
+public import PathMonitor
 
 /// The system's resolver (getaddrinfo: /etc/hosts, DNS, whatever nsswitch says), for a server
 /// named by host. It may wait for the network, so the daemon calls it off its deciding thread.
-enum Resolver {
+public enum Resolver {
     /// Every address of `host`, in the resolver's order of preference (RFC 6724: addresses this
     /// machine can reach first), never none; a literal address is itself, with no lookup.
     /// With `mark` (full mode), the look-up goes out on marked sockets (`MarkedLookup`), past
     /// the lockdown and the tunnel's routes.
     /// `avoiding` names the tunnel's own resolvers, which cannot answer while it is down.
-    static func addresses(of host: String, mark: UInt32? = nil, avoiding: [IPAddress] = []) throws(ResolverError) -> [IPAddress] {
+    public static func addresses(of host: String, mark: UInt32? = nil, avoiding: [IPAddress] = []) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
         if let mark { return try MarkedLookup.addresses(of: host, mark: mark, avoiding: avoiding) }
         var hints = addrinfo()
@@ -40,16 +40,16 @@ enum Resolver {
 }
 
 /// Why a name gave no address.
-struct ResolverError: Error, CustomStringConvertible {
-    var host: String
+public struct ResolverError: Error, CustomStringConvertible {
+    public var host: String
     /// getaddrinfo's answer (EAI_...); nil when it answered with no IPv4 or IPv6 address.
-    var code: Int32?
+    public var code: Int32?
 
     /// No answer yet (no network, no reachable name server): worth asking again later, unlike
     /// a name that does not exist.
-    var isTemporary: Bool { code == EAI_AGAIN }
+    public var isTemporary: Bool { code == EAI_AGAIN }
 
-    var description: String {
+    public var description: String {
         "cannot resolve \(host): " + (code.map { String(cString: gai_strerror($0)) } ?? "it has no IPv4 or IPv6 address")
     }
 }

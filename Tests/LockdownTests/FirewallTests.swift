@@ -1,9 +1,9 @@
 import Glibc
-import Lockdown
+
 import PathMonitor
 import Testing
 import Tunnel
-@testable import agent
+@testable import Lockdown
 
 /// Stands in for nftables' answers only: the table the firewall believes it holds is what
 /// these tests check, against every load the "kernel" took.
@@ -36,7 +36,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(firewall.retryDue != nil && firewall.refusals == 1)
 
     // A change that opens something meanwhile is refused too, and forgotten; the restore is not.
-    #expect(throws: LockdownError.self) { try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)]) }
+    #expect(throws: LockdownError.self) { try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)]) }
     #expect(firewall.retry() != nil)
     #expect(firewall.refusals == 3)
 
@@ -55,7 +55,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(throws: LockdownError.self) { try firewall.restore() }
     table.refusing = false
     // The next change loads the whole wanted policy: the lift does not come back with it.
-    try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)])
+    try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)])
     #expect(table.held.trustedInterface == nil && table.held.servers.count == 1)
     #expect(firewall.retryDue == nil)
 }
@@ -80,7 +80,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(throws: LockdownError.self) { try firewall.restore() }
     let due = try #require(firewall.retryDue)
     usleep(20_000)
-    #expect(throws: LockdownError.self) { try firewall.serve([SocketAddress(IPAddress("192.0.2.7")!, port: 51820)]) }
+    #expect(throws: LockdownError.self) { try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)]) }
     #expect(firewall.retryDue == due)
 }
 

@@ -1,6 +1,6 @@
 import PathMonitor
 import Testing
-@testable import agent
+@testable import SystemDNS
 
 /// The server's name looked up past the lockdown: the pure parts.
 struct MarkedLookupTests {

@@ -1,12 +1,10 @@
-import Lockdown
-import PathMonitor
-import Tunnel
+public import PathMonitor
 
 /// The lockdown firewall as the client daemon drives it: loaded before anything else at start,
 /// following the server's address and (with allow-lan) the local subnets, and taken away only
 /// by an operator's stop. A restart in place, a give-up or a crash leaves it loaded: the next
 /// agent adopts it.
-final class Firewall {
+public final class Firewall {
     private let lockdown: Lockdown?
     /// Loads a policy into the table (`lockdown.apply`).
     private let apply: (LockdownPolicy) throws(LockdownError) -> Void
@@ -20,24 +18,18 @@ final class Firewall {
     private var refused: LockdownPolicy?
     /// When to load what is wanted again after a refusal (a closing stays wanted; after a
     /// refused opening, what was there before is loaded again), until a load succeeds.
-    private(set) var retryDue: Instant?
+    public private(set) var retryDue: Instant?
     /// Refusals since the table last held what it should.
-    private(set) var refusals = 0
+    public private(set) var refusals = 0
 
     /// How soon a refused closing change is tried again.
-    static let retryEvery: Duration = .seconds(1)
+    public static let retryEvery: Duration = .seconds(1)
 
-    /// Loads the lockdown for `settings`, with no server yet (its name may still need looking
-    /// up): from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
-    init(_ settings: ClientSettings, localNetworks: [Prefix] = []) throws(LockdownError) {
+    /// Loads `policy` (a client's, with no server yet: its name may still need looking up):
+    /// from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
+    public init(_ policy: LockdownPolicy) throws(LockdownError) {
         let lockdown = try Lockdown()
-        let scope: LockdownPolicy.Scope = switch settings.mode {
-        case .full(let policy): .full(mark: policy.mark)
-        case .split(let prefixes): .split(prefixes)
-        }
-        wanted = LockdownPolicy(scope: scope, tunnelInterface: settings.tunnel.name, allowLAN: settings.allowLAN,
-                                localNetworks: localNetworks)
-        wanted.checkPorts = settings.checkPorts
+        wanted = policy
         try lockdown.apply(wanted)
         loaded = wanted
         self.lockdown = lockdown
@@ -45,7 +37,7 @@ final class Firewall {
     }
 
     /// A firewall over `apply` that holds `policy` now: for tests of what is loaded when.
-    init(holding policy: LockdownPolicy, apply: @escaping (LockdownPolicy) throws(LockdownError) -> Void) {
+    public init(holding policy: LockdownPolicy, apply: @escaping (LockdownPolicy) throws(LockdownError) -> Void) {
         lockdown = nil
         self.apply = apply
         wanted = policy
@@ -85,7 +77,7 @@ final class Firewall {
     }
 
     /// Tries again to load what was refused; nil when the table now holds what it should.
-    func retry() -> LockdownError? {
+    public func retry() -> LockdownError? {
         do {
             try sync()
             return nil
@@ -96,56 +88,54 @@ final class Firewall {
 
     /// The connectivity check's ports and the on-demand probes' (empty: none): the agent's marked
     /// sockets may open TCP to them.
-    func allowCheck(ports: [UInt16]) throws(LockdownError) {
+    public func allowCheck(ports: [UInt16]) throws(LockdownError) {
         try change { $0.checkPorts = ports }
     }
 
     /// An on-demand rule trusts the network on `interface`: the machine may talk to it directly
     /// until `restore()`; every other interface stays locked. The table stays loaded, so an agent
     /// that restarts loads it whole again.
-    func lift(for interface: String) throws(LockdownError) {
+    public func lift(for interface: String) throws(LockdownError) {
         try change { $0.trustedInterface = interface }
     }
 
     /// The trusted interface is locked again (tried again until it holds).
-    func restore() throws(LockdownError) {
+    public func restore() throws(LockdownError) {
         try change(closes: true) { $0.trustedInterface = nil }
     }
 
     /// The interface the table may let through now, when an on-demand rule lifted the lockdown
     /// (a refused restore leaves it so until a retry holds; after a refusal, what was refused
     /// may be in place too).
-    var trustedInterface: String? { loaded.trustedInterface ?? refused?.trustedInterface }
+    public var trustedInterface: String? { loaded.trustedInterface ?? refused?.trustedInterface }
 
     /// Whether a portal window can be opened: only a full tunnel hides the portal.
-    var supportsPortalWindow: Bool { if case .full = wanted.scope { true } else { false } }
+    public var supportsPortalWindow: Bool { if case .full = wanted.scope { true } else { false } }
 
     /// Opens (or, with nil, closes: tried again until it holds) the portal window in the table.
-    func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
+    public func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
         try change(closes: window == nil) { $0.portalWindow = window }
     }
 
     /// The session's UDP may go to `servers` now (the current one and those it may move to).
-    func serve(_ servers: [SocketAddress]) throws(LockdownError) {
+    public func serve(_ servers: [LockdownPolicy.Server]) throws(LockdownError) {
         var unique: [LockdownPolicy.Server] = []
-        for server in servers where !unique.contains(where: { $0.address == server.ip && $0.port == server.port }) {
-            unique.append(LockdownPolicy.Server(server.ip, port: server.port))
-        }
+        for server in servers where !unique.contains(server) { unique.append(server) }
         try change { $0.servers = unique }
     }
 
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
-    func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
+    public func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
         guard wanted.allowLAN else { return }
         try change { $0.localNetworks = networks }
     }
 
     /// Packets stopped, by cause, for `agent status`.
-    func counters() -> [BlockCause: UInt64] { (try? lockdown?.counters()) ?? [:] }
+    public func counters() -> [BlockCause: UInt64] { (try? lockdown?.counters()) ?? [:] }
 
     /// The operator stopped the agent: the machine is open again.
-    func remove() throws(LockdownError) { try lockdown?.remove() }
+    public func remove() throws(LockdownError) { try lockdown?.remove() }
 
     /// With `lockdown: off`, a table an earlier agent left is taken away at start.
-    static func removeLeftover() throws(LockdownError) { try Lockdown().remove() }
+    public static func removeLeftover() throws(LockdownError) { try Lockdown().remove() }
 }
