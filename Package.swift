@@ -93,9 +93,13 @@ let package = Package(
         // Throwaway network namespaces for the integration tests.
         .target(name: "NamespaceLab", dependencies: ["PathMonitor", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
         .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "AgentTests", dependencies: ["agent", "ConfigReader", "Tunnel", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(
+            name: "AgentTests",
+            dependencies: ["agent", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),

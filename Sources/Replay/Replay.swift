@@ -1028,7 +1028,7 @@ struct EventQueue {
         case timer(TimerKind, at: Instant)
         case deliver(AgentEvent, generation: Int, via: Path.ID)
         /// A probe's echo (`size`: the tunnel packet a padded probe stood for, nil for a small
-        /// one): the interpreter knows which path its id went on.
+        /// one): the core knows which path its id went on.
         case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
         /// A connectivity check's result.
         case checked(AgentEvent)

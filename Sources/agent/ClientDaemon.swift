@@ -465,7 +465,7 @@ extension ClientDaemon {
             let current = effects.servers[effects.serverIndex]
             follower = ServerFollower(current.entry.endpoint, mark: settings.mode.socketMark)
             monitor.learn(serverAddresses: current.addresses)
-            // (Probes to the old server were forgotten as the interpreter carried the move out.)
+            // (Probes to the old server were forgotten as the core carried the move out.)
             if let paths = monitor.retarget(to: effects.server.ip) { feed(.paths(paths)) }
         }
 
