@@ -195,7 +195,7 @@ public struct AgentCore: Sendable {
     }
 
     private var giveUpAt: Instant? {
-        guard !tunnelUp, !stopped, let unansweredSince, let startupWait else { return nil }
+        guard !tunnelUp, let unansweredSince, let startupWait else { return nil }
         return unansweredSince + startupWait
     }
 

@@ -919,15 +919,13 @@ public struct Replay {
         if let lifted = e.lockdownLifted {
             expect(lifted == lockdownLifted, "lockdown: expected it \(lifted ? "lifted" : "whole") at the end, it was \(lockdownLifted ? "lifted" : "whole")")
         }
-        if let window = e.givesUp {
-            if let gaveUp = report.gaveUp {
-                expect(gaveUp.at >= window.from && gaveUp.at <= window.to,
-                       "gave up at \(gaveUp.at)s, expected within \(window.from)s...\(window.to)s")
-            } else {
-                failures.append("the agent was to give up; it kept trying")
-            }
+        switch (e.givesUp, report.gaveUp) {
+        case (.never?, let gaveUp?): failures.append("the agent gave up at \(gaveUp.at)s: \(gaveUp.why)")
+        case (.within?, nil): failures.append("the agent was to give up; it kept trying")
+        case (.within(let from, let to)?, let gaveUp?):
+            expect(gaveUp.at >= from && gaveUp.at <= to, "gave up at \(gaveUp.at)s, expected within \(from)s...\(to)s")
+        case (.never?, nil), (nil, _): break
         }
-        if e.keepsTrying, let gaveUp = report.gaveUp { failures.append("the agent gave up at \(gaveUp.at)s: \(gaveUp.why)") }
         if let server = e.server {
             let actual = scenario.gateways[machine.server]
             expect(actual == server, "final server: expected \(server), got \(actual)")

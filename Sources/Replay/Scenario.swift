@@ -262,10 +262,13 @@ public struct Expectations: Sendable {
     public var stateAt: [(at: Instant, state: String)] = []
     /// Whether an on-demand rule has the lockdown lifted at the end.
     public var lockdownLifted: Bool?
-    /// The agent gives up (and exits) within this window (`gives-up: true`: at any time).
-    public var givesUp: (from: Instant, to: Instant)?
-    /// The agent never gives up (`gives-up: false`).
-    public var keepsTrying = false
+    /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:
+    /// at any time).
+    public var givesUp: GivingUp?
+    public enum GivingUp: Sendable {
+        case never
+        case within(from: Instant, to: Instant)
+    }
 
     public struct Window: Sendable {
         public var from: Instant

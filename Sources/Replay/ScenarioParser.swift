@@ -509,17 +509,12 @@ extension YAMLReader {
         if let n = f.optional("server") { e.server = try string(n) }
         if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
         if let n = f.optional("gives-up") {
-            // true, false, or the window {from, to} it gives up in.
+            // true, false, or the stretch {from, to} it gives up in.
             if case .scalar = n.value {
-                e.givesUp = try bool(n) ? (.zero, Instant(nanoseconds: .max)) : nil
-                e.keepsTrying = !(try bool(n))
+                e.givesUp = try bool(n) ? .within(from: .zero, to: Instant(nanoseconds: .max)) : .never
             } else {
-                let w = try fields(n, "'gives-up'", allowed: ["from", "to"])
-                let from = try instant(try w.required("from"))
-                let toNode = try w.required("to")
-                let to = try instant(toNode)
-                if to < from { throw fail(toNode, "'gives-up' has its 'to' before its 'from'") }
-                e.givesUp = (from, to)
+                let (from, to) = try stretch(try fields(n, "'gives-up'", allowed: ["from", "to"]), "'gives-up'")
+                e.givesUp = .within(from: from, to: to)
             }
         }
         // The expectations that bound a count, by key.
@@ -561,10 +556,7 @@ extension YAMLReader {
         for item in try list(f.optional("windows")) {
             let w = try fields(item, "a window", allowed: ["from", "to", "max-attempts", "min-attempts", "max-handshakes",
                                                            "max-probes", "max-checks", "max-transitions"])
-            let from = try instant(try w.required("from"))
-            let toNode = try w.required("to")
-            let to = try instant(toNode)
-            if to < from { throw fail(toNode, "a window's 'to' comes before its 'from'") }
+            let (from, to) = try stretch(w, "a window")
             e.windows.append(Expectations.Window(
                 from: from, to: to,
                 maxAttempts: try opt(w.optional("max-attempts")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
@@ -605,4 +597,13 @@ extension YAMLReader {
     }
 
     func instant(_ node: Node) throws(ScenarioError) -> Instant { Instant.zero + (try duration(node)) }
+
+    /// A stretch of the timeline, from the fields `from` and `to` of `w` (`what`, for errors).
+    func stretch(_ w: Fields, _ what: String) throws(ScenarioError) -> (from: Instant, to: Instant) {
+        let from = try instant(try w.required("from"))
+        let toNode = try w.required("to")
+        let to = try instant(toNode)
+        if to < from { throw fail(toNode, "'to' comes before 'from' in \(what)") }
+        return (from, to)
+    }
 }
