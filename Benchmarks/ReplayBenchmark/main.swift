@@ -1,5 +1,6 @@
 // Measures the decision core: a generated 24-hour timeline with one event per second,
-// replayed through the real NetworkModel and Reconnector.
+// replayed through the agent's whole core (its network model, the server's addresses and the
+// Reconnector).
 //
 // Usage: swift run -c release ReplayBenchmark [hours] [seed]
 import Foundation
@@ -26,13 +27,13 @@ print("timeline: \(hours) h, \(scenario.timeline.count) timeline events, seed \(
 // 1. The whole replay: world simulation, application traffic every 500 ms, invariant checks.
 var replay = Replay(scenario, keepTrace: true)
 let (report, full) = try timed { try replay.run() }
-let fed = report.networkChanges + report.inputs
-print(String(format: "full replay:  %.3f s wall, %d network changes + %d inputs, %.0f facts/s, %d transitions, %d violations",
-             full, report.networkChanges, report.inputs, Double(fed) / full, report.transitions.count,
+let fed = report.inputs
+print(String(format: "full replay:  %.3f s wall, %d events (%d network changes), %.0f facts/s, %d transitions, %d violations",
+             full, report.inputs, report.networkChanges, Double(fed) / full, report.transitions.count,
              report.violations.count))
 for violation in report.violations.prefix(5) { print("  violation: \(violation)") }
 
-// 2. The core alone: the same facts through PathTracker and the agent's whole core, nothing else.
+// 2. The core alone: the same events through the agent's whole core (its network model too), nothing else.
 let trace = report.trace
 var sink = 0
 var best = Double.infinity
@@ -42,18 +43,11 @@ for _ in 0..<5 {
         for event in scenario.network {
             if case .change(let change) = event.event { model.apply(change) }
         }
-        var tracker = PathTracker(model: model, endpoint: scenario.server)
-        var core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed),
-                             startupWait: scenario.waitForServer)
-        sink &+= core.handle(.paths(tracker.paths), now: .zero).count
-        for (at, fact) in trace {
-            switch fact {
-            case .change(let change):
-                if let paths = tracker.apply(change) { sink &+= core.handle(.paths(paths), now: at).count }
-            case .event(let event):
-                sink &+= core.handle(event, now: at).count
-            }
-        }
+        var core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
+                                         servers: scenario.gateways),
+                             startupWait: scenario.waitForServer, model: model,
+                             servers: scenario.gateways.map { _ in ServerBook.Entry(named: true, addresses: scenario.serverAddresses) })
+        for (at, event) in trace { sink &+= core.handle(event, now: at).count }
     }
     best = min(best, t)
 }

@@ -2,13 +2,13 @@ import Glibc
 
 /// What the live monitor saw in one buffer from the kernel.
 public enum MonitorEvent: Sendable {
-    /// The ranked paths to the server changed significantly, after the described change.
-    case paths([Path], after: String)
+    /// The ranked paths to the server changed significantly, after `change` (described).
+    case paths([Path], after: String, change: NetworkChange)
     /// A change that moved nothing for the tunnel, described.
-    case ignored(String, why: String)
+    case ignored(String, why: String, change: NetworkChange)
     /// The kernel dropped messages (overrun) and a fresh dump was reconciled: `changes` is the
     /// net difference applied; `paths` is set when the paths changed.
-    case resynced(changes: Int, paths: [Path]?)
+    case resynced(changes: [NetworkChange], paths: [Path]?)
     /// The socket failed and was reopened, followed by a resync.
     case reopened(NetlinkError)
 }
@@ -79,8 +79,8 @@ public final class LiveMonitor {
     public func apply(_ changes: [NetworkChange]) -> [MonitorEvent] {
         changes.map { change in
             let text = tracker.model.describe(change)
-            if let paths = tracker.apply(change) { return .paths(paths, after: text) }
-            return .ignored(text, why: "paths to \(endpoint) unchanged")
+            if let paths = tracker.apply(change) { return .paths(paths, after: text, change: change) }
+            return .ignored(text, why: "paths to \(endpoint) unchanged", change: change)
         }
     }
 
@@ -92,11 +92,11 @@ public final class LiveMonitor {
         for _ in 0..<100_000 {
             guard let bytes = try? events.receive(timeout: .zero), !bytes.isEmpty else { break }
         }
-        guard let fresh = try? freshModel(recording: false) else { return .resynced(changes: 0, paths: nil) }
+        guard let fresh = try? freshModel(recording: false) else { return .resynced(changes: [], paths: nil) }
         let difference = tracker.model.changes(toMatch: fresh)
         var changed: [Path]?
         for change in difference { if let paths = tracker.apply(change) { changed = paths } }
-        return .resynced(changes: difference.count, paths: changed)
+        return .resynced(changes: difference, paths: changed)
     }
 
     /// The kernel's state now, from a dump on a socket of its own (the event socket's queue

@@ -3,8 +3,16 @@ public import PathMonitor
 /// A fact the agent learns, from the network, the data plane, the machine, an operator or a
 /// timer. Nothing here is a command.
 public enum AgentEvent: Equatable, Sendable {
-    /// The ranked usable paths to the server changed significantly (best first; empty = none).
-    case paths([Path])
+    /// The agent starts: the network is as the first dump showed it (`AgentCore.init`).
+    case start
+    /// The kernel reported a change of the links, addresses or routes.
+    case network(NetworkChange)
+    /// What a look-up of server `server`'s name gave (see `Effect.lookUpServer`): the addresses
+    /// the session may use, in the resolver's order; nil when the look-up failed.
+    case serverLookedUp(server: Int, addresses: [IPAddress]?)
+    /// Whether the lockdown now lets the session reach `address` of server `server` (see
+    /// `Effect.allowServer`): false when it could not be opened there.
+    case serverAllowed(server: Int, address: IPAddress, Bool)
     /// The machine is about to suspend.
     case sleep
     /// The machine resumed after `sleptFor` (also for a suspend nobody announced).
@@ -36,8 +44,6 @@ public enum AgentEvent: Equatable, Sendable {
     case timerFired(TimerKind)
     /// What the on-demand rules decided for the best path's network.
     case onDemand(OnDemandDecision)
-    /// The server's name resolves to another address now, which the session follows.
-    case serverMoved
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
     /// An operator's request.
@@ -46,7 +52,10 @@ public enum AgentEvent: Equatable, Sendable {
     /// Short name of the event, as the `trigger` of a log line.
     public var name: String {
         switch self {
-        case .paths: "paths"
+        case .start: "start"
+        case .network: "network"
+        case .serverLookedUp: "server-looked-up"
+        case .serverAllowed: "server-allowed"
         case .sleep: "sleep"
         case .wake: "wake"
         case .powerChanged: "power"
@@ -61,7 +70,6 @@ public enum AgentEvent: Equatable, Sendable {
         case .connectivity: "connectivity-check"
         case .timerFired(let kind): "timer:\(kind.rawValue)"
         case .onDemand: "on-demand"
-        case .serverMoved: "server-moved"
         case .tunnelFailed: "tunnel-failed"
         case .request(.reconnect): "operator"
         case .request(.pause): "operator-down"
@@ -115,10 +123,23 @@ public enum Effect: Equatable, Sendable {
     case reportFailure(Reason)
     /// One state change, for the operator's log, status and metrics.
     case transition(Transition)
-    /// Talk to server `index` of the list from now on; its session starts with the next handshake.
-    case useServer(Int)
-    /// Handshake with server `index` over the session's socket on `path`, keeping the current session.
-    case prepareHandover(server: Int, on: Path)
+    /// Talk to server `index` of the list from now on, at `address` (nil: its name gave none
+    /// the session can use yet; a look-up is asked for); its session starts with the next handshake.
+    case useServer(Int, at: IPAddress?)
+    /// Handshake with server `index` at `address` over the session's socket on `path`, keeping
+    /// the current session (nil: it has no usable address yet, and the handover will fail).
+    case prepareHandover(server: Int, at: IPAddress?, on: Path)
+    /// Look up server `index`'s name, off the deciding thread; the answer comes back as
+    /// `AgentEvent.serverLookedUp`.
+    case lookUpServer(Int)
+    /// Let the session reach `address` of server `index` through the lockdown too; whether it
+    /// could comes back as `AgentEvent.serverAllowed`.
+    case allowServer(Int, address: IPAddress)
+    /// The current server is at `address` now: the session's packets go there (`why`, for the log).
+    case useAddress(IPAddress, why: String)
+    /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
+    /// machine's own networks hold).
+    case localNetworks([Prefix])
     /// The prepared session takes the traffic; the old server is told goodbye.
     case completeHandover
     /// The prepared session is forgotten.
@@ -149,12 +170,17 @@ public enum Effect: Equatable, Sendable {
 /// The daemon runs it on the real clock with real sockets, and a replay on a virtual clock with
 /// a simulated world; both carry out the same effects, and feed back what they produce.
 ///
-/// Around the session's state machine (`Reconnector`) it keeps what lies between the machine
-/// and its runner: which path each probe in flight went on (an echo names only its id), the
-/// start-up deadline, and that a stopping agent decides nothing more.
+/// Around the session's state machine (`Reconnector`) it keeps the network as the kernel
+/// reported it and the paths to the server's address (`network`), where the servers are and
+/// the look-ups of their names (`servers`), which path each probe in flight went on (an echo
+/// names only its id), the start-up deadline, and that a stopping agent decides nothing more.
 public struct AgentCore: Sendable {
     /// The session's state machine.
     public var machine: Reconnector
+    /// The links, addresses and routes, and the ranked paths to the current server's address.
+    public private(set) var network: PathTracker
+    /// Every server's usable addresses, and the look-ups of the current one's name.
+    public private(set) var servers: ServerBook
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
     private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
@@ -172,11 +198,31 @@ public struct AgentCore: Sendable {
     private var unansweredSince: Instant?
     /// The service was told it is ready.
     private var announcedReady = false
+    /// While the agent backs off, when to ask the server's name again.
+    private var lookUpAt: Instant?
+    /// The address each prepared handover goes to.
+    private var handoverAddress: IPAddress?
+    /// The session is being moved to another address: what that brings asks no look-up.
+    private var following = false
+    /// The local networks last told to the runner.
+    private var localNetworks: [Prefix]
 
-    public init(_ machine: Reconnector, startupWait: Duration? = nil) {
+    /// `model` is the network as the first dump showed it; `servers` every server of the list
+    /// with the addresses its name gave at start. The session starts with the first server, on
+    /// the first of its addresses an uplink reaches now (the first, with no network yet).
+    public init(_ machine: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry]) {
         self.machine = machine
         self.startupWait = startupWait
+        self.servers = ServerBook(servers)
+        let addresses = servers.first?.addresses ?? []
+        let first = PathTracker.preferred(addresses, in: model) ?? .v4(0)
+        network = PathTracker(model: model, endpoint: first)
+        network.learn(serverAddresses: addresses)
+        localNetworks = model.localNetworks
     }
+
+    /// The address the session's packets go to.
+    public var serverAddress: IPAddress { network.endpoint }
 
     /// Every timer the core keeps, the machine's and its own: the runner feeds
     /// `.timerFired(kind)` once `now` reaches one.
@@ -184,14 +230,14 @@ public struct AgentCore: Sendable {
         guard !stopped else { return [:] }
         var all = machine.timers
         if let giveUpAt { all[.startup] = giveUpAt }
+        if let lookUpAt { all[.lookUp] = lookUpAt }
         return all
     }
 
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        guard let giveUpAt else { return machine.nextDeadline }
-        return machine.nextDeadline.map { min($0, giveUpAt) } ?? giveUpAt
+        return [machine.nextDeadline, giveUpAt, lookUpAt].compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -206,11 +252,18 @@ public struct AgentCore: Sendable {
         guard !stopped else { return [] }
         var out: [Effect] = []
         switch event {
-        case .paths(let paths): run(.paths(paths), now, &out)
+        case .start:
+            out.append(.localNetworks(localNetworks))
+            run(.paths(network.paths), now, &out)
+        case .network(let change): networkChanged(change, now, &out)
+        case .serverLookedUp(let index, let addresses): lookedUp(index, addresses, now, &out)
+        case .serverAllowed(let index, let address, let allowed): serverAllowed(index, address, allowed, now, &out)
         case .sleep: run(.sleep, now, &out)
         case .wake(let slept):
             unansweredSince = nil  // the time asleep was no time without an answer
             run(.wake(sleptFor: slept), now, &out)
+            // Perhaps on another network, where the name may resolve elsewhere.
+            lookUp(&out)
         case .powerChanged(let source): run(.powerChanged(source), now, &out)
         case .probeEcho(let id, let rtt, let size):
             guard let probe = probes.removeValue(forKey: id) else { break }
@@ -240,11 +293,12 @@ public struct AgentCore: Sendable {
         case .timerFired(.startup):
             guard let due = giveUpAt, due <= now else { break }
             return giveUp(.noAnswer(after: startupWait ?? .zero, interface: machine.state.path?.interface))
+        case .timerFired(.lookUp):
+            guard let due = lookUpAt, due <= now else { break }
+            lookUpAt = now + ServerBook.lookUpEvery
+            lookUp(&out)
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
         case .onDemand(let decision): run(.onDemand(decision), now, &out)
-        case .serverMoved:
-            probes.removeAll()  // an echo from the old address proves nothing about the new one
-            run(.serverMoved, now, &out)
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
         case .request(.reconnect): run(.reconnectRequested, now, &out)
         case .request(.pause): run(.pause, now, &out)
@@ -256,9 +310,92 @@ public struct AgentCore: Sendable {
         return out
     }
 
-    /// The server's address moved under the session (its name resolves elsewhere, or the
-    /// uplinks changed family): a probe's echo from the old address proves nothing.
-    public mutating func forgetProbes() { probes.removeAll() }
+    // MARK: The network and the server's addresses
+
+    /// One change from the kernel. When no uplink reaches the server's address any more but one
+    /// reaches another of its addresses (the other family: an IPv6 address on an IPv4-only
+    /// network), the session moves there instead of going offline.
+    private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
+        let paths = network.apply(change)
+        if network.model.localNetworks != localNetworks {
+            localNetworks = network.model.localNetworks
+            out.append(.localNetworks(localNetworks))
+        }
+        if servers.pending == nil, let other = network.reachableAlternative {
+            return propose(.init(server: machine.server, address: other, why: "no uplink reaches \(network.endpoint) now",
+                                 announce: false), &out)
+        }
+        if let paths { run(.paths(paths), now, &out) }
+    }
+
+    /// Asks for a look-up of the current server's name (one at a time).
+    private mutating func lookUp(_ out: inout [Effect]) {
+        if servers.ask(machine.server) { out.append(.lookUpServer(machine.server)) }
+    }
+
+    /// A look-up answered. The session follows the current server to an address its name gives
+    /// now when it no longer gives the one in use, if an uplink reaches it.
+    private mutating func lookedUp(_ index: Int, _ addresses: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
+        if servers.answered() { out.append(.lookUpServer(machine.server)) }
+        guard let addresses, !addresses.isEmpty else { return }  // a failure keeps what was known
+        servers.learn(index, addresses)
+        guard index == machine.server else { return }
+        network.learn(serverAddresses: addresses)
+        guard servers.pending == nil else { return }
+        guard !addresses.contains(network.endpoint) else {
+            // Still there; but an uplink may reach another of its addresses only now.
+            if let other = network.reachableAlternative {
+                propose(.init(server: index, address: other, why: "no uplink reaches \(network.endpoint) now", announce: false), &out)
+            }
+            return
+        }
+        // Not one no uplink reaches (IPv6 on an IPv4-only network): the old address is kept.
+        guard let address = addresses.first(where: { !network.model.paths(to: $0).isEmpty }) else { return }
+        propose(.init(server: index, address: address, why: "its name resolves there now", announce: true), &out)
+    }
+
+    /// The lockdown is asked to let the session reach the new address; the session follows
+    /// once it says yes.
+    private mutating func propose(_ move: ServerBook.Move, _ out: inout [Effect]) {
+        servers.propose(move)
+        out.append(.allowServer(move.server, address: move.address))
+    }
+
+    private mutating func serverAllowed(_ index: Int, _ address: IPAddress, _ allowed: Bool, _ now: Instant,
+                                        _ out: inout [Effect]) {
+        guard let move = servers.pending, move.server == index, move.address == address else { return }
+        servers.propose(nil)
+        guard allowed, index == machine.server, address != network.endpoint else {
+            // The old address stays; the machine hears the paths to it as they are.
+            if machine.paths != network.paths { run(.paths(network.paths), now, &out) }
+            return
+        }
+        probes.removeAll()  // an echo from the old address proves nothing about the new one
+        out.append(.useAddress(address, why: move.why))
+        following = true
+        defer { following = false }
+        if let paths = network.retarget(to: address) { run(.paths(paths), now, &out) }
+        if move.announce { run(.serverMoved, now, &out) }
+    }
+
+    /// The session turned to server `index` (a failover or a completed handover) at `address`:
+    /// the paths are those to its address.
+    private mutating func turned(to index: Int, at address: IPAddress?, _ now: Instant, _ out: inout [Effect]) {
+        servers.propose(nil)
+        guard let address else { return }
+        following = true
+        defer { following = false }
+        if let paths = network.retarget(to: address) { run(.paths(paths), now, &out) }
+        network.learn(serverAddresses: servers.entries[index].addresses)
+    }
+
+    /// Of server `index`'s addresses, the one to use: the first an uplink reaches now.
+    private func address(of index: Int) -> IPAddress? {
+        guard servers.entries.indices.contains(index) else { return nil }
+        return PathTracker.preferred(servers.entries[index].addresses, in: network.model)
+    }
+
+    // MARK: Around the machine
 
     private mutating func giveUp(_ why: GiveUp) -> [Effect] {
         stopped = true
@@ -273,8 +410,11 @@ public struct AgentCore: Sendable {
 
     /// Feeds `input` to the machine and turns its actions into effects, in order.
     private mutating func run(_ input: Input, _ now: Instant, _ out: inout [Effect]) {
+        let before = machine.state
         let actions = machine.handle(input, now: now)
         var attempted = false
+        var rebound = false
+        var turnedTo: (index: Int, address: IPAddress?)?
         for action in actions {
             switch action {
             case .bind(let path, let why):
@@ -282,6 +422,7 @@ public struct AgentCore: Sendable {
                 out.append(.bind(path, first: true, reason: why))
             case .rebind(let path, let why):
                 attempted = true
+                rebound = true
                 out.append(.bind(path, first: false, reason: why))
             case .handshake(let path, let why):
                 attempted = true
@@ -295,12 +436,21 @@ public struct AgentCore: Sendable {
             case .useServer(let index, _):
                 // Echoes still on their way come from the old server: they prove nothing now.
                 probes.removeAll()
-                out.append(.useServer(index))
-            case .prepareHandover(let index, let path): out.append(.prepareHandover(server: index, on: path))
-            case .completeHandover:
+                let address = address(of: index)
+                out.append(.useServer(index, at: address))
+                if address == nil, servers.ask(index) { out.append(.lookUpServer(index)) }
+                turnedTo = (index, address)
+            case .prepareHandover(let index, let path):
+                handoverAddress = address(of: index)
+                out.append(.prepareHandover(server: index, at: handoverAddress, on: path))
+            case .completeHandover(let index):
                 probes.removeAll()
                 out.append(.completeHandover)
-            case .cancelHandover: out.append(.cancelHandover)
+                turnedTo = (index, handoverAddress)
+                handoverAddress = nil
+            case .cancelHandover:
+                handoverAddress = nil
+                out.append(.cancelHandover)
             case .disconnect:
                 probes.removeAll()
                 out.append(.disconnect)
@@ -323,6 +473,25 @@ public struct AgentCore: Sendable {
             ready(&out)
         case .sleeping: unansweredSince = nil
         default: break
+        }
+        if case .backingOff = machine.state {
+            if lookUpAt == nil { lookUpAt = now + ServerBook.lookUpEvery }
+        } else {
+            lookUpAt = nil
+        }
+        // The moments the server's name may give another address: a new path (split-horizon
+        // DNS), attempts that fail, a server gone silent. Not while following a move, which
+        // would only ask the same question again.
+        if !following, rebound || Self.serverMayHaveMoved(from: before, to: machine.state) { lookUp(&out) }
+        if let turnedTo { turned(to: turnedTo.index, at: turnedTo.address, now, &out) }
+    }
+
+    private static func serverMayHaveMoved(from before: State, to after: State) -> Bool {
+        switch (before, after) {
+        case (.backingOff, .backingOff): false
+        case (_, .backingOff): true
+        case (.connected, .probing): true
+        default: false
         }
     }
 

@@ -1557,6 +1557,7 @@ extension TimerKind {
         case .resend: 8
         case .pathMTU: 9
         case .startup: 10
+        case .lookUp: 11
         }
     }
 }

@@ -117,6 +117,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     /// Before the tunnel first came up, attempts went unanswered too long: the agent gives up
     /// (kept by `AgentCore`, never by the state machine).
     case startup
+    /// While the agent backs off, time to ask the server's name again (kept by `AgentCore`).
+    case lookUp = "look-up"
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

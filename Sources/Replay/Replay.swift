@@ -41,16 +41,8 @@ public struct ReplayReport: Sendable {
 
     public var passed: Bool { violations.isEmpty && failures.isEmpty }
 
-    /// Everything that entered the model and the state machine, in order, when the replay
-    /// was asked to keep it: path inputs are left out, since the model derives them.
-    public var trace: [(at: Instant, fact: Fact)] = []
-
-    /// One entry of the trace.
-    public enum Fact: Sendable {
-        case change(NetworkChange)
-        /// An event fed to the core (the paths, which follow from the changes, aside).
-        case event(AgentEvent)
-    }
+    /// Every event fed to the core, in order, when the replay was asked to keep it.
+    public var trace: [(at: Instant, event: AgentEvent)] = []
 }
 
 /// A scenario that cannot run: an event names a link that does not exist, and the like.
@@ -68,7 +60,9 @@ public struct ReplayError: Error, CustomStringConvertible, Sendable {
 /// the state machine's timers. It checks the machine's invariants after every input.
 public struct Replay {
     public let scenario: Scenario
-    private var tracker: PathTracker
+    /// The kernel's network: its links, addresses and routes, and the paths it would take to
+    /// the address the agent's session sends to.
+    private var kernel: PathTracker
     private var decoder = NetlinkDecoder()
     /// The core the daemon runs; the world carries out its effects.
     private var core: AgentCore
@@ -126,6 +120,11 @@ public struct Replay {
     /// The gateway the agent talks to, and the one it prepares a session with.
     private var target = 0
     private var standby: Int?
+    /// What each gateway's name gives, in the resolver's order: the addresses it answers at.
+    private var names: [[IPAddress]]
+    /// Where the agent's session sends, and where the session it prepares does.
+    private var sendingTo = IPAddress.v4(0)
+    private var standbyAddress: IPAddress?
     private var serverUp: Bool {
         get { gateways[target].up }
         set { gateways[target].up = newValue }
@@ -199,9 +198,11 @@ public struct Replay {
     public init(_ scenario: Scenario, keepTrace: Bool = false) {
         keepsTrace = keepTrace
         self.scenario = scenario
-        tracker = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
+        kernel = PathTracker(model: NetworkModel(tunnelInterface: scenario.tunnelInterface), endpoint: scenario.server)
         core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
-                                     servers: scenario.gateways), startupWait: scenario.waitForServer)
+                                     servers: scenario.gateways), startupWait: scenario.waitForServer,
+                         model: kernel.model, servers: [])
+        names = Array(repeating: scenario.serverAddresses, count: scenario.gateways.count)
         gateways = Array(repeating: Gateway(), count: scenario.gateways.count)
         clientStream = scenario.traffic.map { TrafficPhase(every: $0) }
         serverStream = scenario.serverTraffic
@@ -215,11 +216,7 @@ public struct Replay {
         let cpuAtStart = Self.threadCPUTime()
         // The initial network is what the first dump shows: the model starts from it.
         for event in scenario.network { try applyNetwork(event, report: false) }
-        // The agent starts on the first of the server's addresses that an uplink reaches.
-        tracker.learn(serverAddresses: scenario.serverAddresses)
-        if let first = PathTracker.preferred(scenario.serverAddresses, in: tracker.model), first != tracker.endpoint {
-            _ = tracker.retarget(to: first)
-        }
+        startAgent(power: scenario.power, seed: scenario.seed, now: .zero)
         for (i, event) in scenario.timeline.enumerated() { queue.push(event.at, .timeline(i)) }
         for (i, check) in scenario.expect.pathAt.enumerated() { queue.push(check.at, .checkpoint(i)) }
         for (i, check) in scenario.expect.stateAt.enumerated() { queue.push(check.at, .stateCheck(i)) }
@@ -228,7 +225,9 @@ public struct Replay {
         if let phase = clientStream { queue.push(.zero + phase.every, .traffic(0)) }
         if let phase = serverStream { queue.push(.zero + phase.every, .serverTraffic(0)) }
         if let every = scenario.persistentKeepalive { queue.push(.zero + every, .keepalive) }
-        feedPaths(tracker.paths)
+        // The rules first: a trusted network is never tried.
+        decideOnDemand()
+        feed(.start)
         updateOutage()
 
         while let next = queue.pop(), next.at <= scenario.until {
@@ -252,8 +251,9 @@ public struct Replay {
                 // was on its way) is about them, not about the session now.
                 if case .sessionUnknown = input, generation != clientKeys { break }
                 deliver(input)
-            case .checked(let input):
-                // A check always ends with an answer (its own timeout at worst), whatever happened meanwhile.
+            case .answer(let input):
+                // A check or a look-up always ends with an answer (its own timeout at worst),
+                // whatever happened meanwhile.
                 feed(input)
             case .echo(let id, let rtt, let size, let via):
                 guard !sleeping, next.at == now, reaches(via) else { break }
@@ -343,8 +343,9 @@ public struct Replay {
             if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
         case .server(.moved):
-            followServer()
-            feed(.serverMoved)
+            // The server answers at other addresses now, and its name gives them; the agent
+            // hears of it when it looks the name up.
+            names[target] = names[target].map(Self.moved)
         case .server(let change):
             serverHasSession = false
             serverUp = change != .down
@@ -390,10 +391,7 @@ public struct Replay {
             // What the real agent keeps across processes, and nothing else. The new process reads
             // the clock the old one read (stepped back, if it was), not the world's.
             restarts += 1
-            let memory = machine.memory
-            core = AgentCore(Reconnector(config: scenario.config, power: machine.power, seed: scenario.seed &+ restarts,
-                                         now: now + skew, memory: memory, servers: scenario.gateways),
-                             startupWait: scenario.waitForServer)
+            startAgent(power: machine.power, seed: scenario.seed &+ restarts, now: now + skew, memory: machine.memory)
             target = 0
             standby = nil
             socket = nil
@@ -408,43 +406,50 @@ public struct Replay {
             windowOpen = false  // the new process loads the lockdown whole
             lockdownLifted = false
             decision = nil
-            feedPaths(tracker.paths)
+            decideOnDemand()
+            feed(.start)
         }
     }
     private var trafficPaused = false
 
+    /// A new process of the agent: it looks the servers' names up as it starts (what the world's
+    /// names give now), and starts on the first address an uplink reaches.
+    private mutating func startAgent(power: PowerSource, seed: UInt64, now: Instant, memory: Reconnector.Memory? = nil) {
+        let machine = if let memory {
+            Reconnector(config: scenario.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
+        } else {
+            Reconnector(config: scenario.config, power: power, seed: seed, servers: scenario.gateways)
+        }
+        core = AgentCore(machine, startupWait: scenario.waitForServer, model: kernel.model,
+                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) })
+        sendingTo = core.serverAddress
+        _ = kernel.retarget(to: sendingTo)
+    }
+
+    /// An address of the server after it moved: the next one up.
+    private static func moved(_ address: IPAddress) -> IPAddress {
+        switch address {
+        case .v4(let bits): .v4(bits &+ 1)
+        case .v6(let high, let low): .v6(high, low &+ 1)
+        }
+    }
+
+    /// Each change goes to the kernel's network, then to the agent; the on-demand rules look at
+    /// the network first, so a trusted network is never tried.
     private mutating func applyNetwork(_ event: TimedEvent, report feeding: Bool = true) throws(ReplayError) {
         for change in try resolve(event) {
             report.networkChanges += 1
-            if keepsTrace { report.trace.append((now, .change(change))) }
-            let paths = tracker.apply(change)
-            if feeding { pathsChanged(paths) }
+            let moved = kernel.apply(change) != nil
+            guard feeding else { continue }
+            if moved || kernel.paths.isEmpty { decideOnDemand() }
+            feed(.network(change))
         }
-    }
-
-    /// As the daemon does: no path to the server's address while an uplink reaches another of
-    /// its addresses (the other family) moves the session there instead of going offline.
-    /// With nil (no significant change), only an uplink that now reaches another address counts.
-    private mutating func pathsChanged(_ paths: [Path]?) {
-        guard tracker.paths.isEmpty, let other = tracker.reachableAlternative else {
-            if let paths { feedPaths(paths) } else { decideOnDemand() }
-            return
-        }
-        followServer()
-        if let new = tracker.retarget(to: other) { feedPaths(new) }
-    }
-
-    /// As the daemon does: the rules decide for the best path's network first, so a trusted
-    /// network is never tried, then the paths go in.
-    private mutating func feedPaths(_ paths: [Path]) {
-        decideOnDemand()
-        feed(.paths(paths))
     }
 
     /// Evaluates the on-demand rules for the best path's network, with what the world says of it
     /// (a probe answers at once), and feeds the decision when it changed.
     private mutating func decideOnDemand() {
-        guard !scenario.onDemand.rules.isEmpty, let best = tracker.paths.first else { return }
+        guard !scenario.onDemand.rules.isEmpty, let best = kernel.paths.first else { return }
         let world = networks[best.interface]
         let reaches = self.reaches(best.id) && !dropped.contains(best.interface)
         var probes: [OnDemandRule.Probe: Bool] = [:]
@@ -454,7 +459,7 @@ public struct Replay {
         let facts = NetworkFacts(path: best, ssid: world?.ssid.map { .known($0) } ?? .absent,
                                  gatewayMAC: world?.gatewayMAC.map { .known($0) } ?? .absent,
                                  dnsDomains: world?.domains.map { .known($0) } ?? .absent,
-                                 addresses: tracker.model.usableAddresses(on: best.linkIndex),
+                                 addresses: kernel.model.usableAddresses(on: best.linkIndex),
                                  probes: probes)
         let new = scenario.onDemand.evaluate(facts)
         guard new != decision else { return }
@@ -462,17 +467,9 @@ public struct Replay {
         feed(.onDemand(new))
     }
 
-    /// What the daemon's driver forgets when it follows the server to another address: a
-    /// handshake in flight went to the old one (its answer never comes), and so did the probes.
-    private mutating func followServer() {
-        handshakeInFlight = nil
-        handshakeGeneration += 1
-        core.forgetProbes()
-    }
-
     /// Turns a named event into model changes, as the kernel would report them.
     private mutating func resolve(_ event: TimedEvent) throws(ReplayError) -> [NetworkChange] {
-        let model = tracker.model
+        let model = kernel.model
         func index(_ name: String) throws(ReplayError) -> Int32 {
             guard let link = model.link(named: name) else {
                 throw ReplayError(file: scenario.file, line: event.line, message: "no link named '\(name)' at \(now)s")
@@ -544,12 +541,12 @@ public struct Replay {
 
     // MARK: The world
 
-    private func interface(of id: Path.ID) -> String? { tracker.model.links[id.linkIndex]?.name }
+    private func interface(of id: Path.ID) -> String? { kernel.model.links[id.linkIndex]?.name }
 
     /// True when a packet can still arrive on this path: its link has carrier and its address.
     private func reaches(_ id: Path.ID) -> Bool {
-        guard let link = tracker.model.links[id.linkIndex], link.isUsable else { return false }
-        return tracker.model.addresses.values.contains { $0.linkIndex == id.linkIndex && $0.ip == id.source }
+        guard let link = kernel.model.links[id.linkIndex], link.isUsable else { return false }
+        return kernel.model.addresses.values.contains { $0.linkIndex == id.linkIndex && $0.ip == id.source }
     }
 
     /// True when a packet the server sent to `endpoint` can arrive: the socket is still open and
@@ -558,10 +555,12 @@ public struct Replay {
         sockets[endpoint.path] == endpoint.socket && reaches(endpoint.path)
     }
 
-    /// True when packets sent from this path reach the server (the gateway talked to, unless named).
+    /// True when packets sent from this path reach the server (the gateway talked to, unless
+    /// named): it is up and answers at the address they go to.
     private func passes(_ id: Path.ID, gateway: Int? = nil) -> Bool {
-        guard !sleeping, gateways[gateway ?? target].up,
-              tracker.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
+        let to = gateway == nil ? sendingTo : standbyAddress
+        guard !sleeping, gateways[gateway ?? target].up, let to, names[gateway ?? target].contains(to),
+              kernel.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
               let name = interface(of: id) else { return false }
         return !dropped.contains(name) && portals[name] == nil
     }
@@ -743,7 +742,7 @@ public struct Replay {
         // A tunnel the rules keep down is no outage.
         let keptDown = if case .disconnected = machine.state { true } else { false }
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
-            && tracker.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
+            && kernel.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
         let works = carrying && clientHasSession && serverHasSession
             && socket.map { passes($0) && fits(wireSize(of: scenario.trafficSize, on: $0), on: $0) } == true
@@ -759,7 +758,7 @@ public struct Replay {
 
     private mutating func feed(_ event: AgentEvent) {
         report.inputs += 1
-        if keepsTrace, !event.isPaths { report.trace.append((now, .event(event))) }
+        if keepsTrace { report.trace.append((now, event)) }
         let before = machine.state
         feeding = (event, before, false)
         let effects = core.handle(event, now: now + skew)
@@ -802,7 +801,7 @@ public struct Replay {
         if !machine.isHandshaking { handshakeInFlight = nil }
         // The session's path is bound to an address the machine has: one that went unnoticed
         // would send probes and data from nowhere.
-        if let path = machine.state.path, !tracker.model.usableAddresses(on: path.linkIndex).contains(path.source) {
+        if let path = machine.state.path, !kernel.model.usableAddresses(on: path.linkIndex).contains(path.source) {
             violation("the session is on \(path.interface)/\(path.source), an address the machine no longer has, on \(event.name)")
         }
         switch machine.state {
@@ -816,7 +815,7 @@ public struct Replay {
         // trusts, and never anywhere else.
         if case .disconnected(_, let lifted) = machine.state, let lifted {
             if !lockdownLifted { violation("the core says the lockdown is lifted, the world's is whole") }
-            if tracker.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
+            if kernel.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
         } else if lockdownLifted {
             violation("the lockdown is lifted in \(machine.state.name), on \(event.name)")
         }
@@ -857,9 +856,9 @@ public struct Replay {
     }
 
     private mutating func requireKnown(_ path: Path, action: String) {
-        if tracker.paths.isEmpty {
+        if kernel.paths.isEmpty {
             violation("\(action) on \(path.interface) while offline")
-        } else if !tracker.paths.contains(where: { $0.id == path.id || ($0.linkIndex == path.linkIndex && $0.otherSources.contains(path.source)) }) {
+        } else if !kernel.paths.contains(where: { $0.id == path.id || ($0.linkIndex == path.linkIndex && $0.otherSources.contains(path.source)) }) {
             violation("\(action) on \(path.interface)/\(path.source), which is not a current path")
         }
     }
@@ -1028,8 +1027,9 @@ struct EventQueue {
         /// A probe's echo (`size`: the tunnel packet a padded probe stood for, nil for a small
         /// one): the core knows which path its id went on.
         case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
-        /// A connectivity check's result.
-        case checked(AgentEvent)
+        /// What an effect produced (a connectivity check's result, a look-up's answer, the
+        /// lockdown's word), fed as it arrives.
+        case answer(AgentEvent)
         /// The application's next packet, of the stream's generation.
         case traffic(Int)
         /// The server's next packet, of its stream's generation.
@@ -1080,10 +1080,6 @@ struct EventQueue {
     }
 }
 
-extension AgentEvent {
-    fileprivate var isPaths: Bool { if case .paths = self { true } else { false } }
-}
-
 /// The world as the core's runner: what the daemon's sockets, firewall and checks would do with
 /// each effect, with the checks every replay makes on each.
 extension Replay {
@@ -1097,8 +1093,16 @@ extension Replay {
         case .setTunnelMTU(let mtu): setTunnelMTU(mtu)
         case .reportFailure: break
         case .transition(let transition): transitioned(transition)
-        case .useServer(let index): useServer(index)
-        case .prepareHandover(let index, let path): prepareHandover(to: index, on: path)
+        case .useServer(let index, let address): useServer(index, at: address)
+        case .prepareHandover(let index, let address, let path): prepareHandover(to: index, at: address, on: path)
+        case .lookUpServer(let index):
+            // The resolver answers after a round trip; with no uplink, or asleep, it cannot.
+            let answer = kernel.model.paths(to: names[index].first ?? sendingTo).isEmpty || sleeping ? nil : names[index]
+            queue.push(now + scenario.rtt, .answer(.serverLookedUp(server: index, addresses: answer)))
+        case .allowServer(let index, let address):
+            queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
+        case .useAddress(let address, _): useAddress(address)
+        case .localNetworks: break
         case .completeHandover: completeHandover()
         case .cancelHandover: cancelHandover()
         case .disconnect: disconnect()
@@ -1117,7 +1121,7 @@ extension Replay {
         openSocket(on: path.id)
         socket = path.id
         // The sockets of paths gone go, as the daemon's effects close them.
-        let current = tracker.paths.map(\.id)
+        let current = kernel.paths.map(\.id)
         sockets = sockets.filter { current.contains($0.key) || $0.key == path.id }
         // The session moved: a keepalive tells the server at once.
         sendKeepalive(persistent: false)
@@ -1185,10 +1189,24 @@ extension Replay {
         tunnelMTU = mtu
     }
 
-    private mutating func useServer(_ index: Int) {
+    private mutating func useServer(_ index: Int, at address: IPAddress?) {
         if index == target { violation("useServer(\(scenario.gateways[index])), the gateway in use") }
         target = index
         forgetSession()
+        if let address, address != sendingTo {
+            sendingTo = address
+            _ = kernel.retarget(to: address)
+        }
+    }
+
+    /// The session sends to `address` from now on: a handshake in flight went to the old one
+    /// (its answer never comes).
+    private mutating func useAddress(_ address: IPAddress) {
+        if address == sendingTo { violation("told to use \(address), the address in use") }
+        sendingTo = address
+        _ = kernel.retarget(to: address)
+        handshakeInFlight = nil
+        handshakeGeneration += 1
     }
 
     /// The agent holds no session any more: none prepared, none in use, no handshake awaited.
@@ -1202,10 +1220,11 @@ extension Replay {
         handshakeGeneration += 1
     }
 
-    private mutating func prepareHandover(to index: Int, on path: Path) {
+    private mutating func prepareHandover(to index: Int, at address: IPAddress?, on path: Path) {
         requireKnown(path, action: "handover")
         if index == target { violation("a handover to \(scenario.gateways[index]), the gateway in use") }
         standby = index
+        standbyAddress = address
         report.handshakes += 1
         handshakeTimes.append(now)
         guard passes(path.id, gateway: index), !lost(path.id, up: true, size: 392) else { return }
@@ -1225,6 +1244,11 @@ extension Replay {
         gateways[target].hasSession = false
         target = next
         standby = nil
+        if let address = standbyAddress, address != sendingTo {
+            sendingTo = address
+            _ = kernel.retarget(to: address)
+        }
+        standbyAddress = nil
         clientHasSession = true
         clientKeys += 1
         lastHeard = now
@@ -1261,7 +1285,7 @@ extension Replay {
         } else {
             (result, at) = (.unknown("no answer in 5s"), now + .seconds(5))
         }
-        queue.push(at, .checked(.connectivity(result, on: path.id)))
+        queue.push(at, .answer(.connectivity(result, on: path.id)))
     }
 
     private mutating func openPortalWindow(via path: Path) {
@@ -1276,7 +1300,7 @@ extension Replay {
     }
 
     private mutating func liftLockdown(interface: String) {
-        if tracker.model.link(named: interface) == nil { violation("the lockdown lifted for \(interface), which does not exist") }
+        if kernel.model.link(named: interface) == nil { violation("the lockdown lifted for \(interface), which does not exist") }
         if lockdownLifted { violation("the lockdown lifted twice") }
         lockdownLifted = true
     }

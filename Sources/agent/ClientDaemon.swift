@@ -18,8 +18,8 @@ final class ClientDaemon {
     enum Event: Sendable {
         case notice(ClientNotice)
         case signal(Int32)
-        /// What a lookup of the server's name gave.
-        case resolved(Result<[IPAddress], ResolverError>)
+        /// What a look-up of server `server`'s name gave.
+        case lookedUp(server: Int, Result<[IPAddress], ResolverError>)
         /// An operator's request from the control socket, to answer through `ControlServer.reply`.
         case control(ControlServer.Call)
         /// A connectivity check over the path ended.
@@ -78,9 +78,8 @@ extension ClientDaemon {
         }
         private let monitor: LiveMonitor
         private let effects: SessionEffects
-        private var follower: ServerFollower
-        /// The session is being moved to the server's new address: no lookups meanwhile.
-        private var following = false
+        /// What the effects being carried out produced, fed once the current event's are done.
+        private var produced: [AgentEvent] = []
         private var service: ServiceReporter
         private var suspends: SuspendDetector
         /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
@@ -114,17 +113,13 @@ extension ClientDaemon {
             self.log = log
             self.control = control
             self.mailbox = mailbox
-            follower = ServerFollower(settings.server, mark: settings.mode.socketMark)
-            let serverAddresses = servers.first?.addresses ?? []
-            guard let first = serverAddresses.first, let port = settings.server.port else { throw AgentError("the server has no address") }
-            let server = SocketAddress(first, port: port)
-            effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers, server: server,
-                                     firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
+            guard let first = servers.first?.addresses.first, let port = settings.server.port else {
+                throw AgentError("the server has no address")
+            }
             let clocks = SuspendDetector.clocks()
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
             memoryPath = control.path.parentDirectory + "/reconnect-state"
-            core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer)
             flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
             onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand, log: log)
@@ -133,12 +128,14 @@ extension ClientDaemon {
             } catch {
                 throw AgentError("cannot read the routing tables: \(error)")
             }
-            monitor.learn(serverAddresses: serverAddresses)
-            // The first address an uplink reaches now: a dual-stack server on an IPv4-only network.
-            if let address = PathTracker.preferred(serverAddresses, in: monitor.tracker.model), address != first,
-               effects.follow(SocketAddress(address, port: port)) {
-                _ = monitor.retarget(to: address)
-            }
+            // The core starts on the first address an uplink reaches now (a dual-stack server on
+            // an IPv4-only network); the lockdown lets the session reach every one of them.
+            core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer,
+                             model: monitor.tracker.model,
+                             servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) })
+            effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
+                                     server: SocketAddress(core.serverAddress, port: port),
+                                     firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
         }
 
         func run() {
@@ -147,10 +144,10 @@ extension ClientDaemon {
             } catch {
                 log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
-            effects.networkChanged(monitor.tracker.model)
+            effects.networkObserved(core.network.model)
             // The rules first: a trusted network is never tried.
             decideOnDemand()
-            feed(.paths(monitor.paths))
+            feed(.start)
             while running {
                 let now = Instant.now()
                 service.tick(now: now)
@@ -184,45 +181,26 @@ extension ClientDaemon {
 
         // MARK: Facts in
 
+        /// Every change the kernel reported goes to the core; the rules look at the network
+        /// first, so a trusted network is never tried.
         private func monitorSpoke() {
-            // Changes that moved no path may still be what a rule matches on (an address on the
-            // uplink): the rules look once for the whole batch, not once for each such change.
-            var unjudged = false
+            var changes: [NetworkChange] = []
             for event in monitor.next(timeout: .zero) {
                 switch event {
-                case .paths(let paths, _): pathsChanged(paths)
-                case .resynced(let changes, let paths):
+                case .paths(_, _, let change), .ignored(_, _, let change): changes.append(change)
+                case .resynced(let difference, _):
                     // The kernel dropped messages: a fresh dump stands in for them.
                     metrics.resynced()
                     log.warning("netlink overrun; routing state read again",
-                                metadata: ["changes": .stringConvertible(changes), "resyncs": .stringConvertible(monitor.resyncs)])
-                    pathsChanged(paths)
+                                metadata: ["changes": .stringConvertible(difference.count), "resyncs": .stringConvertible(monitor.resyncs)])
+                    changes += difference
                 case .reopened(let error):
                     log.warning("netlink socket failed; reopened", error: error, metadata: ["reopens": .stringConvertible(monitor.reopens)])
-                    pathsChanged(nil)
-                    unjudged = true
-                case .ignored:
-                    pathsChanged(nil)
-                    unjudged = true
                 }
             }
-            if unjudged { decideOnDemand() }
-            effects.networkChanged(monitor.tracker.model)
-        }
-
-        /// New paths to the server's address; none, while an uplink reaches another of its
-        /// addresses (the other family), moves the session there instead of going offline.
-        /// With nil (no significant change), only an uplink that now reaches another address
-        /// counts. New paths go to the on-demand rules before the core hears of them, so a
-        /// trusted network is never tried.
-        private func pathsChanged(_ paths: [Path]?) {
-            if monitor.paths.isEmpty, let other = monitor.tracker.reachableAlternative,
-               follow(other, why: "no uplink reaches \(effects.server.ip) now", announce: false) {
-                return
-            }
-            guard let paths else { return }
             decideOnDemand()
-            feed(.paths(paths))
+            for change in changes { feed(.network(change)) }
+            effects.networkObserved(core.network.model)
         }
 
         /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
@@ -250,8 +228,10 @@ extension ClientDaemon {
         /// their decision changed (a probe they wait for runs on its own thread).
         private func decideOnDemand() {
             guard let onDemand else { return }
-            guard let best = monitor.paths.first else { return onDemand.forgetNetwork() }
-            let decision = onDemand.decide(for: best, model: monitor.tracker.model,
+            // The kernel's network as the monitor has it now, ahead of the core's.
+            let model = monitor.tracker.model
+            guard let best = model.paths(to: core.serverAddress).first else { return onDemand.forgetNetwork() }
+            let decision = onDemand.decide(for: best, model: model,
                                            tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path, generation in
                 startProbe(probe, via: path, generation: generation)
             }
@@ -298,8 +278,8 @@ extension ClientDaemon {
                 log.info("stopping")
                 feed(.request(.stop))
                 running = false
-            case .resolved(let result):
-                resolved(result)
+            case .lookedUp(let index, let result):
+                lookedUp(index, result)
             case .notice(let notice):
                 handle(notice)
             case .control(let call):
@@ -382,7 +362,7 @@ extension ClientDaemon {
             if rulesChanged {
                 if fresh.onDemand.rules.isEmpty {
                     // No rules: always on, as without them.
-                    if onDemand != nil, let best = monitor.paths.first {
+                    if onDemand != nil, let best = core.network.paths.first {
                         feed(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: best.id, interface: best.interface))))
                     }
                     onDemand = nil
@@ -405,68 +385,41 @@ extension ClientDaemon {
             onDemand?.forgetNetwork()
             decideOnDemand()
             feed(.wake(sleptFor: slept))
-            resolveServer()
         }
 
-        private func resolveServer() {
+        /// Looks up server `index`'s name for the core, off the deciding thread.
+        private func lookUp(_ index: Int) {
+            let entry = settings.servers[index]
+            guard entry.endpoint.address == nil else {
+                return produced.append(.serverLookedUp(server: index, addresses: [entry.endpoint.host].compactMap { IPAddress($0) }))
+            }
             do {
-                try follower.ask(avoiding: effects.dns?.applied?.resolvers ?? []) { [weak mailbox] result in
-                    mailbox?.post(.resolved(result))
+                try ServerLookup.start(entry.endpoint.host, mark: settings.mode.socketMark,
+                                       avoiding: effects.dns?.applied?.resolvers ?? []) { [weak mailbox] result in
+                    mailbox?.post(.lookedUp(server: index, result))
                 }
             } catch {
                 log.warning("cannot look up the server's name", metadata: ["error": "\(error)"])
+                produced.append(.serverLookedUp(server: index, addresses: nil))
             }
         }
 
-        /// Follows the server to a new address when its name no longer gives the current one.
-        private func resolved(_ result: Result<[IPAddress], ResolverError>) {
-            defer { if follower.finished() { resolveServer() } }
-            let server = effects.server
-            let addresses: [IPAddress]
+        /// A look-up ended: its usable addresses (none the tunnel's own routes would carry) go
+        /// to the core, which follows the server when its name moved.
+        private func lookedUp(_ index: Int, _ result: Result<[IPAddress], ResolverError>) {
+            let name = settings.servers[index].name
             switch result {
-            case .success(let list): addresses = list
+            case .success(let addresses):
+                let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
+                feed(.serverLookedUp(server: index, addresses: usable))
+                if index == machine.server, !usable.contains(core.serverAddress), core.servers.pending == nil {
+                    log.warning("the server's name gives no address this machine can use now; keeping its address",
+                                metadata: ["server": "\(name)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
+                }
             case .failure(let error):
-                return log.warning("server name not resolved; keeping its address", metadata: ["server": "\(server)", "error": "\(error)"])
+                log.warning("server name not resolved; keeping its address", metadata: ["server": "\(name)", "error": "\(error)"])
+                feed(.serverLookedUp(server: index, addresses: nil))
             }
-            // Not one the tunnel's own routes would carry: it would strand the session.
-            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
-            monitor.learn(serverAddresses: usable)
-            guard !addresses.contains(server.ip) else {
-                pathsChanged(nil)
-                return
-            }
-            // Nor one no uplink reaches (IPv6 on an IPv4-only network).
-            guard let address = usable.first(where: { !monitor.tracker.model.paths(to: $0).isEmpty }) else {
-                return log.warning("the server's name gives no address this machine can use now; keeping its address",
-                           metadata: ["server": "\(server)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
-            }
-            _ = follow(address, why: "its name resolves there now")
-        }
-
-        /// Moves the session to another address of the server; false when the lockdown could not
-        /// follow. `announce` tells the core the server moved (a new chance, ending a backoff);
-        /// a move because the uplinks changed family is told by the new paths alone.
-        private func follow(_ address: IPAddress, why: String, announce: Bool = true) -> Bool {
-            let server = effects.server
-            let moved = SocketAddress(address, port: server.port)
-            guard effects.follow(moved) else { return false }
-            core.forgetProbes()  // an echo from the old address proves nothing about the new one
-            log.info("server address changed", metadata: ["server": "\(effects.serverName)", "from": "\(server)", "to": "\(moved)", "why": "\(why)"])
-            following = true
-            defer { following = false }
-            if let paths = monitor.retarget(to: address) { feed(.paths(paths)) }
-            if announce { feed(.serverMoved) }
-            return true
-        }
-
-        /// The session turned to another server (a failover or a handover): the monitor watches
-        /// the paths to its address, and its name is the one followed.
-        private func serverChanged() {
-            let current = effects.servers[effects.serverIndex]
-            follower = ServerFollower(current.entry.endpoint, mark: settings.mode.socketMark)
-            monitor.learn(serverAddresses: current.addresses)
-            // (Probes to the old server were forgotten as the core carried the move out.)
-            if let paths = monitor.retarget(to: effects.server.ip) { feed(.paths(paths)) }
         }
 
         /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
@@ -488,7 +441,7 @@ extension ClientDaemon {
         }
 
         private func checked(_ result: Connectivity, on id: Path.ID) {
-            let interface = monitor.tracker.model.links[id.linkIndex]?.name ?? "link \(id.linkIndex)"
+            let interface = core.network.model.links[id.linkIndex]?.name ?? "link \(id.linkIndex)"
             switch result {
             case .online:
                 metrics.checked("online")
@@ -512,47 +465,46 @@ extension ClientDaemon {
 
         /// An event into the core the replays run too; its effects are carried out here, in order.
         private func feed(_ event: AgentEvent) {
-            guard running else { return }
-            if case .paths(let paths) = event { report(flaps.paths(Set(paths.map(\.interface)), now: Instant.now())) }
-            let before = effects.server
-            let out = core.handle(event, now: Instant.now())
-            var made: [Transition] = []
-            var attempted = false
-            for effect in out {
-                switch effect {
-                case .transition(let transition): made.append(transition)
-                case .bind, .handshake: attempted = true
-                default: break
+            var next = [event]
+            // What the effects produce is fed after them, in order (a bound keeps a runaway
+            // exchange from holding the loop; none has more than a few rounds).
+            for round in 0... {
+                guard running, !next.isEmpty else { break }
+                guard round < 1000 else {
+                    log.error("effects kept producing events; the rest are dropped", metadata: ["left": "\(next.count)"])
+                    break
                 }
-                perform(effect)
-            }
-            if attempted { attempts += 1 }
-            // Told to watchers once the machine has settled: the status they get beside each
-            // transition is the one it led to.
-            if control.watched {
-                for transition in made {
-                    control.publish(ControlProtocol.event("transition", [("transition", transitionJSON(transition)), ("status", statusJSON)]))
+                let event = next.removeFirst()
+                let pathsBefore = machine.paths
+                let out = core.handle(event, now: Instant.now())
+                var made: [Transition] = []
+                var attempted = false
+                for effect in out {
+                    switch effect {
+                    case .transition(let transition): made.append(transition)
+                    case .bind, .handshake: attempted = true
+                    default: break
+                    }
+                    perform(effect)
                 }
-            }
-            // Another server: its name is the one followed, and the paths are those to its address.
-            if effects.server != before { serverChanged() }
-            if !made.isEmpty { writeMetrics() }
-            // No window in the core, none in effect: a cgroup made for a window the core did not
-            // open goes (a closing nftables refuses is the firewall's to retry).
-            if machine.portalWindowUntil == nil {
-                windowOwner = nil
-                if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
-            }
-            // A new path or attempts that fail: the moments the server's name may give another
-            // address. (Not while following a move, which would only ask the same question again.)
-            if !following, out.contains(where: { effect in
-                switch effect {
-                case .bind(_, let first, _): !first
-                case .transition(let t): if case .backingOff = t.to { true } else { false }
-                default: false
+                if attempted { attempts += 1 }
+                if machine.paths != pathsBefore { report(flaps.paths(Set(machine.paths.map(\.interface)), now: Instant.now())) }
+                // Told to watchers once the machine has settled: the status they get beside each
+                // transition is the one it led to.
+                if control.watched {
+                    for transition in made {
+                        control.publish(ControlProtocol.event("transition", [("transition", transitionJSON(transition)), ("status", statusJSON)]))
+                    }
                 }
-            }) {
-                resolveServer()
+                if !made.isEmpty { writeMetrics() }
+                // No window in the core, none in effect: a cgroup made for a window the core did not
+                // open goes (a closing nftables refuses is the firewall's to retry).
+                if machine.portalWindowUntil == nil {
+                    windowOwner = nil
+                    if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
+                }
+                next += produced
+                produced = []
             }
             saveMemory()
         }
@@ -579,8 +531,13 @@ extension ClientDaemon {
                 service.transition(transition)
                 metrics.record(transition)
                 log.info("transition", metadata: transition.metadata)
-            case .useServer(let index): effects.useServer(index)
-            case .prepareHandover(let index, let path): effects.prepareHandover(to: index, on: path)
+            case .useServer(let index, let address): effects.useServer(index, at: address)
+            case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
+            case .lookUpServer(let index): lookUp(index)
+            case .allowServer(let index, let address):
+                produced.append(.serverAllowed(server: index, address: address, effects.allow(index, address)))
+            case .useAddress(let address, let why): effects.useAddress(address, why: why)
+            case .localNetworks(let prefixes): effects.localNetworksChanged(prefixes)
             case .completeHandover: effects.completeHandover()
             case .cancelHandover: effects.cancelHandover()
             case .disconnect: effects.disconnect()

@@ -79,14 +79,14 @@ struct MonitorCommand: ParsableCommand {
             }
             for event in events {
                 switch event {
-                case .paths(let paths, let after):
+                case .paths(let paths, let after, _):
                     out.write(["event": "paths", "best": paths.first.map { "\($0.interface)/\($0.source)" } ?? "none",
                                "paths": describe(paths), "after": after])
                     crossCheck()
-                case .ignored(let change, let why):
+                case .ignored(let change, let why, _):
                     if verbose { out.write(["event": "ignored", "change": change, "why": why]) }
                 case .resynced(let changes, let paths):
-                    out.write(["event": "resync", "changes": "\(changes)", "paths": describe(paths ?? monitor.paths),
+                    out.write(["event": "resync", "changes": "\(changes.count)", "paths": describe(paths ?? monitor.paths),
                                "resyncs": "\(monitor.resyncs)"])
                     crossCheck()
                 case .reopened(let error):

@@ -25,6 +25,8 @@ final class SessionEffects {
     /// The configured servers, in the order they are tried, and the one the session is with.
     private(set) var servers: [ResolvedServer]
     private(set) var serverIndex = 0
+    /// The server whose key the session's client pins.
+    private var clientServer = 0
     /// The server a session is being prepared with, and its address.
     private var handover: (index: Int, address: SocketAddress)?
     private(set) var client: TunnelClient?
@@ -122,20 +124,29 @@ final class SessionEffects {
     /// until the device exists: the cautious floor).
     var tunnelCarriesIPv6: Bool { tun.map { $0.addresses.contains { $0.address.family == .v6 } } ?? true }
 
-    /// The server's name now gives `moved`: the lockdown opens to it first, then the session
-    /// follows. False (and logged) when the lockdown could not be changed.
-    func follow(_ moved: SocketAddress) -> Bool {
+    /// Lets the session reach `address` of server `index` through the lockdown too; false (and
+    /// logged) when the lockdown could not be changed.
+    func allow(_ index: Int, _ address: IPAddress) -> Bool {
+        guard servers.indices.contains(index) else { return false }
+        if !servers[index].addresses.contains(address) { servers[index].addresses.append(address) }
         do {
-            try openLockdown(also: moved)
+            try openLockdown()
         } catch {
             log.error("cannot open the lockdown firewall to the server's new address; keeping the old one",
-                metadata: ["to": "\(moved)", "error": "\(error)"])
+                metadata: ["server": "\(servers[index].entry.name)", "to": "\(address)", "error": "\(error)"])
+            servers[index].addresses.removeAll { $0 == address && $0 != server.ip }
             return false
         }
-        server = moved
-        servers[serverIndex].addresses = [moved.ip] + servers[serverIndex].addresses.filter { $0 != moved.ip }
-        client?.setServer(moved)
         return true
+    }
+
+    /// The current server is at `address` now.
+    func useAddress(_ address: IPAddress, why: String) {
+        let moved = SocketAddress(address, port: server.port)
+        log.info("server address changed", metadata: ["server": "\(serverName)", "from": "\(server)", "to": "\(moved)", "why": "\(why)"])
+        server = moved
+        // A server turned to before it had an address gets the session now.
+        if clientServer == serverIndex { client?.setServer(moved) } else { turnClient() }
     }
 
     // MARK: Several servers
@@ -143,25 +154,35 @@ final class SessionEffects {
     /// The current server, by name.
     var serverName: String { servers[serverIndex].entry.name }
 
-    /// The session is with server `index` from now on; its handshake follows.
-    func useServer(_ index: Int) {
-        guard servers.indices.contains(index), let address = address(of: index) else { return }
+    /// The session is with server `index` at `address` from now on; its handshake follows.
+    func useServer(_ index: Int, at address: IPAddress?) {
+        guard servers.indices.contains(index) else { return }
         serverIndex = index
-        server = address
         handover = nil
+        guard let address = address.flatMap({ socketAddress(index, $0) }) else {
+            // Its name is looked up; the session turns to it once it has an address.
+            return log.warning("a server has no usable address now", metadata: ["server": "\(serverName)"])
+        }
+        server = address
+        turnClient()
+    }
+
+    /// The session's client talks to the current server, at its address, from now on.
+    private func turnClient() {
         guard let client else { return }  // the first socket starts the session with this server
         do {
-            client.useServer(try core(for: index), at: address)
-            log.info("server", metadata: ["server": "\(serverName)", "address": "\(address)"])
+            client.useServer(try core(for: serverIndex), at: server)
+            clientServer = serverIndex
+            log.info("server", metadata: ["server": "\(serverName)", "address": "\(server)"])
         } catch {
-            log.error("cannot use server \(servers[index].entry.name)", metadata: ["error": "\(error)"])
+            log.error("cannot use server \(serverName)", metadata: ["error": "\(error)"])
         }
     }
 
     /// Handshakes with server `index` over the session's socket while the current session
     /// carries the traffic.
-    func prepareHandover(to index: Int, on path: Path) {
-        guard servers.indices.contains(index), let client, let address = address(of: index) else { return }
+    func prepareHandover(to index: Int, at address: IPAddress?, on path: Path) {
+        guard servers.indices.contains(index), let client, let address = address.flatMap({ socketAddress(index, $0) }) else { return }
         do {
             client.prepareHandover(try core(for: index), at: address)
             handover = (index, address)
@@ -175,6 +196,7 @@ final class SessionEffects {
         handover = nil
         client?.completeHandover()
         serverIndex = index
+        clientServer = index
         server = address
     }
 
@@ -277,27 +299,15 @@ final class SessionEffects {
 
     /// Server `index`'s address, looked up again if its name gave none so far; the lockdown is
     /// opened to a new one first. Nil (and logged) when there is none.
-    private func address(of index: Int) -> SocketAddress? {
-        if servers[index].addresses.isEmpty {
-            let found = ResolvedServer.lookUp(servers[index].entry, mark: settings.mode.socketMark, log: log)
-            servers[index].addresses = found.filter { !settings.mode.wouldLoop(to: $0) }
-            do {
-                try openLockdown(also: server)
-            } catch {
-                log.error("cannot open the lockdown firewall to a server", metadata: ["server": "\(servers[index].entry.name)", "error": "\(error)"])
-                servers[index].addresses = []
-            }
-        }
-        guard let address = servers[index].socketAddress else {
-            log.warning("server \(servers[index].entry.name) has no usable address now")
-            return nil
-        }
-        return address
+    /// Server `index`'s `address` with its port.
+    private func socketAddress(_ index: Int, _ address: IPAddress) -> SocketAddress? {
+        servers[index].entry.endpoint.port.map { SocketAddress(address, port: $0) }
     }
 
-    /// Lets the session's UDP through the lockdown to `address` and to every server's address.
-    private func openLockdown(also address: SocketAddress) throws(LockdownError) {
-        try firewall?.serve(([address] + servers.compactMap(\.socketAddress)).map(LockdownPolicy.Server.init))
+    /// Lets the session's UDP through the lockdown to every address of every server, and to
+    /// the one in use.
+    private func openLockdown() throws(LockdownError) {
+        try firewall?.serve(([server] + servers.flatMap(\.socketAddresses)).map(LockdownPolicy.Server.init))
     }
 
     /// A protocol core that pins server `index`'s key; a split tunnel accepts inner packets
@@ -453,19 +463,24 @@ final class SessionEffects {
 
     // MARK: The network
 
-    /// What the lockdown, the resolvers and the operator need to know of a change in links,
-    /// addresses or routes.
-    func networkChanged(_ model: NetworkModel) {
+    /// The networks on the uplinks are `prefixes` now: the lockdown lets them through (with
+    /// allow-lan), and a resolver on one of them is reached outside the tunnel.
+    func localNetworksChanged(_ prefixes: [Prefix]) {
         do {
-            try firewall?.localNetworksChanged(model.localNetworks)
+            try firewall?.localNetworksChanged(prefixes)
         } catch {
             log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
         }
-        if model.localNetworks != localNetworks {
-            localNetworks = model.localNetworks
+        if prefixes != localNetworks {
+            localNetworks = prefixes
             // A new network may hold a resolver's address, or no longer hold it.
             if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
         }
+    }
+
+    /// What the operator needs to know of a change in links, addresses or routes, and what
+    /// others may have rewritten meanwhile.
+    func networkObserved(_ model: NetworkModel) {
         do {
             if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }
         } catch {
@@ -544,6 +559,7 @@ final class SessionEffects {
                                           persistentKeepalive: settings.persistentKeepalive,
                                           logger: log, notify: notify)
             self.client = client
+            clientServer = serverIndex
             clientThread = try OSThread { client.run() }
         } catch {
             log.error("cannot start the session", metadata: ["error": "\(error)"])

@@ -103,7 +103,7 @@ struct UpCommand: ParsableCommand {
             servers.append(ResolvedServer(entry: entry, addresses: usable))
         }
         do {
-            try firewall?.serve(servers.compactMap(\.socketAddress).map(LockdownPolicy.Server.init))
+            try firewall?.serve(servers.flatMap(\.socketAddresses).map(LockdownPolicy.Server.init))
         } catch {
             throw AgentError("cannot open the lockdown firewall to the server: \(error)")
         }

@@ -64,7 +64,7 @@ struct LiveMonitorTests {
         try lab.ip("link del veth1a2b")
         try lab.ip("link del docker0")
         // Wait until the last deletion shows up, then check nothing moved the path.
-        let events = monitor.events { $0.contains { if case .ignored(let text, _) = $0 { text.contains("docker0 removed") } else { false } } }
+        let events = monitor.events { $0.contains { if case .ignored(let text, _, _) = $0 { text.contains("docker0 removed") } else { false } } }
         #expect(events.contains { if case .ignored = $0 { true } else { false } })
         #expect(!events.contains { $0.paths != nil }, "\(events)")
         #expect(monitor.paths.map(\.interface) == ["eth0", "wifi0"])

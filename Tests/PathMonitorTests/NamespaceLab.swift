@@ -36,7 +36,7 @@ extension LiveMonitor {
 extension MonitorEvent {
     var paths: [Path]? {
         switch self {
-        case .paths(let p, _): p
+        case .paths(let p, _, _): p
         case .resynced(_, let p): p
         default: nil
         }

@@ -10,10 +10,42 @@ extension [Effect] {
     var readies: Int { filter { $0 == .ready }.count }
 }
 
+let server = IPAddress("198.51.100.7")!
+
+/// What the kernel reports as `path`'s uplink comes up: the link, its address, its default route.
+func uplink(_ path: Path) -> [NetworkChange] {
+    let length = path.source.family == .v4 ? 24 : 64
+    return [.linkChanged(Link(index: path.linkIndex, name: path.interface, kind: path.kind, mtu: path.mtu)),
+            .addressAdded(Address(linkIndex: path.linkIndex, prefix: Prefix(path.source, length: length)!)),
+            .routeAdded(Route(destination: .any(path.source.family), nextHops: [NextHop(gateway: path.gateway, linkIndex: path.linkIndex)],
+                              metric: path.metric))]
+}
+
+/// What the kernel reports as `path`'s link loses its carrier, or gets it back.
+func carrier(_ path: Path, _ on: Bool) -> NetworkChange {
+    .linkChanged(Link(index: path.linkIndex, name: path.interface, kind: path.kind, hasCarrier: on, mtu: path.mtu))
+}
+
+/// A core on a machine whose uplinks give `paths`, for a server named by host at `server`.
+func agentCore(on paths: [Path], wait: Duration? = nil, servers: [[IPAddress]] = [[server]]) -> AgentCore {
+    var model = NetworkModel()
+    for change in paths.flatMap(uplink) { model.apply(change) }
+    return AgentCore(Reconnector(servers: servers.indices.map { "gateway\($0)" }), startupWait: wait, model: model,
+                     servers: servers.map { ServerBook.Entry(named: true, addresses: $0) })
+}
+
+extension AgentCore {
+    /// Feeds every change, returning every effect.
+    mutating func handle(_ changes: [NetworkChange], now: Instant) -> [Effect] {
+        changes.flatMap { handle(.network($0), now: now) }
+    }
+}
+
 /// A core connected on `paths.first` at 20 ms.
 private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> AgentCore {
-    var core = AgentCore(Reconnector(), startupWait: wait)
-    _ = core.handle(.paths(paths), now: at(0))
+    var core = agentCore(on: paths, wait: wait)
+    #expect(core.network.paths == paths)
+    _ = core.handle(.start, now: at(0))
     _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
     return core
 }
@@ -42,8 +74,8 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
 }
 
 @Test func aSizeProbeEchoedShortProvesNothing() {
-    var core = AgentCore(Reconnector(), startupWait: nil)
-    _ = core.handle(.paths([eth0]), now: at(0))
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
     let out = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: true), now: at(20))
     guard let (id, _, size) = out.probeIDs.first(where: { $0.2 != nil }), let size else {
         Issue.record("no size probe after a handshake with a server that echoes sizes: \(out)")
@@ -58,18 +90,18 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
 }
 
 @Test func theAgentGivesUpOnlyAfterTheWaitOnAUsablePath() {
-    var core = AgentCore(Reconnector(), startupWait: .seconds(30))
-    #expect(core.handle(.paths([]), now: at(0)).readies == 1)  // no network: nothing to wait for
+    var core = agentCore(on: [], wait: .seconds(30))
+    #expect(core.handle(.start, now: at(0)).readies == 1)  // no network: nothing to wait for
     #expect(core.timers[.startup] == nil)
     // A path: attempts start the wait.
-    _ = core.handle(.paths([eth0]), now: at(5_000))
+    _ = core.handle(uplink(eth0), now: at(5_000))
     #expect(core.timers[.startup] == at(35_000))
     // Too early: nothing.
     #expect(core.handle(.timerFired(.startup), now: at(34_000)).gaveUp == nil)
     // The network goes and comes back: the time without a path did not count.
-    _ = core.handle(.paths([]), now: at(20_000))
+    _ = core.handle(.network(carrier(eth0, false)), now: at(20_000))
     #expect(core.timers[.startup] == nil)
-    _ = core.handle(.paths([eth0]), now: at(40_000))
+    _ = core.handle(.network(carrier(eth0, true)), now: at(40_000))
     let due = core.timers[.startup]!
     #expect(due == at(70_000))
     // A suspend does not count either.
@@ -81,7 +113,7 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
     #expect(out == [.giveUp(.noAnswer(after: .seconds(30), interface: core.machine.state.path?.interface))])
     // Gave up: nothing more is decided, and nothing wakes the runner.
     #expect(core.stopped && core.timers.isEmpty && core.nextDeadline == nil)
-    #expect(core.handle(.paths([eth0, wifi0]), now: at(100_000)).isEmpty)
+    #expect(core.handle(uplink(wifi0), now: at(100_000)).isEmpty)
 }
 
 @Test func onceTheTunnelCameUpTheAgentNeverGivesUp() {
@@ -101,23 +133,99 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
 }
 
 @Test func aRefusalBeforeTheTunnelCameUpEndsTheAgent() {
-    var core = AgentCore(Reconnector(), startupWait: nil)
-    _ = core.handle(.paths([eth0]), now: at(0))
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
     #expect(core.handle(.handshakeRejected, now: at(20)) == [.giveUp(.rejected)])
     #expect(core.stopped)
 }
 
 @Test func readyIsToldOnceAndNotBehindADeadServer() {
-    var core = AgentCore(Reconnector(), startupWait: .seconds(30))
-    #expect(core.handle(.paths([eth0]), now: at(0)).readies == 0)
+    var core = agentCore(on: [eth0], wait: .seconds(30))
+    #expect(core.handle(.start, now: at(0)).readies == 0)
     #expect(core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20)).readies == 1)
-    #expect(core.handle(.paths([]), now: at(1_000)).readies == 0)
+    #expect(core.handle(.network(carrier(eth0, false)), now: at(1_000)).readies == 0)
 }
 
 @Test func afterTheStopNothingIsDecided() {
     var core = connectedCore([eth0, wifi0])
     #expect(core.handle(.request(.stop), now: at(100)).isEmpty)
     #expect(core.handle(.wake(sleptFor: .seconds(5)), now: at(200)).isEmpty)
-    #expect(core.handle(.paths([wifi0]), now: at(300)).isEmpty)
+    #expect(core.handle(.network(carrier(eth0, false)), now: at(300)).isEmpty)
     #expect(core.machine.state == .connected(eth0))
+}
+
+extension [Effect] {
+    var lookUps: [Int] { compactMap { if case .lookUpServer(let i) = $0 { i } else { nil } } }
+    var allowed: [IPAddress] { compactMap { if case .allowServer(_, let a) = $0 { a } else { nil } } }
+    var usedAddresses: [IPAddress] { compactMap { if case .useAddress(let a, _) = $0 { a } else { nil } } }
+}
+
+/// Runs the core's timers until `until` (at most 500 of them), collecting every effect.
+private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
+    var out: [Effect] = []
+    for _ in 0..<500 {
+        guard let (kind, due) = core.timers.min(by: { $0.value < $1.value }), due <= until else { break }
+        out += core.handle(.timerFired(kind), now: due)
+    }
+    return out
+}
+
+@Test func aServerThatGoesSilentIsLookedUpAndFollowedOnlyOnceTheLockdownLetsItThrough() {
+    var core = connectedCore([eth0])
+    let moved = IPAddress("198.51.100.8")!
+    // Silence: the session is suspect, and the name is asked again, once.
+    _ = core.handle(.dataSent, now: at(1_000))
+    let suspect = core.handle(.timerFired(.liveness), now: core.timers[.liveness]!)
+    #expect(core.machine.state.name == "probing")
+    #expect(suspect.lookUps == [0])
+    // The name gives another address: the lockdown is asked first; nothing moves yet.
+    let answered = core.handle(.serverLookedUp(server: 0, addresses: [moved]), now: at(1_700))
+    #expect(answered.allowed == [moved] && answered.usedAddresses.isEmpty)
+    #expect(core.serverAddress == server)
+    // A yes for another address proves nothing; the yes for this one moves the session.
+    #expect(core.handle(.serverAllowed(server: 0, address: server, true), now: at(1_701)).isEmpty)
+    let followed = core.handle(.serverAllowed(server: 0, address: moved, true), now: at(1_702))
+    #expect(followed.usedAddresses == [moved])
+    #expect(core.serverAddress == moved && core.network.endpoint == moved)
+    #expect(followed.probeIDs.count == 1, "one probe proves the session at the new address: \(followed)")
+    #expect(followed.lookUps.isEmpty, "following asks nothing again")
+}
+
+@Test func aLockdownThatRefusesKeepsTheOldAddress() {
+    var core = connectedCore([eth0])
+    _ = core.handle(.dataSent, now: at(1_000))
+    _ = core.handle(.timerFired(.liveness), now: core.timers[.liveness]!)
+    let moved = IPAddress("198.51.100.8")!
+    _ = core.handle(.serverLookedUp(server: 0, addresses: [moved]), now: at(1_700))
+    let refused = core.handle(.serverAllowed(server: 0, address: moved, false), now: at(1_701))
+    #expect(refused.usedAddresses.isEmpty && core.serverAddress == server)
+    // A failed look-up keeps what was known; an answer that still names the address changes nothing.
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: nil), now: at(1_800)).allowed.isEmpty)
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: [server, moved]), now: at(1_900)).allowed.isEmpty)
+}
+
+@Test func whileBackingOffTheNameIsAskedEveryHalfMinuteOneLookUpAtATime() {
+    var core = agentCore(on: [eth0], wait: nil)
+    _ = core.handle(.start, now: at(0))
+    // The server never answers: attempts fail into backoff.
+    var out = runTimers(&core, until: at(600_000))
+    #expect(core.machine.state.name == "backing-off")
+    // One look-up went out; until it answers, the asks of later failures fold into one more.
+    #expect(out.lookUps == [0], "\(out.lookUps)")
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: [server]), now: at(600_001)).lookUps == [0])
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: [server]), now: at(600_002)).lookUps.isEmpty)
+    // From now on the backoff's own look-up timer asks, every 30 s.
+    let due = core.timers[.lookUp]!
+    #expect(due <= at(600_001) + ServerBook.lookUpEvery)
+    out = core.handle(.timerFired(.lookUp), now: due)
+    #expect(out.lookUps == [0])
+    #expect(core.timers[.lookUp] == due + ServerBook.lookUpEvery)
+    // A server that moved is a new chance: the attempt goes at once to its new address.
+    let moved = IPAddress("2001:db8::7")!
+    _ = core.handle(.serverLookedUp(server: 0, addresses: [moved, IPAddress("198.51.100.9")!]), now: due + .milliseconds(20))
+    // (No uplink reaches the IPv6 address: the IPv4 one is followed.)
+    let v4 = IPAddress("198.51.100.9")!
+    let followed = core.handle(.serverAllowed(server: 0, address: v4, true), now: due + .milliseconds(21))
+    #expect(followed.usedAddresses == [v4])
+    #expect(core.machine.state.name == "connecting" || core.machine.state.name == "probing", "\(core.machine.state.name)")
 }

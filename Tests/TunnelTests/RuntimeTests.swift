@@ -206,6 +206,8 @@ extension RuntimeTests {
         defer { listener.close() }
         let first = try TCP.connect(to: SocketAddress(IPAddress("198.51.100.7")!, port: 5002), in: laptop)
         first.close()
+        // The data thread publishes its counters after the batch it is on: wait for them (2 s at most).
+        for _ in 0..<200 where server.traffic.packetsIn == 0 { usleep(10_000) }
         #expect(server.traffic.packetsIn > 0, "the connection came through the tunnel")
 
         // eth0 goes down: the marked socket moves to wifi0, with no route added for the server.

@@ -1,0 +1,74 @@
+public import PathMonitor
+
+/// Where the servers are: every usable address each one's name gave, which of them the session
+/// uses, and the look-ups of the current server's name. Kept by `AgentCore`; pure.
+///
+/// A server named by host may move (a new floating address, split-horizon DNS on another
+/// network, a failover of its front end): its name is asked again when the session moves to a
+/// new path, when attempts fail or the server goes silent, after a wake, and every
+/// `lookUpEvery` while the agent backs off. One look-up at a time; asks made meanwhile are
+/// folded into one more.
+public struct ServerBook: Equatable, Sendable {
+    /// One server of the list, in the order they are tried.
+    public struct Entry: Equatable, Sendable {
+        /// Named by host: its name can be looked up again (a literal address never moves).
+        public var named: Bool
+        /// The addresses its name gave that the session may use (none the tunnel's own routes
+        /// would carry), in the resolver's order.
+        public var addresses: [IPAddress]
+
+        public init(named: Bool, addresses: [IPAddress]) {
+            self.named = named
+            self.addresses = addresses
+        }
+    }
+
+    public private(set) var entries: [Entry]
+    /// A look-up of the current server's name is out.
+    public private(set) var lookingUp = false
+    /// Another look-up was asked for while one was out.
+    private var askAgain = false
+    /// A move the lockdown has been asked to allow: the session follows once it says yes.
+    public private(set) var pending: Move?
+    /// How often the name is looked up while the agent backs off: the server may be back
+    /// elsewhere before the next attempt is due.
+    public static let lookUpEvery: Duration = .seconds(30)
+
+    /// A move of the session to another address of the current server.
+    public struct Move: Equatable, Sendable {
+        public var server: Int
+        public var address: IPAddress
+        public var why: String
+        /// The core hears it as `serverMoved` (a new chance, ending a backoff); a move because
+        /// the uplinks changed family is told by the new paths alone.
+        public var announce: Bool
+    }
+
+    public init(_ entries: [Entry]) { self.entries = entries }
+
+    /// Whether server `index`'s name can be looked up.
+    public func named(_ index: Int) -> Bool { entries.indices.contains(index) && entries[index].named }
+
+    /// Asks for a look-up of server `index`: true when one should start now.
+    mutating func ask(_ index: Int) -> Bool {
+        guard named(index) else { return false }
+        guard !lookingUp else { askAgain = true; return false }
+        lookingUp = true
+        return true
+    }
+
+    /// A look-up ended: true when another was asked for meanwhile and should start now.
+    mutating func answered() -> Bool {
+        lookingUp = false
+        defer { askAgain = false }
+        if askAgain { lookingUp = true }
+        return askAgain
+    }
+
+    mutating func learn(_ index: Int, _ addresses: [IPAddress]) {
+        guard entries.indices.contains(index) else { return }
+        entries[index].addresses = addresses
+    }
+
+    mutating func propose(_ move: Move?) { pending = move }
+}
