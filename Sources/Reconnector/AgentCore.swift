@@ -482,8 +482,29 @@ public struct AgentCore: Sendable {
         // The moments the server's name may give another address: a new path (split-horizon
         // DNS), attempts that fail, a server gone silent. Not while following a move, which
         // would only ask the same question again.
-        if !following, rebound || Self.serverMayHaveMoved(from: before, to: machine.state) { lookUp(&out) }
+        let mayHaveMoved = Self.serverMayHaveMoved(from: before, to: machine.state)
+        if !following, rebound || mayHaveMoved { lookUp(&out) }
         if let turnedTo { turned(to: turnedTo.index, at: turnedTo.address, now, &out) }
+        // Attempts at this address went unanswered while the server has others an uplink reaches
+        // (the network's IPv6 goes nowhere, one front end is down): the next attempt goes to the
+        // next of them, as the uplinks' routes cannot tell which works.
+        if !following, turnedTo == nil, case .backingOff = machine.state, mayHaveMoved, servers.pending == nil,
+           let next = nextAddress() {
+            propose(.init(server: machine.server, address: next, why: "attempts at \(network.endpoint) went unanswered",
+                          announce: false), &out)
+        }
+    }
+
+    /// The current server's address after the one in use, in its name's order and round again,
+    /// that an uplink reaches; nil when there is no other.
+    private func nextAddress() -> IPAddress? {
+        let addresses = servers.entries.indices.contains(machine.server) ? servers.entries[machine.server].addresses : []
+        guard let at = addresses.firstIndex(of: network.endpoint) ?? (addresses.isEmpty ? nil : addresses.count - 1) else { return nil }
+        for step in 1..<max(addresses.count, 1) {
+            let candidate = addresses[(at + step) % addresses.count]
+            if candidate != network.endpoint, !network.model.paths(to: candidate).isEmpty { return candidate }
+        }
+        return nil
     }
 
     private static func serverMayHaveMoved(from before: State, to after: State) -> Bool {
