@@ -159,4 +159,12 @@ public enum NetworkChange: Hashable, Sendable {
     case routeAdded(Route)
     /// A route was removed (`RTM_DELROUTE`).
     case routeRemoved(Route.Key)
+
+    /// Whether it may change a link's usable addresses (a route never does).
+    public var movesAddresses: Bool {
+        switch self {
+        case .linkChanged, .linkRemoved, .addressAdded, .addressRemoved: true
+        case .routeAdded, .routeRemoved: false
+        }
+    }
 }

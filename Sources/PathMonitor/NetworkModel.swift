@@ -163,7 +163,14 @@ public struct NetworkModel: Sendable, Equatable {
             guard let link = links[address.linkIndex] else { return false }
             return address.isUsable && link.kind != .loopback && link.kind != .tunnel && link.name != tunnelInterface
         }.map(\.prefix.network)
-        return Array(Set(prefixes)).sorted { $0.description < $1.description }
+        // In address order, then shortest first, each once: one order whatever the dictionary's,
+        // with no text made and nothing hashed to compare (this runs on every change of a link or
+        // an address).
+        var unique: [Prefix] = []
+        for prefix in prefixes.sorted(by: { ($0.address, $0.length) < ($1.address, $1.length) }) where unique.last != prefix {
+            unique.append(prefix)
+        }
+        return unique
     }
 
     /// Routes through a gateway on an uplink that are more specific than a default route:

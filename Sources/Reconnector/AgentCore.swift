@@ -317,7 +317,8 @@ public struct AgentCore: Sendable {
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
         let paths = network.apply(change)
-        if network.model.localNetworks != localNetworks {
+        // The local networks are the links' own addresses' subnets: a route never moves them.
+        if change.movesAddresses, network.model.localNetworks != localNetworks {
             localNetworks = network.model.localNetworks
             out.append(.localNetworks(localNetworks))
         }

@@ -122,8 +122,9 @@ public struct Replay {
     private var standby: Int?
     /// What each gateway's name gives, in the resolver's order: the addresses it answers at.
     private var names: [[IPAddress]]
-    /// Where the agent's session sends, and where the session it prepares does.
-    private var sendingTo = IPAddress.v4(0)
+    /// Where the agent's session sends (the address the kernel's paths are to), and where the
+    /// session it prepares does.
+    private var sendingTo: IPAddress { kernel.endpoint }
     private var standbyAddress: IPAddress?
     private var serverUp: Bool {
         get { gateways[target].up }
@@ -422,8 +423,7 @@ public struct Replay {
         }
         core = AgentCore(machine, startupWait: scenario.waitForServer, model: kernel.model,
                          servers: names.map { ServerBook.Entry(named: true, addresses: $0) })
-        sendingTo = core.serverAddress
-        _ = kernel.retarget(to: sendingTo)
+        _ = kernel.retarget(to: core.serverAddress)
     }
 
     /// An address of the server after it moved: the next one up.
@@ -1193,17 +1193,13 @@ extension Replay {
         if index == target { violation("useServer(\(scenario.gateways[index])), the gateway in use") }
         target = index
         forgetSession()
-        if let address, address != sendingTo {
-            sendingTo = address
-            _ = kernel.retarget(to: address)
-        }
+        if let address { _ = kernel.retarget(to: address) }
     }
 
     /// The session sends to `address` from now on: a handshake in flight went to the old one
     /// (its answer never comes).
     private mutating func useAddress(_ address: IPAddress) {
         if address == sendingTo { violation("told to use \(address), the address in use") }
-        sendingTo = address
         _ = kernel.retarget(to: address)
         handshakeInFlight = nil
         handshakeGeneration += 1
@@ -1244,10 +1240,7 @@ extension Replay {
         gateways[target].hasSession = false
         target = next
         standby = nil
-        if let address = standbyAddress, address != sendingTo {
-            sendingTo = address
-            _ = kernel.retarget(to: address)
-        }
+        if let address = standbyAddress { _ = kernel.retarget(to: address) }
         standbyAddress = nil
         clientHasSession = true
         clientKeys += 1
