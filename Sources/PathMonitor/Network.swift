@@ -167,4 +167,13 @@ public enum NetworkChange: Hashable, Sendable {
         case .routeAdded, .routeRemoved: false
         }
     }
+
+    /// The destination of a changed route; nil for a link or an address.
+    public var routeDestination: Prefix? {
+        switch self {
+        case .routeAdded(let route): route.destination
+        case .routeRemoved(let key): key.destination
+        case .linkChanged, .linkRemoved, .addressAdded, .addressRemoved: nil
+        }
+    }
 }

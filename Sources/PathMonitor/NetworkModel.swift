@@ -61,7 +61,16 @@ public struct NetworkModel: Sendable, Equatable {
     public private(set) var addresses: [Address.Key: Address] = [:]
     public private(set) var routes: [Route.Key: Route] = [:]
     /// The agent's own tunnel interface: never a path, whatever its routes say.
-    public var tunnelInterface: String?
+    public var tunnelInterface: String? {
+        didSet { if tunnelInterface != oldValue { countLocalNetworks() } }
+    }
+    /// The subnets of the uplinks' own usable addresses (link-local ones aside): what "the LAN"
+    /// means for a firewall that lets it through. In address order, then shortest first, each
+    /// once; kept up to date by `apply`, which works it out again only when a change can move it
+    /// (most changes are carrier, route and lifetime updates that cannot).
+    public private(set) var localNetworks: [Prefix] = []
+    /// How many usable uplink addresses lie in each of `localNetworks`, in the same order.
+    private var localCounts: [Int] = []
     /// Routing tables consulted for the server; the tunnel's own table stays out.
     public var tables: Set<UInt32> = [Route.mainTable]
 
@@ -81,20 +90,37 @@ public struct NetworkModel: Sendable, Equatable {
         case .linkChanged(let link):
             let old = links.updateValue(link, forKey: link.index)
             if old == link { return false }
+            if old?.kind != link.kind || old?.name != link.name {
+                for address in addresses.values where address.linkIndex == link.index {
+                    countLocal(address, -1, on: old)
+                    countLocal(address, 1, on: link)
+                }
+            }
             // The kernel flushes a downed link's IPv4 routes without sending RTM_DELROUTE
             // (fib_sync_down_dev on NETDEV_DOWN); IPv6 routes stay.
             if old?.isUp == true && !link.isUp { removeRoutes(family: .v4) { $0 == link.index } }
             return true
         case .linkRemoved(let index):
-            guard links.removeValue(forKey: index) != nil else { return false }
-            addresses = addresses.filter { $0.key.linkIndex != index }
+            guard let gone = links.removeValue(forKey: index) else { return false }
+            let left = addresses.values.filter { $0.linkIndex == index }
+            for address in left {
+                countLocal(address, -1, on: gone)
+                addresses.removeValue(forKey: address.key)
+            }
             removeRoutes(family: nil) { $0 == index }
             return true
         case .addressAdded(let address):
-            return addresses.updateValue(address, forKey: address.key) != address
+            let old = addresses.updateValue(address, forKey: address.key)
+            if old == address { return false }
+            if old?.isUsable != address.isUsable || old?.prefix.network != address.prefix.network {
+                if let old { countLocal(old, -1, on: links[old.linkIndex]) }
+                countLocal(address, 1, on: links[address.linkIndex])
+            }
+            return true
         case .addressRemoved(let key):
             guard let removed = addresses.removeValue(forKey: key) else { return false }
             if removed.ip.family == .v4 { flushAfterRemoving(removed) }
+            countLocal(removed, -1, on: links[removed.linkIndex])
             return true
         case .routeAdded(let route):
             // The kernel refuses IPv4 routes through a link that is administratively down, so
@@ -156,21 +182,33 @@ public struct NetworkModel: Sendable, Equatable {
         return best
     }
 
-    /// The subnets of the uplinks' own usable addresses (link-local ones aside): what "the LAN"
-    /// means for a firewall that lets it through.
-    public var localNetworks: [Prefix] {
-        let prefixes = addresses.values.filter { address in
-            guard let link = links[address.linkIndex] else { return false }
-            return address.isUsable && link.kind != .loopback && link.kind != .tunnel && link.name != tunnelInterface
-        }.map(\.prefix.network)
-        // In address order, then shortest first, each once: one order whatever the dictionary's,
-        // with no text made and nothing hashed to compare (this runs on every change of a link or
-        // an address).
-        var unique: [Prefix] = []
-        for prefix in prefixes.sorted(by: { ($0.address, $0.length) < ($1.address, $1.length) }) where unique.last != prefix {
-            unique.append(prefix)
+    /// Counts `address` in (`delta` 1) or out (-1) of the local networks when it is a usable
+    /// address of an uplink (`link`, as it is or was); a prefix stays while any address lies in it.
+    private mutating func countLocal(_ address: Address, _ delta: Int, on link: Link?) {
+        guard address.isUsable, let link, link.kind != .loopback, link.kind != .tunnel,
+              link.name != tunnelInterface else { return }
+        let prefix = address.prefix.network
+        var i = 0
+        while i < localNetworks.count, (localNetworks[i].address, localNetworks[i].length) < (prefix.address, prefix.length) {
+            i += 1
         }
-        return unique
+        if i < localNetworks.count, localNetworks[i] == prefix {
+            localCounts[i] += delta
+            if localCounts[i] == 0 {
+                localNetworks.remove(at: i)
+                localCounts.remove(at: i)
+            }
+        } else if delta > 0 {
+            localNetworks.insert(prefix, at: i)
+            localCounts.insert(delta, at: i)
+        }
+    }
+
+    /// Counts the local networks again from every address (the tunnel's name changed).
+    private mutating func countLocalNetworks() {
+        localNetworks = []
+        localCounts = []
+        for address in addresses.values { countLocal(address, 1, on: links[address.linkIndex]) }
     }
 
     /// Routes through a gateway on an uplink that are more specific than a default route:
@@ -324,6 +362,9 @@ public struct PathTracker: Sendable {
     /// Applies `change`; returns the new ranked paths when they differ significantly, else nil.
     public mutating func apply(_ change: NetworkChange) -> [Path]? {
         guard model.apply(change) else { return nil }
+        // A route that does not cover the endpoint cannot be a path to it (a container's
+        // subnet, a LAN's own route): nothing to work out again.
+        if let destination = change.routeDestination, !destination.contains(endpoint) { return nil }
         let new = model.paths(to: endpoint)
         guard NetworkModel.isSignificant(from: paths, to: new) else {
             paths = new  // keep metrics and gateways current for the next comparison's log lines

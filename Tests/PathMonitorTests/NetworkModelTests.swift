@@ -235,3 +235,49 @@ private func laptop() -> NetworkModel {
     #expect(m.routesAroundTheTunnel.map(\.description) == ["0.0.0.0/1 via 192.168.1.1 dev wifi0", "128.0.0.0/1 via 192.168.1.1 dev wifi0"])
     #expect(m.localNetworks == [prefix("10.20.0.0/24"), prefix("192.168.1.0/24")])
 }
+
+/// The local networks are kept as changes arrive, not worked out from scratch: after every one
+/// of a seeded random run of links coming, going, being renamed into the tunnel, and addresses
+/// sharing subnets, turning tentative or link-local, they equal what every address says.
+@Test func localNetworksFollowEveryChange() {
+    var rng = SeededRandom(seed: 7)
+    func pick(_ n: Int) -> Int { Int(rng.next() % UInt64(n)) }
+    let names = ["wifi0", "eth0", "roam0", "lo"]
+    let kinds: [LinkKind] = [.wifi, .ethernet, .tunnel, .loopback, .virtual]
+    let subnets = ["192.168.1.", "10.20.0.", "fe80::", "2001:db8:1::"]
+    var m = NetworkModel(tunnelInterface: "roam0")
+    var renamed = 0
+    for step in 0..<4000 {
+        let index = Int32(2 + pick(4))
+        switch pick(6) {
+        case 0:
+            m.apply(.linkChanged(Link(index: index, name: names[pick(names.count)], kind: kinds[pick(kinds.count)])))
+        case 1:
+            m.apply(.linkRemoved(index: index))
+        case 2, 3:
+            let subnet = subnets[pick(subnets.count)]
+            let length = subnet.contains(":") ? [64, 48][pick(2)] : [24, 16][pick(2)]
+            let flags: AddressFlags = pick(4) == 0 ? [.tentative] : []
+            m.apply(.addressAdded(Address(linkIndex: index, prefix: prefix("\(subnet)\(1 + pick(3))/\(length)"), flags: flags)))
+        case 4:
+            if let key = m.addresses.keys.sorted(by: { "\($0)" < "\($1)" }).first(where: { $0.linkIndex == index }) {
+                m.apply(.addressRemoved(key))
+            }
+        default:
+            m.tunnelInterface = pick(2) == 0 ? "roam0" : "wifi0"
+            renamed += 1
+        }
+        var expected = Set<Prefix>()
+        for address in m.addresses.values where address.isUsable {
+            guard let link = m.links[address.linkIndex], link.kind != .loopback, link.kind != .tunnel,
+                  link.name != m.tunnelInterface else { continue }
+            expected.insert(address.prefix.network)
+        }
+        #expect(Set(m.localNetworks) == expected, "step \(step)")
+        #expect(m.localNetworks.count == expected.count, "each prefix once, step \(step)")
+        #expect(zip(m.localNetworks, m.localNetworks.dropFirst()).allSatisfy { ($0.address, $0.length) < ($1.address, $1.length) },
+                "in address order, step \(step)")
+        if Set(m.localNetworks) != expected { break }
+    }
+    #expect(renamed > 100)
+}
