@@ -42,8 +42,11 @@ public enum AgentEvent: Equatable, Sendable {
     case connectivity(Connectivity, on: Path.ID)
     /// A timer the core keeps (see `AgentCore.timers`) is due.
     case timerFired(TimerKind)
-    /// What the on-demand rules decided for the best path's network.
-    case onDemand(OnDemandDecision)
+    /// Something learnt about the best path's network for the on-demand rules (see
+    /// `Effect.findOut`), or a notice that changed it.
+    case networkFact(NetworkFact)
+    /// The on-demand rules were read again (a reload).
+    case rulesChanged(OnDemandRules)
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
     /// An operator's request.
@@ -69,7 +72,8 @@ public enum AgentEvent: Equatable, Sendable {
         case .handoverRejected: "handover-rejected"
         case .connectivity: "connectivity-check"
         case .timerFired(let kind): "timer:\(kind.rawValue)"
-        case .onDemand: "on-demand"
+        case .networkFact: "network-fact"
+        case .rulesChanged: "rules-changed"
         case .tunnelFailed: "tunnel-failed"
         case .request(.reconnect): "operator"
         case .request(.pause): "operator-down"
@@ -164,6 +168,14 @@ public enum Effect: Equatable, Sendable {
     case ready
     /// The agent cannot go on: it ends, for its service manager to start it again.
     case giveUp(GiveUp)
+    /// Find out something about the best path's network for the on-demand rules; the answer
+    /// comes back as `AgentEvent.networkFact`.
+    case findOut(FactRequest)
+    /// Follow these kernel notices (and no others), feeding what they change as
+    /// `AgentEvent.networkFact`.
+    case followNotices(FactNotices)
+    /// The on-demand rules decided, or wait for facts, for the best path's network (for the log).
+    case onDemandDecided(OnDemandDecision)
 }
 
 /// The agent's decisions, in one pure place: events and the time go in, effects come out.
@@ -172,8 +184,9 @@ public enum Effect: Equatable, Sendable {
 ///
 /// Around the session's state machine (`Reconnector`) it keeps the network as the kernel
 /// reported it and the paths to the server's address (`network`), where the servers are and
-/// the look-ups of their names (`servers`), which path each probe in flight went on (an echo
-/// names only its id), the start-up deadline, and that a stopping agent decides nothing more.
+/// the look-ups of their names (`servers`), the on-demand rules and what they know of the best
+/// path's network (`onDemand`), which path each probe in flight went on (an echo names only its
+/// id), the start-up deadline, and that a stopping agent decides nothing more.
 public struct AgentCore: Sendable {
     /// The session's state machine.
     public var machine: Reconnector
@@ -181,6 +194,8 @@ public struct AgentCore: Sendable {
     public private(set) var network: PathTracker
     /// Every server's usable addresses, and the look-ups of the current one's name.
     public private(set) var servers: ServerBook
+    /// The on-demand rules, and what they know of the best path's network.
+    public private(set) var onDemand: OnDemandJudge
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
     private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
@@ -206,12 +221,17 @@ public struct AgentCore: Sendable {
     private var following = false
     /// The local networks last told to the runner.
     private var localNetworks: [Prefix]
+    /// What the machine is told once the rules have the facts they asked for (new paths, a
+    /// wake): a network the rules may trust is not tried before they have looked at it.
+    private var held: [Input] = []
 
     /// `model` is the network as the first dump showed it; `servers` every server of the list
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
-    public init(_ machine: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry]) {
+    public init(_ machine: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
+                rules: OnDemandRules = OnDemandRules()) {
         self.machine = machine
+        onDemand = OnDemandJudge(rules: rules)
         self.startupWait = startupWait
         self.servers = ServerBook(servers)
         let addresses = servers.first?.addresses ?? []
@@ -231,13 +251,14 @@ public struct AgentCore: Sendable {
         var all = machine.timers
         if let giveUpAt { all[.startup] = giveUpAt }
         if let lookUpAt { all[.lookUp] = lookUpAt }
+        if let due = onDemand.nextDeadline { all[.onDemand] = due }
         return all
     }
 
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        return [machine.nextDeadline, giveUpAt, lookUpAt].compactMap { $0 }.min()
+        return [machine.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline].compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -254,14 +275,20 @@ public struct AgentCore: Sendable {
         switch event {
         case .start:
             out.append(.localNetworks(localNetworks))
-            run(.paths(network.paths), now, &out)
+            if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
+            // The rules first: a trusted network is never tried.
+            judge(now, &out)
+            afterRules(.paths(network.paths), now, &out)
         case .network(let change): networkChanged(change, now, &out)
         case .serverLookedUp(let index, let addresses): lookedUp(index, addresses, now, &out)
         case .serverAllowed(let index, let address, let allowed): serverAllowed(index, address, allowed, now, &out)
         case .sleep: run(.sleep, now, &out)
         case .wake(let slept):
             unansweredSince = nil  // the time asleep was no time without an answer
-            run(.wake(sleptFor: slept), now, &out)
+            // Awake, perhaps on another network: the rules look at it afresh.
+            onDemand.forgetNetwork()
+            judge(now, &out)
+            afterRules(.wake(sleptFor: slept), now, &out)
             // Perhaps on another network, where the name may resolve elsewhere.
             lookUp(&out)
         case .powerChanged(let source): run(.powerChanged(source), now, &out)
@@ -297,8 +324,15 @@ public struct AgentCore: Sendable {
             guard let due = lookUpAt, due <= now else { break }
             lookUpAt = now + ServerBook.lookUpEvery
             lookUp(&out)
+        case .timerFired(.onDemand):
+            var asks: [FactRequest] = []
+            onDemand.timerFired(now: now, &asks)
+            out += asks.map(Effect.findOut)
+            judge(now, &out)
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
-        case .onDemand(let decision): run(.onDemand(decision), now, &out)
+        case .networkFact(let fact):
+            if onDemand.learn(fact, now: now) { judge(now, &out) }
+        case .rulesChanged(let rules): rulesChanged(rules, now, &out)
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
         case .request(.reconnect): run(.reconnectRequested, now, &out)
         case .request(.pause): run(.pause, now, &out)
@@ -317,6 +351,9 @@ public struct AgentCore: Sendable {
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
         let paths = network.apply(change)
+        // The rules look at the network first (an address may match a rule's subnet), so a
+        // trusted network is never tried.
+        judge(now, &out)
         // The local networks are the links' own addresses' subnets: a route never moves them.
         if change.movesAddresses, network.model.localNetworks != localNetworks {
             localNetworks = network.model.localNetworks
@@ -326,7 +363,7 @@ public struct AgentCore: Sendable {
             return propose(.init(server: machine.server, address: other, why: "no uplink reaches \(network.endpoint) now",
                                  announce: false), &out)
         }
-        if let paths { run(.paths(paths), now, &out) }
+        if let paths { afterRules(.paths(paths), now, &out) }
     }
 
     /// Asks for a look-up of the current server's name (one at a time).
@@ -368,14 +405,20 @@ public struct AgentCore: Sendable {
         servers.propose(nil)
         guard allowed, index == machine.server, address != network.endpoint else {
             // The old address stays; the machine hears the paths to it as they are.
-            if machine.paths != network.paths { run(.paths(network.paths), now, &out) }
+            if machine.paths != network.paths {
+                judge(now, &out)
+                afterRules(.paths(network.paths), now, &out)
+            }
             return
         }
         probes.removeAll()  // an echo from the old address proves nothing about the new one
         out.append(.useAddress(address, why: move.why))
         following = true
         defer { following = false }
-        if let paths = network.retarget(to: address) { run(.paths(paths), now, &out) }
+        if let paths = network.retarget(to: address) {
+            judge(now, &out)
+            afterRules(.paths(paths), now, &out)
+        }
         if move.announce { run(.serverMoved, now, &out) }
     }
 
@@ -386,7 +429,10 @@ public struct AgentCore: Sendable {
         guard let address else { return }
         following = true
         defer { following = false }
-        if let paths = network.retarget(to: address) { run(.paths(paths), now, &out) }
+        if let paths = network.retarget(to: address) {
+            judge(now, &out)
+            afterRules(.paths(paths), now, &out)
+        }
         network.learn(serverAddresses: servers.entries[index].addresses)
     }
 
@@ -394,6 +440,55 @@ public struct AgentCore: Sendable {
     private func address(of index: Int) -> IPAddress? {
         guard servers.entries.indices.contains(index) else { return nil }
         return PathTracker.preferred(servers.entries[index].addresses, in: network.model)
+    }
+
+    // MARK: On-demand rules
+
+    /// What the rules say for the best path's network, given to the machine when it changed;
+    /// what they wait for is asked of the runner.
+    private mutating func judge(_ now: Instant, _ out: inout [Effect]) {
+        if onDemand.isActive {
+            var asks: [FactRequest] = []
+            let decision = onDemand.judge(network.paths.first, in: network.model, now: now, &asks)
+            out += asks.map(Effect.findOut)
+            if let decision {
+                out.append(.onDemandDecided(decision))
+                run(.onDemand(decision), now, &out)
+            }
+        }
+        guard !onDemand.awaitsAnswers, !held.isEmpty else { return }
+        let inputs = held
+        held = []
+        for input in inputs {
+            // Paths held are the network as it was then; the machine hears it as it is now.
+            if case .paths = input { run(.paths(network.paths), now, &out) } else { run(input, now, &out) }
+        }
+    }
+
+    /// `input` goes to the machine now, or once the rules have the facts they asked for.
+    private mutating func afterRules(_ input: Input, _ now: Instant, _ out: inout [Effect]) {
+        guard onDemand.awaitsAnswers else { return run(input, now, &out) }
+        // A lockdown lifted for a network the best path has left is put back at once, before
+        // the rules look at the next one (the machine tries nothing on a verdict for another path).
+        if case .paths = input, case .disconnected(_, let lifted?) = machine.state, lifted != network.paths.first?.id {
+            return run(input, now, &out)
+        }
+        if case .paths = input { held.removeAll { if case .paths = $0 { true } else { false } } }
+        held.append(input)
+    }
+
+    /// New rules from a reload: the network is judged afresh; with none left, always on.
+    private mutating func rulesChanged(_ rules: OnDemandRules, _ now: Instant, _ out: inout [Effect]) {
+        guard rules != onDemand.rules else { return }
+        let had = onDemand.isActive
+        onDemand.use(rules)
+        out.append(.followNotices(onDemand.notices))
+        if onDemand.isActive { return judge(now, &out) }
+        guard had, let best = network.paths.first else { return }
+        let always = OnDemandDecision.decided(OnDemandVerdict(action: .connect, rule: "default", path: best.id,
+                                                              interface: best.interface))
+        out.append(.onDemandDecided(always))
+        run(.onDemand(always), now, &out)
     }
 
     // MARK: Around the machine

@@ -1558,6 +1558,7 @@ extension TimerKind {
         case .pathMTU: 9
         case .startup: 10
         case .lookUp: 11
+        case .onDemand: 12
         }
     }
 }

@@ -119,6 +119,9 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case startup
     /// While the agent backs off, time to ask the server's name again (kept by `AgentCore`).
     case lookUp = "look-up"
+    /// The on-demand rules wait for a gateway's entry or a network's search domains: time to
+    /// look again, or to stop waiting (kept by `AgentCore`).
+    case onDemand = "on-demand"
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

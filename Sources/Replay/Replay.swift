@@ -83,8 +83,8 @@ public struct Replay {
     private var windowOpen = false
     /// What on-demand rules can learn of the network behind each link.
     private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)] = [:]
-    /// The rules' last decision, fed to the agent as the daemon does: only when it changes.
-    private var decision: OnDemandDecision?
+    /// The kernel notices the agent follows for its rules.
+    private var notices = FactNotices()
     /// An on-demand rule has the lockdown lifted.
     private var lockdownLifted = false
     private var checkTimes: [Instant] = []
@@ -226,8 +226,6 @@ public struct Replay {
         if let phase = clientStream { queue.push(.zero + phase.every, .traffic(0)) }
         if let phase = serverStream { queue.push(.zero + phase.every, .serverTraffic(0)) }
         if let every = scenario.persistentKeepalive { queue.push(.zero + every, .keepalive) }
-        // The rules first: a trusted network is never tried.
-        decideOnDemand()
         feed(.start)
         updateOutage()
 
@@ -358,12 +356,8 @@ public struct Replay {
         case .gateway(let index, let change):
             gateways[index].hasSession = false
             gateways[index].up = change == .up
-        case .drop(let name):
-            dropped.insert(name)
-            decideOnDemand()
-        case .restore(let name):
-            dropped.remove(name)
-            decideOnDemand()
+        case .drop(let name): dropped.insert(name)
+        case .restore(let name): dropped.remove(name)
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
         case .portalWindow(let open): feed(.request(open ? .openPortalWindow : .closePortalWindow))
@@ -406,8 +400,7 @@ public struct Replay {
             handshakeGeneration += 1
             windowOpen = false  // the new process loads the lockdown whole
             lockdownLifted = false
-            decision = nil
-            decideOnDemand()
+            notices = FactNotices()
             feed(.start)
         }
     }
@@ -422,7 +415,7 @@ public struct Replay {
             Reconnector(config: scenario.config, power: power, seed: seed, servers: scenario.gateways)
         }
         core = AgentCore(machine, startupWait: scenario.waitForServer, model: kernel.model,
-                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) })
+                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: scenario.onDemand)
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -434,37 +427,18 @@ public struct Replay {
         }
     }
 
-    /// Each change goes to the kernel's network, then to the agent; the on-demand rules look at
-    /// the network first, so a trusted network is never tried.
+    /// Each change goes to the kernel's network, then to the agent.
     private mutating func applyNetwork(_ event: TimedEvent, report feeding: Bool = true) throws(ReplayError) {
+        var described: String?
+        if case .link(let spec) = event.event { described = spec.name }
+        let before = described.flatMap { networks[$0] }
         for change in try resolve(event) {
             report.networkChanges += 1
-            let moved = kernel.apply(change) != nil
+            _ = kernel.apply(change)
             guard feeding else { continue }
-            if moved || kernel.paths.isEmpty { decideOnDemand() }
             feed(.network(change))
         }
-    }
-
-    /// Evaluates the on-demand rules for the best path's network, with what the world says of it
-    /// (a probe answers at once), and feeds the decision when it changed.
-    private mutating func decideOnDemand() {
-        guard !scenario.onDemand.rules.isEmpty, let best = kernel.paths.first else { return }
-        let world = networks[best.interface]
-        let reaches = self.reaches(best.id) && !dropped.contains(best.interface)
-        var probes: [OnDemandRule.Probe: Bool] = [:]
-        for rule in scenario.onDemand.rules {
-            if let probe = rule.match.probe { probes[probe] = reaches && world?.probes.contains(probe.url) == true }
-        }
-        let facts = NetworkFacts(path: best, ssid: world?.ssid.map { .known($0) } ?? .absent,
-                                 gatewayMAC: world?.gatewayMAC.map { .known($0) } ?? .absent,
-                                 dnsDomains: world?.domains.map { .known($0) } ?? .absent,
-                                 addresses: kernel.model.usableAddresses(on: best.linkIndex),
-                                 probes: probes)
-        let new = scenario.onDemand.evaluate(facts)
-        guard new != decision else { return }
-        decision = new
-        feed(.onDemand(new))
+        if feeding, let described { noticeFacts(on: described, before: before) }
     }
 
     /// Turns a named event into model changes, as the kernel would report them.
@@ -1113,6 +1087,63 @@ extension Replay {
         case .restoreLockdown: restoreLockdown()
         case .ready: break
         case .giveUp(let why): report.gaveUp = (now, why)
+        case .findOut(let request): findOut(request)
+        case .followNotices(let wanted): notices = wanted
+        case .onDemandDecided: break
+        }
+    }
+
+    /// What the network behind a link tells the agent's rules: its Wi-Fi network's name, its
+    /// gateway's hardware address (every gateway has one; a scenario may name it), the search
+    /// domains its DHCP server gave (written to resolv.conf by the best path's link), and a
+    /// probe's answer after a round trip, if the network passes it and serves the URL.
+    private mutating func findOut(_ request: FactRequest) {
+        func name(_ index: Int32) -> String? { kernel.model.links[index]?.name }
+        switch request {
+        case .wifi(let index):
+            queue.push(now, .answer(.networkFact(.wifi(linkIndex: index, wifi(on: name(index))))))
+        case .gateway(let address, let index, _):
+            queue.push(now, .answer(.networkFact(.gateway(linkIndex: index, address, mac: gatewayMAC(on: index)))))
+        case .searchDomains:
+            queue.push(now, .answer(.networkFact(.searchDomains(searchDomains, beforeBoot: false))))
+        case .probe(let probe, let path, let generation):
+            requireKnown(path, action: "on-demand probe")
+            let name = interface(of: path.id)
+            let answers = name.map { reaches(path.id) && !dropped.contains($0) && !sleeping
+                && networks[$0]?.probes.contains(probe.url) == true } ?? false
+            let at = answers || name.map({ reaches(path.id) && !dropped.contains($0) }) == true
+                ? now + roundTrip(path.id) : now + .seconds(5)
+            queue.push(at, .answer(.networkFact(.probeAnswered(probe, generation: generation, answers))))
+        }
+    }
+
+    private func wifi(on name: String?) -> Fact<String> {
+        name.flatMap { networks[$0]?.ssid }.map { .known($0) } ?? .absent
+    }
+
+    private func gatewayMAC(on index: Int32) -> String {
+        kernel.model.links[index].flatMap { networks[$0.name]?.gatewayMAC }
+            ?? "02:00:00:00:00:" + String(String(0x100 | Int(index & 0xff), radix: 16).dropFirst())
+    }
+
+    /// resolv.conf's search list: what the best path's network gave.
+    private var searchDomains: [String] {
+        kernel.paths.first.flatMap { networks[$0.interface]?.domains } ?? []
+    }
+
+    /// The kernel's notices of a network's facts that a link's new description changed, for
+    /// the ones the agent follows.
+    private mutating func noticeFacts(on name: String, before: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)?) {
+        guard let index = kernel.model.link(named: name)?.index, let after = networks[name] else { return }
+        if notices.wifi, after.ssid != before?.ssid {
+            queue.push(now, .answer(.networkFact(.wifi(linkIndex: index, wifi(on: name)))))
+        }
+        if notices.gateway, after.gatewayMAC != before?.gatewayMAC,
+           let gateway = kernel.paths.first(where: { $0.linkIndex == index })?.gateway {
+            queue.push(now, .answer(.networkFact(.gateway(linkIndex: index, gateway, mac: gatewayMAC(on: index)))))
+        }
+        if notices.searchDomains, after.domains != before?.domains, kernel.paths.first?.linkIndex == index {
+            queue.push(now, .answer(.networkFact(.searchDomains(searchDomains, beforeBoot: false))))
         }
     }
 

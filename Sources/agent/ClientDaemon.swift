@@ -24,8 +24,8 @@ final class ClientDaemon {
         case control(ControlServer.Call)
         /// A connectivity check over the path ended.
         case connectivity(Connectivity, Path.ID)
-        /// An on-demand rule's probe over the path answered (true: as expected), or did not.
-        case probed(OnDemandRule.Probe, generation: UInt64, Bool)
+        /// Something found out about a network for the on-demand rules (a probe's answer).
+        case found(NetworkFact)
     }
 
     /// The only state shared across threads: where other threads (signal handlers included)
@@ -98,8 +98,8 @@ extension ClientDaemon {
         private var metricsDue: Instant?
         /// Who opened the portal window, while one is open: only they (or root) close it.
         private var windowOwner: UInt32?
-        /// The facts the on-demand rules match on; nil without rules.
-        private var onDemand: OnDemandWatch?
+        /// Finds out what the on-demand rules ask about the network, and follows its notices.
+        private let facts: FactFinder
         /// Where the budget, the backoff and the dead-path verdicts outlive this process (the
         /// runtime directory, beside the control socket), and what was written there last.
         private let memoryPath: String
@@ -122,7 +122,7 @@ extension ClientDaemon {
             memoryPath = control.path.parentDirectory + "/reconnect-state"
             flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
-            onDemand = settings.onDemand.rules.isEmpty ? nil : OnDemandWatch(rules: settings.onDemand, log: log)
+            facts = FactFinder(log: log)
             do {
                 monitor = try LiveMonitor(endpoint: first, tunnelInterface: settings.tunnel.name)
             } catch {
@@ -132,7 +132,8 @@ extension ClientDaemon {
             // an IPv4-only network); the lockdown lets the session reach every one of them.
             core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer,
                              model: monitor.tracker.model,
-                             servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) })
+                             servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) },
+                             rules: settings.onDemand)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
@@ -145,28 +146,27 @@ extension ClientDaemon {
                 log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
             effects.networkObserved(core.network.model)
-            // The rules first: a trusted network is never tried.
-            decideOnDemand()
             feed(.start)
             while running {
                 let now = Instant.now()
                 service.tick(now: now)
                 let wakeAt = [core.nextDeadline, service.nextDeadline, flaps.nextDue, metricsDue,
-                              onDemand?.nextDeadline, effects.firewall?.retryDue].compactMap { $0 }.min()
+                              effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
-                    + (onDemand?.fileDescriptors ?? [])
+                    + facts.fileDescriptors
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
                 if let slept = checkSuspend() { woke(after: slept) }
                 if ready.contains(monitor.fileDescriptor) { monitorSpoke() }
-                if let onDemand, onDemand.noticesArrived(ready: ready) { decideOnDemand() }
+                for fact in facts.noticesArrived(ready: ready, about: core.onDemand.network, tunnelSearch: tunnelSearch) {
+                    feed(.networkFact(fact))
+                }
                 if ready.contains(mailbox.fileDescriptor) {
                     for event in mailbox.take() { handle(event) }
                 }
                 let after = Instant.now()
                 report(flaps.tick(now: after))
                 if let due = metricsDue, due <= after { writeMetrics() }
-                if let due = onDemand?.nextDeadline, due <= after { decideOnDemand() }
                 if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
                 for (kind, due) in core.timers.sorted(by: { $0.value < $1.value }) where due <= after {
                     feed(.timerFired(kind))
@@ -181,8 +181,7 @@ extension ClientDaemon {
 
         // MARK: Facts in
 
-        /// Every change the kernel reported goes to the core; the rules look at the network
-        /// first, so a trusted network is never tried.
+        /// Every change the kernel reported goes to the core.
         private func monitorSpoke() {
             var changes: [NetworkChange] = []
             for event in monitor.next(timeout: .zero) {
@@ -198,17 +197,23 @@ extension ClientDaemon {
                     log.warning("netlink socket failed; reopened", error: error, metadata: ["reopens": .stringConvertible(monitor.reopens)])
                 }
             }
-            decideOnDemand()
             for change in changes { feed(.network(change)) }
             effects.networkObserved(core.network.model)
         }
 
         /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
         private func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
-            guard let url = CheckURL(probe.url) else { return mailbox.post(.probed(probe, generation: generation, false)) }
+            guard let url = CheckURL(probe.url) else {
+                return produced.append(.networkFact(.probeAnswered(probe, generation: generation, false)))
+            }
             log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
-            run(PortalCheck(url: url, expect: probe.expect), via: path) { .probed(probe, generation: generation, $0 == .online) }
+            run(PortalCheck(url: url, expect: probe.expect), via: path) {
+                .found(.probeAnswered(probe, generation: generation, $0 == .online))
+            }
         }
+
+        /// The tunnel's own search domains, which resolv.conf holds beside the network's.
+        private var tunnelSearch: [String] { effects.dns?.applied?.searchDomains ?? [] }
 
         /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers
         /// avoided) and posts what `answer` makes of its result.
@@ -224,27 +229,17 @@ extension ClientDaemon {
             }
         }
 
-        /// Evaluates the on-demand rules for the best path's network and tells the core when
-        /// their decision changed (a probe they wait for runs on its own thread).
-        private func decideOnDemand() {
-            guard let onDemand else { return }
-            // The kernel's network as the monitor has it now, ahead of the core's.
-            let model = monitor.tracker.model
-            guard let best = model.paths(to: core.serverAddress).first else { return onDemand.forgetNetwork() }
-            let decision = onDemand.decide(for: best, model: model,
-                                           tunnelSearch: effects.dns?.applied?.searchDomains ?? []) { [unowned self] probe, path, generation in
-                startProbe(probe, via: path, generation: generation)
-            }
-            guard let decision else { return }
+        /// What the rules decided (or wait for), for the operator.
+        private func report(_ decision: OnDemandDecision) {
             switch decision {
             case .decided(let verdict):
                 log.notice("on-demand", metadata: ["rule": "\(verdict.rule)", "action": "\(verdict.action.rawValue)",
                                                    "path": "\(verdict.interface)", "lockdown": "\(verdict.liftsLockdown ? "lifted" : "kept")"])
-            case .waiting(let rule, let wanted, _):
-                log.info("on-demand waits", metadata: ["rule": "\(rule)", "path": "\(best.interface)",
+            case .waiting(let rule, let wanted, let path):
+                let interface = core.network.model.links[path.linkIndex]?.name ?? "link \(path.linkIndex)"
+                log.info("on-demand waits", metadata: ["rule": "\(rule)", "path": "\(interface)",
                                                        "for": "\(wanted.map(\.description).joined(separator: ","))"])
             }
-            feed(.onDemand(decision))
         }
 
         private func powerMayHaveChanged() {
@@ -286,10 +281,11 @@ extension ClientDaemon {
                 answer(call)
             case .connectivity(let result, let id):
                 checked(result, on: id)
-            case .probed(let probe, let generation, let expected):
-                log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
-                onDemand?.probeAnswered(probe, generation: generation, expected)
-                decideOnDemand()
+            case .found(let fact):
+                if case .probeAnswered(let probe, _, let expected) = fact {
+                    log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
+                }
+                feed(.networkFact(fact))
             }
         }
 
@@ -357,22 +353,8 @@ extension ClientDaemon {
             } catch {
                 log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
             }
-            let rulesChanged = fresh.onDemand != settings.onDemand
             settings = fresh
-            if rulesChanged {
-                if fresh.onDemand.rules.isEmpty {
-                    // No rules: always on, as without them.
-                    if onDemand != nil, let best = core.network.paths.first {
-                        feed(.onDemand(.decided(OnDemandVerdict(action: .connect, rule: "default", path: best.id, interface: best.interface))))
-                    }
-                    onDemand = nil
-                } else if let onDemand {
-                    onDemand.use(fresh.onDemand)
-                } else {
-                    onDemand = OnDemandWatch(rules: fresh.onDemand, log: log)
-                }
-                decideOnDemand()
-            }
+            feed(.rulesChanged(fresh.onDemand))
             machine.config = fresh.reconnect
             effects.setPersistentKeepalive(fresh.persistentKeepalive)
             log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
@@ -381,9 +363,6 @@ extension ClientDaemon {
         /// After a suspend the machine may be on another network, where the server's name may
         /// resolve elsewhere. The time asleep was no time without an answer.
         private func woke(after slept: Duration) {
-            // Awake, perhaps on another network: the rules look at it afresh.
-            onDemand?.forgetNetwork()
-            decideOnDemand()
             feed(.wake(sleptFor: slept))
         }
 
@@ -563,6 +542,11 @@ extension ClientDaemon {
                 giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
                     + "users list this client's public key")
             case .giveUp(.tunnelFailed(let why)): giveUp(why)
+            case .findOut(.probe(let probe, let path, let generation)): startProbe(probe, via: path, generation: generation)
+            case .findOut(let request):
+                if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }
+            case .followNotices(let notices): facts.follow(notices)
+            case .onDemandDecided(let decision): report(decision)
             }
         }
 

@@ -229,3 +229,66 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     #expect(followed.usedAddresses == [v4])
     #expect(core.machine.state.name == "connecting" || core.machine.state.name == "probing", "\(core.machine.state.name)")
 }
+
+// MARK: On-demand rules in the core
+
+private let officeGateway = "52:54:00:0f:f1:ce"
+private let officeRule = OnDemandRule(name: "office", match: .init(gatewayMACs: [officeGateway]), action: .disconnect,
+                                      liftsLockdown: true)
+
+extension [Effect] {
+    var attempts: Int { filter { if case .bind = $0 { true } else if case .handshake = $0 { true } else { false } }.count }
+    var asked: [FactRequest] { compactMap { if case .findOut(let request) = $0 { request } else { nil } } }
+}
+
+/// A trusted network is never tried: at start, and when a cable to it is plugged in while the
+/// session runs elsewhere, nothing is sent until the rules have read what they match on.
+@Test func aNetworkTheRulesTrustIsNeverTried() {
+    var core = agentCore(on: [eth0])
+    core = AgentCore(core.machine, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+                     rules: OnDemandRules([officeRule]))
+    let start = core.handle(.start, now: at(0))
+    #expect(start.contains(.followNotices(FactNotices(gateway: true))))
+    #expect(start.asked == [.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)])
+    #expect(start.attempts == 0 && core.machine.state == .offline, "the machine hears of the paths only after the rules")
+    let answer = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
+    #expect(answer.attempts == 0)
+    #expect(answer.contains(.liftLockdown(interface: "eth0")))
+    #expect(core.machine.state == .disconnected(rule: "office", lifted: eth0.id))
+
+    // Elsewhere: Wi-Fi only, with another gateway.
+    var away = agentCore(on: [wifi0])
+    away = AgentCore(away.machine, model: away.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+                     rules: OnDemandRules([officeRule]))
+    _ = away.handle(.start, now: at(0))
+    let cafe = away.handle(.networkFact(.gateway(linkIndex: wifi0.linkIndex, wifi0.gateway!, mac: "a4:91:b1:00:ca:fe")), now: at(1))
+    #expect(cafe.attempts > 0, "another gateway: the tunnel comes up")
+    _ = away.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: false), now: at(30))
+    // Docked at the office: the better path is not tried before the rules know its gateway.
+    let docked = away.handle(uplink(eth0), now: at(10_000))
+    #expect(docked.attempts == 0 && docked.asked.contains(.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)))
+    let trusted = away.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(10_001))
+    #expect(trusted.contains(.disconnect) && trusted.contains(.liftLockdown(interface: "eth0")))
+    #expect(trusted.attempts == 0)
+    var later: [Effect] = []
+    var t = 10_001
+    while let due = away.nextDeadline, due <= at(20_000), later.count < 1000 {
+        t = Int(due.nanoseconds / 1_000_000)
+        later += away.handle(.timerFired(away.timers.first { $0.value == due }!.key), now: due)
+    }
+    #expect(later.attempts == 0, "nothing tried on the office network, \(t) ms")
+}
+
+/// A reload that drops every rule brings the tunnel up where a rule kept it down.
+@Test func rulesDroppedByAReloadBringTheTunnelUp() {
+    var core = agentCore(on: [eth0])
+    core = AgentCore(core.machine, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+                     rules: OnDemandRules([officeRule]))
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
+    #expect(core.handle(.rulesChanged(OnDemandRules([officeRule])), now: at(2)).isEmpty, "the same rules change nothing")
+    let reload = core.handle(.rulesChanged(OnDemandRules()), now: at(3))
+    #expect(reload.contains(.followNotices(FactNotices())))
+    #expect(reload.contains(.restoreLockdown))
+    #expect(reload.attempts > 0)
+}
