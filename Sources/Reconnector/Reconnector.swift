@@ -99,8 +99,9 @@ public struct Reconnector: Sendable {
     /// Held in `disconnected` only while the rules looked at a new network: whatever they then
     /// say but `disconnect` brings the first attempt.
     private var heldForRules = false
-    /// The rules wait for facts about the best path's network (the rule, and what it waits for).
-    private var rulesWait: (rule: String, wanted: [String])?
+    /// The rules wait for facts about the network of path `path` (the rule, and what it waits
+    /// for): the session does not move there before they know whether it is trusted.
+    private var rulesWait: (rule: String, wanted: [String], path: Path.ID)?
     /// The tunnel device's MTU as the core last set it (the configured one until a path is
     /// found smaller).
     public private(set) var tunnelMTU: Int
@@ -277,6 +278,14 @@ public struct Reconnector: Sendable {
              .switching(let current, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
             guard let same = new.first(where: { $0.id == current.id }) ?? Self.stillValid(current, in: new) else {
+                if let wait = rulesWait, wait.path == best.id {
+                    // Left for a network the rules are still looking at: nothing is tried there
+                    // until they know whether it is trusted.
+                    session = nil
+                    enter(.disconnected(rule: wait.rule, lifted: nil), .onDemandWaits(wait.rule, for: wait.wanted), now, &out)
+                    if socket != nil { out.append(.disconnect) }
+                    return
+                }
                 // The session's path is gone and another exists: act at once. With the session
                 // alive the move is a rebind and a probe, and staying is no option, so it spends
                 // no token: the budget bounds handshakes and moves by choice (returns to a better
@@ -594,7 +603,7 @@ public struct Reconnector: Sendable {
             armResend(now, &out)
         case (.debounce, .connected(let current)):
             guard let id = candidate, let target = paths.first(where: { $0.id == id }),
-                  Self.isPreferred(target, over: current), !isDead(id, now)
+                  Self.isPreferred(target, over: current), !isDead(id, now), id != rulesWait?.path
             else { return considerBetterPath(now, &out) }
             guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
             candidate = nil
@@ -717,7 +726,7 @@ public struct Reconnector: Sendable {
         if case .waiting(let rule, let wanted, _) = decision {
             // What was decided is about a network the rules are looking at again.
             onDemand = nil
-            rulesWait = (rule, wanted.map(\.description))
+            rulesWait = (rule, wanted.map(\.description), decision.path)
             switch state {
             case .disconnected(_, _?):
                 restoreLift(.lockdownRestored("the rules look at the network"), now, &out)
@@ -731,8 +740,11 @@ public struct Reconnector: Sendable {
             return
         }
         guard case .decided(let verdict) = decision else { return }
+        let waited = rulesWait != nil
         rulesWait = nil
         onDemand = verdict
+        // A better path held back while the rules looked at its network is one again.
+        if waited, case .connected = state { considerBetterPath(now, &out) }
         switch state {
         case .paused, .failed, .sleeping:
             // The operator's word (or a rejection) stands; a wake brings the rules' word anew.
@@ -1090,7 +1102,7 @@ public struct Reconnector: Sendable {
     /// Starts or keeps the debounce for a path that ranks above the current one.
     private mutating func considerBetterPath(_ now: Instant, _ out: inout [Action]) {
         guard case .connected(let current) = state,
-              let better = paths.first(where: { $0.id != current.id && Self.isPreferred($0, over: current) })
+              let better = paths.first(where: { $0.id != current.id && $0.id != rulesWait?.path && Self.isPreferred($0, over: current) })
         else {
             candidate = nil
             if deadlines[.debounce] != nil { cancel(.debounce, &out) }

@@ -1121,9 +1121,12 @@ extension Replay {
         name.flatMap { networks[$0]?.ssid }.map { .known($0) } ?? .absent
     }
 
-    private func gatewayMAC(on index: Int32) -> String {
-        kernel.model.links[index].flatMap { networks[$0.name]?.gatewayMAC }
-            ?? "02:00:00:00:00:" + String(String(0x100 | Int(index & 0xff), radix: 16).dropFirst())
+    /// The gateway's hardware address as the neighbour table learns it: what the scenario
+    /// names, nil for a gateway that never answers (`none`), else one of the link's own.
+    private func gatewayMAC(on index: Int32) -> String? {
+        let named = kernel.model.links[index].flatMap { networks[$0.name]?.gatewayMAC }
+        if named == "" { return nil }
+        return named ?? "02:00:00:00:00:" + String(String(0x100 | Int(index & 0xff), radix: 16).dropFirst())
     }
 
     /// resolv.conf's search list: what the best path's network gave.

@@ -397,7 +397,10 @@ extension YAMLReader {
         if let n = f.optional("path-mtu") { spec.pathMTU = try int(n, 68...65535) }
         if let n = f.optional("nat-timeout") { spec.natTimeout = try positiveDuration(n) }
         if let n = f.optional("ssid") { spec.ssid = try string(n) }
-        if let n = f.optional("gateway-mac") { spec.gatewayMAC = try gatewayMAC(n) }
+        if let n = f.optional("gateway-mac") {
+            // `none`: the gateway never answers the kernel's ARP request or solicitation.
+            spec.gatewayMAC = try string(n) == "none" ? "" : try gatewayMAC(n)
+        }
         if let n = f.optional("dns-domain") {
             var domains: [String] = []
             for item in try oneOrMore(n) { domains.append(try string(item)) }
