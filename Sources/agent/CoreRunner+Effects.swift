@@ -1,0 +1,164 @@
+import SystemDNS
+import Logging
+import Observability
+import ConfigReader
+import Glibc
+import Lockdown
+import PathMonitor
+import Reconnector
+import Tunnel
+
+/// Decisions out: each event into the core, and its effects carried out on the session's sockets,
+/// the lockdown and the resolvers; what the core keeps across processes.
+extension ClientDaemon.CoreRunner {
+    /// An event into the core the replays run too; its effects are carried out here, in order.
+    func feed(_ event: AgentEvent) {
+        var next = [event]
+        // What the effects produce is fed after them, in order (a bound keeps a runaway
+        // exchange from holding the loop; none has more than a few rounds).
+        for round in 0... {
+            guard running, !next.isEmpty else { break }
+            guard round < 1000 else {
+                log.error("effects kept producing events; the rest are dropped", metadata: ["left": "\(next.count)"])
+                break
+            }
+            let event = next.removeFirst()
+            let pathsBefore = machine.paths
+            let out = core.handle(event, now: Instant.now())
+            var made: [Transition] = []
+            var attempted = false
+            for effect in out {
+                switch effect {
+                case .transition(let transition): made.append(transition)
+                case .bind, .handshake: attempted = true
+                default: break
+                }
+                perform(effect)
+            }
+            if attempted { attempts += 1 }
+            if machine.paths != pathsBefore { report(flaps.paths(Set(machine.paths.map(\.interface)), now: Instant.now())) }
+            // Told to watchers once the machine has settled: the status they get beside each
+            // transition is the one it led to.
+            if control.watched {
+                for transition in made {
+                    control.publish(ControlProtocol.event("transition", [("transition", transitionJSON(transition)), ("status", statusJSON)]))
+                }
+            }
+            if !made.isEmpty { writeMetrics() }
+            // No window in the core, none in effect: a cgroup made for a window the core did not
+            // open goes (a closing nftables refuses is the firewall's to retry).
+            if machine.portalWindowUntil == nil {
+                windowOwner = nil
+                if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
+            }
+            next += produced
+            produced = []
+        }
+        saveMemory()
+    }
+
+    /// Carries one of the core's effects out on the session's sockets, the lockdown and the
+    /// resolvers.
+    func perform(_ effect: Effect) {
+        switch effect {
+        case .bind(let path, _, _): effects.bind(path, paths: machine.paths)
+        case .handshake(let path, _): effects.handshake(on: path)
+        case .resendHandshake(let path):
+            metrics.resentHandshake()
+            effects.handshake(on: path)
+        case .probe(let id, let path, let size):
+            if size == nil { metrics.probed() } else { metrics.sizeProbed() }
+            effects.probe(id, via: path, size: size)
+        case .setTunnelMTU(let mtu):
+            effects.setTunnelMTU(mtu)
+            metrics.tunnelMTU(effects.tunnelMTU)
+        case .reportFailure(let reason):
+            log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
+        case .transition(let transition):
+            lastTransition = transition
+            service.transition(transition)
+            metrics.record(transition)
+            log.info("transition", metadata: transition.metadata)
+        case .useServer(let index, let address): effects.useServer(index, at: address)
+        case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
+        case .lookUpServer(let index): lookUp(index)
+        case .allowServer(let index, let address):
+            produced.append(.serverAllowed(server: index, address: address, effects.allow(index, address)))
+        case .useAddress(let address, let why): effects.useAddress(address, why: why)
+        case .localNetworks(let prefixes): effects.localNetworksChanged(prefixes)
+        case .completeHandover: effects.completeHandover()
+        case .cancelHandover: effects.cancelHandover()
+        case .disconnect: effects.disconnect()
+        case .checkConnectivity(let path): checkConnectivity(via: path)
+        case .openPortalWindow(let path, let url, _):
+            metrics.portalWindow(open: true)
+            effects.openPortalWindow(via: path, portal: url)
+        case .closePortalWindow:
+            metrics.portalWindow(open: false)
+            effects.closePortalWindow()
+        case .liftLockdown(let interface):
+            metrics.lockdownLifted(true)
+            effects.liftLockdown(interface: interface)
+        case .restoreLockdown:
+            metrics.lockdownLifted(false)
+            effects.restoreLockdown()
+        case .ready: service.ready()
+        case .giveUp(.noAnswer(let wait, let interface)):
+            let path = interface.map { " over \($0)" } ?? ""
+            giveUp("no answer from the server \(effects.server) in \(wait.short)\(path): check that it runs, its "
+                + "address and port, that UDP reaches it, and that 'server-key' is its public key")
+        case .giveUp(.rejected):
+            giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
+                + "users list this client's public key")
+        case .giveUp(.tunnelFailed(let why)): giveUp(why)
+        case .findOut(.probe(let probe, let path, let generation)): startProbe(probe, via: path, generation: generation)
+        case .findOut(let request):
+            if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }
+        case .followNotices(let notices): facts.follow(notices)
+        case .onDemandDecided(let decision): report(decision)
+        }
+    }
+
+    /// The machine as the previous process of the agent left it, if it left anything usable.
+    static func restoredMachine(settings: ClientSettings, memoryPath: String, log: Logger) -> Reconnector {
+        let now = Instant.now()
+        let power = PowerSupply.current()
+        let seed = UInt64(getpid())
+        let names = settings.servers.map(\.name)
+        guard let text = SystemFiles.text(memoryPath) else {
+            return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
+        }
+        guard let memory = Reconnector.Memory(text: text) else {
+            log.warning("reconnect state unreadable; starting with a full budget", metadata: ["file": "\(memoryPath)"])
+            return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
+        }
+        let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
+        log.info("reconnect state restored", metadata: ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
+        return machine
+    }
+
+    /// The metrics file, now; again in a minute while connected. Idle and not connected,
+    /// nothing wakes for it.
+    func writeMetrics() {
+        guard var file = metricsFile else { return }
+        if let client = effects.client { metrics.sync(client) }
+        if let error = file.write(metrics.exposition()) {
+            log.warning("cannot write the metrics file", metadata: ["error": "\(error)"])
+        }
+        metricsFile = file
+        metricsDue = machine.state.name == "connected" ? Instant.now() + Self.metricsRefresh : nil
+    }
+
+    func saveMemory() {
+        let memory = machine.memory
+        guard memory != savedMemory else { return }
+        do {
+            try SystemFiles.write(memory.text, to: memoryPath, mode: 0o600)
+        } catch {
+            if savedMemory != nil || error.code != ENOENT {
+                log.warning("cannot keep the reconnect state", metadata: ["file": "\(memoryPath)", "error": "\(error)"])
+            }
+        }
+        savedMemory = memory
+    }
+}

@@ -1,0 +1,272 @@
+import SystemDNS
+import Logging
+import Observability
+import ConfigReader
+import Glibc
+import Lockdown
+import PathMonitor
+import Reconnector
+import Tunnel
+
+/// Facts in: the kernel, the power supply, suspends, signals, the data plane's notices, look-ups,
+/// checks and probes, a reload, all turned into the core's events.
+extension ClientDaemon.CoreRunner {
+    /// Every change the kernel reported goes to the core.
+    func monitorSpoke() {
+        var changes: [NetworkChange] = []
+        for event in monitor.next(timeout: .zero) {
+            switch event {
+            case .paths(_, _, let change), .ignored(_, _, let change): changes.append(change)
+            case .resynced(let difference, _):
+                // The kernel dropped messages: a fresh dump stands in for them.
+                metrics.resynced()
+                log.warning("netlink overrun; routing state read again",
+                            metadata: ["changes": .stringConvertible(difference.count), "resyncs": .stringConvertible(monitor.resyncs)])
+                changes += difference
+            case .reopened(let error):
+                log.warning("netlink socket failed; reopened", error: error, metadata: ["reopens": .stringConvertible(monitor.reopens)])
+            }
+        }
+        for change in changes { feed(.network(change)) }
+        effects.networkObserved(core.network.model)
+    }
+
+    /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
+    func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
+        guard let url = CheckURL(probe.url) else {
+            return produced.append(.networkFact(.probeAnswered(probe, generation: generation, false)))
+        }
+        log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
+        run(PortalCheck(url: url, expect: probe.expect), via: path) {
+            .found(.probeAnswered(probe, generation: generation, $0 == .online))
+        }
+    }
+
+    /// The tunnel's own search domains, which resolv.conf holds beside the network's.
+    var tunnelSearch: [String] { effects.dns?.applied?.searchDomains ?? [] }
+
+    /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers
+    /// avoided) and posts what `answer` makes of its result.
+    func run(_ check: PortalCheck, via path: Path, answer: @escaping @Sendable (Connectivity) -> ClientDaemon.Event) {
+        let mark = settings.mode.socketMark
+        let avoiding = effects.dns?.applied?.resolvers ?? []
+        do {
+            try OSThread.detach { [weak mailbox] in
+                mailbox?.post(answer(check.run(via: path, mark: mark, avoiding: avoiding)))
+            }
+        } catch {
+            mailbox.post(answer(.unknown("cannot start its thread: \(error)")))
+        }
+    }
+
+    /// What the rules decided (or wait for), for the operator.
+    func report(_ decision: OnDemandDecision) {
+        switch decision {
+        case .decided(let verdict):
+            log.notice("on-demand", metadata: ["rule": "\(verdict.rule)", "action": "\(verdict.action.rawValue)",
+                                               "path": "\(verdict.interface)", "lockdown": "\(verdict.liftsLockdown ? "lifted" : "kept")"])
+        case .waiting(let rule, let wanted, let path):
+            let interface = core.network.model.links[path.linkIndex]?.name ?? "link \(path.linkIndex)"
+            log.info("on-demand waits", metadata: ["rule": "\(rule)", "path": "\(interface)",
+                                                   "for": "\(wanted.map(\.description).joined(separator: ","))"])
+        }
+    }
+
+    func powerMayHaveChanged() {
+        let source = PowerSupply.current()
+        guard source != machine.power else { return }
+        log.info("power", metadata: ["source": "\(source.rawValue)"])
+        feed(.powerChanged(source))
+    }
+
+    func checkSuspend() -> Duration? {
+        let clocks = SuspendDetector.clocks()
+        return suspends.check(monotonic: clocks.monotonic, boottime: clocks.boottime)
+    }
+
+    func handle(_ event: ClientDaemon.Event) {
+        switch event {
+        case .signal(SIGTSTP):
+            sleptAt = Instant.now()
+            feed(.sleep)
+        case .signal(SIGCONT):
+            // The gap between the clocks says how long the machine really slept; the hook's
+            // announcement says when it went; both cover a suspend the hook missed.
+            let gap = checkSuspend() ?? .zero
+            let announced = sleptAt.map { Instant.now() - $0 } ?? .zero
+            sleptAt = nil
+            feed(.powerChanged(PowerSupply.current()))
+            woke(after: max(gap, announced))
+        case .signal(SIGHUP):
+            reload()
+        case .signal:
+            log.info("stopping")
+            feed(.request(.stop))
+            running = false
+        case .lookedUp(let index, let result):
+            lookedUp(index, result)
+        case .notice(let notice):
+            handle(notice)
+        case .control(let call):
+            answer(call)
+        case .connectivity(let result, let id):
+            checked(result, on: id)
+        case .found(let fact):
+            if case .probeAnswered(let probe, _, let expected) = fact {
+                log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
+            }
+            feed(.networkFact(fact))
+        }
+    }
+
+    func handle(_ notice: ClientNotice) {
+        switch notice {
+        case .handshakeCompleted(let rtt, let dns, let sized):
+            do {
+                try effects.handshakeCompleted(dns: dns)
+            } catch {
+                return feed(.tunnelFailed(error.message))
+            }
+            metrics.handshake("completed")
+            metrics.tunnelMTU(effects.tunnelMTU)
+            feed(.handshakeCompleted(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
+        case .rejected:
+            metrics.handshake("rejected")
+            feed(.handshakeRejected)
+        case .sessionUnknown: feed(.sessionUnknown)
+        case .probeEcho(let id, let rtt, let size): feed(.probeEcho(id: id, rtt: rtt, size: size))
+        case .dataSent: feed(.dataSent)
+        case .dataReceived: feed(.dataReceived)
+        case .serverDraining: feed(.serverDraining)
+        case .handoverReady(let rtt, let dns, let sized):
+            do {
+                try effects.handshakeCompleted(dns: dns)
+            } catch {
+                return feed(.tunnelFailed(error.message))
+            }
+            metrics.handshake("completed")
+            feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
+        case .handoverRejected:
+            metrics.handshake("rejected")
+            feed(.handoverRejected)
+        }
+    }
+
+    /// SIGHUP: reads the configuration again. Tunables (the `reconnect` section) apply at once
+    /// and the tunnel stays; a change to the server, keys, credentials, tunnel device, routing
+    /// mode, lockdown or DNS takes the tunnel down and starts the agent afresh; a file with a
+    /// mistake changes nothing.
+    func reload() {
+        let fresh: ClientSettings
+        do {
+            let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
+            fresh = try reader.client(root)
+        } catch {
+            log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
+            return
+        }
+        guard fresh.sameTunnel(as: settings) else {
+            log.warning("configuration reloaded: the tunnel itself changed; restarting")
+            restartRequested = true
+            running = false
+            return
+        }
+        let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
+            || fresh.portal != settings.portal
+            || fresh.metricsFile != settings.metricsFile
+        if fresh.metricsFile != settings.metricsFile {
+            metricsFile = fresh.metricsFile.map(MetricsFile.init)
+            writeMetrics()
+        }
+        do {
+            try effects.firewall?.allowCheck(ports: fresh.checkPorts)
+        } catch {
+            log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
+        }
+        settings = fresh
+        feed(.rulesChanged(fresh.onDemand))
+        machine.config = fresh.reconnect
+        effects.setPersistentKeepalive(fresh.persistentKeepalive)
+        log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
+    }
+
+    /// After a suspend the machine may be on another network, where the server's name may
+    /// resolve elsewhere. The time asleep was no time without an answer.
+    func woke(after slept: Duration) {
+        feed(.wake(sleptFor: slept))
+    }
+
+    /// Looks up server `index`'s name for the core, off the deciding thread.
+    func lookUp(_ index: Int) {
+        let entry = settings.servers[index]
+        guard entry.endpoint.address == nil else {
+            return produced.append(.serverLookedUp(server: index, addresses: [entry.endpoint.host].compactMap { IPAddress($0) }))
+        }
+        do {
+            try ServerLookup.start(entry.endpoint.host, mark: settings.mode.socketMark,
+                                   avoiding: effects.dns?.applied?.resolvers ?? []) { [weak mailbox] result in
+                mailbox?.post(.lookedUp(server: index, result))
+            }
+        } catch {
+            log.warning("cannot look up the server's name", metadata: ["error": "\(error)"])
+            produced.append(.serverLookedUp(server: index, addresses: nil))
+        }
+    }
+
+    /// A look-up ended: its usable addresses (none the tunnel's own routes would carry) go
+    /// to the core, which follows the server when its name moved.
+    func lookedUp(_ index: Int, _ result: Result<[IPAddress], ResolverError>) {
+        let name = settings.servers[index].name
+        switch result {
+        case .success(let addresses):
+            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
+            feed(.serverLookedUp(server: index, addresses: usable))
+            if index == machine.server, !usable.contains(core.serverAddress), core.servers.pending == nil {
+                log.warning("the server's name gives no address this machine can use now; keeping its address",
+                            metadata: ["server": "\(name)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
+            }
+        case .failure(let error):
+            log.warning("server name not resolved; keeping its address", metadata: ["server": "\(name)", "error": "\(error)"])
+            feed(.serverLookedUp(server: index, addresses: nil))
+        }
+    }
+
+    /// Stops before the tunnel ever came up, with `reason` for the operator and the exit status.
+    func giveUp(_ reason: String) {
+        log.error("giving up", metadata: ["reason": "\(reason)"])
+        failure = reason
+        running = false
+    }
+
+    func report(_ lines: [FlapSummary.Line]) {
+        for line in lines { log.log(level: line.level, "\(line.message)", metadata: Logger.Metadata(line.fields.map { ($0.0, Logger.MetadataValue.string($0.1)) }) { $1 }) }
+    }
+
+    /// Starts a connectivity check over `path` on a thread of its own; its result comes back
+    /// through the mailbox.
+    func checkConnectivity(via path: Path) {
+        log.info("connectivity check", metadata: ["path": "\(path.interface)", "url": "\(settings.portal.url.text)"])
+        run(settings.portal, via: path) { .connectivity($0, path.id) }
+    }
+
+    func checked(_ result: Connectivity, on id: Path.ID) {
+        let interface = core.network.model.links[id.linkIndex]?.name ?? "link \(id.linkIndex)"
+        switch result {
+        case .online:
+            metrics.checked("online")
+            if case .portal = machine.state {
+                log.info("connectivity check passed: the portal is open", metadata: ["path": "\(interface)"])
+            } else {
+                log.warning("connectivity check passed: the network reaches the internet, the server does not answer",
+                            metadata: ["path": "\(interface)", "server": "\(effects.server)"])
+            }
+        case .portal(let url):
+            metrics.checked("portal")
+            log.info("connectivity check: captive portal", metadata: ["path": "\(interface)", "url": "\(url)"])
+        case .unknown(let why):
+            metrics.checked("unknown")
+            log.warning("connectivity check failed", metadata: ["path": "\(interface)", "error": "\(why)"])
+        }
+        feed(.connectivity(result, on: id))
+    }
+}
