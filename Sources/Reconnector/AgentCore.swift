@@ -47,6 +47,9 @@ public enum AgentEvent: Equatable, Sendable {
     case networkFact(NetworkFact)
     /// The on-demand rules were read again (a reload).
     case rulesChanged(OnDemandRules)
+    /// Whether the lockdown let the portal window's process tree through (see
+    /// `Effect.openPortalWindow`).
+    case portalWindowOpened(Bool)
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
     /// An operator's request.
@@ -74,6 +77,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .timerFired(let kind): "timer:\(kind.rawValue)"
         case .networkFact: "network-fact"
         case .rulesChanged: "rules-changed"
+        case .portalWindowOpened: "portal-window-opened"
         case .tunnelFailed: "tunnel-failed"
         case .request(.reconnect): "operator"
         case .request(.pause): "operator-down"
@@ -90,8 +94,9 @@ public enum AgentEvent: Equatable, Sendable {
         case reconnect
         /// The tunnel down without stopping the agent (`agent down`), and up again.
         case pause, resume
-        /// A portal window opens (`agent portal`), or closes.
-        case openPortalWindow, closePortalWindow
+        /// A portal window opens (`agent portal`), or closes (its process ended), asked by the
+        /// user `uid`: only the one who opened it, or root, may close it or join it.
+        case openPortalWindow(by: UInt32), closePortalWindow(by: UInt32)
         /// The agent stops: nothing is decided after this.
         case stop
     }
@@ -154,7 +159,8 @@ public enum Effect: Equatable, Sendable {
     /// `AgentEvent.connectivity`.
     case checkConnectivity(via: Path)
     /// Let the portal window's process tree through the lockdown on `path` (and to the login
-    /// page at `portal`) until `until`.
+    /// page at `portal`) until `until`; whether it could comes back as
+    /// `AgentEvent.portalWindowOpened`.
     case openPortalWindow(via: Path, portal: String, until: Instant)
     /// The lockdown is whole again.
     case closePortalWindow
@@ -176,6 +182,35 @@ public enum Effect: Equatable, Sendable {
     case followNotices(FactNotices)
     /// The on-demand rules decided, or wait for facts, for the best path's network (for the log).
     case onDemandDecided(OnDemandDecision)
+    /// The answer to the operator's request being handled.
+    case reply(OperatorReply)
+}
+
+/// What the agent answers an operator's request (`AgentEvent.request`); the runner words it.
+public enum OperatorReply: Equatable, Sendable {
+    /// Fresh keys are on their way.
+    case reconnecting
+    /// Nothing to reconnect: the operator took the tunnel down.
+    case down
+    /// Nothing to reconnect: on-demand rule `rule` keeps the tunnel down on this network.
+    case keptDownByRule(String)
+    /// The tunnel is down now (`already`: it was).
+    case paused(already: Bool)
+    /// The tunnel comes up.
+    case connecting
+    /// The tunnel was not down (the state it is in).
+    case upAlready(String)
+    /// The portal window is open on `interface` until `until`, for the login page at `url`: the
+    /// asking process goes into it.
+    case portalWindowOpen(url: String, interface: String, until: Instant)
+    /// The portal window is closed.
+    case portalWindowClosed
+    /// No portal was found (the state the agent is in): no window opens.
+    case noPortal(String)
+    /// The portal window is another user's.
+    case notPermitted
+    /// The lockdown could not be opened for the window.
+    case portalWindowFailed
 }
 
 /// The agent's decisions, in one pure place: events and the time go in, effects come out.
@@ -217,6 +252,10 @@ public struct AgentCore: Sendable {
     private var lookUpAt: Instant?
     /// The address each prepared handover goes to.
     private var handoverAddress: IPAddress?
+    /// Who opened the portal window, while one is open: only they (or root) close it or join it.
+    public private(set) var portalWindowOwner: UInt32?
+    /// A window is being opened: the lockdown's answer is awaited.
+    private var openingWindow = false
     /// The session is being moved to another address: what that brings asks no look-up.
     private var following = false
     /// The local networks last told to the runner.
@@ -334,14 +373,68 @@ public struct AgentCore: Sendable {
             if onDemand.learn(fact, now: now) { judge(now, &out) }
         case .rulesChanged(let rules): rulesChanged(rules, now, &out)
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
-        case .request(.reconnect): run(.reconnectRequested, now, &out)
-        case .request(.pause): run(.pause, now, &out)
-        case .request(.resume): run(.resume, now, &out)
-        case .request(.openPortalWindow): run(.openPortalWindow, now, &out)
-        case .request(.closePortalWindow): run(.closePortalWindow, now, &out)
-        case .request(.stop): stopped = true
+        case .request(let request): operatorAsked(request, now, &out)
+        case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
         }
         return out
+    }
+
+    // MARK: The operator
+
+    /// An operator's request: carried out when it makes sense in the state the agent is in, and
+    /// answered either way (the stop, a signal, is not).
+    private mutating func operatorAsked(_ request: AgentEvent.Request, _ now: Instant, _ out: inout [Effect]) {
+        switch request {
+        case .reconnect:
+            switch machine.state {
+            case .paused: out.append(.reply(.down))
+            case .disconnected(let rule, _): out.append(.reply(.keptDownByRule(rule)))
+            default:
+                run(.reconnectRequested, now, &out)
+                out.append(.reply(.reconnecting))
+            }
+        case .pause:
+            if case .paused = machine.state { return out.append(.reply(.paused(already: true))) }
+            run(.pause, now, &out)
+            out.append(.reply(.paused(already: false)))
+        case .resume:
+            guard case .paused = machine.state else { return out.append(.reply(.upAlready(machine.state.name))) }
+            run(.resume, now, &out)
+            out.append(.reply(.connecting))
+        case .openPortalWindow(let uid):
+            guard case .portal(let path, let url) = machine.state else { return out.append(.reply(.noPortal(machine.state.name))) }
+            if let until = machine.portalWindowUntil {
+                guard uid == 0 || uid == portalWindowOwner else { return out.append(.reply(.notPermitted)) }
+                return out.append(.reply(.portalWindowOpen(url: url, interface: path.interface, until: until)))
+            }
+            portalWindowOwner = uid
+            openingWindow = true
+            // Answered once the lockdown says whether the window is open.
+            run(.openPortalWindow, now, &out)
+            if machine.portalWindowUntil == nil {
+                openingWindow = false
+                out.append(.reply(.portalWindowFailed))
+            }
+        case .closePortalWindow(let uid):
+            if machine.portalWindowUntil != nil {
+                guard uid == 0 || uid == portalWindowOwner else { return out.append(.reply(.notPermitted)) }
+                run(.closePortalWindow, now, &out)
+            }
+            out.append(.reply(.portalWindowClosed))
+        case .stop:
+            stopped = true
+        }
+    }
+
+    /// The lockdown's answer to a window being opened: the window stands, or closes at once.
+    private mutating func portalWindowOpened(_ opened: Bool, _ now: Instant, _ out: inout [Effect]) {
+        guard openingWindow else { return }
+        openingWindow = false
+        guard opened, let until = machine.portalWindowUntil, case .portal(let path, let url) = machine.state else {
+            run(.closePortalWindow, now, &out)
+            return out.append(.reply(.portalWindowFailed))
+        }
+        out.append(.reply(.portalWindowOpen(url: url, interface: path.interface, until: until)))
     }
 
     // MARK: The network and the server's addresses
@@ -561,6 +654,7 @@ public struct AgentCore: Sendable {
             }
         }
         if attempted, !tunnelUp, unansweredSince == nil { unansweredSince = now }
+        if machine.portalWindowUntil == nil { portalWindowOwner = nil }
         switch machine.state {
         case .offline, .disconnected, .portal:
             // No path, a rule keeps the tunnel down, or the network holds everything back until

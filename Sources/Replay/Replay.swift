@@ -83,6 +83,8 @@ public struct Replay {
     private var windowOpen = false
     /// What on-demand rules can learn of the network behind each link.
     private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)] = [:]
+    /// The user who runs `agent portal` in a scenario.
+    static let user: UInt32 = 1000
     /// The kernel notices the agent follows for its rules.
     private var notices = FactNotices()
     /// An on-demand rule has the lockdown lifted.
@@ -360,7 +362,9 @@ public struct Replay {
         case .restore(let name): dropped.remove(name)
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
-        case .portalWindow(let open): feed(.request(open ? .openPortalWindow : .closePortalWindow))
+        case .portalWindow(let open):
+            // `agent portal`, run by the user who logs in; its command ends, or it is closed.
+            feed(.request(open ? .openPortalWindow(by: Self.user) : .closePortalWindow(by: Self.user)))
         case .auth(let accepts): acceptsAuth = accepts
         case .traffic(let phase):
             // A new phase starts now: its first packet goes at once.
@@ -1081,7 +1085,9 @@ extension Replay {
         case .cancelHandover: cancelHandover()
         case .disconnect: disconnect()
         case .checkConnectivity(let path): checkConnectivity(via: path)
-        case .openPortalWindow(let path, _, _): openPortalWindow(via: path)
+        case .openPortalWindow(let path, _, _):
+            openPortalWindow(via: path)
+            queue.push(now, .answer(.portalWindowOpened(true)))
         case .closePortalWindow: closePortalWindow()
         case .liftLockdown(let interface): liftLockdown(interface: interface)
         case .restoreLockdown: restoreLockdown()
@@ -1089,7 +1095,7 @@ extension Replay {
         case .giveUp(let why): report.gaveUp = (now, why)
         case .findOut(let request): findOut(request)
         case .followNotices(let wanted): notices = wanted
-        case .onDemandDecided: break
+        case .onDemandDecided, .reply: break
         }
     }
 

@@ -96,8 +96,10 @@ extension ClientDaemon {
         /// While connected, the metrics file is written again this often (and on every transition).
         static let metricsRefresh = Duration.seconds(60)
         var metricsDue: Instant?
-        /// Who opened the portal window, while one is open: only they (or root) close it.
-        var windowOwner: UInt32?
+        /// The control call whose request is being fed: the core's reply goes to it.
+        var asking: ControlServer.Call?
+        /// A portal window opened while it was being fed.
+        var windowOpened = false
         /// Finds out what the on-demand rules ask about the network, and follows its notices.
         let facts: FactFinder
         /// Where the budget, the backoff and the dead-path verdicts outlive this process (the

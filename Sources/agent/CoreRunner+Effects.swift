@@ -45,12 +45,6 @@ extension ClientDaemon.CoreRunner {
                 }
             }
             if !made.isEmpty { writeMetrics() }
-            // No window in the core, none in effect: a cgroup made for a window the core did not
-            // open goes (a closing nftables refuses is the firewall's to retry).
-            if machine.portalWindowUntil == nil {
-                windowOwner = nil
-                if effects.portalWindow != nil || effects.portalCgroup != nil { effects.closePortalWindow() }
-            }
             next += produced
             produced = []
         }
@@ -92,7 +86,9 @@ extension ClientDaemon.CoreRunner {
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, let url, _):
             metrics.portalWindow(open: true)
-            effects.openPortalWindow(via: path, portal: url)
+            windowOpened = true
+            produced.append(.portalWindowOpened(effects.openPortalWindow(via: path, portal: url,
+                                                                         runtimeDirectory: control.path.parentDirectory)))
         case .closePortalWindow:
             metrics.portalWindow(open: false)
             effects.closePortalWindow()
@@ -116,6 +112,7 @@ extension ClientDaemon.CoreRunner {
             if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }
         case .followNotices(let notices): facts.follow(notices)
         case .onDemandDecided(let decision): report(decision)
+        case .reply(let answer): replied(answer)
         }
     }
 

@@ -11,90 +11,91 @@ import Tunnel
 /// The operator: control requests, the portal window's owner, and the status the control socket
 /// and the metrics give.
 extension ClientDaemon.CoreRunner {
-    /// Answers an operator's request from the control socket.
+    /// Answers an operator's request from the control socket: what the core makes of it comes
+    /// back as its `reply` effect.
     func answer(_ call: ControlServer.Call) {
-        let done = { (message: String) in
-            call.reply(ControlProtocol.answer([("message", .string(message)), ("state", .string(self.machine.state.name))]))
-        }
         switch call.command {
         case .status:
             call.reply(ControlProtocol.answer([("status", statusJSON)]))
         case .watch:
             call.reply(ControlProtocol.event("status", [("status", statusJSON)]), watch: true)
-        case .reconnect:
-            if case .paused = machine.state { return done("down: `agent up` connects again") }
-            if case .disconnected(let rule, _) = machine.state {
-                return done("the on-demand rule '\(rule)' keeps the tunnel down on this network")
-            }
-            feed(.request(.reconnect))
-            done("reconnecting")
+        case .reconnect: ask(.reconnect, for: call)
         case .sleep:
             handle(.signal(SIGTSTP))
-            done("sleeping")
+            reply(call, "sleeping")
         case .wake:
             handle(.signal(SIGCONT))
-            done("awake")
-        case .down:
-            if case .paused = machine.state { return done("down already") }
-            feed(.request(.pause))
-            done("down: the session is closed; the tunnel device" + (effects.firewall == nil ? "" : " and the lockdown") + " stay")
-        case .up:
-            guard case .paused = machine.state else { return done("up already (\(machine.state.name))") }
-            feed(.request(.resume))
-            done("connecting")
+            reply(call, "awake")
+        case .down: ask(.pause, for: call)
+        case .up: ask(.resume, for: call)
         case .drain:
             call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
         case .portalOpen:
-            openPortalWindow(call)
-        case .portalClose:
-            guard mayChangeWindow(call.peer) else {
-                return call.reply(ControlFailure(code: "not-permitted", message: "the portal window is another user's").line)
+            // Without a full tunnel's lockdown nothing holds the portal back.
+            guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
+                let url = if case .portal(_, let url) = machine.state { url } else { "the portal's page" }
+                return call.reply(ControlFailure(code: "not-needed", message: "without a full tunnel's lockdown the portal is "
+                    + "reachable as it is: log in at \(url)").line)
             }
-            feed(.request(.closePortalWindow))
-            done("portal window closed")
+            ask(.openPortalWindow(by: call.peer.uid), for: call)
+        case .portalClose: ask(.closePortalWindow(by: call.peer.uid), for: call)
         }
     }
 
-    /// `agent portal`: the asking process goes into the window's cgroup, then the window opens.
-    func openPortalWindow(_ call: ControlServer.Call) {
+    /// Feeds the operator's `request`; the core's reply goes to `call`.
+    private func ask(_ request: AgentEvent.Request, for call: ControlServer.Call) {
+        asking = call
+        windowOpened = false
+        feed(.request(request))
+        if asking != nil {
+            asking = nil
+            call.reply(ControlFailure(code: "failed", message: "the agent gave no answer (it is \(machine.state.name))").line)
+        }
+    }
+
+    private func reply(_ call: ControlServer.Call, _ message: String) {
+        call.reply(ControlProtocol.answer([("message", .string(message)), ("state", .string(machine.state.name))]))
+    }
+
+    /// The core's answer to the request being asked, worded for the operator; an `agent portal`
+    /// whose window is open goes into it.
+    func replied(_ answer: OperatorReply) {
+        guard let call = asking else { return }
+        asking = nil
         let refuse = { (code: String, message: String) in call.reply(ControlFailure(code: code, message: message).line) }
-        guard case .portal(let path, let url) = machine.state else {
-            return refuse("no-portal", "no captive portal found (the agent is \(machine.state.name)); a window opens only "
+        switch answer {
+        case .reconnecting: reply(call, "reconnecting")
+        case .down: reply(call, "down: `agent up` connects again")
+        case .keptDownByRule(let rule): reply(call, "the on-demand rule '\(rule)' keeps the tunnel down on this network")
+        case .paused(already: true): reply(call, "down already")
+        case .paused(already: false):
+            reply(call, "down: the session is closed; the tunnel device" + (effects.firewall == nil ? "" : " and the lockdown") + " stay")
+        case .connecting: reply(call, "connecting")
+        case .upAlready(let state): reply(call, "up already (\(state))")
+        case .portalWindowClosed: reply(call, "portal window closed")
+        case .noPortal(let state):
+            refuse("no-portal", "no captive portal found (the agent is \(state)); a window opens only "
                 + "after the connectivity check found one")
-        }
-        guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
-            return refuse("not-needed", "without a full tunnel's lockdown the portal is reachable as it is: log in at \(url)")
-        }
-        let opening = machine.portalWindowUntil == nil
-        if !opening, !mayChangeWindow(call.peer) {
-            return refuse("not-permitted", "the portal window is another user's")
-        }
-        do {
-            // Into the open window's cgroup, or a new one.
-            try effects.joinPortalWindow(call.peer, runtimeDirectory: control.path.parentDirectory)
-        } catch {
-            log.error("cannot open the portal window", metadata: ["error": "\(error.message)", "pid": "\(call.peer.pid)"])
-            return refuse("failed", error.message)
-        }
-        if opening {
-            windowOwner = call.peer.uid
-            feed(.request(.openPortalWindow))
-            guard effects.portalWindow != nil else {
-                feed(.request(.closePortalWindow))  // which takes the cgroup away too
-                return refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
+        case .notPermitted: refuse("not-permitted", "the portal window is another user's")
+        case .portalWindowFailed: refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
+        case .portalWindowOpen(let url, let interface, let until):
+            do {
+                try effects.joinPortalWindow(call.peer)
+            } catch {
+                log.error("cannot put the process into the portal window", metadata: ["error": "\(error.message)", "pid": "\(call.peer.pid)"])
+                // A window opened for this process alone is of no use without it.
+                if windowOpened { produced.append(.request(.closePortalWindow(by: call.peer.uid))) }
+                return refuse("failed", error.message)
             }
-            log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
+            if windowOpened {
+                log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
+            }
+            let left = until - Instant.now()
+            let resolvers = (effects.portalWindow?.resolvers ?? []).map { JSON.string($0.description) }
+            call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),
+                                               ("interface", .string(interface)), ("for_ms", left.milliseconds),
+                                               ("resolvers", .array(resolvers))]))
         }
-        let left = (machine.portalWindowUntil ?? Instant.now()) - Instant.now()
-        let resolvers = (effects.portalWindow?.resolvers ?? []).map { JSON.string($0.description) }
-        call.reply(ControlProtocol.answer([("message", .string("portal window open")), ("url", .string(url)),
-                                           ("interface", .string(path.interface)), ("for_ms", left.milliseconds),
-                                           ("resolvers", .array(resolvers))]))
-    }
-
-    /// Only the one who opened the portal window (or root) closes it or adds to it.
-    func mayChangeWindow(_ peer: PeerProcess) -> Bool {
-        windowOwner.map { peer.uid == 0 || peer.uid == $0 } ?? true
     }
 
     /// A transition as the control socket gives it.

@@ -212,33 +212,33 @@ final class SessionEffects {
         client?.endSession()
     }
 
-    /// Moves `peer` into the portal window's cgroup, a new one when no window is open.
-    func joinPortalWindow(_ peer: PeerProcess, runtimeDirectory: String) throws(AgentError) {
-        if cgroups == nil { cgroups = try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory) }
-        guard let cgroups else { return }
-        var cgroup: PortalCgroup
-        if let open = portalCgroup {
-            cgroup = open
-        } else {
-            windows += 1
-            cgroup = try PortalCgroup.make(in: cgroups, number: windows)
-        }
-        do {
-            try cgroup.add(peer, fs: cgroups)
-        } catch {
-            if portalCgroup == nil { cgroup.close(fs: cgroups) }
-            throw error
-        }
+    /// Moves `peer` into the open portal window's cgroup.
+    func joinPortalWindow(_ peer: PeerProcess) throws(AgentError) {
+        guard var cgroup = portalCgroup, let cgroups else { throw AgentError("no portal window is open") }
+        try cgroup.add(peer, fs: cgroups)
         portalCgroup = cgroup
     }
 
-    /// Lets the portal window's cgroup through the lockdown on `path`: DNS to the network's
-    /// own resolvers (those the system named before the tunnel's, else the uplink's gateway),
-    /// HTTP and HTTPS, and the login page's port. Logged when it cannot (the window then stays shut).
-    func openPortalWindow(via path: Path, portal url: String) {
-        guard let firewall, let cgroup = portalCgroup else {
-            return log.error("cannot open the portal window", metadata: ["error": "no lockdown or no cgroup for it"])
+    /// Makes the portal window's cgroup (where `agent portal` puts its process) and lets it
+    /// through the lockdown on `path`: DNS to the network's own resolvers (those the system named
+    /// before the tunnel's, else the uplink's gateway), HTTP and HTTPS, and the login page's port.
+    /// Returns whether the window is open; when not (logged), no cgroup is left.
+    func openPortalWindow(via path: Path, portal url: String, runtimeDirectory: String) -> Bool {
+        guard let firewall else {
+            log.error("cannot open the portal window", metadata: ["error": "no lockdown"])
+            return false
         }
+        let cgroup: PortalCgroup
+        do throws(AgentError) {
+            let found = if let cgroups { cgroups } else { try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory) }
+            cgroups = found
+            windows += 1
+            cgroup = try PortalCgroup.make(in: found, number: windows)
+        } catch {
+            log.error("cannot open the portal window", metadata: ["error": "\(error.message)"])
+            return false
+        }
+        portalCgroup = cgroup
         var resolvers = ResolvConf(ResolvConfFile.systemText(at: "/etc/resolv.conf") ?? "",
                                    systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"),
                                    avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
@@ -261,8 +261,11 @@ final class SessionEffects {
             portalWindow = window
             log.notice("portal window open", metadata: ["path": "\(path.interface)", "resolvers": "\(resolvers.map(\.description).joined(separator: ","))",
                                                         "cgroup": "\(cgroup.directory)"])
+            return true
         } catch {
             log.error("cannot open the portal window", metadata: ["error": "\(error)"])
+            closePortalWindow()
+            return false
         }
     }
 

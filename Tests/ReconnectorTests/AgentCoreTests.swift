@@ -292,3 +292,62 @@ extension [Effect] {
     #expect(reload.contains(.restoreLockdown))
     #expect(reload.attempts > 0)
 }
+
+// MARK: The operator
+
+extension [Effect] {
+    var replies: [OperatorReply] { compactMap { if case .reply(let answer) = $0 { answer } else { nil } } }
+}
+
+/// A core behind a portal on wifi0 since 5.03 s.
+private func coreBehindPortal() -> AgentCore {
+    var core = agentCore(on: [wifi0])
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.timerFired(.handshake), now: at(5000))
+    _ = core.handle(.connectivity(.portal(url: "http://login.example/"), on: wifi0.id), now: at(5030))
+    return core
+}
+
+/// The portal window is its opener's: another user can neither join it nor close it; root can.
+/// It counts as open only once the lockdown let it through.
+@Test func thePortalWindowIsItsOpenersAndOpensOnlyOnTheLockdownsYes() {
+    var away = agentCore(on: [wifi0])
+    _ = away.handle(.start, now: at(0))
+    #expect(away.handle(.request(.openPortalWindow(by: 1000)), now: at(10)).replies == [.noPortal("connecting")])
+
+    var core = coreBehindPortal()
+    let open = core.handle(.request(.openPortalWindow(by: 1000)), now: at(6000))
+    #expect(open.contains { if case .openPortalWindow = $0 { true } else { false } })
+    #expect(open.replies.isEmpty, "answered once the lockdown said yes")
+    let until = core.machine.portalWindowUntil!
+    let yes = core.handle(.portalWindowOpened(true), now: at(6001))
+    #expect(yes.replies == [.portalWindowOpen(url: "http://login.example/", interface: "wifi0", until: until)])
+    #expect(core.portalWindowOwner == 1000)
+
+    #expect(core.handle(.request(.openPortalWindow(by: 1001)), now: at(6100)).replies == [.notPermitted])
+    #expect(core.handle(.request(.closePortalWindow(by: 1001)), now: at(6100)).replies == [.notPermitted])
+    #expect(core.machine.portalWindowUntil != nil, "another user's close changes nothing")
+    #expect(core.handle(.request(.openPortalWindow(by: 0)), now: at(6200)).replies
+        == [.portalWindowOpen(url: "http://login.example/", interface: "wifi0", until: until)], "root joins")
+    let closed = core.handle(.request(.closePortalWindow(by: 1000)), now: at(7000))
+    #expect(closed.replies == [.portalWindowClosed] && closed.contains(.closePortalWindow))
+    #expect(core.portalWindowOwner == nil)
+
+    // Another user opens the next window; the lockdown refuses it: closed at once, and said so.
+    _ = core.handle(.request(.openPortalWindow(by: 1001)), now: at(8000))
+    let no = core.handle(.portalWindowOpened(false), now: at(8001))
+    #expect(no.replies == [.portalWindowFailed] && no.contains(.closePortalWindow))
+    #expect(core.machine.portalWindowUntil == nil && core.portalWindowOwner == nil)
+}
+
+/// Each operator request is answered, as the state it meets allows.
+@Test func operatorRequestsAreAnsweredFromTheStateTheyMeet() {
+    var core = connectedCore([eth0])
+    #expect(core.handle(.request(.resume), now: at(100)).replies == [.upAlready("connected")])
+    #expect(core.handle(.request(.reconnect), now: at(200)).replies == [.reconnecting])
+    let down = core.handle(.request(.pause), now: at(300))
+    #expect(down.replies == [.paused(already: false)] && down.contains(.disconnect))
+    #expect(core.handle(.request(.pause), now: at(400)).replies == [.paused(already: true)])
+    #expect(core.handle(.request(.reconnect), now: at(500)).replies == [.down])
+    #expect(core.handle(.request(.resume), now: at(600)).replies == [.connecting])
+}
