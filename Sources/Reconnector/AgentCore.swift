@@ -45,8 +45,9 @@ public enum AgentEvent: Equatable, Sendable {
     /// Something learnt about the best path's network for the on-demand rules (see
     /// `Effect.findOut`), or a notice that changed it.
     case networkFact(NetworkFact)
-    /// The on-demand rules were read again (a reload).
-    case rulesChanged(OnDemandRules)
+    /// The configuration was read again (SIGHUP) and describes the same tunnel: the reconnect
+    /// tunables and the on-demand rules it gives now.
+    case reloaded(Config, OnDemandRules)
     /// Whether the lockdown let the portal window's process tree through (see
     /// `Effect.openPortalWindow`).
     case portalWindowOpened(Bool)
@@ -76,7 +77,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .connectivity: "connectivity-check"
         case .timerFired(let kind): "timer:\(kind.rawValue)"
         case .networkFact: "network-fact"
-        case .rulesChanged: "rules-changed"
+        case .reloaded: "reload"
         case .portalWindowOpened: "portal-window-opened"
         case .tunnelFailed: "tunnel-failed"
         case .request(.reconnect): "operator"
@@ -224,7 +225,7 @@ public enum OperatorReply: Equatable, Sendable {
 /// id), the start-up deadline, and that a stopping agent decides nothing more.
 public struct AgentCore: Sendable {
     /// The session's state machine.
-    public var machine: Reconnector
+    public private(set) var machine: Reconnector
     /// The links, addresses and routes, and the ranked paths to the current server's address.
     public private(set) var network: PathTracker
     /// Every server's usable addresses, and the look-ups of the current one's name.
@@ -371,7 +372,9 @@ public struct AgentCore: Sendable {
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
         case .networkFact(let fact):
             if onDemand.learn(fact, now: now) { judge(now, &out) }
-        case .rulesChanged(let rules): rulesChanged(rules, now, &out)
+        case .reloaded(let config, let rules):
+            machine.reconfigure(config)
+            rulesChanged(rules, now, &out)
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
         case .request(let request): operatorAsked(request, now, &out)
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)

@@ -7,7 +7,7 @@ public import PathMonitor
 /// virtual clock, so a recorded day of roaming replays in milliseconds.
 public struct Reconnector: Sendable {
     public private(set) var state: State = .offline
-    public var config: Config
+    public private(set) var config: Config
     public private(set) var power: PowerSource
     /// Latest ranked usable paths to the server.
     public private(set) var paths: [Path] = []
@@ -180,6 +180,12 @@ public struct Reconnector: Sendable {
     public var isHandshaking: Bool { if case .connecting = state { true } else { false } }
 
     /// Feeds one fact in; returns what to do, in order.
+    /// New tunables from a reload: they apply from the next decision on (a wait already armed
+    /// runs out as it was drawn).
+    public mutating func reconfigure(_ config: Config) {
+        self.config = config
+    }
+
     public mutating func handle(_ input: Input, now: Instant) -> [Action] {
         var out: [Action] = []
         trigger = input.name

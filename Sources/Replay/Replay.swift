@@ -83,6 +83,8 @@ public struct Replay {
     private var windowOpen = false
     /// What on-demand rules can learn of the network behind each link.
     private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)] = [:]
+    /// The agent's configuration file as it is now (a reload changes it; a new process reads it).
+    private var configured: (config: Config, rules: OnDemandRules)
     /// The user who runs `agent portal` in a scenario.
     static let user: UInt32 = 1000
     /// The kernel notices the agent follows for its rules.
@@ -210,6 +212,7 @@ public struct Replay {
         clientStream = scenario.traffic.map { TrafficPhase(every: $0) }
         serverStream = scenario.serverTraffic
         tunnelMTU = scenario.config.maxMTU
+        configured = (scenario.config, scenario.onDemand)
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
@@ -384,6 +387,9 @@ public struct Replay {
             // The operator asked for fresh keys: the old session no longer counts as alive.
             lastHeard = nil
             feed(.request(.reconnect))
+        case .reload(let config, let rules):
+            configured = (config, rules)
+            feed(.reloaded(config, rules))
         case .operatorPause(let down):
             feed(.request(down ? .pause : .resume))
         case .restart:
@@ -414,12 +420,12 @@ public struct Replay {
     /// names give now), and starts on the first address an uplink reaches.
     private mutating func startAgent(power: PowerSource, seed: UInt64, now: Instant, memory: Reconnector.Memory? = nil) {
         let machine = if let memory {
-            Reconnector(config: scenario.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
+            Reconnector(config: configured.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
         } else {
-            Reconnector(config: scenario.config, power: power, seed: seed, servers: scenario.gateways)
+            Reconnector(config: configured.config, power: power, seed: seed, servers: scenario.gateways)
         }
         core = AgentCore(machine, startupWait: scenario.waitForServer, model: kernel.model,
-                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: scenario.onDemand)
+                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules)
         _ = kernel.retarget(to: core.serverAddress)
     }
 

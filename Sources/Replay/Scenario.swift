@@ -142,6 +142,9 @@ public enum ScenarioEvent: Sendable {
     case forgedHint
     /// The operator stops the agent (SIGTERM): from here on it decides nothing, whatever follows.
     case stop
+    /// The configuration is read again (SIGHUP) and describes the same tunnel: these tunables
+    /// and on-demand rules from now on.
+    case reload(Config, OnDemandRules)
     /// The agent's process ends and another starts: it keeps only what the real agent keeps in
     /// its runtime directory (`Reconnector.Memory`); sockets, timers and session keys are gone.
     case restart

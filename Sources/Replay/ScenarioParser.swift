@@ -54,8 +54,16 @@ extension YAMLReader {
         }
         guard let server = servers.first else { throw fail(serverNode, "'server' lists no address") }
         let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []
+        var config = Config()
+        if let node = top.optional("config") { try reconnectConfig(node, section: "'config'", into: &config) }
+        if let node = top.optional("tunnel-mtu") {
+            config.maxMTU = try int(node, 576...9000)
+            if let minimum = config.minMTU, minimum > config.maxMTU {
+                throw fail(node, "'tunnel-mtu' \(config.maxMTU) is below the config's min-mtu \(minimum)")
+            }
+        }
         let events = try opt(top.optional("timeline")) { node throws(ScenarioError) in
-            try self.timeline(node, gateways: gateways)
+            try self.timeline(node, gateways: gateways, config: config)
         } ?? []
         let last = events.map(\.at).max() ?? .zero
         let until = try opt(top.optional("until")) { node throws(ScenarioError) in try instant(node) }
@@ -74,8 +82,6 @@ extension YAMLReader {
                        events: events, until: until) {
             if case .serverTraffic(let phase) = $0 { .some(phase) } else { nil }
         }
-        var config = Config()
-        if let node = top.optional("config") { try reconnectConfig(node, section: "'config'", into: &config) }
         var kinds: [String: LinkKind] = [:]
         if let node = top.optional("link-kinds") {
             guard case .mapping(let mapping) = node.value else { throw fail(node, "'link-kinds' maps link names to kinds") }
@@ -106,12 +112,6 @@ extension YAMLReader {
         scenario.linkKinds = kinds
         if !gateways.isEmpty { scenario.gateways = gateways }
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
-        if let node = top.optional("tunnel-mtu") {
-            scenario.config.maxMTU = try int(node, 576...9000)
-            if let minimum = scenario.config.minMTU, minimum > scenario.config.maxMTU {
-                throw fail(node, "'tunnel-mtu' \(scenario.config.maxMTU) is below the config's min-mtu \(minimum)")
-            }
-        }
         if let node = top.optional("server-echoes-sizes") { scenario.serverEchoesSizes = try bool(node) }
         if let node = top.optional("tunnel-ipv6") { scenario.tunnelCarriesIPv6 = try bool(node) }
         scenario.serverTraffic = serverTraffic
@@ -192,7 +192,7 @@ extension YAMLReader {
 
     static let eventKeys = [
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
-        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop",
+        "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop", "reload",
         "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
     ]
 
@@ -202,7 +202,8 @@ extension YAMLReader {
     static let maxEvents = 1_000_000
     static let maxTrafficTicks: Int64 = 20_000_000
 
-    func timeline(_ node: Node, gateways: [String] = []) throws(ScenarioError) -> [TimedEvent] {
+    /// `config` is the scenario's: a `reload` changes it.
+    func timeline(_ node: Node, gateways: [String] = [], config: Config = Config()) throws(ScenarioError) -> [TimedEvent] {
         var events: [TimedEvent] = []
         // The earliest instant the next event may have: time never runs backwards, and a
         // suspend or clock jump moves it forward by its length.
@@ -316,6 +317,14 @@ extension YAMLReader {
                 add(.operatorPause(text == "down"))
             case "netlink": add(.netlink(try hex(value)))
             case "stop": add(.stop)
+            case "reload":
+                // The configuration read again (SIGHUP), describing the same tunnel: the scenario's
+                // `config` with these tunables on top, and the on-demand rules it gives now.
+                let reload = try fields(value, "'reload'", allowed: ["config", "on-demand"])
+                var tunables = config
+                if let node = reload.optional("config") { try reconnectConfig(node, section: "'config'", into: &tunables) }
+                let rules = try opt(reload.optional("on-demand")) { node throws(ScenarioError) in try onDemandRules(node) }
+                add(.reload(tunables, rules ?? OnDemandRules()))
             case "restart":
                 // The agent's process ends and a new one starts (a crash, a service manager's
                 // restart): once, or `{every, for}`.

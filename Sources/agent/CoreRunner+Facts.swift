@@ -184,8 +184,7 @@ extension ClientDaemon.CoreRunner {
             log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
         }
         settings = fresh
-        feed(.rulesChanged(fresh.onDemand))
-        machine.config = fresh.reconnect
+        feed(.reloaded(fresh.reconnect, fresh.onDemand))
         effects.setPersistentKeepalive(fresh.persistentKeepalive)
         log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
     }
