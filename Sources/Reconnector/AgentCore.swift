@@ -47,7 +47,8 @@ public enum AgentEvent: Equatable, Sendable {
     case networkFact(NetworkFact)
     /// The configuration was read again (SIGHUP) and describes the same tunnel: the reconnect
     /// tunables and the on-demand rules it gives now.
-    case reloaded(Config, OnDemandRules)
+    /// (Boxed: the tunables are big, and every event would be as big as the largest.)
+    indirect case reloaded(Config, OnDemandRules)
     /// Whether the lockdown let the portal window's process tree through (see
     /// `Effect.openPortalWindow`).
     case portalWindowOpened(Bool)

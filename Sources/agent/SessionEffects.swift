@@ -10,12 +10,12 @@ import Tunnel
 /// device, its routes and the tunnel's resolvers. It also keeps the lockdown and the resolvers
 /// in step with the network. It decides nothing.
 final class SessionEffects {
-    private let settings: ClientSettings
-    private let key: PrivateKey
-    private let credentials: Credentials?
-    private let log: Logger
+    let settings: ClientSettings
+    let key: PrivateKey
+    let credentials: Credentials?
+    let log: Logger
     /// Where the session's notices go (to the deciding thread's mailbox).
-    private let notify: @Sendable (ClientNotice) -> Void
+    let notify: @Sendable (ClientNotice) -> Void
     /// The lockdown firewall, when the configuration wants it (the default).
     let firewall: Firewall?
     /// Who hears of the tunnel's resolvers; nil with `dns: {manager: off}`.
@@ -26,34 +26,34 @@ final class SessionEffects {
     private(set) var servers: [ResolvedServer]
     private(set) var serverIndex = 0
     /// The server whose key the session's client pins.
-    private var clientServer = 0
+    var clientServer = 0
     /// The server a session is being prepared with, and its address.
-    private var handover: (index: Int, address: SocketAddress)?
+    var handover: (index: Int, address: SocketAddress)?
     private(set) var client: TunnelClient?
-    private var clientThread: OSThread?
-    private var tun: TunDevice?
+    var clientThread: OSThread?
+    var tun: TunDevice?
     /// The MTU the decision core last asked for.
-    private var wantedMTU: Int?
-    private var routes: TunnelRoutes?
+    var wantedMTU: Int?
+    var routes: TunnelRoutes?
     /// An on-demand rule lifted the lockdown, the routes and the resolvers.
-    private(set) var lockdownLifted = false
+    var lockdownLifted = false
     /// One socket per path the session uses or tries.
-    private var sockets: [Path.ID: UDPSocket] = [:]
+    var sockets: [Path.ID: UDPSocket] = [:]
     /// Routes that take traffic around a full tunnel, as last logged.
-    private(set) var divertingRoutes: [DivertingRoute] = []
+    var divertingRoutes: [DivertingRoute] = []
     /// What the server last pushed, to judge again when the local subnets change.
-    private var pushedDNS: Result<DNSSettings, DNSSettingsError>?
+    var pushedDNS: Result<DNSSettings, DNSSettingsError>?
     /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.
-    private var localNetworks: [Prefix] = []
+    var localNetworks: [Prefix] = []
     /// Why the tunnel has no resolvers of its own, as last logged.
-    private(set) var dnsProblem: String?
+    var dnsProblem: String?
     /// Where the portal windows' cgroups live, once `agent portal` asked for one.
-    private var cgroups: CgroupFileSystem?
+    var cgroups: CgroupFileSystem?
     /// The open portal window's cgroup, and how many windows there were.
-    private(set) var portalCgroup: PortalCgroup?
-    private var windows = 0
+    var portalCgroup: PortalCgroup?
+    var windows = 0
     /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
-    private(set) var portalWindow: LockdownPolicy.PortalWindow?
+    var portalWindow: LockdownPolicy.PortalWindow?
 
     init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
          firewall: Firewall?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void) {
@@ -168,7 +168,7 @@ final class SessionEffects {
     }
 
     /// The session's client talks to the current server, at its address, from now on.
-    private func turnClient() {
+    func turnClient() {
         guard let client else { return }  // the first socket starts the session with this server
         do {
             client.useServer(try core(for: serverIndex), at: server)
@@ -212,110 +212,22 @@ final class SessionEffects {
         client?.endSession()
     }
 
-    /// Moves `peer` into the open portal window's cgroup.
-    func joinPortalWindow(_ peer: PeerProcess) throws(AgentError) {
-        guard var cgroup = portalCgroup, let cgroups else { throw AgentError("no portal window is open") }
-        try cgroup.add(peer, fs: cgroups)
-        portalCgroup = cgroup
-    }
-
-    /// Makes the portal window's cgroup (where `agent portal` puts its process) and lets it
-    /// through the lockdown on `path`: DNS to the network's own resolvers (those the system named
-    /// before the tunnel's, else the uplink's gateway), HTTP and HTTPS, and the login page's port.
-    /// Returns whether the window is open; when not (logged), no cgroup is left.
-    func openPortalWindow(via path: Path, portal url: String, runtimeDirectory: String) -> Bool {
-        guard let firewall else {
-            log.error("cannot open the portal window", metadata: ["error": "no lockdown"])
-            return false
-        }
-        let cgroup: PortalCgroup
-        do throws(AgentError) {
-            let found = if let cgroups { cgroups } else { try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory) }
-            cgroups = found
-            windows += 1
-            cgroup = try PortalCgroup.make(in: found, number: windows)
-        } catch {
-            log.error("cannot open the portal window", metadata: ["error": "\(error.message)"])
-            return false
-        }
-        portalCgroup = cgroup
-        var resolvers = ResolvConf(ResolvConfFile.systemText(at: "/etc/resolv.conf") ?? "",
-                                   systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"),
-                                   avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
-        if resolvers.isEmpty, let gateway = path.gateway { resolvers = [gateway] }
-        var window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
-                                                 resolvers: resolvers)
-        if let (host, port) = Self.hostAndPort(of: url), port != 80 && port != 443 {
-            // The network chose this port: only to the login page's own address, or, for a
-            // name (its address is the network's resolver's to give), only an unprivileged port.
-            if let address = IPAddress(host) {
-                window.login = .init(address: address, port: port)
-            } else if port >= 1024 {
-                window.login = .init(address: nil, port: port)
-            } else {
-                log.warning("the login page's port is not let through the portal window", metadata: ["port": "\(port)", "url": "\(url)"])
-            }
-        }
-        do {
-            try firewall.portalWindow(window)
-            portalWindow = window
-            log.notice("portal window open", metadata: ["path": "\(path.interface)", "resolvers": "\(resolvers.map(\.description).joined(separator: ","))",
-                                                        "cgroup": "\(cgroup.directory)"])
-            return true
-        } catch {
-            log.error("cannot open the portal window", metadata: ["error": "\(error)"])
-            closePortalWindow()
-            return false
-        }
-    }
-
-    /// The host and the TCP port a login page's URL names, when it names a port
-    /// (`http://10.0.0.1:8080/login`).
-    static func hostAndPort(of url: String) -> (String, UInt16)? {
-        guard let scheme = url.firstRange(of: "://") else { return nil }
-        let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        guard let endpoint = Endpoint(String(authority)), let port = endpoint.port else { return nil }
-        return (endpoint.host, port)
-    }
-
-    /// The lockdown is whole again, and the window's processes go back to their own cgroup,
-    /// which is removed: a rule for it, should nftables refuse the closing (it is tried again
-    /// every second), matches no socket any more.
-    func closePortalWindow() {
-        if portalWindow != nil {
-            portalWindow = nil
-            do {
-                try firewall?.portalWindow(nil)
-                log.notice("portal window closed")
-            } catch {
-                log.error("cannot take the portal window out of the lockdown; trying again every second", metadata: ["error": "\(error)"])
-            }
-        }
-        if let cgroup = portalCgroup, let cgroups {
-            if let error = cgroup.close(fs: cgroups) {
-                log.error("the portal window's cgroup stays", metadata: ["error": "\(error)",
-                    "lockdown": "\(firewall?.retryDue == nil ? "closed to it" : "closing it is tried again every second")"])
-            }
-            portalCgroup = nil
-        }
-    }
-
     /// Server `index`'s address, looked up again if its name gave none so far; the lockdown is
     /// opened to a new one first. Nil (and logged) when there is none.
     /// Server `index`'s `address` with its port.
-    private func socketAddress(_ index: Int, _ address: IPAddress) -> SocketAddress? {
+    func socketAddress(_ index: Int, _ address: IPAddress) -> SocketAddress? {
         servers[index].entry.endpoint.port.map { SocketAddress(address, port: $0) }
     }
 
     /// Lets the session's UDP through the lockdown to every address of every server, and to
     /// the one in use.
-    private func openLockdown() throws(LockdownError) {
+    func openLockdown() throws(LockdownError) {
         try firewall?.serve(([server] + servers.flatMap(\.socketAddresses)).map(LockdownPolicy.Server.init))
     }
 
     /// A protocol core that pins server `index`'s key; a split tunnel accepts inner packets
     /// only from what it routes.
-    private func core(for index: Int) throws(CryptoError) -> ClientCore {
+    func core(for index: Int) throws(CryptoError) -> ClientCore {
         var accepted: [Prefix]?
         if case .split(let prefixes) = settings.mode { accepted = prefixes }
         return try ClientCore(privateKey: key, serverKey: servers[index].entry.key, credentials: credentials,
@@ -324,219 +236,10 @@ final class SessionEffects {
 
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
 
-    // MARK: The tunnel
-
-    /// The TUN device comes up once, after the first handshake tells our inner address, and
-    /// stays through every reconnect; the resolvers follow each handshake. Throws why the
-    /// device cannot be configured.
-    func handshakeCompleted(dns pushed: Result<DNSSettings, DNSSettingsError>) throws(AgentError) {
-        try attachTunnel()
-        useResolvers(pushed)
-    }
-
-    private func attachTunnel() throws(AgentError) {
-        // A late answer after a rule lifted the lockdown brings no routes back.
-        guard tun == nil, !lockdownLifted, let client else { return }
-        let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
-        do {
-            let device = try TunDevice(name: settings.tunnel.name, mtu: wantedMTU ?? settings.tunnel.mtu, addresses: prefixes,
-                                       offload: settings.tunnel.offload)
-            routes = try TunnelRoutes(settings.mode, device: device)
-            tun = device
-            client.attach(device)
-            log.info("tunnel up", metadata: ["tunnel": "\(device.name)", "addresses": "\(prefixes.map(\.description).joined(separator: ","))",
-                                      "offload": "\(device.offload.description)"])
-        } catch {
-            throw AgentError("cannot configure the tunnel device: \(error)")
-        }
-    }
-
-    /// Gives the system the tunnel's resolvers: the configuration's own (`dns`), else the
-    /// server's. A list the server got wrong is refused and the session stays.
-    private func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
-        pushedDNS = pushed
-        guard !lockdownLifted, let dns, let tun else { return }
-        var wanted: DNSSettings
-        if let override = settings.dns.override {
-            wanted = override
-        } else {
-            switch pushed {
-            case .success(let settings): wanted = settings
-            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: .warning)
-            }
-        }
-        // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
-        // even in full mode), would be asked in clear.
-        let inClear = { (resolver: IPAddress) in
-            !self.settings.mode.carries(resolver) || self.localNetworks.contains { $0.contains(resolver) }
-        }
-        let outside = wanted.resolvers.filter(inClear)
-        if !outside.isEmpty {
-            log.warning("resolvers outside the tunnel are not used: they would be asked in clear",
-                metadata: ["resolvers": "\(outside.map(\.description).joined(separator: ","))"])
-            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { !inClear($0) },
-                                       searchDomains: wanted.searchDomains)) ?? .none
-        }
-        guard wanted != dns.applied else { return }
-        guard !wanted.resolvers.isEmpty else {
-            return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
-                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: .warning)
-        }
-        do {
-            try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
-            dnsProblem = nil
-            log.info("dns", metadata: ["resolvers": "\(wanted.resolvers.map(\.description).joined(separator: ","))",
-                                "search": "\(wanted.searchDomains.joined(separator: ","))", "via": "\(dns.manager.rawValue)"])
-        } catch {
-            noResolvers("\(error)", level: .error)
-        }
-    }
-
-    private func noResolvers(_ reason: String, level: Logger.Level) {
-        guard reason != dnsProblem else { return }
-        dnsProblem = reason
-        log.log(level: level, "no tunnel dns", metadata: ["reason": "\(reason)"])
-    }
-
-    // MARK: On-demand rules
-
-    /// An on-demand rule trusts the network: the tunnel's routes, its resolvers and the
-    /// lockdown step aside (the session has ended already), and the machine talks to the
-    /// network directly. Each step that fails is logged; the others still happen.
-    func liftLockdown(interface: String) {
-        lockdownLifted = true
-        do {
-            try routes?.remove()
-            routes = nil
-        } catch {
-            log.error("cannot take the tunnel's routes away", metadata: ["error": "\(error)"])
-        }
-        if let dns, dns.applied != nil {
-            do {
-                try dns.revert()
-            } catch {
-                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
-            }
-        }
-        do {
-            try firewall?.lift(for: interface)
-        } catch {
-            log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
-        }
-        log.notice("lockdown lifted: the network is trusted", metadata: ["interface": "\(interface)",
-            "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.trustedInterface.map { "open on \($0) only" } ?? "none")"])
-    }
-
-    /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and
-    /// its resolvers. A lockdown that cannot come back is tried again every second.
-    func restoreLockdown() {
-        lockdownLifted = false
-        restoreFirewall()
-        if let tun, routes == nil {
-            do {
-                routes = try TunnelRoutes(settings.mode, device: tun)
-            } catch {
-                log.error("cannot put the tunnel's routes back", metadata: ["error": "\(error)"])
-            }
-        }
-        if let pushedDNS { useResolvers(pushedDNS) }
-        log.notice("lockdown restored")
-    }
-
-    private func restoreFirewall() {
-        do {
-            try firewall?.restore()
-        } catch {
-            log.error("cannot put the lockdown back; trying again every second", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Loads what nftables refused to close before (a trusted interface, a portal window).
-    func retryFirewall() {
-        guard let firewall, firewall.retryDue != nil else { return }
-        let refusals = firewall.refusals
-        if let error = firewall.retry() {
-            if firewall.refusals.isMultiple(of: 60) {
-                log.error("the lockdown still refuses to close", metadata: ["tries": "\(firewall.refusals)", "error": "\(error)"])
-            }
-        } else {
-            log.notice("the lockdown holds again", metadata: ["refused": "\(refusals)"])
-        }
-    }
-
-    // MARK: The network
-
-    /// The networks on the uplinks are `prefixes` now: the lockdown lets them through (with
-    /// allow-lan), and a resolver on one of them is reached outside the tunnel.
-    func localNetworksChanged(_ prefixes: [Prefix]) {
-        do {
-            try firewall?.localNetworksChanged(prefixes)
-        } catch {
-            log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
-        }
-        if prefixes != localNetworks {
-            localNetworks = prefixes
-            // A new network may hold a resolver's address, or no longer hold it.
-            if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
-        }
-    }
-
-    /// What the operator needs to know of a change in links, addresses or routes, and what
-    /// others may have rewritten meanwhile.
-    func networkObserved(_ model: NetworkModel) {
-        do {
-            if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }
-        } catch {
-            log.error("cannot write the tunnel's resolvers again", metadata: ["error": "\(error)"])
-        }
-        // Full mode only: split mode routes around the tunnel by design.
-        guard settings.mode.socketMark != nil else { return }
-        let diverting = model.routesAroundTheTunnel
-        for route in diverting where !divertingRoutes.contains(route) {
-            log.warning("a route on an uplink takes traffic around the tunnel",
-                metadata: ["route": "\(route.description)", "lockdown": "\(firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped")"])
-        }
-        divertingRoutes = diverting
-    }
-
-    // MARK: The end
-
-    /// Ends the session and takes the routes down. Only an operator's stop opens the machine
-    /// again and gives resolv.conf back; a restart in place or a give-up (systemd starts the
-    /// agent again) keeps the lockdown and the resolvers, so nothing leaks meanwhile.
-    func close(operatorStop: Bool) {
-        client?.close()
-        try? routes?.remove()
-        // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
-        closePortalWindow()
-        cgroups?.unmount()
-        // A closing still refused gets a last try; the next agent loads the table whole anyway.
-        if let firewall, firewall.retryDue != nil, let error = firewall.retry() {
-            log.error("the lockdown could not be put back whole before stopping", metadata: ["error": "\(error)"])
-        }
-        guard operatorStop else { return }
-        if let dns, dns.applied != nil {
-            do {
-                try dns.revert()
-                log.info("dns restored", metadata: ["via": "\(dns.manager.rawValue)"])
-            } catch {
-                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
-            }
-        }
-        if let firewall {
-            do {
-                try firewall.remove()
-                log.info("lockdown removed")
-            } catch {
-                log.error("cannot remove the lockdown firewall; remove it with 'agent lockdown off'", metadata: ["error": "\(error)"])
-            }
-        }
-    }
-
     // MARK: Sockets
 
     /// The socket bound to `path`'s interface and source, made on first use.
-    private func socket(for path: Path) -> UDPSocket? {
+    func socket(for path: Path) -> UDPSocket? {
         if let socket = sockets[path.id] { return socket }
         do {
             let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
@@ -549,13 +252,13 @@ final class SessionEffects {
         }
     }
 
-    private func forgetSocketsNotOn(_ paths: [Path]) {
+    func forgetSocketsNotOn(_ paths: [Path]) {
         for id in sockets.keys where !paths.contains(where: { $0.id == id }) {
             if let socket = sockets.removeValue(forKey: id) { client?.forget(candidate: socket) }
         }
     }
 
-    private func start(on socket: UDPSocket) {
+    func start(on socket: UDPSocket) {
         do {
             let core = try core(for: serverIndex)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,

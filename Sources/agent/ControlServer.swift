@@ -4,102 +4,6 @@ import Reconnector
 import Synchronization
 import Tunnel
 
-/// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
-/// ask anything; members of the `roam` group, when the system has one, may read the status and
-/// watch (socket 0660 and directory 0750, both of that group); nobody else may connect.
-final class ControlSocket: Sendable {
-    static let defaultPath = "/run/roam/agent.sock"
-    /// The group whose members may read status and watch.
-    static let readerGroup = "roam"
-    let path: String
-    let fileDescriptor: Int32
-
-    init(path: String) throws {
-        let directory = path.parentDirectory
-        let readers = Self.readerGroupID()
-        if !directory.isEmpty {
-            mkdir(directory, readers == nil ? 0o700 : 0o750)
-            // Only a directory of ours is opened to the group: never someone else's.
-            var info = stat()
-            if let readers, stat(directory, &info) == 0, info.st_uid == geteuid() {
-                _ = chown(directory, geteuid(), readers)
-                _ = chmod(directory, 0o750)
-            }
-        }
-        // A socket file that still answers belongs to a running agent: taking it over would
-        // leave that agent unreachable. One that does not answer is left over from a crash.
-        try Self.refuseIfRunning(path)
-        unlink(path)
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
-        var sa = try Self.address(path)
-        // Never a moment with the socket open wider than it ends up.
-        let previous = umask(readers == nil ? 0o177 : 0o117)
-        let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        umask(previous)
-        if bound == 0, let readers { _ = chown(path, geteuid(), readers) }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(fd)
-            throw AgentError("cannot listen on \(path): \(reason)")
-        }
-        self.path = path
-        fileDescriptor = fd
-    }
-
-    deinit {
-        close(fileDescriptor)
-    }
-
-    /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
-    /// open until the owner lets go of it).
-    func remove() { unlink(path) }
-
-    /// The `roam` group's id, when the system has that group.
-    static func readerGroupID() -> gid_t? {
-        var group = group()
-        var result: UnsafeMutablePointer<group>?
-        var buffer = [CChar](repeating: 0, count: 4096)
-        guard getgrnam_r(readerGroup, &group, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
-        return group.gr_gid
-    }
-
-    /// Throws when an agent answers at `path` already.
-    static func refuseIfRunning(_ path: String) throws {
-        if answers(path) {
-            throw AgentError("an agent is running already (its control socket \(path) answers): "
-                + "stop it first, or give this one another --control and tunnel name")
-        }
-    }
-
-    /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once
-    /// (`EAGAIN`, its backlog full) is still there.
-    private static func answers(_ path: String) -> Bool {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        guard let connected = try? connect(fd, to: path) else { return false }
-        return connected || errno == EAGAIN
-    }
-
-    /// Connects `fd` to the socket at `path`; false (with `errno` set) when that failed.
-    static func connect(_ fd: Int32, to path: String) throws -> Bool {
-        var sa = try address(path)
-        return withUnsafePointer(to: &sa) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        } == 0
-    }
-
-    private static func address(_ path: String) throws -> sockaddr_un {
-        var sa = sockaddr_un()
-        sa.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: sa.sun_path) else { throw AgentError("the control socket path is too long: \(path)") }
-        withUnsafeMutableBytes(of: &sa.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
-        return sa
-    }
-}
-
 /// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a
 /// huge line or nothing at all, or reads its answers slowly) ever holds up the agent: requests
 /// are read with a deadline and a size limit, each valid one is handed to `handle` as a `Call`,
@@ -155,8 +59,8 @@ final class ControlServer: Sendable {
         serving.store(true, ordering: .releasing)
         do {
             try OSThread.detach { [self] in
-                var loop = Loop(server: self)
-                loop.run()
+                var thread = ServingThread(server: self)
+                thread.run()
                 serving.store(false, ordering: .releasing)
             }
         } catch {
@@ -189,7 +93,7 @@ final class ControlServer: Sendable {
     }
 
     /// The serving thread's state.
-    private struct Loop {
+    private struct ServingThread {
         let server: ControlServer
         var connections: [Int: Connection] = [:]
         var nextID = 1
@@ -361,91 +265,6 @@ final class ControlServer: Sendable {
             guard let c = connections.removeValue(forKey: id) else { return }
             if c.phase == .watching { server.watchers.subtract(1, ordering: .relaxed) }
             Glibc.close(c.fd)
-        }
-    }
-}
-
-/// The asking end: sends one request line and reads the answer, or a watch's lines.
-enum ControlClient {
-    /// Sends `command` to the agent at `path` and returns its answer; an answer that is an
-    /// error becomes an `AgentError` with its message.
-    static func ask(_ command: ControlCommand, at path: String) throws -> JSON {
-        let fd = try connect(path)
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        try send(command, on: fd)
-        var reader = LineReader(fd: fd)
-        guard let line = reader.next() else { throw AgentError("the agent at \(path) gave no answer") }
-        return try answer(line)
-    }
-
-    /// Streams a watch: `each` gets the status and then every event; returns when the agent
-    /// stops or `each` returns false.
-    static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
-        let fd = try connect(path)
-        defer { close(fd) }
-        try send(.watch, on: fd)
-        var reader = LineReader(fd: fd)
-        while let line = reader.next() {
-            guard try each(try answer(line)) else { return }
-        }
-    }
-
-    /// The parsed line; an error answer is thrown.
-    private static func answer(_ line: String) throws -> JSON {
-        let message: JSON
-        do { message = try JSON.parse(line) } catch { throw AgentError("the agent's answer is not JSON: \(line)") }
-        if message["ok"]?.bool == false {
-            throw AgentError(message["error"]?["message"]?.string ?? "the agent refused: \(line)")
-        }
-        return message
-    }
-
-    private static func send(_ command: ControlCommand, on fd: Int32) throws {
-        let bytes = Array((ControlProtocol.request(command) + "\n").utf8)
-        guard write(fd, bytes, bytes.count) == bytes.count else {
-            throw AgentError("cannot send to the agent: \(String(cString: strerror(errno)))")
-        }
-    }
-
-    private static func connect(_ path: String) throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
-        guard try ControlSocket.connect(fd, to: path) else {
-            let error = errno
-            close(fd)
-            if error == ENOENT || error == ECONNREFUSED {
-                throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
-            }
-            throw AgentError("cannot reach the agent at \(path): \(String(cString: strerror(error)))"
-                + (error == EACCES ? " (the control socket is root's and the '\(ControlSocket.readerGroup)' group's)" : ""))
-        }
-        return fd
-    }
-
-    /// Lines from a socket, at most 1 MiB each.
-    private struct LineReader {
-        let fd: Int32
-        var buffer: [UInt8] = []
-
-        mutating func next() -> String? {
-            var chunk = [UInt8](repeating: 0, count: 16 << 10)
-            while true {
-                if let newline = buffer.firstIndex(of: 0x0A) {
-                    let line = String(decoding: buffer[..<newline], as: UTF8.self)
-                    buffer.removeSubrange(...newline)
-                    return line
-                }
-                guard buffer.count < 1 << 20 else { return nil }
-                let n = read(fd, &chunk, chunk.count)
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else {
-                    defer { buffer = [] }
-                    return buffer.isEmpty ? nil : String(decoding: buffer, as: UTF8.self)
-                }
-                buffer += chunk[0..<n]
-            }
         }
     }
 }

@@ -1,0 +1,90 @@
+import Glibc
+import PathMonitor
+import Reconnector
+import Synchronization
+import Tunnel
+
+/// The asking end: sends one request line and reads the answer, or a watch's lines.
+enum ControlClient {
+    /// Sends `command` to the agent at `path` and returns its answer; an answer that is an
+    /// error becomes an `AgentError` with its message.
+    static func ask(_ command: ControlCommand, at path: String) throws -> JSON {
+        let fd = try connect(path)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        try send(command, on: fd)
+        var reader = LineReader(fd: fd)
+        guard let line = reader.next() else { throw AgentError("the agent at \(path) gave no answer") }
+        return try answer(line)
+    }
+
+    /// Streams a watch: `each` gets the status and then every event; returns when the agent
+    /// stops or `each` returns false.
+    static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
+        let fd = try connect(path)
+        defer { close(fd) }
+        try send(.watch, on: fd)
+        var reader = LineReader(fd: fd)
+        while let line = reader.next() {
+            guard try each(try answer(line)) else { return }
+        }
+    }
+
+    /// The parsed line; an error answer is thrown.
+    private static func answer(_ line: String) throws -> JSON {
+        let message: JSON
+        do { message = try JSON.parse(line) } catch { throw AgentError("the agent's answer is not JSON: \(line)") }
+        if message["ok"]?.bool == false {
+            throw AgentError(message["error"]?["message"]?.string ?? "the agent refused: \(line)")
+        }
+        return message
+    }
+
+    private static func send(_ command: ControlCommand, on fd: Int32) throws {
+        let bytes = Array((ControlProtocol.request(command) + "\n").utf8)
+        guard write(fd, bytes, bytes.count) == bytes.count else {
+            throw AgentError("cannot send to the agent: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private static func connect(_ path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard try ControlSocket.connect(fd, to: path) else {
+            let error = errno
+            close(fd)
+            if error == ENOENT || error == ECONNREFUSED {
+                throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
+            }
+            throw AgentError("cannot reach the agent at \(path): \(String(cString: strerror(error)))"
+                + (error == EACCES ? " (the control socket is root's and the '\(ControlSocket.readerGroup)' group's)" : ""))
+        }
+        return fd
+    }
+
+    /// Lines from a socket, at most 1 MiB each.
+    private struct LineReader {
+        let fd: Int32
+        var buffer: [UInt8] = []
+
+        mutating func next() -> String? {
+            var chunk = [UInt8](repeating: 0, count: 16 << 10)
+            while true {
+                if let newline = buffer.firstIndex(of: 0x0A) {
+                    let line = String(decoding: buffer[..<newline], as: UTF8.self)
+                    buffer.removeSubrange(...newline)
+                    return line
+                }
+                guard buffer.count < 1 << 20 else { return nil }
+                let n = read(fd, &chunk, chunk.count)
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else {
+                    defer { buffer = [] }
+                    return buffer.isEmpty ? nil : String(decoding: buffer, as: UTF8.self)
+                }
+                buffer += chunk[0..<n]
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import Glibc
+import PathMonitor
+import Reconnector
+import Synchronization
+import Tunnel
+
+/// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
+/// ask anything; members of the `roam` group, when the system has one, may read the status and
+/// watch (socket 0660 and directory 0750, both of that group); nobody else may connect.
+final class ControlSocket: Sendable {
+    static let defaultPath = "/run/roam/agent.sock"
+    /// The group whose members may read status and watch.
+    static let readerGroup = "roam"
+    let path: String
+    let fileDescriptor: Int32
+
+    init(path: String) throws {
+        let directory = path.parentDirectory
+        let readers = Self.readerGroupID()
+        if !directory.isEmpty {
+            mkdir(directory, readers == nil ? 0o700 : 0o750)
+            // Only a directory of ours is opened to the group: never someone else's.
+            var info = stat()
+            if let readers, stat(directory, &info) == 0, info.st_uid == geteuid() {
+                _ = chown(directory, geteuid(), readers)
+                _ = chmod(directory, 0o750)
+            }
+        }
+        // A socket file that still answers belongs to a running agent: taking it over would
+        // leave that agent unreachable. One that does not answer is left over from a crash.
+        try Self.refuseIfRunning(path)
+        unlink(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
+        var sa = try Self.address(path)
+        // Never a moment with the socket open wider than it ends up.
+        let previous = umask(readers == nil ? 0o177 : 0o117)
+        let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        umask(previous)
+        if bound == 0, let readers { _ = chown(path, geteuid(), readers) }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw AgentError("cannot listen on \(path): \(reason)")
+        }
+        self.path = path
+        fileDescriptor = fd
+    }
+
+    deinit {
+        close(fileDescriptor)
+    }
+
+    /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
+    /// open until the owner lets go of it).
+    func remove() { unlink(path) }
+
+    /// The `roam` group's id, when the system has that group.
+    static func readerGroupID() -> gid_t? {
+        var group = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getgrnam_r(readerGroup, &group, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return group.gr_gid
+    }
+
+    /// Throws when an agent answers at `path` already.
+    static func refuseIfRunning(_ path: String) throws {
+        if answers(path) {
+            throw AgentError("an agent is running already (its control socket \(path) answers): "
+                + "stop it first, or give this one another --control and tunnel name")
+        }
+    }
+
+    /// Whether something listens at `path`. Non-blocking: a listener too busy to accept at once
+    /// (`EAGAIN`, its backlog full) is still there.
+    private static func answers(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard let connected = try? connect(fd, to: path) else { return false }
+        return connected || errno == EAGAIN
+    }
+
+    /// Connects `fd` to the socket at `path`; false (with `errno` set) when that failed.
+    static func connect(_ fd: Int32, to path: String) throws -> Bool {
+        var sa = try address(path)
+        return withUnsafePointer(to: &sa) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
+    }
+
+    private static func address(_ path: String) throws -> sockaddr_un {
+        var sa = sockaddr_un()
+        sa.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: sa.sun_path) else { throw AgentError("the control socket path is too long: \(path)") }
+        withUnsafeMutableBytes(of: &sa.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        return sa
+    }
+}

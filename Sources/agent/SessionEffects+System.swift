@@ -1,0 +1,215 @@
+import Logging
+import Lockdown
+import PathMonitor
+import Reconnector
+import SystemDNS
+import Tunnel
+
+/// The tunnel device, its routes and resolvers once the first handshake gives the inner
+/// addresses; the lockdown's lifts and restores; the network's local subnets.
+extension SessionEffects {
+    /// The TUN device comes up once, after the first handshake tells our inner address, and
+    /// stays through every reconnect; the resolvers follow each handshake. Throws why the
+    /// device cannot be configured.
+    func handshakeCompleted(dns pushed: Result<DNSSettings, DNSSettingsError>) throws(AgentError) {
+        try attachTunnel()
+        useResolvers(pushed)
+    }
+
+    func attachTunnel() throws(AgentError) {
+        // A late answer after a rule lifted the lockdown brings no routes back.
+        guard tun == nil, !lockdownLifted, let client else { return }
+        let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
+        do {
+            let device = try TunDevice(name: settings.tunnel.name, mtu: wantedMTU ?? settings.tunnel.mtu, addresses: prefixes,
+                                       offload: settings.tunnel.offload)
+            routes = try TunnelRoutes(settings.mode, device: device)
+            tun = device
+            client.attach(device)
+            log.info("tunnel up", metadata: ["tunnel": "\(device.name)", "addresses": "\(prefixes.map(\.description).joined(separator: ","))",
+                                      "offload": "\(device.offload.description)"])
+        } catch {
+            throw AgentError("cannot configure the tunnel device: \(error)")
+        }
+    }
+
+    /// Gives the system the tunnel's resolvers: the configuration's own (`dns`), else the
+    /// server's. A list the server got wrong is refused and the session stays.
+    func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
+        pushedDNS = pushed
+        guard !lockdownLifted, let dns, let tun else { return }
+        var wanted: DNSSettings
+        if let override = settings.dns.override {
+            wanted = override
+        } else {
+            switch pushed {
+            case .success(let settings): wanted = settings
+            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: .warning)
+            }
+        }
+        // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
+        // even in full mode), would be asked in clear.
+        let inClear = { (resolver: IPAddress) in
+            !self.settings.mode.carries(resolver) || self.localNetworks.contains { $0.contains(resolver) }
+        }
+        let outside = wanted.resolvers.filter(inClear)
+        if !outside.isEmpty {
+            log.warning("resolvers outside the tunnel are not used: they would be asked in clear",
+                metadata: ["resolvers": "\(outside.map(\.description).joined(separator: ","))"])
+            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { !inClear($0) },
+                                       searchDomains: wanted.searchDomains)) ?? .none
+        }
+        guard wanted != dns.applied else { return }
+        guard !wanted.resolvers.isEmpty else {
+            return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
+                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: .warning)
+        }
+        do {
+            try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
+            dnsProblem = nil
+            log.info("dns", metadata: ["resolvers": "\(wanted.resolvers.map(\.description).joined(separator: ","))",
+                                "search": "\(wanted.searchDomains.joined(separator: ","))", "via": "\(dns.manager.rawValue)"])
+        } catch {
+            noResolvers("\(error)", level: .error)
+        }
+    }
+
+    func noResolvers(_ reason: String, level: Logger.Level) {
+        guard reason != dnsProblem else { return }
+        dnsProblem = reason
+        log.log(level: level, "no tunnel dns", metadata: ["reason": "\(reason)"])
+    }
+
+    // MARK: On-demand rules
+
+    /// An on-demand rule trusts the network: the tunnel's routes, its resolvers and the
+    /// lockdown step aside (the session has ended already), and the machine talks to the
+    /// network directly. Each step that fails is logged; the others still happen.
+    func liftLockdown(interface: String) {
+        lockdownLifted = true
+        do {
+            try routes?.remove()
+            routes = nil
+        } catch {
+            log.error("cannot take the tunnel's routes away", metadata: ["error": "\(error)"])
+        }
+        if let dns, dns.applied != nil {
+            do {
+                try dns.revert()
+            } catch {
+                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
+            }
+        }
+        do {
+            try firewall?.lift(for: interface)
+        } catch {
+            log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
+        }
+        log.notice("lockdown lifted: the network is trusted", metadata: ["interface": "\(interface)",
+            "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.trustedInterface.map { "open on \($0) only" } ?? "none")"])
+    }
+
+    /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and
+    /// its resolvers. A lockdown that cannot come back is tried again every second.
+    func restoreLockdown() {
+        lockdownLifted = false
+        restoreFirewall()
+        if let tun, routes == nil {
+            do {
+                routes = try TunnelRoutes(settings.mode, device: tun)
+            } catch {
+                log.error("cannot put the tunnel's routes back", metadata: ["error": "\(error)"])
+            }
+        }
+        if let pushedDNS { useResolvers(pushedDNS) }
+        log.notice("lockdown restored")
+    }
+
+    func restoreFirewall() {
+        do {
+            try firewall?.restore()
+        } catch {
+            log.error("cannot put the lockdown back; trying again every second", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Loads what nftables refused to close before (a trusted interface, a portal window).
+    func retryFirewall() {
+        guard let firewall, firewall.retryDue != nil else { return }
+        let refusals = firewall.refusals
+        if let error = firewall.retry() {
+            if firewall.refusals.isMultiple(of: 60) {
+                log.error("the lockdown still refuses to close", metadata: ["tries": "\(firewall.refusals)", "error": "\(error)"])
+            }
+        } else {
+            log.notice("the lockdown holds again", metadata: ["refused": "\(refusals)"])
+        }
+    }
+
+    // MARK: The network
+
+    /// The networks on the uplinks are `prefixes` now: the lockdown lets them through (with
+    /// allow-lan), and a resolver on one of them is reached outside the tunnel.
+    func localNetworksChanged(_ prefixes: [Prefix]) {
+        do {
+            try firewall?.localNetworksChanged(prefixes)
+        } catch {
+            log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
+        }
+        if prefixes != localNetworks {
+            localNetworks = prefixes
+            // A new network may hold a resolver's address, or no longer hold it.
+            if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
+        }
+    }
+
+    /// What the operator needs to know of a change in links, addresses or routes, and what
+    /// others may have rewritten meanwhile.
+    func networkObserved(_ model: NetworkModel) {
+        do {
+            if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }
+        } catch {
+            log.error("cannot write the tunnel's resolvers again", metadata: ["error": "\(error)"])
+        }
+        // Full mode only: split mode routes around the tunnel by design.
+        guard settings.mode.socketMark != nil else { return }
+        let diverting = model.routesAroundTheTunnel
+        for route in diverting where !divertingRoutes.contains(route) {
+            log.warning("a route on an uplink takes traffic around the tunnel",
+                metadata: ["route": "\(route.description)", "lockdown": "\(firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped")"])
+        }
+        divertingRoutes = diverting
+    }
+
+    /// Ends the session and takes the routes down. Only an operator's stop opens the machine
+    /// again and gives resolv.conf back; a restart in place or a give-up (systemd starts the
+    /// agent again) keeps the lockdown and the resolvers, so nothing leaks meanwhile.
+    func close(operatorStop: Bool) {
+        client?.close()
+        try? routes?.remove()
+        // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
+        closePortalWindow()
+        cgroups?.unmount()
+        // A closing still refused gets a last try; the next agent loads the table whole anyway.
+        if let firewall, firewall.retryDue != nil, let error = firewall.retry() {
+            log.error("the lockdown could not be put back whole before stopping", metadata: ["error": "\(error)"])
+        }
+        guard operatorStop else { return }
+        if let dns, dns.applied != nil {
+            do {
+                try dns.revert()
+                log.info("dns restored", metadata: ["via": "\(dns.manager.rawValue)"])
+            } catch {
+                log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
+            }
+        }
+        if let firewall {
+            do {
+                try firewall.remove()
+                log.info("lockdown removed")
+            } catch {
+                log.error("cannot remove the lockdown firewall; remove it with 'agent lockdown off'", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}

@@ -1,0 +1,272 @@
+import ConfigReader
+import Glibc
+import Lockdown
+import PathMonitor
+import Reconnector
+import Replay
+import Tunnel
+
+/// The client's and the server's configuration files, read into settings.
+extension YAMLReader {
+    func client(_ root: Node) throws(ConfigError) -> ClientSettings {
+        let f = try fields(root, "the client configuration", allowed: [
+            "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
+            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
+            "portal", "on-demand",
+        ])
+        let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
+        let servers: [ServerEntry]
+        switch (f.optional("server"), f.optional("servers")) {
+        case (let node?, nil):
+            guard let server = Endpoint(try string(node)), server.port != nil else {
+                throw fail(node, "'server' needs host:port, e.g. vpn.example.com:51820")
+            }
+            guard let sharedKey else { throw fail(root, "'server' needs 'server-key', the server's public key") }
+            servers = [ServerEntry(name: server.host, endpoint: server, key: sharedKey)]
+        case (nil, let node?):
+            servers = try serverList(node, sharedKey: sharedKey)
+        case (let node?, _?):
+            throw fail(node, "'server' and 'servers' cannot both be set: list every server under 'servers'")
+        case (nil, nil):
+            throw fail(root, "the client configuration needs 'server' (host:port) or 'servers' (a list)")
+        }
+        var settings = ClientSettings(
+            servers: servers,
+            privateKeyFile: try string(try f.required("private-key-file")),
+            username: try opt(f.optional("username")) { node throws(ConfigError) in try string(node) },
+            passwordFile: try opt(f.optional("password-file")) { node throws(ConfigError) in try string(node) })
+        if settings.username != nil && settings.passwordFile == nil {
+            throw fail(root, "'username' needs 'password-file' (a file only root can read, holding the password)")
+        }
+        if let node = f.optional("tunnel") { settings.tunnel = try tunnel(node, needsAddress: false) }
+        let routes = try list(f.optional("routes")).map { node throws(ConfigError) in try prefix(node) }
+        let mode = try opt(f.optional("mode")) { node throws(ConfigError) in try string(node) } ?? "full"
+        switch mode {
+        case "full":
+            if let node = f.optional("routes"), !routes.isEmpty {
+                throw fail(node, "'routes' are for mode: split; full mode sends everything through the tunnel")
+            }
+            settings.mode = .full(FullTunnel())
+        case "split":
+            guard !routes.isEmpty else { throw fail(root, "mode: split needs 'routes', the prefixes to send through the tunnel") }
+            settings.mode = .split(routes)
+        case let other:
+            throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
+        }
+        if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
+        // Path MTU discovery searches between the tunnel's minimum and its configured MTU.
+        settings.reconnect.maxMTU = settings.tunnel.mtu
+        if let minimum = settings.reconnect.minMTU, minimum > settings.tunnel.mtu,
+           let section = f.optional("reconnect"),
+           let node = try fields(section, "'reconnect'", allowed: Config.fileKeys).optional("min-mtu") {
+            throw fail(node, "'min-mtu' (\(minimum)) is above the tunnel's 'mtu' (\(settings.tunnel.mtu))")
+        }
+        if let node = f.optional("persistent-keepalive") {
+            let interval = try duration(node)
+            guard interval == .zero || (Duration.seconds(1)...Duration.seconds(3600)).contains(interval) else {
+                throw fail(node, "'persistent-keepalive' is 0 (off) or 1s to 1h, e.g. 25s")
+            }
+            settings.persistentKeepalive = interval == .zero ? nil : interval
+        }
+        if let node = f.optional("lockdown") { settings.lockdown = try bool(node) }
+        if let node = f.optional("allow-lan") {
+            settings.allowLAN = try bool(node)
+            if settings.allowLAN, settings.mode.socketMark == nil {
+                throw fail(node, "'allow-lan' is for mode: full; split mode leaves the LAN alone already")
+            }
+        }
+        if let node = f.optional("dns") { settings.dns = try clientDNS(node) }
+        if let node = f.optional("metrics-file") {
+            let path = try string(node)
+            guard path.hasPrefix("/"), path.hasSuffix(".prom"), !path.hasSuffix("/.prom") else {
+                throw fail(node, "'metrics-file' is an absolute path ending in .prom (node_exporter's textfile collector reads "
+                    + "no other), e.g. /var/lib/prometheus/node-exporter/roam.prom")
+            }
+            settings.metricsFile = path
+        }
+        if let node = f.optional("portal") { try portal(node, into: &settings) }
+        if let node = f.optional("on-demand") {
+            settings.onDemand = try onDemandRules(node)
+            for rule in settings.onDemand.rules {
+                if let probe = rule.match.probe, CheckURL(probe.url) == nil {
+                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): the probe's url \"\(probe.url)\" is not a usable http:// URL")
+                }
+                if rule.liftsLockdown, !settings.lockdown {
+                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): 'lockdown: lift' with 'lockdown: false': there is no lockdown to lift")
+                }
+            }
+        }
+        return settings
+    }
+
+    /// `portal`: the connectivity check (`check`, `url`, `expect`) and its timing (`recheck`,
+    /// `recheck-cap`, `window`).
+    private func portal(_ node: Node, into settings: inout ClientSettings) throws(ConfigError) {
+        let f = try fields(node, "'portal'", allowed: ["check", "url", "expect", "recheck", "recheck-cap", "window"])
+        if let n = f.optional("check") { settings.reconnect.portalCheck = try bool(n) }
+        if let n = f.optional("url") {
+            let text = try string(n)
+            guard let url = CheckURL(text) else {
+                throw fail(n, "'url' is a plain http:// URL (a portal can only intercept plain HTTP), e.g. "
+                    + PortalCheck.standard.url.text + "; got \"\(text)\"")
+            }
+            settings.portal.url = url
+            // Another URL answers otherwise than NetworkManager's.
+            if f.optional("expect") == nil {
+                throw fail(n, "'url' needs 'expect': the status code (e.g. 204) or the start of the body it answers with")
+            }
+        }
+        if let n = f.optional("expect") { settings.portal.expect = try httpExpectation(n) }
+        if let n = f.optional("recheck") { settings.reconnect.portalRecheck = try positiveDuration(n) }
+        if let n = f.optional("recheck-cap") { settings.reconnect.portalRecheckCap = try positiveDuration(n) }
+        if settings.reconnect.portalRecheckCap < settings.reconnect.portalRecheck {
+            throw fail(f.optional("recheck-cap") ?? node, "'recheck-cap' is shorter than 'recheck'")
+        }
+        if let n = f.optional("window") {
+            let window = try positiveDuration(n)
+            guard window <= .seconds(3600) else { throw fail(n, "'window' is at most 1h, e.g. 5m") }
+            settings.reconnect.portalWindow = window
+        }
+    }
+
+    /// `servers`: each `{address: host:port, key, name, priority}`; `key` defaults to the shared
+    /// `server-key`, `name` to the host, `priority` to 100 (lower is tried first; equal ones in
+    /// the order listed).
+    private func serverList(_ node: Node, sharedKey: PublicKey?) throws(ConfigError) -> [ServerEntry] {
+        var entries: [(entry: ServerEntry, priority: Int, node: Node)] = []
+        for item in try list(node) {
+            let f = try fields(item, "a server", allowed: ["address", "key", "name", "priority"])
+            let addressNode = try f.required("address")
+            guard let endpoint = Endpoint(try string(addressNode)), endpoint.port != nil else {
+                throw fail(addressNode, "a server's 'address' needs host:port, e.g. vpn.example.com:51820")
+            }
+            let key = try opt(f.optional("key")) { node throws(ConfigError) in try publicKey(node) } ?? sharedKey
+            guard let key else { throw fail(item, "server \(endpoint) needs 'key' (or a shared 'server-key')") }
+            let name = try opt(f.optional("name")) { node throws(ConfigError) in try string(node) } ?? endpoint.host
+            guard !name.isEmpty, !name.contains(where: { $0.isWhitespace || $0 == "=" || $0 == "\"" }) else {
+                throw fail(f.optional("name"), "a server's 'name' is one word, e.g. fra1")
+            }
+            let priority = try opt(f.optional("priority")) { node throws(ConfigError) in try int(node, 0...65535) } ?? 100
+            let same = { (other: Endpoint) in other.host.lowercased() == endpoint.host.lowercased() && other.port == endpoint.port }
+            if let earlier = entries.first(where: { same($0.entry.endpoint) }) {
+                throw fail(addressNode, "'servers' lists \(endpoint) twice (first on line \(earlier.node.line))")
+            }
+            if let earlier = entries.first(where: { $0.entry.name == name }) {
+                throw fail(item, "'servers' names two servers \(name) (first on line \(earlier.node.line)); give each its own 'name'")
+            }
+            entries.append((ServerEntry(name: name, endpoint: endpoint, key: key), priority, item))
+        }
+        guard !entries.isEmpty else { throw fail(node, "'servers' lists no server") }
+        return entries.enumerated().sorted { ($0.element.priority, $0.offset) < ($1.element.priority, $1.offset) }
+            .map(\.element.entry)
+    }
+
+    func server(_ root: Node) throws(ConfigError) -> ServerSettings {
+        let f = try fields(root, "the server configuration", allowed: [
+            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers", "metrics-listen",
+        ])
+        let usersNode = try f.required("users")
+        let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
+        let database: UserDatabase
+        do {
+            database = try UserDatabase(users)
+        } catch {
+            throw fail(usersNode, "\(error)")
+        }
+        var settings = ServerSettings(
+            listenPort: UInt16(try int(try f.required("listen-port"), 1...65535)),
+            privateKeyFile: try string(try f.required("private-key-file")),
+            tunnel: try tunnel(try f.required("tunnel"), needsAddress: true),
+            users: database,
+            dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "'dns'") } ?? .none)
+        if let node = f.optional("drain-period") {
+            let period = try duration(node)
+            guard period <= .seconds(3600) else { throw fail(node, "'drain-period' is 0 (off) to 1h, e.g. 30s") }
+            settings.drainPeriod = period
+        }
+        if let node = f.optional("workers") { settings.workers = try int(node, 1...ServerSettings.maxWorkers) }
+        if let node = f.optional("metrics-listen") {
+            // Never every address by accident: the counts are for the operator's network only.
+            guard let endpoint = Endpoint(try string(node)), let address = SocketAddress(endpoint), !address.ip.isUnspecified else {
+                throw fail(node, "'metrics-listen' is an address of this host and a port, e.g. 127.0.0.1:9586 or [::1]:9586")
+            }
+            settings.metricsListen = address
+        }
+        return settings
+    }
+
+    /// `dns: {servers: [...], search: [...]}`: resolvers, then search domains.
+    private func dns(_ node: Node, _ what: String, extra: [String] = []) throws(ConfigError) -> DNSSettings {
+        let f = try fields(node, what, allowed: ["servers", "search"] + extra)
+        let servers = try list(f.optional("servers")).map { node throws(ConfigError) in try ip(node) }
+        let search = try list(f.optional("search")).map { node throws(ConfigError) in try string(node) }
+        do {
+            return try DNSSettings(resolvers: servers, searchDomains: search)
+        } catch {
+            throw fail(node, "\(what): \(error)")
+        }
+    }
+
+    /// The client's `dns`: an override of what the server pushes, and who is told.
+    private func clientDNS(_ node: Node) throws(ConfigError) -> ClientDNSSettings {
+        let f = try fields(node, "'dns'", allowed: ["servers", "search", "manager"])
+        var settings = ClientDNSSettings()
+        if f.optional("servers") != nil || f.optional("search") != nil {
+            settings.override = try dns(node, "'dns'", extra: ["manager"])
+        }
+        if let n = f.optional("manager") {
+            let name = try string(n)
+            guard let manager = DNSManagerChoice(rawValue: name) else {
+                throw fail(n, "'manager' is one of \(DNSManagerChoice.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(name)\"")
+            }
+            settings.manager = manager
+        }
+        return settings
+    }
+
+    private func tunnel(_ node: Node, needsAddress: Bool) throws(ConfigError) -> TunnelSettings {
+        let f = try fields(node, "'tunnel'", allowed: ["name", "mtu", "addresses", "offload"])
+        var t = TunnelSettings()
+        if let n = f.optional("name") {
+            let name = try string(n)
+            guard (1...15).contains(name.utf8.count), !name.contains("/"), !name.contains(where: \.isWhitespace) else {
+                throw fail(n, "an interface name has 1 to 15 characters, no '/' or spaces")
+            }
+            t.name = name
+        }
+        if let n = f.optional("mtu") { t.mtu = try int(n, 576...9000) }
+        if let n = f.optional("offload") { t.offload = try bool(n) }
+        t.addresses = try list(f.optional("addresses")).map { node throws(ConfigError) in try prefix(node) }
+        if needsAddress && t.addresses.isEmpty { throw fail(node, "'tunnel' needs 'addresses', e.g. [10.77.0.1/16]") }
+        return t
+    }
+
+    /// A user: a name (also the login for password authentication), a public key, a password
+    /// hash, or a key and a hash for both factors; and the inner addresses that are always theirs.
+    private func user(_ node: Node) throws(ConfigError) -> User {
+        let f = try fields(node, "a user", allowed: ["name", "public-key", "password-hash", "addresses", "dns"])
+        let name = try string(try f.required("name"))
+        var hash: PasswordHash?
+        if let n = f.optional("password-hash") {
+            guard let parsed = PasswordHash(encoded: try string(n)) else {
+                throw fail(n, "user \(name): 'password-hash' must be an Argon2id hash made by `agent passwd`")
+            }
+            hash = parsed
+        }
+        let user = User(name: name, publicKey: try opt(f.optional("public-key")) { node throws(ConfigError) in try publicKey(node) },
+                        addresses: try list(try f.required("addresses")).map { node throws(ConfigError) in try ip(node) },
+                        passwordHash: hash,
+                        dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "user \(name): 'dns'") })
+        if user.publicKey == nil && user.passwordHash == nil {
+            throw fail(node, "user \(name) needs 'public-key' or 'password-hash' (or both)")
+        }
+        return user
+    }
+
+    private func publicKey(_ node: Node) throws(ConfigError) -> PublicKey {
+        guard let key = PublicKey(base64: try string(node)) else {
+            throw fail(node, "expected a public key (44 characters of base64, from `agent pubkey`)")
+        }
+        return key
+    }
+}
