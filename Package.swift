@@ -25,8 +25,10 @@ let package = Package(
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .target(name: "CShims"),
 
+        // Shared value types: addresses and prefixes, the agent's clock, seeded randomness, files.
+        .target(name: "Basics", swiftSettings: strict),
         // Facts from the kernel: links, addresses, routes, and the path to the server.
-        .target(name: "PathMonitor", dependencies: ["CMnl", "CShims"], swiftSettings: strict),
+        .target(name: "PathMonitor", dependencies: ["Basics", "CMnl", "CShims"], swiftSettings: strict),
         // The pure decision core: inputs and time in, actions out.
         .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
         // Line-numbered YAML, and the readers of the file formats built on it (the core's settings

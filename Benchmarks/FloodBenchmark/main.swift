@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Logging
 import NamespaceLab
+import Basics
 import PathMonitor
 import Synchronization
 import Tunnel

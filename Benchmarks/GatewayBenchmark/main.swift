@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NamespaceLab
+import Basics
 import PathMonitor
 
 // Several clients through one gateway at once: N real `agent up` processes (default 4), each in

@@ -5,6 +5,7 @@
 // Usage: MonitorBenchmark [changes] [routes]
 import Foundation
 import Glibc
+import Basics
 import PathMonitor
 
 let arguments = CommandLine.arguments.dropFirst()

@@ -4,6 +4,7 @@
 //
 // Usage: swift run -c release ReplayBenchmark [hours] [seed]
 import Foundation
+import Basics
 import PathMonitor
 import Reconnector
 import Replay

@@ -5,6 +5,7 @@
 //
 // Usage: swift run -c release SessionBenchmark [users]   (bench/sessions.sh builds and runs it)
 import Foundation
+import Basics
 import PathMonitor
 import Tunnel
 

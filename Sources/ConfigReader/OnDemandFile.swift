@@ -1,4 +1,5 @@
 public import Reconnector
+import Basics
 import PathMonitor
 
 extension YAMLReader {

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// A configuration or scenario file that cannot be used, with the line to look at.

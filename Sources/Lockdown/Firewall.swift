@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// The lockdown firewall as the client daemon drives it: loaded before anything else at start,

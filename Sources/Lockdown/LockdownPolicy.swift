@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// What the lockdown firewall lets out of this machine while the tunnel is (or is not yet) up,

@@ -1,5 +1,6 @@
 import CNftables
 import Glibc
+import Basics
 import PathMonitor
 
 /// Why the lockdown firewall could not be loaded, read or removed: what was done and what

@@ -1,4 +1,5 @@
 import CoreMetrics
+import Basics
 import PathMonitor
 import Prometheus
 import Synchronization

@@ -1,3 +1,4 @@
+public import Basics
 import Glibc
 
 /// What the live monitor saw in one buffer from the kernel.

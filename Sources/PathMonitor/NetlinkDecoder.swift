@@ -1,3 +1,4 @@
+import Basics
 /// Decodes rtnetlink messages (links, addresses, routes) into model changes.
 ///
 /// Pure: bytes in, changes out, so recorded kernel messages replay through exactly the code

@@ -1,3 +1,4 @@
+public import Basics
 import CMnl
 import Glibc
 

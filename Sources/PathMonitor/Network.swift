@@ -1,3 +1,4 @@
+public import Basics
 /// What kind of uplink a link is; it decides nothing about routing, only what operators read
 /// and which budget a later policy may apply.
 public enum LinkKind: String, Hashable, Sendable, CaseIterable {

@@ -1,3 +1,4 @@
+public import Basics
 /// The way the tunnel's UDP flow leaves this host for the server: an uplink, the source
 /// address the session binds to, and the route that carries it.
 public struct Path: Hashable, Sendable, CustomStringConvertible {

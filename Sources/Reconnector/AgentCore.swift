@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// A fact the agent learns, from the network, the data plane, the machine, an operator or a

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// What an on-demand rule does on the networks it matches.

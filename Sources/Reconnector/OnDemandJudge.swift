@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// Something the runner learnt about a network for the on-demand rules: the answer to a

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// The pure decision core: facts and the time go in, commands come out.

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// Where the servers are: every usable address each one's name gave, which of them the session

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// Why a handshake did not produce a session.

@@ -1,4 +1,5 @@
 public import ConfigReader
+import Basics
 import PathMonitor
 import Reconnector
 

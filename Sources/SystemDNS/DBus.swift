@@ -1,4 +1,5 @@
 import Glibc
+import Basics
 import PathMonitor
 
 /// Just enough of D-Bus to call methods on the system bus: a Unix socket, the EXTERNAL

@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 import Tunnel
 

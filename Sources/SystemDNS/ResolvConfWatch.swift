@@ -1,4 +1,5 @@
 import Glibc
+import Basics
 import PathMonitor
 
 /// Tells when the system's resolver configuration may have changed: /etc/resolv.conf, every

@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// The system's resolver (getaddrinfo: /etc/hosts, DNS, whatever nsswitch says), for a server

@@ -4,6 +4,7 @@ import Observability
 import ConfigReader
 import Glibc
 import Lockdown
+import Basics
 import PathMonitor
 import Reconnector
 import Tunnel

@@ -1,4 +1,5 @@
 import Glibc
+import Basics
 import PathMonitor
 import Reconnector
 import Synchronization

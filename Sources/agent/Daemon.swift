@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import Logging
 import Observability
+import Basics
 import PathMonitor
 import Reconnector
 import Tunnel

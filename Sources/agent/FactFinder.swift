@@ -1,4 +1,5 @@
 import Logging
+import Basics
 import PathMonitor
 import Reconnector
 import SystemDNS

@@ -1,4 +1,5 @@
 import Logging
+import Basics
 import PathMonitor
 
 /// Turns a flapping interface into a few summary lines for the operator instead of a line per

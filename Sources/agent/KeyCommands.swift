@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConfigReader
 import Glibc
+import Basics
 import PathMonitor
 import Tunnel
 

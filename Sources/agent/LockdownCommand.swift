@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConfigReader
 import Lockdown
+import Basics
 import PathMonitor
 import Reconnector
 import SystemDNS

@@ -1,5 +1,6 @@
 import CShims
 import Glibc
+import Basics
 import PathMonitor
 import Reconnector
 

@@ -2,6 +2,7 @@ import SystemDNS
 import ArgumentParser
 import Glibc
 import Synchronization
+import Basics
 import PathMonitor
 import Reconnector
 

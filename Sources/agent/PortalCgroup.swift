@@ -1,4 +1,5 @@
 import Glibc
+import Basics
 import PathMonitor
 
 /// The cgroup2 file system the portal windows' cgroups live in: the system's, or (when none is

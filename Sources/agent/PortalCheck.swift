@@ -1,5 +1,6 @@
 import SystemDNS
 import Glibc
+import Basics
 import PathMonitor
 import Reconnector
 import Tunnel

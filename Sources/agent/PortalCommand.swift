@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import Basics
 import PathMonitor
 
 /// `agent portal --run CMD [ARGS...]`: logging in to a captive portal without opening the lockdown.

@@ -1,6 +1,7 @@
 import SystemDNS
 import CShims
 import Glibc
+import Basics
 import PathMonitor
 
 /// How the portal window's program resolves names. The window lets DNS through only to the

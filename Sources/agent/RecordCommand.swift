@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import Basics
 import PathMonitor
 import Reconnector
 import Synchronization

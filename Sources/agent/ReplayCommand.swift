@@ -1,5 +1,6 @@
 import Observability
 import ArgumentParser
+import Basics
 import PathMonitor
 import Reconnector
 import Replay

@@ -3,6 +3,7 @@ import Observability
 import ArgumentParser
 import ConfigReader
 import Glibc
+import Basics
 import PathMonitor
 import Reconnector
 import Synchronization

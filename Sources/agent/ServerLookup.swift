@@ -1,5 +1,6 @@
 import SystemDNS
 import Logging
+import Basics
 import PathMonitor
 import Tunnel
 

@@ -1,5 +1,6 @@
 import Logging
 import Lockdown
+import Basics
 import PathMonitor
 import Reconnector
 import SystemDNS

@@ -1,6 +1,7 @@
 import ConfigReader
 import Glibc
 import Lockdown
+import Basics
 import PathMonitor
 import Reconnector
 import Replay

@@ -4,6 +4,7 @@ import Logging
 import ArgumentParser
 import ConfigReader
 import Glibc
+import Basics
 import PathMonitor
 import Tunnel
 

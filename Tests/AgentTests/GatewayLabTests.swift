@@ -1,5 +1,6 @@
 import Foundation
 import NamespaceLab
+import Basics
 import PathMonitor
 import Tunnel
 import Testing

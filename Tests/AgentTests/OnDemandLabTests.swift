@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NamespaceLab
+import Basics
 import PathMonitor
 import Testing
 

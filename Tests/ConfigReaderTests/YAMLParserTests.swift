@@ -1,4 +1,5 @@
 import ConfigReader
+import Basics
 import PathMonitor
 import Testing
 

@@ -1,5 +1,6 @@
 import Glibc
 
+import Basics
 import PathMonitor
 import Testing
 import Tunnel

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 @testable import Lockdown
 import NamespaceLab
+import Basics
 import PathMonitor
 import Testing
 import Tunnel

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Synchronization
+public import Basics
 public import PathMonitor
 public import Tunnel
 

@@ -1,5 +1,6 @@
 public import Foundation
 import Glibc
+public import Basics
 public import PathMonitor
 public import Tunnel
 

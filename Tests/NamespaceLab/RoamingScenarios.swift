@@ -1,5 +1,6 @@
 public import Foundation
 import Glibc
+import Basics
 import PathMonitor
 import Tunnel
 

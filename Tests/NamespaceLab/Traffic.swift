@@ -1,6 +1,7 @@
 import Foundation
 public import Glibc
 import Synchronization
+import Basics
 import PathMonitor
 public import Tunnel
 

@@ -1,4 +1,5 @@
 @testable import Observability
+import Basics
 import PathMonitor
 @testable import Reconnector
 import Testing

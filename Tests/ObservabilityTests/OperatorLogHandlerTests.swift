@@ -1,6 +1,7 @@
 import Glibc
 import Logging
 @testable import Observability
+import Basics
 import PathMonitor
 @testable import Reconnector
 import Synchronization

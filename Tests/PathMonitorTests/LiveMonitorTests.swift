@@ -1,5 +1,6 @@
 import NamespaceLab
 import Testing
+import Basics
 @testable import PathMonitor
 
 private let server = IPAddress("198.51.100.7")!

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Testing
+import Basics
 @testable import PathMonitor
 
 extension NamespaceLab {

@@ -1,6 +1,7 @@
 import Glibc
 import NamespaceLab
 import Testing
+import Basics
 @testable import PathMonitor
 
 // Neighbour dumps captured on Linux 6.18.44 (`uname -r`: 6.18.44-fc-v669), in namespace a of

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Basics
 @testable import PathMonitor
 
 /// Raw kernel buffers captured by `agent record` (the recorded scenarios double as fixtures).

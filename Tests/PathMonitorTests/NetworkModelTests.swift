@@ -1,4 +1,5 @@
 import Testing
+import Basics
 @testable import PathMonitor
 
 private let server = IPAddress("198.51.100.7")!

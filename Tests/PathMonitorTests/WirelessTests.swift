@@ -1,5 +1,6 @@
 import Glibc
 import Testing
+import Basics
 @testable import PathMonitor
 
 // MARK: The controller, captured

@@ -1,4 +1,5 @@
 import Dispatch
+import Basics
 import PathMonitor
 import Synchronization
 import Testing

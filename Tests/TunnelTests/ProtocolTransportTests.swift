@@ -1,4 +1,5 @@
 import Foundation
+import Basics
 import PathMonitor
 import Testing
 @testable import Tunnel

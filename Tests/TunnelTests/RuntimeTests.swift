@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Basics
 import PathMonitor
 import NamespaceLab
 import Logging

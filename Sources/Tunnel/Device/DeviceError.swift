@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// A failed system call or kernel request at the tunnel's edge (TUN device, UDP socket,

@@ -1,5 +1,6 @@
 import CShims
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// Preallocated room for a batch of packets, read or sent with one system call

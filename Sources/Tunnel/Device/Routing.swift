@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// Which traffic the kernel sends into the tunnel.

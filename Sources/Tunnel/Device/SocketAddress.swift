@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// An IP address and a UDP port: where a datagram comes from or goes to.

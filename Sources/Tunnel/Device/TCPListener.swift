@@ -1,4 +1,5 @@
 import Glibc
+public import Basics
 public import PathMonitor
 
 /// A listening TCP socket on a local address, for the small answers the daemons give over

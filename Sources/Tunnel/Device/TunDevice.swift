@@ -1,6 +1,7 @@
 import CShims
 import Glibc
 import Synchronization
+public import Basics
 public import PathMonitor
 
 /// A layer-3 TUN interface (`IFF_TUN | IFF_NO_PI`: each read or write is one bare IP packet),

@@ -1,6 +1,7 @@
 import CShims
 import Glibc
 import Synchronization
+public import Basics
 public import PathMonitor
 
 /// A non-blocking UDP socket for one path, the one owner of its descriptor (closed in deinit).

@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// A username and password for servers that ask for one. The description never shows the password.

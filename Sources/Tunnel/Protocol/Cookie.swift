@@ -1,4 +1,5 @@
 import CSodium
+import Basics
 import PathMonitor
 
 /// Cookies: WireGuard's proof that an initiation's sender receives at its address (WireGuard

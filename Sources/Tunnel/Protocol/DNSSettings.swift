@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// The resolvers and search domains a server gives its clients for as long as the tunnel is up,

@@ -1,4 +1,5 @@
 import CSodium
+public import Basics
 public import PathMonitor
 
 /// What the server core made of one datagram. Replies go to the datagram's source, which is

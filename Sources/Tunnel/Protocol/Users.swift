@@ -1,4 +1,5 @@
 import CSodium
+public import Basics
 public import PathMonitor
 
 /// Argon2id work per password check. Production uses `.interactive`; tests use `.minimum`.

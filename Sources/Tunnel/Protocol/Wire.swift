@@ -1,3 +1,4 @@
+public import Basics
 public import PathMonitor
 
 /// Every datagram starts with the same 4-byte header:

@@ -1,3 +1,4 @@
+import Basics
 import PathMonitor
 import Glibc
 public import Logging
