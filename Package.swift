@@ -58,13 +58,15 @@ let package = Package(
             swiftSettings: strict),
         // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
         .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
+        // Control and status: the control socket, its server and client, the protocol, JSON.
+        .target(name: "Control", dependencies: ["Basics", "Tunnel"], swiftSettings: strict),
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf.
         .target(name: "SystemDNS", dependencies: ["PathMonitor", "Tunnel"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
                 "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
-                "Observability",
+                "Observability", "Control",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -99,7 +101,7 @@ let package = Package(
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["agent", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
+            dependencies: ["agent", "Control", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),

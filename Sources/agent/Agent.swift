@@ -1,6 +1,7 @@
 import ArgumentParser
 import CShims
 import ConfigReader
+import Control
 import Glibc
 
 @main
@@ -29,6 +30,9 @@ struct Agent: ParsableCommand {
             printError("\(error)")
             Glibc.exit(2)
         } catch let error as AgentError {
+            printError(error.message)
+            Glibc.exit(1)
+        } catch let error as ControlError {
             printError(error.message)
             Glibc.exit(1)
         } catch {

@@ -1,3 +1,4 @@
+import Control
 import ArgumentParser
 import Glibc
 import Reconnector

@@ -1,3 +1,4 @@
+import Control
 import SystemDNS
 import Logging
 import Observability

@@ -1,3 +1,4 @@
+import Control
 import ArgumentParser
 import ConfigReader
 import Lockdown

@@ -1,3 +1,4 @@
+import Control
 import Observability
 import ArgumentParser
 import Basics

@@ -1,3 +1,4 @@
+import Control
 import Logging
 import Observability
 import ArgumentParser

@@ -1,3 +1,4 @@
+import Control
 import Logging
 import Lockdown
 import Basics

@@ -1,3 +1,4 @@
+import Control
 import Lockdown
 import SystemDNS
 import Logging

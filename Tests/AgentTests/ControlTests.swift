@@ -5,6 +5,7 @@ import Basics
 import PathMonitor
 import Synchronization
 import Testing
+@testable import Control
 @testable import agent
 
 /// The control socket's messages and its server: typed answers, and askers that misbehave
@@ -110,7 +111,7 @@ struct ControlTests {
         let answer = try ControlClient.ask(.status, at: harness.path)
         #expect(answer["version"] == .int(1) && answer["ok"] == .bool(true))
         #expect(answer["status"]?["state"]?.string == "connected")
-        #expect(throws: AgentError.self) { try ControlClient.ask(.reconnect, at: harness.path) }
+        #expect(throws: ControlError.self) { try ControlClient.ask(.reconnect, at: harness.path) }
     }
 
     @Test func garbageHugeAndSilentAskersGetAnErrorAndHoldUpNobody() throws {
@@ -192,7 +193,7 @@ struct ControlTests {
         }
         #expect(harness.calls == 1, "only the status reached the agent")
         // Root reaches the handler (which, in this test, has nothing to do for it).
-        #expect(throws: AgentError.self) { try ControlClient.ask(.down, at: harness.path) }
+        #expect(throws: ControlError.self) { try ControlClient.ask(.down, at: harness.path) }
         #expect(harness.calls == 2)
     }
 }

@@ -1,4 +1,5 @@
 import Testing
+@testable import Control
 @testable import agent
 import Reconnector
 import Glibc
@@ -123,11 +124,11 @@ func checkURLsThatAreRefused(text: String) {
     #expect(!PeerProcess.idsAll(in: "Name:\tx\n", uid: 1000, gid: 1000), "no ids read: refused")
     let me = PeerProcess(pid: getpid(), uid: getuid(), gid: getgid())
     #expect(me.started != nil && me.cgroup != nil)
-    #expect(throws: AgentError.self) { try me.verify() }  // the agent's own process never joins
-    #expect(throws: AgentError.self) { try PeerProcess(pid: 1, uid: 0, gid: 0).verify() }
+    #expect(throws: ControlError.self) { try me.verify() }  // the agent's own process never joins
+    #expect(throws: ControlError.self) { try PeerProcess(pid: 1, uid: 0, gid: 0).verify() }
     var gone = PeerProcess(pid: getppid(), uid: getuid(), gid: getgid())
     gone.started = 1
-    #expect(throws: AgentError.self) { try gone.verify() }  // another process under a reused id
+    #expect(throws: ControlError.self) { try gone.verify() }  // another process under a reused id
 }
 
 @Test func theRunCommandIsFoundBeforeAnyWindowOpens() {

@@ -1,9 +1,9 @@
-import Reconnector
+public import Reconnector
 
 /// A JSON value, for the control socket's messages: written compactly on one line, and read
 /// back with limits (size, depth) so that whatever a local process sends cannot make the
 /// reader work without end.
-enum JSON: Equatable, Sendable {
+public enum JSON: Equatable, Sendable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -13,7 +13,7 @@ enum JSON: Equatable, Sendable {
     /// Keys in the order they were given, as they are written.
     case object([(String, JSON)])
 
-    static func == (a: JSON, b: JSON) -> Bool {
+    public static func == (a: JSON, b: JSON) -> Bool {
         switch (a, b) {
         case (.null, .null): true
         case (.bool(let x), .bool(let y)): x == y
@@ -28,34 +28,34 @@ enum JSON: Equatable, Sendable {
 
     // MARK: Reading fields
 
-    subscript(key: String) -> JSON? {
+    public subscript(key: String) -> JSON? {
         guard case .object(let fields) = self else { return nil }
         return fields.first { $0.0 == key }?.1
     }
 
-    var string: String? { if case .string(let s) = self { s } else { nil } }
-    var int: Int64? {
+    public var string: String? { if case .string(let s) = self { s } else { nil } }
+    public var int: Int64? {
         switch self {
         case .int(let n): n
         case .double(let d) where d == d.rounded() && abs(d) < 9.0e15: Int64(d)
         default: nil
         }
     }
-    var double: Double? {
+    public var double: Double? {
         switch self {
         case .int(let n): Double(n)
         case .double(let d): d
         default: nil
         }
     }
-    var bool: Bool? { if case .bool(let b) = self { b } else { nil } }
-    var array: [JSON]? { if case .array(let a) = self { a } else { nil } }
-    var fields: [(String, JSON)]? { if case .object(let f) = self { f } else { nil } }
+    public var bool: Bool? { if case .bool(let b) = self { b } else { nil } }
+    public var array: [JSON]? { if case .array(let a) = self { a } else { nil } }
+    public var fields: [(String, JSON)]? { if case .object(let f) = self { f } else { nil } }
 
     // MARK: Writing
 
     /// Compact JSON text on one line.
-    var text: String {
+    public var text: String {
         var out = ""
         write(into: &out)
         return out
@@ -91,17 +91,17 @@ enum JSON: Equatable, Sendable {
 
     // MARK: Parsing
 
-    struct ParseError: Error, CustomStringConvertible {
+    public struct ParseError: Error, CustomStringConvertible {
         let offset: Int
         let message: String
-        var description: String { "\(message) at byte \(offset)" }
+        public var description: String { "\(message) at byte \(offset)" }
     }
 
     /// The deepest nesting a message may have.
-    static let maxDepth = 32
+    public static let maxDepth = 32
 
     /// Parses one JSON value that fills `text` (whitespace around it aside).
-    static func parse(_ text: String) throws(ParseError) -> JSON {
+    public static func parse(_ text: String) throws(ParseError) -> JSON {
         var parser = Parser(bytes: Array(text.utf8))
         parser.skipSpace()
         let value = try parser.value(depth: 0)

@@ -1,21 +1,21 @@
 import Glibc
-import Basics
-import PathMonitor
-import Reconnector
+public import Basics
+public import PathMonitor
+public import Reconnector
 import Synchronization
-import Tunnel
+public import Tunnel
 
 /// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
 /// ask anything; members of the `roam` group, when the system has one, may read the status and
 /// watch (socket 0660 and directory 0750, both of that group); nobody else may connect.
-final class ControlSocket: Sendable {
-    static let defaultPath = "/run/roam/agent.sock"
+public final class ControlSocket: Sendable {
+    public static let defaultPath = "/run/roam/agent.sock"
     /// The group whose members may read status and watch.
-    static let readerGroup = "roam"
-    let path: String
-    let fileDescriptor: Int32
+    public static let readerGroup = "roam"
+    public let path: String
+    public let fileDescriptor: Int32
 
-    init(path: String) throws {
+    public init(path: String) throws {
         let directory = path.parentDirectory
         let readers = Self.readerGroupID()
         if !directory.isEmpty {
@@ -32,7 +32,7 @@ final class ControlSocket: Sendable {
         try Self.refuseIfRunning(path)
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw AgentError("cannot create the control socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ControlError("cannot create the control socket: \(String(cString: strerror(errno)))") }
         var sa = try Self.address(path)
         // Never a moment with the socket open wider than it ends up.
         let previous = umask(readers == nil ? 0o177 : 0o117)
@@ -42,7 +42,7 @@ final class ControlSocket: Sendable {
         guard bound == 0, listen(fd, 16) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
-            throw AgentError("cannot listen on \(path): \(reason)")
+            throw ControlError("cannot listen on \(path): \(reason)")
         }
         self.path = path
         fileDescriptor = fd
@@ -54,7 +54,7 @@ final class ControlSocket: Sendable {
 
     /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
     /// open until the owner lets go of it).
-    func remove() { unlink(path) }
+    public func remove() { unlink(path) }
 
     /// The `roam` group's id, when the system has that group.
     static func readerGroupID() -> gid_t? {
@@ -66,9 +66,9 @@ final class ControlSocket: Sendable {
     }
 
     /// Throws when an agent answers at `path` already.
-    static func refuseIfRunning(_ path: String) throws {
+    public static func refuseIfRunning(_ path: String) throws {
         if answers(path) {
-            throw AgentError("an agent is running already (its control socket \(path) answers): "
+            throw ControlError("an agent is running already (its control socket \(path) answers): "
                 + "stop it first, or give this one another --control and tunnel name")
         }
     }
@@ -84,7 +84,7 @@ final class ControlSocket: Sendable {
     }
 
     /// Connects `fd` to the socket at `path`; false (with `errno` set) when that failed.
-    static func connect(_ fd: Int32, to path: String) throws -> Bool {
+    public static func connect(_ fd: Int32, to path: String) throws -> Bool {
         var sa = try address(path)
         return withUnsafePointer(to: &sa) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -95,7 +95,7 @@ final class ControlSocket: Sendable {
         var sa = sockaddr_un()
         sa.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: sa.sun_path) else { throw AgentError("the control socket path is too long: \(path)") }
+        guard bytes.count < MemoryLayout.size(ofValue: sa.sun_path) else { throw ControlError("the control socket path is too long: \(path)") }
         withUnsafeMutableBytes(of: &sa.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
         return sa
     }

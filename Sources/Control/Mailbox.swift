@@ -4,15 +4,15 @@ import Synchronization
 /// The only thing the client's other threads share with its deciding thread: they post events
 /// (signals, the data plane's notices, lookups that finished) from anywhere, and a byte on a pipe
 /// wakes the deciding thread's poll, which then takes them all, in order.
-final class Mailbox<Event: Sendable>: Sendable {
+public final class Mailbox<Event: Sendable>: Sendable {
     private let queue = Mutex<[Event]>([])
     /// Readable when events wait: for the deciding thread's poll.
-    let fileDescriptor: Int32
+    public let fileDescriptor: Int32
     private let writeEnd: Int32
 
-    init() throws {
+    public init() throws {
         var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw AgentError("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&fds) == 0 else { throw ControlError("cannot create a pipe: \(String(cString: strerror(errno)))") }
         for fd in fds {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // not inherited by a restart
@@ -27,14 +27,14 @@ final class Mailbox<Event: Sendable>: Sendable {
     }
 
     /// Hands `event` to the deciding thread (from any thread, the signal thread included).
-    func post(_ event: Event) {
+    public func post(_ event: Event) {
         queue.withLock { $0.append(event) }
         var byte: UInt8 = 1
         _ = write(writeEnd, &byte, 1)  // a full pipe already says "wake up"
     }
 
     /// Every event posted so far, oldest first.
-    func take() -> [Event] {
+    public func take() -> [Event] {
         var bytes = [UInt8](repeating: 0, count: 64)
         while read(fileDescriptor, &bytes, bytes.count) > 0 {}
         return queue.withLock { list in

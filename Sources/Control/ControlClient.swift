@@ -1,28 +1,28 @@
 import Glibc
-import Basics
-import PathMonitor
-import Reconnector
+public import Basics
+public import PathMonitor
+public import Reconnector
 import Synchronization
-import Tunnel
+public import Tunnel
 
 /// The asking end: sends one request line and reads the answer, or a watch's lines.
-enum ControlClient {
+public enum ControlClient {
     /// Sends `command` to the agent at `path` and returns its answer; an answer that is an
-    /// error becomes an `AgentError` with its message.
-    static func ask(_ command: ControlCommand, at path: String) throws -> JSON {
+    /// error becomes an `ControlError` with its message.
+    public static func ask(_ command: ControlCommand, at path: String) throws -> JSON {
         let fd = try connect(path)
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         try send(command, on: fd)
         var reader = LineReader(fd: fd)
-        guard let line = reader.next() else { throw AgentError("the agent at \(path) gave no answer") }
+        guard let line = reader.next() else { throw ControlError("the agent at \(path) gave no answer") }
         return try answer(line)
     }
 
     /// Streams a watch: `each` gets the status and then every event; returns when the agent
     /// stops or `each` returns false.
-    static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
+    public static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
         let fd = try connect(path)
         defer { close(fd) }
         try send(.watch, on: fd)
@@ -35,9 +35,9 @@ enum ControlClient {
     /// The parsed line; an error answer is thrown.
     private static func answer(_ line: String) throws -> JSON {
         let message: JSON
-        do { message = try JSON.parse(line) } catch { throw AgentError("the agent's answer is not JSON: \(line)") }
+        do { message = try JSON.parse(line) } catch { throw ControlError("the agent's answer is not JSON: \(line)") }
         if message["ok"]?.bool == false {
-            throw AgentError(message["error"]?["message"]?.string ?? "the agent refused: \(line)")
+            throw ControlError(message["error"]?["message"]?.string ?? "the agent refused: \(line)")
         }
         return message
     }
@@ -45,20 +45,20 @@ enum ControlClient {
     private static func send(_ command: ControlCommand, on fd: Int32) throws {
         let bytes = Array((ControlProtocol.request(command) + "\n").utf8)
         guard write(fd, bytes, bytes.count) == bytes.count else {
-            throw AgentError("cannot send to the agent: \(String(cString: strerror(errno)))")
+            throw ControlError("cannot send to the agent: \(String(cString: strerror(errno)))")
         }
     }
 
     private static func connect(_ path: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw AgentError("cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ControlError("cannot create a socket: \(String(cString: strerror(errno)))") }
         guard try ControlSocket.connect(fd, to: path) else {
             let error = errno
             close(fd)
             if error == ENOENT || error == ECONNREFUSED {
-                throw AgentError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
+                throw ControlError("the agent is not running (no control socket at \(path)); start it with `agent up --config FILE`")
             }
-            throw AgentError("cannot reach the agent at \(path): \(String(cString: strerror(error)))"
+            throw ControlError("cannot reach the agent at \(path): \(String(cString: strerror(error)))"
                 + (error == EACCES ? " (the control socket is root's and the '\(ControlSocket.readerGroup)' group's)" : ""))
         }
         return fd

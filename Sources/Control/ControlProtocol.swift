@@ -1,16 +1,16 @@
-import Tunnel
+public import Tunnel
 
 /// The control socket's messages, version 1 (docs/CONTROL.md): one JSON object per line each
 /// way. A request names a command; every answer says `version` and `ok`, with the command's
 /// fields or an `error` with a code; a watch then streams `event` lines.
-enum ControlProtocol {
-    static let version: Int64 = 1
+public enum ControlProtocol {
+    public static let version: Int64 = 1
     /// The longest request line accepted; a longer one is refused unread.
-    static let maxRequestBytes = 4096
+    public static let maxRequestBytes = 4096
 }
 
 /// What an operator may ask a running agent.
-enum ControlCommand: String, CaseIterable, Sendable {
+public enum ControlCommand: String, CaseIterable, Sendable {
     /// The state, path, server, counters and last transition.
     case status
     /// The status, then every change as it happens, until the asker hangs up.
@@ -35,17 +35,22 @@ enum ControlCommand: String, CaseIterable, Sendable {
 
     /// Whether members of the `roam` group may ask it too: reading status, watching, and logging
     /// in to a portal. Everything else changes the agent, and only root may ask.
-    var openToReaders: Bool { self == .status || self == .watch || self == .portalOpen || self == .portalClose }
+    public var openToReaders: Bool { self == .status || self == .watch || self == .portalOpen || self == .portalClose }
 }
 
 /// A request the agent refuses, with a code a program can act on.
-struct ControlFailure: Error, Equatable, Sendable {
+public struct ControlFailure: Error, Equatable, Sendable {
     /// `bad-request`, `unsupported-version`, `unknown-command`, `too-large`, `timeout`,
     /// `not-permitted`, `not-here` (a command for the other role), `busy`, `no-answer`.
-    var code: String
-    var message: String
+    public var code: String
+    public var message: String
 
-    var line: String {
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var line: String {
         JSON.object([("version", .int(ControlProtocol.version)), ("ok", .bool(false)),
                      ("error", .object([("code", .string(code)), ("message", .string(message))]))]).text
     }
@@ -54,7 +59,7 @@ struct ControlFailure: Error, Equatable, Sendable {
 extension ControlProtocol {
     /// The command a request line asks for: `{"version":1,"command":"status"}`, or, for people
     /// typing at the socket, the bare command word.
-    static func command(in line: String) -> Result<ControlCommand, ControlFailure> {
+    public static func command(in line: String) -> Result<ControlCommand, ControlFailure> {
         let text = line.trimmed
         let known = ControlCommand.allCases.map(\.rawValue).joined(separator: ", ")
         guard text.first == "{" else {
@@ -84,27 +89,27 @@ extension ControlProtocol {
     }
 
     /// The request line for `command`.
-    static func request(_ command: ControlCommand) -> String {
+    public static func request(_ command: ControlCommand) -> String {
         JSON.object([("version", .int(version)), ("command", .string(command.rawValue))]).text
     }
 
     /// A successful answer: `{"version":1,"ok":true,...fields}`.
-    static func answer(_ fields: [(String, JSON)]) -> String {
+    public static func answer(_ fields: [(String, JSON)]) -> String {
         JSON.object([("version", .int(version)), ("ok", .bool(true))] + fields).text
     }
 
     /// One line of a watch: `{"version":1,"event":KIND,...fields}`.
-    static func event(_ kind: String, _ fields: [(String, JSON)]) -> String {
+    public static func event(_ kind: String, _ fields: [(String, JSON)]) -> String {
         JSON.object([("version", .int(version)), ("event", .string(kind))] + fields).text
     }
 }
 
 extension JSON {
     /// A counter as a number (clamped, should one ever pass Int64's range).
-    static func count<T: BinaryInteger>(_ n: T) -> JSON { .int(Int64(clamping: n)) }
+    public static func count<T: BinaryInteger>(_ n: T) -> JSON { .int(Int64(clamping: n)) }
 
     /// The data plane's traffic, as client and server report it; `extra` follows the shared fields.
-    static func traffic(_ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
+    public static func traffic(_ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
         .object([("packets_in", .count(t.packetsIn)), ("packets_out", .count(t.packetsOut)),
                  ("bytes_in", .count(t.bytesIn)), ("bytes_out", .count(t.bytesOut)),
                  ("super_packets", .count(t.superPackets)), ("super_packets_written", .count(t.superPacketsWritten)),
@@ -112,7 +117,7 @@ extension JSON {
     }
 
     /// Drops: the total, `extra`, the offload drops, then the causes that dropped anything.
-    static func drops(_ drops: DropCounters, _ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
+    public static func drops(_ drops: DropCounters, _ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
         .object([("total", .count(drops.total))] + extra + [
             ("offload", .count(t.offloadDrops)),
             ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .count(drops[$0])) })),
@@ -122,7 +127,7 @@ extension JSON {
 
 extension Duration {
     /// Milliseconds as a number, to the microsecond.
-    var milliseconds: JSON {
+    public var milliseconds: JSON {
         let (seconds, attoseconds) = components
         return .double((Double(seconds) * 1000 + Double(attoseconds / 1_000_000_000_000) / 1000))
     }

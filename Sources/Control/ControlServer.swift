@@ -1,26 +1,26 @@
 import Glibc
-import Basics
-import PathMonitor
-import Reconnector
+public import Basics
+public import PathMonitor
+public import Reconnector
 import Synchronization
-import Tunnel
+public import Tunnel
 
 /// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a
 /// huge line or nothing at all, or reads its answers slowly) ever holds up the agent: requests
 /// are read with a deadline and a size limit, each valid one is handed to `handle` as a `Call`,
 /// and whoever decides answers it with `reply` when it gets to it. Watchers get every
 /// `publish`ed line until they hang up; one that falls too far behind is let go.
-final class ControlServer: Sendable {
+public final class ControlServer: Sendable {
     /// One request, for whoever decides: answered with `reply`, from any thread.
-    struct Call: Sendable {
+    public struct Call: Sendable {
         fileprivate let id: Int
         fileprivate let server: ControlServer
-        let command: ControlCommand
+        public let command: ControlCommand
         /// The process that asked (`SO_PEERCRED`), as the kernel saw it connect.
-        let peer: PeerProcess
+        public let peer: PeerProcess
 
         /// Answers with `line`; with `watch`, published lines follow on the same connection.
-        func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
+        public func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
     }
 
     private enum Outgoing: Sendable {
@@ -30,12 +30,12 @@ final class ControlServer: Sendable {
     }
 
     /// A request must arrive whole within this; an answer must come within `answerTimeout`.
-    static let requestTimeout: Duration = .seconds(2)
-    static let answerTimeout: Duration = .seconds(10)
+    public static let requestTimeout: Duration = .seconds(2)
+    public static let answerTimeout: Duration = .seconds(10)
     /// Connections served at once; more are told `busy`.
-    static let maxConnections = 32
+    public static let maxConnections = 32
     /// Bytes a watcher may leave unread before it is let go.
-    static let maxBacklog = 256 << 10
+    public static let maxBacklog = 256 << 10
 
     private let socket: ControlSocket
     private let outgoing: Mailbox<Outgoing>
@@ -45,18 +45,18 @@ final class ControlServer: Sendable {
     private let serving = Atomic<Bool>(false)
 
     /// Whether anyone watches: a status for them is worth making only then.
-    var watched: Bool { watchers.load(ordering: .relaxed) > 0 }
+    public var watched: Bool { watchers.load(ordering: .relaxed) > 0 }
 
-    init(socket: ControlSocket, handle: @escaping @Sendable (Call) -> Void) throws {
+    public init(socket: ControlSocket, handle: @escaping @Sendable (Call) -> Void) throws {
         self.socket = socket
         self.handle = handle
         outgoing = try Mailbox()
     }
 
-    var path: String { socket.path }
+    public var path: String { socket.path }
 
     /// Starts the serving thread.
-    func start() throws {
+    public func start() throws {
         serving.store(true, ordering: .releasing)
         do {
             try OSThread.detach { [self] in
@@ -71,12 +71,12 @@ final class ControlServer: Sendable {
     }
 
     /// Sends `line` to every watcher.
-    func publish(_ line: String) { outgoing.post(.publish(line)) }
+    public func publish(_ line: String) { outgoing.post(.publish(line)) }
 
     /// Takes the socket's name away and ends every connection after a last try to send what is queued.
     /// Waits (at most a second) for the serving thread to hand what was published to the
     /// watchers: the process may end right after, and a watcher must hear `stopped`.
-    func stop() {
+    public func stop() {
         socket.remove()
         outgoing.post(.stop)
         for _ in 0..<200 where serving.load(ordering: .acquiring) { usleep(5_000) }
