@@ -113,6 +113,20 @@ struct Resolved {
     /// name goes to them and none to another link's resolvers unless a more specific domain says
     /// so; in split mode only the names of the search domains.
     func configure(link: Int32, _ settings: DNSSettings, routeAll: Bool) throws(DBusError) {
+        for call in Self.calls(link: link, settings, routeAll: routeAll) {
+            try self.call(call.member, call.signature, call.body)
+        }
+    }
+
+    /// One method call of resolved's manager: its name, its D-Bus signature, and its body.
+    struct Call {
+        var member: String
+        var signature: String
+        var body: DBusWriter
+    }
+
+    /// What `configure` asks of resolved, in order (pure: the translation tests read it).
+    static func calls(link: Int32, _ settings: DNSSettings, routeAll: Bool) -> [Call] {
         var servers = DBusWriter()
         servers.int32(link)
         servers.array(alignment: 8) { list in
@@ -122,7 +136,6 @@ struct Resolved {
                 list.array(alignment: 1) { bytes in for byte in resolver.bytes { bytes.byte(byte) } }
             }
         }
-        try call("SetLinkDNS", "ia(iay)", servers)
         var domains = DBusWriter()
         domains.int32(link)
         domains.array(alignment: 8) { list in
@@ -137,20 +150,22 @@ struct Resolved {
                 list.bool(true)
             }
         }
-        try call("SetLinkDomains", "ia(sb)", domains)
         // Said either way: left to itself, resolved makes a link without a routing-only domain
         // a default route, and split mode's other names would go to both sides at once.
         var route = DBusWriter()
         route.int32(link)
         route.bool(routeAll)
-        try call("SetLinkDefaultRoute", "ib", route)
+        var calls = [Call(member: "SetLinkDNS", signature: "ia(iay)", body: servers),
+                     Call(member: "SetLinkDomains", signature: "ia(sb)", body: domains),
+                     Call(member: "SetLinkDefaultRoute", signature: "ib", body: route)]
         // A layer-3 tunnel has no neighbours to ask by multicast.
         for member in ["SetLinkLLMNR", "SetLinkMulticastDNS"] {
             var off = DBusWriter()
             off.int32(link)
             off.string("no")
-            try call(member, "is", off)
+            calls.append(Call(member: member, signature: "is", body: off))
         }
+        return calls
     }
 
     func revert(link: Int32) throws(DBusError) {
