@@ -261,8 +261,6 @@ public struct AgentCore: Sendable {
     private var openingWindow = false
     /// The session is being moved to another address: what that brings asks no look-up.
     private var following = false
-    /// The local networks last told to the runner.
-    private var localNetworks: [Prefix]
     /// What the machine is told once the rules have the facts they asked for (new paths, a
     /// wake): a network the rules may trust is not tried before they have looked at it.
     private var held: [Input] = []
@@ -280,7 +278,6 @@ public struct AgentCore: Sendable {
         let first = PathTracker.preferred(addresses, in: model) ?? .v4(0)
         network = PathTracker(model: model, endpoint: first)
         network.learn(serverAddresses: addresses)
-        localNetworks = model.localNetworks
     }
 
     /// The address the session's packets go to.
@@ -316,11 +313,9 @@ public struct AgentCore: Sendable {
         var out: [Effect] = []
         switch event {
         case .start:
-            out.append(.localNetworks(localNetworks))
+            out.append(.localNetworks(network.model.localNetworks))
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
-            // The rules first: a trusted network is never tried.
-            judge(now, &out)
-            afterRules(.paths(network.paths), now, &out)
+            pathsChanged(now, &out)
         case .network(let change): networkChanged(change, now, &out)
         case .serverLookedUp(let index, let addresses): lookedUp(index, addresses, now, &out)
         case .serverAllowed(let index, let address, let allowed): serverAllowed(index, address, allowed, now, &out)
@@ -409,7 +404,7 @@ public struct AgentCore: Sendable {
         case .openPortalWindow(let uid):
             guard case .portal(let path, let url) = machine.state else { return out.append(.reply(.noPortal(machine.state.name))) }
             if let until = machine.portalWindowUntil {
-                guard uid == 0 || uid == portalWindowOwner else { return out.append(.reply(.notPermitted)) }
+                guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }
                 return out.append(.reply(.portalWindowOpen(url: url, interface: path.interface, until: until)))
             }
             portalWindowOwner = uid
@@ -422,7 +417,7 @@ public struct AgentCore: Sendable {
             }
         case .closePortalWindow(let uid):
             if machine.portalWindowUntil != nil {
-                guard uid == 0 || uid == portalWindowOwner else { return out.append(.reply(.notPermitted)) }
+                guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }
                 run(.closePortalWindow, now, &out)
             }
             out.append(.reply(.portalWindowClosed))
@@ -430,6 +425,9 @@ public struct AgentCore: Sendable {
             stopped = true
         }
     }
+
+    /// Only the one who opened the portal window, or root, joins or closes it.
+    private func mayChangeWindow(_ uid: UInt32) -> Bool { uid == 0 || uid == portalWindowOwner }
 
     /// The lockdown's answer to a window being opened: the window stands, or closes at once.
     private mutating func portalWindowOpened(_ opened: Bool, _ now: Instant, _ out: inout [Effect]) {
@@ -448,14 +446,14 @@ public struct AgentCore: Sendable {
     /// reaches another of its addresses (the other family: an IPv6 address on an IPv4-only
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
+        let localBefore = network.model.localNetworks
         let paths = network.apply(change)
         // The rules look at the network first (an address may match a rule's subnet), so a
         // trusted network is never tried.
         judge(now, &out)
         // The local networks are the links' own addresses' subnets: a route never moves them.
-        if change.movesAddresses, network.model.localNetworks != localNetworks {
-            localNetworks = network.model.localNetworks
-            out.append(.localNetworks(localNetworks))
+        if change.movesAddresses, network.model.localNetworks != localBefore {
+            out.append(.localNetworks(network.model.localNetworks))
         }
         if servers.pending == nil, let other = network.reachableAlternative {
             return propose(.init(server: machine.server, address: other, why: "no uplink reaches \(network.endpoint) now",
@@ -503,20 +501,14 @@ public struct AgentCore: Sendable {
         servers.propose(nil)
         guard allowed, index == machine.server, address != network.endpoint else {
             // The old address stays; the machine hears the paths to it as they are.
-            if machine.paths != network.paths {
-                judge(now, &out)
-                afterRules(.paths(network.paths), now, &out)
-            }
+            if machine.paths != network.paths { pathsChanged(now, &out) }
             return
         }
         probes.removeAll()  // an echo from the old address proves nothing about the new one
         out.append(.useAddress(address, why: move.why))
         following = true
         defer { following = false }
-        if let paths = network.retarget(to: address) {
-            judge(now, &out)
-            afterRules(.paths(paths), now, &out)
-        }
+        if network.retarget(to: address) != nil { pathsChanged(now, &out) }
         if move.announce { run(.serverMoved, now, &out) }
     }
 
@@ -527,10 +519,7 @@ public struct AgentCore: Sendable {
         guard let address else { return }
         following = true
         defer { following = false }
-        if let paths = network.retarget(to: address) {
-            judge(now, &out)
-            afterRules(.paths(paths), now, &out)
-        }
+        if network.retarget(to: address) != nil { pathsChanged(now, &out) }
         network.learn(serverAddresses: servers.entries[index].addresses)
     }
 
@@ -561,6 +550,13 @@ public struct AgentCore: Sendable {
             // Paths held are the network as it was then; the machine hears it as it is now.
             if case .paths = input { run(.paths(network.paths), now, &out) } else { run(input, now, &out) }
         }
+    }
+
+    /// The paths to the server's address changed: the rules look at the network first, so a
+    /// trusted network is never tried, then the machine hears the paths.
+    private mutating func pathsChanged(_ now: Instant, _ out: inout [Effect]) {
+        judge(now, &out)
+        afterRules(.paths(network.paths), now, &out)
     }
 
     /// `input` goes to the machine now, or once the rules have the facts they asked for.

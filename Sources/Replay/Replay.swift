@@ -1122,10 +1122,9 @@ extension Replay {
         case .probe(let probe, let path, let generation):
             requireKnown(path, action: "on-demand probe")
             let name = interface(of: path.id)
-            let answers = name.map { reaches(path.id) && !dropped.contains($0) && !sleeping
-                && networks[$0]?.probes.contains(probe.url) == true } ?? false
-            let at = answers || name.map({ reaches(path.id) && !dropped.contains($0) }) == true
-                ? now + roundTrip(path.id) : now + .seconds(5)
+            let passes = name.map { reaches(path.id) && !dropped.contains($0) } ?? false
+            let answers = passes && !sleeping && name.flatMap { networks[$0]?.probes.contains(probe.url) } == true
+            let at = passes ? now + roundTrip(path.id) : now + .seconds(5)
             queue.push(at, .answer(.networkFact(.probeAnswered(probe, generation: generation, answers))))
         }
     }

@@ -84,9 +84,9 @@ final class FactFinder {
                     found.append(.gateway(linkIndex: link, gateway, mac: mac.description))
                 case .lost:
                     // Whatever was missed, the table holds the outcome.
-                    guard let entry = try? netlink?.neighbour(of: gateway, linkIndex: link),
-                          let mac = entry.usableHardwareAddress else { continue }
-                    found.append(.gateway(linkIndex: link, gateway, mac: mac.description))
+                    guard let fact = read(.gateway(gateway, linkIndex: link, resolve: false), tunnelSearch: tunnelSearch),
+                          case .gateway(_, _, _?) = fact else { continue }
+                    found.append(fact)
                 }
             }
         }
