@@ -1,5 +1,5 @@
 public import Basics
-public import PathMonitor
+import PathMonitor
 
 /// A configuration or scenario file that cannot be used, with the line to look at.
 public struct ConfigError: Error, CustomStringConvertible, Sendable {

@@ -1,9 +1,9 @@
 import Glibc
-public import Basics
-public import PathMonitor
-public import Reconnector
+import Basics
+import PathMonitor
+import Reconnector
 import Synchronization
-public import Tunnel
+import Tunnel
 
 /// The asking end: sends one request line and reads the answer, or a watch's lines.
 public enum ControlClient {

@@ -1,9 +1,9 @@
 import Glibc
-public import Basics
-public import PathMonitor
-public import Reconnector
+import Basics
+import PathMonitor
+import Reconnector
 import Synchronization
-public import Tunnel
+import Tunnel
 
 /// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a
 /// huge line or nothing at all, or reads its answers slowly) ever holds up the agent: requests

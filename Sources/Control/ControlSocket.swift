@@ -1,9 +1,9 @@
 import Glibc
-public import Basics
-public import PathMonitor
-public import Reconnector
+import Basics
+import PathMonitor
+import Reconnector
 import Synchronization
-public import Tunnel
+import Tunnel
 
 /// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
 /// ask anything; members of the `roam` group, when the system has one, may read the status and

@@ -1,4 +1,4 @@
-public import Basics
+import Basics
 import Glibc
 
 /// The process at the other end of a control connection, as the kernel saw it connect

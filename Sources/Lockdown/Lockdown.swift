@@ -1,4 +1,4 @@
-public import Basics
+import Basics
 public import PathMonitor
 
 /// The lockdown firewall in the kernel: Roam's own nftables table, replaced whole in one

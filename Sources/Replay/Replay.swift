@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Reconnector
 
 /// What a replay found: the transitions, the counts the expectations speak of, and every

@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-public import PathMonitor
+import PathMonitor
 import Tunnel
 
 /// Looks up the server's name the way the C library would (the hosts file, then the name

@@ -1,3 +1,4 @@
+import CShims
 import Glibc
 import Basics
 import PathMonitor

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Synchronization
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Tunnel
 
 /// Everything the laptop sends onto its uplinks, as the router sees it (an AF_PACKET socket for

@@ -1,6 +1,6 @@
 public import Foundation
 import Glibc
-public import Basics
+import Basics
 public import PathMonitor
 
 /// A throwaway network namespace for tests that need a real kernel, deleted (with every

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Synchronization
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Tunnel
 
 /// A captive portal on the router's side of one uplink, as hotels run them: while closed it

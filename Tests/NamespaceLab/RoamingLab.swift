@@ -1,7 +1,7 @@
 public import Foundation
 import Glibc
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Tunnel
 
 /// The VPN a roaming run drives: Roam's own `agent serve` / `agent up`, or Debian's

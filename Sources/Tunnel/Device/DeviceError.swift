@@ -1,5 +1,5 @@
 import Glibc
-public import Basics
+import Basics
 public import PathMonitor
 
 /// A failed system call or kernel request at the tunnel's edge (TUN device, UDP socket,

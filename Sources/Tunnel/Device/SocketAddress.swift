@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-public import PathMonitor
+import PathMonitor
 
 /// An IP address and a UDP port: where a datagram comes from or goes to.
 public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {

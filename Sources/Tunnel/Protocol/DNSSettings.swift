@@ -1,5 +1,5 @@
 public import Basics
-public import PathMonitor
+import PathMonitor
 
 /// The resolvers and search domains a server gives its clients for as long as the tunnel is up,
 /// so that their names are asked through the tunnel and never of the local network. Valid by

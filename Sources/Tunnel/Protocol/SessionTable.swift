@@ -1,5 +1,5 @@
 public import Basics
-public import PathMonitor
+import PathMonitor
 import Synchronization
 
 /// The sessions a server holds, shared by its data threads with no lock that all of them take:

@@ -1,6 +1,6 @@
 import CSodium
 public import Basics
-public import PathMonitor
+import PathMonitor
 
 /// Argon2id work per password check. Production uses `.interactive`; tests use `.minimum`.
 public struct PasswordCost: Equatable, Sendable {

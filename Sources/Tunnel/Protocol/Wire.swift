@@ -1,5 +1,5 @@
 public import Basics
-public import PathMonitor
+import PathMonitor
 
 /// Every datagram starts with the same 4-byte header:
 ///

@@ -1,5 +1,5 @@
-public import Basics
-public import PathMonitor
+import Basics
+import PathMonitor
 import Glibc
 
 /// Data-plane counters an operator reads in status.

@@ -1,5 +1,5 @@
 public import Basics
-public import PathMonitor
+import PathMonitor
 import Glibc
 public import Logging
 import Synchronization
