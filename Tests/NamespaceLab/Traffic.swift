@@ -172,6 +172,8 @@ public final class TCPStream: @unchecked Sendable {  // every mutable field is r
         sender = out
         receiver = into
         Self.timeouts(receiver, seconds: 60)
+        Self.boundBackoff(sender)
+        Self.boundBackoff(receiver)
         let step = max(bytesPerSecond / 50, 1)
         done.enter()
         Thread { [self] in
@@ -257,6 +259,14 @@ public final class TCPStream: @unchecked Sendable {  // every mutable field is r
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Caps the time between TCP's retransmissions at 2 s where the kernel allows it (Linux 6.15's
+    /// TCP_RTO_MAX_MS, 44): under heavy loss a stream's back-off otherwise doubles towards two
+    /// minutes, and a stream whose tunnel works again would wait out TCP's timer, not the tunnel's.
+    public static func boundBackoff(_ fd: Int32) {
+        var milliseconds: Int32 = 2000
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), 44 /* TCP_RTO_MAX_MS */, &milliseconds, socklen_t(MemoryLayout<Int32>.size))
     }
 
     public static func sockaddr(_ address: SocketAddress) -> sockaddr_in {
