@@ -130,15 +130,15 @@ for staysOpen in [false, true] {
 func rechecks(on power: PowerSource, hours: Int) -> (perHour: [Int], handshakesBehindPortal: Int) {
     let path = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("10.99.4.23")!,
                     gateway: IPAddress("10.99.0.1"), metric: 600, prefixLength: 0, mtu: 1500)
-    var machine = Reconnector(power: power)
+    var reconnector = Reconnector(power: power)
     var perHour = [Int](repeating: 0, count: hours)
     var handshakes = 0
     var now = Instant.zero
-    var pending: [Action] = machine.handle(.paths([path]), now: now)
+    var pending: [Action] = reconnector.handle(.paths([path]), now: now)
     let end = Instant.zero + .seconds(3600 * hours)
     while now < end {
         for action in pending {
-            if case .handshake = action, machine.connectivityChecks > 0 { handshakes += 1 }
+            if case .handshake = action, reconnector.connectivityChecks > 0 { handshakes += 1 }
             if case .checkConnectivity = action {
                 let hour = Int((now - .zero).components.seconds / 3600)
                 if hour < hours { perHour[hour] += 1 }
@@ -147,12 +147,12 @@ func rechecks(on power: PowerSource, hours: Int) -> (perHour: [Int], handshakesB
         // Every check finds the portal a round trip later; every handshake goes unanswered.
         if pending.contains(where: { if case .checkConnectivity = $0 { true } else { false } }) {
             now = now + .milliseconds(30)
-            pending = machine.handle(.connectivity(.portal(url: "http://portal.example/"), on: path.id), now: now)
+            pending = reconnector.handle(.connectivity(.portal(url: "http://portal.example/"), on: path.id), now: now)
             continue
         }
-        guard let (kind, due) = machine.timers.min(by: { $0.value < $1.value }) else { break }
+        guard let (kind, due) = reconnector.timers.min(by: { $0.value < $1.value }) else { break }
         now = due
-        pending = machine.handle(.timerFired(kind), now: now)
+        pending = reconnector.handle(.timerFired(kind), now: now)
     }
     return (perHour, handshakes)
 }

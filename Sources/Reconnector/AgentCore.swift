@@ -227,7 +227,7 @@ public enum OperatorReply: Equatable, Sendable {
 /// id), the start-up deadline, and that a stopping agent decides nothing more.
 public struct AgentCore: Sendable {
     /// The session's state machine.
-    public private(set) var machine: Reconnector
+    public private(set) var reconnector: Reconnector
     /// The links, addresses and routes, and the ranked paths to the current server's address.
     public private(set) var network: PathTracker
     /// Every server's usable addresses, and the look-ups of the current one's name.
@@ -268,9 +268,9 @@ public struct AgentCore: Sendable {
     /// `model` is the network as the first dump showed it; `servers` every server of the list
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
-    public init(_ machine: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
+    public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
                 rules: OnDemandRules = OnDemandRules()) {
-        self.machine = machine
+        self.reconnector = reconnector
         onDemand = OnDemandJudge(rules: rules)
         self.startupWait = startupWait
         self.servers = ServerBook(servers)
@@ -287,7 +287,7 @@ public struct AgentCore: Sendable {
     /// `.timerFired(kind)` once `now` reaches one.
     public var timers: [TimerKind: Instant] {
         guard !stopped else { return [:] }
-        var all = machine.timers
+        var all = reconnector.timers
         if let giveUpAt { all[.startup] = giveUpAt }
         if let lookUpAt { all[.lookUp] = lookUpAt }
         if let due = onDemand.nextDeadline { all[.onDemand] = due }
@@ -297,7 +297,7 @@ public struct AgentCore: Sendable {
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        return [machine.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline].compactMap { $0 }.min()
+        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline].compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -356,7 +356,7 @@ public struct AgentCore: Sendable {
         case .connectivity(let result, let path): run(.connectivity(result, on: path), now, &out)
         case .timerFired(.startup):
             guard let due = giveUpAt, due <= now else { break }
-            return giveUp(.noAnswer(after: startupWait ?? .zero, interface: machine.state.path?.interface))
+            return giveUp(.noAnswer(after: startupWait ?? .zero, interface: reconnector.state.path?.interface))
         case .timerFired(.lookUp):
             guard let due = lookUpAt, due <= now else { break }
             lookUpAt = now + ServerBook.lookUpEvery
@@ -370,7 +370,7 @@ public struct AgentCore: Sendable {
         case .networkFact(let fact):
             if onDemand.learn(fact, now: now) { judge(now, &out) }
         case .reloaded(let config, let rules):
-            machine.reconfigure(config)
+            reconnector.reconfigure(config)
             rulesChanged(rules, now, &out)
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
         case .request(let request): operatorAsked(request, now, &out)
@@ -386,7 +386,7 @@ public struct AgentCore: Sendable {
     private mutating func operatorAsked(_ request: AgentEvent.Request, _ now: Instant, _ out: inout [Effect]) {
         switch request {
         case .reconnect:
-            switch machine.state {
+            switch reconnector.state {
             case .paused: out.append(.reply(.down))
             case .disconnected(let rule, _): out.append(.reply(.keptDownByRule(rule)))
             default:
@@ -394,16 +394,16 @@ public struct AgentCore: Sendable {
                 out.append(.reply(.reconnecting))
             }
         case .pause:
-            if case .paused = machine.state { return out.append(.reply(.paused(already: true))) }
+            if case .paused = reconnector.state { return out.append(.reply(.paused(already: true))) }
             run(.pause, now, &out)
             out.append(.reply(.paused(already: false)))
         case .resume:
-            guard case .paused = machine.state else { return out.append(.reply(.upAlready(machine.state.name))) }
+            guard case .paused = reconnector.state else { return out.append(.reply(.upAlready(reconnector.state.name))) }
             run(.resume, now, &out)
             out.append(.reply(.connecting))
         case .openPortalWindow(let uid):
-            guard case .portal(let path, let url) = machine.state else { return out.append(.reply(.noPortal(machine.state.name))) }
-            if let until = machine.portalWindowUntil {
+            guard case .portal(let path, let url) = reconnector.state else { return out.append(.reply(.noPortal(reconnector.state.name))) }
+            if let until = reconnector.portalWindowUntil {
                 guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }
                 return out.append(.reply(.portalWindowOpen(url: url, interface: path.interface, until: until)))
             }
@@ -411,12 +411,12 @@ public struct AgentCore: Sendable {
             openingWindow = true
             // Answered once the lockdown says whether the window is open.
             run(.openPortalWindow, now, &out)
-            if machine.portalWindowUntil == nil {
+            if reconnector.portalWindowUntil == nil {
                 openingWindow = false
                 out.append(.reply(.portalWindowFailed))
             }
         case .closePortalWindow(let uid):
-            if machine.portalWindowUntil != nil {
+            if reconnector.portalWindowUntil != nil {
                 guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }
                 run(.closePortalWindow, now, &out)
             }
@@ -433,7 +433,7 @@ public struct AgentCore: Sendable {
     private mutating func portalWindowOpened(_ opened: Bool, _ now: Instant, _ out: inout [Effect]) {
         guard openingWindow else { return }
         openingWindow = false
-        guard opened, let until = machine.portalWindowUntil, case .portal(let path, let url) = machine.state else {
+        guard opened, let until = reconnector.portalWindowUntil, case .portal(let path, let url) = reconnector.state else {
             run(.closePortalWindow, now, &out)
             return out.append(.reply(.portalWindowFailed))
         }
@@ -456,7 +456,7 @@ public struct AgentCore: Sendable {
             out.append(.localNetworks(network.model.localNetworks))
         }
         if servers.pending == nil, let other = network.reachableAlternative {
-            return propose(.init(server: machine.server, address: other, why: "no uplink reaches \(network.endpoint) now",
+            return propose(.init(server: reconnector.server, address: other, why: "no uplink reaches \(network.endpoint) now",
                                  announce: false), &out)
         }
         if let paths { afterRules(.paths(paths), now, &out) }
@@ -464,16 +464,16 @@ public struct AgentCore: Sendable {
 
     /// Asks for a look-up of the current server's name (one at a time).
     private mutating func lookUp(_ out: inout [Effect]) {
-        if servers.ask(machine.server) { out.append(.lookUpServer(machine.server)) }
+        if servers.ask(reconnector.server) { out.append(.lookUpServer(reconnector.server)) }
     }
 
     /// A look-up answered. The session follows the current server to an address its name gives
     /// now when it no longer gives the one in use, if an uplink reaches it.
     private mutating func lookedUp(_ index: Int, _ addresses: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
-        if servers.answered() { out.append(.lookUpServer(machine.server)) }
+        if servers.answered() { out.append(.lookUpServer(reconnector.server)) }
         guard let addresses, !addresses.isEmpty else { return }  // a failure keeps what was known
         servers.learn(index, addresses)
-        guard index == machine.server else { return }
+        guard index == reconnector.server else { return }
         network.learn(serverAddresses: addresses)
         guard servers.pending == nil else { return }
         guard !addresses.contains(network.endpoint) else {
@@ -499,9 +499,9 @@ public struct AgentCore: Sendable {
                                         _ out: inout [Effect]) {
         guard let move = servers.pending, move.server == index, move.address == address else { return }
         servers.propose(nil)
-        guard allowed, index == machine.server, address != network.endpoint else {
+        guard allowed, index == reconnector.server, address != network.endpoint else {
             // The old address stays; the machine hears the paths to it as they are.
-            if machine.paths != network.paths { pathsChanged(now, &out) }
+            if reconnector.paths != network.paths { pathsChanged(now, &out) }
             return
         }
         probes.removeAll()  // an echo from the old address proves nothing about the new one
@@ -564,7 +564,7 @@ public struct AgentCore: Sendable {
         guard onDemand.awaitsAnswers else { return run(input, now, &out) }
         // A lockdown lifted for a network the best path has left is put back at once, before
         // the rules look at the next one (the machine tries nothing on a verdict for another path).
-        if case .paths = input, case .disconnected(_, let lifted?) = machine.state, lifted != network.paths.first?.id {
+        if case .paths = input, case .disconnected(_, let lifted?) = reconnector.state, lifted != network.paths.first?.id {
             return run(input, now, &out)
         }
         if case .paths = input { held.removeAll { if case .paths = $0 { true } else { false } } }
@@ -600,8 +600,8 @@ public struct AgentCore: Sendable {
 
     /// Feeds `input` to the machine and turns its actions into effects, in order.
     private mutating func run(_ input: Input, _ now: Instant, _ out: inout [Effect]) {
-        let before = machine.state
-        let actions = machine.handle(input, now: now)
+        let before = reconnector.state
+        let actions = reconnector.handle(input, now: now)
         var attempted = false
         var rebound = false
         var turnedTo: (index: Int, address: IPAddress?)?
@@ -655,8 +655,8 @@ public struct AgentCore: Sendable {
             }
         }
         if attempted, !tunnelUp, unansweredSince == nil { unansweredSince = now }
-        if machine.portalWindowUntil == nil { portalWindowOwner = nil }
-        switch machine.state {
+        if reconnector.portalWindowUntil == nil { portalWindowOwner = nil }
+        switch reconnector.state {
         case .offline, .disconnected, .portal:
             // No path, a rule keeps the tunnel down, or the network holds everything back until
             // a user logs in: nothing the server could answer, and nothing a boot should wait for.
@@ -665,7 +665,7 @@ public struct AgentCore: Sendable {
         case .sleeping: unansweredSince = nil
         default: break
         }
-        if case .backingOff = machine.state {
+        if case .backingOff = reconnector.state {
             if lookUpAt == nil { lookUpAt = now + ServerBook.lookUpEvery }
         } else {
             lookUpAt = nil
@@ -673,15 +673,15 @@ public struct AgentCore: Sendable {
         // The moments the server's name may give another address: a new path (split-horizon
         // DNS), attempts that fail, a server gone silent. Not while following a move, which
         // would only ask the same question again.
-        let mayHaveMoved = Self.serverMayHaveMoved(from: before, to: machine.state)
+        let mayHaveMoved = Self.serverMayHaveMoved(from: before, to: reconnector.state)
         if !following, rebound || mayHaveMoved { lookUp(&out) }
         if let turnedTo { turned(to: turnedTo.index, at: turnedTo.address, now, &out) }
         // Attempts at this address went unanswered while the server has others an uplink reaches
         // (the network's IPv6 goes nowhere, one front end is down): the next attempt goes to the
         // next of them, as the uplinks' routes cannot tell which works.
-        if !following, turnedTo == nil, case .backingOff = machine.state, mayHaveMoved, servers.pending == nil,
+        if !following, turnedTo == nil, case .backingOff = reconnector.state, mayHaveMoved, servers.pending == nil,
            let next = nextAddress() {
-            propose(.init(server: machine.server, address: next, why: "attempts at \(network.endpoint) went unanswered",
+            propose(.init(server: reconnector.server, address: next, why: "attempts at \(network.endpoint) went unanswered",
                           announce: false), &out)
         }
     }
@@ -689,7 +689,7 @@ public struct AgentCore: Sendable {
     /// The current server's address after the one in use, in its name's order and round again,
     /// that an uplink reaches; nil when there is no other.
     private func nextAddress() -> IPAddress? {
-        let addresses = servers.entries.indices.contains(machine.server) ? servers.entries[machine.server].addresses : []
+        let addresses = servers.entries.indices.contains(reconnector.server) ? servers.entries[reconnector.server].addresses : []
         guard let at = addresses.firstIndex(of: network.endpoint) ?? (addresses.isEmpty ? nil : addresses.count - 1) else { return nil }
         for step in 1..<max(addresses.count, 1) {
             let candidate = addresses[(at + step) % addresses.count]

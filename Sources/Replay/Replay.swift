@@ -67,7 +67,7 @@ public struct Replay {
     private var decoder = NetlinkDecoder()
     /// The core the daemon runs; the world carries out its effects.
     private var core: AgentCore
-    private var machine: Reconnector { core.machine }
+    private var reconnector: Reconnector { core.reconnector }
     /// The event being fed, the state before it, and whether it logged a transition.
     private var feeding: (event: AgentEvent, before: State, reported: Bool) = (.sleep, .offline, false)
     private var now = Instant.zero
@@ -292,15 +292,15 @@ public struct Replay {
                     queue.push(due, .keepalive)
                 }
             case .checkpoint(let i):
-                pathAtResults[i] = machine.state.path?.interface
+                pathAtResults[i] = reconnector.state.path?.interface
             case .stateCheck(let i):
-                stateAtResults[i] = machine.state.name
+                stateAtResults[i] = reconnector.state.name
             }
             updateOutage()
         }
         now = max(now, scenario.until)
         if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
-        report.finalState = machine.state
+        report.finalState = reconnector.state
         report.tunnelMTU = tunnelMTU
         report.fromServer = fromServer.sent - fromServer.inFlight
         report.lostFromServer = report.fromServer - fromServer.delivered
@@ -345,7 +345,7 @@ public struct Replay {
             // Only the agent's clock moves: answers in flight still come, timers keep their waits.
             skew = skew - step
         case .power(let source):
-            if machine.power == .ac || source == .ac { acSinceLastAttempt = true }
+            if reconnector.power == .ac || source == .ac { acSinceLastAttempt = true }
             feed(.powerChanged(source))
         case .server(.moved):
             // The server answers at other addresses now, and its name gives them; the agent
@@ -397,7 +397,7 @@ public struct Replay {
             // What the real agent keeps across processes, and nothing else. The new process reads
             // the clock the old one read (stepped back, if it was), not the world's.
             restarts += 1
-            startAgent(power: machine.power, seed: scenario.seed &+ restarts, now: now + skew, memory: machine.memory)
+            startAgent(power: reconnector.power, seed: scenario.seed &+ restarts, now: now + skew, memory: reconnector.memory)
             target = 0
             standby = nil
             socket = nil
@@ -420,12 +420,12 @@ public struct Replay {
     /// A new process of the agent: it looks the servers' names up as it starts (what the world's
     /// names give now), and starts on the first address an uplink reaches.
     private mutating func startAgent(power: PowerSource, seed: UInt64, now: Instant, memory: Reconnector.Memory? = nil) {
-        let machine = if let memory {
+        let reconnector = if let memory {
             Reconnector(config: configured.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
         } else {
             Reconnector(config: configured.config, power: power, seed: seed, servers: scenario.gateways)
         }
-        core = AgentCore(machine, startupWait: scenario.waitForServer, model: kernel.model,
+        core = AgentCore(reconnector, startupWait: scenario.waitForServer, model: kernel.model,
                          servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules)
         _ = kernel.retarget(to: core.serverAddress)
     }
@@ -583,7 +583,7 @@ public struct Replay {
     }
 
     private var carrying: Bool {
-        switch machine.state {
+        switch reconnector.state {
         case .connected, .probing, .switching: true
         default: false
         }
@@ -725,7 +725,7 @@ public struct Replay {
 
     private mutating func updateOutage() {
         // A tunnel the rules keep down is no outage.
-        let keptDown = if case .disconnected = machine.state { true } else { false }
+        let keptDown = if case .disconnected = reconnector.state { true } else { false }
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
             && kernel.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
@@ -744,7 +744,7 @@ public struct Replay {
     private mutating func feed(_ event: AgentEvent) {
         report.inputs += 1
         if keepsTrace { report.trace.append((now, event)) }
-        let before = machine.state
+        let before = reconnector.state
         feeding = (event, before, false)
         let effects = core.handle(event, now: now + skew)
         var attempted = false
@@ -757,9 +757,9 @@ public struct Replay {
                 attempted = true
                 guard !first else { break }
                 switch why {
-                case .pathLost, .addressChanged: forced = forced || !machine.isHandshaking
+                case .pathLost, .addressChanged: forced = forced || !reconnector.isHandshaking
                 // Back from no path with the session alive: the network moved it, nobody chose to.
-                case .pathAppeared where before == .offline: forced = forced || !machine.isHandshaking
+                case .pathAppeared where before == .offline: forced = forced || !reconnector.isHandshaking
                 default: break
                 }
             default: break
@@ -779,46 +779,46 @@ public struct Replay {
         if attempted {
             report.attempts += 1
             let budgeted = event != .request(.reconnect) && event != .request(.resume) && !forced
-            let power: PowerSource = acSinceLastAttempt || machine.power == .ac ? .ac : .battery
+            let power: PowerSource = acSinceLastAttempt || reconnector.power == .ac ? .ac : .battery
             attemptLog.append((now, power, budgeted))
             if budgeted { acSinceLastAttempt = false }
         }
-        if !machine.isHandshaking { handshakeInFlight = nil }
+        if !reconnector.isHandshaking { handshakeInFlight = nil }
         // The session's path is bound to an address the machine has: one that went unnoticed
         // would send probes and data from nowhere.
-        if let path = machine.state.path, !kernel.model.usableAddresses(on: path.linkIndex).contains(path.source) {
+        if let path = reconnector.state.path, !kernel.model.usableAddresses(on: path.linkIndex).contains(path.source) {
             violation("the session is on \(path.interface)/\(path.source), an address the machine no longer has, on \(event.name)")
         }
-        switch machine.state {
+        switch reconnector.state {
         case .paused, .disconnected:
             if attempted || effects.contains(where: { if case .probe = $0 { true } else { false } }) {
-                violation("an attempt while \(machine.state.name), on \(event.name)")
+                violation("an attempt while \(reconnector.state.name), on \(event.name)")
             }
         default: break
         }
         // The lockdown is lifted only while a rule keeps the tunnel down on the very network it
         // trusts, and never anywhere else.
-        if case .disconnected(_, let lifted) = machine.state, let lifted {
+        if case .disconnected(_, let lifted) = reconnector.state, let lifted {
             if !lockdownLifted { violation("the core says the lockdown is lifted, the world's is whole") }
             if kernel.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
         } else if lockdownLifted {
-            violation("the lockdown is lifted in \(machine.state.name), on \(event.name)")
+            violation("the lockdown is lifted in \(reconnector.state.name), on \(event.name)")
         }
-        if before.name != machine.state.name && !reported {
-            violation("\(before.name) -> \(machine.state.name) on \(event.name) without a logged transition")
+        if before.name != reconnector.state.name && !reported {
+            violation("\(before.name) -> \(reconnector.state.name) on \(event.name) without a logged transition")
         }
-        switch machine.state {
+        switch reconnector.state {
         case .offline, .sleeping, .failed, .paused:
-            if !machine.timers.isEmpty {
-                violation("timers armed while \(machine.state.name): \(machine.timers.keys.map(\.rawValue).sorted())")
+            if !reconnector.timers.isEmpty {
+                violation("timers armed while \(reconnector.state.name): \(reconnector.timers.keys.map(\.rawValue).sorted())")
             }
         default: break
         }
-        if windowOpen != (machine.portalWindowUntil != nil) {
+        if windowOpen != (reconnector.portalWindowUntil != nil) {
             violation("the portal window is \(windowOpen ? "open" : "closed") but the machine thinks otherwise, on \(event.name)")
         }
-        if windowOpen && machine.state.name != "portal" {
-            violation("a portal window open in \(machine.state.name)")
+        if windowOpen && reconnector.state.name != "portal" {
+            violation("a portal window open in \(reconnector.state.name)")
         }
     }
 
@@ -863,7 +863,7 @@ public struct Replay {
             while i > 0 && j - i < 400 {
                 i -= 1
                 if log[i + 1].power == .ac || log[i].power == .ac { sawAC = true }
-                let budget = machine.config.budget(on: sawAC ? .ac : .battery)
+                let budget = reconnector.config.budget(on: sawAC ? .ac : .battery)
                 let span = (log[j].at - log[i].at).nanoseconds
                 let allowed = budget.burst + Int(span / budget.refill.nanoseconds)
                 if j - i + 1 > allowed {
@@ -895,9 +895,9 @@ public struct Replay {
         let e = scenario.expect
         var failures: [String] = []
         func expect(_ ok: Bool, _ message: @autoclosure () -> String) { if !ok { failures.append(message()) } }
-        if let state = e.state { expect(machine.state.name == state, "final state: expected \(state), got \(machine.state.name)") }
+        if let state = e.state { expect(reconnector.state.name == state, "final state: expected \(state), got \(reconnector.state.name)") }
         if let path = e.path {
-            let actual = machine.state.path?.interface ?? "none"
+            let actual = reconnector.state.path?.interface ?? "none"
             expect(actual == path, "final path: expected \(path), got \(actual)")
         }
         if let lifted = e.lockdownLifted {
@@ -911,7 +911,7 @@ public struct Replay {
         case (.never?, nil), (nil, _): break
         }
         if let server = e.server {
-            let actual = scenario.gateways[machine.server]
+            let actual = scenario.gateways[reconnector.server]
             expect(actual == server, "final server: expected \(server), got \(actual)")
         }
         // Counts: what was counted, its bounds, and how many there were.

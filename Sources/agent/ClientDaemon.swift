@@ -74,7 +74,7 @@ extension ClientDaemon {
         let mailbox: Mailbox<Event>
         /// Every decision: the session's state machine and what lies around it.
         var core: AgentCore
-        var machine: Reconnector { core.machine }
+        var reconnector: Reconnector { core.reconnector }
         let monitor: LiveMonitor
         let effects: SessionEffects
         /// What the effects being carried out produced, fed once the current event's are done.

@@ -25,7 +25,7 @@ extension ClientDaemon.CoreRunner {
                 break
             }
             let event = next.removeFirst()
-            let pathsBefore = machine.paths
+            let pathsBefore = reconnector.paths
             let out = core.handle(event, now: Instant.now())
             var made: [Transition] = []
             var attempted = false
@@ -38,7 +38,7 @@ extension ClientDaemon.CoreRunner {
                 perform(effect)
             }
             if attempted { attempts += 1 }
-            if machine.paths != pathsBefore { report(flaps.paths(Set(machine.paths.map(\.interface)), now: Instant.now())) }
+            if reconnector.paths != pathsBefore { report(flaps.paths(Set(reconnector.paths.map(\.interface)), now: Instant.now())) }
             // Told to watchers once the machine has settled: the status they get beside each
             // transition is the one it led to.
             if control.watched {
@@ -57,7 +57,7 @@ extension ClientDaemon.CoreRunner {
     /// resolvers.
     func perform(_ effect: Effect) {
         switch effect {
-        case .bind(let path, _, _): effects.bind(path, paths: machine.paths)
+        case .bind(let path, _, _): effects.bind(path, paths: reconnector.paths)
         case .handshake(let path, _): effects.handshake(on: path)
         case .resendHandshake(let path):
             metrics.resentHandshake()
@@ -131,9 +131,9 @@ extension ClientDaemon.CoreRunner {
             log.warning("reconnect state unreadable; starting with a full budget", metadata: ["file": "\(memoryPath)"])
             return Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, servers: names)
         }
-        let machine = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
-        log.info("reconnect state restored", metadata: ["budget_left": "\(machine.tokens)", "dead_paths": "\(memory.dead.count)"])
-        return machine
+        let reconnector = Reconnector(config: settings.reconnect, power: power, seed: seed, now: now, memory: memory, servers: names)
+        log.info("reconnect state restored", metadata: ["budget_left": "\(reconnector.tokens)", "dead_paths": "\(memory.dead.count)"])
+        return reconnector
     }
 
     /// The metrics file, now; again in a minute while connected. Idle and not connected,
@@ -145,11 +145,11 @@ extension ClientDaemon.CoreRunner {
             log.warning("cannot write the metrics file", metadata: ["error": "\(error)"])
         }
         metricsFile = file
-        metricsDue = machine.state.name == "connected" ? Instant.now() + Self.metricsRefresh : nil
+        metricsDue = reconnector.state.name == "connected" ? Instant.now() + Self.metricsRefresh : nil
     }
 
     func saveMemory() {
-        let memory = machine.memory
+        let memory = reconnector.memory
         guard memory != savedMemory else { return }
         do {
             try SystemFiles.write(memory.text, to: memoryPath, mode: 0o600)

@@ -75,7 +75,7 @@ extension ClientDaemon.CoreRunner {
 
     func powerMayHaveChanged() {
         let source = PowerSupply.current()
-        guard source != machine.power else { return }
+        guard source != reconnector.power else { return }
         log.info("power", metadata: ["source": "\(source.rawValue)"])
         feed(.powerChanged(source))
     }
@@ -221,7 +221,7 @@ extension ClientDaemon.CoreRunner {
         case .success(let addresses):
             let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
             feed(.serverLookedUp(server: index, addresses: usable))
-            if index == machine.server, !usable.contains(core.serverAddress), core.servers.pending == nil {
+            if index == reconnector.server, !usable.contains(core.serverAddress), core.servers.pending == nil {
                 log.warning("the server's name gives no address this machine can use now; keeping its address",
                             metadata: ["server": "\(name)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
             }
@@ -254,7 +254,7 @@ extension ClientDaemon.CoreRunner {
         switch result {
         case .online:
             metrics.checked("online")
-            if case .portal = machine.state {
+            if case .portal = reconnector.state {
                 log.info("connectivity check passed: the portal is open", metadata: ["path": "\(interface)"])
             } else {
                 log.warning("connectivity check passed: the network reaches the internet, the server does not answer",

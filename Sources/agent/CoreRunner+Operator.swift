@@ -35,7 +35,7 @@ extension ClientDaemon.CoreRunner {
         case .portalOpen:
             // Without a full tunnel's lockdown nothing holds the portal back.
             guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
-                let url = if case .portal(_, let url) = machine.state { url } else { "the portal's page" }
+                let url = if case .portal(_, let url) = reconnector.state { url } else { "the portal's page" }
                 return call.reply(ControlFailure(code: "not-needed", message: "without a full tunnel's lockdown the portal is "
                     + "reachable as it is: log in at \(url)").line)
             }
@@ -51,12 +51,12 @@ extension ClientDaemon.CoreRunner {
         feed(.request(request))
         if asking != nil {
             asking = nil
-            call.reply(ControlFailure(code: "failed", message: "the agent gave no answer (it is \(machine.state.name))").line)
+            call.reply(ControlFailure(code: "failed", message: "the agent gave no answer (it is \(reconnector.state.name))").line)
         }
     }
 
     private func reply(_ call: ControlServer.Call, _ message: String) {
-        call.reply(ControlProtocol.answer([("message", .string(message)), ("state", .string(machine.state.name))]))
+        call.reply(ControlProtocol.answer([("message", .string(message)), ("state", .string(reconnector.state.name))]))
     }
 
     /// The core's answer to the request being asked, worded for the operator; an `agent portal`
@@ -123,32 +123,32 @@ extension ClientDaemon.CoreRunner {
     var statusJSON: JSON {
         let now = Instant.now()
         var server: [(String, JSON)] = [("name", .string(effects.serverName)), ("address", .string("\(effects.server)"))]
-        if let next = machine.handover { server.append(("handover_to", .string(settings.servers[next].name))) }
+        if let next = reconnector.handover { server.append(("handover_to", .string(settings.servers[next].name))) }
         var fields: [(String, JSON)] = [
-            ("role", .string("client")), ("state", .string(machine.state.name)), ("server", .object(server)),
-            ("path", machine.state.path.map(Self.pathJSON) ?? .null),
-            ("rtt_ms", machine.roundTripTime.map(\.milliseconds) ?? .null),
+            ("role", .string("client")), ("state", .string(reconnector.state.name)), ("server", .object(server)),
+            ("path", reconnector.state.path.map(Self.pathJSON) ?? .null),
+            ("rtt_ms", reconnector.roundTripTime.map(\.milliseconds) ?? .null),
             ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
-                             ("floor", .int(Int64(machine.floorMTU))),
-                             ("searching", .bool(machine.isSearchingPathMTU)),
-                             ("size_probes", .int(Int64(machine.sizeProbes)))])),
+                             ("floor", .int(Int64(reconnector.floorMTU))),
+                             ("searching", .bool(reconnector.isSearchingPathMTU)),
+                             ("size_probes", .int(Int64(reconnector.sizeProbes)))])),
         ]
         if let t = lastTransition {
             fields += [("since", .string(wallClock(ago: now - t.at))), ("for_ms", (now - t.at).milliseconds),
                        ("last_transition", transitionJSON(t))]
         }
-        if case .portal(_, let url) = machine.state {
+        if case .portal(_, let url) = reconnector.state {
             var portal: [(String, JSON)] = [("url", .string(url))]
-            if let until = machine.portalWindowUntil { portal.append(("window_ms", (until - now).milliseconds)) }
-            if let due = machine.timers[.recheck] { portal.append(("next_check_ms", (due - now).milliseconds)) }
+            if let until = reconnector.portalWindowUntil { portal.append(("window_ms", (until - now).milliseconds)) }
+            if let due = reconnector.timers[.recheck] { portal.append(("next_check_ms", (due - now).milliseconds)) }
             fields.append(("portal", .object(portal)))
         }
-        if case .disconnected(let rule, let lifted) = machine.state {
+        if case .disconnected(let rule, let lifted) = reconnector.state {
             fields.append(("on_demand", .object([("rule", .string(rule)), ("lockdown_lifted", .bool(lifted != nil))])))
         }
-        fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(machine.tokens))),
-                   ("connectivity_checks", .int(Int64(machine.connectivityChecks))),
-                   ("power", .string(machine.power.rawValue))]
+        fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(reconnector.tokens))),
+                   ("connectivity_checks", .int(Int64(reconnector.connectivityChecks))),
+                   ("power", .string(reconnector.power.rawValue))]
         if let client = effects.client {
             let traffic = client.traffic
             fields += [("traffic", .traffic(traffic)),

@@ -62,16 +62,16 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
     #expect(Set(probes.map(\.0)).count == 2)
     // An id never sent proves nothing.
     #expect(core.handle(.probeEcho(id: 999, rtt: .milliseconds(5), size: nil), now: due + .milliseconds(5)).isEmpty)
-    #expect(core.machine.state.name == "probing")
+    #expect(core.reconnector.state.name == "probing")
     // wifi0's echo: the session's own path stays suspect, wifi0 is known to work.
     let wifiEcho = probes.first { $0.1 == "wifi0" }!.0
     _ = core.handle(.probeEcho(id: wifiEcho, rtt: .milliseconds(25), size: nil), now: due + .milliseconds(25))
-    #expect(core.machine.state.name == "probing")
+    #expect(core.reconnector.state.name == "probing")
     // The same echo twice counts once; eth0's own echo ends the suspicion.
     #expect(core.handle(.probeEcho(id: wifiEcho, rtt: .milliseconds(25), size: nil), now: due + .milliseconds(26)).isEmpty)
     let ethEcho = probes.first { $0.1 == "eth0" }!.0
     _ = core.handle(.probeEcho(id: ethEcho, rtt: .milliseconds(8), size: nil), now: due + .milliseconds(30))
-    #expect(core.machine.state == .connected(eth0))
+    #expect(core.reconnector.state == .connected(eth0))
 }
 
 @Test func aSizeProbeEchoedShortProvesNothing() {
@@ -82,12 +82,12 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
         Issue.record("no size probe after a handshake with a server that echoes sizes: \(out)")
         return
     }
-    let mtuBefore = core.machine.tunnelMTU
+    let mtuBefore = core.reconnector.tunnelMTU
     // Echoed 100 bytes short: no proof the path carries the size.
     _ = core.handle(.probeEcho(id: id, rtt: .milliseconds(20), size: size - 100), now: at(45))
     // The id is spent either way: the right size later is no longer an answer.
     #expect(core.handle(.probeEcho(id: id, rtt: .milliseconds(20), size: size), now: at(46)).isEmpty)
-    #expect(core.machine.tunnelMTU <= mtuBefore)
+    #expect(core.reconnector.tunnelMTU <= mtuBefore)
 }
 
 @Test func theAgentGivesUpOnlyAfterTheWaitOnAUsablePath() {
@@ -111,7 +111,7 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
     let later = core.timers[.startup]!
     #expect(later >= at(90_000))
     let out = core.handle(.timerFired(.startup), now: later)
-    #expect(out == [.giveUp(.noAnswer(after: .seconds(30), interface: core.machine.state.path?.interface))])
+    #expect(out == [.giveUp(.noAnswer(after: .seconds(30), interface: core.reconnector.state.path?.interface))])
     // Gave up: nothing more is decided, and nothing wakes the runner.
     #expect(core.stopped && core.timers.isEmpty && core.nextDeadline == nil)
     #expect(core.handle(uplink(wifi0), now: at(100_000)).isEmpty)
@@ -152,7 +152,7 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
     #expect(core.handle(.request(.stop), now: at(100)).isEmpty)
     #expect(core.handle(.wake(sleptFor: .seconds(5)), now: at(200)).isEmpty)
     #expect(core.handle(.network(carrier(eth0, false)), now: at(300)).isEmpty)
-    #expect(core.machine.state == .connected(eth0))
+    #expect(core.reconnector.state == .connected(eth0))
 }
 
 extension [Effect] {
@@ -177,7 +177,7 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     // Silence: the session is suspect, and the name is asked again, once.
     _ = core.handle(.dataSent, now: at(1_000))
     let suspect = core.handle(.timerFired(.liveness), now: core.timers[.liveness]!)
-    #expect(core.machine.state.name == "probing")
+    #expect(core.reconnector.state.name == "probing")
     #expect(suspect.lookUps == [0])
     // The name gives another address: the lockdown is asked first; nothing moves yet.
     let answered = core.handle(.serverLookedUp(server: 0, addresses: [moved]), now: at(1_700))
@@ -210,7 +210,7 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     _ = core.handle(.start, now: at(0))
     // The server never answers: attempts fail into backoff.
     var out = runTimers(&core, until: at(600_000))
-    #expect(core.machine.state.name == "backing-off")
+    #expect(core.reconnector.state.name == "backing-off")
     // One look-up went out; until it answers, the asks of later failures fold into one more.
     #expect(out.lookUps == [0], "\(out.lookUps)")
     #expect(core.handle(.serverLookedUp(server: 0, addresses: [server]), now: at(600_001)).lookUps == [0])
@@ -228,7 +228,7 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     let v4 = IPAddress("198.51.100.9")!
     let followed = core.handle(.serverAllowed(server: 0, address: v4, true), now: due + .milliseconds(21))
     #expect(followed.usedAddresses == [v4])
-    #expect(core.machine.state.name == "connecting" || core.machine.state.name == "probing", "\(core.machine.state.name)")
+    #expect(core.reconnector.state.name == "connecting" || core.reconnector.state.name == "probing", "\(core.reconnector.state.name)")
 }
 
 // MARK: On-demand rules in the core
@@ -246,20 +246,20 @@ extension [Effect] {
 /// session runs elsewhere, nothing is sent until the rules have read what they match on.
 @Test func aNetworkTheRulesTrustIsNeverTried() {
     var core = agentCore(on: [eth0])
-    core = AgentCore(core.machine, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+    core = AgentCore(core.reconnector, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
                      rules: OnDemandRules([officeRule]))
     let start = core.handle(.start, now: at(0))
     #expect(start.contains(.followNotices(FactNotices(gateway: true))))
     #expect(start.asked == [.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)])
-    #expect(start.attempts == 0 && core.machine.state == .offline, "the machine hears of the paths only after the rules")
+    #expect(start.attempts == 0 && core.reconnector.state == .offline, "the machine hears of the paths only after the rules")
     let answer = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
     #expect(answer.attempts == 0)
     #expect(answer.contains(.liftLockdown(interface: "eth0")))
-    #expect(core.machine.state == .disconnected(rule: "office", lifted: eth0.id))
+    #expect(core.reconnector.state == .disconnected(rule: "office", lifted: eth0.id))
 
     // Elsewhere: Wi-Fi only, with another gateway.
     var away = agentCore(on: [wifi0])
-    away = AgentCore(away.machine, model: away.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+    away = AgentCore(away.reconnector, model: away.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
                      rules: OnDemandRules([officeRule]))
     _ = away.handle(.start, now: at(0))
     let cafe = away.handle(.networkFact(.gateway(linkIndex: wifi0.linkIndex, wifi0.gateway!, mac: "a4:91:b1:00:ca:fe")), now: at(1))
@@ -283,7 +283,7 @@ extension [Effect] {
 /// A reload that drops every rule brings the tunnel up where a rule kept it down.
 @Test func rulesDroppedByAReloadBringTheTunnelUp() {
     var core = agentCore(on: [eth0])
-    core = AgentCore(core.machine, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+    core = AgentCore(core.reconnector, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
                      rules: OnDemandRules([officeRule]))
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
@@ -320,14 +320,14 @@ private func coreBehindPortal() -> AgentCore {
     let open = core.handle(.request(.openPortalWindow(by: 1000)), now: at(6000))
     #expect(open.contains { if case .openPortalWindow = $0 { true } else { false } })
     #expect(open.replies.isEmpty, "answered once the lockdown said yes")
-    let until = core.machine.portalWindowUntil!
+    let until = core.reconnector.portalWindowUntil!
     let yes = core.handle(.portalWindowOpened(true), now: at(6001))
     #expect(yes.replies == [.portalWindowOpen(url: "http://login.example/", interface: "wifi0", until: until)])
     #expect(core.portalWindowOwner == 1000)
 
     #expect(core.handle(.request(.openPortalWindow(by: 1001)), now: at(6100)).replies == [.notPermitted])
     #expect(core.handle(.request(.closePortalWindow(by: 1001)), now: at(6100)).replies == [.notPermitted])
-    #expect(core.machine.portalWindowUntil != nil, "another user's close changes nothing")
+    #expect(core.reconnector.portalWindowUntil != nil, "another user's close changes nothing")
     #expect(core.handle(.request(.openPortalWindow(by: 0)), now: at(6200)).replies
         == [.portalWindowOpen(url: "http://login.example/", interface: "wifi0", until: until)], "root joins")
     let closed = core.handle(.request(.closePortalWindow(by: 1000)), now: at(7000))
@@ -338,7 +338,7 @@ private func coreBehindPortal() -> AgentCore {
     _ = core.handle(.request(.openPortalWindow(by: 1001)), now: at(8000))
     let no = core.handle(.portalWindowOpened(false), now: at(8001))
     #expect(no.replies == [.portalWindowFailed] && no.contains(.closePortalWindow))
-    #expect(core.machine.portalWindowUntil == nil && core.portalWindowOwner == nil)
+    #expect(core.reconnector.portalWindowUntil == nil && core.portalWindowOwner == nil)
 }
 
 /// Each operator request is answered, as the state it meets allows.
