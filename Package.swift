@@ -25,47 +25,59 @@ let package = Package(
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .target(name: "CShims"),
 
-        // Shared value types: addresses and prefixes, the agent's clock, seeded randomness, files.
+        // From the bottom. Shared value types: addresses and prefixes, the agent's clock, seeded
+        // randomness, files, the DNS settings a server gives.
         .target(name: "Basics", swiftSettings: strict),
-        // Facts from the kernel: links, addresses, routes, and the path to the server.
-        .target(name: "PathMonitor", dependencies: ["Basics", "CMnl", "CShims"], swiftSettings: strict),
-        // The pure decision core: inputs and time in, actions out.
-        .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
+        // rtnetlink through libmnl: links, addresses and routes as values, the socket that reads
+        // and writes them, and network namespaces.
+        .target(name: "Netlink", dependencies: ["Basics", "CMnl", "CShims"], swiftSettings: strict),
+        // The kernel's devices and sockets: the TUN device and its offloads, UDP sockets and their
+        // batches, the tunnel's routes.
+        .target(name: "Device", dependencies: ["Basics", "Netlink", "CShims"], swiftSettings: strict),
+        // Facts from the kernel: the model of links, addresses and routes, the paths to the
+        // server, Wi-Fi and neighbour facts.
+        .target(name: "PathMonitor", dependencies: ["Basics", "Netlink", "CMnl"], swiftSettings: strict),
+        // The pure decision core: events and time in, effects out.
+        .target(name: "Reconnector", dependencies: ["Basics", "Netlink", "PathMonitor"], swiftSettings: strict),
         // Line-numbered YAML, and the readers of the file formats built on it (the core's settings
         // and on-demand rules among them).
         .target(
-            name: "ConfigReader", dependencies: ["PathMonitor", "Reconnector"],
+            name: "ConfigReader", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector"],
             swiftSettings: strict),
-        // Timelines replayed through the real model and state machine on a virtual clock.
-        .target(
-            name: "Replay",
-            dependencies: ["PathMonitor", "Reconnector", "ConfigReader"],
-            swiftSettings: strict),
-        // The data plane: TUN device, UDP session, wire protocol.
+        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
+        .target(name: "Lockdown", dependencies: ["Basics", "Netlink", "CNftables"], swiftSettings: strict),
+        // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf,
+        // and name look-ups.
+        .target(name: "SystemDNS", dependencies: ["Basics", "Device"], swiftSettings: strict),
+        // The data plane: the Noise IK protocol, the client's and the server's packet threads.
         .target(
             name: "Tunnel",
-            dependencies: ["CSodium", "CShims", "PathMonitor", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Basics", "Netlink", "Device", "PathMonitor", "CSodium", "CShims",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict),
+        // Control and status: the control socket, its server and client, the protocol, JSON.
+        .target(name: "Control", dependencies: ["Basics", "Reconnector", "Tunnel"], swiftSettings: strict),
         // What an operator reads and graphs: the log handler and the metrics.
         .target(
             name: "Observability",
             dependencies: [
-                "Reconnector", "Tunnel",
+                "Basics", "PathMonitor", "Reconnector", "Tunnel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict),
-        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
-        .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
-        // Control and status: the control socket, its server and client, the protocol, JSON.
-        .target(name: "Control", dependencies: ["Basics", "Tunnel"], swiftSettings: strict),
-        // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf.
-        .target(name: "SystemDNS", dependencies: ["PathMonitor", "Tunnel"], swiftSettings: strict),
+        // Timelines replayed through the real core on a virtual clock, in a simulated world.
+        .target(
+            name: "Replay",
+            dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"],
+            swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
-                "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
+                "Netlink", "Device", "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
                 "Observability", "Control",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -75,44 +87,44 @@ let package = Package(
             name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "RoamingBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Tunnel"],
+            name: "RoamingBenchmark", dependencies: ["Netlink", "Device", "NamespaceLab", "PathMonitor", "Tunnel"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "FloodBenchmark",
-            dependencies: ["NamespaceLab", "PathMonitor", "Tunnel", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Netlink", "Device", "NamespaceLab", "PathMonitor", "Tunnel", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "GatewayBenchmark", dependencies: ["NamespaceLab", "PathMonitor"],
+            name: "GatewayBenchmark", dependencies: ["Netlink", "NamespaceLab", "PathMonitor"],
             path: "Benchmarks/GatewayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "SessionBenchmark", dependencies: ["PathMonitor", "Tunnel"],
+            name: "SessionBenchmark", dependencies: ["Netlink", "Device", "PathMonitor", "Tunnel"],
             path: "Benchmarks/SessionBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "PortalBenchmark", dependencies: ["NamespaceLab", "PathMonitor", "Reconnector"],
+            name: "PortalBenchmark", dependencies: ["Netlink", "NamespaceLab", "PathMonitor", "Reconnector"],
             path: "Benchmarks/PortalBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "MonitorBenchmark", dependencies: ["PathMonitor"],
+            name: "MonitorBenchmark", dependencies: ["Netlink", "PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
         // Throwaway network namespaces for the integration tests.
-        .target(name: "NamespaceLab", dependencies: ["PathMonitor", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
-        .testTarget(name: "PathMonitorTests", dependencies: ["PathMonitor", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ReconnectorTests", dependencies: ["Reconnector", "ConfigReader", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
+        .target(name: "NamespaceLab", dependencies: ["Netlink", "Device", "PathMonitor", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .testTarget(name: "PathMonitorTests", dependencies: ["Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ReconnectorTests", dependencies: ["Netlink", "Reconnector", "ConfigReader", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "ReplayTests", dependencies: ["Netlink", "Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["agent", "Control", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
+            dependencies: ["Netlink", "Device", "agent", "Control", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
-        .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "LockdownTests", dependencies: ["Netlink", "Device", "Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "SystemDNSTests", dependencies: ["Netlink", "Device", "SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ConfigReaderTests", dependencies: ["Netlink", "ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(
-            name: "TunnelTests", dependencies: ["Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
+            name: "TunnelTests", dependencies: ["Netlink", "Device", "Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "ObservabilityTests",
-            dependencies: ["Observability", "Reconnector", "PathMonitor", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Netlink", "Observability", "Reconnector", "PathMonitor", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -3,9 +3,10 @@ import Glibc
 import Logging
 import NamespaceLab
 import Basics
-import PathMonitor
 import Synchronization
 import Tunnel
+import Device
+import Netlink
 
 // Handshake floods against a real `agent serve` while a real `agent up` (full tunnel) roams
 // between its uplinks and two other users keep handshaking. Prints, per flood, the real

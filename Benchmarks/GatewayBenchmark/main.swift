@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 
 // Several clients through one gateway at once: N real `agent up` processes (default 4), each in
 // a namespace of its own, run one iperf3 TCP stream each through one `agent serve`, upload then

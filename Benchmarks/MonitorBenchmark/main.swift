@@ -7,6 +7,7 @@ import Foundation
 import Glibc
 import Basics
 import PathMonitor
+import Netlink
 
 let arguments = CommandLine.arguments.dropFirst()
 let changes = arguments.first.flatMap(Int.init) ?? 1000

@@ -2,8 +2,8 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Tunnel
+import Device
 
 // Plays every roaming scenario on Roam and on wireguard-go, in full-tunnel and split mode, with
 // a probe through the tunnel every 20 ms, and prints one row per run; then the idle Roam

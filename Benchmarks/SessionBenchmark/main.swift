@@ -6,8 +6,8 @@
 // Usage: swift run -c release SessionBenchmark [users]   (bench/sessions.sh builds and runs it)
 import Foundation
 import Basics
-import PathMonitor
 import Tunnel
+import Device
 
 let users = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 10_000
 

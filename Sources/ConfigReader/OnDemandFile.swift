@@ -1,6 +1,7 @@
 public import Reconnector
 import Basics
 import PathMonitor
+import Netlink
 
 extension YAMLReader {
     /// Reads an `on-demand:` list (the client's configuration, a scenario's `config`):

@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 
 /// A configuration or scenario file that cannot be used, with the line to look at.
 public struct ConfigError: Error, CustomStringConvertible, Sendable {

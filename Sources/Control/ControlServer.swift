@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import PathMonitor
 import Reconnector
 import Synchronization
 import Tunnel

@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 
 /// The lockdown firewall as the client daemon drives it: loaded before anything else at start,
 /// following the server's address and (with allow-lan) the local subnets, and taken away only

@@ -1,5 +1,5 @@
 import Basics
-public import PathMonitor
+public import Netlink
 
 /// The lockdown firewall in the kernel: Roam's own nftables table, replaced whole in one
 /// transaction whenever the policy changes, so no packet ever meets a half-made table.

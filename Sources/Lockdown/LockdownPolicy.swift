@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 
 /// What the lockdown firewall lets out of this machine while the tunnel is (or is not yet) up,
 /// as one nftables table of Roam's own, `inet roam`. Pure: `ruleset` is the whole table as

@@ -1,7 +1,7 @@
 import CNftables
 import Glibc
 import Basics
-import PathMonitor
+import Netlink
 
 /// Why the lockdown firewall could not be loaded, read or removed: what was done and what
 /// nftables said, with what an operator can do about it.

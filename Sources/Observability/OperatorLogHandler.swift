@@ -1,7 +1,6 @@
 import Glibc
 public import Logging
 import Basics
-import PathMonitor
 import Reconnector
 import Synchronization
 

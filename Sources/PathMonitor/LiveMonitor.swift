@@ -1,5 +1,6 @@
 public import Basics
 import Glibc
+public import Netlink
 
 /// What the live monitor saw in one buffer from the kernel.
 public enum MonitorEvent: Sendable {

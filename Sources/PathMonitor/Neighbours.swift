@@ -1,6 +1,7 @@
 public import Basics
 import CMnl
 import Glibc
+public import Netlink
 
 /// A link-layer address: 6 bytes on Ethernet and Wi-Fi, up to 32 on other links.
 public struct HardwareAddress: Hashable, Sendable, CustomStringConvertible {

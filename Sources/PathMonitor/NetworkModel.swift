@@ -1,4 +1,5 @@
 public import Basics
+public import Netlink
 /// The way the tunnel's UDP flow leaves this host for the server: an uplink, the source
 /// address the session binds to, and the route that carries it.
 public struct Path: Hashable, Sendable, CustomStringConvertible {

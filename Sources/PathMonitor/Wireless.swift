@@ -1,6 +1,7 @@
 import Basics
 import CMnl
 import Glibc
+public import Netlink
 
 /// A Wi-Fi network's name (SSID): 0 to 32 bytes, usually UTF-8 but not necessarily.
 public struct SSID: Hashable, Sendable, CustomStringConvertible {

@@ -1,5 +1,4 @@
 import Basics
-import PathMonitor
 
 /// Operator log lines for transitions: logfmt for people and grep, JSON lines for machines.
 extension Transition {

@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 
 /// Where the servers are: every usable address each one's name gave, which of them the session
 /// uses, and the look-ups of the current server's name. Kept by `AgentCore`; pure.

@@ -1,6 +1,6 @@
 import Basics
-import PathMonitor
 import Reconnector
+import Netlink
 
 extension Scenario {
     /// A seeded random life of a laptop: uplinks losing carrier, going down, renumbering,

@@ -2,6 +2,7 @@ import Glibc
 public import Basics
 import PathMonitor
 public import Reconnector
+import Netlink
 
 /// What a replay found: the transitions, the counts the expectations speak of, and every
 /// broken invariant or unmet expectation.

@@ -1,7 +1,7 @@
 public import ConfigReader
 import Basics
-import PathMonitor
 import Reconnector
+import Netlink
 
 /// A scenario file that cannot be replayed, with the line to look at.
 public typealias ScenarioError = ConfigError

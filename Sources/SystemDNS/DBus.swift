@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import PathMonitor
 
 /// Just enough of D-Bus to call methods on the system bus: a Unix socket, the EXTERNAL
 /// authentication (the kernel vouches for our uid), and the marshalling of the few types the

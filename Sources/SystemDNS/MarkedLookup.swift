@@ -1,7 +1,6 @@
 import Glibc
 public import Basics
-import PathMonitor
-import Tunnel
+import Device
 
 /// Looks up the server's name the way the C library would (the hosts file, then the name
 /// servers of resolv.conf over UDP), but on sockets that carry the session's mark.

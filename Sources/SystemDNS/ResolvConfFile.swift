@@ -1,7 +1,5 @@
 import Glibc
-import Basics
-import PathMonitor
-public import Tunnel
+public import Basics
 
 /// /etc/resolv.conf written for the tunnel, on machines without systemd-resolved.
 ///

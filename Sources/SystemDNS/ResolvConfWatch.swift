@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import PathMonitor
 
 /// Tells when the system's resolver configuration may have changed: /etc/resolv.conf, every
 /// file its symbolic links lead to (systemd-resolved's, NetworkManager's), and the file the

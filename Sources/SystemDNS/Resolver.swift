@@ -1,6 +1,5 @@
 import Glibc
 public import Basics
-import PathMonitor
 
 /// The system's resolver (getaddrinfo: /etc/hosts, DNS, whatever nsswitch says), for a server
 /// named by host. It may wait for the network, so the daemon calls it off its deciding thread.

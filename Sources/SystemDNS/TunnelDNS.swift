@@ -1,7 +1,6 @@
 import Glibc
-import Basics
-import PathMonitor
-public import Tunnel
+public import Basics
+import Device
 
 /// Makes the tunnel's resolvers the system's, and takes them back: through systemd-resolved
 /// when it runs (per-link DNS on the tunnel device, so nothing else is touched and the setting

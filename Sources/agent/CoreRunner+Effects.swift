@@ -6,7 +6,6 @@ import ConfigReader
 import Glibc
 import Lockdown
 import Basics
-import PathMonitor
 import Reconnector
 import Tunnel
 

@@ -3,7 +3,6 @@ import Glibc
 import Logging
 import Observability
 import Basics
-import PathMonitor
 import Reconnector
 import Tunnel
 

@@ -3,6 +3,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import SystemDNS
+import Netlink
 
 /// Finds out what the on-demand rules ask about a network (`FactRequest`), and follows the
 /// kernel notices that change it: the Wi-Fi network's name (nl80211), the default gateway's

@@ -1,6 +1,5 @@
 import Logging
 import Basics
-import PathMonitor
 
 /// Turns a flapping interface into a few summary lines for the operator instead of a line per
 /// flap: one when an interface starts flapping (its third loss within `window`), one per

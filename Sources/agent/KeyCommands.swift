@@ -2,7 +2,6 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import Basics
-import PathMonitor
 import Tunnel
 
 /// `agent keygen`: a new private key, straight into a file only its owner can read.

@@ -3,7 +3,6 @@ import ArgumentParser
 import ConfigReader
 import Lockdown
 import Basics
-import PathMonitor
 import Reconnector
 import SystemDNS
 import Tunnel

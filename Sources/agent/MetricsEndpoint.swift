@@ -2,6 +2,7 @@ import Glibc
 import Basics
 import PathMonitor
 import Tunnel
+import Device
 
 /// `/metrics` over HTTP for Prometheus, on a thread of its own: one request per connection,
 /// answered and closed. A request must arrive whole within `requestTimeout` and in

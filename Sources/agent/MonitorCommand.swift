@@ -6,6 +6,7 @@ import Synchronization
 import Basics
 import PathMonitor
 import Reconnector
+import Netlink
 
 /// `agent monitor`: the path monitor alone, printing what the tunnel's path does and why.
 struct MonitorCommand: ParsableCommand {

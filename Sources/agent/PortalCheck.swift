@@ -4,6 +4,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import Tunnel
+import Device
 
 /// The connectivity check: one plain HTTP request over one uplink, outside the tunnel, whose
 /// answer tells a network that reaches the internet from a captive portal (which redirects it

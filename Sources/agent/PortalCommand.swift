@@ -2,7 +2,6 @@ import Control
 import ArgumentParser
 import Glibc
 import Basics
-import PathMonitor
 
 /// `agent portal --run CMD [ARGS...]`: logging in to a captive portal without opening the lockdown.
 struct PortalCommand: ParsableCommand {

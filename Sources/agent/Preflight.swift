@@ -1,7 +1,7 @@
 import Glibc
 import Basics
-import PathMonitor
 import Tunnel
+import Device
 
 /// What a daemon checks before it touches anything, so a machine that cannot run it gets one
 /// line saying why and what to do, and nothing is left half made.

@@ -3,7 +3,6 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import Basics
-import PathMonitor
 
 /// `agent profiles`: the VPN profiles of this machine, as Apple's apps list their configurations.
 struct ProfilesCommand: ParsableCommand {

@@ -2,7 +2,6 @@ import Control
 import Observability
 import ArgumentParser
 import Basics
-import PathMonitor
 import Reconnector
 import Replay
 

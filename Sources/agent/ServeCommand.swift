@@ -5,10 +5,10 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import Basics
-import PathMonitor
 import Reconnector
 import Synchronization
 import Tunnel
+import Device
 
 /// `agent serve`: the server daemon.
 struct ServeCommand: ParsableCommand {

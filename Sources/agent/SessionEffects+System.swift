@@ -5,6 +5,7 @@ import PathMonitor
 import Reconnector
 import SystemDNS
 import Tunnel
+import Device
 
 /// The tunnel device, its routes and resolvers once the first handshake gives the inner
 /// addresses; the lockdown's lifts and restores; the network's local subnets.

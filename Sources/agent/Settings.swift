@@ -6,6 +6,7 @@ import PathMonitor
 import Reconnector
 import Replay
 import Tunnel
+import Device
 
 /// The tunnel device as a configuration file describes it.
 struct TunnelSettings: Equatable {

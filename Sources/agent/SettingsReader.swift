@@ -6,6 +6,7 @@ import PathMonitor
 import Reconnector
 import Replay
 import Tunnel
+import Device
 
 /// The client's and the server's configuration files, read into settings.
 extension YAMLReader {

@@ -1,7 +1,6 @@
 import CShims
 import Glibc
 import Basics
-import PathMonitor
 import Reconnector
 
 /// sd_notify(3) without libsystemd: datagrams to the socket systemd names in $NOTIFY_SOCKET,

@@ -6,7 +6,6 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import Basics
-import PathMonitor
 import Tunnel
 
 /// `agent up`: bring the tunnel up over the current path and keep it until stopped.

@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Synchronization
 import Testing
 @testable import Control

@@ -2,9 +2,9 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
+import Device
 
 @Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct DaemonLabTests {

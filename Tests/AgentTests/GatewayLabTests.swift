@@ -1,9 +1,9 @@
 import Foundation
 import NamespaceLab
 import Basics
-import PathMonitor
 import Tunnel
 import Testing
+import Device
 
 /// A gateway with several users at once: four real `agent up` processes, each in a namespace of
 /// its own, through one `agent serve`, every one with a probe stream and a checked TCP stream.

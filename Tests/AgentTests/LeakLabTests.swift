@@ -2,9 +2,9 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
+import Device
 
 /// The gaps in an always-on tunnel's life, with applications trying to send all along and a
 /// tap on the router's side of both uplinks: nothing may leave outside the tunnel but the

@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Testing
 
 /// On-demand rules in the lab: the laptop's wired uplink (`eth0`, 10.20.0.57/24 behind the

@@ -1,7 +1,6 @@
 import ConfigReader
 import Foundation
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
 @testable import agent

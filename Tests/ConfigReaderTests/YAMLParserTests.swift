@@ -1,6 +1,5 @@
 import ConfigReader
 import Basics
-import PathMonitor
 import Testing
 
 private func parse(_ text: String) throws(ConfigError) -> Node {

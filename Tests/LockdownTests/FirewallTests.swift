@@ -1,7 +1,6 @@
 import Glibc
 
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
 @testable import Lockdown

@@ -3,9 +3,10 @@ import Glibc
 @testable import Lockdown
 import NamespaceLab
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
+import Device
+import Netlink
 
 /// The ruleset as text: no root, no kernel.
 struct LockdownPolicyTests {

@@ -1,7 +1,6 @@
 public import Foundation
 import Glibc
 public import Basics
-import PathMonitor
 import Tunnel
 
 /// A gateway with several users at once: a server namespace running `agent serve` (answering on

@@ -2,8 +2,9 @@ import Foundation
 import Glibc
 import Synchronization
 public import Basics
-import PathMonitor
-public import Tunnel
+import Tunnel
+public import Device
+import Netlink
 
 /// Everything the laptop sends onto its uplinks, as the router sees it (an AF_PACKET socket for
 /// every protocol on the router's side of `eth0` and `wifi0`), judged against what may leave a

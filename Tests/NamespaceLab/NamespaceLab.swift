@@ -1,7 +1,7 @@
 public import Foundation
 import Glibc
 import Basics
-public import PathMonitor
+public import Netlink
 
 /// A throwaway network namespace for tests that need a real kernel, deleted (with every
 /// device in it) on deinit, so a failing test leaves nothing behind.

@@ -2,8 +2,8 @@ import Foundation
 import Glibc
 import Synchronization
 public import Basics
-import PathMonitor
-public import Tunnel
+import Tunnel
+public import Device
 
 /// A captive portal on the router's side of one uplink, as hotels run them: while closed it
 /// drops the uplink's UDP (the tunnel's handshakes vanish) and sends every plain HTTP request

@@ -1,8 +1,8 @@
 public import Foundation
 import Glibc
 public import Basics
-import PathMonitor
 public import Tunnel
+public import Device
 
 /// The VPN a roaming run drives: Roam's own `agent serve` / `agent up`, or Debian's
 /// wireguard-go (userspace WireGuard) configured the way wg-quick would, on the same topology.

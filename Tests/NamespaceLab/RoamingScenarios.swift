@@ -1,8 +1,8 @@
 public import Foundation
 import Glibc
 import Basics
-import PathMonitor
 import Tunnel
+import Device
 
 /// The roaming situations the lab plays, each on a fresh lab, with a probe stream through the
 /// tunnel every 20 ms (and, for the tests, a TCP stream whose every byte is checked). The better

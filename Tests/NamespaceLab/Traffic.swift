@@ -2,8 +2,9 @@ import Foundation
 public import Glibc
 import Synchronization
 import Basics
-import PathMonitor
-public import Tunnel
+import Tunnel
+public import Device
+import Netlink
 
 /// Time as the lab measures it: one monotonic clock for every thread.
 public typealias LabClock = ContinuousClock

@@ -2,7 +2,6 @@ import Glibc
 import Logging
 @testable import Observability
 import Basics
-import PathMonitor
 @testable import Reconnector
 import Synchronization
 import Testing

@@ -2,6 +2,7 @@ import NamespaceLab
 import Testing
 import Basics
 @testable import PathMonitor
+import Netlink
 
 private let server = IPAddress("198.51.100.7")!
 

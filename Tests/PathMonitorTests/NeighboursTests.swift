@@ -3,6 +3,7 @@ import NamespaceLab
 import Testing
 import Basics
 @testable import PathMonitor
+import Netlink
 
 // Neighbour dumps captured on Linux 6.18.44 (`uname -r`: 6.18.44-fc-v669), in namespace a of
 // two namespaces joined by a veth, after one ping each way:

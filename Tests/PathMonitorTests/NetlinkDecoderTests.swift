@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Basics
 @testable import PathMonitor
+import Netlink
 
 /// Raw kernel buffers captured by `agent record` (the recorded scenarios double as fixtures).
 private func captured(_ name: String) throws -> [[UInt8]] {

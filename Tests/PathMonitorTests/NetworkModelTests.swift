@@ -1,6 +1,7 @@
 import Testing
 import Basics
 @testable import PathMonitor
+import Netlink
 
 private let server = IPAddress("198.51.100.7")!
 private let server6 = IPAddress("2001:db8::7")!

@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 import Testing
 @testable import Basics
-@testable import PathMonitor
 
 /// A privileged writer in a directory someone else can write to (a recording's `--out`) must
 /// never write through a name planted there.

@@ -2,6 +2,7 @@ import Glibc
 import Testing
 import Basics
 @testable import PathMonitor
+@testable import Netlink
 
 // MARK: The controller, captured
 

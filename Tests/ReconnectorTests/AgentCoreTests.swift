@@ -2,6 +2,7 @@ import Basics
 import PathMonitor
 import Testing
 @testable import Reconnector
+import Netlink
 
 extension [Effect] {
     var probeIDs: [(UInt64, String, Int?)] {

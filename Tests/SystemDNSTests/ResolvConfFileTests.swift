@@ -1,7 +1,6 @@
 import Foundation
 import Glibc
 import Basics
-import PathMonitor
 import Testing
 @testable import SystemDNS
 import Tunnel

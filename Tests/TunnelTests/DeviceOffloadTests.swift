@@ -1,7 +1,7 @@
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 /// A straightforward RFC 1071 checksum, independent of the one under test.
 private func referenceSum(_ bytes: [UInt8]) -> UInt32 {

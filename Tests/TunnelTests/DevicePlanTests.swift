@@ -1,8 +1,9 @@
 import Glibc
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
+import Device
+import Netlink
 
 /// The device layer's pure parts: no root, no kernel state.
 struct DevicePlanTests {

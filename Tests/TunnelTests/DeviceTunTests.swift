@@ -1,9 +1,10 @@
 import Glibc
 import Basics
-import PathMonitor
 import NamespaceLab
 import Testing
 import Tunnel
+import Device
+import Netlink
 
 @Suite(.enabled(if: TunnelLab.isRoot, Comment(rawValue: TunnelLab.skipReason)), .serialized)
 struct DeviceTunTests {

@@ -1,9 +1,9 @@
 import Glibc
 import Basics
-import PathMonitor
 import NamespaceLab
 import Testing
 import Tunnel
+import Device
 
 @Suite(.enabled(if: TunnelLab.isRoot, Comment(rawValue: TunnelLab.skipReason)), .serialized)
 struct DeviceUDPSocketTests {

@@ -1,8 +1,8 @@
 import Foundation
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 /// The client tells the server what its path carries; the server keeps what it sends within
 /// it, and answers a bigger packet as a router would.

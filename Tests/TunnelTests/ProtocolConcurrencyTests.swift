@@ -1,6 +1,5 @@
 import Dispatch
 import Basics
-import PathMonitor
 import Synchronization
 import Testing
 @testable import Tunnel

@@ -1,7 +1,7 @@
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 /// Cookies, the proof of address that keeps spoofed floods off Diffie-Hellman and Argon2id, and
 /// the uniform answers that keep usernames secret.

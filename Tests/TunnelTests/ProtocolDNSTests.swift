@@ -1,5 +1,4 @@
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
 
@@ -49,6 +48,16 @@ import Testing
         #expect(payload.encoded(limit: Response.minLength + options).count == ResponsePayload.length + options)
         #expect(payload.encoded(limit: Response.minLength + options - 1).count == ResponsePayload.length,
                 "an old client's 184-byte initiation gets the fixed response")
+    }
+
+    /// The settings are checked where they are made, below the data plane; the room they are
+    /// checked against is the response's, and their length is what the wire takes.
+    @Test func theSettingsFitTheRoomAResponseHas() throws {
+        #expect(DNSSettings.maxEncodedLength == Response.maxLength - Response.minLength)
+        #expect(Self.corporate.encodedLength == Self.corporate.encoded().count)
+        let long = try DNSSettings(resolvers: (1...8).map { IPAddress.v6(0xfd00_0000_0000_0000, UInt64($0)) },
+                                   searchDomains: ["a.example"])
+        #expect(long.encodedLength == long.encoded().count && long.encodedLength == 8 * 18 + 11)
     }
 
     @Test func optionsARevisionDoesNotKnowAreSkipped() {

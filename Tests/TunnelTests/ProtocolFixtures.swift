@@ -1,7 +1,7 @@
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 /// Keys, users and a connected pair of cores, shared by the protocol tests.
 struct ProtocolFixture {

@@ -1,5 +1,4 @@
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
 

@@ -1,8 +1,8 @@
 import Foundation
 import Basics
-import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 @Test func tamperedDataIsDroppedCountedAndMovesNothing() throws {
     var f = try ProtocolFixture()

@@ -1,11 +1,12 @@
 import Foundation
 import Glibc
 import Basics
-import PathMonitor
 import NamespaceLab
 import Logging
 import Testing
 @testable import Tunnel
+import Device
+import Netlink
 
 /// A TCP endpoint for traffic through the tunnel, made inside a lab namespace.
 private struct TCP {

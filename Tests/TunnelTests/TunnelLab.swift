@@ -2,9 +2,9 @@ import Foundation
 import Glibc
 import NamespaceLab
 import Basics
-import PathMonitor
 import Testing
 import Tunnel
+import Device
 
 /// The tunnel tests' lab is the shared one, with a laptop-and-server topology added.
 typealias TunnelLab = NamespaceLab

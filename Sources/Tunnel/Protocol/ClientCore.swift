@@ -1,5 +1,5 @@
 public import Basics
-import PathMonitor
+public import Device
 
 /// A username and password for servers that ask for one. The description never shows the password.
 public struct Credentials: Sendable, CustomStringConvertible {

@@ -1,6 +1,6 @@
 import CSodium
 import Basics
-import PathMonitor
+import Device
 
 /// Cookies: WireGuard's proof that an initiation's sender receives at its address (WireGuard
 /// paper, §5.4.7), so that a flood from spoofed sources costs the server one MAC each and never a

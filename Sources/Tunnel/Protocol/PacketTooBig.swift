@@ -1,3 +1,4 @@
+import Device
 /// The answer a router gives a packet too big for the next link, written by the server for a
 /// client whose path carries less than the server's tunnel does: ICMP "fragmentation needed"
 /// (RFC 1191) for IPv4 with don't-fragment set, ICMPv6 "packet too big" (RFC 4443) for IPv6.

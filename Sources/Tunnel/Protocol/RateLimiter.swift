@@ -1,5 +1,4 @@
 import Basics
-import PathMonitor
 
 /// Rates that bound the work and traffic a flood can cause. See docs/PROTOCOL.md, "DoS defences".
 public struct ServerLimits: Equatable, Sendable {

@@ -1,6 +1,6 @@
 import CSodium
 public import Basics
-import PathMonitor
+public import Device
 
 /// What the server core made of one datagram. Replies go to the datagram's source, which is
 /// not always the peer's endpoint (a probe over a path the client is still trying, say).

@@ -1,6 +1,6 @@
 public import Basics
-import PathMonitor
 import Synchronization
+import Device
 
 /// The sessions a server holds, shared by its data threads with no lock that all of them take:
 /// each peer's state has a lock of its own, held for a few loads and stores and never around

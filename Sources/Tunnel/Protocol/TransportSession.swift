@@ -1,5 +1,4 @@
 import Basics
-import PathMonitor
 import Synchronization
 
 /// When a session should be replaced and when it must stop, as WireGuard sets them

@@ -1,6 +1,5 @@
 import CSodium
 public import Basics
-import PathMonitor
 
 /// Argon2id work per password check. Production uses `.interactive`; tests use `.minimum`.
 public struct PasswordCost: Equatable, Sendable {

@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 
 /// Every datagram starts with the same 4-byte header:
 ///
@@ -429,18 +428,6 @@ public enum InnerPacket {
         default:
             return nil
         }
-    }
-}
-
-extension UnsafeRawBufferPointer {
-    @inline(__always)
-    func loadLittleEndian<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
-        T(littleEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
-    }
-
-    @inline(__always)
-    func loadBigEndian<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
-        T(bigEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 }
 

@@ -1,6 +1,6 @@
 import Basics
-import PathMonitor
 import Glibc
+import Device
 
 /// Data-plane counters an operator reads in status.
 public struct TrafficCounters: Sendable, Equatable {

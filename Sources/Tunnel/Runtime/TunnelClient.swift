@@ -3,6 +3,7 @@ import PathMonitor
 import Glibc
 public import Logging
 import Synchronization
+public import Device
 
 /// Why the client could not bring the session up.
 public enum ClientError: Error, Equatable, CustomStringConvertible {

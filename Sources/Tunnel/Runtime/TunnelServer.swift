@@ -1,8 +1,9 @@
 import Basics
-import PathMonitor
 import Glibc
 public import Logging
 import Synchronization
+public import Device
+import Netlink
 
 /// The server's data plane: a TUN device, UDP sockets, and the protocol core between them,
 /// spread over workers.

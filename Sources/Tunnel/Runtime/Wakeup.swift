@@ -1,4 +1,5 @@
 import Glibc
+import Device
 
 /// A pipe a loop polls beside its socket, so another thread can wake it at once (a rebind, a
 /// stop) without the loop waking up on a timer.

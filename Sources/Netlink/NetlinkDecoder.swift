@@ -60,20 +60,20 @@ public struct NetlinkDecoder: Sendable {
     // MARK: Messages
 
     /// One netlink message in a buffer: its header's fields and where it lies.
-    struct Message {
-        var type: UInt16
-        var flags: UInt16
-        var sequence: UInt32
+    package struct Message {
+        package var type: UInt16
+        package var flags: UInt16
+        package var sequence: UInt32
         /// The whole message, header included.
-        var bytes: Range<Int>
+        package var bytes: Range<Int>
         /// What follows the 16-byte header.
-        var body: Range<Int> { bytes.lowerBound + 16..<bytes.upperBound }
+        package var body: Range<Int> { bytes.lowerBound + 16..<bytes.upperBound }
     }
 
     /// Splits one `recv` worth of bytes into its messages, for any netlink protocol.
     /// `complete` is false when the buffer ends in a message that is truncated or
     /// inconsistent: that message and anything after it are dropped.
-    static func messages(_ b: [UInt8]) -> (messages: [Message], complete: Bool) {
+    package static func messages(_ b: [UInt8]) -> (messages: [Message], complete: Bool) {
         var messages: [Message] = []
         var offset = 0
         while offset + 16 <= b.count {
@@ -246,7 +246,7 @@ public struct NetlinkDecoder: Sendable {
     }
 
     /// Walks `rtattr`s in `range`; false when one overruns it.
-    static func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
+    package static func attributes(_ b: [UInt8], _ range: Range<Int>, _ visit: (UInt16, Range<Int>) -> Void) -> Bool {
         var offset = range.lowerBound
         while offset + 4 <= range.upperBound {
             let length = Int(b.u16(offset))
@@ -264,45 +264,45 @@ public struct NetlinkDecoder: Sendable {
 
 // Kernel ABI constants (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h, linux/if_addr.h,
 // linux/if_arp.h). They never change, and spelling them here keeps the decoder free of C.
-enum NL {
-    static let noop: UInt16 = 1, error: UInt16 = 2, done: UInt16 = 3, overrun: UInt16 = 4
+package enum NL {
+    package static let noop: UInt16 = 1, error: UInt16 = 2, done: UInt16 = 3, overrun: UInt16 = 4
     static func align(_ n: Int) -> Int { (n + 3) & ~3 }
 }
-enum RTM {
-    static let newLink: UInt16 = 16, delLink: UInt16 = 17, getLink: UInt16 = 18
-    static let newAddr: UInt16 = 20, delAddr: UInt16 = 21, getAddr: UInt16 = 22
-    static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
-    static let newNeighbour: UInt16 = 28, getNeighbour: UInt16 = 30
-    static let clonedFlag: UInt32 = 0x200
+package enum RTM {
+    package static let newLink: UInt16 = 16, delLink: UInt16 = 17, getLink: UInt16 = 18
+    package static let newAddr: UInt16 = 20, delAddr: UInt16 = 21, getAddr: UInt16 = 22
+    package static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
+    package static let newNeighbour: UInt16 = 28, getNeighbour: UInt16 = 30
+    package static let clonedFlag: UInt32 = 0x200
 }
-enum IFLA {
-    static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
+package enum IFLA {
+    package static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
     /// IFLA_INET6_ADDR_GEN_MODE, inside IFLA_AF_SPEC / AF_INET6.
-    static let inet6AddressGenerationMode: UInt16 = 8
+    package static let inet6AddressGenerationMode: UInt16 = 8
 }
-enum IFA { static let address: UInt16 = 1, local: UInt16 = 2, flags: UInt16 = 8 }
-enum RTA {
-    static let dst: UInt16 = 1, oif: UInt16 = 4, gateway: UInt16 = 5, priority: UInt16 = 6, prefsrc: UInt16 = 7
-    static let multipath: UInt16 = 9, table: UInt16 = 15
+package enum IFA { package static let address: UInt16 = 1, local: UInt16 = 2, flags: UInt16 = 8 }
+package enum RTA {
+    package static let dst: UInt16 = 1, oif: UInt16 = 4, gateway: UInt16 = 5, priority: UInt16 = 6, prefsrc: UInt16 = 7
+    package static let multipath: UInt16 = 9, table: UInt16 = 15
 }
-enum RTN {
-    static let unicast: UInt8 = 1, blackhole: UInt8 = 6, unreachable: UInt8 = 7, prohibit: UInt8 = 8
-    static let throwRoute: UInt8 = 9
+package enum RTN {
+    package static let unicast: UInt8 = 1, blackhole: UInt8 = 6, unreachable: UInt8 = 7, prohibit: UInt8 = 8
+    package static let throwRoute: UInt8 = 9
 }
-enum IFF { static let up: UInt32 = 0x1, lowerUp: UInt32 = 0x10000 }
-enum AF { static let inet: UInt8 = 2, inet6: UInt8 = 10 }
-enum ARPHRD {
-    static let ether: UInt16 = 1, ppp: UInt16 = 512, tunnel: UInt16 = 768, tunnel6: UInt16 = 769
-    static let loopback: UInt16 = 772, sit: UInt16 = 776, ipgre: UInt16 = 778, none: UInt16 = 0xFFFE
+package enum IFF { package static let up: UInt32 = 0x1, lowerUp: UInt32 = 0x10000 }
+package enum AF { package static let inet: UInt8 = 2, inet6: UInt8 = 10 }
+package enum ARPHRD {
+    package static let ether: UInt16 = 1, ppp: UInt16 = 512, tunnel: UInt16 = 768, tunnel6: UInt16 = 769
+    package static let loopback: UInt16 = 772, sit: UInt16 = 776, ipgre: UInt16 = 778, none: UInt16 = 0xFFFE
 }
 
 extension [UInt8] {
     /// Host-order (little-endian on every Linux target Roam runs on) integers, as netlink sends them.
-    func u16(_ at: Int) -> UInt16 { UInt16(self[at]) | UInt16(self[at + 1]) << 8 }
-    func u32(_ at: Int) -> UInt32 {
+    package func u16(_ at: Int) -> UInt16 { UInt16(self[at]) | UInt16(self[at + 1]) << 8 }
+    package func u32(_ at: Int) -> UInt32 {
         UInt32(self[at]) | UInt32(self[at + 1]) << 8 | UInt32(self[at + 2]) << 16 | UInt32(self[at + 3]) << 24
     }
-    func cString(_ range: Range<Int>) -> String {
+    package func cString(_ range: Range<Int>) -> String {
         String(decoding: self[range].prefix { $0 != 0 }, as: UTF8.self)
     }
 }

@@ -1,6 +1,6 @@
 import Glibc
 import Basics
-public import PathMonitor
+public import Netlink
 
 /// A failed system call or kernel request at the tunnel's edge (TUN device, UDP socket,
 /// routes and rules): the operation, the errno, and what an operator can do about it.

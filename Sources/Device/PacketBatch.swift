@@ -1,7 +1,7 @@
 import CShims
 import Glibc
 public import Basics
-import PathMonitor
+import Netlink
 
 /// Preallocated room for a batch of packets, read or sent with one system call
 /// (`recvmmsg`/`sendmmsg` on a UDP socket; one read or write per packet on the TUN device):

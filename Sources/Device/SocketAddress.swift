@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-import PathMonitor
+import Netlink
 
 /// An IP address and a UDP port: where a datagram comes from or goes to.
 public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {

@@ -1,6 +1,3 @@
-public import Basics
-import PathMonitor
-
 /// The resolvers and search domains a server gives its clients for as long as the tunnel is up,
 /// so that their names are asked through the tunnel and never of the local network. Valid by
 /// construction: both the server's configuration and a received response go through `init`.
@@ -9,8 +6,9 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
     public static let maxResolvers = 8
     /// At most this many search domains.
     public static let maxSearchDomains = 8
-    /// The bytes a handshake response has for the settings (see docs/PROTOCOL.md).
-    public static let maxEncodedLength = Response.maxLength - Response.minLength
+    /// The bytes a handshake response has for the settings: its 256-byte payload less the fixed
+    /// 22 (docs/PROTOCOL.md; the data plane's tests hold the two together).
+    public static let maxEncodedLength = 234
 
     public let resolvers: [IPAddress]
     /// Domains tried after a short name, in order (lower case, no trailing dot).
@@ -35,7 +33,7 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
         }
         guard Set(domains).count == domains.count else { throw .repeated }
         let settings = DNSSettings(checked: resolvers, domains)
-        let length = settings.encoded().count
+        let length = settings.encodedLength
         guard length <= Self.maxEncodedLength else { throw .tooLong(length) }
         self = settings
     }
@@ -57,6 +55,12 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
     /// (RFC 1123 labels of letters, digits, hyphens and, for names like `_tcp`, underscores); else
     /// nil. Nothing that could break a line of resolv.conf or a D-Bus string gets through, and no
     /// single label: as a routing domain `com` would claim every name under it.
+    /// What the settings take in a handshake response: a type and a length byte before each
+    /// resolver's address and each domain.
+    public var encodedLength: Int {
+        resolvers.reduce(0) { $0 + 2 + $1.bytes.count } + searchDomains.reduce(0) { $0 + 2 + $1.utf8.count }
+    }
+
     static func normalDomain(_ domain: String) -> String? {
         var name = domain.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
@@ -69,60 +73,6 @@ public struct DNSSettings: Hashable, Sendable, CustomStringConvertible {
             else { return nil }
         }
         return name
-    }
-
-    // MARK: On the wire
-
-    /// Options that follow the response's fixed payload: type (1), length (1), value.
-    enum Option {
-        /// The rest of the payload is padding.
-        static let end: UInt8 = 0
-        /// A resolver's address: 4 or 16 bytes.
-        static let resolver: UInt8 = 1
-        /// A search domain: 1 to 253 bytes of ASCII.
-        static let searchDomain: UInt8 = 2
-    }
-
-    func encoded() -> [UInt8] {
-        var bytes: [UInt8] = []
-        for resolver in resolvers { bytes += [Option.resolver, UInt8(resolver.bytes.count)] + resolver.bytes }
-        for domain in searchDomains { bytes += [Option.searchDomain, UInt8(domain.utf8.count)] + Array(domain.utf8) }
-        return bytes
-    }
-
-    /// A response's options, each type and value, up to the end marker; nil when one overruns
-    /// the payload.
-    static func options(_ bytes: ArraySlice<UInt8>) -> [(type: UInt8, value: ArraySlice<UInt8>)]? {
-        var found: [(type: UInt8, value: ArraySlice<UInt8>)] = []
-        var at = bytes.startIndex
-        while at < bytes.endIndex, bytes[at] != Option.end {
-            guard at + 1 < bytes.endIndex else { return nil }
-            let start = at + 2, length = Int(bytes[at + 1])
-            guard start + length <= bytes.endIndex else { return nil }
-            found.append((bytes[at], bytes[start..<start + length]))
-            at = start + length
-        }
-        return found
-    }
-
-    /// The settings in a response's options; options of types this version does not know are
-    /// skipped, so a later server can say more.
-    static func decode(_ bytes: ArraySlice<UInt8>) -> Result<DNSSettings, DNSSettingsError> {
-        guard let options = options(bytes) else { return .failure(.malformed) }
-        var resolvers: [IPAddress] = []
-        var domains: [String] = []
-        for (type, value) in options {
-            switch type {
-            case Option.resolver:
-                guard value.count == 4 || value.count == 16, let address = IPAddress(bytes: value) else { return .failure(.malformed) }
-                resolvers.append(address)
-            case Option.searchDomain:
-                domains.append(String(decoding: value, as: UTF8.self))
-            default:
-                break
-            }
-        }
-        return Result { () throws(DNSSettingsError) in try DNSSettings(resolvers: resolvers, searchDomains: domains) }
     }
 }
 

@@ -1,5 +1,5 @@
 public import Basics
-import CMnl
+package import CMnl
 import Glibc
 
 /// A failed kernel call, with the operation and errno, readable by an operator.
@@ -51,7 +51,7 @@ public final class NetlinkSocket {
     }
 
     /// Opens a request-only socket, or one subscribed to `groups`, of netlink `protocol`.
-    init(protocol: Int32, groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
+    package init(protocol: Int32, groups: NetlinkGroups = [], receiveBuffer: Int = 0) throws(NetlinkError) {
         guard let socket = mnl_socket_open(`protocol`) else { throw NetlinkError("open netlink socket", errno) }
         self.socket = socket
         sequence = UInt32(truncatingIfNeeded: time(nil))
@@ -104,7 +104,7 @@ public final class NetlinkSocket {
     /// Hands each message queued now to `visit` (whole, header included), without waiting and
     /// reading at most `limit` buffers; returns whether the queue overran since the last read
     /// (notices were lost).
-    func takeQueued(limit: Int = 64, _ visit: (ArraySlice<UInt8>) -> Void) -> Bool {
+    package func takeQueued(limit: Int = 64, _ visit: (ArraySlice<UInt8>) -> Void) -> Bool {
         for _ in 0..<limit {
             let buffer: [UInt8]
             do {
@@ -121,7 +121,7 @@ public final class NetlinkSocket {
 
     /// Sends one request built by `build` and returns its sequence number.
     @discardableResult
-    func request(type: UInt16, flags: UInt16, header: [UInt8], build: (UnsafeMutablePointer<nlmsghdr>) -> Void = { _ in })
+    package func request(type: UInt16, flags: UInt16, header: [UInt8], build: (UnsafeMutablePointer<nlmsghdr>) -> Void = { _ in })
         throws(NetlinkError) -> UInt32
     {
         sequence &+= 1
@@ -213,7 +213,7 @@ public final class NetlinkSocket {
     /// Reads the kernel's answers to request `seq`, in any netlink protocol, handing each
     /// message to `visit`, until a dump's `NLMSG_DONE` or the acknowledgement (a request that is
     /// not a dump must ask for one, `NLM_F_ACK`). Throws the kernel's refusal as `what`'s error.
-    func answers(to seq: UInt32, _ what: String,
+    package func answers(to seq: UInt32, _ what: String,
                  visit: (_ buffer: [UInt8], _ message: NetlinkDecoder.Message) -> Void = { _, _ in })
         throws(NetlinkError)
     {
@@ -427,7 +427,7 @@ private enum FRA {
 
 extension [UInt8] {
     /// Stores `value` in host order (little-endian on every Linux target Roam runs on) at `offset`.
-    mutating func store(_ value: UInt32, at offset: Int) {
+    package mutating func store(_ value: UInt32, at offset: Int) {
         for i in 0..<4 { self[offset + i] = UInt8(truncatingIfNeeded: value >> (8 * i)) }
     }
 }

@@ -2,7 +2,7 @@ import CShims
 import Glibc
 import Synchronization
 public import Basics
-public import PathMonitor
+public import Netlink
 
 /// A layer-3 TUN interface (`IFF_TUN | IFF_NO_PI`: each read or write is one bare IP packet),
 /// configured once when opened: MTU, up, inner addresses. A reconnect never touches it; only
@@ -322,7 +322,7 @@ public struct TunReader {
     }
 
     /// Zeroes `dropped` and `superPackets`, once they are counted elsewhere.
-    mutating func resetCounts() {
+    package mutating func resetCounts() {
         if !dropped.isEmpty { dropped.removeAll(keepingCapacity: true) }
         superPackets = 0
     }

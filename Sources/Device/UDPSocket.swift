@@ -2,7 +2,7 @@ import CShims
 import Glibc
 import Synchronization
 public import Basics
-public import PathMonitor
+public import Netlink
 
 /// A non-blocking UDP socket for one path, the one owner of its descriptor (closed in deinit).
 ///

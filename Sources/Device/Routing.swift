@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-public import PathMonitor
+public import Netlink
 
 /// Which traffic the kernel sends into the tunnel.
 public enum RoutingMode: Hashable, Sendable {

@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-public import PathMonitor
+public import Netlink
 
 /// A listening TCP socket on a local address, for the small answers the daemons give over
 /// HTTP (metrics); the one owner of its descriptor.

@@ -162,9 +162,9 @@ public struct Segmenter: Sendable {
 }
 
 /// The Internet checksum (RFC 1071), summed eight bytes at a time.
-enum Checksum {
+package enum Checksum {
     /// The one's-complement sum of `bytes` as big-endian 16-bit words, not yet folded.
-    static func sum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    package static func sum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         var accumulator: UInt64 = 0
         var i = 0
         let n = bytes.count
@@ -190,7 +190,7 @@ enum Checksum {
 
     /// Sets an IP packet's length field to `length` bytes in all (IPv6: its payload) and, for
     /// IPv4, the header checksum that covers it.
-    static func setLength(of packet: UnsafeMutableRawBufferPointer, isV6: Bool, ipLength: Int, to length: Int) {
+    package static func setLength(of packet: UnsafeMutableRawBufferPointer, isV6: Bool, ipLength: Int, to length: Int) {
         if isV6 {
             packet.storeBytes(of: UInt16(length - 40).bigEndian, toByteOffset: 4, as: UInt16.self)
             return
@@ -203,13 +203,13 @@ enum Checksum {
 
     /// The sum of the IPv4 or IPv6 pseudo-header for `length` bytes of protocol `next` (TCP
     /// unless said), addresses read from `packet`.
-    static func pseudoHeader(_ packet: UnsafeRawBufferPointer, isV6: Bool, length: Int, next: UInt8 = 6) -> UInt64 {
+    package static func pseudoHeader(_ packet: UnsafeRawBufferPointer, isV6: Bool, length: Int, next: UInt8 = 6) -> UInt64 {
         let addresses = isV6 ? UnsafeRawBufferPointer(rebasing: packet[8..<40]) : UnsafeRawBufferPointer(rebasing: packet[12..<20])
         return sum(addresses) &+ UInt64(next) &+ UInt64(length)
     }
 
     /// Folds a sum to 16 bits.
-    static func fold(_ sum: UInt64) -> UInt16 {
+    package static func fold(_ sum: UInt64) -> UInt16 {
         var folded = sum
         while folded > 0xFFFF { folded = (folded & 0xFFFF) + (folded >> 16) }
         return UInt16(folded)
