@@ -3,6 +3,7 @@ import Glibc
 import Basics
 import NamespaceLab
 import Logging
+import Synchronization
 import Testing
 @testable import Tunnel
 import Device
@@ -48,7 +49,7 @@ private struct TCP {
     func close() { _ = Glibc.close(fd) }
 }
 
-private final class Running: @unchecked Sendable {
+private final class Running: Sendable {
     let done = DispatchSemaphore(value: 0)
     init(_ body: @escaping @Sendable () -> Void) {
         Thread.detachNewThread { [done] in
@@ -344,11 +345,10 @@ extension RuntimeTests {
 }
 
 /// Notices a test collects from the client's threads.
-private final class Notices: @unchecked Sendable {
-    private let lock = NSLock()
-    private var list: [ClientNotice] = []
-    func append(_ notice: ClientNotice) { lock.withLock { list.append(notice) } }
-    var all: [ClientNotice] { lock.withLock { list } }
+private final class Notices: Sendable {
+    private let list = Mutex<[ClientNotice]>([])
+    func append(_ notice: ClientNotice) { list.withLock { $0.append(notice) } }
+    var all: [ClientNotice] { list.withLock { $0 } }
     /// Waits up to 3 s for `done` to hold.
     func wait(_ done: ([ClientNotice]) -> Bool) -> Bool {
         for _ in 0..<150 {
@@ -360,11 +360,10 @@ private final class Notices: @unchecked Sendable {
 }
 
 /// A tiny lock-protected box for the reader thread's result.
-private final class Mutex2: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = (0, false)
-    func set(_ count: Int, _ intact: Bool) { lock.withLock { value = (count, intact) } }
-    func get() -> (Int, Bool) { lock.withLock { value } }
+private final class Mutex2: Sendable {
+    private let value = Mutex((0, false))
+    func set(_ count: Int, _ intact: Bool) { value.withLock { $0 = (count, intact) } }
+    func get() -> (Int, Bool) { value.withLock { $0 } }
 }
 
 /// The data plane's log lines are not what these tests look at.
