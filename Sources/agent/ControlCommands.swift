@@ -115,7 +115,7 @@ struct SleepCommand: ParsableCommand {
 /// `agent wake`.
 struct WakeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "wake", abstract: "Tell the running client the reconnector resumed (as SIGCONT does).")
+        commandName: "wake", abstract: "Tell the running client the machine resumed (as SIGCONT does).")
     @OptionGroup var options: ControlOptions
     func run() throws { try ask(.wake, options) }
 }
@@ -126,8 +126,8 @@ struct DownCommand: ParsableCommand {
         commandName: "down", abstract: "Disconnect the running client without stopping it; `agent up` connects again.",
         discussion: """
             The session ends with a goodbye to the server and nothing is tried until `agent up`. The tunnel \
-            device stays, and so does the lockdown: with it on, the reconnector's traffic is stopped while the \
-            tunnel is down, as with a paused always-on VPN. To stop the agent and open the reconnector again, \
+            device stays, and so does the lockdown: with it on, the machine's traffic is stopped while the \
+            tunnel is down, as with a paused always-on VPN. To stop the agent and open the machine again, \
             stop its service (systemctl stop roam).
             """)
     @OptionGroup var options: ControlOptions

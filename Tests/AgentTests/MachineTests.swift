@@ -21,7 +21,7 @@ private func supplies(_ entries: [String: [String: String]]) throws -> String {
     #expect(PowerSupply.current(root: laptopOnBattery) == .battery)
     #expect(PowerSupply.current(root: laptopPlugged) == .ac)
     #expect(PowerSupply.current(root: usbC) == .ac)
-    #expect(PowerSupply.current(root: mouseOnly) == .ac, "a mouse battery is not the reconnector's")
+    #expect(PowerSupply.current(root: mouseOnly) == .ac, "a mouse battery is not the machine's")
     #expect(PowerSupply.current(root: "/nonexistent") == .ac, "no supplies: a desktop or a VM")
 }
 
