@@ -27,7 +27,8 @@ let package = Package(
 
         // Shared value types: addresses and prefixes, the agent's clock, seeded randomness, files.
         .target(name: "Basics", swiftSettings: strict),
-        // Facts from the kernel: links, addresses, routes, and the path to the server.
+        // Facts from the kernel: links, addresses, routes, and the path to the server; the machine's power
+        // and its suspends.
         .target(name: "PathMonitor", dependencies: ["Basics", "CMnl", "CShims"], swiftSettings: strict),
         // The pure decision core: inputs and time in, actions out.
         .target(name: "Reconnector", dependencies: ["PathMonitor"], swiftSettings: strict),
