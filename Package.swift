@@ -47,7 +47,7 @@ let package = Package(
             name: "Tunnel",
             dependencies: ["CSodium", "CShims", "PathMonitor", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
-        // What an operator reads and graphs: the log handler and the metrics.
+        // What an operator reads and graphs: the log handler and the metrics, served over HTTP or written to a file.
         .target(
             name: "Observability",
             dependencies: [
