@@ -57,7 +57,8 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict),
-        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
+        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel, and the
+        // portal windows' cgroups it lets through.
         .target(name: "Lockdown", dependencies: ["CNftables", "PathMonitor"], swiftSettings: strict),
         // Control and status: the control socket, its server and client, the protocol, JSON.
         .target(name: "Control", dependencies: ["Basics", "Tunnel"], swiftSettings: strict),

@@ -92,28 +92,6 @@ func checkURLsThatAreRefused(text: String) {
     #expect(request.hasSuffix("Connection: close\r\n\r\n"))
 }
 
-@Test func theCgroup2FileSystemIsFoundInMountinfo() {
-    let hybrid = """
-        25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-        27 25 0:25 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
-        28 27 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
-        29 27 0:27 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
-        """
-    #expect(CgroupFileSystem.cgroup2Mount(in: hybrid)! == ("/sys/fs/cgroup/unified", "/"))
-    let container = "35 30 0:29 /system.slice/x\\040y.service /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
-    #expect(CgroupFileSystem.cgroup2Mount(in: container)! == ("/sys/fs/cgroup", "/system.slice/x y.service"))
-    #expect(CgroupFileSystem.cgroup2Mount(in: "25 30 0:23 / /sys rw - sysfs sysfs rw\n") == nil)
-    #expect(PortalCgroup(directory: "/sys/fs/cgroup/unified/roam-portal.7.1", level: 1).nftablesPath == "unified/roam-portal.7.1")
-    #expect(PortalCgroup(directory: "/run/roam/cgroup2/roam-portal.7.1", level: 1).nftablesPath == "../../../run/roam/cgroup2/roam-portal.7.1")
-    // Where a process's cgroup (as /proc/PID/cgroup names it) lies under a mount.
-    let system = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/", mountedByUs: false)
-    #expect(system.directory(of: "/user.slice/user-1000.slice/session-2.scope") == "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope")
-    #expect(system.directory(of: "/") == "/sys/fs/cgroup")
-    let namespaced = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/system.slice/roam.service", mountedByUs: false)
-    #expect(namespaced.directory(of: "/system.slice/roam.service/x") == "/sys/fs/cgroup/x")
-    #expect(namespaced.directory(of: "/user.slice") == nil)
-}
-
 /// Only a process whose every id is the asker's joins a window: not one that became a
 /// set-user-ID program since it connected.
 @Test func aPortalWindowTakesOnlyTheAskersOwnProcess() {
