@@ -64,11 +64,16 @@ let package = Package(
         .target(name: "Control", dependencies: ["Basics", "Tunnel"], swiftSettings: strict),
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf.
         .target(name: "SystemDNS", dependencies: ["PathMonitor", "Tunnel"], swiftSettings: strict),
+        // Captive portals from the user's side: the HTTP connectivity check that finds one, and the network's
+        // resolvers for the program that logs in through a portal window.
+        .target(
+            name: "Connectivity", dependencies: ["Basics", "CShims", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel"],
+            swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
                 "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
-                "Observability", "Control",
+                "Observability", "Control", "Connectivity",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -107,6 +112,7 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ConnectivityTests", dependencies: ["Connectivity", "Reconnector", "Basics"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),
         .testTarget(

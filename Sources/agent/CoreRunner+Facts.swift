@@ -1,3 +1,4 @@
+import Connectivity
 import SystemDNS
 import Logging
 import Observability

@@ -1,3 +1,4 @@
+import Connectivity
 import ConfigReader
 import Glibc
 import Lockdown

@@ -1,4 +1,5 @@
 import ConfigReader
+import Connectivity
 import Foundation
 import Basics
 import PathMonitor
