@@ -69,11 +69,17 @@ let package = Package(
         .target(
             name: "Connectivity", dependencies: ["Basics", "CShims", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel"],
             swiftSettings: strict),
+        // The client's and the server's settings, their YAML reader, and the trusted-file reader for the
+        // secrets and configurations: made of the types of the modules below.
+        .target(
+            name: "Settings",
+            dependencies: ["Basics", "ConfigReader", "Connectivity", "Lockdown", "Reconnector", "Tunnel"],
+            swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
                 "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
-                "Observability", "Control", "Connectivity",
+                "Observability", "Control", "Connectivity", "Settings",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -108,10 +114,13 @@ let package = Package(
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["agent", "Control", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
+            dependencies: ["agent", "Control", "Tunnel", "PathMonitor", "NamespaceLab",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(
+            name: "SettingsTests", dependencies: ["Settings", "ConfigReader", "Connectivity", "Basics", "Tunnel"],
+            swiftSettings: strict),
         .testTarget(name: "ConnectivityTests", dependencies: ["Connectivity", "Reconnector", "Basics"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["ConfigReader", "PathMonitor"], swiftSettings: strict),

@@ -9,6 +9,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import Tunnel
+import Settings
 
 /// The always-on client, one direction of flow: facts (the path monitor, the data plane's
 /// notices, signals, the operator's requests, timers) go into the Reconnector; its actions go

@@ -9,6 +9,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import Tunnel
+import Settings
 
 /// Decisions out: each event into the core, and its effects carried out on the session's sockets,
 /// the lockdown and the resolvers; what the core keeps across processes.

@@ -9,6 +9,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import Tunnel
+import Settings
 
 /// Facts in: the kernel, the power supply, suspends, signals, the data plane's notices, look-ups,
 /// checks and probes, a reload, all turned into the core's events.

@@ -4,6 +4,7 @@ import ConfigReader
 import Glibc
 import Basics
 import PathMonitor
+import Settings
 
 /// `agent profiles`: the VPN profiles of this machine, as Apple's apps list their configurations.
 struct ProfilesCommand: ParsableCommand {

@@ -9,6 +9,7 @@ import PathMonitor
 import Reconnector
 import Synchronization
 import Tunnel
+import Settings
 
 /// `agent serve`: the server daemon.
 struct ServeCommand: ParsableCommand {

@@ -5,6 +5,7 @@ import PathMonitor
 import Reconnector
 import SystemDNS
 import Tunnel
+import Settings
 
 /// Carries out what the decision core decides: sockets per path, the session and its thread,
 /// handshakes and probes, and, once the first handshake gives the inner addresses, the TUN

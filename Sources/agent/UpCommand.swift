@@ -8,6 +8,7 @@ import Glibc
 import Basics
 import PathMonitor
 import Tunnel
+import Settings
 
 /// `agent up`: bring the tunnel up over the current path and keep it until stopped.
 struct UpCommand: ParsableCommand {
