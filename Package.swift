@@ -30,13 +30,13 @@ let package = Package(
         .target(name: "Basics", swiftSettings: strict),
         // rtnetlink through libmnl: links, addresses and routes as values, the socket that reads
         // and writes them, and network namespaces.
-        .target(name: "Netlink", dependencies: ["Basics", "CMnl", "CShims"], swiftSettings: strict),
+        .target(name: "Netlink", dependencies: ["Basics", "CShims", "CMnl"], swiftSettings: strict),
         // The kernel's devices and sockets: the TUN device and its offloads, UDP sockets and their
         // batches, the tunnel's routes.
         .target(name: "Device", dependencies: ["Basics", "Netlink", "CShims"], swiftSettings: strict),
         // Facts from the kernel: the model of links, addresses and routes, the paths to the
         // server, Wi-Fi and neighbour facts.
-        .target(name: "PathMonitor", dependencies: ["Basics", "Netlink", "CMnl"], swiftSettings: strict),
+        .target(name: "PathMonitor", dependencies: ["Basics", "Netlink", "CShims", "CMnl"], swiftSettings: strict),
         // The pure decision core: events and time in, effects out.
         .target(name: "Reconnector", dependencies: ["Basics", "Netlink", "PathMonitor"], swiftSettings: strict),
         // Line-numbered YAML, and the readers of the file formats built on it (the core's settings
@@ -44,7 +44,8 @@ let package = Package(
         .target(
             name: "ConfigReader", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector"],
             swiftSettings: strict),
-        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel.
+        // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel, and
+        // the portal windows' cgroups it lets through.
         .target(name: "Lockdown", dependencies: ["Basics", "Netlink", "CNftables"], swiftSettings: strict),
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf,
         // and name look-ups.
@@ -53,17 +54,30 @@ let package = Package(
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Netlink", "Device", "PathMonitor", "CSodium", "CShims",
+                "Basics", "Netlink", "Device", "PathMonitor", "CShims", "CSodium",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
+        // Captive portals from the user's side: the HTTP connectivity check that finds one, and the
+        // network's resolvers for the program that logs in through a portal window.
+        .target(
+            name: "Connectivity",
+            dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel", "CShims"],
+            swiftSettings: strict),
+        // The client's and the server's settings, their YAML reader, and the trusted-file reader for
+        // the secrets and configurations: made of the types of the modules below.
+        .target(
+            name: "Settings",
+            dependencies: ["Basics", "Device", "Reconnector", "ConfigReader", "Lockdown", "Tunnel", "Connectivity"],
+            swiftSettings: strict),
         // Control and status: the control socket, its server and client, the protocol, JSON.
         .target(name: "Control", dependencies: ["Basics", "Reconnector", "Tunnel"], swiftSettings: strict),
-        // What an operator reads and graphs: the log handler and the metrics.
+        // What an operator reads and graphs: the log handler and the metrics, served over HTTP or
+        // written to a file.
         .target(
             name: "Observability",
             dependencies: [
-                "Basics", "PathMonitor", "Reconnector", "Tunnel",
+                "Basics", "Device", "PathMonitor", "Reconnector", "Tunnel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -77,54 +91,67 @@ let package = Package(
         .executableTarget(
             name: "agent",
             dependencies: [
-                "Netlink", "Device", "PathMonitor", "Reconnector", "Replay", "Tunnel", "ConfigReader", "CShims", "Lockdown", "SystemDNS",
-                "Observability", "Control",
+                "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
+                "SystemDNS", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay",
+                "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
         .executableTarget(
-            name: "ReplayBenchmark", dependencies: ["PathMonitor", "Reconnector", "Replay"],
+            name: "ReplayBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "RoamingBenchmark", dependencies: ["Netlink", "Device", "NamespaceLab", "PathMonitor", "Tunnel"],
+            name: "RoamingBenchmark", dependencies: ["Basics", "Device", "Tunnel", "NamespaceLab"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "FloodBenchmark",
-            dependencies: ["Netlink", "Device", "NamespaceLab", "PathMonitor", "Tunnel", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Basics", "Netlink", "Device", "Tunnel", "NamespaceLab",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "GatewayBenchmark", dependencies: ["Netlink", "NamespaceLab", "PathMonitor"],
+            name: "GatewayBenchmark", dependencies: ["Basics", "NamespaceLab"],
             path: "Benchmarks/GatewayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "SessionBenchmark", dependencies: ["Netlink", "Device", "PathMonitor", "Tunnel"],
+            name: "SessionBenchmark", dependencies: ["Basics", "Device", "Tunnel"],
             path: "Benchmarks/SessionBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "PortalBenchmark", dependencies: ["Netlink", "NamespaceLab", "PathMonitor", "Reconnector"],
+            name: "PortalBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "NamespaceLab"],
             path: "Benchmarks/PortalBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "MonitorBenchmark", dependencies: ["Netlink", "PathMonitor"],
+            name: "MonitorBenchmark", dependencies: ["Basics", "Netlink", "PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
         // Throwaway network namespaces for the integration tests.
-        .target(name: "NamespaceLab", dependencies: ["Netlink", "Device", "PathMonitor", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
-        .testTarget(name: "PathMonitorTests", dependencies: ["Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ReconnectorTests", dependencies: ["Netlink", "Reconnector", "ConfigReader", "PathMonitor"], swiftSettings: strict),
-        .testTarget(name: "ReplayTests", dependencies: ["Netlink", "Replay", "Reconnector", "PathMonitor"], swiftSettings: strict),
+        .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
+        .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["Netlink", "Device", "agent", "Control", "ConfigReader", "Reconnector", "Tunnel", "PathMonitor", "NamespaceLab",
-                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Basics", "Device", "Tunnel", "Control", "agent", "NamespaceLab",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: strict),
-        .testTarget(name: "LockdownTests", dependencies: ["Netlink", "Device", "Lockdown", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "SystemDNSTests", dependencies: ["Netlink", "Device", "SystemDNS", "PathMonitor", "Tunnel", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ConfigReaderTests", dependencies: ["Netlink", "ConfigReader", "PathMonitor"], swiftSettings: strict),
+        .testTarget(name: "LockdownTests", dependencies: ["Basics", "Netlink", "Device", "Lockdown", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(
-            name: "TunnelTests", dependencies: ["Netlink", "Device", "Tunnel", "PathMonitor", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
+            name: "SettingsTests", dependencies: ["Basics", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
+            swiftSettings: strict),
+        .testTarget(name: "ConnectivityTests", dependencies: ["Basics", "Reconnector", "Connectivity"], swiftSettings: strict),
+        .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
+        .testTarget(
+            name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "ObservabilityTests",
-            dependencies: ["Netlink", "Observability", "Reconnector", "PathMonitor", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Basics", "PathMonitor", "Reconnector", "Tunnel", "Observability",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

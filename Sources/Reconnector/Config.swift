@@ -1,3 +1,5 @@
+public import PathMonitor
+
 /// Every duration and limit the state machine uses, with the defaults an always-on laptop
 /// VPN should start from.
 public struct Config: Sendable, Equatable {
@@ -116,9 +118,4 @@ public struct Config: Sendable, Equatable {
 
     /// The budget in force for `power`.
     public func budget(on power: PowerSource) -> Budget { power == .battery ? battery : ac }
-}
-
-/// Where the machine's power comes from.
-public enum PowerSource: String, Sendable, Equatable {
-    case ac, battery
 }

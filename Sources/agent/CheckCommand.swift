@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConfigReader
 import Glibc
+import Settings
 
 /// `agent check`: a configuration checked as `agent up` or `agent serve` would read it, with
 /// no privilege and nothing started.

@@ -10,6 +10,7 @@ import PathMonitor
 import Reconnector
 import Tunnel
 import Device
+import Settings
 
 /// The always-on client, one direction of flow: facts (the path monitor, the data plane's
 /// notices, signals, the operator's requests, timers) go into the Reconnector; its actions go

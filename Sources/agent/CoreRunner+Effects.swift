@@ -8,6 +8,8 @@ import Lockdown
 import Basics
 import Reconnector
 import Tunnel
+import Settings
+import PathMonitor
 
 /// Decisions out: each event into the core, and its effects carried out on the session's sockets,
 /// the lockdown and the resolvers; what the core keeps across processes.

@@ -1,3 +1,4 @@
+import Connectivity
 import SystemDNS
 import Logging
 import Observability
@@ -9,6 +10,7 @@ import PathMonitor
 import Reconnector
 import Tunnel
 import Netlink
+import Settings
 
 /// Facts in: the kernel, the power supply, suspends, signals, the data plane's notices, look-ups,
 /// checks and probes, a reload, all turned into the core's events.

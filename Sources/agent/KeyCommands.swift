@@ -1,7 +1,7 @@
 import ArgumentParser
-import ConfigReader
 import Glibc
 import Basics
+import Settings
 import Tunnel
 
 /// `agent keygen`: a new private key, straight into a file only its owner can read.
@@ -100,13 +100,4 @@ struct PasswdCommand: ParsableCommand {
         guard let line = readLine(strippingNewline: true) else { throw AgentError("no password given") }
         return line
     }
-}
-
-/// Reads a private key from a file that only its owner may read.
-func loadPrivateKey(_ path: String) throws -> PrivateKey {
-    let text = try readSecretFile(path)
-    guard let key = PrivateKey(base64: text) else {
-        throw ConfigError(file: path, line: 1, message: "not a private key (44 characters of base64, from `agent keygen`)")
-    }
-    return key
 }

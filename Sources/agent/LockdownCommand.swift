@@ -6,6 +6,7 @@ import Basics
 import Reconnector
 import SystemDNS
 import Tunnel
+import Settings
 
 /// `agent lockdown on|off|status`: the lockdown firewall without a running agent, for early
 /// boot, the service's stop path, and an operator who needs the machine open again.

@@ -1,3 +1,4 @@
+import Connectivity
 import Control
 import ArgumentParser
 import Glibc

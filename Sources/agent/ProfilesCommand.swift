@@ -3,6 +3,7 @@ import ArgumentParser
 import ConfigReader
 import Glibc
 import Basics
+import Settings
 
 /// `agent profiles`: the VPN profiles of this machine, as Apple's apps list their configurations.
 struct ProfilesCommand: ParsableCommand {

@@ -9,6 +9,7 @@ import Reconnector
 import Synchronization
 import Tunnel
 import Device
+import Settings
 
 /// `agent serve`: the server daemon.
 struct ServeCommand: ParsableCommand {

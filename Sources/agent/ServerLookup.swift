@@ -3,6 +3,7 @@ import Logging
 import Basics
 import Tunnel
 import Device
+import Settings
 
 /// Looks server names up for the core (`Effect.lookUpServer`), each on a thread of its own, so
 /// the deciding thread never waits for a resolver; the core asks for one at a time.

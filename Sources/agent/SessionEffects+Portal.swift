@@ -12,7 +12,11 @@ extension SessionEffects {
     /// Moves `peer` into the open portal window's cgroup.
     func joinPortalWindow(_ peer: PeerProcess) throws(AgentError) {
         guard var cgroup = portalCgroup, let cgroups else { throw AgentError("no portal window is open") }
-        try cgroup.add(peer, fs: cgroups)
+        do throws(CgroupError) {
+            try cgroup.add(peer.pid, from: peer.cgroup, fs: cgroups) { try peer.verify() }
+        } catch {
+            throw AgentError(error.message)
+        }
         portalCgroup = cgroup
     }
 
@@ -26,7 +30,7 @@ extension SessionEffects {
             return false
         }
         let cgroup: PortalCgroup
-        do throws(AgentError) {
+        do throws(CgroupError) {
             let found = if let cgroups { cgroups } else { try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory) }
             cgroups = found
             windows += 1

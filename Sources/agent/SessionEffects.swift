@@ -6,6 +6,7 @@ import Reconnector
 import SystemDNS
 import Tunnel
 import Device
+import Settings
 
 /// Carries out what the decision core decides: sockets per path, the session and its thread,
 /// handshakes and probes, and, once the first handshake gives the inner addresses, the TUN

@@ -7,6 +7,7 @@ import ConfigReader
 import Glibc
 import Basics
 import Tunnel
+import Settings
 
 /// `agent up`: bring the tunnel up over the current path and keep it until stopped.
 struct UpCommand: ParsableCommand {

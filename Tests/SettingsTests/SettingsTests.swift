@@ -1,9 +1,10 @@
-import ConfigReader
-import Foundation
 import Basics
+import ConfigReader
+import Connectivity
+import Foundation
+@testable import Settings
 import Testing
 import Tunnel
-@testable import agent
 
 private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
 

@@ -1,9 +1,9 @@
 import ConfigReader
 import Foundation
 import Glibc
+@testable import Settings
 import Testing
 import Tunnel
-@testable import agent
 
 /// Keys, passwords and configurations are read only from files nobody else can have changed
 /// (or, for secrets, read), checked on the descriptor that is read.

@@ -1,4 +1,4 @@
-import ConfigReader
+public import ConfigReader
 import Glibc
 import Tunnel
 
@@ -8,8 +8,8 @@ import Tunnel
 ///
 /// Each file is opened once, checked on that descriptor (fstat) and read from it: a check by
 /// path followed by an open by path can be raced by a rename or a link in between.
-enum TrustedFile {
-    enum Kind: Equatable {
+public enum TrustedFile {
+    public enum Kind: Equatable, Sendable {
         /// A private key or a password: owner-only, and opened only as itself, never through a
         /// symbolic link (which could lead the agent to any file root can read).
         case secret
@@ -47,7 +47,7 @@ enum TrustedFile {
     }
 
     /// The file's bytes, or an error that says what is wrong with it and how to fix it.
-    static func read(_ path: String, as kind: Kind) throws(ConfigError) -> [UInt8] {
+    public static func read(_ path: String, as kind: Kind) throws(ConfigError) -> [UInt8] {
         if let problem = directoryProblem(of: path, user: UInt32(geteuid())) {
             throw ConfigError(file: path, line: 0, message: problem)
         }
@@ -187,7 +187,7 @@ enum TrustedFile {
 
 extension YAMLReader {
     /// The configuration at `path`, read after the checks `kind` calls for.
-    static func load(_ path: String, as kind: TrustedFile.Kind) throws(ConfigError) -> (YAMLReader, Node) {
+    public static func load(_ path: String, as kind: TrustedFile.Kind) throws(ConfigError) -> (YAMLReader, Node) {
         try parse(try TrustedFile.read(path, as: kind), file: path)
     }
 }

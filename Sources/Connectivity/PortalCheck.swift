@@ -1,8 +1,7 @@
+public import Basics
+public import PathMonitor
+public import Reconnector
 import SystemDNS
-import Glibc
-import Basics
-import PathMonitor
-import Reconnector
 import Tunnel
 import Device
 
@@ -12,14 +11,19 @@ import Device
 ///
 /// It never follows a redirect: the first one is the portal's login page, so a portal that
 /// redirects without end costs one request.
-struct PortalCheck: Equatable, Sendable {
+public struct PortalCheck: Equatable, Sendable {
     /// Where the request goes: plain HTTP, so a portal can intercept it.
-    var url: CheckURL
+    public var url: CheckURL
     /// What a network that reaches the internet answers.
-    var expect: HTTPExpectation
+    public var expect: HTTPExpectation
+
+    public init(url: CheckURL, expect: HTTPExpectation) {
+        self.url = url
+        self.expect = expect
+    }
 
     /// NetworkManager's check, which Debian and most Linux desktops already make.
-    static let standard = PortalCheck(url: CheckURL("http://nmcheck.gnome.org/check_network_status.txt")!,
+    public static let standard = PortalCheck(url: CheckURL("http://nmcheck.gnome.org/check_network_status.txt")!,
                                       expect: .body("NetworkManager is online"))
 
     /// How long a check may take, connection, request and answer together.
@@ -29,7 +33,7 @@ struct PortalCheck: Equatable, Sendable {
 
     /// Makes the check over `path`: the name looked up (on marked sockets, in full mode), then
     /// one connection from the path's address, bound to its interface and carrying `mark`.
-    func run(via path: Path, mark: UInt32?, avoiding: [IPAddress]) -> Connectivity {
+    public func run(via path: Path, mark: UInt32?, avoiding: [IPAddress]) -> Connectivity {
         let deadline = ContinuousClock.now + Self.timeout
         let addresses: [IPAddress]
         do {
@@ -79,15 +83,15 @@ struct PortalCheck: Equatable, Sendable {
 }
 
 /// A plain `http://` URL, the only kind a portal can intercept.
-struct CheckURL: Equatable, Sendable {
-    var host: String
-    var port: UInt16
+public struct CheckURL: Equatable, Sendable {
+    public var host: String
+    public var port: UInt16
     /// The path and query, starting with `/`.
     var target: String
     /// As written.
-    var text: String
+    public var text: String
 
-    init?(_ text: String) {
+    public init?(_ text: String) {
         guard text.count <= 2048, text.hasPrefix("http://"), text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return nil }
         let rest = text.dropFirst("http://".count)
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }

@@ -1,14 +1,17 @@
+import Basics
 import CShims
 import Glibc
-import Basics
-import PathMonitor
-import Reconnector
+
+/// Where the machine's power comes from.
+public enum PowerSource: String, Sendable, Equatable {
+    case ac, battery
+}
 
 /// Where the power comes from, read from sysfs the way upower does: any online mains (or USB
 /// power delivery) supply means AC; batteries with no such supply mean battery; a machine with
 /// no supplies listed (a desktop, a VM) is on AC.
-enum PowerSupply {
-    static func current(root: String = "/sys/class/power_supply") -> PowerSource {
+public enum PowerSupply {
+    public static func current(root: String = "/sys/class/power_supply") -> PowerSource {
         let supplies = SystemFiles.names(in: root) ?? []
         var sawBattery = false
         for name in supplies where !name.hasPrefix(".") {
@@ -29,15 +32,15 @@ enum PowerSupply {
 
 /// Notices a suspend that nobody announced: CLOCK_BOOTTIME keeps counting while the machine
 /// sleeps and CLOCK_MONOTONIC does not, so their difference grows by the time slept.
-struct SuspendDetector {
+public struct SuspendDetector {
     /// Gaps smaller than this are clock noise, not a suspend.
     var threshold: Duration = .seconds(1)
     private var gap: Duration
 
-    init(monotonic: Duration, boottime: Duration) { gap = boottime - monotonic }
+    public init(monotonic: Duration, boottime: Duration) { gap = boottime - monotonic }
 
     /// How long the machine slept since the last check, if it did.
-    mutating func check(monotonic: Duration, boottime: Duration) -> Duration? {
+    public mutating func check(monotonic: Duration, boottime: Duration) -> Duration? {
         let now = boottime - monotonic
         defer { gap = now }
         let slept = now - gap
@@ -45,7 +48,7 @@ struct SuspendDetector {
     }
 
     /// Both clocks now.
-    static func clocks() -> (monotonic: Duration, boottime: Duration) {
+    public static func clocks() -> (monotonic: Duration, boottime: Duration) {
         func read(_ id: clockid_t) -> Duration {
             var ts = timespec()
             clock_gettime(id, &ts)
@@ -58,10 +61,10 @@ struct SuspendDetector {
 /// Kernel uevents (NETLINK_KOBJECT_UEVENT) for power supplies: the daemon hears a charger
 /// plugged in or pulled the moment it happens, with no polling. The kernel sends these only to
 /// the initial network namespace; elsewhere the socket stays silent and power is read on wake.
-final class PowerEvents {
-    let fileDescriptor: Int32
+public final class PowerEvents {
+    public let fileDescriptor: Int32
 
-    init?() {
+    public init?() {
         let fd = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue),
                         15 /* NETLINK_KOBJECT_UEVENT */)
         guard fd >= 0 else { return nil }
@@ -81,7 +84,7 @@ final class PowerEvents {
     deinit { close(fileDescriptor) }
 
     /// Reads what is queued; true when any of it concerned a power supply.
-    func drain() -> Bool {
+    public func drain() -> Bool {
         var buffer = [UInt8](repeating: 0, count: 8192)
         var concerned = false
         for _ in 0..<64 {

@@ -1,8 +1,7 @@
-import SystemDNS
+public import Basics
 import CShims
 import Glibc
-import Basics
-import PathMonitor
+import SystemDNS
 
 /// How the portal window's program resolves names. The window lets DNS through only to the
 /// network's own resolvers, and only from the window's processes; a machine whose look-ups go
@@ -10,10 +9,10 @@ import PathMonitor
 /// or to the tunnel's resolvers would send the program's look-ups where the portal holds them.
 /// So the program runs in a mount namespace of its own, where /etc/resolv.conf names the
 /// network's resolvers and /etc/nsswitch.conf has the C library ask them itself.
-enum PortalResolution {
+public enum PortalResolution {
     /// The files the window's program should see instead of the system's: nil when the system's
     /// already send its look-ups to `resolvers` alone.
-    static func plan(resolvers: [IPAddress], resolvConf: String, nsswitch: String?) -> (resolvConf: String, nsswitch: String?)? {
+    public static func plan(resolvers: [IPAddress], resolvConf: String, nsswitch: String?) -> (resolvConf: String, nsswitch: String?)? {
         guard !resolvers.isEmpty else { return nil }
         let asked = ResolvConf(resolvConf).nameservers
         let hosts = nsswitch.flatMap(hostsSources)
@@ -43,9 +42,9 @@ enum PortalResolution {
     /// plan's files stand in for /etc/resolv.conf and /etc/nsswitch.conf. Root needs only the
     /// mount namespace; anyone else gets a user namespace that maps them to themselves. Must be
     /// called while the process has one thread (the kernel refuses a user namespace otherwise).
-    static func isolate(resolvConf: String, nsswitch: String?) throws(AgentError) {
+    public static func isolate(resolvConf: String, nsswitch: String?) throws(PortalResolutionError) {
         var template = Array("/tmp/roam-portal-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw AgentError("cannot make a directory in /tmp: \(String(cString: strerror(errno)))") }
+        guard let made = mkdtemp(&template) else { throw PortalResolutionError("cannot make a directory in /tmp: \(String(cString: strerror(errno)))") }
         let directory = String(cString: made)
         // The bind mounts keep the files; their names can go now.
         defer {
@@ -74,13 +73,20 @@ enum PortalResolution {
         }
     }
 
-    private static func write(_ text: String, to path: String, create: Bool = false) throws(AgentError) {
+    private static func write(_ text: String, to path: String, create: Bool = false) throws(PortalResolutionError) {
         if let code = SystemFiles.overwrite(text, at: path, create: create) {
-            throw AgentError("cannot write \(path): \(String(cString: strerror(code)))")
+            throw PortalResolutionError("cannot write \(path): \(String(cString: strerror(code)))")
         }
     }
 
-    private static func failure(_ what: String) -> AgentError {
-        AgentError("cannot \(what): \(String(cString: strerror(errno)))")
+    private static func failure(_ what: String) -> PortalResolutionError {
+        PortalResolutionError("cannot \(what): \(String(cString: strerror(errno)))")
     }
+}
+
+/// The portal window's program could not be given the network's resolvers, said in one line.
+public struct PortalResolutionError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
 }

@@ -1,16 +1,13 @@
-import ConfigReader
-import Glibc
-import Lockdown
 import Basics
-import PathMonitor
+public import ConfigReader
+import Connectivity
 import Reconnector
-import Replay
 import Tunnel
 import Device
 
 /// The client's and the server's configuration files, read into settings.
 extension YAMLReader {
-    func client(_ root: Node) throws(ConfigError) -> ClientSettings {
+    public func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
@@ -163,7 +160,7 @@ extension YAMLReader {
             .map(\.element.entry)
     }
 
-    func server(_ root: Node) throws(ConfigError) -> ServerSettings {
+    public func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
             "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers", "metrics-listen",
         ])

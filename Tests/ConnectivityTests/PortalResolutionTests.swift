@@ -1,6 +1,6 @@
 import Basics
+@testable import Connectivity
 import Testing
-@testable import agent
 
 private let hotel = [IPAddress("192.168.1.1")!]
 /// Debian's nsswitch.conf with systemd-resolved's NSS module, as libnss-resolve installs it.

@@ -1,8 +1,7 @@
-import Testing
-@testable import Control
-@testable import agent
+import Foundation
+@testable import Connectivity
 import Reconnector
-import Glibc
+import Testing
 
 private func answer(_ text: String) -> [UInt8] { Array(text.replacingOccurrences(of: "\n", with: "\r\n").utf8) }
 
@@ -90,50 +89,4 @@ func checkURLsThatAreRefused(text: String) {
     let request = CheckURL("http://[2001:db8::1]:8080/c")!.request
     #expect(request.hasPrefix("GET /c HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\n"))
     #expect(request.hasSuffix("Connection: close\r\n\r\n"))
-}
-
-@Test func theCgroup2FileSystemIsFoundInMountinfo() {
-    let hybrid = """
-        25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-        27 25 0:25 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
-        28 27 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
-        29 27 0:27 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
-        """
-    #expect(CgroupFileSystem.cgroup2Mount(in: hybrid)! == ("/sys/fs/cgroup/unified", "/"))
-    let container = "35 30 0:29 /system.slice/x\\040y.service /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
-    #expect(CgroupFileSystem.cgroup2Mount(in: container)! == ("/sys/fs/cgroup", "/system.slice/x y.service"))
-    #expect(CgroupFileSystem.cgroup2Mount(in: "25 30 0:23 / /sys rw - sysfs sysfs rw\n") == nil)
-    #expect(PortalCgroup(directory: "/sys/fs/cgroup/unified/roam-portal.7.1", level: 1).nftablesPath == "unified/roam-portal.7.1")
-    #expect(PortalCgroup(directory: "/run/roam/cgroup2/roam-portal.7.1", level: 1).nftablesPath == "../../../run/roam/cgroup2/roam-portal.7.1")
-    // Where a process's cgroup (as /proc/PID/cgroup names it) lies under a mount.
-    let system = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/", mountedByUs: false)
-    #expect(system.directory(of: "/user.slice/user-1000.slice/session-2.scope") == "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope")
-    #expect(system.directory(of: "/") == "/sys/fs/cgroup")
-    let namespaced = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/system.slice/roam.service", mountedByUs: false)
-    #expect(namespaced.directory(of: "/system.slice/roam.service/x") == "/sys/fs/cgroup/x")
-    #expect(namespaced.directory(of: "/user.slice") == nil)
-}
-
-/// Only a process whose every id is the asker's joins a window: not one that became a
-/// set-user-ID program since it connected.
-@Test func aPortalWindowTakesOnlyTheAskersOwnProcess() {
-    let own = "Name:\tfirefox\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n"
-    #expect(PeerProcess.idsAll(in: own, uid: 1000, gid: 1000))
-    let setuid = "Name:\tsu\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n"
-    #expect(!PeerProcess.idsAll(in: setuid, uid: 1000, gid: 1000))
-    #expect(!PeerProcess.idsAll(in: "Name:\tx\n", uid: 1000, gid: 1000), "no ids read: refused")
-    let me = PeerProcess(pid: getpid(), uid: getuid(), gid: getgid())
-    #expect(me.started != nil && me.cgroup != nil)
-    #expect(throws: ControlError.self) { try me.verify() }  // the agent's own process never joins
-    #expect(throws: ControlError.self) { try PeerProcess(pid: 1, uid: 0, gid: 0).verify() }
-    var gone = PeerProcess(pid: getppid(), uid: getuid(), gid: getgid())
-    gone.started = 1
-    #expect(throws: ControlError.self) { try gone.verify() }  // another process under a reused id
-}
-
-@Test func theRunCommandIsFoundBeforeAnyWindowOpens() {
-    #expect(PortalCommand.find("sh", path: "/nonexistent:/bin:/usr/bin") != nil)
-    #expect(PortalCommand.find("no-such-browser-anywhere", path: "/bin:/usr/bin") == nil)
-    #expect(PortalCommand.find("/bin", path: nil) == nil, "a directory is no program")
-    #expect(PortalCommand.find("/bin/sh", path: nil) == "/bin/sh")
 }

@@ -1,26 +1,24 @@
-import Glibc
 import Basics
-import PathMonitor
 import Tunnel
-import Device
+public import Device
 
 /// `/metrics` over HTTP for Prometheus, on a thread of its own: one request per connection,
 /// answered and closed. A request must arrive whole within `requestTimeout` and in
 /// `requestLimit` bytes; connections are served one at a time, so a client that stalls holds
 /// the others back for at most that long, and never the data plane.
-final class MetricsEndpoint: Sendable {
-    let listener: TCPListener
+public final class MetricsEndpoint: Sendable {
+    public let listener: TCPListener
     private let exposition: @Sendable () -> String
 
     static let requestTimeout = Duration.seconds(2)
     static let requestLimit = 8192
 
-    init(_ address: SocketAddress, exposition: @escaping @Sendable () -> String) throws(DeviceError) {
+    public init(_ address: SocketAddress, exposition: @escaping @Sendable () -> String) throws(DeviceError) {
         listener = try TCPListener(bindingTo: address)
         self.exposition = exposition
     }
 
-    func start() throws(DeviceError) {
+    public func start() throws(DeviceError) {
         try OSThread.detach { [self] in
             while true {
                 guard let connection = try? listener.accept(timeout: nil) else { continue }
@@ -70,14 +68,14 @@ final class MetricsEndpoint: Sendable {
 /// `SystemFiles.write` (a temporary beside it, renamed over it, mode 0644 so the collector
 /// reads it as another user). A path that cannot be written is one warning, then another only
 /// after it worked again.
-struct MetricsFile {
+public struct MetricsFile {
     let path: String
     private(set) var failing = false
 
-    init(path: String) { self.path = path }
+    public init(path: String) { self.path = path }
 
     /// Writes `text`; the error when it could not, once per spell of failures.
-    mutating func write(_ text: String) -> String? {
+    public mutating func write(_ text: String) -> String? {
         var error: String?
         do throws(FileWriteError) {
             try SystemFiles.write(text, to: path, mode: 0o644)

@@ -1,33 +1,38 @@
-import Control
-import Glibc
 import Basics
-import PathMonitor
+import Glibc
+
+/// A portal window's cgroup that could not be made, found, joined or mounted, said in one line.
+public struct CgroupError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
 
 /// The cgroup2 file system the portal windows' cgroups live in: the system's, or (when none is
 /// mounted, as inside `ip netns exec`, which gives a fresh /sys) one the agent mounts in its
 /// runtime directory and unmounts at its end.
-struct CgroupFileSystem: Equatable {
+public struct CgroupFileSystem: Equatable, Sendable {
     /// Where it is mounted.
     var point: String
     /// The mount's root inside the hierarchy (`/` unless in a cgroup namespace).
     var root: String
     var mountedByUs: Bool
 
-    static func find(runtimeDirectory: String) throws(AgentError) -> CgroupFileSystem {
+    public static func find(runtimeDirectory: String) throws(CgroupError) -> CgroupFileSystem {
         if let (point, root) = cgroup2Mount(in: SystemFiles.text("/proc/self/mountinfo") ?? "") {
             return CgroupFileSystem(point: point, root: root, mountedByUs: false)
         }
         let point = runtimeDirectory + "/cgroup2"
         if mkdir(point, 0o700) != 0 && errno != EEXIST {
-            throw AgentError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
+            throw CgroupError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
         }
         // Only a directory of root's own, never a link someone planted: root mounts there.
         var info = stat()
         guard lstat(point, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == 0 else {
-            throw AgentError("\(point) is not a directory of root's own; not mounting the cgroup2 file system there")
+            throw CgroupError("\(point) is not a directory of root's own; not mounting the cgroup2 file system there")
         }
         guard mount("cgroup2", point, "cgroup2", UInt(MS_NOSUID | MS_NODEV | MS_NOEXEC), nil) == 0 else {
-            throw AgentError("no cgroup2 file system is mounted and mounting one failed: \(String(cString: strerror(errno))); "
+            throw CgroupError("no cgroup2 file system is mounted and mounting one failed: \(String(cString: strerror(errno))); "
                 + "a portal window needs cgroup v2 (Linux 4.5 or later)")
         }
         return CgroupFileSystem(point: point, root: "/", mountedByUs: true)
@@ -48,7 +53,7 @@ struct CgroupFileSystem: Equatable {
     }
 
     /// At the agent's end: a file system it mounted goes.
-    func unmount() {
+    public func unmount() {
         guard mountedByUs else { return }
         _ = umount2(point, Int32(MNT_DETACH) | 0x8 /* UMOUNT_NOFOLLOW */)
         _ = rmdir(point)
@@ -87,45 +92,47 @@ struct CgroupFileSystem: Equatable {
 /// (nftables' `socket cgroupv2`). Each window has a cgroup of its own, made when it opens and
 /// removed when it closes, with its processes moved back where they came from: a browser left
 /// running, or a socket made in an earlier window, never gets through a later one.
-struct PortalCgroup: Equatable {
+public struct PortalCgroup: Equatable, Sendable {
     /// Its directory in the cgroup2 file system.
-    var directory: String
+    public var directory: String
     /// Its depth in the cgroup hierarchy (1: a child of the root).
-    var level: Int
+    public var level: Int
     /// Where its processes go back to when it closes: the cgroup the first one came from.
     var returnTo: String?
 
     /// The path nftables resolves: relative to /sys/fs/cgroup, where libnftables looks.
-    var nftablesPath: String {
+    public var nftablesPath: String {
         let base = "/sys/fs/cgroup/"
         return directory.hasPrefix(base) ? String(directory.dropFirst(base.count)) : "../../.." + directory
     }
 
     /// A new, empty cgroup for window `number` of this agent.
-    static func make(in fs: CgroupFileSystem, number: Int) throws(AgentError) -> PortalCgroup {
+    public static func make(in fs: CgroupFileSystem, number: Int) throws(CgroupError) -> PortalCgroup {
         let directory = (fs.point == "/" ? "" : fs.point) + "/roam-portal.\(getpid()).\(number)"
         if mkdir(directory, 0o755) != 0 {
-            throw AgentError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
+            throw CgroupError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
         }
         return PortalCgroup(directory: directory, level: fs.root.split(separator: "/").count + 1)
     }
 
-    /// Moves `peer` (and the children it starts from now on) into the cgroup: only a process
-    /// whose every user and group id is the asker's (no set-user-ID program it became since it
-    /// connected) and that is still the one that connected.
-    mutating func add(_ peer: PeerProcess, fs: CgroupFileSystem) throws(AgentError) {
+    /// Moves process `pid` (and the children it starts from now on) into the cgroup, only while
+    /// `verify` passes: the caller's check that it is still the process that asked, with the
+    /// asker's every user and group id (no set-user-ID program it became since). `cgroup` is
+    /// where it is now (as /proc/PID/cgroup names it); its processes go back there at the close.
+    /// A `verify` that throws before the move refuses it with the error's words.
+    public mutating func add(_ pid: Int32, from cgroup: String?, fs: CgroupFileSystem, verify: () throws -> Void) throws(CgroupError) {
         do {
-            try peer.verify()
+            try verify()
         } catch {
-            throw AgentError(error.message)
+            throw CgroupError("\(error)")
         }
-        if returnTo == nil { returnTo = peer.cgroup.flatMap { fs.directory(of: $0) } }
-        try Self.move(peer.pid, to: directory)
+        if returnTo == nil { returnTo = cgroup.flatMap { fs.directory(of: $0) } }
+        try Self.move(pid, to: directory)
         // Checked again after the move: had the process ended and its id been reused within
         // these microseconds, the stranger goes back at once.
-        if (try? peer.verify()) == nil, let back = returnTo {
-            try? Self.move(peer.pid, to: back)
-            throw AgentError("process \(peer.pid) changed while it was moved into the portal window")
+        if (try? verify()) == nil, let back = returnTo {
+            try? Self.move(pid, to: back)
+            throw CgroupError("process \(pid) changed while it was moved into the portal window")
         }
     }
 
@@ -133,7 +140,7 @@ struct PortalCgroup: Equatable {
     /// root when that cgroup is gone), and it is removed.
     /// Returns the error when the cgroup could not be removed (a process stayed in it).
     @discardableResult
-    func close(fs: CgroupFileSystem) -> String? {
+    public func close(fs: CgroupFileSystem) -> String? {
         for _ in 0..<8 {
             let pids = (SystemFiles.text(directory + "/cgroup.procs") ?? "").split(whereSeparator: \.isNewline).compactMap { Int32($0) }
             if pids.isEmpty { break }
@@ -149,9 +156,9 @@ struct PortalCgroup: Equatable {
         return nil
     }
 
-    private static func move(_ pid: Int32, to directory: String) throws(AgentError) {
+    private static func move(_ pid: Int32, to directory: String) throws(CgroupError) {
         if let code = SystemFiles.overwrite("\(pid)\n", at: directory + "/cgroup.procs") {
-            throw AgentError("cannot move process \(pid) into \(directory): \(String(cString: strerror(code)))")
+            throw CgroupError("cannot move process \(pid) into \(directory): \(String(cString: strerror(code)))")
         }
     }
 }

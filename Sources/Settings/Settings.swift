@@ -1,81 +1,81 @@
-import ConfigReader
+public import Basics
+public import ConfigReader
+public import Connectivity
 import Glibc
-import Lockdown
-import Basics
-import PathMonitor
-import Reconnector
-import Replay
-import Tunnel
-import Device
+public import Lockdown
+public import Basics
+public import Reconnector
+public import Tunnel
+public import Device
 
 /// The tunnel device as a configuration file describes it.
-struct TunnelSettings: Equatable {
-    var name = "roam0"
+public struct TunnelSettings: Equatable, Sendable {
+    public var name = "roam0"
     /// 1420 leaves room for the tunnel's 60 to 80 bytes over an IPv4 or IPv6 1500-byte uplink.
-    var mtu = 1420
+    public var mtu = 1420
     /// Inner addresses of this end (the server's; a client gets its own from the server).
-    var addresses: [Prefix] = []
+    public var addresses: [Prefix] = []
     /// TCP segmentation offload: the kernel hands over super-packets of up to 64 KB, which the
     /// agent cuts (fewer reads, less work in the kernel's TCP). Off: one packet per read.
-    var offload = true
+    public var offload = true
 }
 
 /// One server a client may use: where it is and the key it must prove.
-struct ServerEntry: Equatable {
+public struct ServerEntry: Equatable, Sendable {
     /// What logs and status call it: its `name`, else its host.
-    var name: String
-    var endpoint: Endpoint
-    var key: PublicKey
+    public var name: String
+    public var endpoint: Endpoint
+    public var key: PublicKey
 }
 
 /// `agent up --config FILE`.
-struct ClientSettings {
+public struct ClientSettings: Sendable {
     /// The servers in the order they are tried (by priority, then as listed); never empty.
-    var servers: [ServerEntry]
+    public var servers: [ServerEntry]
     /// The first server.
-    var server: Endpoint { servers[0].endpoint }
+    public var server: Endpoint { servers[0].endpoint }
     var serverKey: PublicKey { servers[0].key }
-    var privateKeyFile: String
-    var username: String?
-    var passwordFile: String?
-    var tunnel = TunnelSettings()
-    var mode = RoutingMode.full(FullTunnel())
-    var reconnect = Config()
+    public var privateKeyFile: String
+    public var username: String?
+    public var passwordFile: String?
+    public var tunnel = TunnelSettings()
+    public var mode = RoutingMode.full(FullTunnel())
+    public var reconnect = Config()
     /// A keepalive after this long without outgoing packets, for a NAT that forgets idle
     /// mappings; nil (the default) sends none, so an idle tunnel wakes nothing.
-    var persistentKeepalive: Duration?
+    public var persistentKeepalive: Duration?
     /// The lockdown firewall (on by default): nothing leaves outside the tunnel, also before
     /// the first handshake, between restarts and after a crash. See `LockdownPolicy`.
-    var lockdown = true
+    public var lockdown = true
     /// Full mode with lockdown: let the local subnets through (printers, casting), not their DNS.
-    var allowLAN = false
+    public var allowLAN = false
     /// How the tunnel's resolvers reach the system, and which ones.
-    var dns = ClientDNSSettings()
+    public var dns = ClientDNSSettings()
     /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.
-    var metricsFile: String?
+    public var metricsFile: String?
     /// The connectivity check that finds captive portals (its timing is in `reconnect`).
-    var portal = PortalCheck.standard
+    public var portal = PortalCheck.standard
 
     /// Rules for the networks the laptop meets: where the tunnel connects, where it stays down.
-    var onDemand = OnDemandRules()
+    public var onDemand = OnDemandRules()
 
     /// The ports the agent's own plain HTTP goes to outside the tunnel: the connectivity check's
     /// (with the check on) and the on-demand probes'.
-    var checkPorts: [UInt16] {
+    public var checkPorts: [UInt16] {
         let probes = onDemand.rules.compactMap { $0.match.probe.flatMap { CheckURL($0.url)?.port } }
         return Array(Set((reconnect.portalCheck ? [portal.url.port] : []) + probes)).sorted()
     }
 }
 
 /// The client's `dns` section.
-struct ClientDNSSettings: Equatable {
+public struct ClientDNSSettings: Equatable, Sendable {
     /// Resolvers and search domains to use instead of those the server pushes.
-    var override: DNSSettings?
-    var manager = DNSManagerChoice.auto
+    public var override: DNSSettings?
+    public var manager = DNSManagerChoice.auto
 }
 
 /// Who is told about the tunnel's resolvers.
-enum DNSManagerChoice: String, CaseIterable {
+public enum DNSManagerChoice: String, CaseIterable, Sendable {
     /// systemd-resolved when it runs, else /etc/resolv.conf.
     case auto
     /// systemd-resolved, over D-Bus; the agent stops if it does not answer.
@@ -87,37 +87,46 @@ enum DNSManagerChoice: String, CaseIterable {
 }
 
 /// `agent serve --config FILE`.
-struct ServerSettings {
-    var listenPort: UInt16
-    var privateKeyFile: String
-    var tunnel: TunnelSettings
-    var users: UserDatabase
+public struct ServerSettings: Sendable {
+    public var listenPort: UInt16
+    public var privateKeyFile: String
+    public var tunnel: TunnelSettings
+    public var users: UserDatabase
     /// Resolvers and search domains for users who have none of their own.
-    var dns = DNSSettings.none
+    public var dns = DNSSettings.none
     /// On SIGTERM, how long sessions get to move to another server before the server stops;
     /// zero stops at once.
-    var drainPeriod: Duration = .zero
+    public var drainPeriod: Duration = .zero
     /// Data-plane workers, each with a queue of the TUN device and a socket per family: one
     /// per core by default, at most `maxWorkers`.
-    var workers = ServerSettings.defaultWorkers
+    public var workers = ServerSettings.defaultWorkers
     /// Where `/metrics` is served over HTTP for Prometheus; nil: nowhere.
-    var metricsListen: SocketAddress?
+    public var metricsListen: SocketAddress?
 
     static let maxWorkers = 64
     static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }
 }
 
 /// A key or password file's text, without the line end; see `TrustedFile.Kind.secret`.
-func readSecretFile(_ path: String) throws(ConfigError) -> String {
+public func readSecretFile(_ path: String) throws(ConfigError) -> String {
     var bytes = try TrustedFile.read(path, as: .secret)
     defer { Sodium.wipe(&bytes) }
     return String(decoding: bytes, as: UTF8.self).trimmed
 }
 
+/// Reads a private key from a file that only its owner may read.
+public func loadPrivateKey(_ path: String) throws(ConfigError) -> PrivateKey {
+    let text = try readSecretFile(path)
+    guard let key = PrivateKey(base64: text) else {
+        throw ConfigError(file: path, line: 1, message: "not a private key (44 characters of base64, from `agent keygen`)")
+    }
+    return key
+}
+
 extension ClientSettings {
     /// The lockdown this client loads at start: no server yet (its name may still need looking
     /// up), the local subnets not yet known.
-    var lockdownPolicy: LockdownPolicy {
+    public var lockdownPolicy: LockdownPolicy {
         let scope: LockdownPolicy.Scope = switch mode {
         case .full(let policy): .full(mark: policy.mark)
         case .split(let prefixes): .split(prefixes)
@@ -130,5 +139,5 @@ extension ClientSettings {
 
 extension LockdownPolicy.Server {
     /// The lockdown's entry for a server's socket address.
-    init(_ address: SocketAddress) { self.init(address.ip, port: address.port) }
+    public init(_ address: SocketAddress) { self.init(address.ip, port: address.port) }
 }

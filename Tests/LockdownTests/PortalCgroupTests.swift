@@ -1,0 +1,60 @@
+import Foundation
+@testable import Lockdown
+import Testing
+
+@Test func theCgroup2FileSystemIsFoundInMountinfo() {
+    let hybrid = """
+        25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+        27 25 0:25 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+        28 27 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+        29 27 0:27 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+        """
+    #expect(CgroupFileSystem.cgroup2Mount(in: hybrid)! == ("/sys/fs/cgroup/unified", "/"))
+    let container = "35 30 0:29 /system.slice/x\\040y.service /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+    #expect(CgroupFileSystem.cgroup2Mount(in: container)! == ("/sys/fs/cgroup", "/system.slice/x y.service"))
+    #expect(CgroupFileSystem.cgroup2Mount(in: "25 30 0:23 / /sys rw - sysfs sysfs rw\n") == nil)
+    #expect(PortalCgroup(directory: "/sys/fs/cgroup/unified/roam-portal.7.1", level: 1).nftablesPath == "unified/roam-portal.7.1")
+    #expect(PortalCgroup(directory: "/run/roam/cgroup2/roam-portal.7.1", level: 1).nftablesPath == "../../../run/roam/cgroup2/roam-portal.7.1")
+    // Where a process's cgroup (as /proc/PID/cgroup names it) lies under a mount.
+    let system = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/", mountedByUs: false)
+    #expect(system.directory(of: "/user.slice/user-1000.slice/session-2.scope") == "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope")
+    #expect(system.directory(of: "/") == "/sys/fs/cgroup")
+    let namespaced = CgroupFileSystem(point: "/sys/fs/cgroup", root: "/system.slice/roam.service", mountedByUs: false)
+    #expect(namespaced.directory(of: "/system.slice/roam.service/x") == "/sys/fs/cgroup/x")
+    #expect(namespaced.directory(of: "/user.slice") == nil)
+}
+
+/// The process is checked before the move and again after it: a process that changed in
+/// between (its id taken by a stranger) goes back where it came from, and the join fails.
+@Test func aProcessThatChangesWhileItMovesGoesBack() throws {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("roam-cgroup-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: root) }
+    for directory in ["", "/home.scope", "/window"] {
+        try FileManager.default.createDirectory(atPath: root + directory, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: root + directory + "/cgroup.procs", contents: nil))
+    }
+    func processes(_ directory: String) -> String { (try? String(contentsOfFile: root + directory + "/cgroup.procs", encoding: .utf8)) ?? "?" }
+    let fs = CgroupFileSystem(point: root, root: "/", mountedByUs: false)
+    var window = PortalCgroup(directory: root + "/window", level: 1)
+    struct Changed: Error, CustomStringConvertible { var description: String { "process 4242 is gone (or is another process now)" } }
+
+    // Refused before the move, in the check's own words: nothing moves.
+    #expect(throws: CgroupError("process 4242 is gone (or is another process now)")) {
+        try window.add(4242, from: "/home.scope", fs: fs) { throw Changed() }
+    }
+    #expect(processes("/window").isEmpty && window.returnTo == nil)
+
+    // Moved in, and where it came from is kept for the close.
+    try window.add(4242, from: "/home.scope", fs: fs) {}
+    #expect(processes("/window") == "4242\n" && window.returnTo == root + "/home.scope")
+
+    // The check passes before the move and fails after it: the stranger goes back at once.
+    var checks = 0
+    #expect(throws: CgroupError("process 4343 changed while it was moved into the portal window")) {
+        try window.add(4343, from: "/home.scope", fs: fs) {
+            checks += 1
+            if checks > 1 { throw Changed() }
+        }
+    }
+    #expect(checks == 2 && processes("/home.scope") == "4343\n")
+}
