@@ -129,9 +129,10 @@ public struct PortalCgroup: Equatable, Sendable {
         if returnTo == nil { returnTo = cgroup.flatMap { fs.directory(of: $0) } }
         try Self.move(pid, to: directory)
         // Checked again after the move: had the process ended and its id been reused within
-        // these microseconds, the stranger goes back at once.
-        if (try? verify()) == nil, let back = returnTo {
-            try? Self.move(pid, to: back)
+        // these microseconds, the stranger goes back at once (to the root when the asker's
+        // cgroup is not known), and the join fails either way.
+        if (try? verify()) == nil {
+            if (try? Self.move(pid, to: returnTo ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
             throw CgroupError("process \(pid) changed while it was moved into the portal window")
         }
     }

@@ -57,4 +57,16 @@ import Testing
         }
     }
     #expect(checks == 2 && processes("/home.scope") == "4343\n")
+
+    // A window whose first process came from a cgroup outside the mount has nowhere of the
+    // asker's to send a stranger back to: it goes to the root, and the join fails all the same.
+    var other = PortalCgroup(directory: root + "/window", level: 1)
+    checks = 0
+    #expect(throws: CgroupError("process 4444 changed while it was moved into the portal window")) {
+        try other.add(4444, from: nil, fs: fs) {
+            checks += 1
+            if checks > 1 { throw Changed() }
+        }
+    }
+    #expect(checks == 2 && other.returnTo == nil && processes("").hasSuffix("4444\n"))
 }
