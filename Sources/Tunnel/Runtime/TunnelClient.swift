@@ -48,32 +48,18 @@ public enum ClientNotice: Equatable, Sendable {
     case handoverRejected
 }
 
-/// A protocol core and the server it talks to, changed together so that no packet is sealed
-/// for one server and sent to another.
-struct ServerSession: Sendable {
-    var core: ClientCore
-    var server: SocketAddress
-}
-
 /// The client's data plane: the TUN device, the session's current UDP socket, and the protocol
 /// core between them. A rebind swaps the socket; the device and the session keys stay.
 public final class TunnelClient: Sendable {
-    private let session: Mutex<ServerSession>
-    /// Held by the sending thread for each batch, from sealing to sending, and by a handover
-    /// while it changes the session: no batch sealed for the old server goes out after its goodbye.
-    private let batchTurn = Mutex<Void>(())
-    /// A session being prepared with another server while this one carries the traffic, and the
-    /// one left at the last handover, still opening packets that were on their way from it.
-    private let standby = Mutex<ServerSession?>(nil)
-    private let retired = Mutex<(session: ServerSession, until: Instant)?>(nil)
+    /// The sessions and the sockets, changed and read together.
+    private let peering: Mutex<Peering>
+    /// The generation (`Peering.generation`) of the session the sending thread seals the batch
+    /// in hand with, from reading its keys until the batch is sent; 0 between batches. A goodbye
+    /// to a server left behind waits for it to move on (`sayGoodbye(to:left:)`).
+    private let sealing = Atomic<UInt64>(0)
     /// How long the session left at a handover still opens packets from its server: those in
     /// flight when the traffic moved arrive within a round trip; then its keys go.
     static let retiredFor: Duration = .seconds(5)
-    /// Whether either of those is set: the receive loop looks at them only then.
-    private let hasOthers = Atomic<Bool>(false)
-    /// Drops counted by sessions with servers left behind.
-    private let earlierDrops = Mutex(DropCounters())
-    private let current: Mutex<UDPSocket>
     private let device: Mutex<TunDevice?> = Mutex(nil)
     private let outboundStarted = Atomic<Bool>(false)
     private let outboundThread = Mutex<OSThread?>(nil)
@@ -90,8 +76,6 @@ public final class TunnelClient: Sendable {
     private let outboundWakeup: Wakeup
     private let logger: Logger
     private let notify: @Sendable (ClientNotice) -> Void
-    /// Sockets on paths being tried (make-before-break): polled for echoes beside the current one.
-    private let candidates = Mutex<[UDPSocket]>([])
     /// Whether `.dataSent` was reported and no packet has arrived since.
     private let awaitingReply = Atomic<Bool>(false)
     /// When the last authenticated packet arrived, and when an arrival was last reported
@@ -116,8 +100,7 @@ public final class TunnelClient: Sendable {
     {
         self.answersHints = answersHints
         self.persistentKeepalive = Mutex(persistentKeepalive)
-        self.session = Mutex(ServerSession(core: core, server: server))
-        self.current = Mutex(socket)
+        peering = Mutex(Peering(session: ServerSession(core: core, server: server), socket: socket))
         self.logger = logger
         self.notify = notify
         inboundWakeup = try Wakeup()
@@ -125,24 +108,20 @@ public final class TunnelClient: Sendable {
     }
 
     public var traffic: TrafficCounters { counters.withLock { $0 } }
-    public var drops: DropCounters {
-        var all = earlierDrops.withLock { $0 }
-        all.add(session.withLock { $0.core.drops })
-        return all
-    }
+    public var drops: DropCounters { peering.withLock { $0.drops } }
     /// Handshakes started since the client was made.
     public var handshakeCount: Int { handshakes.load(ordering: .relaxed) }
     /// The inner addresses the server gave this client.
-    public var addresses: [IPAddress] { session.withLock { $0.core.addresses } }
+    public var addresses: [IPAddress] { peering.withLock { $0.session.core.addresses } }
     /// The socket the session uses now.
-    public var socket: UDPSocket { current.withLock { $0 } }
+    public var socket: UDPSocket { peering.withLock { $0.socket } }
     /// Where the server is: every datagram goes there.
-    public var server: SocketAddress { session.withLock { $0.server } }
+    public var server: SocketAddress { peering.withLock { $0.session.server } }
 
     /// Sends to the server at `address` from now on (its name resolves elsewhere now). The
     /// session and keys stay; whoever decides proves the new address with a probe.
     public func setServer(_ address: SocketAddress) {
-        session.withLock { $0.server = address }
+        peering.withLock { $0.session.server = address }
     }
 
     // MARK: Several servers
@@ -150,14 +129,7 @@ public final class TunnelClient: Sendable {
     /// Talks to another server from now on, with `core` (which pins that server's key): the
     /// session with the previous one is over (its keys go with it). A handshake follows.
     public func useServer(_ core: ClientCore, at address: SocketAddress) {
-        let old = session.withLock { session in
-            defer { session = ServerSession(core: core, server: address) }
-            return session.core.drops
-        }
-        earlierDrops.withLock { $0.add(old) }
-        standby.withLock { $0 = nil }
-        retired.withLock { $0 = nil }
-        hasOthers.store(false, ordering: .relaxed)
+        peering.withLock { $0.use(ServerSession(core: core, server: address)) }
         lastInitiation.withLock { $0 = nil }
     }
 
@@ -167,8 +139,7 @@ public final class TunnelClient: Sendable {
     public func prepareHandover(_ core: ClientCore, at address: SocketAddress) {
         var prepared = ServerSession(core: core, server: address)
         guard let initiation = try? prepared.core.initiate(now: Instant.now(), wallClock: TAI64N.now()) else { return }
-        standby.withLock { $0 = prepared }
-        hasOthers.store(true, ordering: .relaxed)
+        peering.withLock { $0.standby = prepared }
         handshakes.add(1, ordering: .relaxed)
         send(initiation, to: address)
         inboundWakeup.signal()
@@ -177,16 +148,8 @@ public final class TunnelClient: Sendable {
     /// The prepared session takes the traffic. The old server is told goodbye, and packets
     /// still on their way from it are opened and delivered.
     public func completeHandover() {
-        guard let next = standby.withLock({ prepared in defer { prepared = nil }; return prepared }) else { return }
-        // After the batch being sealed for the old server has gone out (see `outbound`).
-        let old = batchTurn.withLock { _ in
-            session.withLock { session in
-                defer { session = next }
-                return session
-            }
-        }
-        retired.withLock { $0 = (old, Instant.now() + Self.retiredFor) }
-        hasOthers.store(true, ordering: .relaxed)
+        let until = Instant.now() + Self.retiredFor
+        guard let (old, generation) = peering.withLock({ $0.completeHandover(retiredUntil: until) }) else { return }
         pathMTUUnheard()
         // The goodbye goes a moment later: the new server routes this client's inner addresses
         // to itself once the session's first packet reaches it, and until then what comes back
@@ -194,15 +157,32 @@ public final class TunnelClient: Sendable {
         do {
             try OSThread.detach { [self] in
                 usleep(UInt32(Self.goodbyeDelay.nanoseconds / 1000))
-                sayGoodbye(to: old)
+                sayGoodbye(to: old, left: generation)
             }
         } catch {
-            sayGoodbye(to: old)
+            sayGoodbye(to: old, left: generation)
         }
     }
 
     /// How long after a handover the old server is told goodbye.
     static let goodbyeDelay: Duration = .milliseconds(200)
+
+    /// Tells the server of `session`, which carried the traffic as generation `generation`, goodbye
+    /// once no batch sealed with its keys is on its way out: the server forgets the session when
+    /// it reads the goodbye. A batch takes well under a millisecond; the wait stops at 100 ms all
+    /// the same, so a stalled sending thread cannot keep the goodbye back.
+    private func sayGoodbye(to session: ServerSession, left generation: UInt64) {
+        // One load tells: the handover replaced the session in a hold of the lock before this
+        // runs. A batch that read the old keys did so in an earlier hold and stored `generation`
+        // during it, so that store happens before this load, which sees it or a later one; and
+        // every later store is a release made after that batch was sent (0, or the generation
+        // of a batch read after the handover), so seeing one orders that send before ours.
+        for _ in 0..<100 {
+            guard sealing.load(ordering: .acquiring) == generation else { break }
+            usleep(1000)
+        }
+        sayGoodbye(to: session)
+    }
 
     /// Tells `server` of `session` goodbye on its keys: it forgets the session at once.
     private func sayGoodbye(to session: ServerSession) {
@@ -212,7 +192,7 @@ public final class TunnelClient: Sendable {
 
     /// Forgets the prepared session.
     public func cancelHandover() {
-        standby.withLock { $0 = nil }
+        peering.withLock { $0.standby = nil }
     }
 
     /// Handshakes on the current socket, sending the initiation again every second, before
@@ -228,9 +208,8 @@ public final class TunnelClient: Sendable {
                 let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
                     guard let (length, peer) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    return session.withLock {
-                        $0.core.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, server: $0.server,
-                                        now: Instant.now())
+                    return peering.withLock {
+                        $0.session.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, now: Instant.now())
                     }
                 }
                 switch event {
@@ -283,17 +262,12 @@ public final class TunnelClient: Sendable {
     /// having no session, and no handshake starts by itself until `startHandshake`.
     public func endSession() {
         held.store(true, ordering: .relaxed)
-        // The copy keeps the keys for the goodbye; the session in use forgets them.
-        sayGoodbye(to: session.withLock { session in
-            defer { session.core.forgetSession() }
-            return session
-        })
-        cancelHandover()
+        sayGoodbye(to: peering.withLock { $0.end() })
     }
 
     /// Tells the server this client is going away (it forgets the session at once), then stops.
     public func close() {
-        sayGoodbye(to: session.withLock { $0 })
+        sayGoodbye(to: peering.withLock { $0.session })
         stop()
     }
 
@@ -306,15 +280,14 @@ public final class TunnelClient: Sendable {
     /// Moves the session to `socket` (a new path): the server follows on the first
     /// authenticated packet, so a keepalive goes out at once. No handshake, keys unchanged.
     public func rebind(to socket: UDPSocket) {
-        current.withLock { $0 = socket }
-        candidates.withLock { $0.removeAll { $0 === socket } }
+        peering.withLock { $0.rebind(to: socket) }
         inboundWakeup.signal()
         sendKeepalive()
     }
 
     private func sendKeepalive() {
-        if let (keepalive, server) = try? session.withLock({ (session) throws(SealFailure) in
-            (try session.core.keepalive(now: Instant.now()), session.server)
+        if let (keepalive, server) = try? peering.withLock({ (peering) throws(SealFailure) in
+            (try peering.session.core.keepalive(now: Instant.now()), peering.session.server)
         }) {
             send(keepalive, to: server)
         }
@@ -324,19 +297,15 @@ public final class TunnelClient: Sendable {
     /// stand for a tunnel packet of `size` bytes if given. Its echo is reported as
     /// `.probeEcho(id:rtt:size:)` and shown by `lastProbeEcho`.
     public func probe(id: UInt64, via socket: UDPSocket? = nil, size: Int? = nil) {
-        guard let (datagram, server) = try? session.withLock({ (session) throws(SealFailure) in
-            (try session.core.probe(id: id, now: Instant.now(), size: size), session.server)
+        guard let (datagram, server, candidate) = try? peering.withLock({ (peering) throws(SealFailure) in
+            (try peering.session.core.probe(id: id, now: Instant.now(), size: size), peering.session.server,
+             peering.probing(via: socket))
         }) else { return }
-        guard let socket, socket !== self.socket else {
+        guard let (socket, joined) = candidate else {
             send(datagram, to: server)
             return sendPathMTUNotice()
         }
-        let added = candidates.withLock { list -> Bool in
-            guard !list.contains(where: { $0 === socket }) else { return false }
-            list.append(socket)
-            return true
-        }
-        if added { inboundWakeup.signal() }
+        if joined { inboundWakeup.signal() }
         datagram.withUnsafeBytes { bytes in
             if (try? socket.send(bytes, to: server)) != true { counters.withLock { $0.sendFailures += 1 } }
         }
@@ -353,9 +322,9 @@ public final class TunnelClient: Sendable {
     /// The path MTU notice, when there is one the server has not answered yet.
     private func sendPathMTUNotice() {
         guard let mtu = pathMTU.withLock({ $0.unheard ? $0.wanted : nil }) else { return }
-        if let (notice, server) = try? session.withLock({ (session) throws(SealFailure) -> ([UInt8], SocketAddress)? in
-            guard session.core.takesPathMTUNotices else { return nil }
-            return (try session.core.pathMTUNotice(mtu, now: Instant.now()), session.server)
+        if let (notice, server) = try? peering.withLock({ (peering) throws(SealFailure) -> ([UInt8], SocketAddress)? in
+            guard peering.session.core.takesPathMTUNotices else { return nil }
+            return (try peering.session.core.pathMTUNotice(mtu, now: Instant.now()), peering.session.server)
         }) {
             send(notice, to: server)
         }
@@ -375,7 +344,7 @@ public final class TunnelClient: Sendable {
 
     /// Stops listening on a path that was tried and not taken.
     public func forget(candidate socket: UDPSocket) {
-        candidates.withLock { $0.removeAll { $0 === socket } }
+        peering.withLock { $0.forget(candidate: socket) }
         inboundWakeup.signal()
     }
 
@@ -391,7 +360,7 @@ public final class TunnelClient: Sendable {
         var coalescer: Coalescer?
         defer { coalescer?.release() }
         while running.load(ordering: .relaxed) {
-            let sockets = [self.socket] + candidates.withLock { $0 }
+            let sockets = peering.withLock { [$0.socket] + $0.candidates }
             do {
                 let ready = try pollReadable(sockets.map(\.fileDescriptor) + [inboundWakeup.readEnd], timeout: nil)
                 if ready.contains(inboundWakeup.readEnd) { inboundWakeup.drain() }
@@ -421,8 +390,11 @@ public final class TunnelClient: Sendable {
                                 let length = min(segment, total - offset)
                                 let datagram = UnsafeMutableRawBufferPointer(rebasing: raw[offset..<(offset + length)])
                                 offset += length
-                                if hasOthers.load(ordering: .relaxed), receiveFromOther(datagram, from: peer, in: datagram, now: now) { continue }
-                                let event = session.withLock { $0.core.receive(datagram, from: peer, server: $0.server, now: now) }
+                                let (event, role) = peering.withLock { $0.receive(datagram, from: peer, now: now) }
+                                guard role == .current else {
+                                    handle(event, from: peer, by: role, in: datagram)
+                                    continue
+                                }
                                 if case .packet(let range) = event, let tun, coalescer != nil {
                                     noteArrival()
                                     joinedPackets += 1
@@ -508,14 +480,11 @@ public final class TunnelClient: Sendable {
         }
     }
 
-    /// A datagram from the server a session is being prepared with, or from the one left at the
-    /// last handover; false when it is from neither (the current session's, then).
-    private func receiveFromOther(_ datagram: UnsafeMutableRawBufferPointer, from peer: SocketAddress,
-                                  in raw: UnsafeMutableRawBufferPointer, now: Instant) -> Bool {
-        if let event = standby.withLock({ prepared -> ClientEvent? in
-            guard prepared?.server == peer else { return nil }
-            return prepared?.core.receive(datagram, from: peer, server: peer, now: now)
-        }) {
+    /// What the session being prepared with another server, or the one left at the last
+    /// handover (`role`), made of a datagram from its server `peer`.
+    private func handle(_ event: ClientEvent, from peer: SocketAddress, by role: Peering.Role,
+                        in raw: UnsafeMutableRawBufferPointer) {
+        if role == .standby {
             switch event {
             case .established(let completion):
                 send(completion.confirmation, to: peer)
@@ -531,22 +500,9 @@ public final class TunnelClient: Sendable {
             default:
                 break
             }
-            return true
+        } else if case .packet(let range) = event {
+            deliver(range, in: raw)
         }
-        if let event = retired.withLock({ left -> ClientEvent? in
-            guard let until = left?.until, now < until else {
-                if left != nil { earlierDrops.withLock { $0.add(left!.session.core.drops) } }
-                left = nil  // its keys are wiped as the core goes
-                return nil
-            }
-            guard left?.session.server == peer else { return nil }
-            return left?.session.core.receive(datagram, from: peer, server: peer, now: now)
-        }) {
-            if case .packet(let range) = event { deliver(range, in: raw) }
-            return true
-        }
-        if standby.withLock({ $0 == nil }) && retired.withLock({ $0 == nil }) { hasOthers.store(false, ordering: .relaxed) }
-        return false
     }
 
     private func deliver(_ range: Range<Int>, in raw: UnsafeMutableRawBufferPointer) {
@@ -578,12 +534,7 @@ public final class TunnelClient: Sendable {
                 logger.warning("poll failed", error: error, metadata: ["cause": "poll"])
                 continue
             }
-            var drained = false
-            while !drained {
-                // A handover's goodbye to the old server waits for the batch sealed with its
-                // keys to be sent: the old server forgets the session when it reads the goodbye.
-                drained = batchTurn.withLock { _ in sendBatch(batch, from: &reader) }
-            }
+            while !sendBatch(batch, from: &reader) {}
         }
     }
 
@@ -593,15 +544,21 @@ public final class TunnelClient: Sendable {
         let now = Instant.now()
         // The server is read with the keys that seal for it, once per batch: a handover
         // sends each batch to the server that can open it, and sealing holds no lock the
-        // receiving thread takes.
-        let (sealer, server) = session.withLock { ($0.core.sealer, $0.server) }
+        // receiving thread takes. Which keys they are is said in the same hold of the lock, and
+        // unsaid (a release) only once the batch is sent: see `sayGoodbye(to:left:)`.
+        let (sealer, server) = peering.withLock { peering in
+            sealing.store(peering.generation, ordering: .releasing)
+            return (peering.session.core.sealer, peering.session.server)
+        }
+        defer { sealing.store(0, ordering: .releasing) }
         let drained = fill(batch, from: &reader) { frame, length throws(SealFailure) in
             guard let sealer else { throw .noSession }
             return (try sealer.seal(frame, innerLength: length, now: now), server)
         }
         // Before the batch check: with an expired session every seal fails and the batch
         // is empty, and that is exactly when a handshake is most needed.
-        if session.withLock({ $0.core.needsHandshake(now: now) }) { initiate(force: false) }
+        let (renew, socket) = peering.withLock { ($0.session.core.needsHandshake(now: now), $0.socket) }
+        if renew { initiate(force: false) }
         guard batch.count > 0 else { return drained }
         // Data after a quiet spell is worth a liveness check, and again while it goes
         // unanswered; in a conversation whose answers keep coming, the decider hears nothing,
@@ -613,7 +570,6 @@ public final class TunnelClient: Sendable {
             lastSentReport.store(now.nanoseconds, ordering: .relaxed)
             notify(.dataSent)
         }
-        let socket = self.socket
         do {
             let sent = try socket.sendSegmented(batch)
             if sent < batch.count { counters.withLock { $0.sendFailures += batch.count - sent } }
@@ -671,8 +627,8 @@ public final class TunnelClient: Sendable {
             last = now
             return true
         }
-        guard due, let (initiation, server) = try? session.withLock({ (session) throws(CryptoError) in
-            (try session.core.initiate(now: now, wallClock: TAI64N.now()), session.server)
+        guard due, let (initiation, server) = try? peering.withLock({ (peering) throws(CryptoError) in
+            (try peering.session.core.initiate(now: now, wallClock: TAI64N.now()), peering.session.server)
         }) else { return }
         handshakes.add(1, ordering: .relaxed)
         send(initiation, to: server)
