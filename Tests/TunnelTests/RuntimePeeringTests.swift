@@ -2,6 +2,7 @@ import Basics
 import PathMonitor
 import Testing
 @testable import Tunnel
+import Device
 
 private let loopback = SocketAddress(IPAddress("127.0.0.1")!, port: 0)
 

@@ -1,4 +1,5 @@
 import Basics
+import Device
 
 /// A protocol core and the server it talks to, changed together so that no packet is sealed
 /// for one server and sent to another.
