@@ -251,9 +251,16 @@ public struct NetworkModel: Sendable, Equatable {
         addresses.values.filter { $0.linkIndex == linkIndex && $0.isUsable }.map(\.ip)
     }
 
+    /// In one pass and, on a link with one address of the family (the common case), without
+    /// allocating: the core works paths out on every route change.
     private func otherSources(on linkIndex: Int32, besides source: IPAddress) -> [IPAddress] {
-        let others = usableAddresses(on: linkIndex).filter { $0.family == source.family && $0 != source }
-        return others.count > 1 ? others.sorted() : others
+        var others: [IPAddress] = []
+        for address in addresses.values where address.linkIndex == linkIndex && address.ip.family == source.family
+            && address.ip != source && address.isUsable {
+            others.append(address.ip)
+        }
+        if others.count > 1 { others.sort() }
+        return others
     }
 
     private static func sourcePreference(_ a: Address, _ gateway: IPAddress?) -> (Int, Int, Int, IPAddress) {
