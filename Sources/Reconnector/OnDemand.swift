@@ -40,7 +40,7 @@ public struct OnDemandRule: Equatable, Sendable {
         public var interfaceKinds: [LinkKind] = []
         /// Interface names; a trailing `*` matches any name that starts with what precedes it.
         public var interfaces: [String] = []
-        /// Wi-Fi network names, as nl80211 reports them (see `NetworkFacts.ssid`).
+        /// Wi-Fi network names, as nl80211 reports them (see `NetworkFacts.ssid`), matched byte for byte.
         public var ssids: [String] = []
         /// The default gateway's hardware address, lowercase `aa:bb:cc:dd:ee:ff`.
         public var gatewayMACs: [String] = []
@@ -219,7 +219,7 @@ public struct OnDemandRules: Equatable, Sendable {
         if !match.interfaceKinds.isEmpty, !match.interfaceKinds.contains(facts.kind) { return .no }
         if !match.interfaces.isEmpty, !match.interfaces.contains(where: { Self.name(facts.interface, matches: $0) }) { return .no }
         if !match.subnets.isEmpty, !facts.addresses.contains(where: { a in match.subnets.contains { $0.contains(a) } }) { return .no }
-        guard check(!match.ssids.isEmpty, facts.ssid, .ssid, { match.ssids.contains($0) }),
+        guard check(!match.ssids.isEmpty, facts.ssid, .ssid, { ssid in match.ssids.contains { $0.isExactly(ssid) } }),
               check(!match.gatewayMACs.isEmpty, facts.gatewayMAC, .gatewayMAC, { match.gatewayMACs.contains($0.lowercased()) }),
               check(!match.dnsDomains.isEmpty, facts.dnsDomains, .dnsDomains, { given in
                   given.contains { d in match.dnsDomains.contains { Self.domain(d, isWithin: $0) } }
@@ -237,19 +237,19 @@ public struct OnDemandRules: Equatable, Sendable {
 
     /// `pattern` is a name, or a prefix followed by `*`.
     static func name(_ name: String, matches pattern: String) -> Bool {
-        pattern.hasSuffix("*") ? name.hasPrefix(pattern.dropLast()) : name == pattern
+        pattern.endsExactly(with: "*") ? name.startsExactly(with: pattern.dropLast()) : name.isExactly(pattern)
     }
 
-    /// `corp.example` holds itself and `eu.corp.example`, not `notcorp.example`; case and a
-    /// trailing dot do not count.
+    /// `corp.example` holds itself and `eu.corp.example`, not `notcorp.example`; ASCII case and a
+    /// trailing dot do not count, and nothing else is taken as the same (compared by bytes).
     static func domain(_ domain: String, isWithin zone: String) -> Bool {
         let d = Self.normalized(domain), z = Self.normalized(zone)
-        return d == z || d.hasSuffix("." + z)
+        return d.isExactly(z) || d.endsExactly(with: "." + z)
     }
 
     public static func normalized(_ domain: String) -> String {
-        let lower = domain.lowercased()
-        return lower.hasSuffix(".") ? String(lower.dropLast()) : lower
+        let lower = domain.asciiLowercased
+        return lower.endsExactly(with: ".") ? String(decoding: lower.utf8.dropLast(), as: UTF8.self) : lower
     }
 
     // MARK: Checks at load
@@ -287,7 +287,7 @@ public struct OnDemandRules: Equatable, Sendable {
                 Self.name(name.hasSuffix("*") ? String(name.dropLast()) : name, matches: pattern)
                     && (!name.hasSuffix("*") || pattern.hasSuffix("*"))
             }
-            && within(wide.ssids, narrow.ssids, ==)
+            && within(wide.ssids, narrow.ssids) { $0.isExactly($1) }
             && within(wide.gatewayMACs, narrow.gatewayMACs, ==)
             && within(wide.subnets, narrow.subnets) { w, n in
                 w.address.family == n.address.family && w.length <= n.length && w.contains(n.address)

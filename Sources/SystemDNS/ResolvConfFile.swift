@@ -107,14 +107,16 @@ public struct ResolvConfFile: Sendable {
         return lines
     }
 
-    /// What a file the agent wrote saved; nil for anyone else's file.
+    /// What a file the agent wrote saved; nil for anyone else's file. Its lines are read by their
+    /// bytes: a saved line that starts with a combining mark would otherwise join the marker's
+    /// last space into one character and be lost.
     static func original(in text: String) -> Original? {
-        guard text.hasPrefix(header) else { return nil }
+        guard text.startsExactly(with: header) else { return nil }
         var saved: [Substring] = []
         for line in lineList(text) {
-            if line.hasPrefix(savedLink) { return .link(String(line.dropFirst(savedLink.count))) }
-            if line == savedNothing { return .nothing }
-            if line.hasPrefix(savedLine) { saved.append(line.dropFirst(savedLine.count)) }
+            if line.startsExactly(with: savedLink) { return .link(String(line.droppingExactly(savedLink))) }
+            if line.isExactly(savedNothing) { return .nothing }
+            if line.startsExactly(with: savedLine) { saved.append(line.droppingExactly(savedLine)) }
         }
         return .text(saved.map { $0 + "\n" }.joined())
     }
@@ -170,7 +172,7 @@ public struct ResolvConfFile: Sendable {
 
     /// A link target as a path: relative targets count from the link's directory.
     private static func resolve(_ target: String, from link: String) -> String {
-        target.hasPrefix("/") ? target : link.parentDirectory + "/" + target
+        target.startsExactly(with: "/") ? target : link.parentDirectory + "/" + target
     }
 }
 

@@ -54,7 +54,7 @@ public final class ResolvConfWatch {
             next = Self.linkTarget(of: file)
         }
         if let text = SystemFiles.text(path), case .link(let target)? = ResolvConfFile.original(in: text) {
-            files.append(target.hasPrefix("/") ? target : path.parentDirectory + "/" + target)
+            files.append(target.startsExactly(with: "/") ? target : path.parentDirectory + "/" + target)
         }
         var directories: [Int32: Set<String>] = [:]
         var own: Set<Int32> = []
@@ -89,7 +89,7 @@ public final class ResolvConfWatch {
         let n = readlink(file, &buffer, buffer.count - 1)
         guard n > 0 else { return nil }
         let target = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return target.hasPrefix("/") ? target : file.parentDirectory + "/" + target
+        return target.startsExactly(with: "/") ? target : file.parentDirectory + "/" + target
     }
 
     /// One `struct inotify_event`: its watch, and the name it carries (empty for none).

@@ -53,6 +53,20 @@ func rulesDecideInOrder(_ facts: NetworkFacts, _ expected: String) {
     #expect(rules.evaluate(facts).summary == expected)
 }
 
+/// A network's name, search domain or interface is what its bytes are: text that is only
+/// canonically equivalent (a precomposed `é` and `e` with a combining acute), or that Unicode
+/// lowercases into a rule's (the Kelvin sign into `k`), is another network.
+@Test func namesFromTheNetworkMatchByteForByte() {
+    let cafe = OnDemandRules([OnDemandRule(name: "cafe", match: .init(ssids: ["Caf\u{E9}"]), action: .disconnect)])
+    #expect(cafe.evaluate(facts(wifi0, ssid: .known("Caf\u{E9}"))).summary == "cafe:disconnect")
+    #expect(cafe.evaluate(facts(wifi0, ssid: .known("Cafe\u{301}"))).summary == "default:connect")
+    let zone = OnDemandRules([OnDemandRule(name: "kit", match: .init(dnsDomains: ["kit.example"]), action: .disconnect)])
+    #expect(zone.evaluate(facts(wifi0, domains: .known(["KIT.example"]))).summary == "kit:disconnect")
+    #expect(zone.evaluate(facts(wifi0, domains: .known(["\u{212A}it.example"]))).summary == "default:connect")
+    #expect(zone.evaluate(facts(wifi0, domains: .known(["eu.kit.example\u{301}"]))).summary == "default:connect")
+    #expect(!OnDemandRules.name("e\u{301}th0", matches: "\u{E9}th0") && OnDemandRules.name("\u{E9}th0", matches: "\u{E9}t*"))
+}
+
 @Test func aPendingFactDoesNotHoldARuleThatFailsOtherwise() {
     let both = OnDemandRule(name: "both", match: .init(interfaceKinds: [.ethernet], gatewayMACs: ["52:54:00:12:34:56"]),
                             action: .disconnect)

@@ -100,7 +100,11 @@ import Tunnel
         #expect(access(path, F_OK) != 0)
     }
 
-    @Test(arguments: ["", "nameserver 1.1.1.1", "a\n\nb\n\n", "#roam-saved: looks like ours\n"])
+    /// Lines that start with a combining mark would join the saved-line marker's space into one
+    /// character; canonically equivalent text (`e` and a combining acute, or `é`) is not the same file.
+    @Test(arguments: ["", "nameserver 1.1.1.1", "a\n\nb\n\n", "#roam-saved: looks like ours\n",
+                      "\u{301}nameserver 10.0.0.1\n", "search cafe\u{301}.example\n", "a\n\u{308}\n\u{20DD}b",
+                      "#\u{301} comment\r\nnameserver 10.0.0.2\r\n"])
     func anyOriginalComesBackByteForByte(_ original: String) throws {
         defer { cleanUp() }
         try original.write(toFile: path, atomically: false, encoding: .utf8)
@@ -108,7 +112,28 @@ import Tunnel
         try file.apply(tunnel, tunnel: "roam0")
         try file.restore()
         // A last line without a newline gets one: resolv.conf(5) is read line by line.
-        #expect(read() == (original.isEmpty || original.hasSuffix("\n") ? original : original + "\n"))
+        let expected = original.isEmpty || original.utf8.last == UInt8(ascii: "\n") ? original : original + "\n"
+        #expect(Array((read() ?? "-").utf8) == Array(expected.utf8))
+    }
+
+    /// Whatever text was saved, what the agent's file says it saved is that text, byte for byte:
+    /// seeded random files of lines that begin or end with combining marks, carriage returns,
+    /// markers of the agent's own and text of several scripts.
+    @Test func savedTextComesBackByteForByteWhateverItHolds() {
+        var random = SeededRandom(seed: 30)
+        let pieces = ["\u{301}", "\u{308}", "\u{20DD}", "\u{200D}", "\r", "\r\n", " ", "#", "e", "é", "nameserver 1.1.1.1",
+                      "#roam-saved: ", "#roam-saved-link: ", "#roam-saved-nothing", "# roam", "\u{1F1FA}\u{1F1F8}", "ß", "\t", "\n", "\n"]
+        for _ in 0..<2_000 {
+            var text = ""
+            for _ in 0..<Int.random(in: 0...12, using: &random) { text += pieces.randomElement(using: &random)! }
+            let written = ResolvConfFile.render(tunnel, tunnel: "roam0", keeping: .text(text))
+            let expected = text.isEmpty || text.utf8.last == UInt8(ascii: "\n") ? text : text + "\n"
+            guard case .text(let saved)? = ResolvConfFile.original(in: written) else {
+                Issue.record("not read back as saved text: \(Array(text.unicodeScalars))")
+                return
+            }
+            #expect(Array(saved.utf8) == Array(expected.utf8), "\(Array(text.unicodeScalars))")
+        }
     }
 
     /// The agent writes /etc as root: a link planted where it used to put its temporary file
