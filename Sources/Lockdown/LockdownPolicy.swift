@@ -38,7 +38,8 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// session is being prepared with, the others it may fail over to); empty while no
     /// server's address is known yet.
     public var servers: [Server]
-    /// Let the local subnets through (full mode): `localNetworks` are allowed, DNS to them is not.
+    /// Let the local subnets through (full mode): the private part of `localNetworks` is allowed
+    /// (`lan(from:)`), name resolution to them is not.
     public var allowLAN: Bool
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
@@ -121,7 +122,7 @@ public struct LockdownPolicy: Hashable, Sendable {
     private var tunnel: String { Self.quoted(tunnelInterface) }
 
     private func full(mark: UInt32) -> [String] {
-        let lan = allowLAN ? localNetworks.map(\.network) + Self.linkScope : []
+        let lan = allowLAN ? Self.lan(from: localNetworks).open + Self.linkScope : []
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
         if let window = portalWindow { lines += portalChains(window, mark: mark) }
@@ -165,7 +166,9 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        udp sport 68 udp dport 67 accept",
             "        meta nfproto ipv6 udp sport 546 udp dport 547 accept",
             "        icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report } accept",
-            "        meta l4proto { tcp, udp } th dport 53 counter name \(BlockCause.dns.counter) \(reject)",
+            // Names are asked only through the tunnel: DNS, DNS over TLS, mDNS and LLMNR never
+            // go to the LAN (their answers could be forged there, their questions overheard).
+            "        meta l4proto { tcp, udp } th dport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) \(reject)",
         ]
         if allowLAN {
             lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
@@ -294,8 +297,39 @@ public struct LockdownPolicy: Hashable, Sendable {
     ]
 
     /// Link-local and multicast: what printers and casting use beside the subnets themselves.
-    private static let linkScope = ["169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32", "fe80::/10", "ff00::/8"]
+    /// What local discovery needs beyond the subnets: link-local addresses, the link-local
+    /// multicast groups (224.0.0.0/24, ff02::/16), SSDP's group (casting, printers) and the
+    /// broadcast address; never the routed multicast ranges.
+    private static let linkScope = ["169.254.0.0/16", "224.0.0.0/24", "239.255.255.250/32", "255.255.255.255/32",
+                                    "fe80::/10", "ff02::/16"].compactMap { Prefix($0) }
+
+    /// The private and link-local ranges (RFC 1918, RFC 3927, RFC 4193, RFC 4291): all that
+    /// allow-lan ever opens of what a network calls local.
+    static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7", "fe80::/10"]
         .compactMap { Prefix($0) }
+
+    /// What allow-lan opens of the uplinks' subnets (`open`), and the subnets a network called
+    /// local that are not all private (`refused`, for a warning). A network decides its subnet
+    /// mask: a DHCP server that hands out `10.0.0.5` with mask `128.0.0.0` calls `0.0.0.0/1`
+    /// local, and a rogue access point can put a public address in its "local" subnet. So only
+    /// what lies in a private or link-local range is opened: a subnet inside one as it is, and
+    /// of a subnet larger than the range its addresses fall in, only the ranges inside it, never
+    /// a prefix shorter than they are.
+    public static func lan(from subnets: [Prefix]) -> (open: [Prefix], refused: [Prefix]) {
+        var open: [Prefix] = []
+        var refused: [Prefix] = []
+        for subnet in subnets.map(\.network) {
+            if privateRanges.contains(where: { $0.length <= subnet.length && $0.contains(subnet.address) }) {
+                open.append(subnet)
+                continue
+            }
+            refused.append(subnet)
+            open += privateRanges.filter { $0.address.family == subnet.address.family && $0.length > subnet.length && subnet.contains($0.address) }
+        }
+        var unique: [Prefix] = []
+        for prefix in open where !unique.contains(prefix) { unique.append(prefix) }
+        return (unique, refused)
+    }
 
     private static func set(_ name: String, _ prefixes: [Prefix]) -> [String] {
         let type = name.hasSuffix("6") ? "ipv6_addr" : "ipv4_addr"

@@ -159,6 +159,13 @@ extension SessionEffects {
             log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
         }
         if prefixes != localNetworks {
+            if settings.allowLAN {
+                let refused = LockdownPolicy.lan(from: prefixes).refused.filter { !LockdownPolicy.lan(from: localNetworks).refused.contains($0) }
+                for subnet in refused {
+                    log.warning("a network calls a subnet local that is not private; allow-lan opens only its private part",
+                                metadata: ["subnet": "\(subnet)", "opened": "\(LockdownPolicy.lan(from: [subnet]).open.map(\.description).joined(separator: ","))"])
+                }
+            }
             localNetworks = prefixes
             // A new network may hold a resolver's address, or no longer hold it.
             if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }

@@ -23,11 +23,34 @@ struct LockdownPolicyTests {
         // DNS is refused before the LAN is let through.
         let lan = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
                                  localNetworks: [Prefix("192.168.1.23/24")!, Prefix("192.168.1.99/24")!, Prefix("fd00:20::57/64")!]).ruleset()
-        #expect(lan.contains("elements = { 169.254.0.0/16, 192.168.1.0/24, 224.0.0.0/4, 255.255.255.255/32 }"), "\(lan)")
-        #expect(lan.contains("elements = { fd00:20::/64, fe80::/10, ff00::/8 }"))
+        #expect(lan.contains("elements = { 169.254.0.0/16, 192.168.1.0/24, 224.0.0.0/24, 239.255.255.250/32, 255.255.255.255/32 }"), "\(lan)")
+        #expect(lan.contains("elements = { fd00:20::/64, fe80::/10, ff02::/16 }"), "local discovery's multicast, not the routed groups")
+        #expect(lan.contains("th dport { 53, 853, 5353, 5355 } counter name blocked_dns"), "no name resolution on the LAN")
         let dns = try! #require(lan.range(of: "counter name blocked_dns"))
         let open = try! #require(lan.range(of: "ip daddr @lan4 accept"))
         #expect(dns.lowerBound < open.lowerBound)
+    }
+
+    /// A network decides its subnet mask: allow-lan opens only what lies in a private or
+    /// link-local range, and of an oversized subnet only the private ranges inside it.
+    @Test(arguments: [
+        (["10.20.0.57/24", "fd00:20::57/64"], ["10.20.0.0/24", "fd00:20::/64"], [String]()),
+        // A rogue DHCP server's mask 128.0.0.0: of 0.0.0.0/1 only 10.0.0.0/8 is private.
+        (["10.0.0.5/1"], ["10.0.0.0/8"], ["0.0.0.0/1"]),
+        // A LocalNet-style network: a public address in the "local" subnet.
+        (["8.8.8.5/24"], [], ["8.8.8.0/24"]),
+        (["172.20.1.2/8"], ["172.16.0.0/12"], ["172.0.0.0/8"]),
+        (["0.0.0.0/0", "::/0"], ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7", "fe80::/10"],
+         ["default", "default"]),
+        (["2001:db8:1::5/64", "169.254.7.7/16"], ["169.254.0.0/16"], ["2001:db8:1::/64"]),
+    ] as [([String], [String], [String])])
+    func allowLANOpensOnlyThePrivatePartOfWhatANetworkCallsLocal(_ subnets: [String], _ open: [String], _ refused: [String]) {
+        let lan = LockdownPolicy.lan(from: subnets.compactMap { Prefix($0) })
+        #expect(lan.open.map(\.description) == open)
+        #expect(lan.refused.map(\.description) == refused)
+        let text = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
+                                  localNetworks: subnets.compactMap { Prefix($0) }).ruleset()
+        for prefix in refused where prefix != "default" { #expect(!text.contains(prefix), "\(prefix) is not let through") }
     }
 
     @Test func aPortalWindowLetsOnlyItsCgroupOutAndOnlyToWhatALoginNeeds() {
@@ -119,7 +142,7 @@ struct LockdownKernelTests {
         let (laptop, server) = try NamespaceLab.laptopAndServer()
         let lockdown = try Lockdown(namespace: laptop.namespace)
         let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
-        let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5353), namespace: server.namespace)
+        let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5354), namespace: server.namespace)
         let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820))
         try lockdown.apply(policy)
         #expect(try lockdown.isInstalled())
@@ -178,6 +201,25 @@ struct LockdownKernelTests {
         // And the printer's answer comes back.
         _ = try printer.send(Array("done".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
         #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
+        try lockdown.remove()
+    }
+
+    /// A rogue DHCP server hands out 10.20.0.58 with mask 128.0.0.0: the kernel adds an on-link
+    /// route for 0.0.0.0/1, and the network answers ARP for any address in it. With allow-lan on,
+    /// the LAN's printer is reached and nothing leaves for a public address in that range.
+    @Test func aSubnetMaskThatCallsTheInternetLocalOpensOnlyItsPrivatePart() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        try laptop.ip("address add 10.20.0.58/1 dev eth0")
+        try server.ip("address add 99.0.0.9/32 dev lo")
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
+                                          localNetworks: [Prefix("10.20.0.58/1")!, Prefix("192.168.1.23/24")!]))
+        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: server.namespace)
+        let public_ = try UDPSocket(bindingTo: SocketAddress(IPAddress("99.0.0.9")!, port: 9100), namespace: server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        for target in [printer, public_] { _ = try? app.send(Array("job".utf8), to: target.local) }
+        #expect(try printer.receive(timeout: .seconds(1))?.bytes == Array("job".utf8))
+        #expect(try public_.receive(timeout: .milliseconds(300)) == nil, "a public address the network calls local stays locked")
         try lockdown.remove()
     }
 
