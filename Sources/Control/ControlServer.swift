@@ -31,8 +31,18 @@ public final class ControlServer: Sendable {
     /// A request must arrive whole within this; an answer must come within `answerTimeout`.
     public static let requestTimeout: Duration = .seconds(2)
     public static let answerTimeout: Duration = .seconds(10)
-    /// Connections served at once; more are told `busy`.
+    /// Connections served at once; more are told `busy`, but root never is (`room(for:among:)`).
     public static let maxConnections = 32
+
+    /// The connection to close so that one from `uid` is served when every slot is taken: for
+    /// root, the oldest of someone else's, a watcher first. A member of the agent's group who
+    /// holds every slot with watchers must not keep root's `down` or `stop` from being heard.
+    /// Nil for anyone else (they are told `busy`), or when root holds every slot.
+    static func room(for uid: uid_t, among connections: [(id: Int, uid: uid_t, watching: Bool)]) -> Int? {
+        guard uid == 0 else { return nil }
+        let others = connections.filter { $0.uid != 0 }.sorted { $0.id < $1.id }
+        return (others.first { $0.watching } ?? others.first)?.id
+    }
     /// Bytes a watcher may leave unread before it is let go.
     public static let maxBacklog = 256 << 10
 
@@ -168,7 +178,12 @@ public final class ControlServer: Sendable {
                 nextID += 1
                 connections[id] = Connection(fd: fd, uid: peer.uid, peer: peer, deadline: Instant.now() + ControlServer.requestTimeout)
                 if connections.count > ControlServer.maxConnections {
-                    fail(id, ControlFailure(code: "busy", message: "too many control connections at once; try again"))
+                    let others = connections.filter { $0.key != id }.map { (id: $0.key, uid: $0.value.uid, watching: $0.value.phase == .watching) }
+                    if let room = ControlServer.room(for: peer.uid, among: others) {
+                        close(room)
+                    } else {
+                        fail(id, ControlFailure(code: "busy", message: "too many control connections at once; try again"))
+                    }
                 }
             }
         }

@@ -11,6 +11,20 @@ import Testing
 /// (garbage, a huge line, nothing at all, a watcher that never reads) get an error or are let go
 /// while everyone else is answered at once. In-process, on a socket in a temporary directory.
 struct ControlTests {
+    /// Every slot taken: root makes room by closing someone else's connection (a watcher first,
+    /// the oldest), so a group member who holds every slot cannot keep root's `down` out; anyone
+    /// else is told busy, and so is root when root holds every slot.
+    @Test func rootIsNeverToldBusy() {
+        let member: uid_t = 1000
+        let full = (1...32).map { (id: $0, uid: member, watching: $0 != 1) }
+        #expect(ControlServer.room(for: 0, among: full) == 2, "the oldest watcher goes")
+        #expect(ControlServer.room(for: member, among: full) == nil)
+        #expect(ControlServer.room(for: 0, among: full.map { ($0.id, $0.uid, false) }) == 1)
+        #expect(ControlServer.room(for: 0, among: (1...32).map { (id: $0, uid: 0, watching: true) }) == nil)
+        let mixed = [(id: 5, uid: uid_t(0), watching: true), (id: 7, uid: member, watching: false), (id: 9, uid: member, watching: true)]
+        #expect(ControlServer.room(for: 0, among: mixed) == 9)
+    }
+
     @Test func jsonRoundTripsWhatTheAgentWrites() throws {
         let value = JSON.object([
             ("version", .int(1)), ("ok", .bool(true)), ("rtt_ms", .double(1.25)), ("none", .null),
