@@ -324,7 +324,7 @@ public struct LockdownPolicy: Hashable, Sendable {
                 continue
             }
             refused.append(subnet)
-            open += privateRanges.filter { $0.address.family == subnet.address.family && $0.length > subnet.length && subnet.contains($0.address) }
+            open += privateRanges.filter { $0.length > subnet.length && subnet.contains($0.address) }
         }
         var unique: [Prefix] = []
         for prefix in open where !unique.contains(prefix) { unique.append(prefix) }

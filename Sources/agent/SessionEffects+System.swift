@@ -160,8 +160,8 @@ extension SessionEffects {
         }
         if prefixes != localNetworks {
             if settings.allowLAN {
-                let refused = LockdownPolicy.lan(from: prefixes).refused.filter { !LockdownPolicy.lan(from: localNetworks).refused.contains($0) }
-                for subnet in refused {
+                let refusedBefore = LockdownPolicy.lan(from: localNetworks).refused
+                for subnet in LockdownPolicy.lan(from: prefixes).refused where !refusedBefore.contains(subnet) {
                     log.warning("a network calls a subnet local that is not private; allow-lan opens only its private part",
                                 metadata: ["subnet": "\(subnet)", "opened": "\(LockdownPolicy.lan(from: [subnet]).open.map(\.description).joined(separator: ","))"])
                 }
