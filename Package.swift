@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(
             name: "AgentTests",
             dependencies: [
-                "Basics", "Device", "Tunnel", "Control", "agent", "NamespaceLab",
+                "Basics", "Device", "Tunnel", "Control", "SystemDNS", "agent", "NamespaceLab",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),

@@ -25,6 +25,9 @@ public enum ControlCommand: String, CaseIterable, Sendable {
     case down
     /// Connect again after `down`.
     case up
+    /// End the session and stop, opening the machine again: the lockdown and the tunnel's
+    /// resolvers go. The only way a running client opens the machine; a signal never does.
+    case stop
     /// (A server) tell every session to move to another server, then stop.
     case drain
     /// Behind a captive portal: let the asking process, and the processes it starts, reach the

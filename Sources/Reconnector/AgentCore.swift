@@ -88,6 +88,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .request(.resume): "operator-up"
         case .request(.openPortalWindow): "portal-window"
         case .request(.closePortalWindow): "portal-window-closed"
+        case .request(.stop(.byOperator)): "operator-stop"
         case .request(.stop): "stop"
         }
     }
@@ -102,7 +103,20 @@ public enum AgentEvent: Equatable, Sendable {
         /// user `uid`: only the one who opened it, or root, may close it or join it.
         case openPortalWindow(by: UInt32), closePortalWindow(by: UInt32)
         /// The agent stops: nothing is decided after this.
-        case stop
+        case stop(Stop)
+    }
+
+    /// Who stops the agent, which decides whether the machine opens again.
+    public enum Stop: Equatable, Sendable {
+        /// The operator said so (`agent stop`, which `systemctl stop` runs): the lockdown and
+        /// the tunnel's resolvers go with the agent.
+        case byOperator
+        /// A signal (SIGTERM, SIGINT): a restart, a package upgrade, a shutdown, a start that
+        /// timed out, anyone's kill. None of them says the machine may open, so it stays closed
+        /// until the next agent adopts the lockdown.
+        case bySignal
+        /// The configuration now describes another tunnel: a new agent starts in place.
+        case restarting
     }
 }
 
@@ -178,6 +192,9 @@ public enum Effect: Equatable, Sendable {
     case ready
     /// The agent cannot go on: it ends, for its service manager to start it again.
     case giveUp(GiveUp)
+    /// The agent ends: the session closes and the tunnel's routes go; only when `opensMachine`
+    /// do the lockdown and the tunnel's resolvers go too.
+    case stop(opensMachine: Bool)
     /// Find out something about the best path's network for the on-demand rules; the answer
     /// comes back as `AgentEvent.networkFact`.
     case findOut(FactRequest)
@@ -422,8 +439,9 @@ public struct AgentCore: Sendable {
                 run(.closePortalWindow, now, &out)
             }
             out.append(.reply(.portalWindowClosed))
-        case .stop:
+        case .stop(let who):
             stopped = true
+            out.append(.stop(opensMachine: who == .byOperator))
         }
     }
 

@@ -34,6 +34,8 @@ public struct ReplayReport: Sendable {
     public var finalState: State = .offline
     /// When and why the agent gave up, when it did (its process ended there).
     public var gaveUp: (at: Instant, why: GiveUp)?
+    /// When the agent stopped, and whether its stop opened the machine.
+    public var stopped: (at: Instant, opensMachine: Bool)?
     /// CPU time the replay took on its thread.
     public var cpuTime: Duration = .zero
     /// Invariants the state machine broke: always a bug.
@@ -340,8 +342,8 @@ public struct Replay {
             handshakeInFlight = nil
             now = now + length
             feed(.wake(sleptFor: length))
-        case .stop:
-            feed(.request(.stop))
+        case .stop(let who):
+            feed(.request(.stop(who)))
         case .clockBack(let step):
             // Only the agent's clock moves: answers in flight still come, timers keep their waits.
             skew = skew - step
@@ -904,6 +906,13 @@ public struct Replay {
         if let lifted = e.lockdownLifted {
             expect(lifted == lockdownLifted, "lockdown: expected it \(lifted ? "lifted" : "whole") at the end, it was \(lockdownLifted ? "lifted" : "whole")")
         }
+        if let opened = e.machineOpened {
+            if let actual = report.stopped?.opensMachine {
+                expect(opened == actual, "the stop was to \(opened ? "open" : "keep") the lockdown; it \(actual ? "opened the machine" : "kept it")")
+            } else {
+                failures.append("the stop was to \(opened ? "open" : "keep") the lockdown; no stop was decided")
+            }
+        }
         switch (e.givesUp, report.gaveUp) {
         case (.never?, let gaveUp?): failures.append("the agent gave up at \(gaveUp.at)s: \(gaveUp.why)")
         case (.within?, nil): failures.append("the agent was to give up; it kept trying")
@@ -1101,6 +1110,7 @@ extension Replay {
         case .restoreLockdown: restoreLockdown()
         case .ready: break
         case .giveUp(let why): report.gaveUp = (now, why)
+        case .stop(let opens): report.stopped = (now, opens)
         case .findOut(let request): findOut(request)
         case .followNotices(let wanted): notices = wanted
         case .onDemandDecided, .reply: break

@@ -142,8 +142,9 @@ public enum ScenarioEvent: Sendable {
     /// An attacker who sees the session's packets (same Wi-Fi) sends a "session unknown" hint
     /// from the server's address and port; the server still has the session.
     case forgedHint
-    /// The operator stops the agent (SIGTERM): from here on it decides nothing, whatever follows.
-    case stop
+    /// The agent is stopped (`stop: signal`: SIGTERM; `stop: operator`: `agent stop`): from
+    /// here on it decides nothing, whatever follows.
+    case stop(AgentEvent.Stop)
     /// The configuration is read again (SIGHUP) and describes the same tunnel: these tunables
     /// and on-demand rules from now on.
     case reload(Config, OnDemandRules)
@@ -267,6 +268,8 @@ public struct Expectations: Sendable {
     public var stateAt: [(at: Instant, state: String)] = []
     /// Whether an on-demand rule has the lockdown lifted at the end.
     public var lockdownLifted: Bool?
+    /// Whether the agent's stop opened the machine (no stop: it did not).
+    public var machineOpened: Bool?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:
     /// at any time).
     public var givesUp: GivingUp?

@@ -318,7 +318,12 @@ extension YAMLReader {
                 guard text == "down" || text == "up" else { throw fail(value, "'operator' is down or up, got \"\(text)\"") }
                 add(.operatorPause(text == "down"))
             case "netlink": add(.netlink(try hex(value)))
-            case "stop": add(.stop)
+            case "stop":
+                switch try string(value) {
+                case "signal": add(.stop(.bySignal))
+                case "operator": add(.stop(.byOperator))
+                case let text: throw fail(value, "'stop' is signal (SIGTERM: the lockdown stays) or operator (agent stop: the machine opens), got \"\(text)\"")
+                }
             case "reload":
                 // The configuration read again (SIGHUP), describing the same tunnel: the scenario's
                 // `config` with these tunables on top, and the on-demand rules it gives now.
@@ -515,13 +520,14 @@ extension YAMLReader {
             "state", "path", "max-attempts", "min-attempts", "max-handshakes", "min-handshakes", "max-probes", "min-probes",
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
-            "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up",
+            "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
         if let n = f.optional("path") { e.path = try string(n) }
         if let n = f.optional("server") { e.server = try string(n) }
         if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
+        if let n = f.optional("machine-opened") { e.machineOpened = try bool(n) }
         if let n = f.optional("gives-up") {
             // true, false, or the stretch {from, to} it gives up in.
             if case .scalar = n.value {

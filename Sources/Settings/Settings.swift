@@ -18,6 +18,8 @@ public struct TunnelSettings: Equatable, Sendable {
     /// TCP segmentation offload: the kernel hands over super-packets of up to 64 KB, which the
     /// agent cuts (fewer reads, less work in the kernel's TCP). Off: one packet per read.
     public var offload = true
+
+    public init() {}
 }
 
 /// One server a client may use: where it is and the key it must prove.

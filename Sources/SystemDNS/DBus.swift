@@ -68,6 +68,17 @@ public final class DBusConnection {
         return try reader.bool()
     }
 
+    /// Property `name` of `interface` on `path`: its variant's signature and the bytes that
+    /// hold its value, for `DBusReader` to read.
+    public func property(destination: String, path: String, interface: String, name: String) throws(DBusError) -> DBusVariant {
+        var body = DBusWriter()
+        body.string(interface)
+        body.string(name)
+        let reply = try call(destination: destination, path: path, interface: "org.freedesktop.DBus.Properties",
+                             member: "Get", signature: "ss", body: body.bytes)
+        return try DBusVariant(reply)
+    }
+
     /// Calls `member` and waits for its answer: the reply's body, or the error the service returned.
     @discardableResult
     public func call(destination: String, path: String, interface: String, member: String,
@@ -262,6 +273,52 @@ public struct DBusWriter {
         byte(code)
         signature(type)
         if type == "g" { signature(value) } else { string(value) }
+    }
+}
+
+/// A value a reply holds: a property's variant as `Properties.Get` returns it, or a method's
+/// answer, read as the types systemd's take (a string or object path, a number and a path).
+public struct DBusVariant: Sendable {
+    /// The value's D-Bus signature (`s`, `o`, `(uo)`...).
+    public let signature: String
+    private let bytes: [UInt8]
+    private let offset: Int
+
+    /// Reads the variant that a reply's body holds.
+    public init(_ body: [UInt8]) throws(DBusError) {
+        var reader = DBusReader(body)
+        signature = try reader.signature()
+        bytes = body
+        offset = reader.offset
+    }
+
+    /// A reply's body that holds one value of type `signature` as it is (a method's answer).
+    public init(_ body: [UInt8], signature: String) {
+        self.signature = signature
+        bytes = body
+        offset = 0
+    }
+
+    private var reader: DBusReader {
+        var reader = DBusReader(bytes)
+        reader.offset = offset
+        return reader
+    }
+
+    /// A string or an object path; nil for another type.
+    public var string: String? {
+        guard signature == "s" || signature == "o" else { return nil }
+        var reader = reader
+        return try? reader.string()
+    }
+
+    /// A struct of a number and an object path (a unit's `Job`); nil for another type.
+    public var numberAndPath: (UInt32, String)? {
+        guard signature == "(uo)" else { return nil }
+        var reader = reader
+        reader.align(8)
+        guard let number = try? reader.uint32(), let path = try? reader.string() else { return nil }
+        return (number, path)
     }
 }
 

@@ -13,7 +13,7 @@ struct Agent: ParsableCommand {
         subcommands: [
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
             PasswdCommand.self, ServeCommand.self, UpCommand.self, StatusCommand.self, ReconnectCommand.self,
-            SleepCommand.self, WakeCommand.self, DownCommand.self, LockdownCommand.self, DrainCommand.self, CheckCommand.self, ProfilesCommand.self,
+            SleepCommand.self, WakeCommand.self, DownCommand.self, StopCommand.self, LockdownCommand.self, DrainCommand.self, CheckCommand.self, ProfilesCommand.self,
             PortalCommand.self,
         ])
 

@@ -70,6 +70,8 @@ extension ClientDaemon {
         /// Where the settings came from, read again on SIGHUP.
         let configPath: String
         var restartRequested = false
+        /// The core said the stop opens the machine: only the operator's does.
+        var opensMachine = false
         var failure: String?
         var server: SocketAddress { effects.server }
         let log: Logger
@@ -177,9 +179,11 @@ extension ClientDaemon {
             }
             service.stopping()
             writeMetrics()
+            // Closed before the socket goes: `agent stop` waits for it to go, and then the
+            // machine is open.
+            effects.close(operatorStop: opensMachine && failure == nil && !restartRequested)
             control.publish(ControlProtocol.event("stopped", [("why", .string(failure ?? (restartRequested ? "restarting" : "stopped")))]))
             control.stop()
-            effects.close(operatorStop: failure == nil && !restartRequested)
         }
     }
 }

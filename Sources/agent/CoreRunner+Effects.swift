@@ -110,6 +110,9 @@ extension ClientDaemon.CoreRunner {
             giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
                 + "users list this client's public key")
         case .giveUp(.tunnelFailed(let why)): giveUp(why)
+        case .stop(let opens):
+            opensMachine = opens
+            running = false
         case .findOut(.probe(let probe, let path, let generation)): startProbe(probe, via: path, generation: generation)
         case .findOut(let request):
             if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }

@@ -103,10 +103,9 @@ extension ClientDaemon.CoreRunner {
             woke(after: max(gap, announced))
         case .signal(SIGHUP):
             reload()
-        case .signal:
-            log.info("stopping")
-            feed(.request(.stop))
-            running = false
+        case .signal(let number):
+            log.info("stopping", metadata: ["signal": "\(number)"])
+            feed(.request(.stop(.bySignal)))
         case .lookedUp(let index, let result):
             lookedUp(index, result)
         case .notice(let notice):
@@ -172,7 +171,7 @@ extension ClientDaemon.CoreRunner {
         guard fresh.sameTunnel(as: settings) else {
             log.warning("configuration reloaded: the tunnel itself changed; restarting")
             restartRequested = true
-            running = false
+            feed(.request(.stop(.restarting)))
             return
         }
         let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive

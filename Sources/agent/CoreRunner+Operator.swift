@@ -30,6 +30,10 @@ extension ClientDaemon.CoreRunner {
             reply(call, "awake")
         case .down: ask(.pause, for: call)
         case .up: ask(.resume, for: call)
+        case .stop:
+            log.info("stopping", metadata: ["asked_by": "uid \(call.peer.uid)"])
+            feed(.request(.stop(.byOperator)))
+            reply(call, effects.firewall == nil ? "stopping" : "stopping: the lockdown and the tunnel's resolvers go with the agent")
         case .drain:
             call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
         case .portalOpen:

@@ -7,6 +7,7 @@ import Reconnector
 import SystemDNS
 import Tunnel
 import Settings
+import Device
 
 /// `agent lockdown on|off|status`: the lockdown firewall without a running agent, for early
 /// boot, the service's stop path, and an operator who needs the machine open again.
@@ -25,10 +26,26 @@ struct LockdownCommand: ParsableCommand {
         var config: String
 
         func run() throws {
-            let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
-            let settings = try reader.client(root)
             try Preflight.requireNetworkAdmin(for: "lockdown on")
-            guard settings.lockdown else { throw AgentError("\(config) says 'lockdown: off'") }
+            let settings: ClientSettings
+            do {
+                let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
+                settings = try reader.client(root)
+            } catch {
+                // A configuration that cannot be read at boot is no reason to boot open: the
+                // machine is closed to everything but DHCP and neighbour discovery until an
+                // agent with a good one starts.
+                let closed = LockdownPolicy(scope: .full(mark: FullTunnel().mark), tunnelInterface: TunnelSettings().name,
+                                            allowLAN: false, localNetworks: [])
+                do {
+                    _ = try Firewall(closed)
+                } catch let refused {
+                    throw AgentError("\(error); the closed lockdown could not be loaded either: \(refused)")
+                }
+                throw AgentError("\(error); the lockdown is loaded with no server let through")
+            }
+            // The client's unit requires this one: a machine without a lockdown starts its agent.
+            guard settings.lockdown else { return printError("\(config) says 'lockdown: off': nothing loaded") }
             do {
                 let firewall = try Firewall(settings.lockdownPolicy)
                 try firewall.serve(settings.servers.compactMap { entry in
@@ -46,28 +63,24 @@ struct LockdownCommand: ParsableCommand {
             abstract: "Remove the lockdown: traffic leaves outside the tunnel again.",
             discussion: """
                 Also puts back the resolv.conf that the agent replaced with the tunnel's resolvers, if it is \
-                still there (an agent that died could not). With --after-stop (the service's ExecStopPost), only when systemd says the agent was stopped \
-                ($SERVICE_RESULT success or timeout): after a crash or a give-up systemd starts it again, and \
-                the machine stays closed meanwhile.
+                still there (an agent that died could not). A running agent stops with `agent stop`, which \
+                does the same.
                 """)
-        @Flag(help: "Only after an operator's stop, as systemd's ExecStopPost tells it.")
-        var afterStop = false
 
         func run() throws {
-            if afterStop {
-                let result = environment("SERVICE_RESULT") ?? ""
-                guard ["success", "timeout"].contains(result) else {
-                    printError("lockdown kept: the agent ended with '\(result.isEmpty ? "unknown" : result)' and will be started again")
-                    return
-                }
-            }
             try Preflight.requireNetworkAdmin(for: "lockdown off")
-            do { try Lockdown().remove() } catch { throw AgentError("cannot remove the lockdown firewall: \(error)") }
-            do {
-                if try ResolvConfFile().restore() { printError("resolv.conf restored") }
-            } catch {
-                throw AgentError("cannot put resolv.conf back: \(error)")
-            }
+            try openMachine()
+        }
+    }
+
+    /// Takes the lockdown away and puts back the resolv.conf an agent replaced: by hand, or
+    /// for an agent that did not stop when asked.
+    static func openMachine() throws {
+        do { try Lockdown().remove() } catch { throw AgentError("cannot remove the lockdown firewall: \(error)") }
+        do {
+            if try ResolvConfFile().restore() { printError("resolv.conf restored") }
+        } catch {
+            throw AgentError("cannot put resolv.conf back: \(error)")
         }
     }
 

@@ -190,9 +190,10 @@ extension SessionEffects {
         divertingRoutes = diverting
     }
 
-    /// Ends the session and takes the routes down. Only an operator's stop opens the machine
-    /// again and gives resolv.conf back; a restart in place or a give-up (systemd starts the
-    /// agent again) keeps the lockdown and the resolvers, so nothing leaks meanwhile.
+    /// Ends the session and takes the routes down. Only the operator's `agent stop` opens the
+    /// machine again and gives resolv.conf back; a signal (a restart, an upgrade, a shutdown,
+    /// a start that timed out), a restart in place or a give-up keeps the lockdown and the
+    /// resolvers, so nothing leaks until the next agent adopts them.
     func close(operatorStop: Bool) {
         client?.close()
         try? routes?.remove()
@@ -203,7 +204,10 @@ extension SessionEffects {
         if let firewall, firewall.retryDue != nil, let error = firewall.retry() {
             log.error("the lockdown could not be put back whole before stopping", metadata: ["error": "\(error)"])
         }
-        guard operatorStop else { return }
+        guard operatorStop else {
+            if firewall != nil { log.info("lockdown kept: only 'agent stop' opens the machine") }
+            return
+        }
         if let dns, dns.applied != nil {
             do {
                 try dns.revert()

@@ -45,9 +45,14 @@ struct DNSLabTests {
         #expect(lab.waitFor(seconds: 5) { (try? String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8))?.hasPrefix("# Written by roam") == true })
         #expect(try Self.lookUp("printer", in: lab).contains("10.77.9.9"))
 
+        // A signal keeps the tunnel's resolvers (a restart must not ask the LAN in between);
+        // the operator's stop puts DHCP's back.
         let client = try #require(lab.client)
-        client.terminate()
+        kill(client.processIdentifier, SIGTERM)
         client.waitUntilExit()
+        #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8).hasPrefix("# Written by roam"))
+        try lab.startClient()
+        try lab.stopClient()
         #expect(try String(contentsOfFile: lab.laptopResolvConfPath, encoding: .utf8) == renewed)
         #expect(lanResolver.queries.isEmpty)
         #expect(tap.leaks().isEmpty, "leaks: \(tap.leaks())")
@@ -137,9 +142,7 @@ struct ResolvedLabTests {
 
         #expect(tap.leaks().isEmpty, "leaks: \(tap.leaks())")
 
-        let client = try #require(lab.client)
-        client.terminate()
-        client.waitUntilExit()
+        try lab.stopClient()
         #expect(try !resolved.resolvectl(["dns"]).contains("10.77.0.1"))
     }
 

@@ -99,9 +99,9 @@ struct DaemonLabTests {
         kill(client.processIdentifier, SIGCONT)
         #expect(lab.wait(for: "trigger=wake", in: "client.log"))
 
-        // A clean stop takes the tunnel device with it.
-        client.terminate()
-        client.waitUntilExit()
+        // The operator's stop takes the tunnel device with it, and opens the machine.
+        let said = try lab.stopClient()
+        #expect(said.contains("stopping: the lockdown and the tunnel's resolvers go"), "\(said)")
         #expect(lab.wait(for: "msg=down", in: "client.log"))
         #expect(lab.waitFor(seconds: 5) { goodbyes() == 2 }, "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
         // The watcher hears that the agent stopped, and ends.

@@ -14,7 +14,8 @@ import Device
 struct LeakLabTests {
     /// Start-up with the server down, a give-up, a crash (`kill -9`) with no agent for a while,
     /// a new agent that adopts the lockdown, a restart in place (SIGHUP with a changed tunnel),
-    /// and the server coming back: one lab, one tap, in each mode.
+    /// the server coming back, SIGTERM without `agent stop`, and a start behind a dead server
+    /// ended by SIGTERM: one lab, one tap, in each mode.
     @Test(arguments: LabRouting.allCases)
     func nothingLeavesThroughStartGiveUpCrashAndRestart(_ routing: LabRouting) throws {
         let lab = try RoamingLab(vpn: .roam, routing: routing)
@@ -59,7 +60,26 @@ struct LeakLabTests {
         if routing == .full {
             #expect(Int(status2["lockdown.blocked.dns"] ?? "") ?? 0 > 0 && Int(status2["lockdown.blocked.out"] ?? "") ?? 0 > 0, "\(status2)")
         }
-        print("leak check: start, give-up, crash, restart (\(routing)): \(tap.leaks().count) packets left outside the tunnel of \(tap.packetsSeen) judged")
+        // SIGTERM without `agent stop` (a restart, an upgrade, a shutdown, anyone's kill): the
+        // agent ends, the machine stays closed with no agent for a while.
+        let signalled = try #require(lab.client)
+        kill(signalled.processIdentifier, SIGTERM)
+        signalled.waitUntilExit()
+        #expect(lab.lockdownLoaded(), "a signal keeps the lockdown")
+        #expect(lab.log("client.log").contains("lockdown kept: only 'agent stop' opens the machine"))
+        usleep(1_000_000)
+
+        // A start behind a dead server, ended by its service manager's start time-out (SIGTERM).
+        lab.stopServer()
+        try lab.startClient(["--wait-for-server", "0"], waitForTunnel: false)
+        usleep(1_500_000)
+        let starting = try #require(lab.client)
+        kill(starting.processIdentifier, SIGTERM)
+        starting.waitUntilExit()
+        #expect(lab.lockdownLoaded(), "a start time-out keeps the machine closed")
+        usleep(1_000_000)
+
+        print("leak check: start, give-up, crash, restart, SIGTERM, start time-out (\(routing)): \(tap.leaks().count) packets left outside the tunnel of \(tap.packetsSeen) judged")
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
     }
 

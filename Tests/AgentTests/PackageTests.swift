@@ -74,13 +74,19 @@ struct PackageTests {
         let analyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
         try #require(access(analyze.path, X_OK) == 0, "systemd-analyze is needed (Debian's systemd package)")
         let units = root + "/usr/lib/systemd/system/"
-        for unit in ["roam-client.service", "roam-server.service", "roam-lockdown.service", "roam@.service"] {
+        let shipped = ["roam-client.service", "roam-server.service", "roam-lockdown.service", "roam@.service"]
+        // Verified where the agent is: the same units side by side (one requires another), pointing
+        // into the throwaway root.
+        func copyName(_ unit: String) -> String { unit == "roam@.service" ? "roam@vpn.service" : unit }
+        for unit in shipped {
             let text = try String(contentsOfFile: units + unit, encoding: .utf8)
             #expect(text.contains("ExecStart=/usr/bin/agent "), "\(unit) runs the installed agent")
-            // Verified where the agent is: the same unit, pointing into the throwaway root.
-            let name = unit == "roam@.service" ? "roam@vpn.service" : unit
+            try text.replacingOccurrences(of: "/usr/bin/agent", with: agent.path)
+                .write(toFile: work + "/" + copyName(unit), atomically: true, encoding: .utf8)
+        }
+        for unit in shipped {
+            let name = copyName(unit)
             let copy = work + "/" + name
-            try text.replacingOccurrences(of: "/usr/bin/agent", with: agent.path).write(toFile: copy, atomically: true, encoding: .utf8)
             let verified = try NamespaceLab.capture(analyze, ["verify", copy])
             #expect(verified.status == 0 && !verified.output.contains(name + ":"), "\(unit): \(verified.output)")
             let security = try NamespaceLab.capture(analyze, ["security", "--offline=true", copy]).output

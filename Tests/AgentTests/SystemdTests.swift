@@ -3,6 +3,8 @@ import Glibc
 import NamespaceLab
 import Testing
 @testable import agent
+import Basics
+import SystemDNS
 
 @Test func notificationsReachTheNotifySocket() throws {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("roam-notify-\(getpid())").path
@@ -67,24 +69,81 @@ import Testing
     #expect(quiet.status == 64 && quiet.output.contains("'--log-level' is error, warning, notice, info or debug"), "\(quiet.output)")
 }
 
-/// The service's stop path removes the lockdown only after an operator's stop; after a crash
-/// or a give-up, systemd starts the agent again and the machine stays closed.
-@Test func theStopPathKeepsTheLockdownAfterACrash() throws {
-    // In a namespace of its own, so no firewall of this machine is touched.
-    let lab = NamespaceLab.isRoot ? try NamespaceLab() : nil
-    for (result, removes) in [("signal", false), ("exit-code", false), ("core-dump", false), ("watchdog", false),
-                              ("success", true), ("timeout", true)] {
-        let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("agent")
-        let process = Process()
-        process.executableURL = lab == nil ? agent : NamespaceLab.ipTool
-        process.arguments = (lab.map { ["netns", "exec", $0.name, agent.path] } ?? []) + ["lockdown", "off", "--after-stop"]
-        process.environment = ["SERVICE_RESULT": result]
-        let output = Pipe()
-        process.standardError = output
-        process.standardOutput = output
-        try process.run()
-        process.waitUntilExit()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(text.contains("lockdown kept") == !removes, "\(result): \(text)")
+/// `systemctl stop` is the operator's stop; a restart (`systemctl restart`, `try-restart`, a
+/// package's upgrade), a shutdown, or anything systemd does not say, is not.
+@Test(arguments: [
+    ("stop", "running", true), ("stop", "degraded", true),
+    ("restart", "running", false), ("try-restart", "running", false), ("stop", "stopping", false),
+    (nil, "running", false), ("stop", nil, false),
+] as [(String?, String?, Bool)])
+func onlySystemctlStopOpensTheMachine(_ job: String?, _ state: String?, _ opens: Bool) {
+    let (decided, why) = UnitStop.opensMachine(job: job, systemState: state)
+    #expect(decided == opens, "\(why)")
+}
+
+/// systemd's answers as the bus carries them: a unit's `Job` property, a variant holding a
+/// struct of the job's number and path, and `JobType`, a variant holding a string.
+@Test func systemdsJobIsReadFromItsVariants() throws {
+    var job = DBusWriter()
+    job.signature("(uo)")
+    job.structure()
+    job.uint32(42)
+    job.string("/org/freedesktop/systemd1/job/42")
+    let read = try DBusVariant(job.bytes)
+    #expect(read.numberAndPath?.0 == 42 && read.numberAndPath?.1 == "/org/freedesktop/systemd1/job/42")
+    #expect(read.string == nil, "a struct is not a string")
+
+    var type = DBusWriter()
+    type.signature("s")
+    type.string("restart")
+    #expect(try DBusVariant(type.bytes).string == "restart")
+    #expect(try DBusVariant(type.bytes).numberAndPath == nil)
+    // Cut short: an error, not a crash or a made-up value.
+    #expect(throws: DBusError.self) { try DBusVariant(Array(type.bytes.prefix(1))) }
+    #expect(try DBusVariant(Array(type.bytes.prefix(6))).string == nil)
+}
+
+/// A start that is still trying keeps asking systemd for more time, so a unit's start time-out
+/// does not cut it off; once ready it stops asking.
+@Test func aStartStillTryingAsksForMoreTime() throws {
+    let socket = try NotifySocket()
+    var reporter = ServiceReporter(now: .zero, systemd: SystemdNotifier(socketPath: socket.path))
+    #expect(reporter.nextDeadline == .zero)
+    reporter.tick(now: .zero)
+    #expect(socket.next() == "EXTEND_TIMEOUT_USEC=30000000")
+    #expect(reporter.nextDeadline == Instant.zero + .seconds(10))
+    reporter.tick(now: Instant.zero + .seconds(5))
+    reporter.ready()
+    #expect(socket.next() == "READY=1", "nothing asked for before it was due")
+    #expect(reporter.nextDeadline == nil)
+    reporter.tick(now: Instant.zero + .seconds(20))
+    #expect(socket.next() == nil, "ready: no more time asked for")
+}
+
+/// A datagram socket standing for systemd's notify socket.
+private final class NotifySocket {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("roam-notify-\(getpid())-\(UUID().uuidString.prefix(6))").path
+    private let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+
+    init() throws {
+        var sa = sockaddr_un()
+        sa.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &sa.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
+        let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        try #require(bound == 0)
+        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit {
+        close(fd)
+        unlink(path)
+    }
+
+    /// The next message, or nil when none came within 300 ms.
+    func next() -> String? {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let n = recv(fd, &buffer, buffer.count, 0)
+        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : nil
     }
 }

@@ -157,6 +157,17 @@ public final class RoamingLab {
 
     public var clientPID: Int32? { client.map(\.processIdentifier) }
 
+    /// The operator's stop (`agent stop`): returns what it printed once the client is gone.
+    @discardableResult
+    public func stopClient() throws -> String {
+        let said = try control("stop")
+        if let client {
+            _ = waitFor(seconds: 10) { !client.isRunning }
+            client.waitUntilExit()
+        }
+        return said
+    }
+
     /// Adds `text` (YAML list items) to the server configuration's users; before `startServer()`.
     public func addServerUsers(_ text: String) throws {
         let path = directory + "/server.yaml"

@@ -150,10 +150,22 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
 
 @Test func afterTheStopNothingIsDecided() {
     var core = connectedCore([eth0, wifi0])
-    #expect(core.handle(.request(.stop), now: at(100)).isEmpty)
+    #expect(core.handle(.request(.stop(.byOperator)), now: at(100)) == [.stop(opensMachine: true)])
     #expect(core.handle(.wake(sleptFor: .seconds(5)), now: at(200)).isEmpty)
     #expect(core.handle(.network(carrier(eth0, false)), now: at(300)).isEmpty)
     #expect(core.reconnector.state == .connected(eth0))
+}
+
+/// A signal never says the machine may open: a restart, an upgrade, a shutdown, a start that
+/// timed out and anyone's kill all look the same; only the operator's stop opens it.
+@Test(arguments: [(AgentEvent.Stop.byOperator, true), (.bySignal, false), (.restarting, false)])
+func onlyTheOperatorsStopOpensTheMachine(_ who: AgentEvent.Stop, _ opens: Bool) {
+    for var core in [connectedCore([eth0]), agentCore(on: [eth0])] {
+        #expect(core.handle(.request(.stop(who)), now: at(100)) == [.stop(opensMachine: opens)])
+        #expect(core.stopped)
+        // A second stop (the operator's after a signal) decides nothing more.
+        #expect(core.handle(.request(.stop(.byOperator)), now: at(200)).isEmpty)
+    }
 }
 
 extension [Effect] {
