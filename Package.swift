@@ -142,7 +142,9 @@ let package = Package(
         .testTarget(
             name: "SettingsTests", dependencies: ["Basics", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
             swiftSettings: strict),
-        .testTarget(name: "ConnectivityTests", dependencies: ["Basics", "Reconnector", "Connectivity"], swiftSettings: strict),
+        .testTarget(
+            name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],
+            swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
         .testTarget(

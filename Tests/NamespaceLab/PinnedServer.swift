@@ -54,13 +54,12 @@ public final class PinnedServer {
 
     deinit { stop() }
 
-    /// Ends the server (TERM, then KILL after 2 s).
+    /// Ends the server: KILL, since s_server lets SIGTERM pass and holds nothing to tidy.
     public func stop() {
         guard process.isRunning else { return }
-        process.terminate()
+        kill(process.processIdentifier, SIGKILL)
         let deadline = Date().addingTimeInterval(2)
         while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
     private static func run(_ arguments: [String]) throws {
