@@ -123,6 +123,9 @@ struct OnDemandLabTests {
         usleep(1_000_000)
         #expect(lab.attempts() == 0, "\(lab.status())")
         #expect(lab.lockdownLoaded() && !directPing(lab, "198.51.100.7"), "the lockdown stays")
+        let memory = lab.clientMemory()
+        print("on-demand: a subnet rule (no TLS), client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, "
+            + "libssl and libcrypto \(tlsLibraries(lab)) kB)")
 
         try lab.laptop.ip("link set eth0 down")
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
@@ -280,6 +283,15 @@ struct OnDemandLabTests {
         #expect(added.status == 0, "\(added.output)")
     }
 
+    /// The client's resident kB in libssl's and libcrypto's mappings.
+    private func tlsLibraries(_ lab: RoamingLab) -> Int {
+        guard let pid = lab.clientPID else { return 0 }
+        let sum = try? NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/awk"), [
+            "/^[0-9a-f]+-[0-9a-f]+ / { c = /libssl|libcrypto/; next } c && /^Rss:/ { s += $2 } END { print s + 0 }",
+            "/proc/\(pid)/smaps"])
+        return Int(sum?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+    }
+
     private func leaked(_ lab: RoamingLab) -> Int? {
         let table = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "list", "table", "inet", "lab_leak"])
         guard let text = table?.output, let range = text.range(of: "counter packets ") else { return nil }
@@ -335,6 +347,9 @@ struct OnDemandLabTests {
                     || after.contains("key=\(office.pin)"), "\(after)")
         #expect(!trusts(lab, "wifi0"), "Wi-Fi stays locked")
         #expect(directPing(lab, "10.20.0.1"), "the laptop talks to the office directly")
-        print("on-demand: the café's key refused, the office's pinned key lifted the lockdown \(lifted.short) after docking")
+        let memory = lab.clientMemory()
+        print("on-demand: the café's key refused, the office's pinned key lifted the lockdown \(lifted.short) after docking; "
+            + "client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, libssl and libcrypto \(tlsLibraries(lab)) kB) "
+            + "after both TLS probes")
     }
 }
