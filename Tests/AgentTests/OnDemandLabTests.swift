@@ -125,7 +125,7 @@ struct OnDemandLabTests {
         #expect(lab.lockdownLoaded() && !directPing(lab, "198.51.100.7"), "the lockdown stays")
         let memory = lab.clientMemory()
         print("on-demand: a subnet rule (no TLS), client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, "
-            + "libssl and libcrypto \(tlsLibraries(lab)) kB)")
+            + "libssl and libcrypto \(tlsLibraries(lab)))")
 
         try lab.laptop.ip("link set eth0 down")
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
@@ -283,13 +283,15 @@ struct OnDemandLabTests {
         #expect(added.status == 0, "\(added.output)")
     }
 
-    /// The client's resident kB in libssl's and libcrypto's mappings.
-    private func tlsLibraries(_ lab: RoamingLab) -> Int {
-        guard let pid = lab.clientPID else { return 0 }
+    /// The client's resident kB in libssl's and libcrypto's mappings, and how much of it is
+    /// its own (private dirty: not shared with other processes, not dropped under pressure).
+    private func tlsLibraries(_ lab: RoamingLab) -> String {
+        guard let pid = lab.clientPID else { return "?" }
         let sum = try? NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/awk"), [
-            "/^[0-9a-f]+-[0-9a-f]+ / { c = /libssl|libcrypto/; next } c && /^Rss:/ { s += $2 } END { print s + 0 }",
+            "/^[0-9a-f]+-[0-9a-f]+ / { c = /libssl|libcrypto/; next } c && /^Rss:/ { s += $2 } "
+                + "c && /^Private_Dirty:/ { d += $2 } END { print s + 0 \" kB, \" d + 0 \" kB private dirty\" }",
             "/proc/\(pid)/smaps"])
-        return Int(sum?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+        return sum?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
     }
 
     private func leaked(_ lab: RoamingLab) -> Int? {
@@ -349,7 +351,7 @@ struct OnDemandLabTests {
         #expect(directPing(lab, "10.20.0.1"), "the laptop talks to the office directly")
         let memory = lab.clientMemory()
         print("on-demand: the café's key refused, the office's pinned key lifted the lockdown \(lifted.short) after docking; "
-            + "client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, libssl and libcrypto \(tlsLibraries(lab)) kB) "
+            + "client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, libssl and libcrypto \(tlsLibraries(lab))) "
             + "after both TLS probes")
     }
 }
