@@ -113,6 +113,8 @@ public struct KeyPin: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "sha256//" + Self.encode(hash) }
 
+    // A codec of its own: the core imports no C library, and a pin is public (secret keys'
+    // text goes through libsodium's constant-time one, in Tunnel).
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
 
     /// 32 bytes from their 44 characters of base64 (43 and one '='), the only way they are written.
