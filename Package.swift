@@ -23,6 +23,7 @@ let package = Package(
         .systemLibrary(name: "CMnl", pkgConfig: "libmnl", providers: [.apt(["libmnl-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .target(name: "CShims"),
 
         // From the bottom. Shared value types: addresses and prefixes, the agent's clock, seeded
@@ -59,10 +60,11 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Captive portals from the user's side: the HTTP connectivity check that finds one, and the
-        // network's resolvers for the program that logs in through a portal window.
+        // network's resolvers for the program that logs in through a portal window; the pinned
+        // HTTPS probe of the on-demand rules (libssl).
         .target(
             name: "Connectivity",
-            dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel", "CShims"],
+            dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel", "CShims", "COpenSSL"],
             swiftSettings: strict),
         // The client's and the server's settings, their YAML reader, and the trusted-file reader for
         // the secrets and configurations: made of the types of the modules below.
@@ -140,7 +142,9 @@ let package = Package(
         .testTarget(
             name: "SettingsTests", dependencies: ["Basics", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
             swiftSettings: strict),
-        .testTarget(name: "ConnectivityTests", dependencies: ["Basics", "Reconnector", "Connectivity"], swiftSettings: strict),
+        .testTarget(
+            name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],
+            swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
         .testTarget(

@@ -8,14 +8,17 @@ extension YAMLReader {
     /// ```
     /// on-demand:
     ///   - name: office
-    ///     match: {gateway-mac: "52:54:00:12:34:56", subnet: 10.20.0.0/16}
+    ///     match:
+    ///       gateway-mac: "52:54:00:12:34:56"
+    ///       probe: {url: "https://probe.corp.example/roam", expect: 204,
+    ///               pin: "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="}
     ///     action: disconnect
     ///     lockdown: lift
     ///   - match: {interface-kind: wifi}
     ///     action: connect
     /// ```
-    /// A value out of place, and a rule that contradicts the rules before it (it could never
-    /// match), are line-numbered errors.
+    /// A value out of place, a rule that contradicts the rules before it (it could never
+    /// match), and a lift without proof (no pinned probe) are line-numbered errors.
     public func onDemandRules(_ node: Node) throws(ConfigError) -> OnDemandRules {
         var rules: [OnDemandRule] = []
         for (i, item) in try list(node).enumerated() {
@@ -31,15 +34,16 @@ extension YAMLReader {
             guard let action = OnDemandAction(rawValue: actionText) else {
                 throw fail(actionNode, "'action' is connect, disconnect or ignore, got \"\(actionText)\"")
             }
+            let match = try f.optional("match").map { n throws(ConfigError) in try onDemandMatch(n) } ?? OnDemandRule.Match()
             var lifts = false
             if let n = f.optional("lockdown") {
                 guard try string(n) == "lift" else { throw fail(n, "'lockdown' can only be 'lift' (the lockdown stays otherwise)") }
                 guard action == .disconnect else {
                     throw fail(n, "'lockdown: lift' goes with 'action: disconnect' only: a tunnel that is up keeps its lockdown")
                 }
+                guard match.isProven else { throw fail(n, Self.liftNeedsProof) }
                 lifts = true
             }
-            let match = try f.optional("match").map { n throws(ConfigError) in try onDemandMatch(n) } ?? OnDemandRule.Match()
             rules.append(OnDemandRule(name: name, line: item.line, match: match, action: action, liftsLockdown: lifts))
         }
         var seen: [String: Int] = [:]
@@ -55,6 +59,11 @@ extension YAMLReader {
         }
         return result
     }
+
+    /// Why a lift without a pinned probe is refused.
+    static let liftNeedsProof = "'lockdown: lift' needs proof the network cannot forge: a 'probe' with an https:// url "
+        + "and the 'pin' of its server's key (a gateway-mac, ssid, subnet or dns-domain is whatever the network "
+        + "says it is, and any network can say the office's)"
 
     private func onDemandMatch(_ node: Node) throws(ConfigError) -> OnDemandRule.Match {
         let f = try fields(node, "'match'", allowed: ["interface-kind", "interface", "ssid", "gateway-mac", "subnet",
@@ -104,12 +113,29 @@ extension YAMLReader {
             return OnDemandRules.normalized(text)
         }
         if let n = f.optional("probe") {
-            let p = try fields(n, "'probe'", allowed: ["url", "expect"])
+            let p = try fields(n, "'probe'", allowed: ["url", "expect", "pin"])
             let urlNode = try p.required("url")
             let url = try string(urlNode)
-            guard url.hasPrefix("http://"), url.count > 7, url.count <= 2048, url.allSatisfy({ $0.isASCII && !$0.isWhitespace })
-            else { throw fail(urlNode, "'probe' url is a plain http:// URL, got \"\(url)\"") }
-            m.probe = OnDemandRule.Probe(url: url, expect: try httpExpectation(p.required("expect")))
+            let https = url.hasPrefix("https://")
+            guard https || url.hasPrefix("http://"), url.count > (https ? 8 : 7), url.count <= 2048,
+                  url.allSatisfy({ $0.isASCII && !$0.isWhitespace })
+            else { throw fail(urlNode, "'probe' url is an http:// URL, or an https:// one with a 'pin', got \"\(url)\"") }
+            var pin: KeyPin?
+            if let pinNode = p.optional("pin") {
+                let text = try string(pinNode)
+                guard let key = KeyPin(text) else {
+                    throw fail(pinNode, "'pin' is sha256// and the base64 of the SHA-256 of the server's public key "
+                        + "(its DER SubjectPublicKeyInfo, 32 bytes: 44 characters ending in '='), got \"\(text)\"")
+                }
+                guard https else {
+                    throw fail(urlNode, "a 'pin' needs an https:// url: a key is only shown over TLS, got \"\(url)\"")
+                }
+                pin = key
+            } else if https {
+                throw fail(urlNode, "an https:// probe needs the 'pin' of its server's key (sha256//...): the probe "
+                    + "checks no certificate authority, only the key")
+            }
+            m.probe = OnDemandRule.Probe(url: url, expect: try httpExpectation(p.required("expect")), pin: pin)
         }
         return m
     }

@@ -82,24 +82,29 @@ public struct PortalCheck: Equatable, Sendable {
     }
 }
 
-/// A plain `http://` URL, the only kind a portal can intercept.
+/// An `http://` URL, the only kind a portal can intercept, or an `https://` one (a pinned
+/// on-demand probe's).
 public struct CheckURL: Equatable, Sendable {
     public var host: String
     public var port: UInt16
+    /// `https://`: the request goes over TLS.
+    public var isHTTPS: Bool
     /// The path and query, starting with `/`.
     var target: String
     /// As written.
     public var text: String
 
     public init?(_ text: String) {
-        guard text.count <= 2048, text.hasPrefix("http://"), text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return nil }
-        let rest = text.dropFirst("http://".count)
+        let https = text.hasPrefix("https://")
+        guard text.count <= 2048, https || text.hasPrefix("http://"), text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return nil }
+        let rest = text.dropFirst(https ? "https://".count : "http://".count)
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         var target = String(rest.dropFirst(authority.count).prefix { $0 != "#" })
         if target.isEmpty || target.hasPrefix("?") { target = "/" + target }
         guard !authority.contains("@"), let endpoint = Endpoint(String(authority)), !endpoint.host.isEmpty else { return nil }
         host = endpoint.host
-        port = endpoint.port ?? 80
+        isHTTPS = https
+        port = endpoint.port ?? (https ? 443 : 80)
         self.target = target
         self.text = text
     }
@@ -107,7 +112,7 @@ public struct CheckURL: Equatable, Sendable {
     /// The request: HTTP/1.1 (portals rewrite by Host), no keep-alive, nothing cached.
     var request: String {
         let hostHeader = host.contains(":") ? "[\(host)]" : host
-        return "GET \(target) HTTP/1.1\r\nHost: \(hostHeader)\(port == 80 ? "" : ":\(port)")\r\n"
+        return "GET \(target) HTTP/1.1\r\nHost: \(hostHeader)\(port == (isHTTPS ? 443 : 80) ? "" : ":\(port)")\r\n"
             + "User-Agent: roam-connectivity-check\r\nAccept: */*\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
     }
 

@@ -23,7 +23,8 @@ public struct OnDemandRule: Equatable, Sendable {
     public var match: Match
     public var action: OnDemandAction
     /// With `disconnect`: the lockdown, the tunnel's routes and its resolvers step aside while
-    /// the network stays, so the machine talks to it directly.
+    /// the network stays, so the machine talks to it directly. Only ever with proof: a rule
+    /// whose match has no pinned probe (`Match.isProven`) keeps the lockdown whatever this says.
     public var liftsLockdown: Bool
 
     public init(name: String, line: Int = 0, match: Match = Match(), action: OnDemandAction, liftsLockdown: Bool = false) {
@@ -48,7 +49,8 @@ public struct OnDemandRule: Equatable, Sendable {
         public var subnets: [Prefix] = []
         /// DNS search domains the network gives; `corp.example` also matches `eu.corp.example`.
         public var dnsDomains: [String] = []
-        /// A plain HTTP request over the uplink that answers as expected only on a trusted network.
+        /// A request over the uplink that answers as expected only on a trusted network; with a
+        /// pin, over TLS to a server that must prove it holds the pinned key.
         public var probe: Probe?
 
         public init(interfaceKinds: [LinkKind] = [], interfaces: [String] = [], ssids: [String] = [],
@@ -64,20 +66,113 @@ public struct OnDemandRule: Equatable, Sendable {
 
         /// No criterion: every network matches.
         public var isEmpty: Bool { self == Match() }
+
+        /// Whether matching takes proof the network cannot forge: a probe whose server must show
+        /// the pinned key. Hardware addresses, Wi-Fi names, subnets and search domains are
+        /// whatever the network says they are.
+        public var isProven: Bool { probe?.pin != nil }
     }
 
     /// A request that answers as expected only where the network is trusted.
     public struct Probe: Hashable, Sendable, CustomStringConvertible {
-        /// A plain `http://` URL.
+        /// A plain `http://` URL, or an `https://` one with a pin.
         public var url: String
         public var expect: HTTPExpectation
+        /// The key the `https://` server must hold: its answer counts only over a TLS session
+        /// whose certificate carries this public key.
+        public var pin: KeyPin?
 
-        public init(url: String, expect: HTTPExpectation) {
+        public init(url: String, expect: HTTPExpectation, pin: KeyPin? = nil) {
             self.url = url
             self.expect = expect
+            self.pin = pin
         }
 
         public var description: String { url }
+    }
+}
+
+/// A server's public key, pinned: the SHA-256 of the DER SubjectPublicKeyInfo of its
+/// certificate, written `sha256//` and the hash in base64 (HPKP's and curl's
+/// `--pinnedpubkey` form, what `openssl x509 -pubkey | openssl pkey -pubin -outform der |
+/// openssl dgst -sha256 -binary | base64` prints after `sha256//`).
+public struct KeyPin: Hashable, Sendable, CustomStringConvertible {
+    /// The hash's 32 bytes.
+    public let hash: [UInt8]
+
+    public init?(hash: [UInt8]) {
+        guard hash.count == 32 else { return nil }
+        self.hash = hash
+    }
+
+    /// From its text, `sha256//` and 44 characters of standard base64; nil for anything else.
+    public init?(_ text: String) {
+        guard text.startsExactly(with: "sha256//"), let bytes = Self.decode(text.utf8.dropFirst(8)) else { return nil }
+        self.init(hash: bytes)
+    }
+
+    public var description: String { "sha256//" + Self.encode(hash) }
+
+    // A codec of its own: the core imports no C library, and a pin is public (secret keys'
+    // text goes through libsodium's constant-time one, in Tunnel).
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+
+    /// 32 bytes from their 44 characters of base64 (43 and one '='), the only way they are written.
+    private static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
+        let chars = Array(text)
+        guard chars.count == 44, chars[43] == UInt8(ascii: "=") else { return nil }
+        var bits: UInt32 = 0, count = 0
+        var out: [UInt8] = []
+        for c in chars[..<43] {
+            guard let value = alphabet.firstIndex(of: c) else { return nil }
+            bits = bits << 6 | UInt32(value)
+            count += 6
+            if count >= 8 {
+                count -= 8
+                out.append(UInt8(truncatingIfNeeded: bits >> UInt32(count)))
+            }
+        }
+        // The last character's two spare bits are zero when the text is the bytes' own.
+        guard out.count == 32, bits & 0b11 == 0 else { return nil }
+        return out
+    }
+
+    private static func encode(_ bytes: [UInt8]) -> String {
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            let chunk = bytes[i..<min(i + 3, bytes.count)]
+            var n: UInt32 = 0
+            for (k, b) in chunk.enumerated() { n |= UInt32(b) << UInt32(16 - 8 * k) }
+            for k in 0..<4 {
+                out.append(k <= chunk.count ? alphabet[Int((n >> UInt32(18 - 6 * k)) & 63)] : UInt8(ascii: "="))
+            }
+            i += 3
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// What a probe's answer showed.
+public enum ProbeResult: Equatable, Sendable {
+    /// It answered as its rule expects. `proof`: over TLS, from a server that holds the pinned
+    /// key (nil for plain HTTP, which proves nothing about who answered).
+    case expected(proof: KeyProof?)
+    /// Any other answer, or none; for a pinned probe also a wrong key, a failed handshake, a
+    /// time-out.
+    case unexpected
+}
+
+/// A TLS server showed a certificate with the pinned key, and answered over that session, on
+/// one path: the network can only show it by reaching the server that holds the private key.
+public struct KeyProof: Hashable, Sendable {
+    public var pin: KeyPin
+    /// The path the probe went over (the uplink and the address it left from).
+    public var path: Path.ID
+
+    public init(pin: KeyPin, path: Path.ID) {
+        self.pin = pin
+        self.path = path
     }
 }
 
@@ -113,12 +208,12 @@ public struct NetworkFacts: Equatable, Sendable {
     /// The default gateway's hardware address, lowercase.
     public var gatewayMAC: Fact<String>
     public var dnsDomains: Fact<[String]>
-    /// Probes that answered (true: as expected); one missing is still out.
-    public var probes: [OnDemandRule.Probe: Bool]
+    /// Probes that answered; one missing is still out.
+    public var probes: [OnDemandRule.Probe: ProbeResult]
 
     public init(path: Path, ssid: Fact<String> = .absent, gatewayMAC: Fact<String> = .absent,
                 dnsDomains: Fact<[String]> = .absent, addresses: [IPAddress]? = nil,
-                probes: [OnDemandRule.Probe: Bool] = [:]) {
+                probes: [OnDemandRule.Probe: ProbeResult] = [:]) {
         self.path = path.id
         self.interface = path.interface
         self.kind = path.kind
@@ -197,7 +292,10 @@ public struct OnDemandRules: Equatable, Sendable {
             case .no: continue
             case .pending(let wanted): return .waiting(rule: rule.name, for: wanted, path: facts.path)
             case .yes:
-                return .decided(OnDemandVerdict(action: rule.action, rule: rule.name, liftsLockdown: rule.liftsLockdown,
+                // Matching a pinned probe took its proof on this path (`matches`); a rule
+                // without one never lifts, however it came to say so.
+                return .decided(OnDemandVerdict(action: rule.action, rule: rule.name,
+                                                liftsLockdown: rule.liftsLockdown && rule.match.isProven,
                                                 path: facts.path, interface: facts.interface))
             }
         }
@@ -227,8 +325,10 @@ public struct OnDemandRules: Equatable, Sendable {
         else { return .no }
         if let probe = match.probe {
             switch facts.probes[probe] {
-            case true?: break
-            case false?: return .no
+            case .expected(let proof)?:
+                // A pinned probe holds only with its key shown over this very path.
+                if let pin = probe.pin, proof != KeyProof(pin: pin, path: facts.path) { return .no }
+            case .unexpected?: return .no
             case nil: wanted.append(.probe(probe))
             }
         }

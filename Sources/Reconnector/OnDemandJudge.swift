@@ -13,8 +13,8 @@ public enum NetworkFact: Equatable, Sendable {
     /// resolv.conf's search list as the system wrote it, the tunnel's own domains left out;
     /// `beforeBoot`: the file was last written before this boot.
     case searchDomains([String], beforeBoot: Bool)
-    /// A probe made for the network of `generation` answered (true: as its rule expects).
-    case probeAnswered(OnDemandRule.Probe, generation: UInt64, Bool)
+    /// A probe made for the network of `generation` answered, or failed to.
+    case probeAnswered(OnDemandRule.Probe, generation: UInt64, ProbeResult)
 }
 
 /// What the rules ask the runner to find out; the answer comes back as a `NetworkFact`.
@@ -65,8 +65,13 @@ public struct OnDemandJudge: Sendable {
     /// for the network it was made on.
     public private(set) var generation: UInt64 = 0
     /// Probes that answered on it, and those still out.
-    private var answered: [OnDemandRule.Probe: Bool] = [:]
+    private var answered: [OnDemandRule.Probe: ProbeResult] = [:]
     private var running: Set<OnDemandRule.Probe> = []
+    /// The best path as last judged, which pinned probes are made again over.
+    private var path: Path?
+    /// When the pinned probes that answered on this network are made again: a proof holds
+    /// only while the server goes on showing its key there.
+    private var recheckAt: Instant?
     /// The Wi-Fi network; nil until asked for on this network.
     private var wifi: Fact<String>?
     /// The gateway's hardware address: known, absent (none after the wait), or being resolved;
@@ -101,6 +106,9 @@ public struct OnDemandJudge: Sendable {
     /// How long reads the runner answers at once may stay unanswered before what they asked
     /// counts as absent (a runner that lost one must not hold the session for ever).
     public static let answerWait: Duration = .seconds(1)
+    /// How often a pinned probe is made again on the network it answered on (its last answer
+    /// stands meanwhile): a proof holds only while the server goes on showing its key there.
+    public static let proofRecheck: Duration = .seconds(60)
 
     /// Reads of the machine's own state are out (the Wi-Fi network, the neighbour table,
     /// resolv.conf), answered as soon as the runner has carried out this event's effects:
@@ -123,7 +131,8 @@ public struct OnDemandJudge: Sendable {
 
     /// When the rules should look again by themselves: a gateway entry or search domains awaited.
     public var nextDeadline: Instant? {
-        [resolving?.next, searchAwaited?.until, awaitsAnswers ? askedAt.map { $0 + Self.answerWait } : nil].compactMap { $0 }.min()
+        [resolving?.next, searchAwaited?.until, awaitsAnswers ? askedAt.map { $0 + Self.answerWait } : nil, recheckAt]
+            .compactMap { $0 }.min()
     }
 
     /// New rules (a reload): everything is decided afresh.
@@ -136,6 +145,7 @@ public struct OnDemandJudge: Sendable {
     /// next network is looked at, and decided for, afresh.
     public mutating func forgetNetwork() {
         network = nil
+        path = nil
         networkMoved()
         searchAwaited = nil
         search = nil
@@ -149,6 +159,7 @@ public struct OnDemandJudge: Sendable {
         generation &+= 1
         answered = [:]
         running = []
+        recheckAt = nil
         gatewayMAC = nil
         gatewayAsked = false
         wifi = nil
@@ -186,18 +197,28 @@ public struct OnDemandJudge: Sendable {
             guard list != search else { return false }
             search = list
             return network != nil
-        case .probeAnswered(let probe, let generation, let expected):
+        case .probeAnswered(let probe, let generation, let result):
             guard generation == self.generation else { return false }
             running.remove(probe)
-            answered[probe] = expected
+            answered[probe] = result
+            if probe.pin != nil, recheckAt == nil { recheckAt = now + Self.proofRecheck }
             return true
         }
     }
 
     /// A deadline of `nextDeadline` passed: the gateway's entry is looked for again, or given up
-    /// on; the search domains are awaited no longer.
+    /// on; the search domains are awaited no longer; the pinned probes are made again.
     public mutating func timerFired(now: Instant, _ asks: inout [FactRequest]) {
         if let until = searchAwaited?.until, until <= now { searchAwaited?.until = nil }
+        if let due = recheckAt, due <= now {
+            recheckAt = nil
+            if let path {
+                for probe in answered.keys.sorted(by: { $0.url < $1.url }) where probe.pin != nil && !running.contains(probe) {
+                    running.insert(probe)
+                    asks.append(.probe(probe, via: path, generation: generation))
+                }
+            }
+        }
         if awaitsAnswers, let askedAt, askedAt + Self.answerWait <= now {
             // Unanswered: nothing known of them.
             if wifi == .pending { wifi = .absent }
@@ -235,6 +256,7 @@ public struct OnDemandJudge: Sendable {
             network = here
             if let seen, seen.network != here { searchAwaited = (seen.list, now + Self.domainsWait) }
         }
+        path = best
         var facts = NetworkFacts(path: best, probes: answered)
         facts.addresses = model.usableAddresses(on: best.linkIndex)
         if facts.addresses.isEmpty { facts.addresses = [best.source] }

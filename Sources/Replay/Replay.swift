@@ -86,7 +86,7 @@ public struct Replay {
     /// The lockdown lets a portal window's process tree out.
     private var windowOpen = false
     /// What on-demand rules can learn of the network behind each link.
-    private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)] = [:]
+    private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>, tlsKey: KeyPin?)] = [:]
     /// The agent's configuration file as it is now (a reload changes it; a new process reads it).
     private var configured: (config: Config, rules: OnDemandRules)
     /// The user who runs `agent portal` in a scenario.
@@ -487,11 +487,12 @@ public struct Replay {
             if let spread = spec.jitter { jitter[spec.name] = spread }
             if let mtu = spec.pathMTU { pathMTU[spec.name] = mtu }
             if let timeout = spec.natTimeout { natTimeout[spec.name] = timeout }
-            var facts = networks[spec.name] ?? (nil, nil, nil, [])
+            var facts = networks[spec.name] ?? (nil, nil, nil, [], nil)
             if let ssid = spec.ssid { facts.ssid = ssid }
             if let mac = spec.gatewayMAC { facts.gatewayMAC = mac }
             if let domains = spec.dnsDomains { facts.domains = domains }
             if let urls = spec.probeAnswers { facts.probes = Set(urls) }
+            if let key = spec.tlsKey { facts.tlsKey = key }
             networks[spec.name] = facts
             let old = model.link(named: spec.name)
             let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
@@ -1134,9 +1135,18 @@ extension Replay {
             requireKnown(path, action: "on-demand probe")
             let name = interface(of: path.id)
             let passes = name.map { reaches(path.id) && !dropped.contains($0) } ?? false
-            let answers = passes && !sleeping && name.flatMap { networks[$0]?.probes.contains(probe.url) } == true
+            let network = passes && !sleeping ? name.flatMap { networks[$0] } : nil
+            var result = ProbeResult.unexpected
+            if let network, network.probes.contains(probe.url) {
+                // Over TLS the network's server shows its key, which the daemon reports as it is.
+                if probe.pin == nil {
+                    result = .expected(proof: nil)
+                } else if let key = network.tlsKey, key == probe.pin {
+                    result = .expected(proof: KeyProof(pin: key, path: path.id))
+                }
+            }
             let at = passes ? now + roundTrip(path.id) : now + .seconds(5)
-            queue.push(at, .answer(.networkFact(.probeAnswered(probe, generation: generation, answers))))
+            queue.push(at, .answer(.networkFact(.probeAnswered(probe, generation: generation, result))))
         }
     }
 
@@ -1159,7 +1169,7 @@ extension Replay {
 
     /// The kernel's notices of a network's facts that a link's new description changed, for
     /// the ones the agent follows.
-    private mutating func noticeFacts(on name: String, before: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>)?) {
+    private mutating func noticeFacts(on name: String, before: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>, tlsKey: KeyPin?)?) {
         guard let index = kernel.model.link(named: name)?.index, let after = networks[name] else { return }
         if notices.wifi, after.ssid != before?.ssid {
             queue.push(now, .answer(.networkFact(.wifi(linkIndex: index, wifi(on: name)))))

@@ -207,6 +207,9 @@ public struct LinkSpec: Sendable {
     public var dnsDomains: [String]?
     /// Probe URLs that answer as their rules expect on this network.
     public var probeAnswers: [String]?
+    /// The key the `https://` servers this network reaches show (the office's server's own, or
+    /// an impostor's): a pinned probe answers only when it is the pinned one.
+    public var tlsKey: KeyPin?
 }
 
 /// A route as a scenario describes it, naming links.

@@ -88,7 +88,7 @@ extension YAMLReader {
             settings.onDemand = try onDemandRules(node)
             for rule in settings.onDemand.rules {
                 if let probe = rule.match.probe, CheckURL(probe.url) == nil {
-                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): the probe's url \"\(probe.url)\" is not a usable http:// URL")
+                    throw ConfigError(file: file, line: rule.line, message: "\(rule.name): the probe's url \"\(probe.url)\" is not a usable URL")
                 }
                 if rule.liftsLockdown, !settings.lockdown {
                     throw ConfigError(file: file, line: rule.line, message: "\(rule.name): 'lockdown: lift' with 'lockdown: false': there is no lockdown to lift")
@@ -105,7 +105,7 @@ extension YAMLReader {
         if let n = f.optional("check") { settings.reconnect.portalCheck = try bool(n) }
         if let n = f.optional("url") {
             let text = try string(n)
-            guard let url = CheckURL(text) else {
+            guard let url = CheckURL(text), !url.isHTTPS else {
                 throw fail(n, "'url' is a plain http:// URL (a portal can only intercept plain HTTP), e.g. "
                     + PortalCheck.standard.url.text + "; got \"\(text)\"")
             }

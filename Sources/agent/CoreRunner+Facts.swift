@@ -35,14 +35,32 @@ extension ClientDaemon.CoreRunner {
         effects.networkObserved(core.network.model)
     }
 
-    /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is.
+    /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is:
+    /// a plain one as the check itself, a pinned one over TLS. Why a probe proved nothing is
+    /// logged; the core hears only what it showed.
     func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
-        guard let url = CheckURL(probe.url) else {
-            return produced.append(.networkFact(.probeAnswered(probe, generation: generation, false)))
-        }
         log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
+        if probe.pin != nil {
+            guard let pinned = PinnedProbe(probe) else {
+                return produced.append(.networkFact(.probeAnswered(probe, generation: generation, .unexpected)))
+            }
+            let log = log
+            return offThread(failed: .found(.probeAnswered(probe, generation: generation, .unexpected))) { mark, avoiding in
+                switch pinned.run(via: path, mark: mark, avoiding: avoiding) {
+                case .success(let proof):
+                    return .found(.probeAnswered(probe, generation: generation, .expected(proof: proof)))
+                case .failure(let why):
+                    log.warning("on-demand probe proved nothing", metadata: ["path": "\(path.interface)", "url": "\(probe.url)",
+                                                                             "error": "\(why)"])
+                    return .found(.probeAnswered(probe, generation: generation, .unexpected))
+                }
+            }
+        }
+        guard let url = CheckURL(probe.url), !url.isHTTPS else {
+            return produced.append(.networkFact(.probeAnswered(probe, generation: generation, .unexpected)))
+        }
         run(PortalCheck(url: url, expect: probe.expect), via: path) {
-            .found(.probeAnswered(probe, generation: generation, $0 == .online))
+            .found(.probeAnswered(probe, generation: generation, $0 == .online ? .expected(proof: nil) : .unexpected))
         }
     }
 
@@ -52,14 +70,24 @@ extension ClientDaemon.CoreRunner {
     /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers
     /// avoided) and posts what `answer` makes of its result.
     func run(_ check: PortalCheck, via path: Path, answer: @escaping @Sendable (Connectivity) -> ClientDaemon.Event) {
+        offThread(failed: answer(.unknown("cannot start its thread"))) { mark, avoiding in
+            answer(check.run(via: path, mark: mark, avoiding: avoiding))
+        }
+    }
+
+    /// Runs `work` on a thread of its own with the session's mark and the tunnel's resolvers to
+    /// avoid, and posts the event it returns (`failed` when no thread could be had).
+    func offThread(failed: ClientDaemon.Event? = nil,
+                   _ work: @escaping @Sendable (_ mark: UInt32?, _ avoiding: [IPAddress]) -> ClientDaemon.Event) {
         let mark = settings.mode.socketMark
         let avoiding = effects.dns?.applied?.resolvers ?? []
         do {
             try OSThread.detach { [weak mailbox] in
-                mailbox?.post(answer(check.run(via: path, mark: mark, avoiding: avoiding)))
+                mailbox?.post(work(mark, avoiding))
             }
         } catch {
-            mailbox.post(answer(.unknown("cannot start its thread: \(error)")))
+            log.warning("cannot start a thread", metadata: ["error": "\(error)"])
+            if let failed { mailbox.post(failed) }
         }
     }
 
@@ -115,8 +143,10 @@ extension ClientDaemon.CoreRunner {
         case .connectivity(let result, let id):
             checked(result, on: id)
         case .found(let fact):
-            if case .probeAnswered(let probe, _, let expected) = fact {
-                log.info("on-demand probe answered", metadata: ["url": "\(probe.url)", "expected": "\(expected)"])
+            if case .probeAnswered(let probe, _, let result) = fact {
+                var metadata: Logger.Metadata = ["url": "\(probe.url)", "expected": "\(result != .unexpected)"]
+                if case .expected(let proof?) = result { metadata["key"] = "\(proof.pin)" }
+                log.info("on-demand probe answered", metadata: metadata)
             }
             feed(.networkFact(fact))
         }

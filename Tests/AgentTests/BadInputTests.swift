@@ -70,6 +70,30 @@ struct BadInputTests {
         #expect(!lab.log("run-0.log").contains("wrong"), "the password is never logged")
     }
 
+    /// A rule that lifts the lockdown on what the network says of itself (its router's hardware
+    /// address, its Wi-Fi name) is refused at its line before anything is set up, as `agent
+    /// check` refuses it; so is a pin that is not a key's hash.
+    @Test func aLiftWithoutProofIsRefusedAtItsLine() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let configuration = lab.directory + "/client.yaml"
+        let original = try String(contentsOfFile: configuration, encoding: .utf8)
+        try lab.configure("client", "on-demand:\n  - name: office\n    match: {gateway-mac: \"52:54:00:0f:f1:ce\", ssid: Office}\n"
+            + "    action: disconnect\n    lockdown: lift")
+        let line = original.split(separator: "\n", omittingEmptySubsequences: false).count + 5
+        let unproven = try up(lab)
+        #expect(unproven.status == 2 && unproven.line.contains("client.yaml:\(line): 'lockdown: lift' needs proof the network cannot forge"),
+                "\(unproven)")
+        let checked = try NamespaceLab.capture(RoamingLab.builtAgent, ["check", "--config", configuration])
+        #expect(checked.status == 2 && checked.output.contains("client.yaml:\(line): 'lockdown: lift' needs proof"), "\(checked.output)")
+
+        try lab.editConfiguration("client") { _ in
+            original + "\non-demand:\n  - name: office\n    match:\n      probe:\n        url: \"https://10.20.0.1/roam\"\n"
+                + "        expect: 204\n        pin: \"sha256//not-a-hash\"\n    action: disconnect\n    lockdown: lift\n"
+        }
+        let badPin = try up(lab)
+        #expect(badPin.status == 2 && badPin.line.contains("client.yaml:\(line + 2): 'pin' is sha256//"), "\(badPin)")
+    }
+
     @Test func noTunDriver() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         // A mount namespace of its own where /dev/net is empty: the machine without the driver.

@@ -5,28 +5,47 @@ import Basics
 import Testing
 
 /// On-demand rules in the lab: the laptop's wired uplink (`eth0`, 10.20.0.57/24 behind the
-/// router's `eth-l`) is a trusted network; Wi-Fi (`wifi0`) is not.
-@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+/// router's `eth-l`) is a trusted network; Wi-Fi (`wifi0`) is not. The office's HTTPS server
+/// (`openssl s_server` on the router's 10.20.0.1:443, a key made for the test) answers the
+/// pinned probe that every rule lifting the lockdown must carry.
+@Suite(.enabled(if: NamespaceLab.isRoot && PinnedServer.isAvailable,
+                Comment(rawValue: NamespaceLab.isRoot ? "needs openssl (scripts/setup installs it)" : NamespaceLab.skipReason)),
+       .serialized)
 struct OnDemandLabTests {
     /// The office router's hardware address, given to the router's side of the laptop's cable.
     static let officeMAC = "52:54:00:0f:f1:ce"
+    /// Where the office's server answers the probe, and what.
+    static let probeURL = "https://10.20.0.1/roam"
 
-    /// The office, trusted by its router's hardware address, with the lockdown lifted there.
-    static func office(mac: String = officeMAC) -> String {
+    /// The office's pinned probe, for a rule's `match`.
+    static func probe(pin: String) -> String {
+        "probe: {url: \"\(probeURL)\", expect: roam-office, pin: \"\(pin)\"}"
+    }
+
+    /// The office, matched by its router's hardware address and proven by its server's pinned
+    /// key, with the lockdown lifted there.
+    static func office(mac: String = officeMAC, pin: String) -> String {
         """
           - name: office
-            match: {gateway-mac: "\(mac)"}
+            match: {gateway-mac: "\(mac)", \(probe(pin: pin))}
             action: disconnect
             lockdown: lift
         """
     }
 
-    private func lab(rules: String) throws -> RoamingLab {
+    /// A lab whose router has the office's hardware address on the cable's side and runs the
+    /// office's HTTPS server; `rules` are given the server's pin.
+    private func lab(rules: (_ pin: String) -> String) throws -> (RoamingLab, PinnedServer) {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.server.ip("link set eth-l address \(Self.officeMAC)")
-        try lab.configure("client", "on-demand:\n" + rules)
+        let server = try PinnedServer(in: lab.server, directory: lab.directory, name: "office", accept: "10.20.0.1:443")
+        try lab.configure("client", "on-demand:\n" + rules(server.pin))
         try lab.startServer()
-        return lab
+        return (lab, server)
+    }
+
+    private func lab(rules: String) throws -> RoamingLab {
+        try lab { _ in rules }.0
     }
 
     private func directPing(_ lab: RoamingLab, _ address: String) -> Bool {
@@ -42,21 +61,23 @@ struct OnDemandLabTests {
         return table?.output.contains("oifname \"\(interface)\" accept") == true
     }
 
-    /// Docked behind the office's router (trusted by its hardware address, `lockdown: lift`):
-    /// the tunnel is never tried, the lockdown and the tunnel's routes step aside, and the
-    /// laptop reaches the network directly. The cable pulled, the lockdown is back and the
-    /// tunnel comes up on Wi-Fi; docked again, the session ends and the lockdown lifts again.
+    /// Docked behind the office's router (its hardware address, and its server's pinned key
+    /// shown over the cable, `lockdown: lift`): the tunnel is never tried, the lockdown and the
+    /// tunnel's routes step aside, and the laptop reaches the network directly. The cable
+    /// pulled, the lockdown is back and the tunnel comes up on Wi-Fi; docked again, the session
+    /// ends and the lockdown lifts again.
     @Test func aTrustedGatewayLiftsTheLockdownAndLeavingItConnects() throws {
-        let lab = try lab(rules: Self.office())
+        let (lab, office) = try lab { Self.office(pin: $0) }
+        defer { office.stop() }
         try lab.loadBootLockdown()
         let started = LabClock.now
         try lab.startClient(waitForTunnel: false)
-        // The gateway's entry is resolved first (the rules wait, nothing is tried), then the rule decides.
+        // The gateway's entry is resolved and the probe made (the rules wait, nothing is tried), then the rule decides.
         #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) }, "\(lab.log("client.log"))")
         let trusted = LabClock.now - started
         let status = lab.status()
         #expect(status["state"] == "disconnected" && status["on_demand.rule"] == "office", "\(status)")
-        #expect(lab.log("client.log").contains("reason=\"onDemandWaits(office for gateway-mac)\""))
+        #expect(lab.log("client.log").contains("reason=\"onDemandWaits(office for gateway-mac,probe \(Self.probeURL))\""))
         #expect(lab.attempts() == 0, "a trusted network is never tried: \(status)")
         #expect(lab.log("client.log").contains("reason=\"onDemand(office on eth0: disconnect, lockdown lifted)\""),
                 "the transition names the rule: \(lab.log("client.log"))")
@@ -102,6 +123,9 @@ struct OnDemandLabTests {
         usleep(1_000_000)
         #expect(lab.attempts() == 0, "\(lab.status())")
         #expect(lab.lockdownLoaded() && !directPing(lab, "198.51.100.7"), "the lockdown stays")
+        let memory = lab.clientMemory()
+        print("on-demand: a subnet rule (no TLS), client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, "
+            + "libssl and libcrypto \(tlsLibraries(lab)))")
 
         try lab.laptop.ip("link set eth0 down")
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
@@ -113,7 +137,8 @@ struct OnDemandLabTests {
     /// address) is another network: no link, address or route changes, but the neighbour table's
     /// notice is enough for the lockdown to come back and the tunnel to come up on the cable.
     @Test func anotherRouterBehindTheSameAddressIsAnotherNetwork() throws {
-        let lab = try lab(rules: Self.office())
+        let (lab, office) = try lab { Self.office(pin: $0) }
+        defer { office.stop() }
         try lab.startClient(waitForTunnel: false)
         #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
                 "\(lab.log("client.log"))")
@@ -138,7 +163,8 @@ struct OnDemandLabTests {
     /// Rules changed by a reload apply at once: a connected tunnel ends when the new rules trust
     /// its network; rules with a mistake are refused at their line and the running ones stay.
     @Test func aReloadAppliesNewRulesAtOnceAndRefusesBrokenOnes() throws {
-        let lab = try lab(rules: Self.office(mac: "52:54:00:00:00:01"))
+        let (lab, office) = try lab { Self.office(mac: "52:54:00:00:00:01", pin: $0) }
+        defer { office.stop() }
         try lab.startClient()
         #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "eth0")
         let pid = try #require(lab.clientPID)
@@ -190,12 +216,15 @@ struct OnDemandLabTests {
     /// domain (the agent's own write of it, as the lockdown comes back, proves nothing), so the
     /// rules wait, then take the new network as giving none, and the tunnel comes up there.
     @Test func theLastNetworksSearchDomainIsNotTheNextOnes() throws {
-        let lab = try lab(rules: """
+        let (lab, office) = try lab { pin in
+            """
               - name: home
-                match: {dns-domain: home.example}
+                match: {dns-domain: home.example, \(Self.probe(pin: pin))}
                 action: disconnect
                 lockdown: lift
-            """)
+            """
+        }
+        defer { office.stop() }
         try lab.startClient(waitForTunnel: false)
         #expect(lab.waitFor(seconds: 10) { trusts(lab, "eth0") }, "\(lab.log("client.log"))")
 
@@ -243,5 +272,86 @@ struct OnDemandLabTests {
         #expect(lab.waitFor(seconds: 10) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
         #expect(lab.status()["path.interface"] == "wifi0")
         #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"), "\(lab.log("client.log"))")
+    }
+
+    /// Packets the router saw come in on `interface` from the laptop outside the tunnel (ICMP
+    /// echo requests from its own address there), counted by a rule of the test's.
+    private func countLeaks(_ lab: RoamingLab, on interface: String, from address: String) throws {
+        let added = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft",
+            "add table inet lab_leak; add chain inet lab_leak input { type filter hook prerouting priority -300 ; }; "
+                + "add rule inet lab_leak input iifname \(interface) ip saddr \(address) icmp type echo-request counter"])
+        #expect(added.status == 0, "\(added.output)")
+    }
+
+    /// The client's resident kB in libssl's and libcrypto's mappings, and how much of it is
+    /// its own (private dirty: not shared with other processes, not dropped under pressure).
+    private func tlsLibraries(_ lab: RoamingLab) -> String {
+        guard let pid = lab.clientPID else { return "?" }
+        let sum = try? NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/awk"), [
+            "/^[0-9a-f]+-[0-9a-f]+ / { c = /libssl|libcrypto/; next } c && /^Rss:/ { s += $2 } "
+                + "c && /^Private_Dirty:/ { d += $2 } END { print s + 0 \" kB, \" d + 0 \" kB private dirty\" }",
+            "/proc/\(pid)/smaps"])
+        return sum?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    }
+
+    private func leaked(_ lab: RoamingLab) -> Int? {
+        let table = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "list", "table", "inet", "lab_leak"])
+        guard let text = table?.output, let range = text.range(of: "counter packets ") else { return nil }
+        return Int(text[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    /// A café that impersonates the office: its router answers with the office router's hardware
+    /// address, and the probe's address (the office server's) answers over TLS with another key.
+    /// The rule does not match, the lockdown stays whole (not lifted, and a packet sent to the
+    /// café's router outside the tunnel never reaches it) and the tunnel comes up. Docked at
+    /// the office, where the server shows the pinned key over the cable, the lockdown lifts for
+    /// the cable alone.
+    @Test func aCafeImpersonatingTheOfficeKeepsTheLockdownAndTheOfficesKeyLiftsIt() throws {
+        let (lab, office) = try lab { Self.office(pin: $0) }
+        defer { office.stop() }
+        // The café's router: the office's hardware address, and its own server where the probe goes.
+        try lab.server.ip("link set wifi-l address \(Self.officeMAC)")
+        let impostor = try PinnedServer(in: lab.server, directory: lab.directory, name: "cafe", accept: "8443")
+        defer { impostor.stop() }
+        #expect(impostor.pin != office.pin)
+        let redirect = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft",
+            "add table ip lab_cafe; add chain ip lab_cafe pre { type nat hook prerouting priority -100 ; }; "
+                + "add rule ip lab_cafe pre iifname wifi-l tcp dport 443 redirect to :8443"])
+        #expect(redirect.status == 0, "\(redirect.output)")
+        try countLeaks(lab, on: "wifi-l", from: "192.168.1.23")
+
+        // At the café: no cable.
+        try lab.laptop.ip("link set eth0 down")
+        try lab.loadBootLockdown()
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 15) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        let log = lab.log("client.log")
+        #expect(log.contains("msg=\"on-demand probe proved nothing\"") && log.contains("not the pinned \(office.pin)"), "\(log)")
+        #expect(log.contains("showed the key \(impostor.pin)"), "the impostor's key is named: \(log)")
+        #expect(log.contains("onDemand(default on wifi0: connect)") && !log.contains("lockdown lifted"), "\(log)")
+        let status = lab.status()
+        #expect(status["path.interface"] == "wifi0" && !isTrue(status["on_demand.lockdown_lifted"]), "\(status)")
+        #expect(lab.lockdownLoaded() && !trusts(lab, "wifi0"), "the lockdown stays whole")
+        let direct = try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "ping", "-c", "2", "-i", "0.2",
+                                                                     "-W", "1", "-I", "wifi0", "192.168.1.1"])
+        #expect(direct?.status != 0, "nothing leaves outside the tunnel: \(direct?.output ?? "")")
+        #expect(leaked(lab) == 0, "the café's router saw nothing from the laptop outside the tunnel")
+
+        // At the office: the cable in, the server shows the pinned key over it.
+        let docked = LabClock.now
+        try lab.laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
+        #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
+                "\(lab.log("client.log"))")
+        let lifted = LabClock.now - docked
+        let after = lab.log("client.log")
+        #expect(after.contains("reason=\"onDemand(office on eth0: disconnect, lockdown lifted)\""), "\(after)")
+        #expect(after.contains("msg=\"on-demand probe answered\"") && after.contains("key=\"\(office.pin)\"")
+                    || after.contains("key=\(office.pin)"), "\(after)")
+        #expect(!trusts(lab, "wifi0"), "Wi-Fi stays locked")
+        #expect(directPing(lab, "10.20.0.1"), "the laptop talks to the office directly")
+        let memory = lab.clientMemory()
+        print("on-demand: the café's key refused, the office's pinned key lifted the lockdown \(lifted.short) after docking; "
+            + "client RSS \(memory.rss) kB (anonymous \(memory.anonymous) kB, libssl and libcrypto \(tlsLibraries(lab))) "
+            + "after both TLS probes")
     }
 }

@@ -80,7 +80,17 @@ func checkURLs(text: String, host: String, port: Int, target: String) {
     #expect(url?.host == host && url?.port == UInt16(port) && url?.target == target)
 }
 
-@Test(arguments: ["https://example.com/", "ftp://x/", "http://", "http://user@host/", "http://a b/", "http://host:0/", "example.com"])
+/// An `https://` URL is a pinned probe's: port 443 unless given, and the request's Host says
+/// no port then.
+@Test func anHTTPSURLIsAPinnedProbes() {
+    let url = CheckURL("https://probe.corp.example/roam")
+    #expect(url?.isHTTPS == true && url?.port == 443 && url?.target == "/roam")
+    #expect(url?.request.hasPrefix("GET /roam HTTP/1.1\r\nHost: probe.corp.example\r\n") == true)
+    #expect(CheckURL("https://10.20.0.1:8443/")?.request.contains("Host: 10.20.0.1:8443\r\n") == true)
+    #expect(CheckURL("http://example.com/")?.isHTTPS == false)
+}
+
+@Test(arguments: ["https://", "ftp://x/", "http://", "http://user@host/", "http://a b/", "http://host:0/", "example.com"])
 func checkURLsThatAreRefused(text: String) {
     #expect(CheckURL(text) == nil)
 }

@@ -247,8 +247,16 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
 // MARK: On-demand rules in the core
 
 private let officeGateway = "52:54:00:0f:f1:ce"
-private let officeRule = OnDemandRule(name: "office", match: .init(gatewayMACs: [officeGateway]), action: .disconnect,
-                                      liftsLockdown: true)
+private let officePin = KeyPin(hash: Array(repeating: 7, count: 32))!
+private let officeProbe = OnDemandRule.Probe(url: "https://10.20.0.1/roam", expect: .status(204), pin: officePin)
+private let officeRule = OnDemandRule(name: "office", match: .init(gatewayMACs: [officeGateway], probe: officeProbe),
+                                      action: .disconnect, liftsLockdown: true)
+
+/// The office's server answered the pinned probe over `path`, showing `key`.
+private func proven(_ core: AgentCore, on path: Path, key: KeyPin = officePin) -> AgentEvent {
+    .networkFact(.probeAnswered(officeProbe, generation: core.onDemand.generation,
+                                .expected(proof: KeyProof(pin: key, path: path.id))))
+}
 
 extension [Effect] {
     var attempts: Int { filter { if case .bind = $0 { true } else if case .handshake = $0 { true } else { false } }.count }
@@ -266,8 +274,11 @@ extension [Effect] {
     #expect(start.asked == [.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)])
     #expect(start.attempts == 0 && core.reconnector.state == .offline, "the machine hears of the paths only after the rules")
     let answer = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
-    #expect(answer.attempts == 0)
-    #expect(answer.contains(.liftLockdown(interface: "eth0")))
+    #expect(answer.attempts == 0 && !answer.contains(.liftLockdown(interface: "eth0")), "the hardware address proves nothing")
+    #expect(answer.asked == [.probe(officeProbe, via: eth0, generation: core.onDemand.generation)])
+    let proof = core.handle(proven(core, on: eth0), now: at(2))
+    #expect(proof.attempts == 0)
+    #expect(proof.contains(.liftLockdown(interface: "eth0")))
     #expect(core.reconnector.state == .disconnected(rule: "office", lifted: eth0.id))
 
     // Elsewhere: Wi-Fi only, with another gateway.
@@ -281,7 +292,9 @@ extension [Effect] {
     // Docked at the office: the better path is not tried before the rules know its gateway.
     let docked = away.handle(uplink(eth0), now: at(10_000))
     #expect(docked.attempts == 0 && docked.asked.contains(.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)))
-    let trusted = away.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(10_001))
+    let gateway = away.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(10_001))
+    #expect(gateway.attempts == 0 && gateway.asked.count == 1, "the rules wait for the probe, the session stays")
+    let trusted = away.handle(proven(away, on: eth0), now: at(10_001))
     #expect(trusted.contains(.disconnect) && trusted.contains(.liftLockdown(interface: "eth0")))
     #expect(trusted.attempts == 0)
     var later: [Effect] = []
@@ -293,6 +306,31 @@ extension [Effect] {
     #expect(later.attempts == 0, "nothing tried on the office network, \(t) ms")
 }
 
+/// The lift holds only while the proof does: the pinned probe is made again on the network,
+/// and the first recheck that fails (the key not shown, no answer) closes the lockdown and
+/// brings the tunnel up there.
+@Test func aProofLostOnRecheckPutsTheLockdownBackAndConnects() {
+    var core = agentCore(on: [eth0])
+    core = AgentCore(core.reconnector, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+                     rules: OnDemandRules([officeRule]))
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
+    #expect(core.handle(proven(core, on: eth0), now: at(2)).contains(.liftLockdown(interface: "eth0")))
+    var rechecks: [FactRequest] = []
+    var fired = 0
+    while rechecks.isEmpty, let due = core.nextDeadline, fired < 100 {
+        fired += 1
+        rechecks += core.handle(.timerFired(core.timers.first { $0.value == due }!.key), now: due).asked
+    }
+    #expect(rechecks == [.probe(officeProbe, via: eth0, generation: core.onDemand.generation)])
+    #expect(core.reconnector.state == .disconnected(rule: "office", lifted: eth0.id), "lifted while the recheck is out")
+    let lost = core.handle(.networkFact(.probeAnswered(officeProbe, generation: core.onDemand.generation, .unexpected)),
+                           now: at(60_100))
+    #expect(lost.contains(.restoreLockdown) && lost.attempts > 0, "\(lost)")
+    #expect(lost.firstIndex(of: .restoreLockdown)! < lost.firstIndex { if case .bind = $0 { true } else { false } }!,
+            "the lockdown closes before anything is sent")
+}
+
 /// A reload that drops every rule brings the tunnel up where a rule kept it down.
 @Test func rulesDroppedByAReloadBringTheTunnelUp() {
     var core = agentCore(on: [eth0])
@@ -300,6 +338,7 @@ extension [Effect] {
                      rules: OnDemandRules([officeRule]))
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
+    _ = core.handle(proven(core, on: eth0), now: at(1))
     #expect(core.handle(.reloaded(Config(), OnDemandRules([officeRule])), now: at(2)).isEmpty, "the same rules change nothing")
     let reload = core.handle(.reloaded(Config(), OnDemandRules()), now: at(3))
     #expect(reload.contains(.followNotices(FactNotices())))

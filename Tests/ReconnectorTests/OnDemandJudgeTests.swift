@@ -22,7 +22,7 @@ private func judge(_ judge: inout OnDemandJudge, _ best: Path? = wired, at now: 
 }
 
 private func disconnect(_ rule: OnDemandRule) -> OnDemandDecision {
-    .decided(OnDemandVerdict(action: .disconnect, rule: rule.name, liftsLockdown: rule.liftsLockdown, path: wired.id,
+    .decided(OnDemandVerdict(action: .disconnect, rule: rule.name, liftsLockdown: rule.liftsLockdown && rule.match.isProven, path: wired.id,
                              interface: "eth0"))
 }
 
@@ -40,11 +40,11 @@ private let connect = OnDemandDecision.decided(OnDemandVerdict(action: .connect,
     let (_, again) = judge(&j, at: ms(10))
     #expect(again == [.probe(probe, via: wired, generation: j.generation)] && j.generation != old,
             "a fresh probe for the network as it is now")
-    let learnt1 = j.learn(.probeAnswered(probe, generation: old, true), now: ms(20))
+    let learnt1 = j.learn(.probeAnswered(probe, generation: old, .expected(proof: nil)), now: ms(20))
     #expect(!learnt1)
     #expect(judge(&j, at: ms(20)).0 == nil && j.decision == .waiting(rule: "intranet", for: [.probe(probe)], path: wired.id))
 
-    let learnt2 = j.learn(.probeAnswered(probe, generation: j.generation, true), now: ms(30))
+    let learnt2 = j.learn(.probeAnswered(probe, generation: j.generation, .expected(proof: nil)), now: ms(30))
     #expect(learnt2)
     let (decided, none) = judge(&j, at: ms(30))
     #expect(decided == disconnect(intranet))
@@ -147,4 +147,58 @@ private let connect = OnDemandDecision.decided(OnDemandVerdict(action: .connect,
     j.timerFired(now: ms(1000), &asked)
     #expect(!j.awaitsAnswers)
     #expect(judge(&j, at: ms(1000)).0 == connect)
+}
+
+private let officePin = KeyPin(hash: Array(repeating: 7, count: 32))!
+private let pinned = OnDemandRule.Probe(url: "https://10.20.0.1/roam", expect: .status(204), pin: officePin)
+private let provenOffice = OnDemandRule(name: "office", match: .init(probe: pinned), action: .disconnect, liftsLockdown: true)
+private let wireless = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddress("192.168.1.23")!,
+                            gateway: IPAddress("192.168.1.1"), metric: 600, prefixLength: 0, mtu: 1500)
+
+/// The proof is rechecked while the network stays: the server showing its key again keeps the
+/// lift, without a word to the machine; failing once (its key gone, a time-out) closes it.
+@Test func aProofLostOnRecheckClosesTheLockdown() {
+    var j = OnDemandJudge(rules: OnDemandRules([provenOffice]))
+    let (waiting, asks) = judge(&j, at: ms(0))
+    #expect(waiting == .waiting(rule: "office", for: [.probe(pinned)], path: wired.id))
+    #expect(asks == [.probe(pinned, via: wired, generation: j.generation)])
+    let proof = ProbeResult.expected(proof: KeyProof(pin: officePin, path: wired.id))
+    _ = j.learn(.probeAnswered(pinned, generation: j.generation, proof), now: ms(30))
+    let (lifted, _) = judge(&j, at: ms(30))
+    #expect(lifted == disconnect(provenOffice))
+    if case .decided(let verdict)? = lifted { #expect(verdict.liftsLockdown) }
+
+    // A minute on: asked again, the old answer standing meanwhile.
+    #expect(j.nextDeadline == ms(30) + OnDemandJudge.proofRecheck)
+    var again: [FactRequest] = []
+    j.timerFired(now: j.nextDeadline!, &again)
+    #expect(again == [.probe(pinned, via: wired, generation: j.generation)])
+    #expect(judge(&j, at: ms(60_030)).0 == nil, "nothing changes while the recheck is out")
+    _ = j.learn(.probeAnswered(pinned, generation: j.generation, proof), now: ms(60_040))
+    #expect(judge(&j, at: ms(60_040)).0 == nil, "shown again: the lift holds")
+
+    var third: [FactRequest] = []
+    j.timerFired(now: j.nextDeadline!, &third)
+    #expect(third.count == 1)
+    _ = j.learn(.probeAnswered(pinned, generation: j.generation, .unexpected), now: ms(120_100))
+    #expect(judge(&j, at: ms(120_100)).0 == connect, "the proof is gone: the lockdown closes, the tunnel comes up")
+}
+
+/// A proof counts for the path it was made over: the same key shown over Wi-Fi proves nothing
+/// about the cable, even when it arrives while the cable's probe is out.
+@Test func aProofOnAnotherInterfaceDoesNotCount() {
+    var j = OnDemandJudge(rules: OnDemandRules([provenOffice]))
+    _ = judge(&j, at: ms(0))
+    let elsewhere = ProbeResult.expected(proof: KeyProof(pin: officePin, path: wireless.id))
+    let learnt = j.learn(.probeAnswered(pinned, generation: j.generation, elsewhere), now: ms(10))
+    #expect(learnt)
+    #expect(judge(&j, at: ms(10)).0 == connect)
+
+    // On Wi-Fi itself the network is another: judged afresh, and the proof made there counts.
+    let (wait, asks) = judge(&j, wireless, at: ms(20))
+    #expect(wait == .waiting(rule: "office", for: [.probe(pinned)], path: wireless.id))
+    #expect(asks == [.probe(pinned, via: wireless, generation: j.generation)])
+    _ = j.learn(.probeAnswered(pinned, generation: j.generation, elsewhere), now: ms(30))
+    guard case .decided(let verdict)? = judge(&j, wireless, at: ms(30)).0 else { Issue.record("decided"); return }
+    #expect(verdict.liftsLockdown && verdict.interface == "wifi0")
 }

@@ -15,7 +15,7 @@ private let intranet = OnDemandRule(name: "intranet", match: .init(probe: probe)
 private let rules = OnDemandRules([office, lab, home, corp, intranet])
 
 private func facts(_ path: Path, ssid: Fact<String> = .absent, mac: Fact<String> = .absent,
-                   domains: Fact<[String]> = .absent, probes: [OnDemandRule.Probe: Bool] = [probe: false]) -> NetworkFacts {
+                   domains: Fact<[String]> = .absent, probes: [OnDemandRule.Probe: ProbeResult] = [probe: .unexpected]) -> NetworkFacts {
     NetworkFacts(path: path, ssid: ssid, gatewayMAC: mac, dnsDomains: domains, probes: probes)
 }
 
@@ -45,7 +45,7 @@ extension OnDemandDecision {
     (facts(wifi0, domains: .known(["notcorp.example"])), "default:connect"),
     (facts(wifi0, domains: .known(["CORP.EXAMPLE."])), "corp:disconnect"),
     // The probe answered as expected only on the trusted network; unanswered, the rules wait.
-    (facts(wifi0, probes: [probe: true]), "intranet:disconnect"),
+    (facts(wifi0, probes: [probe: .expected(proof: nil)]), "intranet:disconnect"),
     (facts(wifi0, probes: [:]), "wait:intranet:probe http://intranet.corp.example/health"),
     (facts(wifi0), "default:connect"),
 ] as [(NetworkFacts, String)])
@@ -96,7 +96,10 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
     let r = try load("""
         on-demand:
           - name: office
-            match: {gateway-mac: "52:54:00:12:34:56", subnet: 10.20.0.0/16}
+            match:
+              gateway-mac: "52:54:00:12:34:56"
+              subnet: 10.20.0.0/16
+              probe: {url: "https://10.20.0.1/roam", expect: 204, pin: "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="}
             action: disconnect
             lockdown: lift
           - match: {interface-kind: [wifi, wwan], ssid: Home}
@@ -107,6 +110,8 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
         """)
     #expect(r.rules.map(\.name) == ["office", "rule 2", "rule 3", "rule 4"])
     #expect(r.rules[0].liftsLockdown && r.rules[0].line == 2)
+    #expect(r.rules[0].match.probe?.pin == KeyPin(hash: Array(repeating: 7, count: 32)))
+    #expect(r.rules[0].match.probe?.pin?.description == "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=")
     #expect(r.rules[0].match.subnets == [Prefix("10.20.0.0/16")!])
     #expect(r.rules[1].match.interfaceKinds == [.wifi, .wwan])
     #expect(r.rules[2].match.probe == OnDemandRule.Probe(url: "http://intranet.corp.example/", expect: .status(204)))
@@ -135,7 +140,24 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
     ("on-demand:\n  - match: {gateway-mac: 52-54-00}\n    action: disconnect\n", 2, "hardware address"),
     ("on-demand:\n  - match: {interface-kind: bluetooth}\n    action: disconnect\n", 2, "'interface-kind' is"),
     ("on-demand:\n  - match: {dns-domain: \"bad domain\"}\n    action: disconnect\n", 2, "domain name"),
-    ("on-demand:\n  - match: {probe: {url: \"https://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "plain http://"),
+    ("on-demand:\n  - match: {probe: {url: \"ftp://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "is an http:// URL"),
+    // A lift takes proof: a pinned https:// probe; what the network says of itself is none.
+    ("on-demand:\n  - match: {gateway-mac: \"52:54:00:12:34:56\"}\n    action: disconnect\n    lockdown: lift\n", 4,
+     "'lockdown: lift' needs proof the network cannot forge"),
+    ("on-demand:\n  - match: {ssid: Office, subnet: 10.20.0.0/16, dns-domain: corp.example}\n    action: disconnect\n    lockdown: lift\n",
+     4, "needs proof"),
+    ("on-demand:\n  - match: {probe: {url: \"http://10.20.0.1/\", expect: 204}}\n    action: disconnect\n    lockdown: lift\n",
+     4, "needs proof"),
+    // A pin is a SHA-256 in base64 after sha256//, and goes with https:// only; https:// needs one.
+    ("on-demand:\n  - match:\n      probe: {url: \"https://x.example/\", expect: 204,\n        pin: \"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"}\n"
+        + "    action: disconnect\n", 4, "'pin' is sha256// and the base64"),
+    ("on-demand:\n  - match:\n      probe: {url: \"https://x.example/\", expect: 204,\n        pin: \"sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwc=\"}\n"
+        + "    action: disconnect\n", 4, "32 bytes"),
+    ("on-demand:\n  - match:\n      probe: {url: \"https://x.example/\", expect: 204,\n        pin: \"sha256//not base64 at all, not even close at all=\"}\n"
+        + "    action: disconnect\n", 4, "'pin' is"),
+    ("on-demand:\n  - match:\n      probe:\n        url: \"http://x.example/\"\n        expect: 204\n"
+        + "        pin: \"sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"\n    action: disconnect\n", 4, "a 'pin' needs an https:// url"),
+    ("on-demand:\n  - match: {probe: {url: \"https://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "needs the 'pin'"),
     ("on-demand:\n  - match: {ssid: \"\(String(repeating: "x", count: 33))\"}\n    action: disconnect\n", 2, "1 to 32 bytes"),
     ("on-demand:\n  - match: {colour: blue}\n    action: disconnect\n", 2, "colour"),
     ("on-demand:\n  - name: a\n    match: {ssid: A}\n    action: connect\n  - name: a\n    match: {ssid: B}\n    action: connect\n",
@@ -298,4 +320,55 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     #expect(r.handle(verdict(home, on: eth0), now: at(200)).handshakes.isEmpty)
     // The same decision again is nothing new.
     #expect(r.handle(verdict(lab, on: eth0), now: at(300)).transitions.isEmpty)
+}
+
+// MARK: Proof
+
+private let officePin = KeyPin("sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=")!
+private let impostorPin = KeyPin(hash: Array(repeating: 9, count: 32))!
+private let pinnedProbe = OnDemandRule.Probe(url: "https://10.20.0.1/roam", expect: .status(204), pin: officePin)
+private let provenOffice = OnDemandRule(name: "office", match: .init(gatewayMACs: ["52:54:00:12:34:56"], probe: pinnedProbe),
+                                        action: .disconnect, liftsLockdown: true)
+
+private func lifts(_ rules: OnDemandRules, _ facts: NetworkFacts) -> Bool? {
+    guard case .decided(let verdict) = rules.evaluate(facts) else { return nil }
+    return verdict.liftsLockdown
+}
+
+/// A rule that says it lifts but matches on what the network says of itself (made in code: the
+/// reader refuses it) decides, and keeps the lockdown: the hardware address is anyone's to answer.
+@Test func aLiftWithoutProofNeverHappens() {
+    let rules = OnDemandRules([office])
+    guard case .decided(let verdict) = rules.evaluate(facts(eth0, mac: .known("52:54:00:12:34:56"))) else {
+        Issue.record("the rule decides")
+        return
+    }
+    #expect(verdict.rule == "office" && verdict.action == .disconnect && !verdict.liftsLockdown)
+    #expect(!office.match.isProven && provenOffice.match.isProven)
+}
+
+/// The pinned probe holds only with the pinned key shown over this very path: a plain answer,
+/// another key, a proof made over another uplink, and no answer are no proof.
+@Test(arguments: [
+    (ProbeResult.expected(proof: KeyProof(pin: officePin, path: eth0.id)), "office:disconnect", true as Bool?),
+    (.expected(proof: nil), "default:connect", false),
+    (.expected(proof: KeyProof(pin: impostorPin, path: eth0.id)), "default:connect", false),
+    (.expected(proof: KeyProof(pin: officePin, path: wifi0.id)), "default:connect", false),
+    (.unexpected, "default:connect", false),
+] as [(ProbeResult, String, Bool?)])
+func aPinnedProbeHoldsOnlyWithItsKeyOnThisPath(_ answer: ProbeResult, _ expected: String, _ lifted: Bool?) {
+    let rules = OnDemandRules([provenOffice])
+    let f = facts(eth0, mac: .known("52:54:00:12:34:56"), probes: [pinnedProbe: answer])
+    #expect(rules.evaluate(f).summary == expected)
+    #expect(lifts(rules, f) == lifted)
+}
+
+@Test func pinsReadOnlyTheirOwnForm() {
+    #expect(officePin.description == "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=")
+    #expect(KeyPin(officePin.description) == officePin && KeyPin(impostorPin.description) == impostorPin)
+    for text in ["BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", "sha1//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=",
+                 "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc", "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwd=",
+                 "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBw-=", "sha256//" + String(repeating: "A", count: 44)] {
+        #expect(KeyPin(text) == nil, "\(text)")
+    }
 }

@@ -206,7 +206,12 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     let settings = try parse(base + """
         on-demand:
           - name: office
-            match: {gateway-mac: "52:54:00:0f:f1:ce"}
+            match:
+              gateway-mac: "52:54:00:0f:f1:ce"
+              probe:
+                url: "https://roam-probe.corp.example/trusted"
+                expect: 204
+                pin: "sha256//YLh1dUR9y6Kja30RrAn7JKnbQG/uEtLMkBgFF2Fuihg="
             action: disconnect
             lockdown: lift
           - name: lab
@@ -223,10 +228,10 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     #expect(settings.onDemand.rules.map(\.name) == ["office", "lab", "intranet", "home", "rule 5"])
     #expect(settings.onDemand.rules[0].line == 5)
     // The check's port and the probe's: the lockdown lets the agent's own marked sockets reach both.
-    #expect(settings.checkPorts == [80, 8080])
+    #expect(settings.checkPorts == [80, 443, 8080])
     var off = settings
     off.reconnect.portalCheck = false
-    #expect(off.checkPorts == [8080])
+    #expect(off.checkPorts == [443, 8080])
 }
 
 @Test func aContradictingRuleSetIsRefusedAtItsLine() {
