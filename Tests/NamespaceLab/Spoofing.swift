@@ -7,8 +7,9 @@ import Netlink
 /// What a hostile host on the LAN does: packets with whatever addresses it likes, written whole
 /// (IPv4 header included) through a raw socket, and a watch on what comes back to it.
 extension NamespaceLab {
-    /// Sends `packet` (an IPv4 packet, header included) from this namespace to `destination`:
-    /// its route decides the way out, the header says what the packet claims.
+    /// Sends `packet` (an IPv4 packet, header included) from this namespace towards `destination`:
+    /// its route decides the way out and the neighbour it goes to (the laptop's uplink, say),
+    /// whatever the header claims the packet's addresses are.
     public func sendForged(_ packet: [UInt8], to destination: IPAddress) throws {
         let fd = try namespace.run { () throws(NetlinkError) -> Int32 in
             let fd = socket(AF_INET, Int32(SOCK_RAW.rawValue), Int32(IPPROTO_RAW))
