@@ -4,11 +4,13 @@ public import Basics
 /// as one nftables table of Roam's own, `inet roam`. Pure: `ruleset` is the whole table as
 /// nftables' language, loaded in one transaction.
 ///
-/// Full mode: only loopback, the tunnel device, the session's own marked UDP to the server,
-/// DHCP and the ICMPv6 messages an uplink needs leave; with `allowLAN`, also the local subnets
-/// (printers, casting), but never DNS to them. Everything else is rejected with an
-/// administratively-prohibited ICMP, so applications fail at once instead of hanging; nothing
-/// comes in from an uplink but the server's answers, DHCP, ICMP errors and neighbour discovery.
+/// Full mode: only loopback, the tunnel device, the session's own UDP to the server (marked and
+/// from the agent's cgroup: `owner`), DHCP and the ICMPv6 messages an uplink needs leave; with
+/// `allowLAN`, also the local subnets (printers, casting), but never DNS to them. Everything else
+/// is rejected with an administratively-prohibited ICMP, so applications fail at once instead of
+/// hanging; nothing comes in from an uplink but what is for the agent's own sockets, DHCP, ICMP
+/// errors and neighbour discovery. In both modes nothing for the tunnel's inner addresses comes
+/// in but through the tunnel.
 ///
 /// Split mode: the configured prefixes never leave but through the tunnel (before the first
 /// handshake and while it is down, they would follow the default route in clear); the rest
