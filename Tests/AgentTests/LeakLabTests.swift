@@ -108,7 +108,8 @@ struct LeakLabTests {
     }
 
     /// A hostile network pushes routes that split the address space around the tunnel
-    /// ("TunnelVision"): nothing leaves, the agent warns once and status names them.
+    /// ("TunnelVision"), through its gateway or on the link: nothing leaves, the agent warns once
+    /// and status names them.
     @Test func routesPushedAroundTheTunnelLeakNothing() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.startServer()
@@ -122,6 +123,11 @@ struct LeakLabTests {
                          in: "client.log"), "\(lab.log("client.log"))")
         usleep(1_000_000)
         #expect(lab.status()["diverting_routes"]?.contains("128.0.0.0/1 via 192.168.1.1 dev wifi0") == true, "\(lab.status())")
+        // The same on the link itself, as a DHCP mask of 192.0.0.0 makes the kernel add: no
+        // gateway, a quarter of the internet "local".
+        try lab.laptop.ip("route add 64.0.0.0/2 dev wifi0")
+        #expect(lab.wait(for: "a route on an uplink takes traffic around the tunnel\" lockdown=\"on: that traffic is stopped\" route=\"64.0.0.0/2 dev wifi0\"",
+                         in: "client.log"), "\(lab.log("client.log"))")
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
     }
 
