@@ -126,6 +126,8 @@ let package = Package(
             name: "MonitorBenchmark", dependencies: ["Basics", "Netlink", "PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
+        // A process that is not the agent but sets the session's mark, for the lockdown's lab tests.
+        .executableTarget(name: "MarkedSender", path: "Tests/MarkedSender", swiftSettings: strict),
         // Throwaway network namespaces for the integration tests.
         .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
         .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
@@ -134,7 +136,7 @@ let package = Package(
         .testTarget(
             name: "AgentTests",
             dependencies: [
-                "Basics", "Device", "Tunnel", "Control", "SystemDNS", "agent", "NamespaceLab",
+                "Basics", "Device", "Tunnel", "Control", "SystemDNS", "agent", "NamespaceLab", "MarkedSender",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),

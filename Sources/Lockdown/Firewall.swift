@@ -124,6 +124,12 @@ public final class Firewall {
         try change { $0.servers = unique }
     }
 
+    /// The tunnel device has these inner addresses now: nothing for them comes in on an uplink.
+    /// A refusal is tried again, as a closing is.
+    public func tunnelAddresses(_ addresses: [IPAddress]) throws(LockdownError) {
+        try change(closes: true) { $0.innerAddresses = addresses }
+    }
+
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     public func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
         guard wanted.allowLAN else { return }

@@ -4,11 +4,13 @@ public import Basics
 /// as one nftables table of Roam's own, `inet roam`. Pure: `ruleset` is the whole table as
 /// nftables' language, loaded in one transaction.
 ///
-/// Full mode: only loopback, the tunnel device, the session's own marked UDP to the server,
-/// DHCP and the ICMPv6 messages an uplink needs leave; with `allowLAN`, also the local subnets
-/// (printers, casting), but never DNS to them. Everything else is rejected with an
-/// administratively-prohibited ICMP, so applications fail at once instead of hanging; nothing
-/// comes in from an uplink but the server's answers, DHCP, ICMP errors and neighbour discovery.
+/// Full mode: only loopback, the tunnel device, the session's own UDP to the server (marked and
+/// from the agent's cgroup: `owner`), DHCP and the ICMPv6 messages an uplink needs leave; with
+/// `allowLAN`, also the local subnets (printers, casting), but never DNS to them. Everything else
+/// is rejected with an administratively-prohibited ICMP, so applications fail at once instead of
+/// hanging; nothing comes in from an uplink but what is for the agent's own sockets, DHCP, ICMP
+/// errors and neighbour discovery. In both modes nothing for the tunnel's inner addresses comes
+/// in but through the tunnel.
 ///
 /// Split mode: the configured prefixes never leave but through the tunnel (before the first
 /// handshake and while it is down, they would follow the default route in clear); the rest
@@ -44,8 +46,25 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
     /// The session's marked sockets may open TCP to these ports: the connectivity check's
-    /// plain HTTP request (only root can mark a socket).
+    /// plain HTTP request.
     public var checkPorts: [UInt16] = []
+    /// Whose marked sockets the session's exceptions are for (full mode): nil before an agent
+    /// runs (`agent lockdown on` at early boot), when nothing but DHCP and neighbour discovery
+    /// leaves and the agent loads its own table once it starts.
+    public var owner: Owner?
+    /// The tunnel device's inner addresses: nothing addressed to them comes in but through the
+    /// tunnel, so a host on the LAN cannot probe the tunnel's connections (CVE-2019-14899).
+    public var innerAddresses: [IPAddress] = []
+
+    /// The agent, as the lockdown tells its sockets from everyone else's. A mark alone does not:
+    /// since Linux 5.17 CAP_NET_RAW is enough to set one, and container runtimes grant it.
+    public enum Owner: Hashable, Sendable {
+        /// Sockets made by processes in this cgroup (or below it): the agent's leaf cgroup of its
+        /// own, as nftables names it (a path under /sys/fs/cgroup) and its depth.
+        case cgroup(String, level: Int)
+        /// Any socket that carries the mark: the agent could make no cgroup of its own.
+        case anyMarked
+    }
     /// A portal window, while one is open (full mode only).
     public var portalWindow: PortalWindow?
     /// An on-demand rule trusts the network on this interface: the machine may talk to it
@@ -92,8 +111,9 @@ public struct LockdownPolicy: Hashable, Sendable {
     static let portalConnectionMark: UInt32 = 0x726f616d
 
     public init(scope: Scope, tunnelInterface: String, server: Server? = nil, servers: [Server] = [],
-                allowLAN: Bool = false, localNetworks: [Prefix] = []) {
+                allowLAN: Bool = false, localNetworks: [Prefix] = [], owner: Owner? = nil) {
         self.scope = scope
+        self.owner = owner
         self.tunnelInterface = tunnelInterface
         self.servers = (server.map { [$0] } ?? []) + servers
         self.allowLAN = allowLAN
@@ -111,6 +131,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             let count = counts[cause] ?? BlockCount()
             lines.append("    counter \(cause.counter) { packets \(count.packets) bytes \(count.bytes) }")
         }
+        lines += inner
         switch scope {
         case .full(let mark): lines += full(mark: mark)
         case .split(let prefixes): lines += split(prefixes)
@@ -120,6 +141,39 @@ public struct LockdownPolicy: Hashable, Sendable {
     }
 
     private var tunnel: String { Self.quoted(tunnelInterface) }
+
+    /// Packets for the tunnel's inner addresses that arrive on any other interface are dropped
+    /// before conntrack and routing see them: with loose reverse-path filtering the kernel would
+    /// answer them (a reset to a forged SYN/ACK), which tells a host on the LAN which connections
+    /// the tunnel carries and lets it inject into them (CVE-2019-14899). Both modes.
+    private var inner: [String] {
+        var lines = ["    chain inner {", "        type filter hook prerouting priority raw; policy accept;"]
+        for (family, name) in [(IPAddress.Family.v4, "ip"), (.v6, "ip6")] {
+            let addresses = innerAddresses.filter { $0.family == family }.map(\.description)
+            guard !addresses.isEmpty else { continue }
+            lines.append("        iifname != \(tunnel) \(name) daddr { \(addresses.joined(separator: ", ")) } counter name \(BlockCause.inner.counter) drop")
+        }
+        return lines + ["    }"]
+    }
+
+    /// What the session's exceptions match: the mark and the agent's cgroup; nil when no agent
+    /// is known, and no socket gets them.
+    private func own(_ mark: UInt32) -> String? {
+        switch owner {
+        case .cgroup(let path, let level): "meta mark \(hex(mark)) socket cgroupv2 level \(level) \(Self.quoted(path))"
+        case .anyMarked: "meta mark \(hex(mark))"
+        case nil: nil
+        }
+    }
+
+    /// The same for a packet coming in, by the socket it is for.
+    private func ownSocket(_ mark: UInt32) -> String? {
+        switch owner {
+        case .cgroup(let path, let level): "socket mark \(hex(mark)) socket cgroupv2 level \(level) \(Self.quoted(path))"
+        case .anyMarked: "socket mark \(hex(mark))"
+        case nil: nil
+        }
+    }
 
     private func full(mark: UInt32) -> [String] {
         let lan = allowLAN ? Self.lan(from: localNetworks).open + Self.linkScope : []
@@ -150,22 +204,19 @@ public struct LockdownPolicy: Hashable, Sendable {
             lines.append("        \(match) counter name \(BlockCause.outbound.counter) \(reject)")
         }
         lines.append("        oifname \(tunnel) accept")
-        for server in servers {
-            let family = server.address.family == .v4 ? "ip" : "ip6"
-            lines.append("        meta mark \(hex(mark)) \(family) daddr \(server.address) udp dport \(server.port) accept")
-        }
-        lines += [
+        if let own = own(mark) {
+            for server in servers {
+                let family = server.address.family == .v4 ? "ip" : "ip6"
+                lines.append("        \(own) \(family) daddr \(server.address) udp dport \(server.port) accept")
+            }
             // The agent's own look-ups of the server's name, on marked sockets like the session's.
-            "        meta mark \(hex(mark)) meta l4proto { tcp, udp } th dport 53 accept",
-        ]
-        if !checkPorts.isEmpty {
-            // The connectivity check's plain HTTP, from the agent's marked socket.
-            lines.append("        meta mark \(hex(mark)) tcp dport { \(checkPorts.map(String.init).joined(separator: ", ")) } accept")
+            lines.append("        \(own) meta l4proto { tcp, udp } th dport 53 accept")
+            if !checkPorts.isEmpty {
+                // The connectivity check's plain HTTP, from the agent's marked socket.
+                lines.append("        \(own) tcp dport { \(checkPorts.map(String.init).joined(separator: ", ")) } accept")
+            }
         }
-        lines += [
-            "        udp sport 68 udp dport 67 accept",
-            "        meta nfproto ipv6 udp sport 546 udp dport 547 accept",
-            "        icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report } accept",
+        lines += Self.uplinkOut + [
             // Names are asked only through the tunnel: DNS, DNS over TLS, mDNS and LLMNR never
             // go to the LAN (their answers could be forged there, their questions overheard).
             "        meta l4proto { tcp, udp } th dport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) \(reject)",
@@ -183,28 +234,20 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \(tunnel) accept",
         ]
         if let trusted = trustedInterface { lines.append("        iifname \(Self.quoted(trusted)) accept") }
-        for server in servers {
-            let family = server.address.family == .v4 ? "ip" : "ip6"
-            lines.append("        \(family) saddr \(server.address) udp sport \(server.port) accept")
+        if let own = ownSocket(mark) {
+            // Only what is for the agent's own sockets, which carry the mark: the server's
+            // answers (to the session's port, wherever it is bound now, not to any UDP listener
+            // here), answers to its look-ups of the server's name, and a multi-homed server that
+            // answers from another of its addresses than the one the session sends to.
+            lines.append("        \(own) accept")
         }
-        lines += [
-            // Anything else for the agent's own sockets, which carry the mark: answers to its
-            // look-ups of the server's name, and a multi-homed server that answers from another
-            // of its addresses than the one the session sends to.
-            "        socket mark \(hex(mark)) accept",
-        ]
         if let window = portalWindow {
             // Answers to the window's own connections, on its uplink, and the ICMP errors about them.
             let uplink = "iifname \(Self.quoted(window.interface)) ct mark \(hex(Self.portalConnectionMark))"
             lines += ["        \(uplink) ct state established accept",
                       "        \(uplink) ct state related meta l4proto { icmp, ipv6-icmp } accept"]
         }
-        lines += [
-            "        udp sport 67 udp dport 68 accept",
-            "        meta nfproto ipv6 udp sport 547 udp dport 546 accept",
-            "        icmpv6 type { nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-query, packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",
-            "        icmp type { destination-unreachable, time-exceeded } accept",
-        ]
+        lines += Self.uplinkIn
         if allowLAN {
             lines += ["        ip saddr @lan4 accept", "        ip6 saddr @lan6 accept"]
         }
@@ -284,6 +327,34 @@ public struct LockdownPolicy: Hashable, Sendable {
         ] + clamp
         return lines
     }
+
+    /// What an uplink needs to leave, and only in the form its protocol sends it (loopback and
+    /// the tunnel were let through before): DHCPv4 broadcast, or unicast to a private or
+    /// link-local address (a renewal to the server; one at a public address is renewed by
+    /// broadcast, at the rebinding time); DHCPv6 to its multicast group or a link-local server;
+    /// router and neighbour solicitations and advertisements with the hop limit 255 that
+    /// receivers require, and multicast listener reports, to link-local or link-scope multicast
+    /// addresses. None of them reaches a public address.
+    private static let uplinkOut = [
+        "        meta nfproto ipv4 udp sport 68 udp dport 67 ip daddr { 255.255.255.255, "
+            + privateRanges.filter { $0.address.family == .v4 }.map(\.description).joined(separator: ", ") + " } accept",
+        "        meta nfproto ipv6 udp sport 546 udp dport 547 ip6 daddr { ff02::1:2, fe80::/10 } accept",
+        "        icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 ip6 daddr { fe80::/10, ff02::/16 } accept",
+        "        icmpv6 type { mld-listener-report, mld2-listener-report } ip6 daddr ff02::/16 accept",
+    ]
+
+    /// What an uplink may send in of its own: DHCPv4's answers (to the client's port, over IPv4
+    /// only), DHCPv6's from a link-local server or relay, router advertisements and multicast
+    /// listener queries from link-local routers, neighbour discovery with hop limit 255 (which a
+    /// router cannot have forwarded), and the ICMP errors the session's path needs.
+    private static let uplinkIn = [
+        "        meta nfproto ipv4 udp sport 67 udp dport 68 accept",
+        "        meta nfproto ipv6 udp sport 547 udp dport 546 ip6 saddr fe80::/10 accept",
+        "        icmpv6 type { nd-router-advert, mld-listener-query } ip6 saddr fe80::/10 accept",
+        "        icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept",
+        "        icmpv6 type { packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",
+        "        icmp type { destination-unreachable, time-exceeded } accept",
+    ]
 
     /// How a packet of this machine's own is refused: TCP with a reset, which the kernel
     /// delivers to a socket that is busy connecting (an ICMP error to it is dropped then, and
@@ -376,6 +447,9 @@ public enum BlockCause: String, CaseIterable, Sendable {
     case inbound = "in"
     /// Traffic forwarded for containers or VMs that would have left outside the tunnel.
     case forward
+    /// Something addressed to the tunnel's inner address that came in on an uplink: a host on
+    /// the LAN probing the tunnel's connections.
+    case inner
 
     /// The named counter in the table.
     public var counter: String { "blocked_\(rawValue)" }

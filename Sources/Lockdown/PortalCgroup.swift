@@ -52,6 +52,13 @@ public struct CgroupFileSystem: Equatable, Sendable {
         return inside.map { (point == "/" ? "" : point) + ($0 == "/" ? "" : $0) }
     }
 
+    /// The path nftables resolves for the cgroup at `directory`: relative to /sys/fs/cgroup,
+    /// where libnftables looks.
+    static func nftablesPath(of directory: String) -> String {
+        let base = "/sys/fs/cgroup/"
+        return directory.hasPrefix(base) ? String(directory.dropFirst(base.count)) : "../../.." + directory
+    }
+
     /// At the agent's end: a file system it mounted goes.
     public func unmount() {
         guard mountedByUs else { return }
@@ -101,10 +108,7 @@ public struct PortalCgroup: Equatable, Sendable {
     var returnTo: String?
 
     /// The path nftables resolves: relative to /sys/fs/cgroup, where libnftables looks.
-    public var nftablesPath: String {
-        let base = "/sys/fs/cgroup/"
-        return directory.hasPrefix(base) ? String(directory.dropFirst(base.count)) : "../../.." + directory
-    }
+    public var nftablesPath: String { CgroupFileSystem.nftablesPath(of: directory) }
 
     /// A new, empty cgroup for window `number` of this agent.
     public static func make(in fs: CgroupFileSystem, number: Int) throws(CgroupError) -> PortalCgroup {
@@ -161,5 +165,73 @@ public struct PortalCgroup: Equatable, Sendable {
         if let code = SystemFiles.overwrite("\(pid)\n", at: directory + "/cgroup.procs") {
             throw CgroupError("cannot move process \(pid) into \(directory): \(String(cString: strerror(code)))")
         }
+    }
+}
+
+/// The agent's own leaf cgroup, below the one it was started in (its systemd service's, say):
+/// the lockdown lets the session's exceptions through only for sockets made in it, so another
+/// process that sets the session's mark (CAP_NET_RAW is enough since Linux 5.17) gains nothing.
+/// A leaf below the agent's cgroup keeps cgroup v2's rule that only leaves hold processes (a
+/// cgroup that holds the agent has no controllers for its children), and keeps the agent in its
+/// service's tree, so systemd still stops and accounts for it. A restart in place (same pid)
+/// finds itself in it already. Where the cgroup file system is read-only (systemd's
+/// ProtectControlGroups), the agent's own cgroup (its service's, which holds nothing else) is
+/// used as it is; never the root cgroup, which holds every process.
+public struct AgentCgroup: Sendable {
+    /// Its directory in the cgroup2 file system.
+    public var directory: String
+    /// Its depth in the cgroup hierarchy.
+    public var level: Int
+    /// Where the agent came from, where it goes back to at its end; nil when it stayed there.
+    var parent: String?
+    var fs: CgroupFileSystem
+
+    /// What the lockdown matches.
+    public var owner: LockdownPolicy.Owner { .cgroup(CgroupFileSystem.nftablesPath(of: directory), level: level) }
+
+    /// Moves this process into a cgroup of its own (made when needed). Sockets made before keep
+    /// the cgroup they were made in, so this comes before the agent opens any.
+    public static func enter(runtimeDirectory: String) throws(CgroupError) -> AgentCgroup {
+        let fs = try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory)
+        let own = "roam-agent.\(getpid())"
+        guard let current = (SystemFiles.text("/proc/self/cgroup") ?? "").split(whereSeparator: \.isNewline)
+                .first(where: { $0.hasPrefix("0::/") }).map({ String($0.dropFirst(3)) }),
+              let here = fs.directory(of: current) else {
+            throw CgroupError("this process's cgroup v2 is not known or not under the cgroup2 file system")
+        }
+        let components = current.split(separator: "/")
+        if components.last.map(String.init) == own {
+            return AgentCgroup(directory: here, level: components.count, parent: String(here.dropLast(own.count + 1)), fs: fs)
+        }
+        let directory = (here == "/" ? "" : here) + "/" + own
+        // Agents that ended without removing theirs (a crash): an empty cgroup goes, one in use stays.
+        if let entries = opendir(here) {
+            defer { closedir(entries) }
+            while let entry = readdir(entries) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name.hasPrefix("roam-agent."), name != own { _ = rmdir((here == "/" ? "" : here) + "/" + name) }
+            }
+        }
+        let problem: String
+        if mkdir(directory, 0o755) != 0 && errno != EEXIST {
+            problem = "cannot make the agent's cgroup \(directory): \(String(cString: strerror(errno)))"
+        } else if let code = SystemFiles.overwrite("0\n", at: directory + "/cgroup.procs") {
+            _ = rmdir(directory)
+            problem = "cannot move the agent into \(directory): \(String(cString: strerror(code)))"
+        } else {
+            return AgentCgroup(directory: directory, level: components.count + 1, parent: here, fs: fs)
+        }
+        guard !components.isEmpty else { throw CgroupError(problem + "; the agent is in the root cgroup, which every process shares") }
+        return AgentCgroup(directory: here, level: components.count, parent: nil, fs: fs)
+    }
+
+    /// At the agent's end: it goes back where it came from, the cgroup goes, and so does a file
+    /// system it mounted.
+    public func leave() {
+        if let parent {
+            _ = SystemFiles.overwrite("0\n", at: parent + "/cgroup.procs")
+            _ = rmdir(directory)
+        }
+        fs.unmount()
     }
 }

@@ -213,21 +213,46 @@ public struct NetworkModel: Sendable, Equatable {
         for address in addresses.values { countLocal(address, 1, on: links[address.linkIndex]) }
     }
 
-    /// Routes through a gateway on an uplink that are more specific than a default route:
-    /// with the tunnel's default route in place they win (a policy rule lets the main table
-    /// decide anything more specific than a default), so they take traffic out of a full
-    /// tunnel. A hostile network pushes them (DHCP option 121, router advertisements:
-    /// `0.0.0.0/1` and `128.0.0.0/1` via its gateway, "TunnelVision").
+    /// Routes on an uplink that are more specific than a default route and take traffic out of
+    /// a full tunnel: with the tunnel's default route in place they win (a policy rule lets the
+    /// main table decide anything more specific than a default). A hostile network pushes them:
+    /// through its gateway (DHCP option 121, router advertisements: `0.0.0.0/1` and
+    /// `128.0.0.0/1` via its gateway, "TunnelVision"), or on the link itself (a DHCP mask of
+    /// `128.0.0.0` makes the kernel add `0.0.0.0/1` on-link, and the network answers ARP for any
+    /// address in it). An on-link route counts when it is wider than a LAN is (`isWiderThanALAN`)
+    /// or lies inside one of the tunnel's own routes (it would win over it); a sane LAN's subnet
+    /// does not.
     public var routesAroundTheTunnel: [DivertingRoute] {
         var found: [DivertingRoute] = []
+        let tunneled = routes.values.filter { route in
+            route.destination.length > 0 && route.nextHops.contains { hop in
+                links[hop.linkIndex].map { $0.kind == .tunnel || $0.name == tunnelInterface } ?? false
+            }
+        }.map(\.destination.network)
         for route in routes.values where route.type == .unicast && route.table == Route.mainTable && route.destination.length > 0 {
+            let destination = route.destination.network
             for hop in route.nextHops {
-                guard let gateway = hop.gateway, let link = links[hop.linkIndex], link.kind != .tunnel,
+                guard let link = links[hop.linkIndex], link.kind != .tunnel,
                       link.kind != .loopback, link.name != tunnelInterface else { continue }
-                found.append(DivertingRoute(destination: route.destination.network, gateway: gateway, interface: link.name))
+                if hop.gateway == nil, !Self.isWiderThanALAN(destination),
+                   !tunneled.contains(where: { $0.length <= destination.length && $0.contains(destination.address) }) { continue }
+                found.append(DivertingRoute(destination: destination, gateway: hop.gateway, interface: link.name))
             }
         }
         return found.sorted { $0.description < $1.description }
+    }
+
+    /// The private and link-local ranges, inside which a wide subnet is still a LAN's.
+    private static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fe80::/10"]
+        .compactMap { Prefix($0) }
+
+    /// Whether an on-link subnet is wider than a LAN is: an IPv4 one shorter than /16 outside the
+    /// private ranges (10.0.0.0/8 on-link is a LAN's, 0.0.0.0/1 is not), an IPv6 one shorter than
+    /// /64 (a link's prefix is a /64) outside link-local.
+    public static func isWiderThanALAN(_ prefix: Prefix) -> Bool {
+        let bound = prefix.address.family == .v4 ? 16 : 64
+        return prefix.length < bound
+            && !privateRanges.contains { $0.length <= prefix.length && $0.contains(prefix.address) }
     }
 
     /// The address a socket bound to this link should use: the route's preferred source if it
@@ -387,7 +412,8 @@ public struct PathTracker: Sendable {
 /// A route that takes traffic around a full tunnel: `0.0.0.0/1 via 192.168.1.1 dev wifi0`.
 public struct DivertingRoute: Hashable, Sendable, CustomStringConvertible {
     public var destination: Prefix
-    public var gateway: IPAddress
+    /// Nil for a route on the link itself.
+    public var gateway: IPAddress?
     public var interface: String
-    public var description: String { "\(destination) via \(gateway) dev \(interface)" }
+    public var description: String { "\(destination)" + (gateway.map { " via \($0)" } ?? "") + " dev \(interface)" }
 }

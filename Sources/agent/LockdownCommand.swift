@@ -21,7 +21,7 @@ struct LockdownCommand: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "on",
             abstract: "Load the lockdown from a client configuration, before any interface is up (early boot).",
-            discussion: "A server given by address is let through at once; a server given by name is let through when the agent has looked it up.")
+            discussion: "Nothing but DHCP and neighbour discovery leaves until the agent starts and loads its own table, which lets its own sockets reach the server.")
         @Option(help: "The client configuration file.")
         var config: String
 
@@ -47,10 +47,8 @@ struct LockdownCommand: ParsableCommand {
             // The client's unit requires this one: a machine without a lockdown starts its agent.
             guard settings.lockdown else { return printError("\(config) says 'lockdown: off': nothing loaded") }
             do {
-                let firewall = try Firewall(settings.lockdownPolicy)
-                try firewall.serve(settings.servers.compactMap { entry in
-                    entry.endpoint.address.flatMap { address in entry.endpoint.port.map { LockdownPolicy.Server(address, port: $0) } }
-                })
+                // No agent yet: no process's marked sockets get the session's exceptions.
+                _ = try Firewall(settings.lockdownPolicy)
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error)")
             }

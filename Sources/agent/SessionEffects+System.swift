@@ -22,6 +22,12 @@ extension SessionEffects {
         // A late answer after a rule lifted the lockdown brings no routes back.
         guard tun == nil, !lockdownLifted, let client else { return }
         let prefixes = client.addresses.compactMap { Prefix($0, length: $0.family.bitWidth) }
+        // Before the device has them: nothing for these addresses comes in on an uplink.
+        do {
+            try firewall?.tunnelAddresses(client.addresses)
+        } catch {
+            log.error("cannot close the lockdown to the tunnel's addresses on the uplinks", metadata: ["error": "\(error)"])
+        }
         do {
             let device = try TunDevice(name: settings.tunnel.name, mtu: wantedMTU ?? settings.tunnel.mtu, addresses: prefixes,
                                        offload: settings.tunnel.offload)

@@ -75,9 +75,23 @@ struct UpCommand: ParsableCommand {
         // The lockdown comes first: from here on nothing leaves outside the tunnel, whatever
         // happens to this process. A machine where it cannot be loaded is not started open.
         var firewall: Firewall?
+        var policy = settings.lockdownPolicy
+        var agentCgroup: AgentCgroup?
+        if settings.lockdown, settings.mode.socketMark != nil {
+            // The session's exceptions are for this process's sockets only, not for anyone who
+            // sets the mark; so it moves to a cgroup of its own before it opens any.
+            do throws(CgroupError) {
+                agentCgroup = try AgentCgroup.enter(runtimeDirectory: runtime)
+            } catch {
+                log.warning("the lockdown lets through any socket with the session's mark: the agent has no cgroup of its own",
+                            metadata: ["error": "\(error.message)"])
+            }
+            policy.owner = agentCgroup?.owner ?? .anyMarked
+        }
+        defer { agentCgroup?.leave() }
         if settings.lockdown {
             do {
-                firewall = try Firewall(settings.lockdownPolicy)
+                firewall = try Firewall(policy)
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
             }

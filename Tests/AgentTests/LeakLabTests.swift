@@ -83,8 +83,53 @@ struct LeakLabTests {
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
     }
 
+    /// Since Linux 5.17 CAP_NET_RAW is enough to set a socket's mark, and container runtimes
+    /// grant it: processes that are not the agent (one with CAP_NET_RAW and no other capability,
+    /// and the test itself, both in another cgroup than the agent's own) set the session's mark
+    /// and send to the server's address and port. Nothing of it leaves, while the agent's session
+    /// carries traffic all along; and with the tunnel up, a forged SYN/ACK for the tunnel's inner
+    /// address on the uplink gets no answer.
+    @Test func anotherProcessWithTheSessionsMarkGetsNothingThrough() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.startClient()
+        let agentCgroup = (try? String(contentsOfFile: "/proc/\(try #require(lab.clientPID))/cgroup", encoding: .utf8)) ?? ""
+        #expect(agentCgroup.contains("/roam-agent."), "the agent runs in a cgroup of its own: \(agentCgroup)")
+        let watch = try PacketWatch(in: lab.server)
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5008), in: lab.server)
+        defer { probes.stop() }
+        let start = LabClock.now
+        let borrower = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), mark: 0xca6c, namespace: lab.laptop.namespace)
+        for _ in 0..<5 { _ = try? borrower.send(Array("in clear".utf8), to: SocketAddress(IPAddress("198.51.100.7")!, port: lab.port)) }
+        let sender = RoamingLab.builtAgent.deletingLastPathComponent().appendingPathComponent("MarkedSender").path
+        let (status, said) = try NamespaceLab.capture(NamespaceLab.ipTool, [
+            "netns", "exec", lab.laptop.name, "setpriv", "--inh-caps=-all,+net_raw", "--ambient-caps=+net_raw",
+            "--bounding-set=-all,+net_raw", sender, "0xca6c", "198.51.100.7", "\(lab.port)", "5"])
+        #expect(status == 0 && said.contains("capabilities 0000000000002000") && said.contains("mark set"),
+                "CAP_NET_RAW alone sets the mark: \(said)")
+        let senderPort = said.split(separator: "\n").first { $0.hasPrefix("port ") }.map { String($0.dropFirst(5)) } ?? "?"
+        // The attack the tunnel's address invites from the LAN (CVE-2019-14899): sent to the
+        // laptop's uplink, addressed to the tunnel's address.
+        let forged = NamespaceLab.tcpSegment(from: SocketAddress(IPAddress("10.20.0.1")!, port: 40000),
+                                             to: SocketAddress(lab.clientInner, port: 22222), flags: 0x12)
+        for _ in 0..<3 { try lab.server.sendForged(forged, to: IPAddress("10.20.0.57")!) }
+        usleep(800_000)
+        let borrowed = watch.seen.filter { $0.contains(":\(borrower.local.port) -> 198.51.100.7:\(lab.port)") }
+        #expect(borrowed.isEmpty, "a marked socket not the agent's reached the server: \(borrowed)")
+        let raw = watch.seen.filter { $0.contains(":\(senderPort) -> 198.51.100.7:\(lab.port)") }
+        #expect(raw.isEmpty, "a process with CAP_NET_RAW alone reached the server in clear: \(raw)")
+        #expect(!watch.seen.contains { $0.hasPrefix("tcp \(lab.clientInner)") }, "the laptop answered for its tunnel's address")
+        let (lost, sent) = probes.lost(from: start, to: LabClock.now - .milliseconds(200))
+        #expect(sent >= 20 && lost * 10 <= sent, "the session carried \(sent - lost) of \(sent)")
+        let agentStatus = lab.status()
+        #expect(Int(agentStatus["lockdown.blocked.out"] ?? "") ?? 0 >= 10 && Int(agentStatus["lockdown.blocked.inner"] ?? "") ?? 0 >= 3,
+                "\(agentStatus)")
+    }
+
     /// A hostile network pushes routes that split the address space around the tunnel
-    /// ("TunnelVision"): nothing leaves, the agent warns once and status names them.
+    /// ("TunnelVision"), through its gateway or on the link: nothing leaves, the agent warns once
+    /// and status names them.
     @Test func routesPushedAroundTheTunnelLeakNothing() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.startServer()
@@ -98,6 +143,11 @@ struct LeakLabTests {
                          in: "client.log"), "\(lab.log("client.log"))")
         usleep(1_000_000)
         #expect(lab.status()["diverting_routes"]?.contains("128.0.0.0/1 via 192.168.1.1 dev wifi0") == true, "\(lab.status())")
+        // The same on the link itself, as a DHCP mask of 192.0.0.0 makes the kernel add: no
+        // gateway, a quarter of the internet "local".
+        try lab.laptop.ip("route add 64.0.0.0/2 dev wifi0")
+        #expect(lab.wait(for: "a route on an uplink takes traffic around the tunnel\" lockdown=\"on: that traffic is stopped\" route=\"64.0.0.0/2 dev wifi0\"",
+                         in: "client.log"), "\(lab.log("client.log"))")
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
     }
 

@@ -13,11 +13,11 @@ struct LockdownPolicyTests {
     let server = LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820)
 
     @Test func fullModeLetsOutOnlyTheTunnelTheSessionAndWhatAnUplinkNeeds() {
-        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server).ruleset()
+        let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server, owner: .anyMarked).ruleset()
         #expect(text.hasPrefix("table inet roam {"))
         #expect(text.contains("oifname \"roam0\" accept"))
         #expect(text.contains("meta mark 0xca6c ip daddr 198.51.100.7 udp dport 51820 accept"))
-        #expect(text.contains("udp sport 68 udp dport 67 accept"), "DHCP")
+        #expect(text.contains("meta nfproto ipv4 udp sport 68 udp dport 67 ip daddr { 255.255.255.255, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16 } accept"), "DHCP")
         #expect(text.contains("counter name blocked_out goto refuse") && text.contains("reject with icmpx admin-prohibited"))
         #expect(!text.contains("@lan4 accept"), "the LAN is closed unless allowed")
         // DNS is refused before the LAN is let through.
@@ -54,7 +54,7 @@ struct LockdownPolicyTests {
     }
 
     @Test func aPortalWindowLetsOnlyItsCgroupOutAndOnlyToWhatALoginNeeds() {
-        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server)
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server, owner: .anyMarked)
         policy.checkPorts = [80]
         let closed = policy.ruleset()
         #expect(closed.contains("meta mark 0xca6c tcp dport { 80 } accept"), "the agent's own check")
@@ -99,9 +99,54 @@ struct LockdownPolicyTests {
 
     @Test func anIPv6ServerIsMatchedAsIPv6() {
         let text = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
-                                  server: LockdownPolicy.Server(IPAddress("2001:db8::7")!, port: 443)).ruleset()
+                                  server: LockdownPolicy.Server(IPAddress("2001:db8::7")!, port: 443), owner: .anyMarked).ruleset()
         #expect(text.contains("meta mark 0xca6c ip6 daddr 2001:db8::7 udp dport 443 accept"))
-        #expect(text.contains("ip6 saddr 2001:db8::7 udp sport 443 accept"))
+    }
+
+    /// The session's exceptions are the agent's: its cgroup as well as the mark, both ways; the
+    /// server's answers come in only to a socket of its own, never to any local UDP port; and
+    /// with no agent known (`agent lockdown on` at boot) nobody has them.
+    @Test func theSessionsExceptionsAreTheAgentsOwn() {
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server,
+                                    owner: .cgroup("unified/roam-agent.7", level: 1))
+        policy.checkPorts = [80]
+        let text = policy.ruleset()
+        let own = "meta mark 0xca6c socket cgroupv2 level 1 \"unified/roam-agent.7\""
+        #expect(text.contains("\(own) ip daddr 198.51.100.7 udp dport 51820 accept"))
+        #expect(text.contains("\(own) meta l4proto { tcp, udp } th dport 53 accept"))
+        #expect(text.contains("\(own) tcp dport { 80 } accept"))
+        #expect(text.contains("socket mark 0xca6c socket cgroupv2 level 1 \"unified/roam-agent.7\" accept"))
+        #expect(!text.contains("saddr 198.51.100.7"), "no opening for whatever claims the server's address")
+        #expect(text.components(separatedBy: "meta mark 0xca6c").count == 4, "every marked exception names the cgroup: \(text)")
+        policy.owner = nil
+        let boot = policy.ruleset()
+        #expect(!boot.contains("mark 0xca6c"), "\(boot)")
+        #expect(boot.contains("counter name blocked_out goto refuse"))
+    }
+
+    /// Packets for the tunnel's inner addresses come in only through the tunnel, dropped before
+    /// conntrack sees them, in either mode.
+    @Test func theTunnelsAddressesAreReachedOnlyThroughTheTunnel() {
+        for scope in [LockdownPolicy.Scope.full(mark: 1), .split([Prefix("10.77.0.0/24")!])] {
+            var policy = LockdownPolicy(scope: scope, tunnelInterface: "roam0")
+            #expect(!policy.ruleset().contains("blocked_inner drop"))
+            policy.innerAddresses = [IPAddress("10.77.0.2")!, IPAddress("fd77::2")!]
+            let text = policy.ruleset()
+            #expect(text.contains("type filter hook prerouting priority raw; policy accept;"))
+            #expect(text.contains("iifname != \"roam0\" ip daddr { 10.77.0.2 } counter name blocked_inner drop"))
+            #expect(text.contains("iifname != \"roam0\" ip6 daddr { fd77::2 } counter name blocked_inner drop"))
+        }
+    }
+
+    /// DHCP and neighbour discovery leave and come in only in the form their protocols use.
+    @Test func dhcpAndNeighbourDiscoveryAreLimitedToWhatTheyUse() {
+        let text = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0").ruleset()
+        #expect(text.contains("meta nfproto ipv6 udp sport 546 udp dport 547 ip6 daddr { ff02::1:2, fe80::/10 } accept"))
+        #expect(text.contains("icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 ip6 daddr { fe80::/10, ff02::/16 } accept"))
+        #expect(text.contains("meta nfproto ipv4 udp sport 67 udp dport 68 accept"))
+        #expect(text.contains("icmpv6 type { nd-router-advert, mld-listener-query } ip6 saddr fe80::/10 accept"))
+        #expect(!text.contains("        udp sport 68 udp dport 67 accept") && !text.contains("        udp sport 67 udp dport 68 accept"),
+                "DHCPv4's ports alone, over IPv6 too, are no longer enough")
     }
 
     @Test func splitModeKeepsOnlyItsPrefixesInTheTunnel() {
@@ -143,7 +188,8 @@ struct LockdownKernelTests {
         let lockdown = try Lockdown(namespace: laptop.namespace)
         let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
         let other = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5354), namespace: server.namespace)
-        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820))
+        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820),
+                                    owner: .anyMarked)
         try lockdown.apply(policy)
         #expect(try lockdown.isInstalled())
 
@@ -172,7 +218,7 @@ struct LockdownKernelTests {
 
         // A second agent adopts the table: same result, one table.
         let adopter = try Lockdown(namespace: laptop.namespace)
-        try adopter.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820)))
+        try adopter.apply(policy)
         #expect(try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]).output
             .components(separatedBy: "table inet roam").count == 2)
         // and what the table had counted carries over.
@@ -220,6 +266,81 @@ struct LockdownKernelTests {
         for target in [printer, public_] { _ = try? app.send(Array("job".utf8), to: target.local) }
         #expect(try printer.receive(timeout: .seconds(1))?.bytes == Array("job".utf8))
         #expect(try public_.receive(timeout: .milliseconds(300)) == nil, "a public address the network calls local stays locked")
+        try lockdown.remove()
+    }
+
+    /// CVE-2019-14899: a host on the LAN sends a forged SYN/ACK for the tunnel's inner address to
+    /// the laptop's uplink; a kernel that answers with a reset tells it which connections the
+    /// tunnel carries. With the inner address known to the lockdown, nothing comes back, in
+    /// split mode and with allow-lan (where the answer to the LAN would be let out), and the
+    /// drop is counted.
+    @Test(arguments: [false, true])
+    func aForgedPacketForTheTunnelsAddressOnAnUplinkGetsNoAnswer(split: Bool) throws {
+        let (laptop, lan) = try NamespaceLab.laptopAndServer()
+        try laptop.ip("tuntap add roam0 mode tun")
+        try laptop.ip("address add 10.77.0.2/32 dev roam0")
+        try laptop.ip("link set roam0 up")
+        // The attacker routes the inner address to the laptop's Ethernet address.
+        try lan.ip("route add 10.77.0.2/32 via 10.20.0.57 dev eth-l")
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        var policy = split ? LockdownPolicy(scope: .split([Prefix("10.77.0.0/24")!]), tunnelInterface: "roam0")
+            : LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
+                             localNetworks: [Prefix("10.20.0.57/24")!], owner: .anyMarked)
+        policy.innerAddresses = [IPAddress("10.77.0.2")!, IPAddress("fd77::2")!]
+        try lockdown.apply(policy)
+        let watch = try PacketWatch(in: lan)
+        let forged = NamespaceLab.tcpSegment(from: SocketAddress(IPAddress("10.20.0.1")!, port: 40000),
+                                             to: SocketAddress(IPAddress("10.77.0.2")!, port: 22222), flags: 0x12)
+        for _ in 0..<3 { try lan.sendForged(forged, to: IPAddress("10.77.0.2")!) }
+        // The same from the laptop's own subnet to its own uplink address is answered: the
+        // laptop is there and answers what is addressed to the uplink.
+        let probe = NamespaceLab.tcpSegment(from: SocketAddress(IPAddress("10.20.0.1")!, port: 40001),
+                                            to: SocketAddress(IPAddress("10.20.0.57")!, port: 22222), flags: 0x12)
+        if split { try lan.sendForged(probe, to: IPAddress("10.20.0.57")!) }
+        usleep(500_000)
+        let answers = watch.seen.filter { $0.hasPrefix("tcp 10.77.0.2") }
+        #expect(answers.isEmpty, "the laptop answered for its tunnel's address: \(answers)")
+        if split { #expect(watch.seen.contains { $0.hasPrefix("tcp 10.20.0.57:22222 -> 10.20.0.1:40001") }, "\(watch.seen)") }
+        let counters = try lockdown.counters()
+        #expect(counters[.inner] ?? 0 >= 3, "\(counters)")
+        try lockdown.remove()
+    }
+
+    /// A host on the LAN that claims the server's address and port reaches no UDP listener here:
+    /// only the session's own socket (marked, the agent's) hears the server.
+    @Test func aLANHostClaimingTheServersAddressReachesNoListenerHere() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
+                                          server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820), owner: .anyMarked))
+        let spoofer = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 51820), namespace: server.namespace)
+        let listener = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        let session = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), mark: 0xca6c, namespace: laptop.namespace)
+        _ = try spoofer.send(Array("probe".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: listener.local.port))
+        #expect(try listener.receive(timeout: .milliseconds(300)) == nil, "a local listener heard the 'server'")
+        _ = try spoofer.send(Array("welcome".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: session.local.port))
+        #expect(try session.receive(timeout: .seconds(1))?.bytes == Array("welcome".utf8), "the session still hears the server")
+        #expect(try lockdown.counters()[.inbound] ?? 0 >= 1)
+        try lockdown.remove()
+    }
+
+    /// DHCP's and neighbour discovery's ports and types reach no address their protocols do not
+    /// use: DHCPv4 from port 68 to a public server, DHCPv6 from port 546 to a global address.
+    @Test func dhcpPortsReachNoPublicAddress() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", owner: .anyMarked))
+        let publicServer = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 67), namespace: server.namespace)
+        let lanServer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 67), namespace: server.namespace)
+        let globalServer = try UDPSocket(bindingTo: SocketAddress(IPAddress("fd00:20::1")!, port: 547), namespace: server.namespace)
+        let client = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 68), namespace: laptop.namespace)
+        let client6 = try UDPSocket(bindingTo: SocketAddress(IPAddress("::")!, port: 546), namespace: laptop.namespace)
+        _ = try? client.send(Array("renew".utf8), to: publicServer.local)
+        _ = try? client.send(Array("renew".utf8), to: lanServer.local)
+        _ = try? client6.send(Array("solicit".utf8), to: globalServer.local)
+        #expect(try lanServer.receive(timeout: .seconds(1))?.bytes == Array("renew".utf8), "a renewal to the LAN's server leaves")
+        #expect(try publicServer.receive(timeout: .milliseconds(300)) == nil, "DHCP's port reached a public address")
+        #expect(try globalServer.receive(timeout: .milliseconds(300)) == nil, "DHCPv6's port reached a global address")
         try lockdown.remove()
     }
 

@@ -238,6 +238,26 @@ private func laptop() -> NetworkModel {
     #expect(m.localNetworks == [prefix("10.20.0.0/24"), prefix("192.168.1.0/24")])
 }
 
+/// A rogue network's DHCP mask `128.0.0.0` makes the kernel add `0.0.0.0/1` on the link, with
+/// no gateway: it takes half the internet around the tunnel just the same. A LAN's subnet,
+/// however wide inside a private range, is not reported; one that overlaps the tunnel's routes is.
+@Test func onLinkRoutesWiderThanALANAreFound() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 9, name: "roam0", kind: .tunnel)))
+    m.apply(.routeAdded(Route(destination: prefix("10.77.0.0/24"), nextHops: [NextHop(linkIndex: 9)])))
+    for sane in ["10.0.0.0/8", "192.168.0.0/16", "100.64.0.0/16", "2001:db8:1::/64", "fe80::/10"] {
+        m.apply(.routeAdded(Route(destination: prefix(sane), nextHops: [NextHop(linkIndex: 2)])))
+    }
+    #expect(m.routesAroundTheTunnel.isEmpty, "\(m.routesAroundTheTunnel)")
+    m.apply(.routeAdded(Route(destination: prefix("0.0.0.0/1"), nextHops: [NextHop(linkIndex: 2)])))
+    m.apply(.routeAdded(Route(destination: prefix("2001:db8::/32"), nextHops: [NextHop(linkIndex: 2)])))
+    m.apply(.routeAdded(Route(destination: prefix("10.77.0.128/25"), nextHops: [NextHop(linkIndex: 2)])))
+    #expect(m.routesAroundTheTunnel.map(\.description) == ["0.0.0.0/1 dev wifi0", "10.77.0.128/25 dev wifi0", "2001:db8::/32 dev wifi0"])
+    #expect(NetworkModel.isWiderThanALAN(prefix("128.0.0.0/1")) && NetworkModel.isWiderThanALAN(prefix("172.0.0.0/8")))
+    #expect(!NetworkModel.isWiderThanALAN(prefix("172.16.0.0/12")) && !NetworkModel.isWiderThanALAN(prefix("8.8.8.0/24")))
+    #expect(NetworkModel.isWiderThanALAN(prefix("fd00::/48")) && !NetworkModel.isWiderThanALAN(prefix("fd00::/64")))
+}
+
 /// The local networks are kept as changes arrive, not worked out from scratch: after every one
 /// of a seeded random run of links coming, going, being renamed into the tunnel, and addresses
 /// sharing subnets, turning tentative or link-local, they equal what every address says.
