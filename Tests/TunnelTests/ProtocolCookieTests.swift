@@ -9,7 +9,8 @@ import Device
     /// The fixture's wall clock `seconds` later.
     static func wall(_ seconds: UInt64) -> TAI64N { TAI64N(unixNanoseconds: 1_700_000_000_000_000_000 + seconds * 1_000_000_000) }
 
-    static func spoofed(_ i: Int) -> SocketAddress { SocketAddress(.v4(0x0A00_0000 | UInt32(i)), port: UInt16(1024 + i % 60_000)) }
+    /// A source in a /24 of its own (10.x.y.1): spoofed floods choose sources across the internet.
+    static func spoofed(_ i: Int) -> SocketAddress { SocketAddress(.v4(0x0A00_0001 | UInt32(i) << 8), port: UInt16(1024 + i % 60_000)) }
 
     /// Initiations with a valid mac1 from strangers (keys nobody's); an attacker needs only the
     /// server's public key to make them.

@@ -98,6 +98,9 @@ public final class TunnelServer: Sendable {
     public var handshakeCounts: (accepted: Int, rejected: Int) {
         (handshakesAccepted.load(ordering: .relaxed), handshakesRejected.load(ordering: .relaxed))
     }
+    /// Initiations let through to Diffie-Hellman since start, by lane: the budgets of everyone
+    /// without a session, or the lane reserved for peers with one.
+    public var admissions: Admissions { core.withLock { $0.admissions } }
 
     /// Runs until `stop()`: each worker's two threads, the handshake and password threads, and
     /// the first worker's inbound loop here.
