@@ -316,3 +316,22 @@ import Device
         return
     }
 }
+
+/// A peer's initiation waits behind one flood initiation at most, however full everyone else's
+/// queue is; and a full peers' queue never keeps everyone else's waiting either.
+@Test func peersInitiationsTakeTurnsWithEveryoneElses() {
+    var queues = HandshakeQueues(capacity: 8)
+    let flood = SocketAddress(.v4(0x6440_0002), port: 5000)
+    let peer = ProtocolFixture.clientAddress
+    for n in 0..<8 { #expect([UInt8](repeating: UInt8(n), count: 200).withUnsafeBytes { queues.push($0, from: flood, fromPeer: false) }) }
+    #expect(![UInt8](repeating: 9, count: 200).withUnsafeBytes { queues.push($0, from: flood, fromPeer: false) }, "everyone else's is full")
+    var buffer = [UInt8](repeating: 0, count: 2048)
+    #expect(queues.pop(into: &buffer)?.1 == flood)
+    #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }, "the peer still gets in")
+    let next = [queues.pop(into: &buffer)?.1, queues.pop(into: &buffer)?.1]
+    #expect(next.contains(peer), "\(next)")
+    for _ in 0..<2 { #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }) }
+    #expect(![UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }, "a quarter of the capacity")
+    let order = (0..<4).map { _ in queues.pop(into: &buffer)?.1 }
+    #expect(order.filter { $0 == flood }.count == 2, "taken in turn: \(order)")
+}
