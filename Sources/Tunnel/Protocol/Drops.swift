@@ -7,8 +7,9 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
     case unsupportedVersion
     /// The initiation's mac1 is wrong: not meant for this server, or random bytes.
     case badMAC
-    /// An initiation without proof that its sender receives at its address (a valid mac2),
-    /// while the server is under load or before a password check: answered with a cookie reply.
+    /// An initiation without proof that its sender receives at its address (a valid mac2), while
+    /// the server, the source's budget or its network's is under load, or before a password
+    /// check: answered with a cookie reply.
     case cookieRequired
     /// Over a per-source budget (handshakes, Argon2id checks), or, at a client, over its
     /// own limit on answering cookie replies.

@@ -19,7 +19,8 @@ public enum ServerEvent: Equatable, Sendable {
     /// `peer` probed: send `echo` to `to`.
     case echo(peer: PeerID, datagram: [UInt8], to: SocketAddress)
     /// An initiation came without proof that its sender receives at its address while the server
-    /// is under load, or before a password check: send `reply` (a cookie) to `to`; the client
+    /// (or the source's or network's budget) is under load, or before a password check, or from
+    /// where a peer proved itself: send `reply` (a cookie) to `to`; the client
     /// sends the initiation again with it. Counted as a `cookieRequired` drop.
     case cookie(reply: [UInt8], to: SocketAddress)
     /// A data packet named a session this server does not hold (it restarted, or forgot an idle
