@@ -46,7 +46,7 @@ public struct ServerLimits: Equatable, Sendable {
         handshakesPerNetwork: Rate = Rate(perSecond: 20, burst: 50),
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
         peerHandshakes: Rate = Rate(perSecond: 500, burst: 500),
-        handshakesPerPeer: Rate = Rate(perSecond: 1, burst: 5),
+        handshakesPerPeer: Rate = Rate(perSecond: 2, burst: 10),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
         passwordChecksPerSource: Rate = Rate(perSecond: 0.5, burst: 2),
         passwordChecksPerAccount: Rate = Rate(perSecond: 2, burst: 4),

@@ -310,7 +310,6 @@ public struct ServerCore: Sendable {
             claim: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
         func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8],
                    refusing refusal: DropReason?) -> Decision {
-            // A check that cannot succeed spends its claim's budget, never the account's.
             .answered(datagram.withUnsafeBytes {
                 startCheck(password, against: hash, for: peer, proof: proof, refusing: refusal, initiation,
                            proven: admitted.addressProven, datagram: $0, now: now)

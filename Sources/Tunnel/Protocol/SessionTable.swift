@@ -272,7 +272,8 @@ public final class SessionTable: Sendable {
             let forgotten = peers[slot].state.withLock { state in
                 let forgotten = state.forget(olderThan: forgetAfter, now: now)
                 // A peer with no session left is no longer reached here.
-                if state.current == nil, state.next == nil, state.previous == nil {
+                if state.endpoint != nil || state.handshakeSource != nil, state.current == nil, state.next == nil,
+                   state.previous == nil {
                     let old = (state.endpoint, state.handshakeSource?.address)
                     if state.endpoint != nil { noteLive(PeerID(index: slot), false) }
                     (state.endpoint, state.endpointLocal, state.endpointMark, state.handshakeSource) = (nil, nil, nil, nil)
