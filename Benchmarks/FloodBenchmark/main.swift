@@ -16,14 +16,23 @@ import Netlink
 // Floods come from an attacker namespace behind the server's router:
 //   spoofed  raw IPv4 datagrams from random sources in 100.64.0.0/10 (replies go nowhere);
 //   direct   from the attacker's own address, answering every cookie reply as a client would;
+//   v6-56    from one address in each of the 256 /64s of one IPv6 /56, answering every cookie reply;
+//   v4-24s   from 64 IPv4 /24s, four addresses each, answering every cookie reply;
 //   users    not a flood: a burst of real handshakes, each from another configured user (--users,
 //            10,000 by default), at the rate given, from 256 addresses of a neighbour namespace.
-// Half the flood's initiations are from unknown keys, half log in as `carol` with a wrong password.
+// Half the spoofed and direct floods' initiations are from unknown keys, half log in as `carol`
+// with a wrong password; the v6-56 and v4-24s floods' are from unknown keys.
+// Throughout, 16 users with sessions rekey once a second each from their own addresses: their
+// completed handshakes per second are the gateway's for legitimate clients during the flood.
 //
-// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,users] [--users N] [--still] [--logs]
+// Usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,v6-56,v4-24s,users] [--users N] [--still] [--logs]
 // (--still: the laptop does not roam, to tell the flood's effect from the roams')
 
-enum Kind: String { case none, spoofed, direct, users }
+enum Kind: String {
+    case none, spoofed, direct, users
+    case v6Network = "v6-56"
+    case v4Networks = "v4-24s"
+}
 
 struct Failure: Error, CustomStringConvertible {
     var description: String
@@ -32,7 +41,7 @@ struct Failure: Error, CustomStringConvertible {
 
 var rates = [1000, 10_000]
 var seconds = 10
-var kinds: [Kind] = [.none, .spoofed, .direct]
+var kinds: [Kind] = [.none, .spoofed, .direct, .v6Network, .v4Networks]
 var showLogs = false
 var roams = true
 var burstUsers = 10_000
@@ -53,7 +62,7 @@ while let argument = arguments.popFirst() {
     case "--kinds": kinds = value.split(separator: ",").compactMap { Kind(rawValue: String($0)) }
     case "--users": burstUsers = Int(value) ?? burstUsers
     default:
-        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,users] [--users N] [--still] [--logs]")
+        say("usage: FloodBenchmark [--rates 1000,10000] [--seconds 10] [--kinds none,spoofed,direct,v6-56,v4-24s,users] [--users N] [--still] [--logs]")
         exit(2)
     }
 }
@@ -119,7 +128,7 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
         for i in cores.indices { made.append(try cores[i].initiate(now: .now(), wallClock: .now())) }
         slots = made
         switch kind {
-        case .none, .users: return
+        case .none, .users, .v6Network, .v4Networks: return
         case .spoofed:
             rawSocket = try attacker.namespace.run { () throws(NetlinkError) -> Int32 in Glibc.socket(AF_INET, Int32(SOCK_RAW.rawValue), Int32(IPPROTO_RAW)) }
             guard rawSocket >= 0 else { throw Failure("raw socket: \(String(cString: strerror(errno)))") }
@@ -151,7 +160,7 @@ final class Flood: @unchecked Sendable {  // the slots are guarded by `lock`; th
             while n < due, running.load(ordering: .relaxed) {
                 let initiation = lock.withLock { slots[n % slots.count] }
                 switch kind {
-                case .none, .users: break
+                case .none, .users, .v6Network, .v4Networks: break
                 case .spoofed:
                     let source = 0x6440_0000 | UInt32.random(in: 1..<0x3F_FFFF, using: &random)  // 100.64.0.0/10
                     let packet = spoofedDatagram(initiation, from: source, port: UInt16.random(in: 1024...65535, using: &random))
@@ -302,27 +311,85 @@ final class Handshaker: @unchecked Sendable {  // `results` is guarded by `lock`
     var outcomes: [Duration?] { lock.withLock { results } }
 }
 
+/// Users with sessions, each rekeying once a second from an address of its own, as many clients
+/// rekeying every two minutes do together: the handshakes per second they complete.
+final class Rekeying: @unchecked Sendable {  // `done` and `tried` are guarded by `lock`
+    private let rekeyers: [Rekeyer]
+    private let lock = NSLock()
+    private var done = 0
+    private var tried = 0
+    private let running = Atomic<Bool>(false)
+    private var threads: [OSThread] = []
+
+    init(keys: [PrivateKey], server: PublicKey, addresses: [IPAddress], in lab: NamespaceLab) throws {
+        rekeyers = try keys.indices.map { try Rekeyer(key: keys[$0], serverKey: server, from: addresses[$0], in: lab, to: serverAddress) }
+        for (i, rekeyer) in rekeyers.enumerated() where rekeyer.handshake(timeout: .seconds(3)) == nil {
+            throw Failure("user \(i) of the rekeying ones cannot log in")
+        }
+    }
+
+    /// Starts counting afresh: every user rekeys once a second until `stop()`.
+    func start() throws {
+        lock.withLock { (done, tried) = (0, 0) }
+        running.store(true, ordering: .relaxed)
+        for rekeyer in rekeyers {
+            threads.append(try OSThread { [self] in
+                while running.load(ordering: .relaxed) {
+                    let began = LabClock.now
+                    let ok = rekeyer.handshake(timeout: .seconds(1)) != nil
+                    lock.withLock {
+                        tried += 1
+                        if ok { done += 1 }
+                    }
+                    let rest = .seconds(1) - (LabClock.now - began)
+                    if rest > .zero { usleep(UInt32(rest.nanoseconds / 1000)) }
+                }
+            })
+        }
+    }
+
+    func stop() -> (done: Int, tried: Int) {
+        running.store(false, ordering: .relaxed)
+        for thread in threads { thread.join() }
+        threads.removeAll()
+        return lock.withLock { (done, tried) }
+    }
+}
+
 func ms(_ d: Duration) -> String { String(format: "%.1f", Double(d.nanoseconds) / 1e6) }
 
 func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, showLogs: Bool) throws -> String {
     let lab = try RoamingLab(vpn: .roam, routing: .full)
     let bystander = try NamespaceLab()
-    let attacker = try NamespaceLab()
     try bystander.attach(to: lab.server, device: "by0", peer: "by0-s", address: "10.30.0.2", gateway: "10.30.0.1")
-    try attacker.attach(to: lab.server, device: "atk0", peer: "atk0-s", address: "203.0.113.2", gateway: "203.0.113.1")
-    // Replies to the spoofed sources leave toward the attacker, who drops them; the server's
-    // router does not check sources, as most on the internet do not.
-    try lab.server.ip("route add 100.64.0.0/10 via 203.0.113.2")
+    let rekeyingAddresses = (0..<16).map { IPAddress.v4(0x0A1E_0010 + UInt32($0)) }  // 10.30.0.16...
+    try bystander.batch(rekeyingAddresses.map { "address add \($0)/32 dev by0" })
+    // The floods from real networks come from a namespace of their own (203.0.113.2 too).
+    var networks: (lab: NamespaceLab, v4: [IPAddress], v6: [IPAddress], v6Missing: String?)?
+    if kind == .v6Network || kind == .v4Networks {
+        networks = try NamespaceLab.flooder(attachedTo: lab.server, networks: 64, perNetwork: 4)
+        if kind == .v6Network, let reason = networks?.v6Missing { throw Failure("skipped: \(reason)") }
+    }
+    let attacker = try networks?.lab ?? NamespaceLab()
+    if networks == nil {
+        try attacker.attach(to: lab.server, device: "atk0", peer: "atk0-s", address: "203.0.113.2", gateway: "203.0.113.1")
+        // Replies to the spoofed sources leave toward the attacker, who drops them; the server's
+        // router does not check sources, as most on the internet do not.
+        try lab.server.ip("route add 100.64.0.0/10 via 203.0.113.2")
+    }
     try sysctl(lab.server, "net.ipv4.conf.all.rp_filter=0")
     try sysctl(lab.server, "net.ipv4.conf.atk0-s.rp_filter=0")
     try sysctl(lab.server, "net.ipv4.ip_forward=1")
 
     let bobKey = try PrivateKey.generate()
     let carolHash = try PasswordHash.create(password: carolPassword)
+    let rekeyingKeys = try rekeyingAddresses.map { _ in try PrivateKey.generate() }
     try lab.addServerUsers("""
           - {name: bob, public-key: \(bobKey.publicKey.base64), addresses: [10.77.0.3]}
           - {name: carol, password-hash: "\(carolHash.encoded)", addresses: [10.77.0.4]}
-        """)
+        """ + "\n" + rekeyingKeys.enumerated().map { i, key in
+            "  - {name: rekeying\(i), public-key: \(key.publicKey.base64), addresses: [10.77.1.\(10 + i)]}"
+        }.joined(separator: "\n"))
     // The burst's users: keys the server knows, inner addresses in 10.78.0.0/16 and beyond.
     var burstKeys: [PrivateKey] = []
     if kind == .users {
@@ -351,11 +418,19 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, show
                                server: serverKey, in: bystander, address: "10.30.0.2")
     guard bob.attempt() != nil else { throw Failure("bob cannot log in: \(lab.log("server.log"))") }
     bob.reset()
+    let rekeying = try Rekeying(keys: rekeyingKeys, server: serverKey, addresses: rekeyingAddresses, in: bystander)
 
     let flood = try Flood(kind: kind == .users ? .none : kind, rate: rate, in: attacker, server: serverKey)
     let burst = kind == .users ? try Burst(keys: burstKeys, server: serverKey, rate: rate, in: attacker) : nil
+    let fromNetworks: CookieFlood? = try networks.map { networks in
+        kind == .v6Network
+            ? try CookieFlood(from: networks.v6, in: networks.lab, to: SocketAddress(IPAddress("2001:db8:7::7")!, port: serverAddress.port),
+                              serverKey: serverKey, rate: rate)
+            : try CookieFlood(from: networks.v4, in: networks.lab, to: serverAddress, serverKey: serverKey, rate: rate)
+    }
     let cpuBefore = lab.serverCPU()
     let start = LabClock.now
+    try rekeying.start()
     // Carol's first login comes a second into the flood: a cookie round trip and an Argon2id
     // while wrong passwords for her pour in. Her later logins are remembered (one HMAC).
     usleep(1_000_000)
@@ -378,7 +453,9 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, show
     }
     let elapsed = LabClock.now - start
     let cpu = lab.serverCPU() - cpuBefore
+    let rekeys = rekeying.stop()
     flood.stop()
+    fromNetworks?.stop()
     usleep(300_000)
     burst?.stop()
     let (lost, sent) = probes.lost(from: start, to: end)
@@ -392,8 +469,19 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, show
         say(lab.log("server.log"))
         say(lab.log("client.log"))
     }
-    let perSecond = Double(flood.count) / (Double(elapsed.nanoseconds) / 1e9)
+    let perSecond = Double(fromNetworks?.count ?? flood.count) / (Double(elapsed.nanoseconds) / 1e9)
+    let rekeysPerSecond = Double(rekeys.done) / (Double(elapsed.nanoseconds) / 1e9)
     let cpuPercent = Double(cpu.nanoseconds) / Double(elapsed.nanoseconds) * 100
+    let last: String
+    if let burst {
+        let times = burst.completed.sorted()
+        let p99 = times.isEmpty ? "-" : ms(times[min(times.count - 1, times.count * 99 / 100)])
+        last = "burst: \(times.count)/\(burst.attempted) handshakes done, p99 \(p99) ms; server up in \(startUp.map(ms) ?? "?") ms"
+    } else if let fromNetworks {
+        last = "\(fromNetworks.cookiesAnswered), \(fromNetworks.refused) let through"
+    } else {
+        last = "\(flood.cookiesAnswered)"
+    }
     return [
         kind.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0),
         String(format: "%7d", rate), String(format: "%8.0f", perSecond),
@@ -403,15 +491,13 @@ func run(kind: Kind, rate: Int, seconds: Int, roams: Bool, burstUsers: Int, show
         rttP99.padding(toLength: 8, withPad: " ", startingAt: 0),
         String(format: "%5.1f", cpuPercent).padding(toLength: 12, withPad: " ", startingAt: 0),
         (firstLogin.map(ms) ?? "failed").padding(toLength: 14, withPad: " ", startingAt: 0),
-        burst.map { b in
-            let times = b.completed.sorted()
-            let p99 = times.isEmpty ? "-" : ms(times[min(times.count - 1, times.count * 99 / 100)])
-            return "burst: \(times.count)/\(b.attempted) handshakes done, p99 \(p99) ms; server up in \(startUp.map(ms) ?? "?") ms"
-        } ?? "\(flood.cookiesAnswered)",
+        String(format: "%5.1f", rekeysPerSecond).padding(toLength: 12, withPad: " ", startingAt: 0),
+        "\(rekeys.done)/\(rekeys.tried)".padding(toLength: 11, withPad: " ", startingAt: 0),
+        last,
     ].joined(separator: "  ")
 }
 
-say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   rtt_p99   server_cpu_%  first_login_ms  cookies_answered")
+say("flood      rate/s   sent/s  real_hs_ok  p50_ms   max_ms   lost/sent   rtt_p99   server_cpu_%  first_login_ms  peer_hs/s     peer_ok      cookies_answered")
 for kind in kinds {
     for rate in kind == .none ? [0] : rates {
         do {

@@ -199,12 +199,14 @@ public final class ServerMetrics: Sendable {
 final class ServerCounts: RoamMetrics {
     private var accepted = 0
     private var rejected = 0
+    private var admitted = Admissions()
 
     override init() {
         super.init()
         for result in ["accepted", "rejected"] {
             count("roam_server_handshakes_total", [("result", result)], by: 0)
         }
+        for lane in ["general", "peer"] { count("roam_server_handshake_admissions_total", [("lane", lane)], by: 0) }
     }
 
     func sync(_ server: TunnelServer) {
@@ -214,6 +216,10 @@ final class ServerCounts: RoamMetrics {
         count("roam_server_handshakes_total", [("result", "rejected")], by: handshakes.rejected - rejected)
         accepted = max(accepted, handshakes.accepted)
         rejected = max(rejected, handshakes.rejected)
+        let admissions = server.admissions
+        count("roam_server_handshake_admissions_total", [("lane", "general")], by: admissions.general - admitted.general)
+        count("roam_server_handshake_admissions_total", [("lane", "peer")], by: admissions.peer - admitted.peer)
+        admitted = admissions
         sync(traffic: server.traffic, drops: server.drops, source: ObjectIdentifier(server))
     }
 }

@@ -121,12 +121,14 @@ struct ServeCommand: ParsableCommand {
             // Answered on the control socket's own thread: everything read here is safe to read from any.
             let status = { @Sendable [unowned server] () -> JSON in
                 let traffic = server.traffic
+                let admissions = server.admissions
                 return .object([
                     ("role", .string("server")), ("sessions", .int(Int64(server.liveSessions))),
                     ("draining", .bool(stopping.load(ordering: .relaxed))), ("workers", .int(Int64(server.workers.count))),
                     ("offload", .string(tun.offload.description)),
                     ("traffic", .traffic(traffic, extra: [("initiations_overflowed", .count(traffic.initiationsOverflowed))])),
                     ("drops", .drops(server.drops, traffic)),
+                    ("admissions", .object([("general", .int(Int64(admissions.general))), ("peer", .int(Int64(admissions.peer)))])),
                 ])
             }
             let served = try ControlServer(socket: try ControlSocket(path: control)) { call in
@@ -165,7 +167,8 @@ struct ServeCommand: ParsableCommand {
         log.info("stopped", metadata: ["packets_in": "\(traffic.packetsIn)", "packets_out": "\(traffic.packetsOut)",
                                 "initiations_overflowed": "\(traffic.initiationsOverflowed)", "super_packets": "\(traffic.superPackets)",
                                 "super_packets_written": "\(traffic.superPacketsWritten)",
-                                "offload_drops": "\(traffic.offloadDrops)", "drops": "\(server.drops.description)"])
+                                "offload_drops": "\(traffic.offloadDrops)", "drops": "\(server.drops.description)",
+                                "admitted_general": "\(server.admissions.general)", "admitted_peer": "\(server.admissions.peer)"])
     }
 }
 

@@ -36,6 +36,84 @@ struct GatewayLabTests {
         #expect(handshakes == 4, "one handshake per client: \(handshakes)\n\(context)")
     }
 
+    /// Floods of handshakes from addresses that really receive, each source answering every
+    /// cookie reply: first from the 256 /64s of one IPv6 /56, then from 64 IPv4 /24s of four
+    /// addresses each, 3,000 initiations a second for 4.5 s. While each runs, three users with
+    /// sessions rekey every second from their addresses and every rekey completes, and a laptop's
+    /// session carries its probes without a loss. The /56 gets no more than one /48's budget; the
+    /// /24s together use up the budget of everyone without a session, and the rekeys go through
+    /// the lane reserved for peers.
+    @Test func aFloodFromRealAddressesKeepsNoPeerFromRekeying() throws {
+        let keys = try (0..<3).map { _ in try PrivateKey.generate() }
+        let lab = try GatewayLab(clients: 1, extraUsers: keys.enumerated().map { i, key in
+            "  - {name: rekeyer\(i), public-key: \(key.publicKey.base64), addresses: [10.77.0.\(50 + i)]}"
+        })
+        let users = try NamespaceLab()
+        try users.attach(to: lab.server, device: "us0", peer: "us0-s", address: "10.61.0.2", gateway: "10.61.0.1")
+        try users.batch((3..<5).map { "address add 10.61.0.\($0)/32 dev us0" })
+        let flooder = try NamespaceLab.flooder(attachedTo: lab.server, networks: 64, perNetwork: 4)
+        try lab.start()
+        let server = SocketAddress(IPAddress("198.51.100.7")!, port: GatewayLab.port)
+        let rekeyers = try keys.indices.map { i in
+            try Rekeyer(key: keys[i], serverKey: lab.serverKeys[0], from: .v4(0x0A3D_0002 + UInt32(i)), in: users, to: server)
+        }
+        for (i, rekeyer) in rekeyers.enumerated() {
+            try #require(rekeyer.handshake(timeout: .seconds(3)) != nil, "user \(i) connects\n\(lab.log("server.log"))")
+        }
+        let probes = try ProbeStream(from: SocketAddress(lab.inner(0), port: 0), in: lab.laptops[0],
+                                     to: SocketAddress(GatewayLab.serverInner, port: 5006), in: lab.server)
+        defer { probes.stop() }
+        func status() -> (text: String, field: (String) -> Int) {
+            let text = (try? NamespaceLab.capture(RoamingLab.builtAgent, ["status", "--control", lab.controlPath(0)]).output) ?? ""
+            return (text, { name in
+                guard let range = text.range(of: name + "=") else { return 0 }
+                return Int(text[range.upperBound...].prefix { $0.isNumber }) ?? 0
+            })
+        }
+        var phases: [(name: String, sources: [IPAddress], target: SocketAddress)] = []
+        if let reason = flooder.v6Missing {
+            print("gateway flood: the IPv6 /56 part is skipped: \(reason)")
+        } else {
+            phases.append(("IPv6 /56", flooder.v6, SocketAddress(IPAddress("2001:db8:7::7")!, port: GatewayLab.port)))
+        }
+        phases.append(("IPv4 /24s", flooder.v4, server))
+        for phase in phases {
+            let before = status()
+            let flood = try CookieFlood(from: phase.sources, in: flooder.lab, to: phase.target, serverKey: lab.serverKeys[0], rate: 3000)
+            usleep(500_000)  // the flood spends what it can first
+            let start = LabClock.now
+            var times: [[Duration?]] = rekeyers.map { _ in [] }
+            while LabClock.now - start < .seconds(4) {
+                for (i, rekeyer) in rekeyers.enumerated() { times[i].append(rekeyer.handshake(timeout: .seconds(3))) }
+                usleep(800_000)
+            }
+            let end = LabClock.now
+            flood.stop()
+            let seconds = Double((end - flood.startedAt).nanoseconds) / 1e9
+            let after = status()
+            let context = "\(phase.name): status before \(before.text)\nafter \(after.text)\nserver log:\n\(lab.log("server.log"))"
+            for (i, attempts) in times.enumerated() {
+                #expect(attempts.count >= 3 && attempts.allSatisfy { $0 != nil }, "user \(i): \(attempts)\n\(context)")
+            }
+            let (lost, sent) = probes.lost(from: start, to: end - .milliseconds(300))
+            #expect(sent > 100 && lost == 0, "\(phase.name): \(lost) of \(sent) probes lost\n\(context)")
+            #expect(flood.cookiesAnswered > 0, "\(phase.name): the flood proved its addresses\n\(context)")
+            let growth = { (name: String) in after.field(name) - before.field(name) }
+            if phase.name.hasPrefix("IPv6") {
+                // One /48's burst and its rate for the time the flood ran, whatever the number of /64s.
+                #expect(flood.refused <= 50 + Int(20 * seconds) + 5, "the /56 got \(flood.refused) handshakes in \(seconds) s\n\(context)")
+                #expect(growth("network-limited") > 0, "\(context)")
+            } else {
+                #expect(growth("server-limited") > 0, "the /24s used up the budget of everyone without a session\n\(context)")
+                #expect(growth("admissions.peer") > 0, "the rekeys went through the peers' lane\n\(context)")
+            }
+            let rekeys = times.flatMap { $0 }.compactMap { $0 }.sorted()
+            print("gateway flood \(phase.name): \(flood.count) initiations in \(String(format: "%.1f", seconds)) s, "
+                  + "\(flood.cookiesAnswered) cookies answered, \(flood.refused) let through; "
+                  + "rekeys \(rekeys.count)/\(times.flatMap { $0 }.count), slowest \(rekeys.last.map { "\($0)" } ?? "-"); probes lost \(lost)/\(sent)")
+        }
+    }
+
     /// The server answers from the address the client sent to, not the one its route would
     /// pick: a NAT or stateful firewall before the client (here a rule that takes the server's
     /// datagrams only from 198.51.100.7) would drop anything else. The server reaches this

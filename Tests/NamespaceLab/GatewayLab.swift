@@ -1,7 +1,7 @@
 public import Foundation
 import Glibc
 public import Basics
-import Tunnel
+public import Tunnel
 
 /// A gateway with several users at once: a server namespace running `agent serve` (answering on
 /// 198.51.100.7), and `clients` laptop namespaces, each with one uplink (`eth0`, 10.60.N.2) into
@@ -22,13 +22,17 @@ public final class GatewayLab {
     /// Each gateway's process, by index, while it runs.
     private var gatewayProcesses: [Int: Process] = [:]
     public let gateways: Int
+    /// Each gateway's public key, by index.
+    public let serverKeys: [PublicKey]
     public static let serverInner = IPAddress("10.77.0.1")!
     public static let port: UInt16 = 51820
 
     /// Client `n`'s inner address.
     public func inner(_ n: Int) -> IPAddress { .v4(0x0A4D_000A + UInt32(n)) }
 
-    public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true,
+    /// `extraUsers` are more users every gateway serves (lines of its `users:` list), for clients
+    /// a test runs itself.
+    public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true, extraUsers: [String] = [],
                 agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
         self.gateways = gateways
@@ -43,12 +47,9 @@ public final class GatewayLab {
         self.laptops = laptops
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-gateway-\(getpid())-\(server.name.split(separator: "-").last ?? "")").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        var serverKeys: [PrivateKey] = []
-        for g in 0..<gateways {
-            let key = try PrivateKey.generate()
-            try secret(key.revealBase64(), "server\(g).key")
-            serverKeys.append(key)
-        }
+        let serverKeys = try (0..<gateways).map { _ in try PrivateKey.generate() }
+        self.serverKeys = serverKeys.map(\.publicKey)
+        for (g, key) in serverKeys.enumerated() { try secret(key.revealBase64(), "server\(g).key") }
         let servers = gateways == 1
             ? "server: 198.51.100.7:\(Self.port)\nserver-key: \(serverKeys[0].publicKey.base64)"
             : "servers:\n" + (0..<gateways).map { g in
@@ -74,7 +75,7 @@ public final class GatewayLab {
                 tunnel: {name: roam\(g), addresses: [10.77.0.1/24], offload: \(offload)}
                 drain-period: \(drainPeriod)
                 users:
-                \(users.joined(separator: "\n"))
+                \((users + extraUsers).joined(separator: "\n"))
                 """, Self.serverConfig(g))
         }
     }

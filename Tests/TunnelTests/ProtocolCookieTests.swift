@@ -9,7 +9,8 @@ import Device
     /// The fixture's wall clock `seconds` later.
     static func wall(_ seconds: UInt64) -> TAI64N { TAI64N(unixNanoseconds: 1_700_000_000_000_000_000 + seconds * 1_000_000_000) }
 
-    static func spoofed(_ i: Int) -> SocketAddress { SocketAddress(.v4(0x0A00_0000 | UInt32(i)), port: UInt16(1024 + i % 60_000)) }
+    /// A source in a /24 of its own (10.x.y.1): spoofed floods choose sources across the internet.
+    static func spoofed(_ i: Int) -> SocketAddress { SocketAddress(.v4(0x0A00_0001 | UInt32(i) << 8), port: UInt16(1024 + i % 60_000)) }
 
     /// Initiations with a valid mac1 from strangers (keys nobody's); an attacker needs only the
     /// server's public key to make them.
@@ -314,4 +315,23 @@ import Device
         Issue.record("the client takes the newer response (its handshake in flight)")
         return
     }
+}
+
+/// A peer's initiation waits behind one flood initiation at most, however full everyone else's
+/// queue is; and a full peers' queue never keeps everyone else's waiting either.
+@Test func peersInitiationsTakeTurnsWithEveryoneElses() {
+    var queues = HandshakeQueues(capacity: 8)
+    let flood = SocketAddress(.v4(0x6440_0002), port: 5000)
+    let peer = ProtocolFixture.clientAddress
+    for n in 0..<8 { #expect([UInt8](repeating: UInt8(n), count: 200).withUnsafeBytes { queues.push($0, from: flood, fromPeer: false) }) }
+    #expect(![UInt8](repeating: 9, count: 200).withUnsafeBytes { queues.push($0, from: flood, fromPeer: false) }, "everyone else's is full")
+    var buffer = [UInt8](repeating: 0, count: 2048)
+    #expect(queues.pop(into: &buffer)?.1 == flood)
+    #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }, "the peer still gets in")
+    let next = [queues.pop(into: &buffer)?.1, queues.pop(into: &buffer)?.1]
+    #expect(next.contains(peer), "\(next)")
+    for _ in 0..<2 { #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }) }
+    #expect(![UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }, "a quarter of the capacity")
+    let order = (0..<4).map { _ in queues.pop(into: &buffer)?.1 }
+    #expect(order.filter { $0 == flood }.count == 2, "taken in turn: \(order)")
 }

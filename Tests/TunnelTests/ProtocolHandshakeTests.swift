@@ -147,7 +147,7 @@ import Testing
     // While the check runs, another attempt with an unproven password finds the bucket empty.
     var guesser = try ClientCore(privateKey: .generate(), serverKey: f.serverKey.publicKey, credentials: Credentials(username: "dave", password: "guess"))
     var guess = try guesser.initiate(now: f.now, wallClock: TAI64N(unixNanoseconds: 1_900_000_000_000_000_000))
-    #expect(f.send(&guess, from: ProtocolFixture.attackerAddress, by: &guesser) == .dropped(.rateLimited))
+    #expect(f.send(&guess, from: ProtocolFixture.attackerAddress, by: &guesser) == .dropped(.serverLimited))
     guard case .handshake = f.server.finish(check, verified: check.verify(), now: f.now) else {
         Issue.record("the verified login must complete")
         return
@@ -229,23 +229,37 @@ import Testing
 
 @Test func handshakesAreRateLimitedPerSource() throws {
     var f = try ProtocolFixture()
-    // Cheap garbage with a valid mac1 still costs the flooder a token: count what gets through.
-    var accepted = 0
+    var stranger = try ClientCore(privateKey: .generate(), serverKey: f.serverKey.publicKey)
+    // Cheap garbage with a valid mac1 still costs the flooder a token; without proof that it
+    // receives at its address it gets half the burst, then cookies.
+    var admitted = 0
+    var cookies = 0
     for _ in 0..<50 {
-        var initiation = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
-        if case .handshake = f.server.receive(&initiation, from: ProtocolFixture.attackerAddress, now: f.now) { accepted += 1 }
+        var initiation = try stranger.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        switch f.server.receive(&initiation, from: ProtocolFixture.attackerAddress, now: f.now) {
+        case .rejected(.unknownUser, _, _): admitted += 1
+        case .cookie: cookies += 1
+        default: break
+        }
     }
-    #expect(accepted == 10, "the burst")
-    #expect(f.server.drops[.rateLimited] == 40)
+    #expect(admitted == 6 && cookies == 44, "half the burst and one: \(admitted), \(cookies)")
+    // With proof, the rest of the burst, then nothing.
+    admitted = 0
+    for _ in 0..<20 {
+        var initiation = try stranger.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        if case .rejected = f.send(&initiation, from: ProtocolFixture.attackerAddress, by: &stranger) { admitted += 1 }
+    }
+    #expect(admitted == 4)
+    #expect(f.server.drops[.rateLimited] == 16)
     // Another source is unaffected; the flooder gets 5 a second back.
     try f.connect(from: ProtocolFixture.clientAddress)
     f.now = f.now + .seconds(1)
-    accepted = 0
+    admitted = 0
     for _ in 0..<20 {
-        var initiation = try f.client.initiate(now: f.now, wallClock: ProtocolFixture.wall)
-        if case .handshake = f.server.receive(&initiation, from: ProtocolFixture.attackerAddress, now: f.now) { accepted += 1 }
+        var initiation = try stranger.initiate(now: f.now, wallClock: ProtocolFixture.wall)
+        if case .rejected = f.send(&initiation, from: ProtocolFixture.attackerAddress, by: &stranger) { admitted += 1 }
     }
-    #expect(accepted == 5)
+    #expect(admitted == 5)
 }
 
 @Test func passwordsHashWithArgon2idAndNeverShow() throws {

@@ -7,11 +7,21 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
     case unsupportedVersion
     /// The initiation's mac1 is wrong: not meant for this server, or random bytes.
     case badMAC
-    /// An initiation without proof that its sender receives at its address (a valid mac2),
-    /// while the server is under load or before a password check: answered with a cookie reply.
+    /// An initiation without proof that its sender receives at its address (a valid mac2), while
+    /// the server, the source's budget or its network's is under load, or before a password
+    /// check: answered with a cookie reply.
     case cookieRequired
-    /// Over a handshake or hint rate limit (per source, or for the whole server).
+    /// Over a per-source budget (handshakes, Argon2id checks), or, at a client, over its
+    /// own limit on answering cookie replies.
     case rateLimited
+    /// Over a per-network budget (an IPv4 /24, an IPv6 /48) for handshakes or Argon2id checks.
+    case networkLimited
+    /// Over a server-wide budget: handshakes of senders without a session, or Argon2id checks.
+    case serverLimited
+    /// Over the lane reserved for peers with a session: that peer's own budget, or the lane's.
+    case peerLimited
+    /// Over the Argon2id budget of one account (or of one claimed name that is nobody's).
+    case accountLimited
     /// The Noise handshake did not authenticate: wrong pinned server key, tampering, or a
     /// response that does not match the initiation in flight.
     case handshakeFailed
@@ -49,6 +59,10 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
         case .badMAC: "bad-mac"
         case .cookieRequired: "cookie-required"
         case .rateLimited: "rate-limited"
+        case .networkLimited: "network-limited"
+        case .serverLimited: "server-limited"
+        case .peerLimited: "peer-limited"
+        case .accountLimited: "account-limited"
         case .handshakeFailed: "handshake-failed"
         case .unknownUser: "unknown-user"
         case .wrongKey: "wrong-key"

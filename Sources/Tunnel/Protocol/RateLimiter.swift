@@ -5,8 +5,19 @@ public struct ServerLimits: Equatable, Sendable {
     /// Handshakes one source may start per second, sustained, and in a burst. A source is an
     /// IPv4 address or an IPv6 /64 (what one host or one NAT can cheaply spread over).
     public var handshakesPerSource: Rate
-    /// Handshakes the whole server does (each costs four X25519 operations).
+    /// Handshakes one network may start (an IPv4 /24, an IPv6 /48): a host with a routed IPv6
+    /// prefix has 256 /64s in a /56 that really receive, and must not get a budget for each.
+    public var handshakesPerNetwork: Rate
+    /// Handshakes the whole server does for senders without a session here (each costs four
+    /// X25519 operations). A flood from many networks can use it up; peers with a session do
+    /// not need it (`peerHandshakes`).
     public var handshakes: Rate
+    /// The lane reserved for peers with a session here: a handshake from the address a peer's
+    /// authenticated packets come from (or its last accepted handshake came from), proven by a
+    /// cookie, is not held to the budgets above but to these, which nobody else can spend.
+    public var peerHandshakes: Rate
+    /// Handshakes one peer may make in its reserved lane: a rekey every two minutes and its retries.
+    public var handshakesPerPeer: Rate
     /// Argon2id checks the whole server starts (each costs about 80 ms of a core and 64 MiB at the
     /// interactive cost). Only a first login, or a changed password, needs one: rekeys present a
     /// password the server already verified and cost one HMAC.
@@ -14,9 +25,11 @@ public struct ServerLimits: Equatable, Sendable {
     /// Argon2id checks one source may cause: well under the server's total, so one host guessing
     /// passwords cannot use up everybody's logins.
     public var passwordChecksPerSource: Rate
-    /// Argon2id checks spent on one account (a username as sent, or a static key), whether or not
-    /// it exists: guesses at one account cannot use up everybody's logins either, and spreading
-    /// them over many hosts does not guess faster.
+    /// Argon2id checks spent on one account by checks that could succeed (the user exists and the
+    /// static key is one it may use): guesses at one account cannot use up everybody's logins,
+    /// and spreading them over many hosts does not guess faster. Checks that cannot succeed (an
+    /// unknown name or key, a key the user does not pin) spend as much of a budget of the
+    /// claimed name's own, never an account's: to a prober both look alike.
     public var passwordChecksPerAccount: Rate
     /// Argon2id checks one network may cause (an IPv4 /24, an IPv6 /48): a host with a routed
     /// IPv6 prefix has thousands of /64s that really receive, and must not get a budget for each.
@@ -30,17 +43,23 @@ public struct ServerLimits: Equatable, Sendable {
 
     public init(
         handshakesPerSource: Rate = Rate(perSecond: 5, burst: 10),
+        handshakesPerNetwork: Rate = Rate(perSecond: 20, burst: 50),
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
+        peerHandshakes: Rate = Rate(perSecond: 500, burst: 500),
+        handshakesPerPeer: Rate = Rate(perSecond: 2, burst: 10),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
-        passwordChecksPerSource: Rate = Rate(perSecond: 1, burst: 2),
+        passwordChecksPerSource: Rate = Rate(perSecond: 0.5, burst: 2),
         passwordChecksPerAccount: Rate = Rate(perSecond: 2, burst: 4),
-        passwordChecksPerNetwork: Rate = Rate(perSecond: 2, burst: 4),
+        passwordChecksPerNetwork: Rate = Rate(perSecond: 0.5, burst: 2),
         hintsPerSource: Rate = Rate(perSecond: 1, burst: 3),
         hints: Rate = Rate(perSecond: 1000, burst: 1000),
         trackedSources: Int = 65_536
     ) {
         self.handshakesPerSource = handshakesPerSource
+        self.handshakesPerNetwork = handshakesPerNetwork
         self.handshakes = handshakes
+        self.peerHandshakes = peerHandshakes
+        self.handshakesPerPeer = handshakesPerPeer
         self.passwordChecks = passwordChecks
         self.passwordChecksPerSource = passwordChecksPerSource
         self.passwordChecksPerAccount = passwordChecksPerAccount
@@ -130,8 +149,15 @@ struct KeyedRateLimiter<Key: Hashable & Sendable>: Sendable {
             prune(now: now)
             guard buckets.count < capacity else { return false }
         }
-        return buckets[key].map { $0.available(now: now) >= 1 } ?? (rate.burst >= 1)
+        return available(key, now: now) >= 1
     }
+
+    /// Tokens in `key`'s bucket now.
+    func available(_ key: Key, now: Instant) -> Double { buckets[key].map { $0.available(now: now) } ?? rate.burst }
+
+    /// True when `key`'s bucket is less than half full: spent by a flood, so what is left is kept
+    /// for senders that prove their address.
+    func isLow(_ key: Key, now: Instant) -> Bool { available(key, now: now) < rate.burst / 2 }
 
     /// Forgets full buckets, at most once a second (a prune walks the whole table).
     mutating func prune(now: Instant) {
@@ -159,6 +185,9 @@ struct SourceRateLimiter: Sendable {
 
     /// Spends a token that `wouldAllow` found.
     mutating func take(_ address: IPAddress, now: Instant) { table.take(key(address), now: now) }
+
+    /// See `KeyedRateLimiter.isLow`.
+    func isLow(_ address: IPAddress, now: Instant) -> Bool { table.isLow(key(address), now: now) }
 
     mutating func prune(now: Instant) { table.prune(now: now) }
 

@@ -19,7 +19,8 @@ public enum ServerEvent: Equatable, Sendable {
     /// `peer` probed: send `echo` to `to`.
     case echo(peer: PeerID, datagram: [UInt8], to: SocketAddress)
     /// An initiation came without proof that its sender receives at its address while the server
-    /// is under load, or before a password check: send `reply` (a cookie) to `to`; the client
+    /// (or the source's or network's budget) is under load, or before a password check, or from
+    /// where a peer proved itself: send `reply` (a cookie) to `to`; the client
     /// sends the initiation again with it. Counted as a `cookieRequired` drop.
     case cookie(reply: [UInt8], to: SocketAddress)
     /// A data packet named a session this server does not hold (it restarted, or forgot an idle
@@ -70,8 +71,9 @@ public struct ServerCore: Sendable {
     private let sessionLimits: SessionLimits
     private let passwordProofKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
     /// What a password for an unknown user or a wrong key is checked against: a hash no password
-    /// matches, at the users' own cost, so a refusal takes as long whether or not the user exists.
-    private var decoyHash: PasswordHash
+    /// matches, at the cost the claimed user's own hash would take, so a refusal takes as long
+    /// whether or not the user exists.
+    private var decoys: DecoyHashes
     /// Every peer's sessions, shared with the data threads (see `SessionTable`).
     public private(set) var sessions: SessionTable
     /// "Session unknown" hints for datagrams that come through `receive`; a data thread has a
@@ -80,12 +82,21 @@ public struct ServerCore: Sendable {
     /// The limits this core was made with.
     private let limits: ServerLimits
     private var handshakesBySource: SourceRateLimiter
+    private var handshakesByNetwork: SourceRateLimiter
     private var handshakes: TokenBucket
+    /// The lane reserved for peers with a session (see `admit`): in all, and per peer.
+    private var peerHandshakes: TokenBucket
+    private var handshakesByPeer: KeyedRateLimiter<PeerID>
+    /// Handshakes let through to Diffie-Hellman, by lane.
+    public private(set) var admissions = Admissions()
     /// Until when the server counts as under load (see `isUnderLoad`).
     private var underLoadUntil: Instant?
     private var passwordChecks: TokenBucket
     private var passwordChecksBySource: SourceRateLimiter
     private var passwordChecksByAccount: KeyedRateLimiter<[UInt8]>
+    /// The same budget for checks that cannot succeed, by the name or key they claim: spent
+    /// alike, so a prober cannot tell them apart, but never an account's.
+    private var decoyChecksByClaim: KeyedRateLimiter<[UInt8]>
     private var passwordChecksByNetwork: SourceRateLimiter
     /// Password checks handed out and not finished yet, by the initiation's ephemeral key: a
     /// replayed initiation must not buy a second Argon2id while the first runs.
@@ -105,16 +116,20 @@ public struct ServerCore: Sendable {
         self.dns = dns
         mac1 = Mac1(serverKey: privateKey.publicKey)
         cookies = CookieJar(serverKey: privateKey.publicKey)
-        decoyHash = PasswordHash.decoy(costOf: users.users.compactMap(\.passwordHash))
+        decoys = DecoyHashes(costOf: users.users.compactMap(\.passwordHash))
         self.sessionLimits = sessionLimits
         self.limits = limits
         sessions = SessionTable(users: users, limits: sessionLimits)
         hints = HintBudget(limits)
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
+        handshakesByNetwork = SourceRateLimiter(limits.handshakesPerNetwork, capacity: limits.trackedSources, per: .network)
         handshakes = TokenBucket(limits.handshakes)
+        peerHandshakes = TokenBucket(limits.peerHandshakes)
+        handshakesByPeer = KeyedRateLimiter(limits.handshakesPerPeer, capacity: max(users.users.count, 1))
         passwordChecks = TokenBucket(limits.passwordChecks)
         passwordChecksBySource = SourceRateLimiter(limits.passwordChecksPerSource, capacity: limits.trackedSources)
         passwordChecksByAccount = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
+        decoyChecksByClaim = KeyedRateLimiter(limits.passwordChecksPerAccount, capacity: limits.trackedSources)
         passwordChecksByNetwork = SourceRateLimiter(limits.passwordChecksPerNetwork, capacity: limits.trackedSources, per: .network)
     }
 
@@ -125,7 +140,9 @@ public struct ServerCore: Sendable {
         let (table, ended) = sessions.reloaded(with: new)
         users = new
         sessions = table
-        decoyHash = PasswordHash.decoy(costOf: new.users.compactMap(\.passwordHash))
+        decoys = DecoyHashes(costOf: new.users.compactMap(\.passwordHash))
+        // Peers are slots in the users list: a budget kept for one slot may be someone else's now.
+        handshakesByPeer = KeyedRateLimiter(limits.handshakesPerPeer, capacity: max(new.users.count, 1))
         usersGeneration += 1
         return (table, ended)
     }
@@ -184,8 +201,17 @@ public struct ServerCore: Sendable {
     /// The server's static key, for opening initiations and writing responses away from the core.
     public var handshakeKey: HandshakeKey { HandshakeKey(privateKey: privateKey) }
 
-    /// The cheap checks, cheapest first: mac1, a replay of a checked initiation, the proof of
-    /// address when under load, the budgets. Either the answer, or an initiation to open.
+    /// The cheap checks, cheapest first, before any Diffie-Hellman: mac1, a replay of a checked
+    /// initiation, then the lane and its budgets.
+    ///
+    /// A sender that proves (by a cookie in mac2) that it receives at an address and port where a
+    /// peer proved itself lately (see `SessionTable.provenSources`) takes the peer's reserved
+    /// lane, held only to that peer's budget and the lane's, which nobody else can spend; once
+    /// the initiation is read, `decide` checks that it comes from that peer's static key.
+    /// Everyone else is held to the budgets of its source (an IPv4 address, an IPv6 /64), its
+    /// network (an IPv4 /24, an IPv6 /48) and the server's. Proof of address is asked for while
+    /// the server is under load, or the source's or network's budget is less than half full, so
+    /// spoofed initiations can use up at most half of a network's budget and never a lane.
     public mutating func admit(
         _ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil, now: Instant
     ) -> Admission {
@@ -199,19 +225,60 @@ public struct ServerCore: Sendable {
         // clear at the front, says so before any Diffie-Hellman.
         let ephemeral = Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)])
         guard !checksInFlight.contains(ephemeral), !failedChecks.contains(ephemeral) else { return .answered(drop(.replayedHandshake)) }
-        // mac2 costs a few MACs: checked only when the answer matters.
-        var addressProven = false
-        if isUnderLoad(now: now) {
-            addressProven = cookies.isProven(datagram, from: source, now: now)
-            guard addressProven else { return .answered(cookieReply(to: datagram, from: source, now: now)) }
+        // mac2 costs a few MACs: checked only when the answer matters, and once.
+        var proof: Bool?
+        func proven() -> Bool {
+            if let proof { return proof }
+            let result = cookies.isProven(datagram, from: source, now: now)
+            proof = result
+            return result
         }
-        guard handshakesBySource.wouldAllow(source.ip, now: now), handshakes.canTake(now: now) else {
-            return .answered(drop(.rateLimited))
+        func admitted(_ lane: Lane) -> Admission {
+            .admitted(AdmittedInitiation(
+                datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: proof ?? false,
+                lane: lane))
         }
-        handshakesBySource.take(source.ip, now: now)
+        let known = sessions.peer(provenAt: source)
+        if let known, proven() {
+            if peerLaneRefusal(known, now: now) == nil {
+                handshakesByPeer.take(known, now: now)
+                _ = peerHandshakes.take(now: now)
+                admissions.peer += 1
+                return admitted(.peer(known))
+            }
+        }
+        let needsProof = isUnderLoad(now: now) || handshakesBySource.isLow(source.ip, now: now)
+            || handshakesByNetwork.isLow(source.ip, now: now)
+        if needsProof, !proven() { return .answered(cookieReply(to: datagram, from: source, now: now)) }
+        if let refusal = generalRefusal(source.ip, now: now) {
+            // A peer's rekey from its own address, over budgets a flood spent: a cookie lets it
+            // prove the address and come back in its own lane.
+            if known != nil, !proven() { return .answered(cookieReply(to: datagram, from: source, now: now)) }
+            return .answered(drop(refusal))
+        }
+        takeGeneral(source.ip, now: now)
+        return admitted(.general)
+    }
+
+    /// Why the peer's lane is closed to `peer` now; nil when it is open.
+    private mutating func peerLaneRefusal(_ peer: PeerID, now: Instant) -> DropReason? {
+        handshakesByPeer.wouldAllow(peer, now: now) && peerHandshakes.canTake(now: now) ? nil : .peerLimited
+    }
+
+    /// Which of the budgets of everyone without a session would refuse `source` now (the first,
+    /// cheapest to explain); nil when all allow. Takes nothing.
+    private mutating func generalRefusal(_ source: IPAddress, now: Instant) -> DropReason? {
+        if !handshakesBySource.wouldAllow(source, now: now) { return .rateLimited }
+        if !handshakesByNetwork.wouldAllow(source, now: now) { return .networkLimited }
+        if !handshakes.canTake(now: now) { return .serverLimited }
+        return nil
+    }
+
+    private mutating func takeGeneral(_ source: IPAddress, now: Instant) {
+        handshakesBySource.take(source, now: now)
+        handshakesByNetwork.take(source, now: now)
         _ = handshakes.take(now: now)
-        return .admitted(AdmittedInitiation(
-            datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: addressProven))
+        admissions.general += 1
     }
 
     /// The user and every factor, once the Noise message is read: the answer (a drop, a cookie,
@@ -219,6 +286,18 @@ public struct ServerCore: Sendable {
     public mutating func decide(_ opened: OpenedInitiation, now: Instant) -> Decision {
         let admitted = opened.admitted
         guard let responder = opened.responder else { return .answered(drop(.handshakeFailed)) }
+        // The reserved lane is the peer's only: its static key, now authenticated, must be the
+        // one its last accepted handshake proved. Anyone else at that address (a new program on
+        // the peer's port) pays as everyone else does, now.
+        if case .peer(let expected) = admitted.lane,
+           sessions.withPeer(expected, { $0.handshakeSource?.key }) != responder.remoteStatic {
+            admissions.peer -= 1
+            if let refusal = generalRefusal(admitted.source.ip, now: now) {
+                responder.wipePayload()
+                return .answered(drop(refusal))
+            }
+            takeGeneral(admitted.source.ip, now: now)
+        }
         // The payload and the password are buffers of their own, shared by whoever holds them
         // (a password check): these wipes clear the only copies.
         defer { responder.wipePayload() }
@@ -228,7 +307,7 @@ public struct ServerCore: Sendable {
         let initiation = HeldInitiation(
             source: admitted.source, local: admitted.local, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
             responder: responder, timestamp: payload.timestamp, limit: datagram.count, ephemeral: admitted.ephemeral,
-            account: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
+            claim: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
         func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8],
                    refusing refusal: DropReason?) -> Decision {
             .answered(datagram.withUnsafeBytes {
@@ -242,10 +321,13 @@ public struct ServerCore: Sendable {
         case .success(let found):
             peer = found
         case .failure(let reason):
-            // Refused either way; but with a password, only after an Argon2id on the decoy, as a
-            // wrong password would be, so neither timing nor answer tells which users exist.
+            // Refused either way; but with a password, only after an Argon2id on a decoy at the
+            // cost the claimed user's own check takes, as a wrong password would be, so neither
+            // timing nor answer tells which users exist or which cost their hashes have.
             guard let password = payload.password else { return .respond(refusal(reason, initiation)) }
-            return check(password, against: decoyHash, for: nil, proof: [], refusing: reason)
+            let claimed = payload.username.flatMap { users.peer(named: $0) } ?? users.peer(forKey: responder.remoteStatic)
+            let decoy = claimed.flatMap { users[$0].passwordHash }.map(decoys.matching) ?? decoys.forUnknown(initiation.claim)
+            return check(password, against: decoy, for: nil, proof: [], refusing: reason)
         }
         guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation) }
         guard let password = payload.password else { return .respond(refusal(.badPassword, initiation)) }
@@ -275,7 +357,8 @@ public struct ServerCore: Sendable {
                 return true
             }
             guard fresh else { return drop(.replayedHandshake) }
-            let index = sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, now: now)
+            let index = sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, source: initiation.source,
+                                         key: initiation.responder.remoteStatic, now: now)
             // The endpoint stays: it moves only on the first authenticated packet of the new
             // session, so a late or replayed initiation cannot drag it back to an old address.
             let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
@@ -285,7 +368,8 @@ public struct ServerCore: Sendable {
 
     /// Hands out an Argon2id check, the most expensive thing a stranger can ask of the server:
     /// only for a sender that proved it receives at its address (a cookie in mac2), once per
-    /// initiation, and within the per-source, per-network, per-account and server-wide budgets.
+    /// initiation, and within the per-source, per-network, per-account (or, for a check that
+    /// cannot succeed, per-claim) and server-wide budgets.
     /// `proof` is what the server remembers of the password if it passes (empty for the decoy).
     private mutating func startCheck(
         _ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8], refusing refusal: DropReason?,
@@ -295,14 +379,19 @@ public struct ServerCore: Sendable {
             return cookieReply(to: datagram, from: initiation.source, now: now)
         }
         // Every budget is looked at before any is spent: a refusal by one uses up none of the others.
+        // The sender's own budgets come first: an account's is spent only once they allowed it.
         let source = initiation.source.ip
-        guard checksInFlight.count < Self.maxChecksInFlight, passwordChecksBySource.wouldAllow(source, now: now),
-              passwordChecksByNetwork.wouldAllow(source, now: now),
-              passwordChecksByAccount.wouldAllow(initiation.account, now: now), passwordChecks.canTake(now: now)
-        else { return drop(.rateLimited) }
+        let claim = initiation.claim
+        let couldSucceed = peer != nil
+        if checksInFlight.count >= Self.maxChecksInFlight { return drop(.serverLimited) }
+        if !passwordChecksBySource.wouldAllow(source, now: now) { return drop(.rateLimited) }
+        if !passwordChecksByNetwork.wouldAllow(source, now: now) { return drop(.networkLimited) }
+        let account = couldSucceed ? passwordChecksByAccount.wouldAllow(claim, now: now) : decoyChecksByClaim.wouldAllow(claim, now: now)
+        if !account { return drop(.accountLimited) }
+        if !passwordChecks.canTake(now: now) { return drop(.serverLimited) }
         passwordChecksBySource.take(source, now: now)
         passwordChecksByNetwork.take(source, now: now)
-        passwordChecksByAccount.take(initiation.account, now: now)
+        if couldSucceed { passwordChecksByAccount.take(claim, now: now) } else { decoyChecksByClaim.take(claim, now: now) }
         _ = passwordChecks.take(now: now)
         // The check gets a buffer of its own: the one here is wiped on the way out.
         guard let held = password.slice(0..<password.count) else { return drop(.malformed) }
@@ -423,6 +512,9 @@ public struct ServerCore: Sendable {
         sessions.tick(now: now)
         hints.prune(now: now)
         handshakesBySource.prune(now: now)
+        handshakesByNetwork.prune(now: now)
+        handshakesByPeer.prune(now: now)
+        decoyChecksByClaim.prune(now: now)
         passwordChecksBySource.prune(now: now)
         passwordChecksByAccount.prune(now: now)
         passwordChecksByNetwork.prune(now: now)
@@ -473,6 +565,7 @@ public struct AdmittedInitiation: Sendable {
     let local: IPAddress?
     let ephemeral: [UInt8]
     let addressProven: Bool
+    let lane: Lane
 
     /// Reads Noise message 1: two X25519 operations.
     public func open(with key: HandshakeKey) -> OpenedInitiation {
@@ -480,6 +573,24 @@ public struct AdmittedInitiation: Sendable {
         return OpenedInitiation(
             admitted: self, responder: NoiseIK.Responder(message: noise, localStatic: key.privateKey, prologue: Wire.prologue))
     }
+}
+
+/// Whose budgets an admitted initiation spent.
+enum Lane: Sendable, Equatable {
+    /// The source's, its network's and the server's.
+    case general
+    /// The reserved lane of `peer`, whose address the sender proved it receives at.
+    case peer(PeerID)
+}
+
+/// Handshakes let through to Diffie-Hellman since start, by lane.
+public struct Admissions: Equatable, Sendable {
+    /// Held to the budgets of their source, network and the server.
+    public var general = 0
+    /// In the lane reserved for peers with a session.
+    public var peer = 0
+
+    public init() {}
 }
 
 /// An initiation read; `responder` is nil when it did not authenticate.
@@ -532,8 +643,9 @@ struct HeldInitiation: Sendable {
     let limit: Int
     /// The initiation's ephemeral public key: what makes it unique, and a replay recognisable.
     let ephemeral: [UInt8]
-    /// Whose password budget the check spends: the username as sent, or the static key.
-    let account: [UInt8]
+    /// What the initiation claims to be: the username as sent, or the static key. A check that
+    /// could succeed spends the account's budget under it; one that cannot, the claim's own.
+    let claim: [UInt8]
 }
 
 /// A handshake held while its password is checked. It carries the password, so keep it only

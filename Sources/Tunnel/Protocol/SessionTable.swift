@@ -15,6 +15,11 @@ public final class SessionTable: Sendable {
     let limits: SessionLimits
     private let peers: [PeerCell]
     private let shards: [IndexShard]
+    /// Where each peer proved itself lately, to its slot: its endpoint (the address and port its
+    /// authenticated packets come from) and the source of its last accepted handshake. The
+    /// reserved lane for rekeys starts here (`ServerCore.admit`). Changed only when one of the
+    /// two moves (a roam, a handshake), never per packet; taken after a peer's lock, never before.
+    private let provenSources = Mutex<[SocketAddress: Int]>([:])
     private let liveChanges = Mutex<[(peer: PeerID, live: Bool)]>([])
     private let changed = Atomic<Bool>(false)
     private let live = Atomic<Int>(0)
@@ -42,11 +47,13 @@ public final class SessionTable: Sendable {
         let cells = users.users.map { kept.removeValue(forKey: $0) ?? PeerCell(addresses: $0.addresses) }
         let table = SessionTable(users: users, limits: limits, peers: cells)
         for (slot, cell) in cells.enumerated() {
-            let (indices, live) = cell.state.withLock { state in
-                ([state.current, state.next, state.previous].compactMap { $0?.localIndex }, state.endpoint != nil)
+            let (indices, live, sources) = cell.state.withLock { state in
+                ([state.current, state.next, state.previous].compactMap { $0?.localIndex }, state.endpoint != nil,
+                 [state.endpoint, state.handshakeSource?.address].compactMap { $0 })
             }
             for index in indices where table.shard(index).claim(index, for: slot) { table.sessions.add(1, ordering: .relaxed) }
             if live { table.live.add(1, ordering: .relaxed) }
+            table.provenSources.withLock { for source in sources { $0[source] = slot } }
         }
         var ended: [[IPAddress]] = []
         for cell in kept.values {
@@ -105,7 +112,12 @@ public final class SessionTable: Sendable {
                       state.endpointMark.map({ $0.session !== session || opened.counter > $0.counter }) ?? true
                 else { return retired }
                 if state.endpoint == nil { noteLive(peer, true) }
-                (state.endpoint, state.endpointLocal) = (source, local)
+                if state.endpoint != source {
+                    let old = state.endpoint
+                    state.endpoint = source
+                    reindex(slot, leaving: old, for: state)
+                }
+                state.endpointLocal = local
                 state.endpointMark = (session, opened.counter)
                 return retired
             }
@@ -146,7 +158,9 @@ public final class SessionTable: Sendable {
             let forgotten = peers[slot].state.withLock { state -> [UInt32]? in
                 guard state.current === session else { return nil }
                 if state.endpoint != nil { noteLive(peer, false) }
+                let old = state.endpoint
                 (state.endpoint, state.endpointLocal, state.endpointMark) = (nil, nil, nil)
+                reindex(slot, leaving: old, for: state)
                 return state.forgetEstablished()
             }
             guard let forgotten else { return drop(.unexpected) }
@@ -190,6 +204,20 @@ public final class SessionTable: Sendable {
         peers.indices.contains(peer.index) ? peers[peer.index].state.withLock { $0.endpoint } : nil
     }
 
+    /// The peer that proved itself lately at `source` (see `provenSources`).
+    func peer(provenAt source: SocketAddress) -> PeerID? {
+        provenSources.withLock { $0[source] }.map { PeerID(index: $0) }
+    }
+
+    /// Called under the peer's lock once `old` is no longer one of its two addresses as such:
+    /// the index forgets it unless the peer still proves itself there, and learns the new ones.
+    private func reindex(_ slot: Int, leaving old: SocketAddress?, for state: PeerState) {
+        provenSources.withLock { index in
+            if let old, old != state.endpoint, old != state.handshakeSource?.address, index[old] == slot { index[old] = nil }
+            for source in [state.endpoint, state.handshakeSource?.address].compactMap({ $0 }) { index[source] = slot }
+        }
+    }
+
     // MARK: Installing
 
     /// Reads or changes one peer's state under its lock; for the handshake steps.
@@ -199,12 +227,18 @@ public final class SessionTable: Sendable {
 
     /// Installs a session from a new handshake as `peer`'s next one, under a fresh receiver
     /// index; the unconfirmed one it replaces goes.
-    func install(_ peer: PeerID, remoteIndex: UInt32, keys: TransportKeys, now: Instant) -> UInt32 {
+    /// `source` and `key` are where the handshake came from and the static key it proved: a
+    /// rekey from there, with that key, gets the peer's reserved lane.
+    func install(_ peer: PeerID, remoteIndex: UInt32, keys: TransportKeys, source: SocketAddress, key: PublicKey,
+                 now: Instant) -> UInt32 {
         let index = claimIndex(for: peer.index)
         let session = TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, established: now)
         let replaced = peers[peer.index].state.withLock { state in
             // What the client said of its path was about the sessions before; it says it again.
             defer { (state.next, state.pathMTU) = (session, nil) }
+            let old = state.handshakeSource?.address
+            state.handshakeSource = (source, key)
+            reindex(peer.index, leaving: old, for: state)
             return state.next
         }
         if let replaced { forget(replaced.localIndex) }
@@ -238,9 +272,13 @@ public final class SessionTable: Sendable {
             let forgotten = peers[slot].state.withLock { state in
                 let forgotten = state.forget(olderThan: forgetAfter, now: now)
                 // A peer with no session left is no longer reached here.
-                if state.endpoint != nil, state.current == nil, state.next == nil, state.previous == nil {
-                    (state.endpoint, state.endpointLocal, state.endpointMark) = (nil, nil, nil)
-                    noteLive(PeerID(index: slot), false)
+                if state.endpoint != nil || state.handshakeSource != nil, state.current == nil, state.next == nil,
+                   state.previous == nil {
+                    let old = (state.endpoint, state.handshakeSource?.address)
+                    if state.endpoint != nil { noteLive(PeerID(index: slot), false) }
+                    (state.endpoint, state.endpointLocal, state.endpointMark, state.handshakeSource) = (nil, nil, nil, nil)
+                    reindex(slot, leaving: old.0, for: state)
+                    reindex(slot, leaving: old.1, for: state)
                 }
                 return forgotten
             }
@@ -360,6 +398,9 @@ struct PeerState {
     var previous: TransportSession?
     /// The greatest initiation timestamp accepted: older or equal ones are replays.
     var lastTimestamp: TAI64N?
+    /// Where the newest accepted handshake came from, and the static key it proved: kept while
+    /// a session is held (see `SessionTable.provenSources`).
+    var handshakeSource: (address: SocketAddress, key: PublicKey)?
     /// The keyed hash of the last password that passed Argon2id for this peer.
     var passwordProof: [UInt8]?
     /// The largest inner packet the client's path carries, as it last said (nil: it has not).

@@ -85,19 +85,17 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// A hash that no password matches, at the cost most of `hashes` use (libsodium's interactive
-    /// cost when there are none). Checking a password against it costs what a real check costs.
-    static func decoy(costOf hashes: [PasswordHash]) -> PasswordHash {
-        // `$argon2id$v=19$m=65536,t=2,p=1$salt$hash`: the cost is everything up to the salt.
-        var counts: [String: Int] = [:]
-        for hash in hashes {
-            let fields = hash.encoded.split(separator: "$", omittingEmptySubsequences: false)
-            if fields.count == 6 { counts["$" + fields[1...3].joined(separator: "$") + "$", default: 0] += 1 }
-        }
-        let interactive = PasswordCost.interactive
-        let parameters = counts.max { ($0.value, $1.key) < ($1.value, $0.key) }?.key
-            ?? "$argon2id$v=19$m=\(interactive.memory / 1024),t=\(interactive.operations),p=1$"
-        return PasswordHash(unchecked: parameters + randomBase64(16) + "$" + randomBase64(32))
+    /// The cost part of the encoded hash (`$argon2id$v=19$m=65536,t=2,p=1$`): everything before
+    /// the salt. Hashes with equal parameters cost the same to check.
+    var parameters: String? {
+        let fields = encoded.split(separator: "$", omittingEmptySubsequences: false)
+        return fields.count == 6 ? "$" + fields[1...3].joined(separator: "$") + "$" : nil
+    }
+
+    /// A hash that no password matches, with `parameters`: checking a password against it costs
+    /// what a check against a real hash with these parameters costs.
+    static func decoy(parameters: String) -> PasswordHash {
+        PasswordHash(unchecked: parameters + randomBase64(16) + "$" + randomBase64(32))
     }
 
     private init(unchecked encoded: String) { self.encoded = encoded }
@@ -114,6 +112,51 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
 
     /// Hashes are not secrets, but they invite offline guessing: logs show only the kind.
     public var description: String { "argon2id(redacted)" }
+}
+
+/// What a password that cannot succeed is checked against (an unknown user's, or one sent with
+/// a key the user does not pin), so that a refusal takes as long as a wrong password would:
+/// a hash no password matches, at the cost of the claimed user's own hash when there is one.
+/// For a name or key that is nobody's, one of the costs the users' hashes use, picked by a keyed
+/// hash of the claim (the key drawn at start): the same claim always costs the same, and the
+/// claims spread over the costs as the users do, so timing does not tell a user with an unusual
+/// cost from a name nobody has.
+struct DecoyHashes: Sendable {
+    /// A decoy per cost in use, with how many users' hashes have it, in a fixed order.
+    private let decoys: [(parameters: String, users: Int, hash: PasswordHash)]
+    private let pickKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
+
+    init(costOf hashes: [PasswordHash]) {
+        var counts: [String: Int] = [:]
+        for hash in hashes { if let parameters = hash.parameters { counts[parameters, default: 0] += 1 } }
+        if counts.isEmpty {
+            let interactive = PasswordCost.interactive
+            counts["$argon2id$v=19$m=\(interactive.memory / 1024),t=\(interactive.operations),p=1$"] = 1
+        }
+        decoys = counts.sorted { $0.key < $1.key }.map { ($0.key, $0.value, PasswordHash.decoy(parameters: $0.key)) }
+    }
+
+    /// The decoy for a claim that names `user`'s hash: at its cost.
+    func matching(_ hash: PasswordHash) -> PasswordHash {
+        decoys.first { $0.parameters == hash.parameters }?.hash ?? decoys[0].hash
+    }
+
+    /// The decoy for a claimed name or key (as bytes) that is nobody's.
+    func forUnknown(_ claim: [UInt8]) -> PasswordHash {
+        var digest = [UInt8](repeating: 0, count: Primitives.hashLength)
+        pickKey.withBytes { key in
+            claim.withUnsafeBytes { claim in
+                Primitives.hmac(key: UnsafeRawBufferPointer(start: key, count: SecretBytes.count), [claim], into: &digest)
+            }
+        }
+        let total = decoys.reduce(0) { $0 + $1.users }
+        var pick = Int(digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } % UInt64(total))
+        for decoy in decoys {
+            if pick < decoy.users { return decoy.hash }
+            pick -= decoy.users
+        }
+        return decoys[0].hash
+    }
 }
 
 /// One person or device allowed in, and the inner addresses that are always theirs.

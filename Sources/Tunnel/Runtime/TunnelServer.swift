@@ -44,8 +44,8 @@ public final class TunnelServer: Sendable {
     private let checks = Mutex<[PasswordCheck]>([])
     private let checksReady = Semaphore()
     /// Initiations waiting for the handshake thread, with where they came from and the address
-    /// they were sent to.
-    private let initiations = Mutex(InitiationQueue(capacity: TunnelServer.initiationQueueCapacity))
+    /// they were sent to: peers' and everyone else's in queues of their own.
+    private let initiations = Mutex(HandshakeQueues(capacity: TunnelServer.initiationQueueCapacity))
     private let initiationsReady = Semaphore()
     /// Initiations queued at most (each up to 712 bytes: 180 KB in all); past it, new ones are
     /// dropped and counted. The handshake thread answers a flood's initiation with a cookie in
@@ -98,6 +98,9 @@ public final class TunnelServer: Sendable {
     public var handshakeCounts: (accepted: Int, rejected: Int) {
         (handshakesAccepted.load(ordering: .relaxed), handshakesRejected.load(ordering: .relaxed))
     }
+    /// Initiations let through to Diffie-Hellman since start, by lane: the budgets of everyone
+    /// without a session, or the lane reserved for peers with one.
+    public var admissions: Admissions { core.withLock { $0.admissions } }
 
     /// Runs until `stop()`: each worker's two threads, the handshake and password threads, and
     /// the first worker's inbound loop here.
@@ -297,7 +300,8 @@ public final class TunnelServer: Sendable {
                             event = sessions.receive(slot, from: source, at: local, now: now, drops: &drops, hints: &hints)
                         case .success(.initiation):
                             // For the handshake thread.
-                            handOver(UnsafeRawBufferPointer(slot), from: source, at: local, traffic: &traffic)
+                            handOver(UnsafeRawBufferPointer(slot), from: source, at: local,
+                                     fromPeer: sessions.peer(provenAt: source) != nil, traffic: &traffic)
                             continue
                         case .failure(let reason):
                             drops.count(reason)
@@ -330,10 +334,10 @@ public final class TunnelServer: Sendable {
 
     /// Hands an initiation to the handshake thread.
     private func handOver(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
-                       traffic: inout TrafficCounters) {
+                          fromPeer: Bool, traffic: inout TrafficCounters) {
         let (queued, wasEmpty) = initiations.withLock { queue in
             let wasEmpty = queue.count == 0
-            return (queue.push(datagram, from: source, at: local), wasEmpty)
+            return (queue.push(datagram, from: source, at: local, fromPeer: fromPeer), wasEmpty)
         }
         // The handshake thread drains the whole queue per wake: one signal per batch of work.
         if queued, wasEmpty { initiationsReady.signal() }
@@ -604,6 +608,36 @@ struct InitiationQueue {
         head = (head + 1) % capacity
         count -= 1
         return (length, source, local)
+    }
+}
+
+/// The handshake thread's two queues: initiations from an address where a peer proved itself
+/// lately (`SessionTable.peer(provenAt:)`; nothing proven yet, the core checks that) and everyone
+/// else's. Taken in turn, so a flood that fills one cannot keep the other waiting: a peer's rekey
+/// waits behind one flood initiation at most, however full the other queue is.
+struct HandshakeQueues {
+    private var peers: InitiationQueue
+    private var others: InitiationQueue
+    private var peersNext = true
+
+    /// `capacity` for everyone else's; the peers' queue holds a quarter as many.
+    init(capacity: Int) {
+        peers = InitiationQueue(capacity: max(capacity / 4, 1))
+        others = InitiationQueue(capacity: capacity)
+    }
+
+    var count: Int { peers.count + others.count }
+
+    /// False when the queue it belongs in is full (see `InitiationQueue.push`).
+    mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil,
+                       fromPeer: Bool) -> Bool {
+        fromPeer ? peers.push(datagram, from: source, at: local) : others.push(datagram, from: source, at: local)
+    }
+
+    /// The next initiation, from each queue in turn while both hold some.
+    mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress, IPAddress?)? {
+        defer { peersNext.toggle() }
+        return peersNext ? peers.pop(into: &buffer) ?? others.pop(into: &buffer) : others.pop(into: &buffer) ?? peers.pop(into: &buffer)
     }
 }
 
