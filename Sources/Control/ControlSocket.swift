@@ -14,14 +14,17 @@ public final class ControlSocket: Sendable {
     public let path: String
     public let fileDescriptor: Int32
 
-    public init(path: String) throws {
+    public init(path: String, runtimeDirectories: String? = ControlSocket.serviceRuntimeDirectories) throws {
         let directory = path.parentDirectory
         let readers = Self.readerGroupID()
         if !directory.isEmpty {
-            mkdir(directory, readers == nil ? 0o700 : 0o750)
-            // Only a directory of ours is opened to the group: never someone else's.
+            let made = mkdir(directory, readers == nil ? 0o700 : 0o750) == 0
+            // Only a directory that is the agent's is opened to the group: one it just made, its
+            // default one, or the runtime directory systemd made for its service. Never one that
+            // merely holds the socket (`--control /run/agent.sock` leaves /run as it is).
             var info = stat()
-            if let readers, stat(directory, &info) == 0, info.st_uid == geteuid() {
+            if let readers, Self.opensToReaders(directory, made: made, runtimeDirectories: runtimeDirectories),
+               lstat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid() {
                 _ = chown(directory, geteuid(), readers)
                 _ = chmod(directory, 0o750)
             }
@@ -54,6 +57,17 @@ public final class ControlSocket: Sendable {
     /// Takes the socket's name away, so nobody reaches a stopping agent (the descriptor stays
     /// open until the owner lets go of it).
     public func remove() { unlink(path) }
+
+    /// Whether the socket's directory is the agent's own, which the readers' group may enter:
+    /// made for it now, the default one, or one of the service's runtime directories
+    /// (systemd's `RUNTIME_DIRECTORY`, colon-separated).
+    static func opensToReaders(_ directory: String, made: Bool, runtimeDirectories: String?) -> Bool {
+        made || directory == defaultPath.parentDirectory
+            || (runtimeDirectories?.split(separator: ":").contains { $0.utf8.elementsEqual(directory.utf8) } ?? false)
+    }
+
+    /// The runtime directories systemd made for this service, as it passes them.
+    public static var serviceRuntimeDirectories: String? { getenv("RUNTIME_DIRECTORY").map { String(cString: $0) } }
 
     /// The `roam` group's id, when the system has that group.
     static func readerGroupID() -> gid_t? {

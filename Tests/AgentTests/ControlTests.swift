@@ -25,6 +25,29 @@ struct ControlTests {
         #expect(ControlServer.room(for: 0, among: mixed) == 9)
     }
 
+    /// `--control` may name a socket in any directory; only the agent's own is opened to the
+    /// readers' group, never the one that merely holds it (`/run`, `/tmp`, `/root`).
+    @Test func onlyTheAgentsOwnDirectoryOpensToReaders() throws {
+        #expect(ControlSocket.opensToReaders("/run/roam", made: false, runtimeDirectories: nil))
+        #expect(!ControlSocket.opensToReaders("/run", made: false, runtimeDirectories: nil))
+        #expect(!ControlSocket.opensToReaders("/root", made: false, runtimeDirectories: "/run/roam-server"))
+        #expect(ControlSocket.opensToReaders("/run/roam-server", made: false, runtimeDirectories: "/run/roam:/run/roam-server"))
+        #expect(!ControlSocket.opensToReaders("/run/roam-serv", made: false, runtimeDirectories: "/run/roam-server"))
+        #expect(ControlSocket.opensToReaders("/tmp/x", made: true, runtimeDirectories: nil))
+
+        // A directory that was there before keeps its owner and mode.
+        let directory = NSTemporaryDirectory() + "roam-control-\(getpid())"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        chmod(directory, 0o755)
+        var before = stat()
+        stat(directory, &before)
+        _ = try ControlSocket(path: directory + "/agent.sock", runtimeDirectories: nil)
+        var after = stat()
+        stat(directory, &after)
+        #expect(after.st_mode == before.st_mode && after.st_gid == before.st_gid, "the directory was changed")
+    }
+
     @Test func jsonRoundTripsWhatTheAgentWrites() throws {
         let value = JSON.object([
             ("version", .int(1)), ("ok", .bool(true)), ("rtt_ms", .double(1.25)), ("none", .null),
