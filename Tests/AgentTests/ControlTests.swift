@@ -150,6 +150,54 @@ struct ControlTests {
         #expect(throws: ControlError.self) { try ControlClient.ask(.reconnect, at: harness.path) }
     }
 
+    /// Another user's processes hold every slot with `agent status --watch`, as a member of the
+    /// readers' group can: root is still answered, while that user's next connection is told busy.
+    @Test func anotherUsersWatchersCannotKeepRootOut() throws {
+        guard geteuid() == 0 else {
+            print("skipped: only root can run watchers as another user")
+            return
+        }
+        let harness = try Harness()
+        // The test's directory and socket let anyone connect, as the group's would let its members.
+        chmod(harness.directory, 0o711)
+        chmod(harness.path, 0o666)
+        let nobody = "65534"
+        var watchers: [Process] = []
+        defer {
+            for watcher in watchers where watcher.isRunning { kill(watcher.processIdentifier, SIGKILL) }
+            for watcher in watchers { watcher.waitUntilExit() }
+        }
+        for _ in 0..<40 {
+            let watcher = Process()
+            watcher.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            watcher.arguments = ["--reuid=" + nobody, "--regid=" + nobody, "--clear-groups", "--",
+                                 RoamingLab.builtAgent.path, "status", "--watch", "--control", harness.path]
+            watcher.standardOutput = FileHandle.nullDevice
+            watcher.standardError = FileHandle.nullDevice
+            try watcher.run()
+            watchers.append(watcher)
+        }
+        // Every slot is taken once 32 watches have been answered (the rest are told busy).
+        for _ in 0..<200 where harness.calls < 32 { usleep(50_000) }
+        try #require(harness.calls >= 32, "the watchers took \(harness.calls) slots")
+        usleep(200_000)
+
+        let busy = Process()
+        busy.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        busy.arguments = ["--reuid=" + nobody, "--regid=" + nobody, "--clear-groups", "--",
+                          RoamingLab.builtAgent.path, "status", "--json", "--control", harness.path]
+        let output = Pipe()
+        busy.standardOutput = output
+        busy.standardError = output
+        try busy.run()
+        busy.waitUntilExit()
+        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(busy.terminationStatus != 0 && said.contains("too many control connections"), "another user's next asker: \(said)")
+        // Root makes room: a watcher goes.
+        let answer = try ControlClient.ask(.status, at: harness.path)
+        #expect(answer["ok"] == .bool(true), "root was answered \(answer.text)")
+    }
+
     @Test func garbageHugeAndSilentAskersGetAnErrorAndHoldUpNobody() throws {
         let harness = try Harness()
         // One says nothing, one sends garbage, one a line longer than the limit.
