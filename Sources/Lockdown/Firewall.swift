@@ -130,6 +130,12 @@ public final class Firewall {
         try change(closes: true) { $0.innerAddresses = addresses }
     }
 
+    /// The tunnel's resolvers now: with allow-lan, they stay out of the LAN the firewall opens.
+    public func tunnelResolvers(_ addresses: [IPAddress]) throws(LockdownError) {
+        guard wanted.allowLAN, wanted.tunnelOnly != addresses else { return }
+        try change(closes: true) { $0.tunnelOnly = addresses }
+    }
+
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     public func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
         guard wanted.allowLAN else { return }

@@ -55,6 +55,9 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The tunnel device's inner addresses: nothing addressed to them comes in but through the
     /// tunnel, so a host on the LAN cannot probe the tunnel's connections (CVE-2019-14899).
     public var innerAddresses: [IPAddress] = []
+    /// Addresses reached only through the tunnel (its resolvers): allow-lan never lets them out
+    /// on an uplink, even where a network's subnet holds them.
+    public var tunnelOnly: [IPAddress] = []
 
     /// The agent, as the lockdown tells its sockets from everyone else's. A mark alone does not:
     /// since Linux 5.17 CAP_NET_RAW is enough to set one, and container runtimes grant it.
@@ -222,6 +225,13 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        meta l4proto { tcp, udp } th dport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) \(reject)",
         ]
         if allowLAN {
+            // What the tunnel carries wins over the LAN: a hotel subnet that holds the tunnel's
+            // resolver does not get its traffic.
+            for (family, name) in [(IPAddress.Family.v4, "ip"), (.v6, "ip6")] {
+                let inside = tunnelOnly.filter { $0.family == family }.map(\.description)
+                guard !inside.isEmpty else { continue }
+                lines.append("        \(name) daddr { \(inside.joined(separator: ", ")) } counter name \(BlockCause.outbound.counter) \(reject)")
+            }
             lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
         }
         lines += [

@@ -55,6 +55,11 @@ extension SessionEffects {
             case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: .warning)
             }
         }
+        do {
+            try firewall?.tunnelResolvers(wanted.resolvers)
+        } catch {
+            log.error("cannot keep the tunnel's resolvers out of the LAN", metadata: ["error": "\(error)"])
+        }
         // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
         // even in full mode), would be asked in clear.
         let inClear = { (resolver: IPAddress) in

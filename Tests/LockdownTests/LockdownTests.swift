@@ -29,6 +29,15 @@ struct LockdownPolicyTests {
         let dns = try! #require(lan.range(of: "counter name blocked_dns"))
         let open = try! #require(lan.range(of: "ip daddr @lan4 accept"))
         #expect(dns.lowerBound < open.lowerBound)
+
+        // The tunnel's resolver on a network whose subnet holds it: the tunnel wins.
+        var collides = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
+                                      localNetworks: [Prefix("10.77.3.9/16")!])
+        collides.tunnelOnly = [IPAddress("10.77.0.1")!, IPAddress("fd77::1")!]
+        let text4 = collides.ruleset()
+        let inside = try! #require(text4.range(of: "ip daddr { 10.77.0.1 } counter name blocked_out goto refuse"), "\(text4)")
+        #expect(text4.contains("ip6 daddr { fd77::1 } counter name blocked_out goto refuse"))
+        #expect(inside.lowerBound < (try! #require(text4.range(of: "ip daddr @lan4 accept"))).lowerBound)
     }
 
     /// A network decides its subnet mask: allow-lan opens only what lies in a private or
@@ -233,17 +242,23 @@ struct LockdownKernelTests {
 
     @Test func allowLANLetsTheLANThroughButNotItsResolver() throws {
         let (laptop, server) = try NamespaceLab.laptopAndServer()
+        // A host on the LAN holds the address of the tunnel's own resolver too.
+        try server.ip("address add 10.20.0.2/32 dev lo")
         let lockdown = try Lockdown(namespace: laptop.namespace)
-        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
-                                          localNetworks: [Prefix("10.20.0.57/24")!, Prefix("192.168.1.23/24")!]))
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
+                                    localNetworks: [Prefix("10.20.0.57/24")!, Prefix("192.168.1.23/24")!])
+        policy.tunnelOnly = [IPAddress("10.20.0.2")!]
+        try lockdown.apply(policy)
         let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: server.namespace)
         let resolver = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 53), namespace: server.namespace)
         let internet = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 9100), namespace: server.namespace)
+        let impostor = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.2")!, port: 443), namespace: server.namespace)
         let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
-        for target in [printer, resolver, internet] { _ = try? app.send(Array("job".utf8), to: target.local) }
+        for target in [printer, resolver, internet, impostor] { _ = try? app.send(Array("job".utf8), to: target.local) }
         #expect(try printer.receive(timeout: .seconds(1))?.bytes == Array("job".utf8))
         #expect(try resolver.receive(timeout: .milliseconds(200)) == nil)
         #expect(try internet.receive(timeout: .milliseconds(200)) == nil)
+        #expect(try impostor.receive(timeout: .milliseconds(200)) == nil, "the tunnel's resolver's address went to the LAN")
         // And the printer's answer comes back.
         _ = try printer.send(Array("done".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
         #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
