@@ -50,6 +50,17 @@ public final class PinnedServer {
         process.standardInput = FileHandle.nullDevice
         try process.run()
         self.process = process
+        // Serving once it listens: a probe before that would be refused, and prove nothing.
+        let port = accept.split(separator: ":").last.map(String.init) ?? accept
+        for _ in 0..<200 {
+            let (_, listening) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.name, "ss", "-Hltn", "sport = :\(port)"])
+            if !listening.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { return }
+            guard process.isRunning else { break }
+            usleep(25_000)
+        }
+        stop()
+        throw NamespaceLab.Failure(description: "openssl s_server never listened on \(accept): "
+            + ((try? String(contentsOfFile: log, encoding: .utf8)) ?? ""))
     }
 
     deinit { stop() }
