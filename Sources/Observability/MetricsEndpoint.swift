@@ -11,7 +11,15 @@ public import Device
 /// Nobody's stall holds back another, nor the data plane.
 public final class MetricsEndpoint: Sendable {
     public let listener: TCPListener
-    private let exposition: @Sendable () -> String
+    private let exposition: @Sendable (Drops) -> String
+
+    /// Connections closed before their answer was out, since the endpoint started.
+    public struct Drops: Sendable, Equatable {
+        /// Closed to make room for a newer one, all being taken.
+        public var evicted = 0
+        /// Their request did not arrive whole in time, or their answer was not taken in time.
+        public var timedOut = 0
+    }
 
     static let requestTimeout = Duration.seconds(2)
     static let requestLimit = 8192
@@ -26,7 +34,8 @@ public final class MetricsEndpoint: Sendable {
     static let acceptPause = Duration.milliseconds(100)
     private static let endOfHead = Array("\r\n\r\n".utf8)
 
-    public init(_ address: SocketAddress, exposition: @escaping @Sendable () -> String) throws(DeviceError) {
+    /// `exposition`: the metrics, given the endpoint's own drops so far; called on its thread.
+    public init(_ address: SocketAddress, exposition: @escaping @Sendable (_ dropped: Drops) -> String) throws(DeviceError) {
         // A burst of connections, twice what the table holds, waits in the kernel's queue rather
         // than being dropped there (a dropped connection costs a scraper a second).
         listener = try TCPListener(bindingTo: address, backlog: Int32(2 * Self.capacity))
@@ -50,15 +59,18 @@ public final class MetricsEndpoint: Sendable {
     private func serve() {
         var exchanges: [Exchange] = []  // the oldest first
         var listening = ContinuousClock.now  // when the listener is polled again
+        var drops = Drops()
         while true {
             var now = ContinuousClock.now
+            let held = exchanges.count
             exchanges.removeAll { $0.deadline <= now }
+            drops.timedOut += held - exchanges.count
             let waits = (listening <= now ? [(listener.fileDescriptor, Readiness.readable)] : [])
                 + exchanges.map { ($0.connection.fileDescriptor, $0.unwritten == nil ? .readable : .writable) }
             let wake = (exchanges.map(\.deadline) + (listening > now ? [listening] : [])).min()
             guard let ready = try? Set(pollReady(waits, timeout: wake.map { $0 - now })) else { continue }
             now = .now
-            exchanges = exchanges.compactMap { ready.contains($0.connection.fileDescriptor) ? advanced($0, now: now) : $0 }
+            exchanges = exchanges.compactMap { ready.contains($0.connection.fileDescriptor) ? advanced($0, now: now, drops: drops) : $0 }
             guard ready.contains(listener.fileDescriptor) else { continue }
             for _ in 0..<Self.acceptsPerWake {
                 let connection: TCPConnection?
@@ -67,7 +79,10 @@ public final class MetricsEndpoint: Sendable {
                     break
                 }
                 guard let connection else { break }
-                if exchanges.count == Self.capacity { exchanges.removeFirst() }
+                if exchanges.count == Self.capacity {
+                    exchanges.removeFirst()
+                    drops.evicted += 1
+                }
                 exchanges.append(Exchange(connection: connection, deadline: now + Self.requestTimeout))
             }
         }
@@ -75,7 +90,7 @@ public final class MetricsEndpoint: Sendable {
 
     /// `exchange` moved on as far as its socket lets it now; nil when it is over (answered,
     /// or the peer gone).
-    private func advanced(_ exchange: Exchange, now: ContinuousClock.Instant) -> Exchange? {
+    private func advanced(_ exchange: Exchange, now: ContinuousClock.Instant, drops: Drops) -> Exchange? {
         var exchange = exchange
         do throws(DeviceError) {
             if exchange.unwritten == nil {
@@ -87,7 +102,7 @@ public final class MetricsEndpoint: Sendable {
                 let whole = bytes.isEmpty || exchange.request.count == Self.requestLimit
                     || exchange.request[max(before - 3, 0)...].firstRange(of: Self.endOfHead) != nil
                 guard whole else { return exchange }
-                exchange.unwritten = Array(Self.response(to: exchange.request, exposition: exposition).utf8)[...]
+                exchange.unwritten = Array(Self.response(to: exchange.request) { exposition(drops) }.utf8)[...]
                 exchange.deadline = now + Self.requestTimeout
             }
             guard let unwritten = exchange.unwritten else { return exchange }
