@@ -155,7 +155,7 @@ let package = Package(
         .testTarget(
             name: "ObservabilityTests",
             dependencies: [
-                "Basics", "PathMonitor", "Reconnector", "Tunnel", "Observability",
+                "Basics", "Device", "PathMonitor", "Reconnector", "Tunnel", "Observability",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),

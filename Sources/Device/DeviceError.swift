@@ -94,14 +94,22 @@ func pin(_ fd: Int32, device: String?, mark: UInt32?, _ what: String) throws(Dev
     }
 }
 
-/// Waits until one of `descriptors` is readable (an error or hang-up counts: the next read
-/// reports it) and returns those that are; empty when `timeout` passed first. A nil
-/// `timeout` waits as long as it takes, zero only looks.
-public func pollReadable(_ descriptors: [Int32], timeout: Duration?) throws(DeviceError) -> [Int32] {
-    var fds = descriptors.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+/// What a descriptor is waited for.
+public enum Readiness: Sendable {
+    /// Input to read (an error or a hang-up counts: the next read reports it).
+    case readable
+    /// Room to write (an error or a hang-up counts: the next write reports it).
+    case writable
+}
+
+/// Waits until one of `descriptors` is ready for what it is waited for and returns those that
+/// are; empty when `timeout` passed first. A nil `timeout` waits as long as it takes, zero only
+/// looks.
+public func pollReady(_ descriptors: [(fd: Int32, for: Readiness)], timeout: Duration?) throws(DeviceError) -> [Int32] {
+    var fds = descriptors.map { pollfd(fd: $0.fd, events: Int16($0.for == .readable ? POLLIN : POLLOUT), revents: 0) }
     let deadline = timeout.map { ContinuousClock.now + $0 }
     // Recomputed on every retry, so signals cannot stretch the wait.
-    let ready = try kernel("poll \(descriptors)") {
+    let ready = try kernel("poll \(descriptors.map(\.fd))") {
         poll(&fds, nfds_t(fds.count), deadline.map { milliseconds(until: $0) } ?? -1)
     }
     guard ready > 0 else { return [] }
@@ -109,6 +117,11 @@ public func pollReadable(_ descriptors: [Int32], timeout: Duration?) throws(Devi
         throw DeviceError("poll descriptor \(closed.fd)", EBADF)
     }
     return fds.filter { $0.revents != 0 }.map(\.fd)
+}
+
+/// `pollReady` for input only.
+public func pollReadable(_ descriptors: [Int32], timeout: Duration?) throws(DeviceError) -> [Int32] {
+    try pollReady(descriptors.map { ($0, .readable) }, timeout: timeout)
 }
 
 /// Milliseconds left until `deadline` for poll: rounded up, so a short wait never spins.

@@ -103,9 +103,9 @@ public final class TCPConnection {
         if started != 0 && errno != EINPROGRESS { throw DeviceError("connect \(what)", errno) }
         if started != 0 {
             let left = deadline - .now
-            var pending = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let ready = left > .zero ? poll(&pending, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1)) : 0
-            guard ready > 0 else { throw DeviceError("connect \(what)", ETIMEDOUT) }
+            guard left > .zero, try !pollReady([(fd, .writable)], timeout: left).isEmpty else {
+                throw DeviceError("connect \(what)", ETIMEDOUT)
+            }
             var failure: Int32 = 0
             var size = socklen_t(MemoryLayout<Int32>.size)
             try kernel("read the outcome of \(what)") { getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &size) }
@@ -114,22 +114,38 @@ public final class TCPConnection {
         return connection
     }
 
+    /// What has arrived, at most `limit` bytes, without waiting: nil when nothing has, empty when
+    /// the peer closed.
+    public func read(upTo limit: Int) throws(DeviceError) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: limit)
+        let n = try nonBlocking("read from \(peer?.description ?? "a TCP peer")") {
+            bytes.withUnsafeMutableBytes { Glibc.read(fileDescriptor, $0.baseAddress, $0.count) }
+        }
+        guard let n else { return nil }
+        bytes.removeLast(limit - n)
+        return bytes
+    }
+
+    /// Writes as much of `bytes` as there is room for now, without waiting; how many went.
+    public func write(someOf bytes: ArraySlice<UInt8>) throws(DeviceError) -> Int {
+        try nonBlocking("write to \(peer?.description ?? "a TCP peer")") {
+            bytes.withUnsafeBytes { send(fileDescriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        } ?? 0
+    }
+
     /// Bytes until `terminator` has arrived (never, when empty), the peer closes, `limit` bytes are in, or
     /// `deadline` passes (what came so far, then).
     public func read(until terminator: [UInt8], limit: Int, deadline: ContinuousClock.Instant) throws(DeviceError) -> [UInt8] {
         var received: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1024)
         // (What follows the terminator in the same read, a request's body, is returned too.)
         while received.count < limit, terminator.isEmpty || received.firstRange(of: terminator) == nil {
             let left = deadline - .now
             guard left > .zero else { break }
-            let n = try waitingForInput(on: fileDescriptor, timeout: left) { () throws(DeviceError) -> Int? in
-                try nonBlocking("read from \(peer?.description ?? "a TCP peer")") {
-                    chunk.withUnsafeMutableBytes { Glibc.read(fileDescriptor, $0.baseAddress, min($0.count, limit - received.count)) }
-                }
+            let chunk = try waitingForInput(on: fileDescriptor, timeout: left) { () throws(DeviceError) -> [UInt8]? in
+                try read(upTo: min(1024, limit - received.count))
             }
-            guard let n, n > 0 else { break }
-            received += chunk[0..<n]
+            guard let chunk, !chunk.isEmpty else { break }
+            received += chunk
         }
         return received
     }
@@ -138,14 +154,12 @@ public final class TCPConnection {
     public func write(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(DeviceError) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let n = try nonBlocking("write to \(peer?.description ?? "a TCP peer")") {
-                bytes.withUnsafeBytes { send(fileDescriptor, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            }
-            if let n { offset += n; continue }
+            let n = try write(someOf: bytes[offset...])
+            offset += n
+            if n > 0 { continue }
             let left = deadline - .now
             guard left > .zero else { return false }
-            var fd = pollfd(fd: fileDescriptor, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&fd, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1))
+            _ = try pollReady([(fileDescriptor, .writable)], timeout: left)
         }
         return true
     }

@@ -180,17 +180,19 @@ public final class ClientMetrics: RoamMetrics {
     }
 }
 
-/// The server's metrics: sessions, handshakes accepted and rejected, bytes and drops; read
-/// from the server's own counts at each scrape, from whichever thread scrapes.
+/// The server's metrics: sessions, handshakes accepted and rejected, bytes and drops, and the
+/// metrics endpoint's own drops; read from their counts at each scrape, from whichever thread
+/// scrapes.
 public final class ServerMetrics: Sendable {
     private let counts = Mutex(ServerCounts())
 
     public init() {}
 
     /// The metrics now, in the Prometheus text format.
-    public func scrape(_ server: TunnelServer) -> String {
+    public func scrape(_ server: TunnelServer, endpoint dropped: MetricsEndpoint.Drops) -> String {
         counts.withLock { counts in
             counts.sync(server)
+            counts.sync(endpoint: dropped)
             return counts.exposition()
         }
     }
@@ -200,9 +202,11 @@ final class ServerCounts: RoamMetrics {
     private var accepted = 0
     private var rejected = 0
     private var admitted = Admissions()
+    private var endpointDrops = MetricsEndpoint.Drops()
 
     override init() {
         super.init()
+        for cause in ["evicted", "timeout"] { count("roam_metrics_connections_dropped_total", [("cause", cause)], by: 0) }
         for result in ["accepted", "rejected"] {
             count("roam_server_handshakes_total", [("result", result)], by: 0)
         }
@@ -221,5 +225,12 @@ final class ServerCounts: RoamMetrics {
         count("roam_server_handshake_admissions_total", [("lane", "peer")], by: admissions.peer - admitted.peer)
         admitted = admissions
         sync(traffic: server.traffic, drops: server.drops, source: ObjectIdentifier(server))
+    }
+
+    /// Carries in the connections the metrics endpoint dropped since the last scrape.
+    func sync(endpoint dropped: MetricsEndpoint.Drops) {
+        count("roam_metrics_connections_dropped_total", [("cause", "evicted")], by: dropped.evicted - endpointDrops.evicted)
+        count("roam_metrics_connections_dropped_total", [("cause", "timeout")], by: dropped.timedOut - endpointDrops.timedOut)
+        endpointDrops = dropped
     }
 }

@@ -3,37 +3,115 @@ import Tunnel
 public import Device
 
 /// `/metrics` over HTTP for Prometheus, on a thread of its own: one request per connection,
-/// answered and closed. A request must arrive whole within `requestTimeout` and in
-/// `requestLimit` bytes; connections are served one at a time, so a client that stalls holds
-/// the others back for at most that long, and never the data plane.
+/// answered and closed. The thread polls the listener and up to `capacity` connections, each
+/// non-blocking with a deadline of its own: its request must arrive whole within
+/// `requestTimeout` and in `requestLimit` bytes, then its answer must be taken within
+/// `requestTimeout`. A new connection when all are taken closes the oldest; a scraper sends its
+/// request at once, so it is answered however many clients sit silent, trickle or never read.
+/// Nobody's stall holds back another, nor the data plane.
 public final class MetricsEndpoint: Sendable {
     public let listener: TCPListener
-    private let exposition: @Sendable () -> String
+    private let exposition: @Sendable (Drops) -> String
+
+    /// Connections closed before their answer was out, since the endpoint started.
+    public struct Drops: Sendable, Equatable {
+        /// Closed to make room for a newer one, all being taken.
+        public var evicted = 0
+        /// Their request did not arrive whole in time, or their answer was not taken in time.
+        public var timedOut = 0
+    }
 
     static let requestTimeout = Duration.seconds(2)
     static let requestLimit = 8192
+    /// Connections held at once, waiting for their request or writing their answer.
+    static let capacity = 64
+    /// Connections taken from the listener per wake-up: those already taken are read between
+    /// batches, so a flood of connections pushes a scraper out only if it fills the table
+    /// before the scraper's request is read.
+    static let acceptsPerWake = 16
+    /// How long the listener rests after a failed accept (out of descriptors), so the thread
+    /// does not spin on it.
+    static let acceptPause = Duration.milliseconds(100)
+    private static let endOfHead = Array("\r\n\r\n".utf8)
 
-    public init(_ address: SocketAddress, exposition: @escaping @Sendable () -> String) throws(DeviceError) {
-        listener = try TCPListener(bindingTo: address)
+    /// `exposition`: the metrics, given the endpoint's own drops so far; called on its thread.
+    public init(_ address: SocketAddress, exposition: @escaping @Sendable (_ dropped: Drops) -> String) throws(DeviceError) {
+        // A burst of connections, twice what the table holds, waits in the kernel's queue rather
+        // than being dropped there (a dropped connection costs a scraper a second).
+        listener = try TCPListener(bindingTo: address, backlog: Int32(2 * Self.capacity))
         self.exposition = exposition
     }
 
     public func start() throws(DeviceError) {
-        try OSThread.detach { [self] in
-            while true {
-                guard let connection = try? listener.accept(timeout: nil) else { continue }
-                serve(connection)
+        try OSThread.detach { [self] in serve() }
+    }
+
+    /// One connection from accept to close: its request so far, then the rest of its answer.
+    private struct Exchange {
+        let connection: TCPConnection
+        /// When the request must be in; once it is, when the answer must be out.
+        var deadline: ContinuousClock.Instant
+        var request: [UInt8] = []
+        /// What is left to write of the answer; nil while the request is coming.
+        var unwritten: ArraySlice<UInt8>?
+    }
+
+    private func serve() {
+        var exchanges: [Exchange] = []  // the oldest first
+        var listening = ContinuousClock.now  // when the listener is polled again
+        var drops = Drops()
+        while true {
+            var now = ContinuousClock.now
+            let held = exchanges.count
+            exchanges.removeAll { $0.deadline <= now }
+            drops.timedOut += held - exchanges.count
+            let waits = (listening <= now ? [(listener.fileDescriptor, Readiness.readable)] : [])
+                + exchanges.map { ($0.connection.fileDescriptor, $0.unwritten == nil ? .readable : .writable) }
+            let wake = (exchanges.map(\.deadline) + (listening > now ? [listening] : [])).min()
+            guard let ready = try? Set(pollReady(waits, timeout: wake.map { $0 - now })) else { continue }
+            now = .now
+            exchanges = exchanges.compactMap { ready.contains($0.connection.fileDescriptor) ? advanced($0, now: now, drops: drops) : $0 }
+            guard ready.contains(listener.fileDescriptor) else { continue }
+            for _ in 0..<Self.acceptsPerWake {
+                let connection: TCPConnection?
+                do throws(DeviceError) { connection = try listener.accept(timeout: .zero) } catch {
+                    listening = now + Self.acceptPause
+                    break
+                }
+                guard let connection else { break }
+                if exchanges.count == Self.capacity {
+                    exchanges.removeFirst()
+                    drops.evicted += 1
+                }
+                exchanges.append(Exchange(connection: connection, deadline: now + Self.requestTimeout))
             }
         }
     }
 
-    private func serve(_ connection: TCPConnection) {
-        let deadline = ContinuousClock.now + Self.requestTimeout
-        guard let request = try? connection.read(until: Array("\r\n\r\n".utf8), limit: Self.requestLimit, deadline: deadline) else {
-            return
+    /// `exchange` moved on as far as its socket lets it now; nil when it is over (answered,
+    /// or the peer gone).
+    private func advanced(_ exchange: Exchange, now: ContinuousClock.Instant, drops: Drops) -> Exchange? {
+        var exchange = exchange
+        do throws(DeviceError) {
+            if exchange.unwritten == nil {
+                let before = exchange.request.count
+                guard let bytes = try exchange.connection.read(upTo: Self.requestLimit - before) else { return exchange }
+                exchange.request += bytes
+                // Only the new bytes (and the three before them) can end the head: a request that
+                // trickles in costs no more to look through than one sent at once.
+                let whole = bytes.isEmpty || exchange.request.count == Self.requestLimit
+                    || exchange.request[max(before - 3, 0)...].firstRange(of: Self.endOfHead) != nil
+                guard whole else { return exchange }
+                exchange.unwritten = Array(Self.response(to: exchange.request) { exposition(drops) }.utf8)[...]
+                exchange.deadline = now + Self.requestTimeout
+            }
+            guard let unwritten = exchange.unwritten else { return exchange }
+            let rest = unwritten.dropFirst(try exchange.connection.write(someOf: unwritten))
+            exchange.unwritten = rest
+            return rest.isEmpty ? nil : exchange
+        } catch {
+            return nil
         }
-        let response = Self.response(to: request, exposition: exposition)
-        _ = try? connection.write(Array(response.utf8), deadline: ContinuousClock.now + Self.requestTimeout)
     }
 
     /// The answer to one request's bytes: the metrics for `GET /metrics`, an error otherwise.

@@ -148,7 +148,7 @@ struct ServeCommand: ParsableCommand {
         if let address = settings.metricsListen {
             let metrics = ServerMetrics()
             do {
-                let endpoint = try MetricsEndpoint(address) { [unowned server] in metrics.scrape(server) }
+                let endpoint = try MetricsEndpoint(address) { [unowned server] dropped in metrics.scrape(server, endpoint: dropped) }
                 try endpoint.start()
                 log.info("metrics", metadata: ["url": "http://\(endpoint.listener.local)/metrics"])
             } catch {

@@ -73,6 +73,17 @@ func sample(_ exposition: String, _ series: String) -> Double? {
     }
 }
 
+@Test func theEndpointsDropsAreCarriedInAsIncreases() {
+    let counts = ServerCounts()
+    let evicted = #"roam_metrics_connections_dropped_total{cause="evicted"}"#
+    let timedOut = #"roam_metrics_connections_dropped_total{cause="timeout"}"#
+    #expect(sample(counts.exposition(), evicted) == 0 && sample(counts.exposition(), timedOut) == 0, "there from the start")
+    counts.sync(endpoint: MetricsEndpoint.Drops(evicted: 3, timedOut: 1))
+    counts.sync(endpoint: MetricsEndpoint.Drops(evicted: 5, timedOut: 1))
+    #expect(sample(counts.exposition(), evicted) == 5)
+    #expect(sample(counts.exposition(), timedOut) == 1)
+}
+
 @Test func probesResyncsAndHandshakesAreCounted() {
     let metrics = ClientMetrics()
     metrics.probed()
