@@ -128,10 +128,12 @@ public final class RoamingLab {
     public func startClient(_ extra: [String] = [], waitForTunnel: Bool = true) throws {
         switch vpn {
         case .roam:
+            // The log outlives a restart: this agent's tunnel is the next one it tells of.
+            let upBefore = log("client.log").ranges(of: "msg=\"tunnel up\"").count
             client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket] + extra,
                                log: "client.log")
             guard waitForTunnel else { return }
-            guard waitFor(seconds: 10, { self.log("client.log").contains("msg=\"tunnel up\"") }) else {
+            guard waitFor(seconds: 10, { self.log("client.log").ranges(of: "msg=\"tunnel up\"").count > upBefore }) else {
                 throw NamespaceLab.Failure(description: "agent up did not come up: \(log("client.log"))")
             }
         case .wireguardGo:
@@ -162,7 +164,12 @@ public final class RoamingLab {
     public func stopClient() throws -> String {
         let said = try control("stop")
         if let client {
-            _ = waitFor(seconds: 10) { !client.isRunning }
+            // Bounded: an agent that did not take the stop is ended, and the test told why.
+            if !waitFor(seconds: 20, { !client.isRunning }) {
+                kill(client.processIdentifier, SIGKILL)
+                client.waitUntilExit()
+                throw NamespaceLab.Failure(description: "the client did not stop; 'agent stop' said: \(said)")
+            }
             client.waitUntilExit()
         }
         return said
