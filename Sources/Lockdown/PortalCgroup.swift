@@ -110,13 +110,19 @@ public struct PortalCgroup: Equatable, Sendable {
     /// The path nftables resolves: relative to /sys/fs/cgroup, where libnftables looks.
     public var nftablesPath: String { CgroupFileSystem.nftablesPath(of: directory) }
 
-    /// A new, empty cgroup for window `number` of this agent.
+    /// A new, empty cgroup for window `number` of this agent, beside the agent's own: in the
+    /// cgroup it was started in (its systemd service's, delegated to it), the one place of the
+    /// hierarchy it may write to without CAP_DAC_OVERRIDE (the root cgroup's directory is
+    /// read-only even to root, and other services' are theirs).
     public static func make(in fs: CgroupFileSystem, number: Int) throws(CgroupError) -> PortalCgroup {
-        let directory = (fs.point == "/" ? "" : fs.point) + "/roam-portal.\(getpid()).\(number)"
+        guard let started = AgentCgroup.startedIn(), let parent = fs.directory(of: started) else {
+            throw CgroupError("the agent's cgroup v2 is not known or not under the cgroup2 file system")
+        }
+        let directory = (parent == "/" ? "" : parent) + "/roam-portal.\(getpid()).\(number)"
         if mkdir(directory, 0o755) != 0 {
             throw CgroupError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
         }
-        return PortalCgroup(directory: directory, level: fs.root.split(separator: "/").count + 1)
+        return PortalCgroup(directory: directory, level: started.split(separator: "/").count + 1)
     }
 
     /// Moves process `pid` (and the children it starts from now on) into the cgroup, only while
@@ -193,10 +199,8 @@ public struct AgentCgroup: Sendable {
     /// the cgroup they were made in, so this comes before the agent opens any.
     public static func enter(runtimeDirectory: String) throws(CgroupError) -> AgentCgroup {
         let fs = try CgroupFileSystem.find(runtimeDirectory: runtimeDirectory)
-        let own = "roam-agent.\(getpid())"
-        guard let current = (SystemFiles.text("/proc/self/cgroup") ?? "").split(whereSeparator: \.isNewline)
-                .first(where: { $0.hasPrefix("0::/") }).map({ String($0.dropFirst(3)) }),
-              let here = fs.directory(of: current) else {
+        let own = leafName
+        guard let current = current(), let here = fs.directory(of: current) else {
             throw CgroupError("this process's cgroup v2 is not known or not under the cgroup2 file system")
         }
         let components = current.split(separator: "/")
@@ -223,6 +227,24 @@ public struct AgentCgroup: Sendable {
         }
         guard !components.isEmpty else { throw CgroupError(problem + "; the agent is in the root cgroup, which every process shares") }
         return AgentCgroup(directory: here, level: components.count, parent: nil, fs: fs)
+    }
+
+    /// This process's leaf cgroup's name.
+    static var leafName: String { "roam-agent.\(getpid())" }
+
+    /// This process's cgroup v2, as /proc/self/cgroup names it.
+    static func current() -> String? {
+        (SystemFiles.text("/proc/self/cgroup") ?? "").split(whereSeparator: \.isNewline)
+            .first { $0.hasPrefix("0::/") }.map { String($0.dropFirst(3)) }
+    }
+
+    /// The cgroup this process was started in (its service's), as /proc/self/cgroup names it:
+    /// the one above its leaf once it is in it.
+    static func startedIn() -> String? {
+        guard let current = current() else { return nil }
+        guard current.hasSuffix("/" + leafName) else { return current }
+        let above = String(current.dropLast(leafName.count + 1))
+        return above.isEmpty ? "/" : above
     }
 
     /// At the agent's end: it goes back where it came from, the cgroup goes, and so does a file

@@ -121,6 +121,49 @@ struct PortalLabTests {
         #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
     }
 
+    /// The shipped units' sandboxing, set up from the unit's own text as systemd would
+    /// (`UnitSandbox`): the agent makes the window's cgroup and reads the asking process in
+    /// /proc (root's, with every capability: under the units only root reaches the control
+    /// socket), and curl logs in through the window while a tap on the router shows that
+    /// nothing else left the laptop.
+    @Test(arguments: ["roam-client.service", "roam@.service"])
+    func aWindowOpensUnderTheUnitsSandbox(_ unit: String) throws {
+        let (lab, portal) = try portalLab()
+        defer { portal.stop() }
+        let text = try String(contentsOfFile: PackageTests.repository.appendingPathComponent("contrib/" + unit).path, encoding: .utf8)
+        let sandbox = UnitSandbox(unit: text, writable: [lab.directory])
+        defer {
+            if let client = lab.client, client.isRunning {
+                client.terminate()
+                _ = lab.waitFor(seconds: 5) { !client.isRunning }
+            }
+            sandbox.remove()
+        }
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: [portal.login, portal.check])
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        try lab.startClient(waitForTunnel: false, inside: sandbox.command)
+        #expect(lab.waitFor(seconds: 15) { lab.status()["state"] == "portal" }, "\(lab.log("client.log"))")
+
+        // The agent runs as the unit has it: in the service's cgroup, with its capabilities only.
+        let pid = try #require(lab.clientPID)
+        let cgroup = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
+        #expect(cgroup.contains("0::/\(sandbox.serviceCgroup)"), "\(cgroup)")
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        #expect(status.contains("CapBnd:\t0000000000003000"), "CAP_NET_ADMIN and CAP_NET_RAW only: \(status)")
+        let mounts = (try? String(contentsOfFile: "/proc/\(pid)/mountinfo", encoding: .utf8)) ?? ""
+        if let hidden = sandbox.value("ProtectProc"), hidden != "default" {
+            #expect(mounts.contains("hidepid=\(hidden)"), "\(mounts)")
+        }
+
+        let login = try lab.runAgent(["portal", "--control", lab.controlSocket, "--run", "curl", "-sS", "--max-time", "5",
+                                      "-d", "user=guest", "http://\(portal.login)/login"], seconds: 15)
+        #expect(login.status == 0 && login.output.contains("Welcome"), "\(unit): status \(login.status): \(login.output)\n\(lab.log("client.log"))")
+        #expect(lab.waitFor(seconds: 5) { lab.status()["state"] == "connected" }, "\(lab.log("client.log"))")
+        #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
+    }
+
     /// A reload that moves the connectivity check to another port: the lockdown lets the agent's
     /// marked check through to the new port, and no longer to the old one.
     @Test func aReloadMovesTheChecksPortInTheLockdown() throws {

@@ -19,12 +19,13 @@ public func writeSecret(_ text: String, to path: String) throws {
 }
 
 /// Starts `executable ARGUMENTS` inside `lab` (`ip netns exec`, which runs it in its own place,
-/// so the process is the program's), its output appended to the file at `log`.
+/// so the process is the program's; `inside` runs it in turn and must do the same, as `exec`),
+/// its output appended to the file at `log`.
 func startInside(_ lab: NamespaceLab, _ executable: URL, _ arguments: [String], log: String,
-                 environment: [String: String]? = nil) throws -> Process {
+                 environment: [String: String]? = nil, inside: [String] = []) throws -> Process {
     let process = Process()
     process.executableURL = NamespaceLab.ipTool
-    process.arguments = ["netns", "exec", lab.name, executable.path] + arguments
+    process.arguments = ["netns", "exec", lab.name] + inside + [executable.path] + arguments
     if let environment { process.environment = environment }
     if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
     let handle = FileHandle(forWritingAtPath: log)

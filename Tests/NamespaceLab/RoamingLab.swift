@@ -125,13 +125,14 @@ public final class RoamingLab {
     }
 
     /// Starts the client and returns once its tunnel device carries the tunnel's routes.
-    public func startClient(_ extra: [String] = [], waitForTunnel: Bool = true) throws {
+    /// `inside` runs Roam's agent within the namespace (e.g. a `UnitSandbox`'s command).
+    public func startClient(_ extra: [String] = [], waitForTunnel: Bool = true, inside: [String] = []) throws {
         switch vpn {
         case .roam:
             // The log outlives a restart: this agent's tunnel is the next one it tells of.
             let upBefore = log("client.log").ranges(of: "msg=\"tunnel up\"").count
             client = try start(in: laptop, agent, ["up", "--config", directory + "/client.yaml", "--control", controlSocket] + extra,
-                               log: "client.log")
+                               log: "client.log", inside: inside)
             guard waitForTunnel else { return }
             guard waitFor(seconds: 10, { self.log("client.log").ranges(of: "msg=\"tunnel up\"").count > upBefore }) else {
                 throw NamespaceLab.Failure(description: "agent up did not come up: \(log("client.log"))")
@@ -424,10 +425,10 @@ public final class RoamingLab {
         return output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Starts `executable` inside `lab`; its output goes to `log` in the lab's directory.
-    private func start(in lab: NamespaceLab, _ executable: URL, _ arguments: [String], log: String) throws -> Process {
+    /// Starts `executable` inside `lab` (within `inside`); its output goes to `log` in the lab's directory.
+    private func start(in lab: NamespaceLab, _ executable: URL, _ arguments: [String], log: String, inside: [String] = []) throws -> Process {
         let environment = lab === laptop ? ProcessInfo.processInfo.environment.merging(laptopEnvironment) { $1 } : nil
-        let process = try startInside(lab, executable, arguments, log: directory + "/" + log, environment: environment)
+        let process = try startInside(lab, executable, arguments, log: directory + "/" + log, environment: environment, inside: inside)
         processes.append(process)
         return process
     }
