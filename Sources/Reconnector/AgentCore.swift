@@ -230,7 +230,7 @@ public enum OperatorReply: Equatable, Sendable {
     case noPortal(String)
     /// The portal window is another user's.
     case notPermitted
-    /// The lockdown could not be opened for the window.
+    /// The window could not be opened: its cgroup could not be made, or the lockdown refused it.
     case portalWindowFailed
 }
 

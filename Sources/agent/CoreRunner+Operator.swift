@@ -83,7 +83,7 @@ extension ClientDaemon.CoreRunner {
             refuse("no-portal", "no captive portal found (the agent is \(state)); a window opens only "
                 + "after the connectivity check found one")
         case .notPermitted: refuse("not-permitted", "the portal window is another user's")
-        case .portalWindowFailed: refuse("failed", "the lockdown could not be opened for the window (see the agent's log)")
+        case .portalWindowFailed: refuse("failed", "the window could not be opened: its cgroup or the lockdown's opening for it failed (the agent's log says which)")
         case .portalWindowOpen(let url, let interface, let until):
             do {
                 try effects.joinPortalWindow(call.peer)
