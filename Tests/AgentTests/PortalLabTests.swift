@@ -151,7 +151,13 @@ struct PortalLabTests {
         let cgroup = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
         #expect(cgroup.contains("0::/\(sandbox.serviceCgroup)"), "\(cgroup)")
         let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        #expect(status.contains("CapBnd:\t0000000000003000"), "CAP_NET_ADMIN and CAP_NET_RAW only: \(status)")
+        // The unit's capabilities, as the kernel numbers them (linux/capability.h), and no other.
+        let numbers = ["CAP_CHOWN": 0, "CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13]
+        let named = (sandbox.value("CapabilityBoundingSet") ?? "").split(separator: " ").map(String.init)
+        let mask = named.reduce(UInt64(0)) { $0 | (numbers[$1].map { UInt64(1) << $0 } ?? 0) }
+        #expect(named.allSatisfy { numbers[$0] != nil } && mask & (1 << 12) != 0, "the unit's capabilities: \(named)")
+        #expect(status.contains("CapBnd:\t" + String(repeating: "0", count: 16 - String(mask, radix: 16).count) + String(mask, radix: 16)),
+                "\(named.joined(separator: " ")) only: \(status)")
         let mounts = (try? String(contentsOfFile: "/proc/\(pid)/mountinfo", encoding: .utf8)) ?? ""
         if let hidden = sandbox.value("ProtectProc"), hidden != "default" {
             #expect(mounts.contains("hidepid=\(hidden)"), "\(mounts)")
