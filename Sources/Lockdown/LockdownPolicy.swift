@@ -41,8 +41,12 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// server's address is known yet.
     public var servers: [Server]
     /// Let the local subnets through (full mode): the private part of `localNetworks` is allowed
-    /// (`lan(from:)`), name resolution to them is not.
+    /// (`lan(from:also:)`), name resolution to them is not.
     public var allowLAN: Bool
+    /// Ranges that count as local besides the private ones, with `allowLAN`: the operator's
+    /// list (each inside one of `listableRanges`, e.g. a carrier-grade NAT's 100.64.0.0/10),
+    /// opened as the private ones are, only where an uplink's subnet meets them.
+    public var lanRanges: [Prefix] = []
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
     /// The session's marked sockets may open TCP to these ports: the connectivity check's
@@ -179,7 +183,7 @@ public struct LockdownPolicy: Hashable, Sendable {
     }
 
     private func full(mark: UInt32) -> [String] {
-        let lan = allowLAN ? Self.lan(from: localNetworks).open + Self.linkScope : []
+        let lan = allowLAN ? Self.lan(from: localNetworks, also: lanRanges).open + Self.linkScope : []
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
         if let window = portalWindow { lines += portalChains(window, mark: mark) }
@@ -385,27 +389,40 @@ public struct LockdownPolicy: Hashable, Sendable {
                                     "fe80::/10", "ff02::/16"].compactMap { Prefix($0) }
 
     /// The private and link-local ranges (RFC 1918, RFC 3927, RFC 4193, RFC 4291): all that
-    /// allow-lan ever opens of what a network calls local.
+    /// allow-lan opens of what a network calls local, unless the operator lists more (`lanRanges`).
     static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7", "fe80::/10"]
         .compactMap { Prefix($0) }
 
+    /// What an operator may list as local (`lanRanges`): the private and link-local ranges, and
+    /// the shared address space of carrier-grade NAT (RFC 6598), which is local only on the
+    /// networks that use it, so opened only when listed. Everything else (documentation ranges
+    /// included) is public.
+    public static let listableRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16",
+                                        "fc00::/7", "fe80::/10"].compactMap { Prefix($0) }
+
+    /// Whether `prefix` lies inside one of `listableRanges`.
+    public static func mayCountAsLocal(_ prefix: Prefix) -> Bool {
+        listableRanges.contains { $0.length <= prefix.length && $0.contains(prefix.address) }
+    }
+
     /// What allow-lan opens of the uplinks' subnets (`open`), and the subnets a network called
-    /// local that are not all private (`refused`, for a warning). A network decides its subnet
-    /// mask: a DHCP server that hands out `10.0.0.5` with mask `128.0.0.0` calls `0.0.0.0/1`
-    /// local, and a rogue access point can put a public address in its "local" subnet. So only
-    /// what lies in a private or link-local range is opened: a subnet inside one as it is, and
-    /// of a subnet larger than the range its addresses fall in, only the ranges inside it, never
-    /// a prefix shorter than they are.
-    public static func lan(from subnets: [Prefix]) -> (open: [Prefix], refused: [Prefix]) {
+    /// local that are not all private or `listed` (`refused`, for a warning). A network decides
+    /// its subnet mask: a DHCP server that hands out `10.0.0.5` with mask `128.0.0.0` calls
+    /// `0.0.0.0/1` local, and a rogue access point can put a public address in its "local"
+    /// subnet. So only what lies in a private or link-local range, or in one the operator
+    /// `listed`, is opened: a subnet inside one as it is, and of a subnet larger than the range
+    /// its addresses fall in, only the ranges inside it, never a prefix shorter than they are.
+    public static func lan(from subnets: [Prefix], also listed: [Prefix] = []) -> (open: [Prefix], refused: [Prefix]) {
+        let ranges = privateRanges + listed.map(\.network)
         var open: [Prefix] = []
         var refused: [Prefix] = []
         for subnet in subnets.map(\.network) {
-            if privateRanges.contains(where: { $0.length <= subnet.length && $0.contains(subnet.address) }) {
+            if ranges.contains(where: { $0.length <= subnet.length && $0.contains(subnet.address) }) {
                 open.append(subnet)
                 continue
             }
             refused.append(subnet)
-            open += privateRanges.filter { $0.length > subnet.length && subnet.contains($0.address) }
+            open += ranges.filter { $0.length > subnet.length && subnet.contains($0.address) }
         }
         var unique: [Prefix] = []
         for prefix in open where !unique.contains(prefix) { unique.append(prefix) }

@@ -51,6 +51,9 @@ public struct ClientSettings: Sendable {
     public var lockdown = true
     /// Full mode with lockdown: let the local subnets through (printers, casting), not their DNS.
     public var allowLAN = false
+    /// Ranges besides the private ones that count as local with `allowLAN` (`allow-lan` as a
+    /// list), each inside a private, shared or link-local range.
+    public var lanRanges: [Prefix] = []
     /// How the tunnel's resolvers reach the system, and which ones.
     public var dns = ClientDNSSettings()
     /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.
@@ -134,6 +137,7 @@ extension ClientSettings {
         case .split(let prefixes): .split(prefixes)
         }
         var policy = LockdownPolicy(scope: scope, tunnelInterface: tunnel.name, allowLAN: allowLAN, localNetworks: [])
+        policy.lanRanges = lanRanges
         policy.checkPorts = checkPorts
         return policy
     }

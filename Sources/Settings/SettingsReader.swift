@@ -4,6 +4,7 @@ import Connectivity
 import Reconnector
 import Tunnel
 import Device
+import Lockdown
 
 /// The client's and the server's configuration files, read into settings.
 extension YAMLReader {
@@ -69,7 +70,12 @@ extension YAMLReader {
         }
         if let node = f.optional("lockdown") { settings.lockdown = try bool(node) }
         if let node = f.optional("allow-lan") {
-            settings.allowLAN = try bool(node)
+            if case .sequence = node.value {
+                settings.lanRanges = try lanRanges(node)
+                settings.allowLAN = true
+            } else {
+                settings.allowLAN = try bool(node)
+            }
             if settings.allowLAN, settings.mode.socketMark == nil {
                 throw fail(node, "'allow-lan' is for mode: full; split mode leaves the LAN alone already")
             }
@@ -125,6 +131,31 @@ extension YAMLReader {
             let window = try positiveDuration(n)
             guard window <= .seconds(3600) else { throw fail(n, "'window' is at most 1h, e.g. 5m") }
             settings.reconnect.portalWindow = window
+        }
+    }
+
+    /// `allow-lan` as a list: the ranges that count as local besides the private ones, each
+    /// inside a private, shared (RFC 6598) or link-local range, so a typo cannot open the internet.
+    private func lanRanges(_ node: Node) throws(ConfigError) -> [Prefix] {
+        let items = try list(node)
+        guard !items.isEmpty else {
+            throw fail(node, "'allow-lan' lists no range: write 'allow-lan: true' for the private ranges alone, "
+                + "or list the ranges to add, e.g. [100.64.0.0/10]")
+        }
+        let listable = LockdownPolicy.listableRanges.map(\.description).joined(separator: ", ")
+        return try items.map { item throws(ConfigError) in
+            let text = try string(item)
+            guard text.contains("/"), let range = Prefix(text) else {
+                throw fail(item, "'allow-lan' lists \"\(text)\", which is not a range: write address/length, e.g. 100.64.0.0/10")
+            }
+            guard range.network == range else {
+                throw fail(item, "'allow-lan' lists \(text), whose address has bits set past /\(range.length): did you mean \(range.network)?")
+            }
+            guard LockdownPolicy.mayCountAsLocal(range) else {
+                throw fail(item, "'allow-lan' lists \(text), which is not a private, shared or link-local range; "
+                    + "only ranges inside \(listable) can count as local")
+            }
+            return range
         }
     }
 

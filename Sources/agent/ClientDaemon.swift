@@ -193,6 +193,7 @@ extension ClientSettings {
     func sameTunnel(as other: ClientSettings) -> Bool {
         servers == other.servers && privateKeyFile == other.privateKeyFile
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
-            && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN && dns == other.dns
+            && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN
+            && lanRanges == other.lanRanges && dns == other.dns
     }
 }

@@ -171,10 +171,12 @@ extension SessionEffects {
         }
         if prefixes != localNetworks {
             if settings.allowLAN {
-                let refusedBefore = LockdownPolicy.lan(from: localNetworks).refused
-                for subnet in LockdownPolicy.lan(from: prefixes).refused where !refusedBefore.contains(subnet) {
+                let listed = settings.lanRanges
+                let refusedBefore = LockdownPolicy.lan(from: localNetworks, also: listed).refused
+                for subnet in LockdownPolicy.lan(from: prefixes, also: listed).refused where !refusedBefore.contains(subnet) {
+                    let opened = LockdownPolicy.lan(from: [subnet], also: listed).open
                     log.warning("a network calls a subnet local that is not private; allow-lan opens only its private part",
-                                metadata: ["subnet": "\(subnet)", "opened": "\(LockdownPolicy.lan(from: [subnet]).open.map(\.description).joined(separator: ","))"])
+                                metadata: ["subnet": "\(subnet)", "opened": "\(opened.map(\.description).joined(separator: ","))"])
                 }
             }
             localNetworks = prefixes

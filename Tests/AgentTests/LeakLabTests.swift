@@ -151,6 +151,94 @@ struct LeakLabTests {
         #expect(tap.leaks().isEmpty && tap.packetsSeen > 0, "leaks: \(tap.leaks())")
     }
 
+    /// TunnelCrack's "ServerIP": the server is named by host, and the LAN's resolver answers the
+    /// agent's look-up of that name with an address of the attacker's choosing, a web host in
+    /// another network where something answers like a server. The agent tries it; but the
+    /// lockdown's exception for it is the agent's own sockets', and full mode routes by the
+    /// session's mark: an ordinary process that sends there (plainly, bound to the uplink, or with
+    /// the session's mark, as CAP_NET_RAW allows) gets nothing out in clear, no handshake from
+    /// it completes, and no route to it appears. Once the name gives the server's real address,
+    /// the agent connects, and the web host is reached through the tunnel only.
+    @Test func aSpoofedAnswerForTheServersNameWidensNothing() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let spoofed = IPAddress("203.0.113.80")!
+        let victim = try NamespaceLab()
+        try victim.attach(to: lab.server, device: "eth0", peer: "victim-l", address: "203.0.113.80", gateway: "203.0.113.1")
+        try NamespaceLab.ip(["netns", "exec", lab.server.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        let impostor = try ImpostorServer(at: SocketAddress(spoofed, port: lab.port), in: victim)
+        defer { impostor.stop() }
+        let web = try TCPListener(bindingTo: SocketAddress(spoofed, port: 80), namespace: victim.namespace)
+        let uplinks = "iifname { \"eth-l\", \"wifi-l\" } ip daddr \(spoofed)"
+        let counters = try RouterCounters(in: lab.server, [
+            ("handshakes", "\(uplinks) udp dport \(lab.port) @th,64,16 0x0201"),
+            ("clear", uplinks),
+            ("tunnelled", "iifname \"roam0\" ip daddr \(spoofed)"),
+        ])
+        let resolver = try LabResolver(at: IPAddress("10.20.0.1")!, in: lab.server, names: ["vpn.roam.test": spoofed])
+        defer { resolver.stop() }
+        try lab.laptop.setHosts("127.0.0.1 localhost\n")
+        try lab.editConfiguration("client") { $0.replacingOccurrences(of: "server: 198.51.100.7:", with: "server: vpn.roam.test:") }
+        try lab.startServer()
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { (counters.packets()?["handshakes"] ?? 0) > 0 },
+                "the agent tries the spoofed address: \(counters.packets() ?? [:]) \(lab.log("client.log"))")
+
+        // Ordinary processes send to the spoofed address, to the server's port and another.
+        let namespace = lab.laptop.namespace
+        let any = SocketAddress(.v4(0), port: 0)
+        let senders = [try UDPSocket(bindingTo: any, namespace: namespace), try UDPSocket(bindingTo: any, device: "eth0", namespace: namespace),
+                       try UDPSocket(bindingTo: any, mark: 0xca6c, namespace: namespace)]
+        func sendFromOrdinaryProcesses() {
+            for socket in senders {
+                for port in [lab.port, 7] {
+                    for _ in 0..<5 { _ = try? socket.send(Array("in clear".utf8), to: SocketAddress(spoofed, port: port)) }
+                }
+            }
+        }
+        let tcp = SocketAddress(spoofed, port: 80)
+        sendFromOrdinaryProcesses()
+        #expect(!lab.laptop.tcpConnects(to: tcp) && !lab.laptop.tcpConnects(to: tcp, device: "eth0")
+                && !lab.laptop.tcpConnects(to: tcp, mark: 0xca6c), "no TCP to the spoofed address")
+        usleep(2_000_000)  // the impostor answers every initiation meanwhile
+        let before = counters.packets() ?? [:]
+        let ports = Set(senders.map(\.local.port))
+        let heard = impostor.received
+        #expect(heard.allSatisfy { !ports.contains($0.peer.port) && $0.bytes.starts(with: [2, 1]) },
+                "the spoofed address heard more than the agent's initiations: \(heard.map { "\($0.peer) \($0.bytes.prefix(4))" })")
+        #expect(before["clear"] == 0 && (before["handshakes"] ?? 0) > 0, "\(before)")
+        #expect(!lab.log("client.log").contains("msg=\"tunnel up\"") && lab.status()["state"] != "connected",
+                "a handshake from the spoofed address completed: \(lab.status()) \(lab.log("client.log"))")
+        let routes = try lab.laptop.ip("-4 route show table all") + lab.laptop.ip("-4 rule show")
+        #expect(!routes.contains("\(spoofed)"), "a route or rule for the spoofed address: \(routes)")
+        func exceptions() throws -> [Substring] {
+            try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "table", "inet", "roam"])
+                .output.split(separator: "\n").filter { $0.contains("\(spoofed)") }
+        }
+        let spoofedExceptions = try exceptions()
+        #expect(!spoofedExceptions.isEmpty && spoofedExceptions.allSatisfy { $0.contains("meta mark 0x0000ca6c socket cgroupv2") },
+                "the lockdown lets only the agent's own sockets reach the spoofed address: \(spoofedExceptions)")
+
+        // The name gives the server's real address: the agent connects, and what goes to the
+        // web host goes through the tunnel.
+        resolver.answer("vpn.roam.test", with: IPAddress("198.51.100.7")!)
+        #expect(lab.wait(for: "msg=\"tunnel up\"", in: "client.log", seconds: 45), "\(lab.log("client.log"))")
+        sendFromOrdinaryProcesses()
+        #expect(lab.laptop.tcpConnects(to: tcp, seconds: 3), "the web host is reached through the tunnel")
+        #expect(!lab.laptop.tcpConnects(to: tcp, device: "eth0") && !lab.laptop.tcpConnects(to: tcp, mark: 0xca6c),
+                "nor around it")
+        usleep(500_000)
+        let after = counters.packets() ?? [:]
+        #expect(after["clear"] == 0 && (after["tunnelled"] ?? 0) > 0, "\(after)")
+        #expect(try lab.laptop.ip("-4 route get \(spoofed)").contains("dev roam0"))
+        let routesAfter = try lab.laptop.ip("-4 route show table all") + lab.laptop.ip("-4 rule show")
+        #expect(!routesAfter.contains("\(spoofed)"), "\(routesAfter)")
+        #expect(try exceptions().allSatisfy { $0.contains("meta mark 0x0000ca6c socket cgroupv2") })
+        print("spoofed server name: \(after["handshakes"] ?? -1) initiations from the agent to the spoofed address, "
+              + "\(after["clear"] ?? -1) other packets to it in clear, \(after["tunnelled"] ?? -1) through the tunnel; "
+              + "\(heard.count) datagrams heard there before the real answer")
+        withExtendedLifetime(web) {}
+    }
+
     /// allow-lan: a host on the LAN answers, the internet and the LAN's resolver do not.
     @Test func allowLANOpensTheLANOnly() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)

@@ -62,6 +62,43 @@ struct LockdownPolicyTests {
         for prefix in refused where prefix != "default" { #expect(!text.contains(prefix), "\(prefix) is not let through") }
     }
 
+    /// A carrier-grade NAT's LAN (RFC 6598's 100.64.0.0/10) is local only when the operator lists
+    /// it: then the uplink's subnet in it is opened as a private one would be, and a listed range
+    /// no uplink is on opens nothing.
+    @Test func aSharedAddressSubnetIsOpenedOnlyWhenListed() throws {
+        let uplinks = [Prefix("100.72.10.23/24")!, Prefix("192.168.1.23/24")!]
+        var policy = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
+                                    localNetworks: uplinks)
+        let unlisted = policy.ruleset()
+        #expect(!unlisted.contains("100.72.10.0/24") && unlisted.contains("192.168.1.0/24"), "\(unlisted)")
+        #expect(LockdownPolicy.lan(from: uplinks).refused == [Prefix("100.72.10.0/24")!], "the agent warns of it")
+
+        policy.lanRanges = [Prefix("100.64.0.0/10")!, Prefix("fd12::/48")!]
+        let listed = policy.ruleset()
+        #expect(listed.contains("elements = { 100.72.10.0/24, 169.254.0.0/16, 192.168.1.0/24, 224.0.0.0/24, 239.255.255.250/32, 255.255.255.255/32 }"),
+                "\(listed)")
+        #expect(!listed.contains("100.64.0.0/10") && !listed.contains("fd12::"), "only where an uplink's subnet meets a listed range")
+        #expect(LockdownPolicy.lan(from: uplinks, also: policy.lanRanges).refused.isEmpty)
+        // An uplink subnet wider than the listed range: only the listed part is opened.
+        let wide = LockdownPolicy.lan(from: [Prefix("100.64.0.9/10")!], also: [Prefix("100.72.10.0/24")!])
+        #expect(wide.open == [Prefix("100.72.10.0/24")!] && wide.refused == [Prefix("100.64.0.0/10")!])
+        // The tunnel still comes first, and name resolution on the LAN stays refused.
+        let tunnel = try #require(listed.range(of: "oifname \"roam0\" accept"))
+        let dns = try #require(listed.range(of: "counter name blocked_dns"))
+        let open = try #require(listed.range(of: "ip daddr @lan4 accept"))
+        #expect(tunnel.upperBound < open.lowerBound && dns.upperBound < open.lowerBound)
+        // Without allow-lan, a list opens nothing.
+        policy.allowLAN = false
+        #expect(!policy.ruleset().contains("100.72.10.0/24"))
+    }
+
+    @Test(arguments: [("100.64.0.0/10", true), ("100.127.255.0/24", true), ("fe80::/64", true), ("fd00::/8", true),
+                      ("10.1.0.0/16", true), ("100.128.0.0/10", false), ("100.0.0.0/8", false), ("8.8.8.0/24", false),
+                      ("0.0.0.0/0", false), ("2001:db8::/32", false), ("198.51.100.0/24", false), ("::/0", false)])
+    func onlyPrivateSharedAndLinkLocalRangesMayBeListed(_ text: String, _ allowed: Bool) {
+        #expect(LockdownPolicy.mayCountAsLocal(Prefix(text)!) == allowed)
+    }
+
     @Test func aPortalWindowLetsOnlyItsCgroupOutAndOnlyToWhatALoginNeeds() {
         var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server, owner: .anyMarked)
         policy.checkPorts = [80]

@@ -166,20 +166,28 @@ public final class LabResolver: @unchecked Sendable {  // every mutable field is
     private let done = DispatchGroup()
     private let lock = NSLock()
     private var asked: [String] = []
+    private var names: [String: IPAddress]
 
     public init(at address: IPAddress, in lab: NamespaceLab, names: [String: IPAddress]) throws {
+        self.names = names
         let socket = try UDPSocket(bindingTo: SocketAddress(address, port: 53), namespace: lab.namespace)
         done.enter()
         Thread { [self] in
             while running.load(ordering: .relaxed) {
                 guard let (query, peer) = (try? socket.receive(timeout: .milliseconds(100))) ?? nil,
                       let (name, type, end) = Self.question(query) else { continue }
-                lock.withLock { asked.append(name) }
-                _ = try? socket.send(Self.answer(query, end: end, address: type == 1 ? names[name] : nil, known: names[name] != nil), to: peer)
+                let known = lock.withLock {
+                    asked.append(name)
+                    return self.names[name]
+                }
+                _ = try? socket.send(Self.answer(query, end: end, address: type == 1 ? known : nil, known: known != nil), to: peer)
             }
             done.leave()
         }.start()
     }
+
+    /// Makes every later answer for `name` be `address`.
+    public func answer(_ name: String, with address: IPAddress) { lock.withLock { names[name] = address } }
 
     /// The names asked so far, in order.
     public var queries: [String] { lock.withLock { asked } }

@@ -146,6 +146,44 @@ func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     #expect(settings.server.description == "203.0.113.9:51820")
 }
 
+/// `allow-lan` is a bool, or a list of ranges that count as local besides the private ones
+/// (and turn allow-lan on); the lockdown the client loads carries them.
+@Test func allowLANTakesAListOfRangesThatCountAsLocal() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    let off = try parse(base) { try $0.client($1) }
+    #expect(!off.allowLAN && off.lanRanges.isEmpty)
+    let on = try parse(base + "allow-lan: true") { try $0.client($1) }
+    #expect(on.allowLAN && on.lanRanges.isEmpty)
+    let flow = try parse(base + "allow-lan: [100.64.0.0/10, 192.168.50.0/24]") { try $0.client($1) }
+    #expect(flow.allowLAN && flow.lanRanges == [Prefix("100.64.0.0/10")!, Prefix("192.168.50.0/24")!])
+    #expect(flow.lockdownPolicy.allowLAN && flow.lockdownPolicy.lanRanges == flow.lanRanges)
+    let block = try parse(base + "allow-lan:\n  - 100.72.0.0/16\n  - fd12:3456::/48\n  - fe80::/64\n  - 169.254.0.0/16") { try $0.client($1) }
+    #expect(block.allowLAN && block.lanRanges.map(\.description) == ["100.72.0.0/16", "fd12:3456::/48", "fe80::/64", "169.254.0.0/16"])
+}
+
+/// A listed range outside the private, shared and link-local ones, or one that is not a range,
+/// is refused at its own line, in both list forms; split mode refuses allow-lan in every form.
+@Test(arguments: [
+    ("allow-lan: [100.64.0.0/10, 8.8.8.0/24]", 4, "lists 8.8.8.0/24, which is not a private, shared or link-local range; only ranges inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 169.254.0.0/16, fc00::/7, fe80::/10 can count as local"),
+    ("allow-lan:\n  - 192.168.50.0/24\n  - 0.0.0.0/0", 6, "lists 0.0.0.0/0, which is not a private, shared or link-local range"),
+    ("allow-lan:\n  - 2001:db8::/32", 5, "lists 2001:db8::/32, which is not a private"),
+    ("allow-lan: [192.0.2.0/24]", 4, "lists 192.0.2.0/24, which is not a private"),
+    ("allow-lan: [100.0.0.0/8]", 4, "lists 100.0.0.0/8, which is not a private"),
+    ("allow-lan: [fc00::/6]", 4, "lists fc00::/6, which is not a private"),
+    ("allow-lan:\n  - 100.64.0.0/33", 5, "lists \"100.64.0.0/33\", which is not a range: write address/length, e.g. 100.64.0.0/10"),
+    ("allow-lan: [lan]", 4, "lists \"lan\", which is not a range"),
+    ("allow-lan: [100.64.0.1]", 4, "lists \"100.64.0.1\", which is not a range"),
+    ("allow-lan: [100.64.0.1/10]", 4, "bits set past /10: did you mean 100.64.0.0/10?"),
+    ("allow-lan: [[10.0.0.0/8]]", 4, "expected a single value"),
+    ("allow-lan: []", 4, "lists no range: write 'allow-lan: true'"),
+    ("allow-lan: maybe", 4, "expected true or false"),
+    ("mode: split\nroutes: [10.77.0.0/16]\nallow-lan: [100.64.0.0/10]", 6, "'allow-lan' is for mode: full"),
+    ("mode: split\nroutes: [10.77.0.0/16]\nallow-lan: true", 6, "'allow-lan' is for mode: full"),
+])
+func badLANRangesPointAtTheirLine(text: String, line: Int, message: String) {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
+}
+
 @Test(arguments: [
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1}\n  - {address: A:1}", 5, "lists A:1 twice (first on line 4)"),
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1, name: x}\n  - {address: b:1, name: x}", 5, "two servers x (first on line 4)"),
