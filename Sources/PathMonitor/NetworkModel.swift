@@ -222,7 +222,11 @@ public struct NetworkModel: Sendable, Equatable {
     /// address in it). An on-link route counts when it is wider than a LAN is (`isWiderThanALAN`)
     /// or lies inside one of the tunnel's own routes (it would win over it); a sane LAN's subnet
     /// does not.
-    public var routesAroundTheTunnel: [DivertingRoute] {
+    public var routesAroundTheTunnel: [DivertingRoute] { routesAroundTheTunnel(localRanges: []) }
+
+    /// As `routesAroundTheTunnel`, with `localRanges` (what the operator lists for allow-lan)
+    /// counted as a LAN's however wide: an on-link route inside one is not reported.
+    public func routesAroundTheTunnel(localRanges: [Prefix]) -> [DivertingRoute] {
         var found: [DivertingRoute] = []
         let tunneled = routes.values.filter { route in
             route.destination.length > 0 && route.nextHops.contains { hop in
@@ -234,7 +238,8 @@ public struct NetworkModel: Sendable, Equatable {
             for hop in route.nextHops {
                 guard let link = links[hop.linkIndex], link.kind != .tunnel,
                       link.kind != .loopback, link.name != tunnelInterface else { continue }
-                if hop.gateway == nil, !Self.isWiderThanALAN(destination),
+                let listed = localRanges.contains { $0.length <= destination.length && $0.contains(destination.address) }
+                if hop.gateway == nil, listed || !Self.isWiderThanALAN(destination),
                    !tunneled.contains(where: { $0.length <= destination.length && $0.contains(destination.address) }) { continue }
                 found.append(DivertingRoute(destination: destination, gateway: hop.gateway, interface: link.name))
             }

@@ -195,7 +195,7 @@ extension SessionEffects {
         }
         // Full mode only: split mode routes around the tunnel by design.
         guard settings.mode.socketMark != nil else { return }
-        let diverting = model.routesAroundTheTunnel
+        let diverting = model.routesAroundTheTunnel(localRanges: settings.allowLAN ? settings.lanRanges : [])
         for route in diverting where !divertingRoutes.contains(route) {
             log.warning("a route on an uplink takes traffic around the tunnel",
                 metadata: ["route": "\(route.description)", "lockdown": "\(firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped")"])

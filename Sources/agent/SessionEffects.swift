@@ -127,11 +127,20 @@ final class SessionEffects {
     /// until the device exists: the cautious floor).
     var tunnelCarriesIPv6: Bool { tun.map { $0.addresses.contains { $0.address.family == .v6 } } ?? true }
 
+    /// The most addresses the lockdown keeps open for one server's name.
+    static let addressesPerServer = 8
+
     /// Lets the session reach `address` of server `index` through the lockdown too; false (and
     /// logged) when the lockdown could not be changed.
     func allow(_ index: Int, _ address: IPAddress) -> Bool {
         guard servers.indices.contains(index) else { return false }
         if !servers[index].addresses.contains(address) { servers[index].addresses.append(address) }
+        // Bounded: answers for the name (forged ones too) cannot grow the list without end; the
+        // oldest go first, never the address in use or the new one.
+        while servers[index].addresses.count > Self.addressesPerServer,
+              let oldest = servers[index].addresses.firstIndex(where: { $0 != address && $0 != server.ip }) {
+            servers[index].addresses.remove(at: oldest)
+        }
         do {
             try openLockdown()
         } catch {

@@ -256,6 +256,13 @@ private func laptop() -> NetworkModel {
     #expect(NetworkModel.isWiderThanALAN(prefix("128.0.0.0/1")) && NetworkModel.isWiderThanALAN(prefix("172.0.0.0/8")))
     #expect(!NetworkModel.isWiderThanALAN(prefix("172.16.0.0/12")) && !NetworkModel.isWiderThanALAN(prefix("8.8.8.0/24")))
     #expect(NetworkModel.isWiderThanALAN(prefix("fd00::/48")) && !NetworkModel.isWiderThanALAN(prefix("fd00::/64")))
+
+    // A carrier-grade NAT LAN the operator lists for allow-lan is a LAN's, however wide; one
+    // that overlaps the tunnel's routes is still reported.
+    m.apply(.routeAdded(Route(destination: prefix("100.64.0.0/10"), nextHops: [NextHop(linkIndex: 2)])))
+    #expect(m.routesAroundTheTunnel.map(\.description).contains("100.64.0.0/10 dev wifi0"))
+    #expect(m.routesAroundTheTunnel(localRanges: [prefix("100.64.0.0/10")]).map(\.description)
+            == ["0.0.0.0/1 dev wifi0", "10.77.0.128/25 dev wifi0", "2001:db8::/32 dev wifi0"])
 }
 
 /// The local networks are kept as changes arrive, not worked out from scratch: after every one
