@@ -161,6 +161,11 @@ public struct Prefix: Hashable, Sendable, CustomStringConvertible {
         return copy
     }
 
+    /// True when all of `other` lies inside this prefix (of the same family, no shorter).
+    public func contains(_ other: Prefix) -> Bool {
+        length <= other.length && contains(other.address)
+    }
+
     /// True when `other` lies inside this prefix.
     public func contains(_ other: IPAddress) -> Bool {
         switch (address, other) {

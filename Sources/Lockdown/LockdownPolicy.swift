@@ -402,7 +402,7 @@ public struct LockdownPolicy: Hashable, Sendable {
 
     /// Whether `prefix` lies inside one of `listableRanges`.
     public static func mayCountAsLocal(_ prefix: Prefix) -> Bool {
-        listableRanges.contains { $0.length <= prefix.length && $0.contains(prefix.address) }
+        listableRanges.contains { $0.contains(prefix) }
     }
 
     /// What allow-lan opens of the uplinks' subnets (`open`), and the subnets a network called
@@ -417,7 +417,7 @@ public struct LockdownPolicy: Hashable, Sendable {
         var open: [Prefix] = []
         var refused: [Prefix] = []
         for subnet in subnets.map(\.network) {
-            if ranges.contains(where: { $0.length <= subnet.length && $0.contains(subnet.address) }) {
+            if ranges.contains(where: { $0.contains(subnet) }) {
                 open.append(subnet)
                 continue
             }

@@ -238,9 +238,8 @@ public struct NetworkModel: Sendable, Equatable {
             for hop in route.nextHops {
                 guard let link = links[hop.linkIndex], link.kind != .tunnel,
                       link.kind != .loopback, link.name != tunnelInterface else { continue }
-                let listed = localRanges.contains { $0.length <= destination.length && $0.contains(destination.address) }
-                if hop.gateway == nil, listed || !Self.isWiderThanALAN(destination),
-                   !tunneled.contains(where: { $0.length <= destination.length && $0.contains(destination.address) }) { continue }
+                if hop.gateway == nil, localRanges.contains(where: { $0.contains(destination) }) || !Self.isWiderThanALAN(destination),
+                   !tunneled.contains(where: { $0.contains(destination) }) { continue }
                 found.append(DivertingRoute(destination: destination, gateway: hop.gateway, interface: link.name))
             }
         }
@@ -257,7 +256,7 @@ public struct NetworkModel: Sendable, Equatable {
     public static func isWiderThanALAN(_ prefix: Prefix) -> Bool {
         let bound = prefix.address.family == .v4 ? 16 : 64
         return prefix.length < bound
-            && !privateRanges.contains { $0.length <= prefix.length && $0.contains(prefix.address) }
+            && !privateRanges.contains { $0.contains(prefix) }
     }
 
     /// The address a socket bound to this link should use: the route's preferred source if it

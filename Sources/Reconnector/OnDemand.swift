@@ -389,9 +389,7 @@ public struct OnDemandRules: Equatable, Sendable {
             }
             && within(wide.ssids, narrow.ssids) { $0.isExactly($1) }
             && within(wide.gatewayMACs, narrow.gatewayMACs, ==)
-            && within(wide.subnets, narrow.subnets) { w, n in
-                w.address.family == n.address.family && w.length <= n.length && w.contains(n.address)
-            }
+            && within(wide.subnets, narrow.subnets) { $0.contains($1) }
             && within(wide.dnsDomains, narrow.dnsDomains) { w, n in Self.domain(n, isWithin: w) }
             && (wide.probe == nil || wide.probe == narrow.probe)
     }

@@ -37,6 +37,14 @@ private func laptop() -> NetworkModel {
     #expect(m.paths(to: server).first?.prefixLength == 24)
 }
 
+/// A prefix holds another when the other lies wholly inside it: same family, no shorter.
+@Test func aPrefixHoldsOnlyWhatLiesWhollyInsideIt() {
+    #expect(prefix("10.0.0.0/8").contains(prefix("10.20.0.0/24")) && prefix("10.0.0.0/8").contains(prefix("10.0.0.0/8")))
+    #expect(!prefix("10.20.0.0/24").contains(prefix("10.0.0.0/8")), "a wider prefix is not inside a narrower one")
+    #expect(!prefix("10.0.0.0/8").contains(prefix("11.0.0.0/24")))
+    #expect(!prefix("0.0.0.0/0").contains(prefix("fd00::/64")) && prefix("fc00::/7").contains(prefix("fd00:20::/64")))
+}
+
 @Test func carrierLossAndAdminDownRemovePaths() {
     var m = laptop()
     m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, hasCarrier: false)))
