@@ -104,6 +104,9 @@ public final class Firewall {
         try change(closes: true) { $0.trustedInterface = nil }
     }
 
+    /// Whose sockets get the session's exceptions.
+    public var owner: LockdownPolicy.Owner? { wanted.owner }
+
     /// The interface the table may let through now, when an on-demand rule lifted the lockdown
     /// (a refused restore leaves it so until a retry holds; after a refusal, what was refused
     /// may be in place too).

@@ -71,6 +71,16 @@ public struct LockdownPolicy: Hashable, Sendable {
         case cgroup(String, level: Int)
         /// Any socket that carries the mark: the agent could make no cgroup of its own.
         case anyMarked
+
+        /// How narrow the match is, for status and metrics: `own-cgroup` (the agent's leaf, the
+        /// agent alone), `started-cgroup` (the cgroup it was started in, with whatever else runs
+        /// there) or `any-mark` (every socket that carries the mark).
+        public var kind: String {
+            switch self {
+            case .cgroup(let path, _): path.split(separator: "/").last?.hasPrefix("roam-agent.") == true ? "own-cgroup" : "started-cgroup"
+            case .anyMarked: "any-mark"
+            }
+        }
     }
     /// A portal window, while one is open (full mode only).
     public var portalWindow: PortalWindow?
@@ -158,7 +168,8 @@ public struct LockdownPolicy: Hashable, Sendable {
         for (family, name) in [(IPAddress.Family.v4, "ip"), (.v6, "ip6")] {
             let addresses = innerAddresses.filter { $0.family == family }.map(\.description)
             guard !addresses.isEmpty else { continue }
-            lines.append("        iifname != \(tunnel) \(name) daddr { \(addresses.joined(separator: ", ")) } counter name \(BlockCause.inner.counter) drop")
+            // Loopback is the machine itself: its own traffic to the tunnel's address arrives there.
+            lines.append("        iifname != { \"lo\", \(tunnel) } \(name) daddr { \(addresses.joined(separator: ", ")) } counter name \(BlockCause.inner.counter) drop")
         }
         return lines + ["    }"]
     }
@@ -231,11 +242,7 @@ public struct LockdownPolicy: Hashable, Sendable {
         if allowLAN {
             // What the tunnel carries wins over the LAN: a hotel subnet that holds the tunnel's
             // resolver does not get its traffic.
-            for (family, name) in [(IPAddress.Family.v4, "ip"), (.v6, "ip6")] {
-                let inside = tunnelOnly.filter { $0.family == family }.map(\.description)
-                guard !inside.isEmpty else { continue }
-                lines.append("        \(name) daddr { \(inside.joined(separator: ", ")) } counter name \(BlockCause.outbound.counter) \(reject)")
-            }
+            lines += tunnelOnlyRules("daddr", counter: BlockCause.outbound.counter, verdict: reject)
             lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
         }
         lines += [
@@ -263,6 +270,8 @@ public struct LockdownPolicy: Hashable, Sendable {
         }
         lines += Self.uplinkIn
         if allowLAN {
+            // A LAN host that sends from the tunnel's resolver's address is not it.
+            lines += tunnelOnlyRules("saddr", counter: BlockCause.inbound.counter, verdict: "drop")
             lines += ["        ip saddr @lan4 accept", "        ip6 saddr @lan6 accept"]
         }
         lines += [
@@ -275,6 +284,10 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \(tunnel) accept",
         ]
         if allowLAN {
+            // The same LAN as the machine's own, on the same terms: no name look-ups on it, and
+            // nothing for the tunnel's own addresses.
+            lines.append("        meta l4proto { tcp, udp } th dport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) drop")
+            lines += tunnelOnlyRules("daddr", counter: BlockCause.forward.counter, verdict: "drop")
             lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
         }
         lines += [
@@ -282,6 +295,15 @@ public struct LockdownPolicy: Hashable, Sendable {
             "    }",
         ]
         return lines + clamp
+    }
+
+    /// Rules that stop what matches `tunnelOnly` by `field` (`daddr` or `saddr`), one per family.
+    private func tunnelOnlyRules(_ field: String, counter: String, verdict: String) -> [String] {
+        [(IPAddress.Family.v4, "ip"), (.v6, "ip6")].compactMap { family, name in
+            let inside = tunnelOnly.filter { $0.family == family }.map(\.description)
+            guard !inside.isEmpty else { return nil }
+            return "        \(name) \(field) { \(inside.joined(separator: ", ")) } counter name \(counter) \(verdict)"
+        }
     }
 
     /// TCP connections that containers and VMs open through the tunnel announce a segment size
@@ -327,6 +349,8 @@ public struct LockdownPolicy: Hashable, Sendable {
         lines += [
             "    chain output {",
             "        type filter hook output priority filter; policy accept;",
+            // The machine's own addresses (the tunnel's among them) are reached over loopback.
+            "        oifname \"lo\" accept",
             "        oifname \(tunnel) accept",
         ] + (trustedInterface.map { ["        oifname \(Self.quoted($0)) accept"] } ?? []) + [
             "        ip daddr @tunneled4 counter name \(BlockCause.outbound.counter) goto refuse",
@@ -442,11 +466,19 @@ public struct LockdownPolicy: Hashable, Sendable {
         return lines
     }
 
-    /// A name (an interface's, checked at configuration; a cgroup's path, the agent's own) as an
-    /// nftables string.
+    /// Whether `name` can be written as an nftables string as it is: nftables reads a quoted
+    /// string up to the next quote, with no escapes, so a backslash (systemd's `\x2d` in an
+    /// escaped unit's cgroup) stands for itself; a quote or a control character cannot be written.
+    public static func canQuote(_ name: String) -> Bool {
+        name.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f && $0 != "\"" }
+    }
+
+    /// A name (an interface's, checked at configuration; a cgroup's path, checked with
+    /// `canQuote` where it is found) as an nftables string.
     fileprivate static func quoted(_ name: String) -> String {
-        // No quote, backslash or control character can end the string or the line.
-        "\"" + String(String.UnicodeScalarView(name.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f && $0 != "\"" && $0 != "\\" })) + "\""
+        // Should a name that cannot be written come here anyway, the quote and control
+        // characters go: the string can neither end early nor break the line (nor match).
+        "\"" + String(String.UnicodeScalarView(name.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f && $0 != "\"" })) + "\""
     }
 
     private func hex(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }

@@ -118,6 +118,9 @@ public struct PortalCgroup: Equatable, Sendable {
         guard let started = AgentCgroup.startedIn(), let parent = fs.directory(of: started) else {
             throw CgroupError("the agent's cgroup v2 is not known or not under the cgroup2 file system")
         }
+        guard LockdownPolicy.canQuote(CgroupFileSystem.nftablesPath(of: parent)) else {
+            throw CgroupError("the agent's cgroup \(parent) has a name the lockdown cannot match (a quote or a control character)")
+        }
         let directory = (parent == "/" ? "" : parent) + "/roam-portal.\(getpid()).\(number)"
         if mkdir(directory, 0o755) != 0 {
             throw CgroupError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
@@ -203,6 +206,9 @@ public struct AgentCgroup: Sendable {
         guard let current = current(), let here = fs.directory(of: current) else {
             throw CgroupError("this process's cgroup v2 is not known or not under the cgroup2 file system")
         }
+        guard LockdownPolicy.canQuote(CgroupFileSystem.nftablesPath(of: here)) else {
+            throw CgroupError("the agent's cgroup \(here) has a name the lockdown cannot match (a quote or a control character)")
+        }
         let components = current.split(separator: "/")
         if components.last.map(String.init) == own {
             return AgentCgroup(directory: here, level: components.count, parent: String(here.dropLast(own.count + 1)), fs: fs)
@@ -226,8 +232,13 @@ public struct AgentCgroup: Sendable {
             return AgentCgroup(directory: directory, level: components.count + 1, parent: here, fs: fs)
         }
         guard !components.isEmpty else { throw CgroupError(problem + "; the agent is in the root cgroup, which every process shares") }
-        return AgentCgroup(directory: here, level: components.count, parent: nil, fs: fs)
+        return AgentCgroup(directory: here, level: components.count, parent: nil, fs: fs,
+                           fallback: problem + "; the lockdown matches the cgroup the agent was started in, and every process in it")
     }
+
+    /// Why the agent uses the cgroup it was started in rather than a leaf of its own; nil when
+    /// it has its own.
+    public var fallback: String?
 
     /// This process's leaf cgroup's name.
     static var leafName: String { "roam-agent.\(getpid())" }

@@ -101,6 +101,12 @@ public final class ClientMetrics: RoamMetrics {
         gauge("roam_lockdown_lifted", [], 0)
     }
 
+    /// Whose sockets the lockdown's exceptions are for (`LockdownPolicy.Owner.kind`): 1 for
+    /// the one in force, 0 for the others.
+    public func lockdownExceptions(for kind: String) {
+        for each in ["own-cgroup", "started-cgroup", "any-mark"] { gauge("roam_lockdown_exceptions_for", [("match", each)], each == kind ? 1 : 0) }
+    }
+
     /// An on-demand rule lifted the lockdown (or it came back).
     public func lockdownLifted(_ lifted: Bool) { gauge("roam_lockdown_lifted", [], lifted ? 1 : 0) }
 

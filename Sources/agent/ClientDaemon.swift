@@ -142,6 +142,7 @@ extension ClientDaemon {
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
+            if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
         }
 
         func run() {

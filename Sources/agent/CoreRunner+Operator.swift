@@ -164,6 +164,7 @@ extension ClientDaemon.CoreRunner {
             let counters = firewall.counters()
             lockdown.append(("blocked", .object(BlockCause.allCases.map { ($0.rawValue, .int(Int64(clamping: counters[$0] ?? 0))) })))
             lockdown += [("open_on", firewall.trustedInterface.map { .string($0) } ?? .null),
+                         ("exceptions_for", firewall.owner.map { .string($0.kind) } ?? .null),
                          ("refused_loads", .int(Int64(firewall.refusals)))]
         }
         fields.append(("lockdown", .object(lockdown)))

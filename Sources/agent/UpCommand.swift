@@ -86,6 +86,9 @@ struct UpCommand: ParsableCommand {
                 log.warning("the lockdown lets through any socket with the session's mark: the agent has no cgroup of its own",
                             metadata: ["error": "\(error.message)"])
             }
+            if let fallback = agentCgroup?.fallback {
+                log.warning("the lockdown lets through sockets of every process in the agent's service", metadata: ["reason": "\(fallback)"])
+            }
             policy.owner = agentCgroup?.owner ?? .anyMarked
         }
         defer { agentCgroup?.leave() }

@@ -40,6 +40,49 @@ struct LockdownPolicyTests {
         #expect(inside.lowerBound < (try! #require(text4.range(of: "ip daddr @lan4 accept"))).lowerBound)
     }
 
+    /// allow-lan's terms hold for every chain it opens: a LAN host that claims the tunnel's
+    /// resolver's address is not heard, and containers and VMs forwarded to the LAN neither ask
+    /// it for names nor reach the tunnel's resolver on it.
+    @Test func allowLANsTermsHoldForWhatComesInAndWhatIsForwarded() throws {
+        var policy = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, allowLAN: true,
+                                    localNetworks: [Prefix("10.77.3.9/16")!])
+        policy.tunnelOnly = [IPAddress("10.77.0.1")!, IPAddress("fd77::1")!]
+        let text = policy.ruleset()
+        func chain(_ name: String) throws -> Substring {
+            let start = try #require(text.range(of: "    chain \(name) {"))
+            let end = try #require(text[start.upperBound...].range(of: "\n    }"))
+            return text[start.upperBound..<end.lowerBound]
+        }
+        func order(_ chain: Substring, _ first: String, before second: String) throws -> Bool {
+            try #require(chain.range(of: first)).lowerBound < #require(chain.range(of: second)).lowerBound
+        }
+        let input = try chain("input")
+        #expect(try order(input, "ip saddr { 10.77.0.1 } counter name blocked_in drop", before: "ip saddr @lan4 accept"), "\(input)")
+        #expect(try order(input, "ip6 saddr { fd77::1 } counter name blocked_in drop", before: "ip6 saddr @lan6 accept"))
+        let forward = try chain("forward")
+        #expect(try order(forward, "th dport { 53, 853, 5353, 5355 } counter name blocked_dns drop", before: "ip daddr @lan4 accept"), "\(forward)")
+        #expect(try order(forward, "ip daddr { 10.77.0.1 } counter name blocked_forward drop", before: "ip daddr @lan4 accept"))
+        #expect(try order(forward, "ip6 daddr { fd77::1 } counter name blocked_forward drop", before: "ip6 daddr @lan6 accept"))
+        // Without allow-lan nothing is let to the LAN at all, so nothing needs refusing first.
+        policy.allowLAN = false
+        let closed = policy.ruleset()
+        #expect(!closed.contains("daddr @lan4") && !closed.contains("saddr { 10.77.0.1 }"), "\(closed)")
+    }
+
+    /// Names are written as nftables reads them: a backslash (systemd's escape in a unit's
+    /// cgroup, `roam@office\x2dvpn.service`) stands for itself, and what cannot be written (a
+    /// quote, a control character) is refused where the name is found.
+    @Test func cgroupNamesKeepTheirBackslashes() {
+        let path = #"system.slice/system-roam.slice/roam@office\x2dvpn.service/roam-agent.7"#
+        let text = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server, owner: .cgroup(path, level: 4)).ruleset()
+        #expect(text.contains("socket cgroupv2 level 4 \"\(path)\""), "\(text)")
+        #expect(LockdownPolicy.canQuote(path))
+        #expect(!LockdownPolicy.canQuote("a\"b") && !LockdownPolicy.canQuote("a\nb") && !LockdownPolicy.canQuote("a\u{7f}"))
+        #expect(LockdownPolicy.Owner.cgroup(path, level: 4).kind == "own-cgroup")
+        #expect(LockdownPolicy.Owner.cgroup("system.slice/roam.service", level: 2).kind == "started-cgroup")
+        #expect(LockdownPolicy.Owner.anyMarked.kind == "any-mark")
+    }
+
     /// A network decides its subnet mask: allow-lan opens only what lies in a private or
     /// link-local range, and of an oversized subnet only the private ranges inside it.
     @Test(arguments: [
@@ -179,8 +222,9 @@ struct LockdownPolicyTests {
             policy.innerAddresses = [IPAddress("10.77.0.2")!, IPAddress("fd77::2")!]
             let text = policy.ruleset()
             #expect(text.contains("type filter hook prerouting priority raw; policy accept;"))
-            #expect(text.contains("iifname != \"roam0\" ip daddr { 10.77.0.2 } counter name blocked_inner drop"))
-            #expect(text.contains("iifname != \"roam0\" ip6 daddr { fd77::2 } counter name blocked_inner drop"))
+            // Loopback is this machine's own traffic to its tunnel's address.
+            #expect(text.contains("iifname != { \"lo\", \"roam0\" } ip daddr { 10.77.0.2 } counter name blocked_inner drop"), "\(text)")
+            #expect(text.contains("iifname != { \"lo\", \"roam0\" } ip6 daddr { fd77::2 } counter name blocked_inner drop"))
         }
     }
 
@@ -296,9 +340,11 @@ struct LockdownKernelTests {
         #expect(try resolver.receive(timeout: .milliseconds(200)) == nil)
         #expect(try internet.receive(timeout: .milliseconds(200)) == nil)
         #expect(try impostor.receive(timeout: .milliseconds(200)) == nil, "the tunnel's resolver's address went to the LAN")
-        // And the printer's answer comes back.
+        // And the printer's answer comes back; the host that claims the resolver's address is not heard.
+        _ = try impostor.send(Array("forged".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
         _ = try printer.send(Array("done".utf8), to: SocketAddress(IPAddress("10.20.0.57")!, port: app.local.port))
         #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
+        #expect(try app.receive(timeout: .milliseconds(300)) == nil, "a LAN host speaking as the tunnel's resolver was heard")
         try lockdown.remove()
     }
 
@@ -355,6 +401,11 @@ struct LockdownKernelTests {
         if split { #expect(watch.seen.contains { $0.hasPrefix("tcp 10.20.0.57:22222 -> 10.20.0.1:40001") }, "\(watch.seen)") }
         let counters = try lockdown.counters()
         #expect(counters[.inner] ?? 0 >= 3, "\(counters)")
+        // This machine's own traffic to its tunnel's address (over loopback) is its own business.
+        let service = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.2")!, port: 0), namespace: laptop.namespace)
+        let local = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        _ = try local.send(Array("self".utf8), to: service.local)
+        #expect(try service.receive(timeout: .seconds(1))?.bytes == Array("self".utf8), "the machine cannot reach its own tunnel address")
         try lockdown.remove()
     }
 
