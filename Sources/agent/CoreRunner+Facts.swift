@@ -132,6 +132,14 @@ extension ClientDaemon.CoreRunner {
         case .signal(SIGHUP):
             reload()
         case .signal(let number):
+            if number == SIGTERM, service.stopSkipsExecStop {
+                // `systemctl stop` while the start still waits skips ExecStop: systemd's job
+                // says whether this is the operator's stop.
+                let (opens, why) = UnitStop.readOwn(timeout: .seconds(2))
+                log.info("stopping", metadata: ["signal": "\(number)", "machine": opens ? "opens: \(why)" : "stays closed: \(why)"])
+                feed(.request(.stop(opens ? .byOperator : .bySignal)))
+                return
+            }
             log.info("stopping", metadata: ["signal": "\(number)"])
             feed(.request(.stop(.bySignal)))
         case .lookedUp(let index, let result):

@@ -55,14 +55,25 @@ enum UnitStop {
 
     /// Asks systemd (on the system bus) for `unit`'s job and the system's state.
     static func read(unit: String) -> (Bool, String) {
+        var name = DBusWriter()
+        name.string(unit)
+        return read(asking: "GetUnit", signature: "s", body: name.bytes)
+    }
+
+    /// The same for the unit this process runs in (a stop that comes as SIGTERM alone).
+    static func readOwn(timeout: Duration) -> (Bool, String) {
+        var pid = DBusWriter()
+        pid.uint32(UInt32(getpid()))
+        return read(asking: "GetUnitByPID", signature: "u", body: pid.bytes, timeout: timeout)
+    }
+
+    private static func read(asking member: String, signature: String, body: [UInt8], timeout: Duration = .seconds(5)) -> (Bool, String) {
         let manager = "/org/freedesktop/systemd1"
         let destination = "org.freedesktop.systemd1"
         do {
-            let bus = try DBusConnection.systemBus()
-            var name = DBusWriter()
-            name.string(unit)
+            let bus = try DBusConnection.systemBus(timeout: timeout)
             let loaded = DBusVariant(try bus.call(destination: destination, path: manager, interface: destination + ".Manager",
-                                                  member: "GetUnit", signature: "s", body: name.bytes), signature: "o")
+                                                  member: member, signature: signature, body: body), signature: "o")
             guard let unitPath = loaded.string else { return opensMachine(job: nil, systemState: nil) }
             let job = try bus.property(destination: destination, path: unitPath, interface: destination + ".Unit", name: "Job")
             let jobType: String? = if let (id, path) = job.numberAndPath, id != 0 {

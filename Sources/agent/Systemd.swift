@@ -106,4 +106,9 @@ struct ServiceReporter {
     }
 
     func stopping() { systemd.notify("STOPPING=1") }
+
+    /// Whether a SIGTERM may be systemd's stop without the unit's ExecStop having run: systemd
+    /// runs ExecStop only for a unit that is running, so a `systemctl stop` while the start is
+    /// still waiting (before READY=1) comes as the signal alone.
+    var stopSkipsExecStop: Bool { systemd.isActive && !readySent }
 }
