@@ -11,6 +11,23 @@ struct PackageTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
+    /// The systemctl calls `postinst configure FROM` makes, with systemctl, groupadd and chmod
+    /// standing in for the real ones and /run/systemd/system present (a mount namespace's).
+    private func upgradeCalls(postinst: String, from: String, scratch: String) throws -> [String] {
+        let bin = scratch + "/stubs"
+        let log = scratch + "/systemctl.log"
+        mkdir(bin, 0o755)
+        unlink(log)
+        for (tool, body) in [("systemctl", "echo \"$*\" >> \(log)"), ("groupadd", "true"), ("chmod", "true"), ("getent", "true")] {
+            try "#!/bin/sh\n\(body)\n".write(toFile: "\(bin)/\(tool)", atomically: true, encoding: .utf8)
+            chmod("\(bin)/\(tool)", 0o755)
+        }
+        let script = "mount -t tmpfs none /run && mkdir -p /run/systemd/system && PATH=\(bin):$PATH sh \(postinst) configure \(from)"
+        let ran = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/unshare"), ["--mount", "--propagation", "private", "sh", "-c", script])
+        try #require(ran.status == 0, "\(ran.output)")
+        return ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
     @Test func thePackageInstallsAndWhatItInstallsWorks() throws {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("roam-package-\(getpid())").path
         mkdir(work, 0o700)
@@ -47,6 +64,21 @@ struct PackageTests {
         let postinst = try String(contentsOfFile: control + "/postinst", encoding: .utf8)
         #expect(postinst.contains("groupadd --system roam"))
         #expect(try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"), ["-n", control + "/postinst"]).status == 0)
+        // What an upgrade asks of systemd: clients older than 0.14.0 (which took the lockdown
+        // away on SIGTERM) end by SIGKILL, which leaves the table, before the restart; newer
+        // ones are only restarted (SIGTERM keeps it). Run against a systemctl that records its
+        // calls, in a mount namespace whose /run says systemd runs.
+        if getuid() != 0 { print("skipping the upgrade's calls: a mount namespace needs root") }
+        for (from, kills) in getuid() == 0 ? [("0.13.0", true), ("0.14.0", false), ("", false)] : [] {
+            let calls = try upgradeCalls(postinst: control + "/postinst", from: from, scratch: work)
+            let kill = calls.firstIndex { $0.hasPrefix("kill --kill-whom=main --signal=KILL roam-client.service") }
+            let restart = calls.firstIndex { $0.hasPrefix("try-restart roam-client.service") }
+            #expect((kill != nil) == kills, "from \(from): \(calls)")
+            #expect(restart != nil || from.isEmpty, "from \(from): \(calls)")
+            if from.isEmpty { #expect(restart == nil, "a first install restarts nothing: \(calls)") }
+            if let kill, let restart { #expect(kill < restart) }
+            #expect(!calls.contains { $0.hasPrefix("kill") && $0.contains("roam-server") }, "the server keeps its drain on SIGTERM")
+        }
 
         // Man pages for every command, and completions for three shells.
         for page in ["agent", "agent.up", "agent.status", "agent.down", "agent.check", "agent.profiles", "agent.serve"] {
