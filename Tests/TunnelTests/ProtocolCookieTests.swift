@@ -331,7 +331,29 @@ import Device
     let next = [queues.pop(into: &buffer)?.1, queues.pop(into: &buffer)?.1]
     #expect(next.contains(peer), "\(next)")
     for _ in 0..<2 { #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }) }
-    #expect(![UInt8](repeating: 1, count: 200).withUnsafeBytes { queues.push($0, from: peer, fromPeer: true) }, "a quarter of the capacity")
     let order = (0..<4).map { _ in queues.pop(into: &buffer)?.1 }
     #expect(order.filter { $0 == flood }.count == 2, "taken in turn: \(order)")
+}
+
+/// The lane is chosen by the source address alone, before any check: one address (a peer's,
+/// which someone may send from) holds at most two places in the peers' queue, and what it sends
+/// beyond them waits with everyone else's; another peer still finds room.
+@Test func oneAddressCannotFillThePeersQueue() {
+    var queues = HandshakeQueues(capacity: 16)
+    let spoofed = ProtocolFixture.clientAddress
+    let other = SocketAddress(.v4(0xc000_0207), port: 41000)
+    var buffer = [UInt8](repeating: 0, count: 2048)
+    for _ in 0..<12 { #expect([UInt8](repeating: 7, count: 200).withUnsafeBytes { queues.push($0, from: spoofed, fromPeer: true) }) }
+    #expect([UInt8](repeating: 8, count: 200).withUnsafeBytes { queues.push($0, from: other, fromPeer: true) }, "another peer gets in")
+    // Taken in turn: the peers' lane holds the two from the busy address and the other peer's.
+    let lanes = (0..<6).map { _ in queues.pop(into: &buffer)?.1 }
+    #expect(lanes.contains(other), "the other peer's initiation waited behind at most a few: \(lanes)")
+    // Everyone else's queue took the rest (10), up to its capacity: nothing from the busy
+    // address got a third place in the peers' queue.
+    #expect(queues.count == 13 - 6)
+    // Past its two places and a full queue of everyone else's, what it sends is dropped.
+    var full = HandshakeQueues(capacity: 8)
+    for n in 0..<10 { #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { full.push($0, from: spoofed, fromPeer: true) }, "\(n)") }
+    #expect(![UInt8](repeating: 1, count: 200).withUnsafeBytes { full.push($0, from: spoofed, fromPeer: true) })
+    #expect(full.count == 8 + HandshakeQueues.perSourceInPeers)
 }

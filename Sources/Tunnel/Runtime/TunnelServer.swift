@@ -594,6 +594,13 @@ struct InitiationQueue {
         return true
     }
 
+    /// How many of the queued datagrams came from `source` (a scan of the ring: the queues are small).
+    func count(from source: SocketAddress) -> Int {
+        var n = 0
+        for i in 0..<count where sources[(head + i) % capacity] == source { n += 1 }
+        return n
+    }
+
     /// Copies the oldest datagram into `buffer` and returns its length, its source and the
     /// address it was sent to; nil when empty.
     mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress, IPAddress?)? {
@@ -614,11 +621,17 @@ struct InitiationQueue {
 /// The handshake thread's two queues: initiations from an address where a peer proved itself
 /// lately (`SessionTable.peer(provenAt:)`; nothing proven yet, the core checks that) and everyone
 /// else's. Taken in turn, so a flood that fills one cannot keep the other waiting: a peer's rekey
-/// waits behind one flood initiation at most, however full the other queue is.
+/// waits behind one flood initiation at most, however full the other queue is. The lane is
+/// chosen by the source address before any check of the datagram, so someone who can send from
+/// a peer's address (its IP and port) could fill the peers' queue with garbage: each address
+/// holds at most `perSourceInPeers` places in it, and what comes from it beyond that waits with
+/// everyone else's, under the core's per-source budgets.
 struct HandshakeQueues {
     private var peers: InitiationQueue
     private var others: InitiationQueue
     private var peersNext = true
+    /// A peer's rekey needs one initiation; a resend of it a second.
+    static let perSourceInPeers = 2
 
     /// `capacity` for everyone else's; the peers' queue holds a quarter as many.
     init(capacity: Int) {
@@ -631,7 +644,8 @@ struct HandshakeQueues {
     /// False when the queue it belongs in is full (see `InitiationQueue.push`).
     mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil,
                        fromPeer: Bool) -> Bool {
-        fromPeer ? peers.push(datagram, from: source, at: local) : others.push(datagram, from: source, at: local)
+        if fromPeer, peers.count(from: source) < Self.perSourceInPeers, peers.push(datagram, from: source, at: local) { return true }
+        return others.push(datagram, from: source, at: local)
     }
 
     /// The next initiation, from each queue in turn while both hold some.
