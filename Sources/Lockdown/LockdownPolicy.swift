@@ -284,10 +284,13 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \(tunnel) accept",
         ]
         if allowLAN {
-            // The same LAN as the machine's own, on the same terms: no name look-ups on it, and
-            // nothing for the tunnel's own addresses.
+            // The same LAN as the machine's own, on the same terms: no name look-ups on it (nor
+            // answers from it: a LAN host could forge them), and nothing to or from the tunnel's
+            // own addresses (what came from the tunnel was let through above).
             lines.append("        meta l4proto { tcp, udp } th dport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) drop")
+            lines.append("        meta l4proto { tcp, udp } th sport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) drop")
             lines += tunnelOnlyRules("daddr", counter: BlockCause.forward.counter, verdict: "drop")
+            lines += tunnelOnlyRules("saddr", counter: BlockCause.forward.counter, verdict: "drop")
             lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
         }
         lines += [

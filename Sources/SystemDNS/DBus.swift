@@ -1,5 +1,5 @@
 import Glibc
-import Basics
+public import Basics
 
 /// Just enough of D-Bus to call methods on the system bus: a Unix socket, the EXTERNAL
 /// authentication (the kernel vouches for our uid), and the marshalling of the few types the
@@ -11,10 +11,14 @@ public final class DBusConnection {
     private var buffer: [UInt8] = []
     /// How long a call may take before it fails.
     private let timeout: Duration
+    /// When everything on this connection must be over, whatever the calls' own time-outs.
+    private let deadline: Instant?
 
     /// Connects to the system bus: `$DBUS_SYSTEM_BUS_ADDRESS` when it names a `unix:path=`,
     /// else /run/dbus/system_bus_socket.
-    public static func systemBus(timeout: Duration = .seconds(5)) throws(DBusError) -> DBusConnection {
+    /// With `deadline`, the connection, its authentication and every call end by then at the
+    /// latest (a caller that cannot wait long, such as the deciding loop).
+    public static func systemBus(timeout: Duration = .seconds(5), deadline: Instant? = nil) throws(DBusError) -> DBusConnection {
         var path = "/run/dbus/system_bus_socket"
         if let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map({ String(cString: $0) }) {
             for part in address.split(separator: ";") where part.hasPrefix("unix:") {
@@ -23,12 +27,15 @@ public final class DBusConnection {
                 }
             }
         }
-        return try DBusConnection(path: path, timeout: timeout)
+        return try DBusConnection(path: path, timeout: timeout, deadline: deadline)
     }
 
-    public init(path: String, timeout: Duration = .seconds(5)) throws(DBusError) {
+    public init(path: String, timeout: Duration = .seconds(5), deadline: Instant? = nil) throws(DBusError) {
         self.timeout = timeout
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        self.deadline = deadline
+        // Non-blocking: a bus whose backlog is full (a hung daemon) refuses at once instead of
+        // keeping connect waiting; every wait after it polls until its deadline.
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw .system("socket", errno) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -99,7 +106,7 @@ public final class DBusConnection {
         message.align(8)
         message.bytes += body
         try send(message.bytes)
-        let deadline = Instant.now() + timeout
+        let deadline = due()
         while true {
             let reply = try receive(until: deadline)
             guard reply.replySerial == sent else { continue }  // signals, such as NameAcquired
@@ -119,7 +126,7 @@ public final class DBusConnection {
     private func authenticate() throws(DBusError) {
         let uid = String(getuid()).utf8.map { String($0, radix: 16) }.joined()
         try send([0] + Array("AUTH EXTERNAL \(uid)\r\n".utf8))
-        let deadline = Instant.now() + timeout
+        let deadline = due()
         while !buffer.contains(UInt8(ascii: "\n")) { try fill(until: deadline) }
         let end = buffer.firstIndex(of: UInt8(ascii: "\n"))!
         let line = String(decoding: buffer[..<end], as: UTF8.self)
@@ -128,25 +135,44 @@ public final class DBusConnection {
         try send(Array("BEGIN\r\n".utf8))
     }
 
+    /// When what starts now must be over: the call's own time-out, or the connection's deadline.
+    private func due() -> Instant {
+        let own = Instant.now() + timeout
+        return deadline.map { min($0, own) } ?? own
+    }
+
     private func send(_ bytes: [UInt8]) throws(DBusError) {
         var done = 0
+        let deadline = due()
         while done < bytes.count {
             let n = bytes[done...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN {
+                try wait(for: POLLOUT, until: deadline)
+                continue
+            }
             guard n > 0 else { throw .system("send", errno) }
             done += n
         }
     }
 
+    /// Waits until the socket is ready for `events`, or throws `timedOut` at `deadline`.
+    private func wait(for events: Int32, until deadline: Instant) throws(DBusError) {
+        while true {
+            let left = deadline - Instant.now()
+            guard left > .zero else { throw .timedOut }
+            var poller = pollfd(fd: fd, events: Int16(events), revents: 0)
+            let milliseconds = Int32(min(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
+            let ready = poll(&poller, 1, milliseconds)
+            if ready < 0, errno == EINTR { continue }
+            guard ready >= 0 else { throw .system("poll", errno) }
+            guard ready > 0 else { throw .timedOut }
+            return
+        }
+    }
+
     private func fill(until deadline: Instant) throws(DBusError) {
-        let left = deadline - Instant.now()
-        guard left > .zero else { throw .timedOut }
-        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let milliseconds = Int32(min(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
-        let ready = poll(&poller, 1, milliseconds)
-        if ready < 0, errno == EINTR { return }
-        guard ready >= 0 else { throw .system("poll", errno) }
-        guard ready > 0 else { throw .timedOut }
+        try wait(for: POLLIN, until: deadline)
         var chunk = [UInt8](repeating: 0, count: 4096)
         let n = recv(fd, &chunk, chunk.count, 0)
         if n < 0, errno == EINTR || errno == EAGAIN { return }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Basics
 import Control
 import Glibc
 import SystemDNS
@@ -60,18 +61,20 @@ enum UnitStop {
         return read(asking: "GetUnit", signature: "s", body: name.bytes)
     }
 
-    /// The same for the unit this process runs in (a stop that comes as SIGTERM alone).
+    /// The same for the unit this process runs in (a stop that comes as SIGTERM alone), all of
+    /// it over within `timeout`. PID 0 names the caller, as systemd sees it (its credentials on
+    /// the bus), which holds in a PID namespace too.
     static func readOwn(timeout: Duration) -> (Bool, String) {
         var pid = DBusWriter()
-        pid.uint32(UInt32(getpid()))
-        return read(asking: "GetUnitByPID", signature: "u", body: pid.bytes, timeout: timeout)
+        pid.uint32(0)
+        return read(asking: "GetUnitByPID", signature: "u", body: pid.bytes, deadline: Instant.now() + timeout)
     }
 
-    private static func read(asking member: String, signature: String, body: [UInt8], timeout: Duration = .seconds(5)) -> (Bool, String) {
+    private static func read(asking member: String, signature: String, body: [UInt8], deadline: Instant? = nil) -> (Bool, String) {
         let manager = "/org/freedesktop/systemd1"
         let destination = "org.freedesktop.systemd1"
         do {
-            let bus = try DBusConnection.systemBus(timeout: timeout)
+            let bus = try DBusConnection.systemBus(deadline: deadline)
             let loaded = DBusVariant(try bus.call(destination: destination, path: manager, interface: destination + ".Manager",
                                                   member: member, signature: signature, body: body), signature: "o")
             guard let unitPath = loaded.string else { return opensMachine(job: nil, systemState: nil) }

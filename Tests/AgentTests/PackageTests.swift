@@ -71,7 +71,7 @@ struct PackageTests {
         if getuid() != 0 { print("skipping the upgrade's calls: a mount namespace needs root") }
         for (from, kills) in getuid() == 0 ? [("0.13.0", true), ("0.14.0", false), ("", false)] : [] {
             let calls = try upgradeCalls(postinst: control + "/postinst", from: from, scratch: work)
-            let kill = calls.firstIndex { $0.hasPrefix("kill --kill-whom=main --signal=KILL roam-client.service") }
+            let kill = calls.firstIndex { $0.hasPrefix("kill --kill-who=main --signal=KILL roam-client.service") }
             let restart = calls.firstIndex { $0.hasPrefix("try-restart roam-client.service") }
             #expect((kill != nil) == kills, "from \(from): \(calls)")
             #expect(restart != nil || from.isEmpty, "from \(from): \(calls)")

@@ -62,6 +62,10 @@ struct LockdownPolicyTests {
         let forward = try chain("forward")
         #expect(try order(forward, "th dport { 53, 853, 5353, 5355 } counter name blocked_dns drop", before: "ip daddr @lan4 accept"), "\(forward)")
         #expect(try order(forward, "ip daddr { 10.77.0.1 } counter name blocked_forward drop", before: "ip daddr @lan4 accept"))
+        #expect(try order(forward, "th sport { 53, 853, 5353, 5355 } counter name blocked_dns drop", before: "ip daddr @lan4 accept"),
+                "a LAN host's forged answers reach no container")
+        #expect(try order(forward, "ip saddr { 10.77.0.1 } counter name blocked_forward drop", before: "ip daddr @lan4 accept"))
+        #expect(try order(forward, "iifname \"roam0\" accept", before: "th sport { 53, 853, 5353, 5355 }"), "the tunnel's answers come first")
         #expect(try order(forward, "ip6 daddr { fd77::1 } counter name blocked_forward drop", before: "ip6 daddr @lan6 accept"))
         // Without allow-lan nothing is let to the LAN at all, so nothing needs refusing first.
         policy.allowLAN = false
