@@ -387,14 +387,15 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// What an uplink may send in of its own: DHCPv4's answers (to the client's port, over IPv4
     /// only), DHCPv6's from a link-local server or relay, router advertisements and multicast
     /// listener queries from link-local routers, neighbour discovery with hop limit 255 (which a
-    /// router cannot have forwarded), and the ICMP errors the session's path needs.
+    /// router cannot have forwarded), and the ICMP errors the session's path needs: only those
+    /// conntrack relates to a flow that left here (a LAN host cannot reset sockets with made-up ones).
     private static let uplinkIn = [
         "        meta nfproto ipv4 udp sport 67 udp dport 68 accept",
         "        meta nfproto ipv6 udp sport 547 udp dport 546 ip6 saddr fe80::/10 accept",
         "        icmpv6 type { nd-router-advert, mld-listener-query } ip6 saddr fe80::/10 accept",
         "        icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept",
-        "        icmpv6 type { packet-too-big, destination-unreachable, time-exceeded, parameter-problem } accept",
-        "        icmp type { destination-unreachable, time-exceeded } accept",
+        "        icmpv6 type { packet-too-big, destination-unreachable, time-exceeded, parameter-problem } ct state related accept",
+        "        icmp type { destination-unreachable, time-exceeded } ct state related accept",
     ]
 
     /// How a packet of this machine's own is refused: TCP with a reset, which the kernel

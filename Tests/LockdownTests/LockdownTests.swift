@@ -431,6 +431,31 @@ struct LockdownKernelTests {
         try lockdown.remove()
     }
 
+    /// ICMP errors come in only about flows that left here: a real "port unreachable" for the
+    /// session's datagram passes, one a LAN host makes up about a flow that never was is dropped.
+    @Test func onlyICMPErrorsAboutFlowsThatLeftHereComeIn() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        try lockdown.apply(LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0",
+                                          server: LockdownPolicy.Server(IPAddress("198.51.100.7")!, port: 51820), owner: .anyMarked))
+        let session = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), mark: 0xca6c, namespace: laptop.namespace)
+        // Nobody listens at the server's port: its kernel answers with a real error.
+        _ = try session.send(Array("hello".utf8), to: SocketAddress(IPAddress("198.51.100.7")!, port: 51820))
+        usleep(300_000)
+        let before = try lockdown.counters()[.inbound] ?? 0
+        #expect(before == 0, "the real error about the session's datagram was refused")
+        // A made-up one about a flow from this machine's port 5353 to a LAN host.
+        let flow = NamespaceLab.udpDatagram(from: SocketAddress(IPAddress("10.20.0.57")!, port: 5353),
+                                            to: SocketAddress(IPAddress("10.20.0.1")!, port: 5353), payload: [])
+        for _ in 0..<3 {
+            try server.sendForged(NamespaceLab.portUnreachable(from: IPAddress("10.20.0.1")!, to: IPAddress("10.20.0.57")!, about: flow),
+                                  to: IPAddress("10.20.0.57")!)
+        }
+        usleep(300_000)
+        #expect(try lockdown.counters()[.inbound] ?? 0 >= before + 3)
+        try lockdown.remove()
+    }
+
     /// DHCP's and neighbour discovery's ports and types reach no address their protocols do not
     /// use: DHCPv4 from port 68 to a public server, DHCPv6 from port 546 to a global address.
     @Test func dhcpPortsReachNoPublicAddress() throws {

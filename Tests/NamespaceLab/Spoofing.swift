@@ -59,6 +59,15 @@ extension NamespaceLab {
         return ipv4Header(from: source.ip, to: destination.ip, protocol: 17, payload: length) + udp + payload
     }
 
+    /// An ICMP "port unreachable" from `source` about `original` (an IPv4 packet this machine
+    /// supposedly sent): its header and first 8 bytes, as a router or host quotes them.
+    public static func portUnreachable(from source: IPAddress, to destination: IPAddress, about original: [UInt8]) -> [UInt8] {
+        var icmp: [UInt8] = [3, 3, 0, 0, 0, 0, 0, 0] + original.prefix(28)
+        let check = checksum(icmp)
+        icmp[2] = UInt8(check >> 8); icmp[3] = UInt8(check & 0xff)
+        return ipv4Header(from: source, to: destination, protocol: 1, payload: icmp.count) + icmp
+    }
+
     private static func ipv4Header(from source: IPAddress, to destination: IPAddress, protocol number: UInt8, payload: Int) -> [UInt8] {
         let total = 20 + payload
         var header: [UInt8] = [0x45, 0, UInt8(total >> 8), UInt8(total & 0xff), 0x12, 0x34, 0x40, 0, 64, number, 0, 0]
