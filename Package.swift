@@ -17,6 +17,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // ML-KEM and the fast AEADs of the BoringSSL it vendors; exact, because CBoring calls that
+        // BoringSSL's C functions by their prefixed names.
+        .package(url: "https://github.com/apple/swift-crypto", exact: "4.5.2"),
     ],
     targets: [
         // C libraries from Debian packages, and the macros Swift cannot import.
@@ -25,6 +28,8 @@ let package = Package(
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .systemLibrary(name: "COpenSSL", providers: [.apt(["libssl-dev"])]),
         .target(name: "CShims"),
+        // The AEADs of swift-crypto's BoringSSL, called in place with a context in the secret arena.
+        .target(name: "CBoring", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
 
         // From the bottom. Shared value types: addresses and prefixes, the agent's clock, seeded
         // randomness, files, the DNS settings a server gives.
@@ -55,7 +60,8 @@ let package = Package(
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Netlink", "Device", "PathMonitor", "CShims", "CSodium",
+                "Basics", "Netlink", "Device", "PathMonitor", "CShims", "CSodium", "CBoring",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),

@@ -40,6 +40,7 @@ struct ServeCommand: ParsableCommand {
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
+        if let problem = CipherSelfTest.run() { throw AgentError("the data path's cipher failed its self-test: \(problem)") }
         // A mistake in the file is said first, whoever runs it.
         let configFile = try daemon.configFile(for: "serve")
         let (reader, root) = try YAMLReader.load(configFile, as: .serverConfiguration)

@@ -51,18 +51,24 @@ final class TransportSession: Sendable {
     let localIndex: UInt32
     /// The index the other side chose: we put it in the packets we send.
     let remoteIndex: UInt32
-    let keys: TransportKeys
+    /// The two directions' keys, expanded for the session's cipher.
+    private let sealer: AEADKey
+    private let opener: AEADKey
     /// When the handshake completed, on this side's clock.
     let established: Instant
     private let nextCounter = Atomic<UInt64>(0)
     private let window = Mutex(ReplayWindow())
 
-    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, established: Instant) {
+    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, suite: CipherSuite = .chacha20Poly1305, established: Instant) {
         self.localIndex = localIndex
         self.remoteIndex = remoteIndex
-        self.keys = keys
+        sealer = AEADKey(suite, key: keys.send)
+        opener = AEADKey(suite, key: keys.receive)
         self.established = established
     }
+
+    /// The cipher its packets are sealed with.
+    var suite: CipherSuite { sealer.suite }
 
     /// Messages sealed so far.
     var sendCounter: UInt64 { nextCounter.load(ordering: .relaxed) }
@@ -100,8 +106,8 @@ final class TransportSession: Sendable {
         buffer.storeBytes(of: remoteIndex.littleEndian, toByteOffset: DataPacket.receiverOffset, as: UInt32.self)
         buffer.storeBytes(of: counter.littleEndian, toByteOffset: DataPacket.counterOffset, as: UInt64.self)
         let end = DataPacket.headroom + innerLength
-        Primitives.sealInPlace(
-            key: keys.send, counter: counter,
+        sealer.seal(
+            counter: counter,
             ad: UnsafeRawBufferPointer(rebasing: buffer[..<DataPacket.headroom]),
             text: UnsafeMutableRawBufferPointer(rebasing: buffer[DataPacket.headroom..<end]),
             tag: buffer.baseAddress! + end)
@@ -139,8 +145,8 @@ final class TransportSession: Sendable {
         // Obvious replays skip the AEAD.
         guard window.withLock({ $0.check(counter) }) else { return .failure(.replayed) }
         let end = datagram.count - DataPacket.tailroom
-        let authentic = Primitives.openInPlace(
-            key: keys.receive, counter: counter,
+        let authentic = opener.open(
+            counter: counter,
             ad: UnsafeRawBufferPointer(rebasing: datagram[..<DataPacket.headroom]),
             text: UnsafeMutableRawBufferPointer(rebasing: datagram[DataPacket.headroom..<end]),
             tag: UnsafeRawPointer(datagram.baseAddress! + end))
