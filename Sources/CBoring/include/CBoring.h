@@ -32,4 +32,29 @@ int roam_aead_seal(const void *ctx, const uint8_t *nonce, const uint8_t *ad, siz
 int roam_aead_open(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, const uint8_t *tag);
 
+// ML-KEM-768 (FIPS 203) from the same BoringSSL. A private key is BoringSSL's expanded form,
+// ROAM_MLKEM_PRIVATE_SIZE bytes in memory the caller gives (a slot of the secret arena).
+
+#define ROAM_MLKEM_PUBLIC_BYTES 1184
+#define ROAM_MLKEM_CIPHERTEXT_BYTES 1088
+#define ROAM_MLKEM_SEED_BYTES 64
+#define ROAM_MLKEM_SHARED_BYTES 32
+/// BoringSSL's MLKEM768_private_key is 7776 bytes; the slot leaves room.
+#define ROAM_MLKEM_PRIVATE_SIZE 8192
+
+/// A new key pair: the encoded public key to `public_key`, the private key to `private_key`.
+/// With a `seed` (64 bytes, d || z as FIPS 203 names them) the pair is the one it determines
+/// (for test vectors); without, a random one.
+void roam_mlkem_generate(uint8_t *public_key, void *private_key, const uint8_t *seed);
+
+/// Encapsulates to the encoded `public_key`: the ciphertext and the 32-byte shared secret. With
+/// `entropy` (32 bytes, FIPS 203's m) the result is the one it determines (for test vectors).
+/// 0 when the public key is not a valid encoding (FIPS 203's input check).
+int roam_mlkem_encapsulate(uint8_t *ciphertext, uint8_t *shared, const uint8_t *public_key, const uint8_t *entropy);
+
+/// Decapsulates `ciphertext` (ROAM_MLKEM_CIPHERTEXT_BYTES) with `private_key`: the shared
+/// secret (a pseudo-random one for a ciphertext that was tampered with, as FIPS 203 specifies).
+/// 0 only on a wrong length.
+int roam_mlkem_decapsulate(uint8_t *shared, const uint8_t *ciphertext, size_t length, const void *private_key);
+
 #endif

@@ -1,0 +1,78 @@
+import CBoring
+import CSodium
+
+/// ML-KEM-768 (FIPS 203), from swift-crypto's BoringSSL: the post-quantum half of the hybrid
+/// key exchange. A handshake's key pair is ephemeral: made for one handshake and wiped with it,
+/// so what it protects stays secret even if a long-term key is later lost.
+enum MLKEM {
+    static let publicKeyLength = Int(ROAM_MLKEM_PUBLIC_BYTES)
+    static let ciphertextLength = Int(ROAM_MLKEM_CIPHERTEXT_BYTES)
+    static let seedLength = Int(ROAM_MLKEM_SEED_BYTES)
+
+    /// The slots private keys live in.
+    static let arena = SecretArena(slotSize: Int(ROAM_MLKEM_PRIVATE_SIZE))
+
+    /// One key pair: the encoded public key, and the private key in the secret arena.
+    final class KeyPair: @unchecked Sendable {  // the private key is written in init and wiped in deinit only
+        let publicKey: [UInt8]
+        private let privateKey: UnsafeMutableRawPointer
+        private let fromHeap: Bool
+
+        /// A random pair; with `seed` (64 bytes, d || z) the one it determines, for test vectors.
+        init(seed: [UInt8]? = nil) {
+            precondition(seed == nil || seed!.count == MLKEM.seedLength, "an ML-KEM seed is 64 bytes")
+            if let slot = MLKEM.arena.allocate() {
+                privateKey = slot
+                fromHeap = false
+            } else {
+                privateKey = .allocate(byteCount: Int(ROAM_MLKEM_PRIVATE_SIZE), alignment: 64)
+                fromHeap = true
+            }
+            var encoded = [UInt8](repeating: 0, count: MLKEM.publicKeyLength)
+            if let seed {
+                roam_mlkem_generate(&encoded, privateKey, seed)
+            } else {
+                roam_mlkem_generate(&encoded, privateKey, nil)
+            }
+            publicKey = encoded
+        }
+
+        deinit {
+            if fromHeap {
+                sodium_memzero(privateKey, Int(ROAM_MLKEM_PRIVATE_SIZE))
+                privateKey.deallocate()
+            } else {
+                MLKEM.arena.release(privateKey)
+            }
+        }
+
+        /// The shared secret a ciphertext carries. A ciphertext that was tampered with gives a
+        /// secret nobody else has (FIPS 203's implicit rejection), so the handshake fails later,
+        /// at its next authenticated message, like any other forgery; nil only for a wrong length.
+        func decapsulate(_ ciphertext: [UInt8]) -> SecretBytes? {
+            guard ciphertext.count == MLKEM.ciphertextLength else { return nil }
+            var ok = false
+            let shared = SecretBytes { out in
+                ok = roam_mlkem_decapsulate(out, ciphertext, ciphertext.count, privateKey) == 1
+            }
+            return ok ? shared : nil
+        }
+    }
+
+    /// Encapsulates a fresh secret to `publicKey`: the ciphertext for its holder and the secret.
+    /// Nil when `publicKey` is not a valid encoding (wrong length, or coefficients out of range,
+    /// FIPS 203's check). With `entropy` (32 bytes, m) the result is the one it determines.
+    static func encapsulate(to publicKey: [UInt8], entropy: [UInt8]? = nil) -> (ciphertext: [UInt8], shared: SecretBytes)? {
+        guard publicKey.count == publicKeyLength, entropy == nil || entropy!.count == 32 else { return nil }
+        var ciphertext = [UInt8](repeating: 0, count: ciphertextLength)
+        var ok = false
+        let shared = SecretBytes { out in
+            ok = if let entropy {
+                roam_mlkem_encapsulate(&ciphertext, out, publicKey, entropy) == 1
+            } else {
+                roam_mlkem_encapsulate(&ciphertext, out, publicKey, nil) == 1
+            }
+        }
+        return ok ? (ciphertext, shared) : nil
+    }
+}
