@@ -1,0 +1,145 @@
+import Foundation
+import Testing
+@testable import Tunnel
+
+/// Version 3's handshake against an independent implementation written from docs/PROTOCOL.md
+/// (`Tests/Fixtures/handshake-v3.py`: Python's `cryptography` and kyber-py), every random input
+/// fixed: both sides reproduce every message byte for byte, the transport keys, and the data
+/// packets sealed with the negotiated AES-256-GCM.
+struct HybridHandshakeTests {
+    struct Fixture: Decodable {
+        var server_static, client_static, client_ephemeral, server_ephemeral, kem_seed, kem_entropy: String
+        var client_index, server_index: UInt32
+        var offer, choice, credentials, verdict: String
+        var part_a, part_b, response, identity, verdict_message, handshake_hash, to_server, to_client: String
+        var packets: [Packet]
+        struct Packet: Decodable {
+            var from: String
+            var counter: UInt64
+            var inner: String
+            var datagram: String
+        }
+    }
+
+    static let fixture: Fixture? = {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/handshake-v3.json")
+        return try? JSONDecoder().decode(Fixture.self, from: Data(contentsOf: file))
+    }()
+
+    static func bytes(_ hex: String) -> [UInt8] { AEADTests.bytes(hex) }
+    static func key(_ hex: String) -> PrivateKey { PrivateKey(bytes: bytes(hex))! }
+    static func le32(_ value: UInt32) -> [UInt8] { withUnsafeBytes(of: value.littleEndian, Array.init) }
+    static func secret(_ s: SecretBytes) -> [UInt8] { s.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } }
+
+    /// A message with mac1 stamped and a zero mac2, as the fixture's are.
+    static func stamped(_ body: [UInt8], serverKey: PublicKey) -> [UInt8] {
+        var message = body + [UInt8](repeating: 0, count: 32)
+        Mac1(serverKey: serverKey).stamp(&message)
+        return message
+    }
+
+    @Test func bothSidesReproduceAnIndependentTranscript() throws {
+        let f = try #require(Self.fixture, "Tests/Fixtures/handshake-v3.json is missing")
+        let serverStatic = Self.key(f.server_static)
+        let clientStatic = Self.key(f.client_static)
+        let serverKey = serverStatic.publicKey
+
+        // The client's initiation, in its two datagrams.
+        let kem = MLKEM.KeyPair(seed: Self.bytes(f.kem_seed))
+        let (initiator, kemKey, rest) = try #require(HybridHandshake.Initiator.start(
+            serverKey: serverKey, ephemeral: Self.key(f.client_ephemeral), kem: kem, offer: Self.bytes(f.offer)))
+        let partA = Self.stamped([3, 1, 0, 0] + Self.le32(f.client_index) + kemKey, serverKey: serverKey)
+        let partB = Self.stamped([3, 6, 0, 0] + Self.le32(f.client_index) + rest, serverKey: serverKey)
+        #expect(partA == Self.bytes(f.part_a))
+        #expect(partB == Self.bytes(f.part_b))
+
+        // The server reads them and responds.
+        let responder = try #require(HybridHandshake.Responder(
+            kemKey: Array(partA[8..<(8 + MLKEM.publicKeyLength)]), ephemeralKey: Array(partB[8..<40]),
+            sealedOffer: Array(partB[40..<(partB.count - 32)]), localStatic: serverStatic))
+        #expect(responder.offer == Self.bytes(f.offer))
+        let (awaiting, ephemeralKey, ciphertext, sealedChoice) = try #require(responder.respond(
+            ephemeral: Self.key(f.server_ephemeral), choice: Self.bytes(f.choice), entropy: Self.bytes(f.kem_entropy)))
+        let response = [3, 2, 0, 0] + Self.le32(f.server_index) + Self.le32(f.client_index) + ephemeralKey + ciphertext + sealedChoice
+        #expect(response == Self.bytes(f.response))
+
+        // The client reads the response and says who it is.
+        let (identifying, choice) = try #require(initiator.read(
+            response: Array(response[12..<44]), ciphertext: Array(response[44..<1132]), sealedChoice: Array(response[1132...])))
+        #expect(choice == Self.bytes(f.choice))
+        let (waiting, sealedKey, sealedPayload) = try #require(identifying.identify(as: clientStatic, payload: Self.bytes(f.credentials)))
+        let identity = [3, 7, 0, 0] + Self.le32(f.server_index) + sealedKey + sealedPayload
+        #expect(identity == Self.bytes(f.identity))
+
+        // The server reads the identity and gives its verdict.
+        let (identified, remoteStatic, payload) = try #require(awaiting.read(sealedKey: Array(identity[8..<56]), sealedPayload: Array(identity[56...])))
+        #expect(remoteStatic == clientStatic.publicKey)
+        #expect(payload.withBytes(Array.init) == Self.bytes(f.credentials))
+        let server = identified.verdict(Self.bytes(f.verdict))
+        let verdict = [3, 8, 0, 0] + Self.le32(f.server_index) + Self.le32(f.client_index) + server.sealed
+        #expect(verdict == Self.bytes(f.verdict_message))
+        #expect(server.hash == Self.bytes(f.handshake_hash))
+
+        // The client reads the verdict: both hold the same keys, the fixture's.
+        let client = try #require(waiting.read(verdict: Array(verdict[12...])))
+        #expect(client.payload == Self.bytes(f.verdict))
+        #expect(client.hash == server.hash)
+        #expect(Self.secret(client.keys.send) == Self.bytes(f.to_server) && Self.secret(server.keys.receive) == Self.bytes(f.to_server))
+        #expect(Self.secret(client.keys.receive) == Self.bytes(f.to_client) && Self.secret(server.keys.send) == Self.bytes(f.to_client))
+
+        // Data on the chosen suite, AES-256-GCM, as the other implementation sealed it.
+        for packet in f.packets {
+            let keys = packet.from == "client" ? client.keys : server.keys
+            let sealer = AEADKey(.aes256GCM, key: keys.send)
+            var datagram = Array(Self.bytes(packet.datagram)[..<16]) + Self.bytes(packet.inner) + [UInt8](repeating: 0, count: 16)
+            let end = datagram.count - 16
+            datagram.withUnsafeMutableBytes { buffer in
+                sealer.seal(counter: packet.counter, ad: UnsafeRawBufferPointer(rebasing: buffer[..<16]),
+                            text: UnsafeMutableRawBufferPointer(rebasing: buffer[16..<end]), tag: buffer.baseAddress! + end)
+            }
+            #expect(datagram == Self.bytes(packet.datagram), "\(packet.from) \(packet.counter)")
+        }
+    }
+
+    /// Every byte of every message matters: a flip anywhere in the initiation's parts, the
+    /// response or the identity fails the handshake at the next authenticated step, never
+    /// silently.
+    @Test func aFlippedByteFailsTheHandshake() throws {
+        let f = try #require(Self.fixture)
+        let serverStatic = Self.key(f.server_static)
+        let partA = Self.bytes(f.part_a), partB = Self.bytes(f.part_b), response = Self.bytes(f.response), identity = Self.bytes(f.identity)
+        func serverReads(_ a: [UInt8], _ b: [UInt8]) -> HybridHandshake.Responder? {
+            HybridHandshake.Responder(kemKey: Array(a[8..<1192]), ephemeralKey: Array(b[8..<40]), sealedOffer: Array(b[40..<(b.count - 32)]),
+                                      localStatic: serverStatic)
+        }
+        for position in stride(from: 8, to: 1192, by: 97) {
+            var a = partA
+            a[position] ^= 1
+            #expect(serverReads(a, partB) == nil, "a flip at \(position) of the KEM key went unnoticed")
+        }
+        for position in 8..<(partB.count - 32) {
+            var b = partB
+            b[position] ^= 1
+            #expect(serverReads(partA, b) == nil, "a flip at \(position) of the second part went unnoticed")
+        }
+        let (initiator, _, _) = try #require(HybridHandshake.Initiator.start(
+            serverKey: serverStatic.publicKey, ephemeral: Self.key(f.client_ephemeral), kem: MLKEM.KeyPair(seed: Self.bytes(f.kem_seed)),
+            offer: Self.bytes(f.offer)))
+        for position in stride(from: 12, to: response.count, by: 7) {
+            var r = response
+            r[position] ^= 1
+            #expect(initiator.read(response: Array(r[12..<44]), ciphertext: Array(r[44..<1132]), sealedChoice: Array(r[1132...])) == nil,
+                    "a flip at \(position) of the response went unnoticed")
+        }
+        let responder = try #require(serverReads(partA, partB))
+        let (awaiting, _, _, _) = try #require(responder.respond(ephemeral: Self.key(f.server_ephemeral), choice: Self.bytes(f.choice),
+                                                                  entropy: Self.bytes(f.kem_entropy)))
+        for position in stride(from: 8, to: identity.count, by: 5) {
+            var i = identity
+            i[position] ^= 1
+            #expect(awaiting.read(sealedKey: Array(i[8..<56]), sealedPayload: Array(i[56...])) == nil, "a flip at \(position) of the identity")
+        }
+        #expect(awaiting.read(sealedKey: Array(identity[8..<56]), sealedPayload: Array(identity[56...])) != nil, "the real one still reads")
+    }
+}
