@@ -88,14 +88,15 @@ S = public(server_static)
 # The offer: suites (bit 0 ChaCha20-Poly1305, bit 1 AES-256-GCM), the preferred one, flags
 # (bit 0: AES in hardware), 13 reserved zeros.
 offer = bytes([0b11, 2, 1]) + bytes(13)
-# The choice: the suite, the features (bit 0 echoes sizes, bit 1 takes path MTU notices).
-choice = bytes([2, 0b11]) + bytes(14)
+# The choice: the suite (0: none in common), 15 reserved zeros.
+choice = bytes([2]) + bytes(15)
 # Credentials: U, P, username, password, zero padding to a multiple of 64, at least 256.
 username, password = b"alice", b"correct horse battery staple"
 credentials = bytes([len(username), len(password)]) + username + password
 credentials += bytes(max(256, -(-len(credentials) // 64) * 64) - len(credentials))
-# The verdict: accepted, IPv4 present, 10.77.0.2, no IPv6; a resolver option (10.77.0.1).
-verdict = bytes([0, 1]) + bytes([10, 77, 0, 2]) + bytes(16) + bytes([1, 4, 10, 77, 0, 1])
+# The verdict, version 2's response payload: accepted, IPv4 present, 10.77.0.2, no IPv6; the
+# features option (echoes sizes, takes path MTU notices) and a resolver option (10.77.0.1).
+verdict = bytes([0, 1]) + bytes([10, 77, 0, 2]) + bytes(16) + bytes([3, 1, 0b11]) + bytes([1, 4, 10, 77, 0, 1])
 
 ek, dk = ML_KEM_768.key_derive(kem_seed)
 sym = Symmetric()
