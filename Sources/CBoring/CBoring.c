@@ -32,6 +32,9 @@ int roam_aead_init(void *ctx, int kind, const uint8_t *key) {
 
 void roam_aead_cleanup(void *ctx) { CCryptoBoringSSL_EVP_AEAD_CTX_cleanup(ctx); }
 
+int CCryptoBoringSSL_EVP_has_aes_hardware(void);
+int roam_has_aes_hardware(void) { return CCryptoBoringSSL_EVP_has_aes_hardware(); }
+
 int roam_aead_seal(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, uint8_t *tag) {
     size_t tag_length = 0;

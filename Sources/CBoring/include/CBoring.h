@@ -20,6 +20,9 @@ enum roam_aead_kind { ROAM_AEAD_CHACHA20_POLY1305 = 1, ROAM_AEAD_AES_256_GCM = 2
 /// context must not be used.
 int roam_aead_init(void *ctx, int kind, const uint8_t *key);
 
+/// 1 when this CPU has AES in hardware, as BoringSSL uses it (AES-NI and carry-less multiply).
+int roam_has_aes_hardware(void);
+
 /// Wipes what BoringSSL keeps in `ctx`.
 void roam_aead_cleanup(void *ctx);
 
