@@ -1,4 +1,5 @@
 import Foundation
+import Basics
 import Testing
 @testable import Tunnel
 
@@ -142,4 +143,52 @@ struct HybridHandshakeTests {
         }
         #expect(awaiting.read(sealedKey: Array(identity[8..<56]), sealedPayload: Array(identity[56...])) != nil, "the real one still reads")
     }
+}
+
+/// Garbage and mutants of every version 3 message (random bytes, truncations, extensions, byte
+/// flips, parts swapped between messages) go through the parser and every handshake step
+/// without a crash, and none of them is taken: only the unmodified messages complete.
+@Test(arguments: [UInt64(3), 0xBADC0DE, 0x7E57_7E57])
+func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
+    let f = try #require(HybridHandshakeTests.fixture)
+    var random = SeededRandom(seed: seed)
+    let serverStatic = HybridHandshakeTests.key(f.server_static)
+    let originals = [f.part_a, f.part_b, f.response, f.identity, f.verdict_message].map(AEADTests.bytes)
+    let (initiator, _, _) = try #require(HybridHandshake.Initiator.start(
+        serverKey: serverStatic.publicKey, ephemeral: HybridHandshakeTests.key(f.client_ephemeral),
+        kem: MLKEM.KeyPair(seed: AEADTests.bytes(f.kem_seed)), offer: AEADTests.bytes(f.offer)))
+    let responder = try #require(HybridHandshake.Responder(
+        kemKey: Array(originals[0][8..<1192]), ephemeralKey: Array(originals[1][8..<40]),
+        sealedOffer: Array(originals[1][40..<72]), localStatic: serverStatic))
+    let (awaiting, _, _, _) = try #require(responder.respond(
+        ephemeral: HybridHandshakeTests.key(f.server_ephemeral), choice: AEADTests.bytes(f.choice), entropy: AEADTests.bytes(f.kem_entropy)))
+    var taken = 0
+    for round in 0..<400 {
+        var bytes: [UInt8]
+        switch round % 4 {
+        case 0: bytes = (0..<random.below(1400)).map { _ in random.byte() }
+        case 1:
+            bytes = originals[random.below(originals.count)]
+            for _ in 0..<(1 + random.below(4)) { bytes[random.below(bytes.count)] ^= UInt8(1 + random.below(255)) }
+        case 2: bytes = Array(originals[random.below(originals.count)].prefix(random.below(1300)))
+        default: bytes = originals[random.below(originals.count)] + (0..<(1 + random.below(40))).map { _ in random.byte() }
+        }
+        if random.below(3) == 0 { bytes[0] = 3 }  // often past the version check
+        _ = bytes.withUnsafeBytes { WireV3.kind(of: $0) }
+        // Whatever the parser says, each step is given the mutant's bytes where its real message's go.
+        if bytes.count >= 1192, bytes.count >= 72,
+           HybridHandshake.Responder(kemKey: Array(bytes[8..<1192]), ephemeralKey: Array(bytes[8..<40]), sealedOffer: Array(bytes[40..<72]),
+                                     localStatic: serverStatic) != nil { taken += 1 }
+        if bytes.count >= 104, HybridHandshake.Responder(kemKey: Array(originals[0][8..<1192]), ephemeralKey: Array(bytes[8..<40]),
+                                                         sealedOffer: Array(bytes[40..<72]), localStatic: serverStatic) != nil,
+           bytes[8..<72] != originals[1][8..<72] { taken += 1 }
+        if bytes.count >= 1164, bytes[12..<1164] != originals[2][12..<1164],
+           initiator.read(response: Array(bytes[12..<44]), ciphertext: Array(bytes[44..<1132]), sealedChoice: Array(bytes[1132..<1164])) != nil {
+            taken += 1
+        }
+        if bytes.count >= 72, bytes[8...] != originals[3][8...], awaiting.read(sealedKey: Array(bytes[8..<56]), sealedPayload: Array(bytes[56...])) != nil {
+            taken += 1
+        }
+    }
+    #expect(taken == 0, "a mutant was taken as a real message")
 }
