@@ -81,6 +81,9 @@ struct AEADTests {
         #expect(sender.suite == suite)
         let packet = Array("an inner packet".utf8)
         let datagram = try sender.seal(message: packet, now: .zero, limits: SessionLimits())
+        #expect(datagram[0] == 2, "version 2's sessions stamp their version")
+        let three = TransportSession(localIndex: 1, remoteIndex: 2, keys: TransportKeys(send: a, receive: b), suite: suite, version: 3, established: .zero)
+        #expect(try three.seal(message: packet, now: .zero, limits: SessionLimits())[0] == 3, "and version 3's theirs, authenticated with the packet")
         var copy = datagram
         let opened = copy.withUnsafeMutableBytes { receiver.open($0, now: .zero, limits: SessionLimits()) }
         guard case .success(let result) = opened else {

@@ -27,6 +27,10 @@ struct WireV3Tests {
         }
         #expect(WireV3.KEMKeyPart.length == 1224 && WireV3.RestPart.length == 104 && WireV3.ResponseV3.length == 1164)
         #expect(WireV3.Identity.minLength == 328 && WireV3.Identity.maxLength == 584)
+        // Credentials come in whole 64-byte blocks: an identity of another length is malformed.
+        let identity = AEADTests.bytes(f.identity)
+        #expect((identity + [UInt8](repeating: 0, count: 64)).withUnsafeBytes { WireV3.kind(of: $0) } == .success(.identity))
+        #expect((identity + [UInt8](repeating: 0, count: 32)).withUnsafeBytes { WireV3.kind(of: $0) } == .failure(.malformed))
         #expect(WireV3.Verdict.minLength == 50 && WireV3.Verdict.maxLength == 284)
         // Every handshake datagram fits a 1,280-byte IPv6 path (40 bytes of IPv6, 8 of UDP).
         for length in [WireV3.KEMKeyPart.length, WireV3.RestPart.length, WireV3.ResponseV3.length, WireV3.Identity.maxLength,

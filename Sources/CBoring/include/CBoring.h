@@ -3,12 +3,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// The AEADs of the BoringSSL that swift-crypto vendors and links into the binary (its symbols
-// carry the prefix CCryptoBoringSSL_; swift-crypto is pinned to one version in Package.swift).
-// Its EVP_AEAD_CTX holds the expanded key and needs no heap, and sealing and opening only read
-// it, so one context serves every thread at once; it lives in memory the caller gives, a slot
-// of the secret arena of ROAM_AEAD_SIZE bytes (more than the 576 BoringSSL's needs, so a
-// larger one in a later version still fits, and `roam_aead_init` checks itself at once).
+// The AEADs of the BoringSSL that swift-crypto vendors and links into the binary (swift-crypto
+// is pinned to one version in Package.swift; CBoring.c compiles against its headers and checks
+// the sizes below against them). Its EVP_AEAD_CTX holds the expanded key and needs no heap, and
+// sealing and opening only read it, so one context serves every thread at once; it lives in
+// memory the caller gives, a slot of the secret arena of ROAM_AEAD_SIZE bytes.
 
 /// Which AEAD a context seals with.
 enum roam_aead_kind { ROAM_AEAD_CHACHA20_POLY1305 = 1, ROAM_AEAD_AES_256_GCM = 2 };
@@ -31,7 +30,7 @@ void roam_aead_cleanup(void *ctx);
 int roam_aead_seal(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, uint8_t *tag);
 
-/// Opens `length` bytes at `text` in place; 1 when the tag verifies (else `text` is garbage).
+/// Opens `length` bytes at `text` in place; 1 when the tag verifies (else `text` is zeroed).
 int roam_aead_open(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, const uint8_t *tag);
 
@@ -47,8 +46,8 @@ int roam_aead_open(const void *ctx, const uint8_t *nonce, const uint8_t *ad, siz
 
 /// A new key pair: the encoded public key to `public_key`, the private key to `private_key`.
 /// With a `seed` (64 bytes, d || z as FIPS 203 names them) the pair is the one it determines
-/// (for test vectors); without, a random one.
-void roam_mlkem_generate(uint8_t *public_key, void *private_key, const uint8_t *seed);
+/// (for test vectors); without, a random one. 1 on success.
+int roam_mlkem_generate(uint8_t *public_key, void *private_key, const uint8_t *seed);
 
 /// Encapsulates to the encoded `public_key`: the ciphertext and the 32-byte shared secret. With
 /// `entropy` (32 bytes, FIPS 203's m) the result is the one it determines (for test vectors).

@@ -75,11 +75,13 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
                            text.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? Self.empty, text.count,
                            tag.assumingMemoryBound(to: UInt8.self))
         }
-        // Sealing can fail only for lengths past what a datagram holds, which callers check.
-        assert(sealed == 1)
+        // Sealing can fail only for lengths past what a datagram holds, which callers check;
+        // BoringSSL zeroes text and tag then, and such a packet must not go out anyway.
+        precondition(sealed == 1, "sealing failed")
     }
 
-    /// Opens `text` in place; false when the tag does not verify (and then `text` is garbage).
+    /// Opens `text` in place; false when the tag does not verify, and then `text` is zeroed
+    /// (BoringSSL decrypts before it checks the tag): a caller cannot try another key on it.
     @inline(__always)
     func open(counter: UInt64, ad: UnsafeRawBufferPointer, text: UnsafeMutableRawBufferPointer, tag: UnsafeRawPointer) -> Bool {
         var nonce = suite.nonce(counter)
@@ -94,10 +96,10 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
     /// Where an empty text points (BoringSSL wants a pointer even for no bytes).
     nonisolated(unsafe) private static let empty = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
 
-    /// Checks, once at start, that the linked BoringSSL is the one CBoring was written for: each
+    /// Checks, once at start, that the linked BoringSSL does what CBoring was written for: each
     /// suite sets up in a scratch context and reproduces a known answer (RFC 8439's AEAD test
-    /// vector for ChaCha20-Poly1305; for AES-256-GCM, McGrew and Viega's test case 16). Nil when
-    /// all is well, else what failed.
+    /// vector for ChaCha20-Poly1305; for AES-256-GCM, McGrew and Viega's test case 16), and so
+    /// does ML-KEM-768 (kyber-py's). Nil when all is well, else what failed.
     static func selfTest() -> String? {
         for vector in KnownAnswer.all {
             let scratch = UnsafeMutableRawPointer.allocate(byteCount: Int(ROAM_AEAD_SIZE), alignment: 64)
@@ -120,6 +122,16 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
                 return "\(vector.suite): opening does not reproduce the known answer"
             }
         }
+        // ML-KEM-768: a key pair from a fixed seed, an encapsulation with fixed randomness and
+        // its decapsulation reproduce kyber-py's answers (Tests/Fixtures/mlkem.json, vector 0).
+        let pair = MLKEM.KeyPair(seed: KnownAnswer.kemSeed)
+        guard Primitives.hash(pair.publicKey) == KnownAnswer.kemPublicKeyHash else { return "ML-KEM-768: the key pair does not reproduce the known answer" }
+        guard let (ciphertext, shared) = MLKEM.encapsulate(to: pair.publicKey, entropy: KnownAnswer.kemEntropy),
+              Primitives.hash(ciphertext) == KnownAnswer.kemCiphertextHash,
+              shared.withBytes({ Array(UnsafeBufferPointer(start: $0, count: 32)) }) == KnownAnswer.kemShared,
+              let opened = pair.decapsulate(ciphertext),
+              opened.withBytes({ Array(UnsafeBufferPointer(start: $0, count: 32)) }) == KnownAnswer.kemShared
+        else { return "ML-KEM-768: encapsulation does not reproduce the known answer" }
         return nil
     }
 }
@@ -151,6 +163,15 @@ struct KnownAnswer {
             ciphertext: hex("522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662"),
             tag: hex("76fc6ece0f4e1768cddf8853bb2d551b")),
     ]
+
+    /// ML-KEM-768 from kyber-py (Tests/Fixtures/mlkem.json, vector 0): the seed and the
+    /// encapsulation's randomness, SHA-256 of the public key and of the ciphertext, the secret.
+    static let kemSeed = hex("6393f4d1ac4b7a87fa89ceb99206525064f0f53d9671ee80b88dc7016f7d8ad9"
+        + "e212dc633a1b246282879a7c1bd7ccd9f721b633ba79f042fe86f84c5821f2d8")
+    static let kemPublicKeyHash = hex("f271cf60e75d72a842b6acbb39a006c91391350ac19faf89024a03dfd7d89fed")
+    static let kemEntropy = hex("87d66072dd5351c186e880e42c16acd8ab08a3f27a9bcc8ea68ed25bd8d91780")
+    static let kemCiphertextHash = hex("4a480fa80f11fd3a1391583298a1d90cac8addb553249d20c2e7a086cc3c671c")
+    static let kemShared = hex("c6c7d0ffb0740abb6b18ef049ba14f8889e19c4cbe46d0dcb839fa0bf3230b0c")
 
     private static func hex(_ text: String) -> [UInt8] {
         var bytes: [UInt8] = []

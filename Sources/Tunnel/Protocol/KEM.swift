@@ -29,11 +29,13 @@ enum MLKEM {
                 fromHeap = true
             }
             var encoded = [UInt8](repeating: 0, count: MLKEM.publicKeyLength)
-            if let seed {
+            let made = if let seed {
                 roam_mlkem_generate(&encoded, privateKey, seed)
             } else {
                 roam_mlkem_generate(&encoded, privateKey, nil)
             }
+            // Only a seed of the wrong length fails, which the precondition above rules out.
+            precondition(made == 1, "ML-KEM key generation failed")
             publicKey = encoded
         }
 

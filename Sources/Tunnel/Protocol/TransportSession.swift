@@ -59,9 +59,14 @@ final class TransportSession: Sendable {
     private let nextCounter = Atomic<UInt64>(0)
     private let window = Mutex(ReplayWindow())
 
-    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, suite: CipherSuite = .chacha20Poly1305, established: Instant) {
+    /// The protocol version its data packets carry in their first byte (authenticated with them).
+    let version: UInt8
+
+    init(localIndex: UInt32, remoteIndex: UInt32, keys: TransportKeys, suite: CipherSuite = .chacha20Poly1305,
+         version: UInt8 = Wire.version, established: Instant) {
         self.localIndex = localIndex
         self.remoteIndex = remoteIndex
+        self.version = version
         sealer = AEADKey(suite, key: keys.send)
         opener = AEADKey(suite, key: keys.receive)
         self.established = established
@@ -101,7 +106,7 @@ final class TransportSession: Sendable {
             if taken { break }
             counter = seen
         }
-        let header = UInt32(Wire.version) | UInt32(MessageType.data.rawValue) << 8  // version, type, 0, 0
+        let header = UInt32(version) | UInt32(MessageType.data.rawValue) << 8  // version, type, 0, 0
         buffer.storeBytes(of: header.littleEndian, toByteOffset: 0, as: UInt32.self)
         buffer.storeBytes(of: remoteIndex.littleEndian, toByteOffset: DataPacket.receiverOffset, as: UInt32.self)
         buffer.storeBytes(of: counter.littleEndian, toByteOffset: DataPacket.counterOffset, as: UInt64.self)

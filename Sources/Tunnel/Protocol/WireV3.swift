@@ -42,6 +42,8 @@ enum WireV3 {
         guard datagram[0] == version else { return .failure(.unsupportedVersion) }
         guard datagram[2] == 0, datagram[3] == 0, let kind = Kind(rawValue: datagram[1]) else { return .failure(.malformed) }
         guard kind.lengths.contains(datagram.count) else { return .failure(.malformed) }
+        // The credentials are padded to whole 64-byte blocks.
+        if kind == .identity, (datagram.count - Identity.minLength) % 64 != 0 { return .failure(.malformed) }
         return .success(kind)
     }
 
