@@ -192,3 +192,79 @@ func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
     }
     #expect(taken == 0, "a mutant was taken as a real message")
 }
+
+/// The client core speaking version 3 against the independent implementation's server side:
+/// with the fixture's keys it frames both parts of the initiation as the fixture does, answers
+/// the fixture's response with the fixture's identity byte for byte, takes the verdict, and its
+/// first packet (the confirmation keepalive, on AES-256-GCM) is the fixture's.
+@Test func theClientCoreSpeaksVersionThreeAsTheIndependentImplementationDoes() throws {
+    let f = try #require(HybridHandshakeTests.fixture)
+    let credentials = try #require(Credentials(username: "alice", password: "correct horse battery staple"))
+    var client = try ClientCore(privateKey: HybridHandshakeTests.key(f.client_static),
+                                serverKey: HybridHandshakeTests.key(f.server_static).publicKey, credentials: credentials, version: 3)
+    #expect(client.version == 3)
+    // The fixture offers both suites and prefers AES-256-GCM with AES in hardware, as this
+    // client does on a machine that has it; elsewhere its offer (and so the fixture) differs.
+    guard CipherSuite.aesInHardware else {
+        print("skipping the byte-for-byte client check: no AES in hardware here, so the client's offer differs from the fixture's")
+        return
+    }
+    let parts = try client.hybridInitiation(now: .zero, ephemeral: HybridHandshakeTests.key(f.client_ephemeral),
+                                            kem: MLKEM.KeyPair(seed: AEADTests.bytes(f.kem_seed)), index: f.client_index)
+    #expect(parts == [AEADTests.bytes(f.part_a), AEADTests.bytes(f.part_b)])
+    #expect(client.isHandshaking)
+
+    var response = AEADTests.bytes(f.response)
+    guard case .send(let identity) = client.receive(&response, now: .zero + .milliseconds(5)) else {
+        Issue.record("the response did not produce the identity")
+        return
+    }
+    #expect(identity == [AEADTests.bytes(f.identity)])
+    // The same response again is not for a handshake at that stage any more.
+    var again = AEADTests.bytes(f.response)
+    #expect(client.receive(&again, now: .zero + .milliseconds(6)) == .dropped(.unexpected))
+
+    var verdict = AEADTests.bytes(f.verdict_message)
+    guard case .established(let completion) = client.receive(&verdict, now: .zero + .milliseconds(10)) else {
+        Issue.record("the verdict did not establish the session")
+        return
+    }
+    #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+    #expect(completion.rtt == .milliseconds(10))
+    let confirmation = try #require(f.packets.first { $0.from == "client" && $0.counter == 0 })
+    #expect(completion.confirmation == AEADTests.bytes(confirmation.datagram), "the first packet, sealed with AES-256-GCM as the fixture's")
+    // And the server's packets open.
+    let fromServer = try #require(f.packets.first { $0.from == "server" && $0.counter == 1 })
+    var packet = AEADTests.bytes(fromServer.datagram)
+    guard case .packet(let range) = client.receive(&packet, now: .zero + .milliseconds(11)) else {
+        Issue.record("the server's packet did not open")
+        return
+    }
+    #expect(Array(packet[range]) == AEADTests.bytes(fromServer.inner))
+}
+
+/// A version 3 client refuses a server's choice it did not offer (after the response
+/// authenticated), and a version 2 datagram is not for it.
+@Test func aVersionThreeClientKeepsToItsOffer() throws {
+    let f = try #require(HybridHandshakeTests.fixture)
+    let serverStatic = HybridHandshakeTests.key(f.server_static)
+    var client = try ClientCore(privateKey: HybridHandshakeTests.key(f.client_static), serverKey: serverStatic.publicKey,
+                                version: 3, cipher: .chacha20Poly1305)
+    let parts = try client.initiation(now: .zero, wallClock: .now())
+    #expect(parts.count == 2 && parts[0].count == WireV3.KEMKeyPart.length && parts[1].count == WireV3.RestPart.length)
+    let responder = try #require(HybridHandshake.Responder(
+        kemKey: Array(parts[0][8..<1192]), ephemeralKey: Array(parts[1][8..<40]), sealedOffer: Array(parts[1][40..<72]),
+        localStatic: serverStatic))
+    #expect(WireV3.Offer(decoding: responder.offer)?.suites == [.chacha20Poly1305], "a pinned client offers only its suite")
+    // A server that picks AES-256-GCM anyway.
+    let (_, ephemeralKey, ciphertext, sealedChoice) = try #require(responder.respond(
+        ephemeral: .random(), choice: WireV3.Choice(suite: .aes256GCM).encoded()))
+    let index = parts[0][4..<8]
+    var response = WireV3.header(.response) + [1, 0, 0, 0] + Array(index) + ephemeralKey + ciphertext + sealedChoice
+    #expect(client.receive(&response, now: .zero + .milliseconds(5)) == .rejected)
+    #expect(!client.isHandshaking)
+    var old = [UInt8](repeating: 0, count: 32)
+    old[0] = 2
+    old[1] = 3
+    #expect(client.receive(&old, now: .zero + .milliseconds(6)) == .dropped(.unsupportedVersion))
+}

@@ -56,6 +56,9 @@ public enum ClientEvent: Equatable, Sendable {
     /// `initiation` (the handshake in flight, now carrying the server's cookie in mac2) at once.
     /// The same handshake, so it costs no new attempt.
     case cookie(resend: [UInt8])
+    /// Version 3: handshake datagrams to send to the server now (the identity after the
+    /// response, or both parts of the initiation again with a cookie).
+    case send([[UInt8]])
     /// The server sent a keepalive.
     case keepalive
     /// The server said, on the session, that it is being taken down: move to another one.
@@ -88,6 +91,8 @@ public struct ClientCore: Sendable {
     public let publicKey: PublicKey
     /// The server's static key, pinned.
     public let serverKey: PublicKey
+    /// The protocol version this client speaks: 2, or 3 (the hybrid post-quantum handshake).
+    public let version: UInt8
     /// Dropped datagrams by reason.
     public private(set) var drops = DropCounters()
     /// The server of the last accepted handshake takes path MTU notices (`pathMTUNotice`).
@@ -110,14 +115,28 @@ public struct ClientCore: Sendable {
     private var authenticatedSource: SocketAddress?
 
     private struct Pending {
-        var initiator: NoiseIK.Initiator
+        var handshake: Handshake
         var localIndex: UInt32
         var sentAt: Instant
-        /// The initiation as sent, to send again with a cookie.
-        var datagram: [UInt8]
+        /// The initiation as sent (version 3: its two parts), to send again with a cookie.
+        var datagrams: [[UInt8]]
         /// Cookie replies answered for this initiation.
         var resends = 0
     }
+
+    /// Where a handshake in flight stands.
+    private enum Handshake {
+        /// Version 2: the initiation is out.
+        case ik(NoiseIK.Initiator)
+        /// Version 3: the initiation is out, with this offer.
+        case hybrid(HybridHandshake.Initiator, offer: WireV3.Offer)
+        /// Version 3: the identity is out; the verdict will say.
+        case identified(HybridHandshake.AwaitingVerdict, remoteIndex: UInt32, suite: CipherSuite)
+    }
+
+    /// Version 3's offer: every suite, AES-256-GCM first where this machine has AES in hardware,
+    /// or only the `pinned` one.
+    private let offer: WireV3.Offer
 
     /// Cookie replies a handshake answers at once; after these, one more per `cookieResendSpacing`
     /// since it was sent. A forger who saw the initiation can make replies too: they cannot use up
@@ -134,9 +153,17 @@ public struct ClientCore: Sendable {
     /// Throws `weakPublicKey` when `serverKey` is a low-order point that no server can hold.
     public init(
         privateKey: PrivateKey, serverKey: PublicKey, credentials: Credentials? = nil,
-        limits: SessionLimits = SessionLimits(), acceptedSources: [Prefix]? = nil
+        limits: SessionLimits = SessionLimits(), acceptedSources: [Prefix]? = nil,
+        version: UInt8 = 2, cipher pinned: CipherSuite? = nil
     ) throws(CryptoError) {
         self.acceptedSources = acceptedSources
+        self.version = version
+        let aes = CipherSuite.aesInHardware
+        offer = if let pinned {
+            WireV3.Offer(suites: [pinned], preferred: pinned, aesHardware: aes)
+        } else {
+            WireV3.Offer(suites: Set(CipherSuite.allCases), preferred: aes ? .aes256GCM : .chacha20Poly1305, aesHardware: aes)
+        }
         try Sodium.initialize()
         guard Primitives.dh(privateKey, serverKey) != nil else { throw .weakPublicKey }
         self.privateKey = privateKey
@@ -169,8 +196,32 @@ public struct ClientCore: Sendable {
             + [UInt8](repeating: 0, count: Initiation.macsLength)
         mac1.stamp(&datagram)
         cookie.stamp(&datagram, now: now)
-        pending = Pending(initiator: initiator, localIndex: index, sentAt: now, datagram: datagram)
+        pending = Pending(handshake: .ik(initiator), localIndex: index, sentAt: now, datagrams: [datagram])
         return datagram
+    }
+
+    /// A new handshake's datagrams, replacing any in flight: version 2's initiation, or version
+    /// 3's two parts (the KEM key first). `ephemeral` and `kem` fix the keys, for test vectors.
+    public mutating func initiation(now: Instant, wallClock: TAI64N) throws(CryptoError) -> [[UInt8]] {
+        guard version == WireV3.version else { return [try initiate(now: now, wallClock: wallClock)] }
+        return try hybridInitiation(now: now)
+    }
+
+    mutating func hybridInitiation(now: Instant, ephemeral: PrivateKey = .random(), kem: MLKEM.KeyPair = MLKEM.KeyPair(),
+                                   index: UInt32? = nil) throws(CryptoError) -> [[UInt8]] {
+        let index = index ?? freshIndex()
+        guard let (initiator, kemKey, rest) = HybridHandshake.Initiator.start(serverKey: serverKey, ephemeral: ephemeral, kem: kem,
+                                                                              offer: offer.encoded())
+        else { throw .weakPublicKey }
+        let sender = withUnsafeBytes(of: index.littleEndian) { Array($0) }
+        let macs = [UInt8](repeating: 0, count: Initiation.macsLength)
+        var parts = [WireV3.header(.kemKey) + sender + kemKey + macs, WireV3.header(.initiationRest) + sender + rest + macs]
+        for i in parts.indices {
+            mac1.stamp(&parts[i])
+            cookie.stamp(&parts[i], now: now)
+        }
+        pending = Pending(handshake: .hybrid(initiator, offer: offer), localIndex: index, sentAt: now, datagrams: parts)
+        return parts
     }
 
     /// True when a handshake is due: no usable session, or the current one has sent
@@ -220,7 +271,8 @@ public struct ClientCore: Sendable {
     /// Handles one datagram, decrypting a data packet in place; `fromServer` tells whether an
     /// unauthenticated hint may count (see `receive(_:from:server:now:)`).
     public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, fromServer: Bool, now: Instant) -> ClientEvent {
-        switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
+        if version == WireV3.version { return receiveV3(datagram, fromServer: fromServer, now: now) }
+        return switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, now: now)
         case .success(.response): receiveResponse(UnsafeRawBufferPointer(datagram), now: now)
@@ -237,23 +289,87 @@ public struct ClientCore: Sendable {
         datagram.withUnsafeMutableBytes { receive($0, fromServer: fromServer, now: now) }
     }
 
+    /// Version 3's datagrams: its handshake messages, and data, hints and cookie replies with
+    /// version 2's layouts.
+    private mutating func receiveV3(_ datagram: UnsafeMutableRawBufferPointer, fromServer: Bool, now: Instant) -> ClientEvent {
+        return switch WireV3.kind(of: UnsafeRawBufferPointer(datagram)) {
+        case .failure(let reason): drop(reason)
+        case .success(.data): receiveData(datagram, now: now)
+        case .success(.response): receiveHybridResponse(UnsafeRawBufferPointer(datagram), now: now)
+        case .success(.verdict): receiveVerdict(UnsafeRawBufferPointer(datagram), now: now)
+        case .success(.sessionUnknown): fromServer ? receiveHint(UnsafeRawBufferPointer(datagram)) : drop(.foreignSource)
+        case .success(.cookieReply): receiveCookie(UnsafeRawBufferPointer(datagram), now: now)
+        case .success(.kemKey), .success(.initiationRest), .success(.identity): drop(.unexpected)
+        }
+    }
+
+    /// Version 3's response: the client checks the choice against its offer and says who it is.
+    private mutating func receiveHybridResponse(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
+        typealias R = WireV3.ResponseV3
+        let receiver = datagram.loadLittleEndian(UInt32.self, at: R.receiverOffset)
+        guard var pending, pending.localIndex == receiver, case .hybrid(let initiator, let offer) = pending.handshake else {
+            return drop(.unexpected)
+        }
+        guard let (identifying, choiceBytes) = initiator.read(
+            response: Array(datagram[R.ephemeralOffset..<R.ciphertextOffset]),
+            ciphertext: Array(datagram[R.ciphertextOffset..<R.choiceOffset]), sealedChoice: Array(datagram[R.choiceOffset...]))
+        else { return drop(.handshakeFailed) }
+        // The server is authenticated now: a choice outside the offer, or none, ends the handshake.
+        guard let choice = WireV3.Choice(decoding: choiceBytes), let suite = choice.suite, offer.suites.contains(suite) else {
+            self.pending = nil
+            return .rejected
+        }
+        let username = credentials.map { Array($0.username.utf8) }
+        var plaintext = WireV3.Credentials.encoded(username: username, password: credentials?.password)
+        defer { Primitives.wipe(&plaintext) }
+        guard let (waiting, sealedKey, sealedPayload) = identifying.identify(as: privateKey, payload: plaintext) else {
+            return drop(.handshakeFailed)
+        }
+        let sender = datagram.loadLittleEndian(UInt32.self, at: R.senderOffset)
+        let identity = WireV3.header(.identity) + withUnsafeBytes(of: sender.littleEndian) { Array($0) } + sealedKey + sealedPayload
+        pending.handshake = .identified(waiting, remoteIndex: sender, suite: suite)
+        pending.datagrams = []
+        self.pending = pending
+        return .send([identity])
+    }
+
+    /// Version 3's verdict: the session, on the chosen suite, or the refusal.
+    private mutating func receiveVerdict(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
+        typealias V = WireV3.Verdict
+        let receiver = datagram.loadLittleEndian(UInt32.self, at: V.receiverOffset)
+        let sender = datagram.loadLittleEndian(UInt32.self, at: V.senderOffset)
+        guard let pending, pending.localIndex == receiver, case .identified(let waiting, let remoteIndex, let suite) = pending.handshake,
+              sender == remoteIndex else { return drop(.unexpected) }
+        guard let (payload, keys, _) = waiting.read(verdict: Array(datagram[V.payloadOffset...])) else { return drop(.handshakeFailed) }
+        guard let verdict = ResponsePayload(decoding: payload) else { return drop(.malformed) }
+        return establish(verdict, keys: keys, localIndex: receiver, remoteIndex: sender, suite: suite, version: WireV3.version,
+                         started: pending.sentAt, now: now)
+    }
+
     private mutating func receiveResponse(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
         let receiver = datagram.loadLittleEndian(UInt32.self, at: Response.receiverOffset)
-        guard let pending, pending.localIndex == receiver else { return drop(.unexpected) }
-        guard let (payload, keys, _) = pending.initiator.finish(Array(datagram[Response.noiseOffset...])) else {
+        guard let pending, pending.localIndex == receiver, case .ik(let initiator) = pending.handshake else { return drop(.unexpected) }
+        guard let (payload, keys, _) = initiator.finish(Array(datagram[Response.noiseOffset...])) else {
             return drop(.handshakeFailed)
         }
         guard let verdict = ResponsePayload(decoding: payload) else { return drop(.malformed) }
+        let sender = datagram.loadLittleEndian(UInt32.self, at: Response.senderOffset)
+        return establish(verdict, keys: keys, localIndex: receiver, remoteIndex: sender, suite: .chacha20Poly1305, version: Wire.version,
+                         started: pending.sentAt, now: now)
+    }
+
+    /// An authenticated verdict: the new session when accepted, its confirmation to send at once.
+    private mutating func establish(_ verdict: ResponsePayload, keys: TransportKeys, localIndex receiver: UInt32, remoteIndex sender: UInt32,
+                                    suite: CipherSuite, version: UInt8, started: Instant, now: Instant) -> ClientEvent {
         self.pending = nil
         guard verdict.accepted else { return .rejected }
-        let sender = datagram.loadLittleEndian(UInt32.self, at: Response.senderOffset)
         previous = current
-        current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, established: now)
+        current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, suite: suite, version: version, established: now)
         hintReported = false
         addresses = verdict.addresses
         takesPathMTUNotices = verdict.pathMTUNotices
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
-        return .established(HandshakeCompletion(rtt: now - pending.sentAt, addresses: verdict.addresses, dns: verdict.dns,
+        return .established(HandshakeCompletion(rtt: now - started, addresses: verdict.addresses, dns: verdict.dns,
                                                 confirmation: confirmation, sizedEchoes: verdict.sizedEchoes))
     }
 
@@ -262,16 +378,18 @@ public struct ClientCore: Sendable {
     /// initiation can forge one, and then it costs us a resend, never the handshake.
     private mutating func receiveCookie(_ datagram: UnsafeRawBufferPointer, now: Instant) -> ClientEvent {
         let receiver = datagram.loadLittleEndian(UInt32.self, at: CookieReply.receiverOffset)
-        guard var pending, pending.localIndex == receiver else { return drop(.unexpected) }
-        let mac1 = pending.datagram.withUnsafeBytes { Cookie.mac1(of: $0) }
-        guard cookie.accept(datagram, mac1: mac1, now: now) else { return drop(.handshakeFailed) }
+        guard var pending, pending.localIndex == receiver, !pending.datagrams.isEmpty else { return drop(.unexpected) }
+        // The reply is bound to the mac1 of the datagram it answers: either of version 3's parts.
+        guard pending.datagrams.contains(where: { part in
+            cookie.accept(datagram, mac1: part.withUnsafeBytes { Cookie.mac1(of: $0) }, now: now)
+        }) else { return drop(.handshakeFailed) }
         // The newest cookie is kept either way; the next initiation carries it.
         let allowed = Self.cookieResendBurst + Int((now - pending.sentAt) / Self.cookieResendSpacing)
         guard pending.resends < allowed else { return drop(.rateLimited) }
-        cookie.stamp(&pending.datagram, now: now)
+        for i in pending.datagrams.indices { cookie.stamp(&pending.datagrams[i], now: now) }
         pending.resends += 1
         self.pending = pending
-        return .cookie(resend: pending.datagram)
+        return pending.datagrams.count == 1 ? .cookie(resend: pending.datagrams[0]) : .send(pending.datagrams)
     }
 
     private mutating func receiveHint(_ datagram: UnsafeRawBufferPointer) -> ClientEvent {

@@ -138,10 +138,10 @@ public final class TunnelClient: Sendable {
     /// (or `.handoverRejected`) tells the outcome; `completeHandover()` then moves the traffic.
     public func prepareHandover(_ core: ClientCore, at address: SocketAddress) {
         var prepared = ServerSession(core: core, server: address)
-        guard let initiation = try? prepared.core.initiate(now: Instant.now(), wallClock: TAI64N.now()) else { return }
+        guard let initiation = try? prepared.core.initiation(now: Instant.now(), wallClock: TAI64N.now()) else { return }
         peering.withLock { $0.standby = prepared }
         handshakes.add(1, ordering: .relaxed)
-        send(initiation, to: address)
+        for datagram in initiation { send(datagram, to: address) }
         inboundWakeup.signal()
     }
 
@@ -220,6 +220,8 @@ public final class TunnelClient: Sendable {
                     throw .rejected
                 case .cookie(let resend)?:
                     send(resend)
+                case .send(let datagrams)?:
+                    for datagram in datagrams { send(datagram) }
                 default:
                     continue
                 }
@@ -468,6 +470,8 @@ public final class TunnelClient: Sendable {
             if answersHints { initiate(force: false) }
         case .cookie(let resend):
             send(resend)
+        case .send(let datagrams):
+            for datagram in datagrams { send(datagram) }
         case .keepalive:
             counters.withLock { $0.keepalivesIn += 1 }
         case .draining:
@@ -495,6 +499,8 @@ public final class TunnelClient: Sendable {
                 notify(.handoverRejected)
             case .cookie(let resend):
                 send(resend, to: peer)
+            case .send(let datagrams):
+                for datagram in datagrams { send(datagram, to: peer) }
             case .packet(let range):
                 deliver(range, in: raw)  // its answers may come before the traffic moves
             default:
@@ -628,10 +634,10 @@ public final class TunnelClient: Sendable {
             return true
         }
         guard due, let (initiation, server) = try? peering.withLock({ (peering) throws(CryptoError) in
-            (try peering.session.core.initiate(now: now, wallClock: TAI64N.now()), peering.session.server)
+            (try peering.session.core.initiation(now: now, wallClock: TAI64N.now()), peering.session.server)
         }) else { return }
         handshakes.add(1, ordering: .relaxed)
-        send(initiation, to: server)
+        for datagram in initiation { send(datagram, to: server) }
     }
 
     /// Sends to the server the session talks to now.
