@@ -177,6 +177,18 @@ public final class ClientMetrics: RoamMetrics {
         sync(traffic: client.traffic, drops: client.drops, source: ObjectIdentifier(client))
         count("roam_handshakes_total", [("result", "started")], by: client.handshakeCount - handshakesStarted)
         handshakesStarted = max(handshakesStarted, client.handshakeCount)
+        sessionProtocol(client.sessionProtocol)
+    }
+
+    /// What the session in use speaks: 1 for its version and cipher, 0 for the others (all 0
+    /// without a session).
+    public func sessionProtocol(_ session: SessionProtocol?) {
+        for version in [UInt8(2), 3] {
+            for cipher in CipherSuite.allCases {
+                let now = session == SessionProtocol(version: version, cipher: cipher)
+                gauge("roam_session_protocol", [("version", "\(version)"), ("cipher", cipher.description)], now ? 1 : 0)
+            }
+        }
     }
     private var handshakesStarted = 0
 

@@ -159,6 +159,9 @@ extension ClientDaemon.CoreRunner {
                        ("drops", .drops(client.drops, traffic, extra: [("no_session", .count(traffic.noSession))]))]
         }
         fields.append(("offload", effects.offload.map { .string($0.description) } ?? .null))
+        fields.append(("session", effects.client?.sessionProtocol.map {
+            .object([("protocol", .int(Int64($0.version))), ("cipher", .string($0.cipher.description))])
+        } ?? .null))
         var lockdown: [(String, JSON)] = [("enabled", .bool(effects.firewall != nil))]
         if let firewall = effects.firewall {
             let counters = firewall.counters()

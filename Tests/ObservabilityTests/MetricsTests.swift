@@ -114,3 +114,18 @@ func sample(_ exposition: String, _ series: String) -> Double? {
     #expect(sample(text, #"roam_bytes_total{direction="in"}"#) == 1700, "\(text)")
     #expect(sample(text, #"roam_drops_total{cause="no-session"}"#) == 3)
 }
+
+/// The session's version and cipher: one series at 1, the others at 0, all 0 without a session.
+@Test func theSessionsProtocolIsOneSeries() {
+    let metrics = ClientMetrics()
+    metrics.sessionProtocol(SessionProtocol(version: 3, cipher: .aes256GCM))
+    var text = metrics.exposition()
+    #expect(sample(text, #"roam_session_protocol{version="3",cipher="aes-256-gcm"}"#) == 1, "\(text)")
+    #expect(sample(text, #"roam_session_protocol{version="2",cipher="chacha20-poly1305"}"#) == 0)
+    metrics.sessionProtocol(SessionProtocol(version: 2, cipher: .chacha20Poly1305))
+    text = metrics.exposition()
+    #expect(sample(text, #"roam_session_protocol{version="3",cipher="aes-256-gcm"}"#) == 0)
+    #expect(sample(text, #"roam_session_protocol{version="2",cipher="chacha20-poly1305"}"#) == 1)
+    metrics.sessionProtocol(nil)
+    #expect(!metrics.exposition().split(separator: "\n").contains { $0.hasPrefix("roam_session_protocol{") && $0.hasSuffix(" 1") })
+}

@@ -230,6 +230,7 @@ func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
         return
     }
     #expect(completion.addresses == [IPAddress("10.77.0.2")!])
+    #expect(client.session == SessionProtocol(version: 3, cipher: .aes256GCM))
     #expect(completion.rtt == .milliseconds(10))
     let confirmation = try #require(f.packets.first { $0.from == "client" && $0.counter == 0 })
     #expect(completion.confirmation == AEADTests.bytes(confirmation.datagram), "the first packet, sealed with AES-256-GCM as the fixture's")

@@ -14,10 +14,12 @@ import Testing
     #expect(response.count < initiation.count, "a response must never amplify")
     #expect(f.server.users[peer].label == "key:\(f.clientKey.publicKey)")
     f.now = f.now + .milliseconds(30)
+    #expect(f.client.session == nil, "no session before the response")
     guard case .established(let done) = f.client.receive(&response, now: f.now) else {
         Issue.record("no session")
         return
     }
+    #expect(f.client.session == SessionProtocol(version: 2, cipher: .chacha20Poly1305))
     #expect(done.rtt == .milliseconds(30))
     #expect(done.addresses == [ProtocolFixture.innerV4, ProtocolFixture.innerV6])
     #expect(f.client.addresses == done.addresses)

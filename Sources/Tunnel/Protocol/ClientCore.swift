@@ -38,6 +38,17 @@ public struct Credentials: Sendable, CustomStringConvertible {
     public var description: String { "\(username):<redacted>" }
 }
 
+/// What a session speaks: its protocol version and the cipher its packets are sealed with.
+public struct SessionProtocol: Equatable, Sendable {
+    public var version: UInt8
+    public var cipher: CipherSuite
+
+    public init(version: UInt8, cipher: CipherSuite) {
+        self.version = version
+        self.cipher = cipher
+    }
+}
+
 /// What the client core made of one datagram.
 public enum ClientEvent: Equatable, Sendable {
     /// An inner IP packet from the server, decrypted in place at `range` of the datagram's buffer.
@@ -235,6 +246,9 @@ public struct ClientCore: Sendable {
     public func hasSession(now: Instant) -> Bool {
         current.map { !$0.isExpired(now: now, limits: limits) && $0.sendCounter < limits.rejectAfterMessages } ?? false
     }
+
+    /// What the session in use speaks; nil without one.
+    public var session: SessionProtocol? { current.map { SessionProtocol(version: $0.version, cipher: $0.suite) } }
 
     /// True while an initiation awaits its response.
     public var isHandshaking: Bool { pending != nil }

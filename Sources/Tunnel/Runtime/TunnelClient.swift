@@ -113,6 +113,8 @@ public final class TunnelClient: Sendable {
     public var handshakeCount: Int { handshakes.load(ordering: .relaxed) }
     /// The inner addresses the server gave this client.
     public var addresses: [IPAddress] { peering.withLock { $0.session.core.addresses } }
+    /// What the session in use speaks (version and cipher); nil without one.
+    public var sessionProtocol: SessionProtocol? { peering.withLock { $0.session.core.session } }
     /// The socket the session uses now.
     public var socket: UDPSocket { peering.withLock { $0.socket } }
     /// Where the server is: every datagram goes there.
