@@ -16,18 +16,7 @@ struct AEADTests {
         var datagram: String
     }
 
-    static let vectors: [Vector] = {
-        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/data-packets.json")
-        return (try? JSONDecoder().decode([Vector].self, from: Data(contentsOf: file))) ?? []
-    }()
-
-    static func bytes(_ hex: String) -> [UInt8] {
-        stride(from: 0, to: hex.count, by: 2).map { i in
-            let start = hex.index(hex.startIndex, offsetBy: i)
-            return UInt8(hex[start..<hex.index(start, offsetBy: 2)], radix: 16)!
-        }
-    }
+    static let vectors = loadFixture("data-packets.json", as: [Vector].self) ?? []
 
     @Test func theSelfTestPasses() {
         #expect(AEADKey.selfTest() == nil)
@@ -39,10 +28,10 @@ struct AEADTests {
         try #require(Self.vectors.count == 8, "the fixture file is missing or changed")
         for vector in Self.vectors {
             let suite = try #require(CipherSuite.allCases.first { $0.description == vector.suite })
-            let key = AEADKey(suite, key: Self.bytes(vector.key).withUnsafeBytes { SecretBytes(copying: $0) })
-            let header = Self.bytes(vector.header)
-            let expected = Self.bytes(vector.datagram)
-            var datagram = header + Self.bytes(vector.inner) + [UInt8](repeating: 0, count: 16)
+            let key = AEADKey(suite, key: hex(vector.key).withUnsafeBytes { SecretBytes(copying: $0) })
+            let header = hex(vector.header)
+            let expected = hex(vector.datagram)
+            var datagram = header + hex(vector.inner) + [UInt8](repeating: 0, count: 16)
             let end = datagram.count - 16
             datagram.withUnsafeMutableBytes { buffer in
                 key.seal(counter: vector.counter, ad: UnsafeRawBufferPointer(rebasing: buffer[..<16]),
@@ -57,7 +46,7 @@ struct AEADTests {
                 }
                 return ok ? Array(copy[16..<end]) : nil
             }
-            #expect(opens(expected) == Self.bytes(vector.inner))
+            #expect(opens(expected) == hex(vector.inner))
             for position in [0, 8, 15, 16, end - 1, end, expected.count - 1] where position < expected.count && (position < end || position >= 16) {
                 var flipped = expected
                 flipped[position] ^= 0x40

@@ -22,14 +22,8 @@ struct HybridHandshakeTests {
         }
     }
 
-    static let fixture: Fixture? = {
-        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/handshake-v3.json")
-        return try? JSONDecoder().decode(Fixture.self, from: Data(contentsOf: file))
-    }()
-
-    static func bytes(_ hex: String) -> [UInt8] { AEADTests.bytes(hex) }
-    static func key(_ hex: String) -> PrivateKey { PrivateKey(bytes: bytes(hex))! }
+    static let fixture = loadFixture("handshake-v3.json", as: Fixture.self)
+    static func key(_ text: String) -> PrivateKey { PrivateKey(bytes: hex(text))! }
     static func le32(_ value: UInt32) -> [UInt8] { withUnsafeBytes(of: value.littleEndian, Array.init) }
     static func secret(_ s: SecretBytes) -> [UInt8] { s.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } }
 
@@ -47,59 +41,59 @@ struct HybridHandshakeTests {
         let serverKey = serverStatic.publicKey
 
         // The client's initiation, in its two datagrams.
-        let kem = MLKEM.KeyPair(seed: Self.bytes(f.kem_seed))
+        let kem = MLKEM.KeyPair(seed: hex(f.kem_seed))
         let (initiator, kemKey, rest) = try #require(HybridHandshake.Initiator.start(
-            serverKey: serverKey, ephemeral: Self.key(f.client_ephemeral), kem: kem, offer: Self.bytes(f.offer)))
+            serverKey: serverKey, ephemeral: Self.key(f.client_ephemeral), kem: kem, offer: hex(f.offer)))
         let partA = Self.stamped([3, 1, 0, 0] + Self.le32(f.client_index) + kemKey, serverKey: serverKey)
         let partB = Self.stamped([3, 6, 0, 0] + Self.le32(f.client_index) + rest, serverKey: serverKey)
-        #expect(partA == Self.bytes(f.part_a))
-        #expect(partB == Self.bytes(f.part_b))
+        #expect(partA == hex(f.part_a))
+        #expect(partB == hex(f.part_b))
 
         // The server reads them and responds.
         let responder = try #require(HybridHandshake.Responder(
             kemKey: Array(partA[8..<(8 + MLKEM.publicKeyLength)]), ephemeralKey: Array(partB[8..<40]),
             sealedOffer: Array(partB[40..<(partB.count - 32)]), localStatic: serverStatic))
-        #expect(responder.offer == Self.bytes(f.offer))
+        #expect(responder.offer == hex(f.offer))
         let (awaiting, ephemeralKey, ciphertext, sealedChoice) = try #require(responder.respond(
-            ephemeral: Self.key(f.server_ephemeral), choice: Self.bytes(f.choice), entropy: Self.bytes(f.kem_entropy)))
+            ephemeral: Self.key(f.server_ephemeral), choice: hex(f.choice), entropy: hex(f.kem_entropy)))
         let response = [3, 2, 0, 0] + Self.le32(f.server_index) + Self.le32(f.client_index) + ephemeralKey + ciphertext + sealedChoice
-        #expect(response == Self.bytes(f.response))
+        #expect(response == hex(f.response))
 
         // The client reads the response and says who it is.
         let (identifying, choice) = try #require(initiator.read(
             response: Array(response[12..<44]), ciphertext: Array(response[44..<1132]), sealedChoice: Array(response[1132...])))
-        #expect(choice == Self.bytes(f.choice))
-        let (waiting, sealedKey, sealedPayload) = try #require(identifying.identify(as: clientStatic, payload: Self.bytes(f.credentials)))
+        #expect(choice == hex(f.choice))
+        let (waiting, sealedKey, sealedPayload) = try #require(identifying.identify(as: clientStatic, payload: hex(f.credentials)))
         let identity = [3, 7, 0, 0] + Self.le32(f.server_index) + sealedKey + sealedPayload
-        #expect(identity == Self.bytes(f.identity))
+        #expect(identity == hex(f.identity))
 
         // The server reads the identity and gives its verdict.
         let (identified, remoteStatic, payload) = try #require(awaiting.read(sealedKey: Array(identity[8..<56]), sealedPayload: Array(identity[56...])))
         #expect(remoteStatic == clientStatic.publicKey)
-        #expect(payload.withBytes(Array.init) == Self.bytes(f.credentials))
-        let server = identified.verdict(Self.bytes(f.verdict))
+        #expect(payload.withBytes(Array.init) == hex(f.credentials))
+        let server = identified.verdict(hex(f.verdict))
         let verdict = [3, 8, 0, 0] + Self.le32(f.server_index) + Self.le32(f.client_index) + server.sealed
-        #expect(verdict == Self.bytes(f.verdict_message))
-        #expect(server.hash == Self.bytes(f.handshake_hash))
+        #expect(verdict == hex(f.verdict_message))
+        #expect(server.hash == hex(f.handshake_hash))
 
         // The client reads the verdict: both hold the same keys, the fixture's.
         let client = try #require(waiting.read(verdict: Array(verdict[12...])))
-        #expect(client.payload == Self.bytes(f.verdict))
+        #expect(client.payload == hex(f.verdict))
         #expect(client.hash == server.hash)
-        #expect(Self.secret(client.keys.send) == Self.bytes(f.to_server) && Self.secret(server.keys.receive) == Self.bytes(f.to_server))
-        #expect(Self.secret(client.keys.receive) == Self.bytes(f.to_client) && Self.secret(server.keys.send) == Self.bytes(f.to_client))
+        #expect(Self.secret(client.keys.send) == hex(f.to_server) && Self.secret(server.keys.receive) == hex(f.to_server))
+        #expect(Self.secret(client.keys.receive) == hex(f.to_client) && Self.secret(server.keys.send) == hex(f.to_client))
 
         // Data on the chosen suite, AES-256-GCM, as the other implementation sealed it.
         for packet in f.packets {
             let keys = packet.from == "client" ? client.keys : server.keys
             let sealer = AEADKey(.aes256GCM, key: keys.send)
-            var datagram = Array(Self.bytes(packet.datagram)[..<16]) + Self.bytes(packet.inner) + [UInt8](repeating: 0, count: 16)
+            var datagram = Array(hex(packet.datagram)[..<16]) + hex(packet.inner) + [UInt8](repeating: 0, count: 16)
             let end = datagram.count - 16
             datagram.withUnsafeMutableBytes { buffer in
                 sealer.seal(counter: packet.counter, ad: UnsafeRawBufferPointer(rebasing: buffer[..<16]),
                             text: UnsafeMutableRawBufferPointer(rebasing: buffer[16..<end]), tag: buffer.baseAddress! + end)
             }
-            #expect(datagram == Self.bytes(packet.datagram), "\(packet.from) \(packet.counter)")
+            #expect(datagram == hex(packet.datagram), "\(packet.from) \(packet.counter)")
         }
     }
 
@@ -109,7 +103,7 @@ struct HybridHandshakeTests {
     @Test func aFlippedByteFailsTheHandshake() throws {
         let f = try #require(Self.fixture)
         let serverStatic = Self.key(f.server_static)
-        let partA = Self.bytes(f.part_a), partB = Self.bytes(f.part_b), response = Self.bytes(f.response), identity = Self.bytes(f.identity)
+        let partA = hex(f.part_a), partB = hex(f.part_b), response = hex(f.response), identity = hex(f.identity)
         func serverReads(_ a: [UInt8], _ b: [UInt8]) -> HybridHandshake.Responder? {
             HybridHandshake.Responder(kemKey: Array(a[8..<1192]), ephemeralKey: Array(b[8..<40]), sealedOffer: Array(b[40..<(b.count - 32)]),
                                       localStatic: serverStatic)
@@ -125,8 +119,8 @@ struct HybridHandshakeTests {
             #expect(serverReads(partA, b) == nil, "a flip at \(position) of the second part went unnoticed")
         }
         let (initiator, _, _) = try #require(HybridHandshake.Initiator.start(
-            serverKey: serverStatic.publicKey, ephemeral: Self.key(f.client_ephemeral), kem: MLKEM.KeyPair(seed: Self.bytes(f.kem_seed)),
-            offer: Self.bytes(f.offer)))
+            serverKey: serverStatic.publicKey, ephemeral: Self.key(f.client_ephemeral), kem: MLKEM.KeyPair(seed: hex(f.kem_seed)),
+            offer: hex(f.offer)))
         for position in stride(from: 12, to: response.count, by: 7) {
             var r = response
             r[position] ^= 1
@@ -134,8 +128,8 @@ struct HybridHandshakeTests {
                     "a flip at \(position) of the response went unnoticed")
         }
         let responder = try #require(serverReads(partA, partB))
-        let (awaiting, _, _, _) = try #require(responder.respond(ephemeral: Self.key(f.server_ephemeral), choice: Self.bytes(f.choice),
-                                                                  entropy: Self.bytes(f.kem_entropy)))
+        let (awaiting, _, _, _) = try #require(responder.respond(ephemeral: Self.key(f.server_ephemeral), choice: hex(f.choice),
+                                                                  entropy: hex(f.kem_entropy)))
         for position in stride(from: 8, to: identity.count, by: 5) {
             var i = identity
             i[position] ^= 1
@@ -153,15 +147,15 @@ func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
     let f = try #require(HybridHandshakeTests.fixture)
     var random = SeededRandom(seed: seed)
     let serverStatic = HybridHandshakeTests.key(f.server_static)
-    let originals = [f.part_a, f.part_b, f.response, f.identity, f.verdict_message].map(AEADTests.bytes)
+    let originals = [f.part_a, f.part_b, f.response, f.identity, f.verdict_message].map(hex)
     let (initiator, _, _) = try #require(HybridHandshake.Initiator.start(
         serverKey: serverStatic.publicKey, ephemeral: HybridHandshakeTests.key(f.client_ephemeral),
-        kem: MLKEM.KeyPair(seed: AEADTests.bytes(f.kem_seed)), offer: AEADTests.bytes(f.offer)))
+        kem: MLKEM.KeyPair(seed: hex(f.kem_seed)), offer: hex(f.offer)))
     let responder = try #require(HybridHandshake.Responder(
         kemKey: Array(originals[0][8..<1192]), ephemeralKey: Array(originals[1][8..<40]),
         sealedOffer: Array(originals[1][40..<72]), localStatic: serverStatic))
     let (awaiting, _, _, _) = try #require(responder.respond(
-        ephemeral: HybridHandshakeTests.key(f.server_ephemeral), choice: AEADTests.bytes(f.choice), entropy: AEADTests.bytes(f.kem_entropy)))
+        ephemeral: HybridHandshakeTests.key(f.server_ephemeral), choice: hex(f.choice), entropy: hex(f.kem_entropy)))
     var taken = 0
     for round in 0..<400 {
         var bytes: [UInt8]
@@ -210,21 +204,21 @@ func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
         return
     }
     let parts = try client.hybridInitiation(now: .zero, ephemeral: HybridHandshakeTests.key(f.client_ephemeral),
-                                            kem: MLKEM.KeyPair(seed: AEADTests.bytes(f.kem_seed)), index: f.client_index)
-    #expect(parts == [AEADTests.bytes(f.part_a), AEADTests.bytes(f.part_b)])
+                                            kem: MLKEM.KeyPair(seed: hex(f.kem_seed)), index: f.client_index)
+    #expect(parts == [hex(f.part_a), hex(f.part_b)])
     #expect(client.isHandshaking)
 
-    var response = AEADTests.bytes(f.response)
+    var response = hex(f.response)
     guard case .send(let identity) = client.receive(&response, now: .zero + .milliseconds(5)) else {
         Issue.record("the response did not produce the identity")
         return
     }
-    #expect(identity == [AEADTests.bytes(f.identity)])
+    #expect(identity == [hex(f.identity)])
     // The same response again is not for a handshake at that stage any more.
-    var again = AEADTests.bytes(f.response)
+    var again = hex(f.response)
     #expect(client.receive(&again, now: .zero + .milliseconds(6)) == .dropped(.unexpected))
 
-    var verdict = AEADTests.bytes(f.verdict_message)
+    var verdict = hex(f.verdict_message)
     guard case .established(let completion) = client.receive(&verdict, now: .zero + .milliseconds(10)) else {
         Issue.record("the verdict did not establish the session")
         return
@@ -233,15 +227,15 @@ func versionThreeGarbageAndMutantsAreRefused(seed: UInt64) throws {
     #expect(client.session == SessionProtocol(version: 3, cipher: .aes256GCM))
     #expect(completion.rtt == .milliseconds(10))
     let confirmation = try #require(f.packets.first { $0.from == "client" && $0.counter == 0 })
-    #expect(completion.confirmation == AEADTests.bytes(confirmation.datagram), "the first packet, sealed with AES-256-GCM as the fixture's")
+    #expect(completion.confirmation == hex(confirmation.datagram), "the first packet, sealed with AES-256-GCM as the fixture's")
     // And the server's packets open.
     let fromServer = try #require(f.packets.first { $0.from == "server" && $0.counter == 1 })
-    var packet = AEADTests.bytes(fromServer.datagram)
+    var packet = hex(fromServer.datagram)
     guard case .packet(let range) = client.receive(&packet, now: .zero + .milliseconds(11)) else {
         Issue.record("the server's packet did not open")
         return
     }
-    #expect(Array(packet[range]) == AEADTests.bytes(fromServer.inner))
+    #expect(Array(packet[range]) == hex(fromServer.inner))
 }
 
 /// A version 3 client refuses a server's choice it did not offer (after the response

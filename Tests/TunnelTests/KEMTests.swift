@@ -15,28 +15,22 @@ struct KEMTests {
         var rejected: String
     }
 
-    static let vectors: [Vector] = {
-        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/mlkem.json")
-        return (try? JSONDecoder().decode([Vector].self, from: Data(contentsOf: file))) ?? []
-    }()
-
-    static func bytes(_ hex: String) -> [UInt8] { AEADTests.bytes(hex) }
+    static let vectors = loadFixture("mlkem.json", as: [Vector].self) ?? []
 
     /// Key generation from a seed, encapsulation with given entropy and decapsulation, including
     /// a tampered ciphertext's implicit rejection, all as the other implementation computes them.
     @Test func itMatchesAnIndependentImplementation() throws {
         try #require(Self.vectors.count == 3, "the fixture file is missing or changed")
         for vector in Self.vectors {
-            let pair = MLKEM.KeyPair(seed: Self.bytes(vector.seed))
-            #expect(pair.publicKey == Self.bytes(vector.public))
-            let sealed = try #require(MLKEM.encapsulate(to: pair.publicKey, entropy: Self.bytes(vector.entropy)))
-            #expect(sealed.ciphertext == Self.bytes(vector.ciphertext))
-            #expect(sealed.shared.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == Self.bytes(vector.shared))
-            let opened = try #require(pair.decapsulate(Self.bytes(vector.ciphertext)))
-            #expect(opened.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == Self.bytes(vector.shared))
-            let rejected = try #require(pair.decapsulate(Self.bytes(vector.tampered)))
-            #expect(rejected.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == Self.bytes(vector.rejected))
+            let pair = MLKEM.KeyPair(seed: hex(vector.seed))
+            #expect(pair.publicKey == hex(vector.public))
+            let sealed = try #require(MLKEM.encapsulate(to: pair.publicKey, entropy: hex(vector.entropy)))
+            #expect(sealed.ciphertext == hex(vector.ciphertext))
+            #expect(sealed.shared.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == hex(vector.shared))
+            let opened = try #require(pair.decapsulate(hex(vector.ciphertext)))
+            #expect(opened.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == hex(vector.shared))
+            let rejected = try #require(pair.decapsulate(hex(vector.tampered)))
+            #expect(rejected.withBytes { Array(UnsafeBufferPointer(start: $0, count: 32)) } == hex(vector.rejected))
         }
     }
 

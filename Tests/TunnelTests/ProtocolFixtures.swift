@@ -1,3 +1,4 @@
+import Foundation
 import Basics
 import Testing
 @testable import Tunnel
@@ -118,13 +119,12 @@ struct ProtocolFixture {
 }
 
 /// Bytes from hex text.
-func hex(_ text: String) -> [UInt8] {
-    var bytes: [UInt8] = []
-    var index = text.startIndex
-    while index < text.endIndex {
-        let next = text.index(index, offsetBy: 2)
-        bytes.append(UInt8(text[index..<next], radix: 16)!)
-        index = next
-    }
-    return bytes
+func hex(_ text: String) -> [UInt8] { KnownAnswer.hex(text) }
+
+/// A JSON file of Tests/Fixtures (vectors another implementation computed), decoded; nil when
+/// it is missing or does not decode, which the tests that need it then report.
+func loadFixture<T: Decodable>(_ name: String, as type: T.Type) -> T? {
+    let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/" + name)
+    return try? JSONDecoder().decode(T.self, from: Data(contentsOf: file))
 }

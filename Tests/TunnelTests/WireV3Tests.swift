@@ -8,9 +8,9 @@ struct WireV3Tests {
     /// parser expects, and a byte more or less, or another version, is refused.
     @Test func theIndependentMessagesParse() throws {
         let f = try #require(HybridHandshakeTests.fixture)
-        for (hex, kind) in [(f.part_a, WireV3.Kind.kemKey), (f.part_b, .initiationRest), (f.response, .response),
+        for (text, kind) in [(f.part_a, WireV3.Kind.kemKey), (f.part_b, .initiationRest), (f.response, .response),
                             (f.identity, .identity), (f.verdict_message, .verdict)] {
-            let bytes = AEADTests.bytes(hex)
+            let bytes = hex(text)
             #expect(bytes.withUnsafeBytes { WireV3.kind(of: $0) } == .success(kind), "\(kind)")
             if kind.lengths.count == 1 {
                 #expect((bytes + [0]).withUnsafeBytes { WireV3.kind(of: $0) } == .failure(.malformed), "one byte more: \(kind)")
@@ -28,7 +28,7 @@ struct WireV3Tests {
         #expect(WireV3.KEMKeyPart.length == 1224 && WireV3.RestPart.length == 104 && WireV3.ResponseV3.length == 1164)
         #expect(WireV3.Identity.minLength == 328 && WireV3.Identity.maxLength == 584)
         // Credentials come in whole 64-byte blocks: an identity of another length is malformed.
-        let identity = AEADTests.bytes(f.identity)
+        let identity = hex(f.identity)
         #expect((identity + [UInt8](repeating: 0, count: 64)).withUnsafeBytes { WireV3.kind(of: $0) } == .success(.identity))
         #expect((identity + [UInt8](repeating: 0, count: 32)).withUnsafeBytes { WireV3.kind(of: $0) } == .failure(.malformed))
         #expect(WireV3.Verdict.minLength == 50 && WireV3.Verdict.maxLength == 284)
@@ -40,8 +40,8 @@ struct WireV3Tests {
         // Never more out than in: the response against the two parts, the verdict against the identity.
         #expect(WireV3.ResponseV3.length <= WireV3.KEMKeyPart.length + WireV3.RestPart.length)
         #expect(WireV3.Verdict.maxLength <= WireV3.Identity.minLength)
-        #expect(WireV3.Offer(decoding: AEADTests.bytes(f.offer)) == WireV3.Offer(suites: [.chacha20Poly1305, .aes256GCM], preferred: .aes256GCM, aesHardware: true))
-        #expect(WireV3.Choice(decoding: AEADTests.bytes(f.choice)) == WireV3.Choice(suite: .aes256GCM))
+        #expect(WireV3.Offer(decoding: hex(f.offer)) == WireV3.Offer(suites: [.chacha20Poly1305, .aes256GCM], preferred: .aes256GCM, aesHardware: true))
+        #expect(WireV3.Choice(decoding: hex(f.choice)) == WireV3.Choice(suite: .aes256GCM))
     }
 
     @Test func offersAndChoicesRoundTripAndBadOnesAreRefused() {

@@ -173,7 +173,8 @@ struct KnownAnswer {
     static let kemCiphertextHash = hex("4a480fa80f11fd3a1391583298a1d90cac8addb553249d20c2e7a086cc3c671c")
     static let kemShared = hex("c6c7d0ffb0740abb6b18ef049ba14f8889e19c4cbe46d0dcb839fa0bf3230b0c")
 
-    private static func hex(_ text: String) -> [UInt8] {
+    /// Bytes from hex text (known answers, and the tests' vectors).
+    static func hex(_ text: String) -> [UInt8] {
         var bytes: [UInt8] = []
         var index = text.startIndex
         while index < text.endIndex {
