@@ -128,9 +128,8 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
         guard Primitives.hash(pair.publicKey) == KnownAnswer.kemPublicKeyHash else { return "ML-KEM-768: the key pair does not reproduce the known answer" }
         guard let (ciphertext, shared) = MLKEM.encapsulate(to: pair.publicKey, entropy: KnownAnswer.kemEntropy),
               Primitives.hash(ciphertext) == KnownAnswer.kemCiphertextHash,
-              shared.withBytes({ Array(UnsafeBufferPointer(start: $0, count: 32)) }) == KnownAnswer.kemShared,
-              let opened = pair.decapsulate(ciphertext),
-              opened.withBytes({ Array(UnsafeBufferPointer(start: $0, count: 32)) }) == KnownAnswer.kemShared
+              shared.matches(KnownAnswer.kemShared),
+              let opened = pair.decapsulate(ciphertext), opened.matches(KnownAnswer.kemShared)
         else { return "ML-KEM-768: encapsulation does not reproduce the known answer" }
         return nil
     }

@@ -43,6 +43,11 @@ final class SecretBytes: @unchecked Sendable {  // written only in init
     func withBytes<R>(_ body: (UnsafePointer<UInt8>) throws -> R) rethrows -> R {
         try body(pointer)
     }
+
+    /// Whether the secret is `bytes`, compared in constant time, with no copy of the secret made.
+    func matches(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { Primitives.constantTimeEqual(UnsafeRawBufferPointer(start: pointer, count: Self.count), $0) }
+    }
 }
 
 /// An X25519 public key: a server's identity that clients pin, or a client's that the server knows.
