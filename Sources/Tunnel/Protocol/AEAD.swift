@@ -1,5 +1,4 @@
 import CBoring
-import CSodium
 
 /// The AEADs a session's packets may be sealed with. Version 2 seals with ChaCha20-Poly1305
 /// only; the suite is a property of the session, so a later version can choose.
@@ -32,10 +31,10 @@ public enum CipherSuite: UInt8, Sendable, CaseIterable, CustomStringConvertible 
 /// arena (locked in memory, out of core dumps, wiped when given back). Sealing and opening only
 /// read the context, so the threads of a session share it without a lock, as they shared the
 /// key before; nothing is allocated per packet.
-final class AEADKey: @unchecked Sendable {  // the context is written in init and deinit only
+final class AEADKey: Sendable {
     let suite: CipherSuite
-    private let context: UnsafeMutableRawPointer
-    private let fromHeap: Bool
+    /// The context, written in init and deinit only.
+    private let slot: SecretSlot
 
     /// The slots the contexts live in.
     static let arena = SecretArena(slotSize: Int(ROAM_AEAD_SIZE))
@@ -44,26 +43,15 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
     /// CBoring was written for, which `selfTest()` finds at start.
     init(_ suite: CipherSuite, key: SecretBytes) {
         self.suite = suite
-        if let slot = Self.arena.allocate() {
-            context = slot
-            fromHeap = false
-        } else {
-            context = .allocate(byteCount: Int(ROAM_AEAD_SIZE), alignment: 64)
-            fromHeap = true
-        }
-        let ready = key.withBytes { roam_aead_init(context, Int32(suite.rawValue), $0) }
+        slot = SecretSlot(from: Self.arena)
+        let ready = key.withBytes { roam_aead_init(slot.pointer, Int32(suite.rawValue), $0) }
         precondition(ready == 1, "the linked BoringSSL's AEAD context is not the one this build expects (run the self-test)")
     }
 
-    deinit {
-        roam_aead_cleanup(context)
-        if fromHeap {
-            sodium_memzero(context, Int(ROAM_AEAD_SIZE))
-            context.deallocate()
-        } else {
-            Self.arena.release(context)
-        }
-    }
+    /// BoringSSL's cleanup first; the slot is wiped and given back after.
+    deinit { roam_aead_cleanup(slot.pointer) }
+
+    private var context: UnsafeMutableRawPointer { slot.pointer }
 
     /// Seals `text` in place with message `counter`'s nonce; the 16-byte tag goes to `tag`.
     @inline(__always)
@@ -102,11 +90,9 @@ final class AEADKey: @unchecked Sendable {  // the context is written in init an
     /// does ML-KEM-768 (kyber-py's). Nil when all is well, else what failed.
     static func selfTest() -> String? {
         for vector in KnownAnswer.all {
-            let scratch = UnsafeMutableRawPointer.allocate(byteCount: Int(ROAM_AEAD_SIZE), alignment: 64)
-            defer {
-                sodium_memzero(scratch, Int(ROAM_AEAD_SIZE))
-                scratch.deallocate()
-            }
+            let slot = SecretSlot(from: arena)
+            defer { withExtendedLifetime(slot) {} }  // the slot outlives every use of its pointer below
+            let scratch = slot.pointer
             guard roam_aead_init(scratch, Int32(vector.suite.rawValue), vector.key) == 1 else {
                 return "\(vector.suite): the linked BoringSSL's AEAD context does not match this build"
             }

@@ -1,5 +1,4 @@
 import CBoring
-import CSodium
 
 /// ML-KEM-768 (FIPS 203), from swift-crypto's BoringSSL: the post-quantum half of the hybrid
 /// key exchange. A handshake's key pair is ephemeral: made for one handshake and wiped with it,
@@ -13,21 +12,16 @@ enum MLKEM {
     static let arena = SecretArena(slotSize: Int(ROAM_MLKEM_PRIVATE_SIZE))
 
     /// One key pair: the encoded public key, and the private key in the secret arena.
-    final class KeyPair: @unchecked Sendable {  // the private key is written in init and wiped in deinit only
+    final class KeyPair: Sendable {
         let publicKey: [UInt8]
-        private let privateKey: UnsafeMutableRawPointer
-        private let fromHeap: Bool
+        /// The private key, written in init only.
+        private let slot: SecretSlot
 
         /// A random pair; with `seed` (64 bytes, d || z) the one it determines, for test vectors.
         init(seed: [UInt8]? = nil) {
             precondition(seed == nil || seed!.count == MLKEM.seedLength, "an ML-KEM seed is 64 bytes")
-            if let slot = MLKEM.arena.allocate() {
-                privateKey = slot
-                fromHeap = false
-            } else {
-                privateKey = .allocate(byteCount: Int(ROAM_MLKEM_PRIVATE_SIZE), alignment: 64)
-                fromHeap = true
-            }
+            slot = SecretSlot(from: MLKEM.arena)
+            let privateKey = slot.pointer
             var encoded = [UInt8](repeating: 0, count: MLKEM.publicKeyLength)
             let made = if let seed {
                 roam_mlkem_generate(&encoded, privateKey, seed)
@@ -39,15 +33,6 @@ enum MLKEM {
             publicKey = encoded
         }
 
-        deinit {
-            if fromHeap {
-                sodium_memzero(privateKey, Int(ROAM_MLKEM_PRIVATE_SIZE))
-                privateKey.deallocate()
-            } else {
-                MLKEM.arena.release(privateKey)
-            }
-        }
-
         /// The shared secret a ciphertext carries. A ciphertext that was tampered with gives a
         /// secret nobody else has (FIPS 203's implicit rejection), so the handshake fails later,
         /// at its next authenticated message, like any other forgery; nil only for a wrong length.
@@ -55,7 +40,7 @@ enum MLKEM {
             guard ciphertext.count == MLKEM.ciphertextLength else { return nil }
             var ok = false
             let shared = SecretBytes { out in
-                ok = roam_mlkem_decapsulate(out, ciphertext, ciphertext.count, privateKey) == 1
+                ok = roam_mlkem_decapsulate(out, ciphertext, ciphertext.count, slot.pointer) == 1
             }
             return ok ? shared : nil
         }

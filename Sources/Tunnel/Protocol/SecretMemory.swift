@@ -68,6 +68,36 @@ final class SecretArena: Sendable {
     }
 }
 
+/// One slot of a secret arena, or of the heap when the arena cannot map another chunk, for a
+/// secret its owner writes in place (an expanded key, a private key); wiped and given back when
+/// the last reference goes, after the owner's own `deinit` has run.
+final class SecretSlot: @unchecked Sendable {  // its owner writes the bytes in its init and only reads them after
+    let pointer: UnsafeMutableRawPointer
+    /// Where it came from; nil for the heap.
+    private let arena: SecretArena?
+    private let size: Int
+
+    init(from arena: SecretArena) {
+        size = arena.slotSize
+        if let slot = arena.allocate() {
+            pointer = slot
+            self.arena = arena
+        } else {
+            pointer = .allocate(byteCount: size, alignment: 64)
+            self.arena = nil
+        }
+    }
+
+    deinit {
+        if let arena {
+            arena.release(pointer)
+        } else {
+            sodium_memzero(pointer, size)
+            pointer.deallocate()
+        }
+    }
+}
+
 /// Variable-length secret bytes (a password, a decrypted payload that holds one), up to 1024,
 /// in the secret arena. A class, so that every holder shares the one buffer: `wipe()` clears
 /// what everyone sees, and no copy-on-write duplicate is left behind in the heap.
