@@ -20,7 +20,7 @@ public final class LeakTap: @unchecked Sendable {  // every mutable field is rea
     }
 
     private let lock = NSLock()
-    private var found: [(at: LabInstant, what: String)] = []
+    private var found: [(at: LabInstant, wall: Double, what: String)] = []
     private var seen = 0
     private var capture: PacketCapture?
 
@@ -33,16 +33,20 @@ public final class LeakTap: @unchecked Sendable {  // every mutable field is rea
             guard let self, tapped.contains(from.interface) else { return }
             let verdict = Self.judge(Array(packet), protocol: UInt16(bigEndian: from.networkProtocol), rule: rule)
             let at = LabClock.now
+            let wall = Date().timeIntervalSince1970
             self.lock.withLock {
                 self.seen += 1
-                if let leak = verdict { self.found.append((at, leak)) }
+                if let leak = verdict { self.found.append((at, wall, leak)) }
             }
         }
     }
 
-    /// The leaks seen so far (in `from...`, when given), one line each, at most `limit`.
+    /// The leaks seen so far (in `from...`, when given), one line each with when it was seen
+    /// (wall-clock seconds, as the agent's log has them), at most `limit`.
     public func leaks(since from: LabInstant? = nil, limit: Int = 20) -> [String] {
-        lock.withLock { found.filter { from == nil || $0.at >= from! }.prefix(limit).map(\.what) }
+        lock.withLock {
+            found.filter { from == nil || $0.at >= from! }.prefix(limit).map { "\($0.what) at ts=\(String(format: "%.3f", $0.wall))" }
+        }
     }
 
     /// Packets seen, leaks or not: a tap that saw nothing proves nothing.
