@@ -336,24 +336,29 @@ import Device
 }
 
 /// The lane is chosen by the source address alone, before any check: one address (a peer's,
-/// which someone may send from) holds at most two places in the peers' queue, and what it sends
-/// beyond them waits with everyone else's; another peer still finds room.
+/// which someone may send from) holds at most `perSourceInPeers` places in the peers' queue
+/// (a version 3 rekey's messages and a resend), and what it sends beyond them waits with
+/// everyone else's; another peer still finds room.
 @Test func oneAddressCannotFillThePeersQueue() {
-    var queues = HandshakeQueues(capacity: 16)
+    let places = HandshakeQueues.perSourceInPeers
+    var queues = HandshakeQueues(capacity: 32)  // the peers' queue holds 8
     let spoofed = ProtocolFixture.clientAddress
     let other = SocketAddress(.v4(0xc000_0207), port: 41000)
     var buffer = [UInt8](repeating: 0, count: 2048)
     for _ in 0..<12 { #expect([UInt8](repeating: 7, count: 200).withUnsafeBytes { queues.push($0, from: spoofed, fromPeer: true) }) }
     #expect([UInt8](repeating: 8, count: 200).withUnsafeBytes { queues.push($0, from: other, fromPeer: true) }, "another peer gets in")
-    // Taken in turn: the peers' lane holds the two from the busy address and the other peer's.
-    let lanes = (0..<6).map { _ in queues.pop(into: &buffer)?.1 }
-    #expect(lanes.contains(other), "the other peer's initiation waited behind at most a few: \(lanes)")
-    // Everyone else's queue took the rest (10), up to its capacity: nothing from the busy
-    // address got a third place in the peers' queue.
-    #expect(queues.count == 13 - 6)
-    // Past its two places and a full queue of everyone else's, what it sends is dropped.
-    var full = HandshakeQueues(capacity: 8)
-    for n in 0..<10 { #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { full.push($0, from: spoofed, fromPeer: true) }, "\(n)") }
+    // Taken in turn: the peers' lane holds the busy address's places and the other peer's,
+    // which comes after them and as many of everyone else's.
+    let lanes = (0..<(2 * places + 1)).map { _ in queues.pop(into: &buffer)?.1 }
+    #expect(lanes.last == other, "the other peer's initiation waited behind at most \(2 * places): \(lanes)")
+    // Everyone else's queue took the rest: nothing from the busy address got more places in
+    // the peers' queue.
+    #expect(queues.count == 13 - lanes.count)
+    // Past its places and a full queue of everyone else's, what it sends is dropped.
+    var full = HandshakeQueues(capacity: 32)
+    for n in 0..<(32 + places) {
+        #expect([UInt8](repeating: 1, count: 200).withUnsafeBytes { full.push($0, from: spoofed, fromPeer: true) }, "\(n)")
+    }
     #expect(![UInt8](repeating: 1, count: 200).withUnsafeBytes { full.push($0, from: spoofed, fromPeer: true) })
-    #expect(full.count == 8 + HandshakeQueues.perSourceInPeers)
+    #expect(full.count == 32 + places)
 }

@@ -234,6 +234,8 @@ extension RuntimeTests {
             defer { listener.close() }
             let connection = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5004), in: laptop)
             connection.close()
+            // The data thread publishes its counters after the batch it is on: wait for them (2 s at most).
+            for _ in 0..<200 where server.traffic.packetsIn == 0 { usleep(10_000) }
             #expect(server.traffic.packetsIn > 0)
         }
     }

@@ -39,7 +39,7 @@ public struct Credentials: Sendable, CustomStringConvertible {
 }
 
 /// What a session speaks: its protocol version and the cipher its packets are sealed with.
-public struct SessionProtocol: Equatable, Sendable {
+public struct SessionProtocol: Hashable, Sendable {
     public var version: UInt8
     public var cipher: CipherSuite
 

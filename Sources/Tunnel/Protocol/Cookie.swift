@@ -108,8 +108,12 @@ struct CookieJar {
     mutating func reply(to initiation: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> [UInt8] {
         rotate(now: now)
         let receiver = initiation.loadLittleEndian(UInt32.self, at: Initiation.senderOffset)
-        return CookieReply.seal(
+        var reply = CookieReply.seal(
             cookie: Self.cookie(for: source, secret: secret), receiver: receiver, mac1: Cookie.mac1(of: initiation), key: replyKey)
+        // In the initiation's version (the sender index sits at the same offset in both), so
+        // the client reads it; the header is not sealed, the initiation's mac1 is what binds it.
+        reply[0] = initiation[0]
+        return reply
     }
 
     private mutating func rotate(now: Instant) {

@@ -5,6 +5,13 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
     case malformed
     /// The version byte is not one this build speaks.
     case unsupportedVersion
+    /// A handshake in a version this server's operator does not allow (`allow-versions:`).
+    case versionNotAllowed
+    /// A version 3 initiation's second part whose first part the server does not hold: lost,
+    /// older than two seconds, refused by a full table, or sent from another address.
+    case missingPart
+    /// A version 3 client offers no cipher this server may use (its operator pinned another).
+    case noCommonCipher
     /// The initiation's mac1 is wrong: not meant for this server, or random bytes.
     case badMAC
     /// An initiation without proof that its sender receives at its address (a valid mac2), while
@@ -56,6 +63,9 @@ public enum DropReason: Int, CaseIterable, Sendable, Error, CustomStringConverti
         switch self {
         case .malformed: "malformed"
         case .unsupportedVersion: "unsupported-version"
+        case .versionNotAllowed: "version-not-allowed"
+        case .missingPart: "missing-part"
+        case .noCommonCipher: "no-common-cipher"
         case .badMAC: "bad-mac"
         case .cookieRequired: "cookie-required"
         case .rateLimited: "rate-limited"

@@ -2,52 +2,89 @@ import Basics
 import Device
 
 /// The gateway's table of version 3 first parts (the clients' ephemeral KEM keys), kept until
-/// their second parts arrive: by source address and sender index, for `lifetime` at most, at
-/// most `perSource` from one address and `capacity` in all (1,184 bytes each: 1.2 MB for the
-/// default 1,024). A part is kept only after its mac1 (and, under load, its cookie) checked
-/// out, so spoofed sources cannot fill it; what a full table cannot take is refused and
-/// counted, never made room for by pushing out a part already kept.
+/// their second parts arrive: by source address and sender index, for `lifetime` at most.
+/// A part is kept only after its mac1 (and, under load, its cookie) checked out, so spoofed
+/// sources cannot fill it, and within bounds a flood from real addresses cannot get around:
+/// `perSource` from one host (an IPv4 address, an IPv6 /64), `perNetwork` from one network (an
+/// IPv4 /24, an IPv6 /48), `capacity` in all (1,184 bytes each: 1.2 MB for the default 1,024),
+/// and `peerCapacity` more held back for addresses where a peer proved itself, so rekeys go on
+/// whatever fills the rest. What a full table cannot take is refused and counted, never made
+/// room for by pushing out a part already kept.
 struct InitiationParts {
     struct Key: Hashable {
         var source: SocketAddress
         var index: UInt32
     }
 
+    private struct Part {
+        var kemKey: [UInt8]
+        var at: Instant
+        var peer: Bool
+    }
+
     static let lifetime: Duration = .seconds(2)
     let capacity: Int
+    let peerCapacity: Int
     let perSource: Int
-    private var parts: [Key: (kemKey: [UInt8], at: Instant)] = [:]
+    let perNetwork: Int
+    private var parts: [Key: Part] = [:]
     private var bySource: [IPAddress: Int] = [:]
+    private var byNetwork: [IPAddress: Int] = [:]
+    private var peers = 0
     private var nextSweep: Instant?
 
-    init(capacity: Int = 1024, perSource: Int = 4) {
+    init(capacity: Int = 1024, peerCapacity: Int = 256, perSource: Int = 4, perNetwork: Int = 32) {
         self.capacity = capacity
+        self.peerCapacity = peerCapacity
         self.perSource = perSource
+        self.perNetwork = perNetwork
     }
 
     var count: Int { parts.count }
 
     /// Why a first part was not kept.
     enum Refusal: Error, Equatable {
-        /// The table is full of parts younger than `lifetime`.
+        /// The table (or the peers' share of it) is full of parts younger than `lifetime`.
         case full
-        /// Its address has `perSource` parts waiting already.
+        /// Its host has `perSource` parts waiting already.
         case tooManyFromSource
+        /// Its network has `perNetwork` parts waiting already.
+        case tooManyFromNetwork
+
+        var reason: DropReason {
+            switch self {
+            case .full: .serverLimited
+            case .tooManyFromSource: .rateLimited
+            case .tooManyFromNetwork: .networkLimited
+            }
+        }
     }
 
     /// Keeps `kemKey` for the second part from `source` with sender `index` (a part that comes
-    /// again replaces the one kept).
-    mutating func keep(_ kemKey: [UInt8], from source: SocketAddress, index: UInt32, now: Instant) throws(Refusal) {
+    /// again replaces the one kept). `peer`: a peer proved itself at `source`, and the part
+    /// may take the peers' share when everyone's is full.
+    mutating func keep(_ kemKey: [UInt8], from source: SocketAddress, index: UInt32, peer: Bool = false, now: Instant) throws(Refusal) {
         sweep(now: now)
         let key = Key(source: source, index: index)
-        if parts[key] != nil {
-            parts[key] = (kemKey, now)
+        if let kept = parts[key] {
+            parts[key] = Part(kemKey: kemKey, at: now, peer: kept.peer)
             return
         }
-        guard bySource[source.ip, default: 0] < perSource else { throw .tooManyFromSource }
-        guard parts.count < capacity else { throw .full }
-        parts[key] = (kemKey, now)
-        bySource[source.ip, default: 0] += 1
+        let host = SourceRateLimiter.key(source.ip, .host), network = SourceRateLimiter.key(source.ip, .network)
+        guard bySource[host, default: 0] < perSource else { throw .tooManyFromSource }
+        guard byNetwork[network, default: 0] < perNetwork else { throw .tooManyFromNetwork }
+        let inPeersShare: Bool
+        if parts.count - peers < capacity {
+            inPeersShare = false
+        } else if peer, peers < peerCapacity {
+            inPeersShare = true
+        } else {
+            throw .full
+        }
+        parts[key] = Part(kemKey: kemKey, at: now, peer: inPeersShare)
+        bySource[host, default: 0] += 1
+        byNetwork[network, default: 0] += 1
+        if inPeersShare { peers += 1 }
     }
 
     /// The first part for the second part from `source` with sender `index`, taken out of the
@@ -55,22 +92,28 @@ struct InitiationParts {
     mutating func take(from source: SocketAddress, index: UInt32, now: Instant) -> [UInt8]? {
         let key = Key(source: source, index: index)
         guard let part = parts.removeValue(forKey: key) else { return nil }
-        forget(source.ip)
+        forget(key, part)
         return now - part.at < Self.lifetime ? part.kemKey : nil
     }
 
-    /// Drops what is older than `lifetime`, at most once per `lifetime` (a sweep walks the table).
-    private mutating func sweep(now: Instant) {
+    /// Drops what is older than `lifetime`, at most once per `lifetime` (a sweep walks the
+    /// table) unless the table is full.
+    mutating func sweep(now: Instant) {
         if let due = nextSweep, now < due, parts.count < capacity { return }
         nextSweep = now + Self.lifetime
         for (key, part) in parts where now - part.at >= Self.lifetime {
             parts[key] = nil
-            forget(key.source.ip)
+            forget(key, part)
         }
     }
 
-    private mutating func forget(_ source: IPAddress) {
-        let left = bySource[source, default: 1] - 1
-        bySource[source] = left > 0 ? left : nil
+    private mutating func forget(_ key: Key, _ part: Part) {
+        func decrement(_ table: inout [IPAddress: Int], _ address: IPAddress) {
+            let left = table[address, default: 1] - 1
+            table[address] = left > 0 ? left : nil
+        }
+        decrement(&bySource, SourceRateLimiter.key(key.source.ip, .host))
+        decrement(&byNetwork, SourceRateLimiter.key(key.source.ip, .network))
+        if part.peer { peers -= 1 }
     }
 }

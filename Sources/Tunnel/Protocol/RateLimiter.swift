@@ -191,7 +191,11 @@ struct SourceRateLimiter: Sendable {
 
     mutating func prune(now: Instant) { table.prune(now: now) }
 
-    private func key(_ address: IPAddress) -> IPAddress {
+    private func key(_ address: IPAddress) -> IPAddress { Self.key(address, scope) }
+
+    /// What `address` counts as within `scope`: an IPv4 address or an IPv6 /64 for a host, an
+    /// IPv4 /24 or an IPv6 /48 for a network.
+    static func key(_ address: IPAddress, _ scope: Scope) -> IPAddress {
         switch (address, scope) {
         case (.v4, .host): address
         case (.v4(let a), .network): .v4(a & 0xFFFF_FF00)

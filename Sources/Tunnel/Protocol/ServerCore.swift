@@ -18,6 +18,11 @@ public enum ServerEvent: Equatable, Sendable {
     case checkPassword(PasswordCheck)
     /// `peer` probed: send `echo` to `to`.
     case echo(peer: PeerID, datagram: [UInt8], to: SocketAddress)
+    /// A version 3 handshake goes on: send `datagram` (the response) to `to`; the handshake
+    /// waits for the client's identity.
+    case reply(datagram: [UInt8], to: SocketAddress)
+    /// A version 3 initiation's first part, kept until its second part comes: nothing to send.
+    case held
     /// An initiation came without proof that its sender receives at its address while the server
     /// (or the source's or network's budget) is under load, or before a password check, or from
     /// where a peer proved itself: send `reply` (a cookie) to `to`; the client
@@ -63,11 +68,11 @@ public struct ServerCore: Sendable {
     /// Resolvers and search domains for users who have none of their own.
     public let dns: DNSSettings
     /// Dropped datagrams by reason.
-    public private(set) var drops = DropCounters()
+    public internal(set) var drops = DropCounters()
 
     private let privateKey: PrivateKey
-    private let mac1: Mac1
-    private var cookies: CookieJar
+    let mac1: Mac1
+    var cookies: CookieJar
     private let sessionLimits: SessionLimits
     private let passwordProofKey = SecretBytes { randombytes_buf($0, SecretBytes.count) }
     /// What a password for an unknown user or a wrong key is checked against: a hash no password
@@ -100,17 +105,25 @@ public struct ServerCore: Sendable {
     private var passwordChecksByNetwork: SourceRateLimiter
     /// Password checks handed out and not finished yet, by the initiation's ephemeral key: a
     /// replayed initiation must not buy a second Argon2id while the first runs.
-    private var checksInFlight: Set<[UInt8]> = []
+    var checksInFlight: Set<[UInt8]> = []
     /// Initiations whose check failed lately, by ephemeral key: a replay costs nothing.
-    private var failedChecks = RecentSet<[UInt8]>(capacity: 4096)
+    var failedChecks = RecentSet<[UInt8]>(capacity: 4096)
     /// Checks in flight at most; past it, new ones wait for a retry.
     static let maxChecksInFlight = 32
+    /// The versions and ciphers this server speaks.
+    public let protocols: ProtocolPolicy
+    /// Version 3 initiations' first parts, until their second parts come.
+    var firstParts = InitiationParts()
+    /// Version 3 handshakes answered and waiting for the client's identity.
+    var halfOpen: HalfOpenHandshakes
     public init(
         privateKey: PrivateKey, users: UserDatabase, dns: DNSSettings = .none, limits: ServerLimits = ServerLimits(),
-        sessionLimits: SessionLimits = SessionLimits()
+        sessionLimits: SessionLimits = SessionLimits(), protocols: ProtocolPolicy = ProtocolPolicy()
     ) throws(CryptoError) {
         try Sodium.initialize()
         self.privateKey = privateKey
+        self.protocols = protocols
+        halfOpen = HalfOpenHandshakes(capacity: HalfOpenHandshakes.capacity(for: limits))
         publicKey = privateKey.publicKey
         self.users = users
         self.dns = dns
@@ -155,13 +168,35 @@ public struct ServerCore: Sendable {
     public mutating func receive(
         _ datagram: UnsafeMutableRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil, now: Instant
     ) -> ServerEvent {
-        switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
+        switch Self.kind(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, from: source, at: local, now: now)
-        case .success(.initiation): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, at: local, now: now)
-        case .success(.response), .success(.sessionUnknown), .success(.cookieReply): drop(.unexpected)
+        case .success(.handshake): receiveInitiation(UnsafeRawBufferPointer(datagram), from: source, at: local, now: now)
         }
     }
+
+    /// What a datagram is to a server, from its header and length alone: a data packet (of
+    /// either version: the session's keys tell which it may be), a handshake message for the
+    /// handshake steps, or a drop and why.
+    public static func kind(of datagram: UnsafeRawBufferPointer) -> Result<ServerDatagram, DropReason> {
+        if datagram.first == WireV3.version {
+            return switch WireV3.kind(of: datagram) {
+            case .failure(let reason): .failure(reason)
+            case .success(.data): .success(.data)
+            case .success(.kemKey), .success(.initiationRest), .success(.identity): .success(.handshake)
+            case .success(.response), .success(.verdict), .success(.sessionUnknown), .success(.cookieReply): .failure(.unexpected)
+            }
+        }
+        return switch Wire.messageType(of: datagram) {
+        case .failure(let reason): .failure(reason)
+        case .success(.data): .success(.data)
+        case .success(.initiation): .success(.handshake)
+        case .success(.response), .success(.sessionUnknown), .success(.cookieReply): .failure(.unexpected)
+        }
+    }
+
+    /// The longest handshake message a server takes: version 3's first part.
+    public static let maxHandshakeLength = max(Initiation.maxLength, WireV3.KEMKeyPart.length, WireV3.Identity.maxLength)
 
     /// Handles one datagram held in an array; a packet's `range` then indexes `datagram`.
     public mutating func receive(_ datagram: inout [UInt8], from source: SocketAddress, at local: IPAddress? = nil, now: Instant) -> ServerEvent {
@@ -215,16 +250,36 @@ public struct ServerCore: Sendable {
     public mutating func admit(
         _ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil, now: Instant
     ) -> Admission {
+        if datagram.first == WireV3.version { return admitVersion3(datagram, from: source, at: local, now: now) }
         switch Wire.messageType(of: datagram) {
         case .success(.initiation): break
         case .failure(let reason): return .answered(drop(reason))
         case .success: return .answered(drop(.unexpected))
         }
+        guard protocols.versions.contains(Wire.version) else { return .answered(drop(.versionNotAllowed)) }
         guard mac1.verify(datagram) else { return .answered(drop(.badMAC)) }
         // An initiation whose password check runs or failed, sent again: its ephemeral key, in
         // clear at the front, says so before any Diffie-Hellman.
         let ephemeral = Array(datagram[Initiation.ephemeralOffset..<(Initiation.ephemeralOffset + PublicKey.length)])
         guard !checksInFlight.contains(ephemeral), !failedChecks.contains(ephemeral) else { return .answered(drop(.replayedHandshake)) }
+        switch lane(for: datagram, from: source, now: now) {
+        case .answered(let event): return .answered(event)
+        case .lane(let lane, let proven):
+            return .admitted(AdmittedInitiation(
+                datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: proven,
+                lane: lane, step: .noiseIK))
+        }
+    }
+
+    /// Which lane a handshake (past mac1) takes, its budgets spent; or the cookie reply or the
+    /// drop that answers it. `proven` says whether its mac2 was checked and good.
+    enum LaneChoice {
+        case lane(Lane, proven: Bool)
+        case answered(ServerEvent)
+    }
+
+    /// The lane and budgets of `admit`, for either version's initiation (version 3's second part).
+    mutating func lane(for datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> LaneChoice {
         // mac2 costs a few MACs: checked only when the answer matters, and once.
         var proof: Bool?
         func proven() -> Bool {
@@ -233,23 +288,16 @@ public struct ServerCore: Sendable {
             proof = result
             return result
         }
-        func admitted(_ lane: Lane) -> Admission {
-            .admitted(AdmittedInitiation(
-                datagram: Array(datagram), source: source, local: local, ephemeral: ephemeral, addressProven: proof ?? false,
-                lane: lane))
-        }
         let known = sessions.peer(provenAt: source)
         if let known, proven() {
             if peerLaneRefusal(known, now: now) == nil {
                 handshakesByPeer.take(known, now: now)
                 _ = peerHandshakes.take(now: now)
                 admissions.peer += 1
-                return admitted(.peer(known))
+                return .lane(.peer(known), proven: true)
             }
         }
-        let needsProof = isUnderLoad(now: now) || handshakesBySource.isLow(source.ip, now: now)
-            || handshakesByNetwork.isLow(source.ip, now: now)
-        if needsProof, !proven() { return .answered(cookieReply(to: datagram, from: source, now: now)) }
+        if needsProof(source.ip, now: now), !proven() { return .answered(cookieReply(to: datagram, from: source, now: now)) }
         if let refusal = generalRefusal(source.ip, now: now) {
             // A peer's rekey from its own address, over budgets a flood spent: a cookie lets it
             // prove the address and come back in its own lane.
@@ -257,7 +305,13 @@ public struct ServerCore: Sendable {
             return .answered(drop(refusal))
         }
         takeGeneral(source.ip, now: now)
-        return admitted(.general)
+        return .lane(.general, proven: proof ?? false)
+    }
+
+    /// Whether a handshake from `source` must prove its address (a cookie in mac2) now: while
+    /// the server is under load, or the source's or its network's budget is less than half full.
+    mutating func needsProof(_ source: IPAddress, now: Instant) -> Bool {
+        isUnderLoad(now: now) || handshakesBySource.isLow(source, now: now) || handshakesByNetwork.isLow(source, now: now)
     }
 
     /// Why the peer's lane is closed to `peer` now; nil when it is open.
@@ -284,19 +338,32 @@ public struct ServerCore: Sendable {
     /// The user and every factor, once the Noise message is read: the answer (a drop, a cookie,
     /// a password check), or a response to write.
     public mutating func decide(_ opened: OpenedInitiation, now: Instant) -> Decision {
-        let admitted = opened.admitted
-        guard let responder = opened.responder else { return .answered(drop(.handshakeFailed)) }
-        // The reserved lane is the peer's only: its static key, now authenticated, must be the
-        // one its last accepted handshake proved. Anyone else at that address (a new program on
-        // the peer's port) pays as everyone else does, now.
-        if case .peer(let expected) = admitted.lane,
-           sessions.withPeer(expected, { $0.handshakeSource?.key }) != responder.remoteStatic {
-            admissions.peer -= 1
-            if let refusal = generalRefusal(admitted.source.ip, now: now) {
-                responder.wipePayload()
-                return .answered(drop(refusal))
-            }
-            takeGeneral(admitted.source.ip, now: now)
+        switch opened.read {
+        case .noiseIK(let responder): decideNoiseIK(opened.admitted, responder, now: now)
+        case .hybridResponse(let answer): decideResponse(opened.admitted, answer, now: now)
+        case .identity(let identity): decideIdentity(opened.admitted, identity, now: now)
+        }
+    }
+
+    /// The reserved lane is the peer's only: the static key a handshake authenticated must be
+    /// the one its last accepted handshake proved. Anyone else at that address (a new program on
+    /// the peer's port) pays as everyone else does, now; nil when it may go on.
+    mutating func laneRefusal(_ admitted: AdmittedInitiation, key: PublicKey, now: Instant) -> DropReason? {
+        guard case .peer(let expected) = admitted.lane, sessions.withPeer(expected, { $0.handshakeSource?.key }) != key else {
+            return nil
+        }
+        admissions.peer -= 1
+        if let refusal = generalRefusal(admitted.source.ip, now: now) { return refusal }
+        takeGeneral(admitted.source.ip, now: now)
+        return nil
+    }
+
+    /// Version 2: the initiation read, its payload holds the timestamp and the credentials.
+    private mutating func decideNoiseIK(_ admitted: AdmittedInitiation, _ responder: NoiseIK.Responder?, now: Instant) -> Decision {
+        guard let responder else { return .answered(drop(.handshakeFailed)) }
+        if let refusal = laneRefusal(admitted, key: responder.remoteStatic, now: now) {
+            responder.wipePayload()
+            return .answered(drop(refusal))
         }
         // The payload and the password are buffers of their own, shared by whoever holds them
         // (a password check): these wipes clear the only copies.
@@ -305,32 +372,41 @@ public struct ServerCore: Sendable {
         defer { payload.password?.wipe() }
         let datagram = admitted.datagram
         let initiation = HeldInitiation(
-            source: admitted.source, local: admitted.local, senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
-            responder: responder, timestamp: payload.timestamp, limit: datagram.count, ephemeral: admitted.ephemeral,
-            claim: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
+            source: admitted.source, local: admitted.local,
+            senderIndex: datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: Initiation.senderOffset) },
+            handshake: .noiseIK(responder, timestamp: payload.timestamp, limit: datagram.count), remoteStatic: responder.remoteStatic,
+            ephemeral: admitted.ephemeral, claim: payload.username.map { [1] + $0 } ?? [2] + responder.remoteStatic.bytes)
+        return datagram.withUnsafeBytes {
+            judge(username: payload.username, password: payload.password, initiation, proven: admitted.addressProven, datagram: $0, now: now)
+        }
+    }
+
+    /// Who a read handshake says it is, for either version: the user, the pinned key, the
+    /// password (an Argon2id check, or the proof of one that passed). `datagram` is what mac2
+    /// is checked on when a check needs proof of address and `proven` does not give it.
+    mutating func judge(username: [UInt8]?, password: SecretBuffer?, _ initiation: HeldInitiation, proven: Bool,
+                        datagram: UnsafeRawBufferPointer, now: Instant) -> Decision {
         func check(_ password: SecretBuffer, against hash: PasswordHash, for peer: PeerID?, proof: [UInt8],
                    refusing refusal: DropReason?) -> Decision {
-            .answered(datagram.withUnsafeBytes {
-                startCheck(password, against: hash, for: peer, proof: proof, refusing: refusal, initiation,
-                           proven: admitted.addressProven, datagram: $0, now: now)
-            })
+            .answered(startCheck(password, against: hash, for: peer, proof: proof, refusing: refusal, initiation,
+                                 proven: proven, datagram: datagram, now: now))
         }
-
+        let key = initiation.remoteStatic
         let peer: PeerID
-        switch identify(payload, key: responder.remoteStatic) {
+        switch identify(username: username, key: key) {
         case .success(let found):
             peer = found
         case .failure(let reason):
             // Refused either way; but with a password, only after an Argon2id on a decoy at the
             // cost the claimed user's own check takes, as a wrong password would be, so neither
             // timing nor answer tells which users exist or which cost their hashes have.
-            guard let password = payload.password else { return .respond(refusal(reason, initiation)) }
-            let claimed = payload.username.flatMap { users.peer(named: $0) } ?? users.peer(forKey: responder.remoteStatic)
+            guard let password else { return .respond(refusal(reason, initiation)) }
+            let claimed = username.flatMap { users.peer(named: $0) } ?? users.peer(forKey: key)
             let decoy = claimed.flatMap { users[$0].passwordHash }.map(decoys.matching) ?? decoys.forUnknown(initiation.claim)
             return check(password, against: decoy, for: nil, proof: [], refusing: reason)
         }
         guard let hash = users[peer].passwordHash else { return acceptUnlessReplayed(peer, initiation) }
-        guard let password = payload.password else { return .respond(refusal(.badPassword, initiation)) }
+        guard let password else { return .respond(refusal(.badPassword, initiation)) }
         // A password this peer already proved (every rekey sends it again) costs one HMAC.
         let proof = passwordProof(password)
         let known = sessions.withPeer(peer) { $0.passwordProof }.map { known in
@@ -347,21 +423,36 @@ public struct ServerCore: Sendable {
         case .reject(let reason):
             drops.count(reason)
             guard let message = written.message else { return .dropped(reason) }
-            return .rejected(reason, response: Self.response(message, sender: 0, receiver: initiation.senderIndex), to: initiation.source)
+            let response = switch initiation.handshake {
+            case .noiseIK: Self.response(message, sender: 0, receiver: initiation.senderIndex)
+            case .hybrid: message
+            }
+            return .rejected(reason, response: response, to: initiation.source)
         case .accept(let peer):
             guard let message = written.message, let keys = written.keys else { return drop(.handshakeFailed) }
-            // Another handshake of this peer may have been accepted while the response was written.
-            let fresh = sessions.withPeer(peer) { state in
-                if let last = state.lastTimestamp, initiation.timestamp <= last { return false }
-                state.lastTimestamp = initiation.timestamp
-                return true
+            let response: [UInt8]
+            switch initiation.handshake {
+            case .noiseIK(_, let timestamp, _):
+                // Another handshake of this peer may have been accepted while the response was written.
+                let fresh = sessions.withPeer(peer) { state in
+                    if let last = state.lastTimestamp, timestamp <= last { return false }
+                    state.lastTimestamp = timestamp
+                    return true
+                }
+                guard fresh else { return drop(.replayedHandshake) }
+                let index = sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, source: initiation.source,
+                                             key: initiation.remoteStatic, now: now)
+                response = Self.response(message, sender: index, receiver: initiation.senderIndex)
+            case .hybrid(_, let index, let suite):
+                // Version 3 needs no timestamp: the server's fresh ephemeral key makes every
+                // transcript new, and the half-open handshake was taken out when its identity came.
+                guard sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, source: initiation.source,
+                                       key: initiation.remoteStatic, suite: suite, version: WireV3.version, index: index, now: now) != nil
+                else { return drop(.handshakeFailed) }
+                response = message
             }
-            guard fresh else { return drop(.replayedHandshake) }
-            let index = sessions.install(peer, remoteIndex: initiation.senderIndex, keys: keys, source: initiation.source,
-                                         key: initiation.responder.remoteStatic, now: now)
             // The endpoint stays: it moves only on the first authenticated packet of the new
             // session, so a late or replayed initiation cannot drag it back to an old address.
-            let response = Self.response(message, sender: index, receiver: initiation.senderIndex)
             return .handshake(peer: peer, response: response, to: initiation.source)
         }
     }
@@ -422,12 +513,17 @@ public struct ServerCore: Sendable {
     /// Accepts the handshake unless its timestamp is not newer than the last one accepted for
     /// `peer` (a replay), which is dropped without an answer. Checked only once every factor
     /// passed: a prober without the password cannot tell "replay" from "wrong password".
+    /// Version 3 has no timestamps and no replays to check (see `complete`).
     private mutating func acceptUnlessReplayed(_ peer: PeerID, _ initiation: HeldInitiation) -> Decision {
-        if let last = sessions.withPeer(peer, { $0.lastTimestamp }), initiation.timestamp <= last { return .answered(drop(.replayedHandshake)) }
+        var limit = Response.maxLength
+        if case .noiseIK(_, let timestamp, let initiationLength) = initiation.handshake {
+            if let last = sessions.withPeer(peer, { $0.lastTimestamp }), timestamp <= last { return .answered(drop(.replayedHandshake)) }
+            limit = initiationLength
+        }
         var accepted = ResponsePayload(accepted: true, addresses: users[peer].addresses, dns: users[peer].dns ?? dns)
         accepted.sizedEchoes = true
         accepted.pathMTUNotices = true
-        return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: initiation.limit)))
+        return .respond(PlannedResponse(verdict: .accept(peer), initiation: initiation, payload: accepted.encoded(limit: limit)))
     }
 
     /// A refusal to write: an authenticated "rejected", so the client stops retrying.
@@ -443,15 +539,15 @@ public struct ServerCore: Sendable {
         return underLoadUntil.map { now < $0 } ?? false
     }
 
-    private mutating func cookieReply(to datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
+    mutating func cookieReply(to datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         drops.count(.cookieRequired)
         return .cookie(reply: cookies.reply(to: datagram, from: source, now: now), to: source)
     }
 
     /// Finds the user and checks the pinned key, which costs nothing.
-    private func identify(_ payload: InitiationPayload, key: PublicKey) -> Result<PeerID, DropReason> {
+    private func identify(username: [UInt8]?, key: PublicKey) -> Result<PeerID, DropReason> {
         let found: PeerID?
-        if let username = payload.username {
+        if let username {
             found = users.peer(named: username)
         } else {
             found = users.peer(forKey: key)
@@ -511,6 +607,8 @@ public struct ServerCore: Sendable {
     public mutating func tick(now: Instant) {
         sessions.tick(now: now)
         hints.prune(now: now)
+        firstParts.sweep(now: now)
+        halfOpen.sweep(now: now)
         handshakesBySource.prune(now: now)
         handshakesByNetwork.prune(now: now)
         handshakesByPeer.prune(now: now)
@@ -539,7 +637,7 @@ public struct ServerCore: Sendable {
         sessions.drainMessages(now: now)
     }
 
-    private mutating func drop(_ reason: DropReason) -> ServerEvent {
+    mutating func drop(_ reason: DropReason) -> ServerEvent {
         drops.count(reason)
         return .dropped(reason)
     }
@@ -558,20 +656,46 @@ public enum Admission: Sendable {
     case admitted(AdmittedInitiation)
 }
 
-/// An initiation past the cheap checks, to be opened away from the core.
+/// A handshake message past the cheap checks, to be opened away from the core.
 public struct AdmittedInitiation: Sendable {
     let datagram: [UInt8]
     let source: SocketAddress
     let local: IPAddress?
+    /// The client's ephemeral X25519 key: what makes a handshake unique, and a replay recognisable.
     let ephemeral: [UInt8]
     let addressProven: Bool
     let lane: Lane
+    let step: Step
 
-    /// Reads Noise message 1: two X25519 operations.
+    /// Which message it is, and what opening it needs beyond the datagram.
+    enum Step: Sendable {
+        /// Version 2's initiation.
+        case noiseIK
+        /// Version 3's initiation, `datagram` its second part; `kemKey` from the first, and the
+        /// cipher the operator pinned.
+        case hybridInitiation(kemKey: [UInt8], pinned: CipherSuite?)
+        /// Version 3's identity, for the handshake the server answered.
+        case identity(HalfOpenHandshake)
+    }
+
+    /// The Diffie-Hellman and KEM work: version 2's initiation read (two X25519 operations);
+    /// version 3's initiation read and answered (three, and an ML-KEM encapsulation); version
+    /// 3's identity read (one).
     public func open(with key: HandshakeKey) -> OpenedInitiation {
-        let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
-        return OpenedInitiation(
-            admitted: self, responder: NoiseIK.Responder(message: noise, localStatic: key.privateKey, prologue: Wire.prologue))
+        switch step {
+        case .noiseIK:
+            let noise = Array(datagram[Initiation.noiseOffset..<(datagram.count - Initiation.macsLength)])
+            return OpenedInitiation(
+                admitted: self, read: .noiseIK(NoiseIK.Responder(message: noise, localStatic: key.privateKey, prologue: Wire.prologue)))
+        case .hybridInitiation(let kemKey, let pinned):
+            return OpenedInitiation(admitted: self, read: .hybridResponse(HybridAnswer.write(
+                kemKey: kemKey, rest: datagram, pinned: pinned, key: key.privateKey)))
+        case .identity(let halfOpen):
+            typealias I = WireV3.Identity
+            let read = halfOpen.state.read(sealedKey: Array(datagram[I.keyOffset..<I.payloadOffset]),
+                                           sealedPayload: Array(datagram[I.payloadOffset...]))
+            return OpenedInitiation(admitted: self, read: .identity(read.map { IdentityRead(state: $0.0, key: $0.remoteStatic, payload: $0.payload) }))
+        }
     }
 }
 
@@ -593,10 +717,19 @@ public struct Admissions: Equatable, Sendable {
     public init() {}
 }
 
-/// An initiation read; `responder` is nil when it did not authenticate.
+/// A handshake message opened.
 public struct OpenedInitiation: Sendable {
     let admitted: AdmittedInitiation
-    let responder: NoiseIK.Responder?
+    let read: Read
+
+    enum Read: Sendable {
+        /// Version 2's initiation; nil when it did not authenticate.
+        case noiseIK(NoiseIK.Responder?)
+        /// Version 3's response, written; or why there is none.
+        case hybridResponse(Result<HybridAnswer, DropReason>)
+        /// Version 3's identity; nil when it did not authenticate.
+        case identity(IdentityRead?)
+    }
 }
 
 /// What `ServerCore.decide` made of an opened initiation.
@@ -617,14 +750,25 @@ public struct PlannedResponse: Sendable {
     let initiation: HeldInitiation
     let payload: [UInt8]
 
-    /// Writes Noise message 2: a fresh ephemeral key and two X25519 operations.
+    /// Version 2: writes Noise message 2, a fresh ephemeral key and two X25519 operations.
+    /// Version 3: seals the verdict, which costs no Diffie-Hellman.
     public func write() -> WrittenResponse {
-        let result = initiation.responder.respond(payload: payload, ephemeral: .random())
-        return WrittenResponse(plan: self, message: result?.message, keys: result?.keys)
+        switch initiation.handshake {
+        case .noiseIK(let responder, _, _):
+            let result = responder.respond(payload: payload, ephemeral: .random())
+            return WrittenResponse(plan: self, message: result?.message, keys: result?.keys)
+        case .hybrid(let identified, let index, _):
+            let (sealed, keys, _) = identified.verdict(payload)
+            // A refusal names the response's index too: the client matches the verdict to it.
+            let message = WireV3.header(.verdict) + withUnsafeBytes(of: index.littleEndian) { Array($0) }
+                + withUnsafeBytes(of: initiation.senderIndex.littleEndian) { Array($0) } + sealed
+            return WrittenResponse(plan: self, message: message, keys: keys)
+        }
     }
 }
 
-/// A response written; `message` is nil only for a low-order initiator key.
+/// A response written; `message` is nil only for a low-order initiator key. Version 2's is
+/// the Noise message, version 3's the whole verdict datagram.
 public struct WrittenResponse: Sendable {
     let plan: PlannedResponse
     let message: [UInt8]?
@@ -636,16 +780,26 @@ struct HeldInitiation: Sendable {
     let source: SocketAddress
     /// The server's address the initiation was sent to: the response goes out from it.
     let local: IPAddress?
+    /// The client's index for the session.
     let senderIndex: UInt32
-    let responder: NoiseIK.Responder
-    let timestamp: TAI64N
-    /// The initiation's length: the response may not be longer.
-    let limit: Int
+    let handshake: HeldHandshake
+    /// The client's static key, authenticated.
+    let remoteStatic: PublicKey
     /// The initiation's ephemeral public key: what makes it unique, and a replay recognisable.
     let ephemeral: [UInt8]
     /// What the initiation claims to be: the username as sent, or the static key. A check that
     /// could succeed spends the account's budget under it; one that cannot, the claim's own.
     let claim: [UInt8]
+}
+
+/// The handshake state that writes the answer.
+enum HeldHandshake: Sendable {
+    /// Version 2: Noise IK's responder, the initiation's timestamp and length (the response
+    /// may not be longer).
+    case noiseIK(NoiseIK.Responder, timestamp: TAI64N, limit: Int)
+    /// Version 3: the handshake with the client identified, the server's index (the response's),
+    /// the cipher chosen.
+    case hybrid(HybridHandshake.Identified, index: UInt32, suite: CipherSuite)
 }
 
 /// A handshake held while its password is checked. It carries the password, so keep it only

@@ -91,7 +91,7 @@ public final class SessionTable: Sendable {
         else {
             drops.count(.unknownSession)
             guard hints.allow(source.ip, now: now) else { return .dropped(.unknownSession) }
-            return .sessionUnknown(hint: SessionUnknown.encode(index: index), to: source)
+            return .sessionUnknown(hint: SessionUnknown.encode(index: index, version: datagram[0]), to: source)
         }
         let peer = PeerID(index: slot)
         let opened: TransportSession.Opened
@@ -232,7 +232,43 @@ public final class SessionTable: Sendable {
     func install(_ peer: PeerID, remoteIndex: UInt32, keys: TransportKeys, source: SocketAddress, key: PublicKey,
                  now: Instant) -> UInt32 {
         let index = claimIndex(for: peer.index)
-        let session = TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, established: now)
+        place(TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, established: now), for: peer, source: source, key: key)
+        return index
+    }
+
+    /// Installs a version 3 session under the receiver `index` its response named (see
+    /// `isFree`); nil when a session took that index meanwhile.
+    func install(_ peer: PeerID, remoteIndex: UInt32, keys: TransportKeys, source: SocketAddress, key: PublicKey,
+                 suite: CipherSuite, version: UInt8, index: UInt32, now: Instant) -> UInt32? {
+        guard index != 0, shard(index).claim(index, for: peer.index) else { return nil }
+        sessions.add(1, ordering: .relaxed)
+        place(TransportSession(localIndex: index, remoteIndex: remoteIndex, keys: keys, suite: suite, version: version, established: now),
+              for: peer, source: source, key: key)
+        return index
+    }
+
+    /// What `peer`'s newest session speaks (the one a handshake just installed); nil without one.
+    func newestProtocol(of peer: PeerID) -> SessionProtocol? {
+        guard peers.indices.contains(peer.index) else { return nil }
+        return peers[peer.index].state.withLock { ($0.next ?? $0.current).map { SessionProtocol(version: $0.version, cipher: $0.suite) } }
+    }
+
+    /// How many reachable peers use a session of each version and cipher (a walk over the users).
+    var liveProtocols: [SessionProtocol: Int] {
+        var counts: [SessionProtocol: Int] = [:]
+        for cell in peers {
+            let spoken = cell.state.withLock { state in
+                state.endpoint == nil ? nil : state.current.map { SessionProtocol(version: $0.version, cipher: $0.suite) }
+            }
+            if let spoken { counts[spoken, default: 0] += 1 }
+        }
+        return counts
+    }
+
+    /// Whether no session uses receiver `index` now (zero never is).
+    func isFree(_ index: UInt32) -> Bool { index != 0 && shard(index).slot(of: index) == nil }
+
+    private func place(_ session: TransportSession, for peer: PeerID, source: SocketAddress, key: PublicKey) {
         let replaced = peers[peer.index].state.withLock { state in
             // What the client said of its path was about the sessions before; it says it again.
             defer { (state.next, state.pathMTU) = (session, nil) }
@@ -242,7 +278,6 @@ public final class SessionTable: Sendable {
             return state.next
         }
         if let replaced { forget(replaced.localIndex) }
-        return index
     }
 
     /// A random receiver index that no session uses (zero is reserved for rejections), taken for `slot`.

@@ -326,8 +326,9 @@ public enum DataPacket {
 enum SessionUnknown {
     static let length = 8
 
-    static func encode(index: UInt32) -> [UInt8] {
-        Wire.header(.sessionUnknown) + withUnsafeBytes(of: index.littleEndian) { Array($0) }
+    /// The hint for a data packet to `index`, in the packet's `version` (the client reads its own).
+    static func encode(index: UInt32, version: UInt8 = Wire.version) -> [UInt8] {
+        [version] + Wire.header(.sessionUnknown).dropFirst() + withUnsafeBytes(of: index.littleEndian) { Array($0) }
     }
 }
 

@@ -47,8 +47,8 @@ public final class TunnelServer: Sendable {
     /// they were sent to: peers' and everyone else's in queues of their own.
     private let initiations = Mutex(HandshakeQueues(capacity: TunnelServer.initiationQueueCapacity))
     private let initiationsReady = Semaphore()
-    /// Initiations queued at most (each up to 712 bytes: 180 KB in all); past it, new ones are
-    /// dropped and counted. The handshake thread answers a flood's initiation with a cookie in
+    /// Handshake messages queued at most (each up to 1,224 bytes, version 3's first part: 390 KB
+    /// in all with the peers' queue); past it, new ones are dropped and counted. The handshake thread answers a flood's initiation with a cookie in
     /// tens of microseconds, so the queue is that many milliseconds of work at most.
     static let initiationQueueCapacity = 256
     private let logger: Logger
@@ -94,6 +94,8 @@ public final class TunnelServer: Sendable {
         counters.reduce(into: core.withLock { $0.drops }) { sum, cell in sum.add(cell.value.withLock { $0.drops }) }
     }
     public var sessionCount: Int { sessions.sessionCount }
+    /// Reachable peers by the version and cipher of the session they use.
+    public var sessionsByProtocol: [SessionProtocol: Int] { sessions.liveProtocols }
     /// Handshakes answered with a session, and refused with an answer (both since start).
     public var handshakeCounts: (accepted: Int, rejected: Int) {
         (handshakesAccepted.load(ordering: .relaxed), handshakesRejected.load(ordering: .relaxed))
@@ -295,19 +297,16 @@ public final class TunnelServer: Sendable {
                         let slot = UnsafeMutableRawBufferPointer(rebasing: whole[offset..<(offset + length)])
                         offset += length
                         let event: ServerEvent
-                        switch Wire.messageType(of: UnsafeRawBufferPointer(slot)) {
+                        switch ServerCore.kind(of: UnsafeRawBufferPointer(slot)) {
                         case .success(.data):
                             event = sessions.receive(slot, from: source, at: local, now: now, drops: &drops, hints: &hints)
-                        case .success(.initiation):
+                        case .success(.handshake):
                             // For the handshake thread.
                             handOver(UnsafeRawBufferPointer(slot), from: source, at: local,
                                      fromPeer: sessions.peer(provenAt: source) != nil, traffic: &traffic)
                             continue
                         case .failure(let reason):
                             drops.count(reason)
-                            continue
-                        case .success:
-                            drops.count(.unexpected)
                             continue
                         }
                         if case .packet(_, let range) = event, coalescer != nil {
@@ -391,7 +390,10 @@ public final class TunnelServer: Sendable {
         case .handshake(let peer, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
             handshakesAccepted.add(1, ordering: .relaxed)
-            logger.info("handshake", metadata: ["from": "\(to)", "user": "\(label(peer))"])
+            let spoken = sessions.newestProtocol(of: peer)
+            logger.info("handshake", metadata: ["from": "\(to)", "user": "\(label(peer))",
+                                                "protocol": "\(spoken.map { "\($0.version)" } ?? "-")",
+                                                "cipher": "\(spoken.map { "\($0.cipher)" } ?? "-")"])
         case .rejected(let reason, let response, let to):
             send(response, to: to, from: local, worker: worker, counters: counters)
             handshakesRejected.add(1, ordering: .relaxed)
@@ -401,8 +403,11 @@ public final class TunnelServer: Sendable {
         case .checkPassword(let check):
             checks.withLock { $0.append(check) }
             checksReady.signal()
-        case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to):
+        case .echo(_, let datagram, let to), .sessionUnknown(let datagram, let to), .cookie(let datagram, let to),
+             .reply(let datagram, let to):
             send(datagram, to: to, from: local, worker: worker, counters: counters)
+        case .held:
+            break
         case .closed(let peer):
             logger.info("session closed by the client", metadata: ["user": "\(label(peer))"])
         case .dropped:
@@ -576,7 +581,7 @@ struct InitiationQueue {
 
     init(capacity: Int) {
         self.capacity = capacity
-        storage = [UInt8](repeating: 0, count: capacity * Initiation.maxLength)
+        storage = [UInt8](repeating: 0, count: capacity * ServerCore.maxHandshakeLength)
         lengths = [Int](repeating: 0, count: capacity)
         sources = [SocketAddress?](repeating: nil, count: capacity)
         locals = [IPAddress?](repeating: nil, count: capacity)
@@ -584,9 +589,9 @@ struct InitiationQueue {
 
     /// Copies `datagram` in; false when the queue is full or it is longer than an initiation can be.
     mutating func push(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress? = nil) -> Bool {
-        guard count < capacity, datagram.count <= Initiation.maxLength else { return false }
+        guard count < capacity, datagram.count <= ServerCore.maxHandshakeLength else { return false }
         let slot = (head + count) % capacity
-        storage.withUnsafeMutableBytes { ($0.baseAddress! + slot * Initiation.maxLength).copyMemory(from: datagram.baseAddress!, byteCount: datagram.count) }
+        storage.withUnsafeMutableBytes { ($0.baseAddress! + slot * ServerCore.maxHandshakeLength).copyMemory(from: datagram.baseAddress!, byteCount: datagram.count) }
         lengths[slot] = datagram.count
         sources[slot] = source
         locals[slot] = local
@@ -606,7 +611,7 @@ struct InitiationQueue {
     mutating func pop(into buffer: inout [UInt8]) -> (Int, SocketAddress, IPAddress?)? {
         guard count > 0, let source = sources[head] else { return nil }
         let length = lengths[head]
-        let start = head * Initiation.maxLength
+        let start = head * ServerCore.maxHandshakeLength
         buffer.withUnsafeMutableBytes { out in
             storage.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: length) }
         }
@@ -630,8 +635,9 @@ struct HandshakeQueues {
     private var peers: InitiationQueue
     private var others: InitiationQueue
     private var peersNext = true
-    /// A peer's rekey needs one initiation; a resend of it a second.
-    static let perSourceInPeers = 2
+    /// A peer's rekey needs one initiation (version 3: two parts and the identity), and room
+    /// for a resend; a version 3 second part behind its first part in the same queue.
+    static let perSourceInPeers = 4
 
     /// `capacity` for everyone else's; the peers' queue holds a quarter as many.
     init(capacity: Int) {
