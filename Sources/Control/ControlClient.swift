@@ -13,9 +13,11 @@ public enum ControlClient {
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        try send(command, on: fd)
+        // An agent with no room answers and closes at once, maybe before the request is
+        // written: its answer says why, better than the failed write would.
+        let unsent = send(command, on: fd)
         var reader = LineReader(fd: fd)
-        guard let line = reader.next() else { throw ControlError("the agent at \(path) gave no answer") }
+        guard let line = reader.next() else { throw unsent ?? ControlError("the agent at \(path) gave no answer") }
         return try answer(line)
     }
 
@@ -24,11 +26,14 @@ public enum ControlClient {
     public static func watch(at path: String, _ each: (JSON) throws -> Bool) throws {
         let fd = try connect(path)
         defer { close(fd) }
-        try send(.watch, on: fd)
+        let unsent = send(.watch, on: fd)
         var reader = LineReader(fd: fd)
+        var answered = false
         while let line = reader.next() {
+            answered = true
             guard try each(try answer(line)) else { return }
         }
+        if !answered, let unsent { throw unsent }
     }
 
     /// The parsed line; an error answer is thrown.
@@ -41,11 +46,12 @@ public enum ControlClient {
         return message
     }
 
-    private static func send(_ command: ControlCommand, on fd: Int32) throws {
+    /// Sends the request; nil when it went, else why not. Never SIGPIPE: an agent that closed
+    /// the connection is an error to report, not a reason to die without a word.
+    private static func send(_ command: ControlCommand, on fd: Int32) -> ControlError? {
         let bytes = Array((ControlProtocol.request(command) + "\n").utf8)
-        guard write(fd, bytes, bytes.count) == bytes.count else {
-            throw ControlError("cannot send to the agent: \(String(cString: strerror(errno)))")
-        }
+        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        return sent == bytes.count ? nil : ControlError("cannot send to the agent: \(String(cString: strerror(errno)))")
     }
 
     private static func connect(_ path: String) throws -> Int32 {

@@ -234,6 +234,13 @@ final class ServerCounts: RoamMetrics {
     func sync(_ server: TunnelServer) {
         let handshakes = server.handshakeCounts
         gauge("roam_server_sessions", [], Double(server.liveSessions))
+        let spoken = server.sessionsByProtocol
+        for version in ProtocolPolicy.supportedVersions.sorted() {
+            for cipher in CipherSuite.allCases where version >= 3 || cipher == .chacha20Poly1305 {  // version 2 has one cipher
+                let count = spoken[SessionProtocol(version: version, cipher: cipher)] ?? 0
+                gauge("roam_server_sessions_by_protocol", [("version", "\(version)"), ("cipher", cipher.description)], Double(count))
+            }
+        }
         count("roam_server_handshakes_total", [("result", "accepted")], by: handshakes.accepted - accepted)
         count("roam_server_handshakes_total", [("result", "rejected")], by: handshakes.rejected - rejected)
         accepted = max(accepted, handshakes.accepted)

@@ -64,6 +64,16 @@ public struct ClientSettings: Sendable {
     /// Rules for the networks the laptop meets: where the tunnel connects, where it stays down.
     public var onDemand = OnDemandRules()
 
+    /// The protocol version the client speaks: 3 (the post-quantum handshake) unless set to 2,
+    /// for a gateway not yet upgraded.
+    public var protocolVersion: UInt8 = 3
+    /// Speak version 2 to a server that never answers version 3's handshake. Off by default:
+    /// whoever can drop packets on the path could then choose the older protocol.
+    public var protocolFallback = false
+    /// The one cipher version 3 sessions may use; nil: the server chooses (AES-256-GCM when
+    /// both ends have AES in hardware, else ChaCha20-Poly1305).
+    public var cipher: CipherSuite?
+
     /// The ports the agent's own plain HTTP goes to outside the tunnel: the connectivity check's
     /// (with the check on) and the on-demand probes'.
     public var checkPorts: [UInt16] {
@@ -107,6 +117,8 @@ public struct ServerSettings: Sendable {
     public var workers = ServerSettings.defaultWorkers
     /// Where `/metrics` is served over HTTP for Prometheus; nil: nowhere.
     public var metricsListen: SocketAddress?
+    /// The protocol versions clients may speak, and a cipher the operator pins for version 3.
+    public var protocols = ProtocolPolicy()
 
     static let maxWorkers = 64
     static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }

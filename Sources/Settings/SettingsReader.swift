@@ -12,7 +12,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
-            "portal", "on-demand",
+            "portal", "on-demand", "protocol", "protocol-fallback", "cipher",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -88,6 +88,20 @@ extension YAMLReader {
                     + "no other), e.g. /var/lib/prometheus/node-exporter/roam.prom")
             }
             settings.metricsFile = path
+        }
+        if let node = f.optional("protocol") {
+            let version = try int(node, 2...3)
+            settings.protocolVersion = UInt8(version)
+        }
+        if let node = f.optional("protocol-fallback") {
+            settings.protocolFallback = try bool(node)
+            if settings.protocolFallback, settings.protocolVersion == 2 {
+                throw fail(node, "'protocol-fallback' is for protocol 3 (the default): protocol 2 has nothing to fall back to")
+            }
+        }
+        if let node = f.optional("cipher") {
+            settings.cipher = try cipher(node)
+            if settings.protocolVersion == 2 { throw fail(node, "'cipher' is for protocol 3: protocol 2 always uses chacha20-poly1305") }
         }
         if let node = f.optional("portal") { try portal(node, into: &settings) }
         if let node = f.optional("on-demand") {
@@ -194,6 +208,7 @@ extension YAMLReader {
     public func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
             "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers", "metrics-listen",
+            "allow-versions", "cipher",
         ])
         let usersNode = try f.required("users")
         let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
@@ -222,7 +237,28 @@ extension YAMLReader {
             }
             settings.metricsListen = address
         }
+        if let node = f.optional("allow-versions") {
+            var versions: Set<UInt8> = []
+            for item in try list(node) { versions.insert(UInt8(try int(item, 2...3))) }
+            guard !versions.isEmpty else { throw fail(node, "'allow-versions' lists the protocol versions clients may speak: 2, 3 or both") }
+            settings.protocols.versions = versions
+        }
+        if let node = f.optional("cipher") {
+            settings.protocols.cipher = try cipher(node)
+            if !settings.protocols.versions.contains(3) {
+                throw fail(node, "'cipher' is for protocol 3, which 'allow-versions' closes; protocol 2 always uses chacha20-poly1305")
+            }
+        }
         return settings
+    }
+
+    /// A cipher by the name status and logs give it.
+    private func cipher(_ node: Node) throws(ConfigError) -> CipherSuite {
+        let name = try string(node)
+        guard let suite = CipherSuite.allCases.first(where: { $0.description == name }) else {
+            throw fail(node, "'cipher' is one of \(CipherSuite.allCases.map(\.description).joined(separator: ", ")), got \"\(name)\"")
+        }
+        return suite
     }
 
     /// `dns: {servers: [...], search: [...]}`: resolvers, then search domains.

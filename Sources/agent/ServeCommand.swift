@@ -49,7 +49,11 @@ struct ServeCommand: ParsableCommand {
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         let core: ServerCore
-        do { core = try ServerCore(privateKey: key, users: settings.users, dns: settings.dns) } catch { throw AgentError("\(error)") }
+        do {
+            core = try ServerCore(privateKey: key, users: settings.users, dns: settings.dns, protocols: settings.protocols)
+        } catch {
+            throw AgentError("\(error)")
+        }
         let tun: TunDevice
         var workers: [[UDPSocket]]
         do {
@@ -130,6 +134,13 @@ struct ServeCommand: ParsableCommand {
                     ("traffic", .traffic(traffic, extra: [("initiations_overflowed", .count(traffic.initiationsOverflowed))])),
                     ("drops", .drops(server.drops, traffic)),
                     ("admissions", .object([("general", .int(Int64(admissions.general))), ("peer", .int(Int64(admissions.peer)))])),
+                    ("protocols", .object([
+                        ("allowed", .array(settings.protocols.versions.sorted().map { .int(Int64($0)) })),
+                        ("cipher", settings.protocols.cipher.map { .string($0.description) } ?? .string("negotiated")),
+                        ("sessions", .array(server.sessionsByProtocol.sorted { ($0.key.version, $0.key.cipher.rawValue) < ($1.key.version, $1.key.cipher.rawValue) }
+                            .map { .object([("version", .int(Int64($0.key.version))), ("cipher", .string($0.key.cipher.description)),
+                                            ("count", .int(Int64($0.value)))]) })),
+                    ])),
                 ])
             }
             let served = try ControlServer(socket: try ControlSocket(path: control)) { call in
@@ -158,6 +169,8 @@ struct ServeCommand: ParsableCommand {
         }
         log.info("serving", metadata: ["port": "\(settings.listenPort)", "tunnel": "\(tun.name)", "offload": "\(tun.offload.description)",
                                 "workers": "\(server.workers.count)",
+                                "protocols": "\(settings.protocols.versions.sorted().map(String.init).joined(separator: ","))",
+                                "cipher": "\(settings.protocols.cipher.map(\.description) ?? "negotiated")",
                                 "addresses": "\(settings.tunnel.addresses.map(\.description).joined(separator: ","))",
                                 "public_key": "\(key.publicKey.base64)"])
         SystemdNotifier().notify("READY=1")

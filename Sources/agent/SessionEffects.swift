@@ -243,7 +243,8 @@ final class SessionEffects {
         var accepted: [Prefix]?
         if case .split(let prefixes) = settings.mode { accepted = prefixes }
         return try ClientCore(privateKey: key, serverKey: servers[index].entry.key, credentials: credentials,
-                              acceptedSources: accepted)
+                              acceptedSources: accepted, version: settings.protocolVersion, cipher: settings.cipher,
+                              fallback: settings.protocolFallback)
     }
 
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }

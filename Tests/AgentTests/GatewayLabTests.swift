@@ -36,6 +36,51 @@ struct GatewayLabTests {
         #expect(handshakes == 4, "one handshake per client: \(handshakes)\n\(context)")
     }
 
+    /// A fleet mid-rollout: a version 2 client and a version 3 client on one gateway, each
+    /// with a probe stream and a checked TCP stream, and each roaming (its address changes under
+    /// the session): both sessions move without a handshake, nothing is lost but the moment of
+    /// the move, and the gateway says which version each speaks.
+    @Test func aVersionTwoAndAVersionThreeClientShareAGatewayAndBothRoam() throws {
+        let lab = try GatewayLab(clients: 2, protocols: [2, 3])
+        for laptop in lab.laptops {
+            try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"])
+        }
+        try lab.start()
+        var probes: [ProbeStream] = []
+        var streams: [TCPStream] = []
+        for (n, laptop) in lab.laptops.enumerated() {
+            probes.append(try ProbeStream(from: SocketAddress(lab.inner(n), port: 0), in: laptop,
+                                          to: SocketAddress(GatewayLab.serverInner, port: UInt16(5006 + n)), in: lab.server))
+            streams.append(try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: UInt16(5100 + n)), listenerIn: lab.server,
+                                         from: laptop, bytesPerSecond: 4 << 20))
+        }
+        defer { for p in probes { p.stop() } }
+        usleep(1_000_000)
+        let start = LabClock.now
+        for (n, laptop) in lab.laptops.enumerated() {
+            try laptop.batch(["address add 10.60.\(n).3/24 dev eth0", "address del 10.60.\(n).2/24 dev eth0"])
+        }
+        usleep(3_000_000)
+        let end = LabClock.now - .milliseconds(500)
+        let serverLog = lab.log("server.log")
+        let context = "server log:\n\(serverLog)"
+        for n in 0..<2 {
+            let clientLog = lab.log("client\(n).log")
+            #expect(clientLog.contains("protocol=\(n + 2)"), "client \(n) speaks version \(n + 2):\n\(clientLog)")
+            #expect(serverLog.contains("protocol=\(n + 2) user=user\(n)"), "\(context)")
+            let outage = probes[n].outage(from: start, to: end)
+            #expect(outage < .seconds(1), "client \(n): the roam cost \(outage)\n\(clientLog)")
+            let tcp = streams[n].finish()
+            #expect(tcp.failure == nil && tcp.intact && tcp.sent > 0 && tcp.received == tcp.sent,
+                    "client \(n): \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(context)")
+        }
+        let handshakes = serverLog.components(separatedBy: "msg=handshake from=").count - 1
+        #expect(handshakes == 2, "one handshake per client, none for the roams: \(handshakes)\n\(context)")
+        let status = try NamespaceLab.capture(RoamingLab.builtAgent, ["status", "--json", "--control", lab.controlPath(0)]).output
+        #expect(status.contains("\"version\":2") && status.contains("\"version\":3"), "gateway status: \(status)")
+        print("mixed versions: both roamed, outages \(probes.map { $0.outage(from: start, to: end) })")
+    }
+
     /// Floods of handshakes from addresses that really receive, each source answering every
     /// cookie reply: first from the 256 /64s of one IPv6 /56, then from 64 IPv4 /24s of four
     /// addresses each, 3,000 initiations a second for 4.5 s. While each runs, three users with

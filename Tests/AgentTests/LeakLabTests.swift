@@ -170,7 +170,8 @@ struct LeakLabTests {
         let web = try TCPListener(bindingTo: SocketAddress(spoofed, port: 80), namespace: victim.namespace)
         let uplinks = "iifname { \"eth-l\", \"wifi-l\" } ip daddr \(spoofed)"
         let counters = try RouterCounters(in: lab.server, [
-            ("handshakes", "\(uplinks) udp dport \(lab.port) @th,64,16 0x0201"),
+            // Initiations: version 2's, version 3's two parts.
+            ("handshakes", "\(uplinks) udp dport \(lab.port) @th,64,16 { 0x0201, 0x0301, 0x0306 }"),
             ("clear", uplinks),
             ("tunnelled", "iifname \"roam0\" ip daddr \(spoofed)"),
         ])
@@ -203,7 +204,8 @@ struct LeakLabTests {
         let before = counters.packets() ?? [:]
         let ports = Set(senders.map(\.local.port))
         let heard = impostor.received
-        #expect(heard.allSatisfy { !ports.contains($0.peer.port) && $0.bytes.starts(with: [2, 1]) },
+        let initiations: Set<[UInt8]> = [[2, 1], [3, 1], [3, 6]]
+        #expect(heard.allSatisfy { !ports.contains($0.peer.port) && initiations.contains(Array($0.bytes.prefix(2))) },
                 "the spoofed address heard more than the agent's initiations: \(heard.map { "\($0.peer) \($0.bytes.prefix(4))" })")
         #expect(before["clear"] == 0 && (before["handshakes"] ?? 0) > 0, "\(before)")
         #expect(!lab.log("client.log").contains("msg=\"tunnel up\"") && lab.status()["state"] != "connected",

@@ -31,9 +31,9 @@ public final class GatewayLab {
     public func inner(_ n: Int) -> IPAddress { .v4(0x0A4D_000A + UInt32(n)) }
 
     /// `extraUsers` are more users every gateway serves (lines of its `users:` list), for clients
-    /// a test runs itself.
+    /// a test runs itself. `protocols` gives client N's `protocol:` (the default, 3, when absent).
     public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true, extraUsers: [String] = [],
-                agent: URL = RoamingLab.builtAgent) throws {
+                protocols: [Int] = [], agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
         self.gateways = gateways
         server = try NamespaceLab()
@@ -66,6 +66,7 @@ public final class GatewayLab {
                 mode: split
                 routes: [10.77.0.0/24]
                 tunnel: {offload: \(offload)}
+                \(n < protocols.count ? "protocol: \(protocols[n])" : "")
                 """.write(toFile: directory + "/client\(n).yaml", atomically: true, encoding: .utf8)
         }
         for g in 0..<gateways {

@@ -234,10 +234,11 @@ private func isProbeStream(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -
     return vpn == .roam ? packet.head[1] == 3 : packet.head[0] == 4
 }
 
-/// A handshake initiation: Roam's header is version 2, type 1; WireGuard's type is 1 with three zero bytes.
+/// A handshake initiation: Roam's header is version 2 or 3, type 1 (version 3's first part);
+/// WireGuard's type is 1 with three zero bytes.
 private func isInitiation(_ packet: PacketTap.Packet, _ vpn: TunnelUnderTest) -> Bool {
     guard packet.head.count >= 4 else { return false }
-    return vpn == .roam ? packet.head[0] == 2 && packet.head[1] == 1 : packet.head == [1, 0, 0, 0]
+    return vpn == .roam ? [2, 3].contains(packet.head[0]) && packet.head[1] == 1 : packet.head == [1, 0, 0, 0]
 }
 
 private func difference(_ a: Int?, _ b: Int?) -> Int? {

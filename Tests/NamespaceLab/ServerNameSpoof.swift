@@ -23,13 +23,15 @@ public final class ImpostorServer: @unchecked Sendable {  // every mutable field
             while running.load(ordering: .relaxed) {
                 guard let (datagram, peer) = (try? socket.receive(timeout: .milliseconds(100))) ?? nil else { continue }
                 lock.withLock { heard.append((peer, datagram)) }
-                // An initiation (version 2, type 1) carries the client's index at 4..<8.
-                if datagram.count >= 8, datagram[0] == 2, datagram[1] == 1 {
+                // An initiation (version 2, type 1; version 3's first part, type 1) carries the
+                // client's index at 4..<8: a made-up response of the right length, and a hint.
+                if datagram.count >= 8, [2, 3].contains(datagram[0]), datagram[1] == 1 {
+                    let version = datagram[0]
                     let index = Array(datagram[4..<8])
-                    let response = [2, 2, 0, 0] + (0..<4).map { _ in UInt8.random(in: 0...255, using: &random) } + index
-                        + (0..<70).map { _ in UInt8.random(in: 0...255, using: &random) }
+                    let response = [version, 2, 0, 0] + (0..<4).map { _ in UInt8.random(in: 0...255, using: &random) } + index
+                        + (0..<(version == 2 ? 70 : 1152)).map { _ in UInt8.random(in: 0...255, using: &random) }
                     _ = try? socket.send(response, to: peer)
-                    _ = try? socket.send([2, 4, 0, 0] + index, to: peer)
+                    _ = try? socket.send([version, 4, 0, 0] + index, to: peer)
                 }
                 _ = try? socket.send(datagram, to: peer)
             }

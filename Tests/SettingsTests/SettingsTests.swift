@@ -277,3 +277,35 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
         + "on-demand:\n  - match: {interface-kind: wifi}\n    action: connect\n  - match: {interface-kind: wifi, ssid: Office}\n    action: disconnect\n",
         line: 7, message: "can never match")
 }
+
+/// Version 3 by default with the cipher negotiated; an operator may ask for 2, for a fallback,
+/// or pin a cipher; a gateway serves both versions unless told otherwise.
+@Test func protocolVersionsAndCiphersAreSettings() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k"
+    let plain = try parse(base) { try $0.client($1) }
+    #expect(plain.protocolVersion == 3 && !plain.protocolFallback && plain.cipher == nil)
+    let pinned = try parse(base + "\nprotocol: 3\nprotocol-fallback: true\ncipher: aes-256-gcm") { try $0.client($1) }
+    #expect(pinned.protocolVersion == 3 && pinned.protocolFallback && pinned.cipher == .aes256GCM)
+    #expect(try parse(base + "\nprotocol: 2") { try $0.client($1) }.protocolVersion == 2)
+
+    let server = "listen-port: 1\nprivate-key-file: k\ntunnel: {addresses: [10.77.0.1/16]}\nusers:\n  - {name: a, public-key: \(serverKey), addresses: [10.77.0.2]}\n"
+    #expect(try parse(server) { try $0.server($1) }.protocols == ProtocolPolicy(versions: [2, 3]))
+    let closed = try parse(server + "allow-versions: [3]\ncipher: chacha20-poly1305") { try $0.server($1) }
+    #expect(closed.protocols == ProtocolPolicy(versions: [3], cipher: .chacha20Poly1305))
+    for (bad, line, message) in [("allow-versions: [1]", 6, "2...3"), ("allow-versions: []", 6, "2, 3 or both"),
+                                 ("allow-versions: [2]\ncipher: aes-256-gcm", 7, "closes"), ("cipher: rot13", 6, "one of chacha20-poly1305")] {
+        #expect { try parse(server + bad) { try $0.server($1) } } throws: { error in
+            (error as? ConfigError).map { $0.line == line && $0.message.contains(message) } ?? false
+        }
+    }
+}
+
+@Test(arguments: [
+    ("protocol: 4", 4, "2...3"),
+    ("protocol: 2\nprotocol-fallback: true", 5, "nothing to fall back to"),
+    ("protocol: 2\ncipher: aes-256-gcm", 5, "always uses chacha20-poly1305"),
+    ("cipher: des", 4, "one of chacha20-poly1305, aes-256-gcm"),
+])
+func badProtocolSettingsPointAtTheLine(text: String, line: Int, message: String) {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
+}

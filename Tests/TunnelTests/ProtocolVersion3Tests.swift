@@ -329,6 +329,63 @@ struct ProtocolVersion3Tests {
     }
 }
 
+/// A client's fallback: only when configured, only after version 3 handshakes went wholly
+/// unanswered, and only for a while.
+struct ProtocolFallbackTests {
+    typealias Fixture = ProtocolFixture
+
+    /// Against a gateway that closed version 3 (or predates it): two silent version 3
+    /// handshakes, then version 2, kept for ten minutes, then version 3 again.
+    @Test func aClientFallsBackOnlyWhenToldAndOnlyForAWhile() throws {
+        var f = try Fixture(version: 3, protocols: ProtocolPolicy(versions: [2]))
+        f.client = try ClientCore(privateKey: f.clientKey, serverKey: f.serverKey.publicKey, version: 3, fallback: true)
+        var versions: [UInt8] = []
+        for _ in 0..<3 {
+            #expect(f.client.nextVersion(now: f.now) == (versions.count < 2 ? 3 : 2))
+            let outcome = try f.handshake()
+            versions.append(outcome.sent[0][0])
+            f.now = f.now + ClientCore.handshakeRetry
+        }
+        #expect(versions == [3, 3, 2])
+        #expect(f.client.session == SessionProtocol(version: 2, cipher: .chacha20Poly1305))
+        #expect(f.server.drops[.versionNotAllowed] == 4, "both parts of two handshakes")
+        // Rekeys stay on version 2 for ten minutes, then version 3 is tried again.
+        f.now = f.now + .seconds(120)
+        #expect(try f.handshake().sent[0][0] == 2)
+        f.now = f.now + ClientCore.fallbackHold
+        #expect(f.client.nextVersion(now: f.now) == 3)
+        #expect(try f.handshake().sent[0][0] == 3)
+
+        // Without the setting, version 3 it stays, whatever happens.
+        var strict = try Fixture(version: 3, protocols: ProtocolPolicy(versions: [2]))
+        for _ in 0..<4 {
+            #expect(try strict.handshake().sent[0][0] == 3)
+            strict.now = strict.now + ClientCore.handshakeRetry
+        }
+        #expect(strict.client.session == nil)
+    }
+
+    /// An answer of any kind (a cookie reply, a response) shows the gateway speaks version 3:
+    /// a handshake that then fails is no reason to fall back.
+    @Test func anAnsweredHandshakeIsNoReasonToFallBack() throws {
+        var f = try Fixture(version: 3)
+        f.client = try ClientCore(privateKey: f.clientKey, serverKey: f.serverKey.publicKey, version: 3, fallback: true)
+        for _ in 0..<3 {
+            // The response comes, the identity is lost.
+            var parts = try f.client.initiation(now: f.now, wallClock: Fixture.wall)
+            #expect(parts[0][0] == 3)
+            _ = f.server.receive(&parts[0], from: Fixture.clientAddress, now: f.now)
+            guard case .reply(var response, _) = f.server.receive(&parts[1], from: Fixture.clientAddress, now: f.now) else {
+                Issue.record("no response")
+                return
+            }
+            _ = f.client.receive(&response, now: f.now)
+            f.now = f.now + ClientCore.handshakeRetry
+        }
+        #expect(f.client.nextVersion(now: f.now) == 3)
+    }
+}
+
 extension ProtocolFixture {
     /// A version 3 (or 2) handshake to its end, the confirmation delivered; the peer, or nil
     /// (recorded) when it did not come to a session.

@@ -93,6 +93,8 @@ public struct HandshakeCompletion: Equatable, Sendable {
     public var confirmation: [UInt8]
     /// The server echoes padded probes padded alike: the path's MTU can be discovered.
     public var sizedEchoes = false
+    /// What the new session speaks.
+    public var spoken = SessionProtocol(version: Wire.version, cipher: .chacha20Poly1305)
 }
 
 /// The client's side of the protocol: builds initiations, turns responses into a session, seals
@@ -104,6 +106,15 @@ public struct ClientCore: Sendable {
     public let serverKey: PublicKey
     /// The protocol version this client speaks: 2, or 3 (the hybrid post-quantum handshake).
     public let version: UInt8
+    /// Version 3 only: speak version 2 to a server that answers none of `fallbackAfter` version
+    /// 3 handshakes in a row, for `fallbackHold`, then try version 3 again.
+    public let fallback: Bool
+    /// Version 3 handshakes in a row that got no answer at all (no response, no cookie reply).
+    private var unanswered = 0
+    /// Until when version 2 is spoken after a fallback.
+    private var fallbackUntil: Instant?
+    static let fallbackAfter = 2
+    static let fallbackHold: Duration = .seconds(600)
     /// Dropped datagrams by reason.
     public private(set) var drops = DropCounters()
     /// The server of the last accepted handshake takes path MTU notices (`pathMTUNotice`).
@@ -133,6 +144,8 @@ public struct ClientCore: Sendable {
         var datagrams: [[UInt8]]
         /// Cookie replies answered for this initiation.
         var resends = 0
+        /// The server answered it (a cookie reply, a response): it speaks its version.
+        var answered = false
     }
 
     /// Where a handshake in flight stands.
@@ -165,10 +178,11 @@ public struct ClientCore: Sendable {
     public init(
         privateKey: PrivateKey, serverKey: PublicKey, credentials: Credentials? = nil,
         limits: SessionLimits = SessionLimits(), acceptedSources: [Prefix]? = nil,
-        version: UInt8 = 2, cipher pinned: CipherSuite? = nil
+        version: UInt8 = 2, cipher pinned: CipherSuite? = nil, fallback: Bool = false
     ) throws(CryptoError) {
         self.acceptedSources = acceptedSources
         self.version = version
+        self.fallback = fallback && version == WireV3.version
         let aes = CipherSuite.aesInHardware
         offer = if let pinned {
             WireV3.Offer(suites: [pinned], preferred: pinned, aesHardware: aes)
@@ -213,9 +227,21 @@ public struct ClientCore: Sendable {
 
     /// A new handshake's datagrams, replacing any in flight: version 2's initiation, or version
     /// 3's two parts (the KEM key first). `ephemeral` and `kem` fix the keys, for test vectors.
+    /// With `fallback`, version 2's after `fallbackAfter` version 3 handshakes went unanswered.
     public mutating func initiation(now: Instant, wallClock: TAI64N) throws(CryptoError) -> [[UInt8]] {
         guard version == WireV3.version else { return [try initiate(now: now, wallClock: wallClock)] }
+        if let pending, case .hybrid = pending.handshake { unanswered = pending.answered ? 0 : unanswered + 1 }
+        if fallback, unanswered >= Self.fallbackAfter || fallbackUntil.map({ now < $0 }) ?? false {
+            return [try initiate(now: now, wallClock: wallClock)]
+        }
         return try hybridInitiation(now: now)
+    }
+
+    /// The version the next handshake speaks.
+    public func nextVersion(now: Instant) -> UInt8 {
+        guard fallback else { return version }
+        let unansweredNow = unanswered + (pending.map { p in if case .hybrid = p.handshake, !p.answered { 1 } else { 0 } } ?? 0)
+        return unansweredNow >= Self.fallbackAfter || fallbackUntil.map({ now < $0 }) ?? false ? Wire.version : version
     }
 
     mutating func hybridInitiation(now: Instant, ephemeral: PrivateKey = .random(), kem: MLKEM.KeyPair = MLKEM.KeyPair(),
@@ -285,7 +311,11 @@ public struct ClientCore: Sendable {
     /// Handles one datagram, decrypting a data packet in place; `fromServer` tells whether an
     /// unauthenticated hint may count (see `receive(_:from:server:now:)`).
     public mutating func receive(_ datagram: UnsafeMutableRawBufferPointer, fromServer: Bool, now: Instant) -> ClientEvent {
-        if version == WireV3.version { return receiveV3(datagram, fromServer: fromServer, now: now) }
+        // A version 3 client that may fall back reads version 2 too: what answers a fallback's
+        // handshake, and its session. Without a fallback it refuses version 2 at the first byte.
+        if version == WireV3.version, datagram.first == WireV3.version || !fallback {
+            return receiveV3(datagram, fromServer: fromServer, now: now)
+        }
         return switch Wire.messageType(of: UnsafeRawBufferPointer(datagram)) {
         case .failure(let reason): drop(reason)
         case .success(.data): receiveData(datagram, now: now)
@@ -328,7 +358,9 @@ public struct ClientCore: Sendable {
             response: Array(datagram[R.ephemeralOffset..<R.ciphertextOffset]),
             ciphertext: Array(datagram[R.ciphertextOffset..<R.choiceOffset]), sealedChoice: Array(datagram[R.choiceOffset...]))
         else { return drop(.handshakeFailed) }
-        // The server is authenticated now: a choice outside the offer, or none, ends the handshake.
+        // The server is authenticated now, and speaks version 3: a choice outside the offer, or
+        // none, ends the handshake.
+        unanswered = 0
         guard let choice = WireV3.Choice(decoding: choiceBytes), let suite = choice.suite, offer.suites.contains(suite) else {
             self.pending = nil
             return .rejected
@@ -377,6 +409,12 @@ public struct ClientCore: Sendable {
                                     suite: CipherSuite, version: UInt8, started: Instant, now: Instant) -> ClientEvent {
         self.pending = nil
         guard verdict.accepted else { return .rejected }
+        // A session in version 2 for a version 3 client is a fallback's: version 2 it is for a
+        // while; one in version 3 ends any fallback.
+        if self.version == WireV3.version {
+            fallbackUntil = version == Wire.version ? now + Self.fallbackHold : nil
+            unanswered = 0
+        }
         previous = current
         current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, suite: suite, version: version, established: now)
         hintReported = false
@@ -384,7 +422,8 @@ public struct ClientCore: Sendable {
         takesPathMTUNotices = verdict.pathMTUNotices
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
         return .established(HandshakeCompletion(rtt: now - started, addresses: verdict.addresses, dns: verdict.dns,
-                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes))
+                                                confirmation: confirmation, sizedEchoes: verdict.sizedEchoes,
+                                                spoken: SessionProtocol(version: version, cipher: suite)))
     }
 
     /// A cookie reply for the handshake in flight: keep the cookie and send the same initiation
@@ -402,6 +441,7 @@ public struct ClientCore: Sendable {
         guard pending.resends < allowed else { return drop(.rateLimited) }
         for i in pending.datagrams.indices { cookie.stamp(&pending.datagrams[i], now: now) }
         pending.resends += 1
+        pending.answered = true
         self.pending = pending
         return pending.datagrams.count == 1 ? .cookie(resend: pending.datagrams[0]) : .send(pending.datagrams)
     }

@@ -457,7 +457,8 @@ public final class TunnelClient: Sendable {
             deliver(range, in: raw)
         case .established(let completion):
             send(completion.confirmation)
-            logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)"])
+            logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)", "protocol": "\(completion.spoken.version)",
+                                                          "cipher": "\(completion.spoken.cipher)"])
             notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
             pathMTUUnheard()
         case .rejected:
