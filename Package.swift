@@ -132,6 +132,12 @@ let package = Package(
             name: "MonitorBenchmark", dependencies: ["Basics", "Netlink", "PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
+        // The protocol cores under libFuzzer (scripts/fuzz protocol); built plainly, it replays
+        // the inputs it is given, so a crash the fuzzer found can be run again anywhere.
+        .executableTarget(
+            name: "ProtocolFuzz", dependencies: ["Basics", "Device", "Tunnel"],
+            path: "Fuzz/Protocol", swiftSettings: strict),
+
         // A process that is not the agent but sets the session's mark, for the lockdown's lab tests.
         .executableTarget(name: "MarkedSender", path: "Tests/MarkedSender", swiftSettings: strict),
         // Throwaway network namespaces for the integration tests.

@@ -92,13 +92,15 @@ enum Initiation {
 /// public key can compute it, so it proves nothing about the sender; it lets the server discard
 /// random and misdirected packets before any Diffie-Hellman, and a scan cannot confirm that a
 /// server exists without its public key.
-struct Mac1 {
+/// Package-visible for the protocol's fuzzer, which stamps mutated handshake messages so they
+/// reach what lies behind the check.
+package struct Mac1 {
     private let key: [UInt8]
 
-    init(serverKey: PublicKey) { key = Primitives.hash(Array("mac1----".utf8), serverKey.bytes) }
+    package init(serverKey: PublicKey) { key = Primitives.hash(Array("mac1----".utf8), serverKey.bytes) }
 
     /// Writes mac1 of `initiation` into its place (mac2 stays as it is).
-    func stamp(_ initiation: inout [UInt8]) {
+    package func stamp(_ initiation: inout [UInt8]) {
         let covered = initiation.count - Initiation.macsLength
         let mac = initiation.withUnsafeBytes { MAC.compute(key: key, over: UnsafeRawBufferPointer(rebasing: $0[..<covered])) }
         initiation.replaceSubrange(covered..<(covered + Initiation.macLength), with: mac)
