@@ -17,6 +17,8 @@ struct Harness {
     /// Real messages, each delivered once already (a copy is a replay).
     var seeds: [(selector: UInt8, datagram: [UInt8])] = []
     let sessionsAtStart: Int
+    /// Inputs fed so far, each a millisecond on the cores' clock.
+    private(set) var inputs = 0
 
     static let sources = [SocketAddress(.v4(0xC000_0201), port: 40_000), SocketAddress(.v4(0xC633_6401), port: 50_000),
                           SocketAddress(.v4(0xCB00_7101), port: 666)]
@@ -87,6 +89,7 @@ struct Harness {
         let source = Self.sources[Int(selector >> 1 & 3) % Self.sources.count]
         if selector & 8 != 0, datagram.count >= 40 { mac1.stamp(&datagram) }
         now = now + .milliseconds(1)
+        inputs += 1
         if selector & 1 == 0 {
             var event = server.receive(&datagram, from: source, now: now)
             if case .checkPassword(let check) = event { event = server.finish(check, verified: check.verify(), now: now) }
