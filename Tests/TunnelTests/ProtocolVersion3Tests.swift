@@ -186,8 +186,11 @@ struct ProtocolVersion3Tests {
         #expect(f.server.sessionCount == 0)
     }
 
-    /// Every identity is for one response: a copy, a forgery or a late one finds nothing.
-    @Test func anIdentityIsTakenOnceAndInTime() throws {
+    /// Every identity is for one response and comes from where the response went: one from
+    /// elsewhere finds nothing, a forgery (someone who saw the response and spoofs the client's
+    /// address) does not end the real handshake, a copy of the real one finds nothing, and a
+    /// late one neither.
+    @Test func anIdentityIsTakenOnceFromItsAddressAndInTime() throws {
         var f = try Fixture(version: 3)
         var parts = try f.client.initiation(now: f.now, wallClock: Fixture.wall)
         _ = f.server.receive(&parts[0], from: Fixture.clientAddress, now: f.now)
@@ -196,12 +199,40 @@ struct ProtocolVersion3Tests {
             Issue.record("no identity")
             return
         }
-        // A forgery for the same index: dropped, and the real one finds nothing after it.
+        var elsewhere = identity
+        #expect(f.server.receive(&elsewhere, from: Fixture.attackerAddress, now: f.now) == .dropped(.unexpected))
         var forged = identity
         forged[WireV3.Identity.payloadOffset] ^= 1
-        #expect(f.server.receive(&forged, from: Fixture.attackerAddress, now: f.now) == .dropped(.handshakeFailed))
+        for _ in 0..<(HalfOpenHandshakes.attempts - 1) {
+            var copy = forged
+            #expect(f.server.receive(&copy, from: Fixture.clientAddress, now: f.now) == .dropped(.handshakeFailed))
+        }
         var real = identity
-        #expect(f.server.receive(&real, from: Fixture.clientAddress, now: f.now) == .dropped(.unexpected))
+        guard case .handshake(_, var verdict, _) = f.server.receive(&real, from: Fixture.clientAddress, now: f.now),
+              case .established = f.client.receive(&verdict, now: f.now) else {
+            Issue.record("the real identity did not get through after the forgeries: \(f.server.drops)")
+            return
+        }
+        var again = identity
+        #expect(f.server.receive(&again, from: Fixture.clientAddress, now: f.now) == .dropped(.unexpected))
+
+        // A few forgeries at most: then the handshake is given up.
+        var e = try Fixture(version: 3)
+        var given = try e.client.initiation(now: e.now, wallClock: Fixture.wall)
+        _ = e.server.receive(&given[0], from: Fixture.clientAddress, now: e.now)
+        guard case .reply(var reply, _) = e.server.receive(&given[1], from: Fixture.clientAddress, now: e.now),
+              case .send(let sent) = e.client.receive(&reply, now: e.now) else {
+            Issue.record("no identity")
+            return
+        }
+        var bad = sent[0]
+        bad[WireV3.Identity.payloadOffset] ^= 1
+        for _ in 0..<HalfOpenHandshakes.attempts {
+            var copy = bad
+            _ = e.server.receive(&copy, from: Fixture.clientAddress, now: e.now)
+        }
+        var afterThem = sent[0]
+        #expect(e.server.receive(&afterThem, from: Fixture.clientAddress, now: e.now) == .dropped(.unexpected))
 
         // Late: the half-open handshake is gone after five seconds.
         var g = try Fixture(version: 3)
@@ -216,7 +247,6 @@ struct ProtocolVersion3Tests {
         var copy = late[0]
         #expect(g.server.receive(&copy, from: Fixture.clientAddress, now: g.now) == .dropped(.unexpected))
         #expect(g.server.sessionCount == 0)
-
     }
 
     /// Users and passwords as in version 2, the password sealed under both ephemeral secrets;

@@ -231,9 +231,12 @@ public struct ClientCore: Sendable {
     public mutating func initiation(now: Instant, wallClock: TAI64N) throws(CryptoError) -> [[UInt8]] {
         guard version == WireV3.version else { return [try initiate(now: now, wallClock: wallClock)] }
         if let pending, case .hybrid = pending.handshake { unanswered = pending.answered ? 0 : unanswered + 1 }
-        if fallback, unanswered >= Self.fallbackAfter || fallbackUntil.map({ now < $0 }) ?? false {
-            return [try initiate(now: now, wallClock: wallClock)]
+        // The fallback starts once and lasts its hold, rekeys or not; then version 3 is tried again.
+        if fallback, unanswered >= Self.fallbackAfter {
+            fallbackUntil = now + Self.fallbackHold
+            unanswered = 0
         }
+        if fallbackUntil.map({ now < $0 }) ?? false { return [try initiate(now: now, wallClock: wallClock)] }
         return try hybridInitiation(now: now)
     }
 
@@ -409,10 +412,9 @@ public struct ClientCore: Sendable {
                                     suite: CipherSuite, version: UInt8, started: Instant, now: Instant) -> ClientEvent {
         self.pending = nil
         guard verdict.accepted else { return .rejected }
-        // A session in version 2 for a version 3 client is a fallback's: version 2 it is for a
-        // while; one in version 3 ends any fallback.
-        if self.version == WireV3.version {
-            fallbackUntil = version == Wire.version ? now + Self.fallbackHold : nil
+        // A session in version 3 ends any fallback.
+        if self.version == WireV3.version, version == WireV3.version {
+            fallbackUntil = nil
             unanswered = 0
         }
         previous = current

@@ -57,28 +57,24 @@ extension ServerCore {
         }
     }
 
-    /// The first part: kept once its mac1 (and, when a second part would need one, its cookie)
-    /// checks out. When everyone's share of the table is full, a peer's part takes the peers'
-    /// share once its cookie proves it comes from where the peer proved itself.
+    /// The first part: kept once its mac1 checks out and, when a second part would need one or
+    /// the table is half taken where the part would go (`InitiationParts.needsProof`), its
+    /// cookie: spoofed parts can take at most half of the table. A proven part from where a peer
+    /// proved itself may take the peers' share when everyone's is full.
     private mutating func keepFirstPart(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, now: Instant) -> ServerEvent {
         guard mac1.verify(datagram) else { return drop(.badMAC) }
-        if needsProof(source.ip, now: now), !cookies.isProven(datagram, from: source, now: now) {
-            return cookieReply(to: datagram, from: source, now: now)
+        var proven = false
+        if needsProof(source.ip, now: now) || firstParts.needsProof(source.ip, now: now) {
+            guard cookies.isProven(datagram, from: source, now: now) else { return cookieReply(to: datagram, from: source, now: now) }
+            proven = true
         }
         typealias K = WireV3.KEMKeyPart
         let index = datagram.loadLittleEndian(UInt32.self, at: K.senderOffset)
         let kemKey = Array(datagram[K.keyOffset..<(K.keyOffset + MLKEM.publicKeyLength)])
         do {
-            try firstParts.keep(kemKey, from: source, index: index, now: now)
+            try firstParts.keep(kemKey, from: source, index: index, proven: proven,
+                                peer: proven && sessions.peer(provenAt: source) != nil, now: now)
             return .held
-        } catch .full where sessions.peer(provenAt: source) != nil {
-            guard cookies.isProven(datagram, from: source, now: now) else { return cookieReply(to: datagram, from: source, now: now) }
-            do {
-                try firstParts.keep(kemKey, from: source, index: index, peer: true, now: now)
-                return .held
-            } catch {
-                return drop(error.reason)
-            }
         } catch {
             return drop(error.reason)
         }
@@ -105,13 +101,14 @@ extension ServerCore {
         }
     }
 
-    /// The identity: the half-open handshake its receiver index names, taken out (one identity
-    /// per response: a copy, or a forgery that came first, finds nothing).
+    /// The identity: the half-open handshake its receiver index names, if it comes from where
+    /// the response went (which it proves), taken out while it is read (one identity per
+    /// response: a copy finds nothing; a forgery puts it back, a few times at most).
     private mutating func admitIdentity(
         _ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?, now: Instant
     ) -> Admission {
         let index = datagram.loadLittleEndian(UInt32.self, at: WireV3.Identity.receiverOffset)
-        guard let handshake = halfOpen.take(index, now: now) else { return .answered(drop(.unexpected)) }
+        guard let handshake = halfOpen.take(index, from: source, now: now) else { return .answered(drop(.unexpected)) }
         return .admitted(AdmittedInitiation(
             datagram: Array(datagram), source: source, local: local, ephemeral: handshake.ephemeral, addressProven: true,
             lane: handshake.lane, step: .identity(handshake)))
@@ -135,14 +132,21 @@ extension ServerCore {
             return .answered(.rejected(.noCommonCipher, response: response, to: admitted.source))
         }
         let handshake = HalfOpenHandshake(state: answer.state, index: index, clientIndex: clientIndex, suite: suite,
-                                          lane: admitted.lane, ephemeral: admitted.ephemeral, at: now)
+                                          source: admitted.source, lane: admitted.lane, ephemeral: admitted.ephemeral, at: now)
         guard halfOpen.insert(handshake, now: now) else { return .answered(drop(.serverLimited)) }
         return .answered(.reply(datagram: response, to: admitted.source))
     }
 
     /// The identity read: who it is, as for version 2 (`judge`).
     mutating func decideIdentity(_ admitted: AdmittedInitiation, _ read: IdentityRead?, now: Instant) -> Decision {
-        guard case .identity(let handshake) = admitted.step, let read else { return .answered(drop(.handshakeFailed)) }
+        guard case .identity(let handshake) = admitted.step else { return .answered(drop(.unexpected)) }
+        guard let read else {
+            // A forgery (someone who saw the response) must not end the real client's handshake.
+            var kept = handshake
+            kept.failures += 1
+            if kept.failures < HalfOpenHandshakes.attempts { _ = halfOpen.insert(kept, now: now) }
+            return .answered(drop(.handshakeFailed))
+        }
         // The payload and the password are buffers of their own, shared by whoever holds them
         // (a password check): these wipes clear the only copies.
         defer { read.payload.wipe() }
@@ -202,11 +206,15 @@ struct HalfOpenHandshake: Sendable {
     let index: UInt32
     let clientIndex: UInt32
     let suite: CipherSuite
+    /// Where the response went: the identity must come from there.
+    let source: SocketAddress
     /// Whose budgets the initiation spent; the identity's static key must fit a peer's lane.
     let lane: Lane
     /// The client's ephemeral X25519 key, which names the handshake for replays.
     let ephemeral: [UInt8]
     let at: Instant
+    /// Identities for it that did not authenticate.
+    var failures = 0
 }
 
 /// Version 3 handshakes between the response and the identity, by the server's receiver index,
@@ -215,6 +223,8 @@ struct HalfOpenHandshake: Sendable {
 /// handshake state and an ephemeral private key, a few hundred bytes.
 struct HalfOpenHandshakes {
     static let lifetime: Duration = .seconds(5)
+    /// Identities that may fail to authenticate before the handshake is given up.
+    static let attempts = 3
     let capacity: Int
     private var handshakes: [UInt32: HalfOpenHandshake] = [:]
     private var nextSweep: Instant?
@@ -240,9 +250,11 @@ struct HalfOpenHandshakes {
         return true
     }
 
-    /// The handshake waiting under `index`, taken out; nil when there is none younger than `lifetime`.
-    mutating func take(_ index: UInt32, now: Instant) -> HalfOpenHandshake? {
-        guard let handshake = handshakes.removeValue(forKey: index) else { return nil }
+    /// The handshake waiting under `index` for an identity from `source`, taken out; nil when
+    /// there is none younger than `lifetime` (one for another source stays).
+    mutating func take(_ index: UInt32, from source: SocketAddress, now: Instant) -> HalfOpenHandshake? {
+        guard let handshake = handshakes[index], handshake.source == source else { return nil }
+        handshakes[index] = nil
         return now - handshake.at < Self.lifetime ? handshake : nil
     }
 
