@@ -12,14 +12,7 @@ struct GatewayLabTests {
     @Test func fourClientsThroughOneServerAtOnce() throws {
         let lab = try GatewayLab(clients: 4)
         try lab.start()
-        var probes: [ProbeStream] = []
-        var streams: [TCPStream] = []
-        for (n, laptop) in lab.laptops.enumerated() {
-            probes.append(try ProbeStream(from: SocketAddress(lab.inner(n), port: 0), in: laptop,
-                                          to: SocketAddress(GatewayLab.serverInner, port: UInt16(5006 + n)), in: lab.server))
-            streams.append(try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: UInt16(5100 + n)), listenerIn: lab.server,
-                                         from: laptop, bytesPerSecond: 4 << 20))
-        }
+        let (probes, streams) = try lab.traffic()
         defer { for p in probes { p.stop() } }
         let start = LabClock.now
         usleep(3_000_000)
@@ -46,14 +39,7 @@ struct GatewayLabTests {
             try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"])
         }
         try lab.start()
-        var probes: [ProbeStream] = []
-        var streams: [TCPStream] = []
-        for (n, laptop) in lab.laptops.enumerated() {
-            probes.append(try ProbeStream(from: SocketAddress(lab.inner(n), port: 0), in: laptop,
-                                          to: SocketAddress(GatewayLab.serverInner, port: UInt16(5006 + n)), in: lab.server))
-            streams.append(try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: UInt16(5100 + n)), listenerIn: lab.server,
-                                         from: laptop, bytesPerSecond: 4 << 20))
-        }
+        let (probes, streams) = try lab.traffic()
         defer { for p in probes { p.stop() } }
         usleep(1_000_000)
         let start = LabClock.now
@@ -222,15 +208,7 @@ struct GatewayLabTests {
     func aDrainedGatewayHandsItsSessionsOverWithoutALostPacket(how: String) throws {
         let lab = try GatewayLab(clients: 2, gateways: 2, drainPeriod: "10s")
         try lab.start()
-        var probes: [ProbeStream] = []
-        var streams: [TCPStream] = []
-        for (n, laptop) in lab.laptops.enumerated() {
-            probes.append(try ProbeStream(from: SocketAddress(lab.inner(n), port: 0), in: laptop,
-                                          to: SocketAddress(GatewayLab.serverInner, port: UInt16(5006 + n)), in: lab.server,
-                                          interval: .milliseconds(5)))
-            streams.append(try TCPStream(to: SocketAddress(GatewayLab.serverInner, port: UInt16(5100 + n)), listenerIn: lab.server,
-                                         from: laptop, bytesPerSecond: 4 << 20))
-        }
+        let (probes, streams) = try lab.traffic(probeInterval: .milliseconds(5))
         defer { for p in probes { p.stop() } }
         usleep(1_000_000)
         let start = LabClock.now

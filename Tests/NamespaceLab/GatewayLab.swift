@@ -2,6 +2,7 @@ public import Foundation
 import Glibc
 public import Basics
 public import Tunnel
+import Device
 
 /// A gateway with several users at once: a server namespace running `agent serve` (answering on
 /// 198.51.100.7), and `clients` laptop namespaces, each with one uplink (`eth0`, 10.60.N.2) into
@@ -102,6 +103,21 @@ public final class GatewayLab {
                 throw NamespaceLab.Failure(description: "client \(n) did not come up: \(log("client\(n).log"))")
             }
         }
+    }
+
+    /// For every client, a probe stream (every `interval`) to port 5006+N and a checked TCP
+    /// stream (4 MB/s) to port 5100+N of the server's inner address. Stop the probes when done.
+    public func traffic(probeInterval: Duration = .milliseconds(20)) throws -> (probes: [ProbeStream], streams: [TCPStream]) {
+        var probes: [ProbeStream] = []
+        var streams: [TCPStream] = []
+        for (n, laptop) in laptops.enumerated() {
+            probes.append(try ProbeStream(from: SocketAddress(inner(n), port: 0), in: laptop,
+                                          to: SocketAddress(Self.serverInner, port: UInt16(5006 + n)), in: server,
+                                          interval: probeInterval))
+            streams.append(try TCPStream(to: SocketAddress(Self.serverInner, port: UInt16(5100 + n)), listenerIn: server,
+                                         from: laptop, bytesPerSecond: 4 << 20))
+        }
+        return (probes, streams)
     }
 
     /// Starts gateway `g` and returns once it serves.
