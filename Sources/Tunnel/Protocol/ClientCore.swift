@@ -94,7 +94,7 @@ public struct HandshakeCompletion: Equatable, Sendable {
     /// The server echoes padded probes padded alike: the path's MTU can be discovered.
     public var sizedEchoes = false
     /// What the new session speaks.
-    public var spoken = SessionProtocol(version: Wire.version, cipher: .chacha20Poly1305)
+    public var spoken: SessionProtocol
 }
 
 /// The client's side of the protocol: builds initiations, turns responses into a session, seals
@@ -230,21 +230,26 @@ public struct ClientCore: Sendable {
     /// With `fallback`, version 2's after `fallbackAfter` version 3 handshakes went unanswered.
     public mutating func initiation(now: Instant, wallClock: TAI64N) throws(CryptoError) -> [[UInt8]] {
         guard version == WireV3.version else { return [try initiate(now: now, wallClock: wallClock)] }
-        if let pending, case .hybrid = pending.handshake { unanswered = pending.answered ? 0 : unanswered + 1 }
+        let speaks = nextVersion(now: now)
+        unanswered = unansweredCounting(pending)
         // The fallback starts once and lasts its hold, rekeys or not; then version 3 is tried again.
         if fallback, unanswered >= Self.fallbackAfter {
             fallbackUntil = now + Self.fallbackHold
             unanswered = 0
         }
-        if fallbackUntil.map({ now < $0 }) ?? false { return [try initiate(now: now, wallClock: wallClock)] }
-        return try hybridInitiation(now: now)
+        return speaks == Wire.version ? [try initiate(now: now, wallClock: wallClock)] : try hybridInitiation(now: now)
     }
 
     /// The version the next handshake speaks.
     public func nextVersion(now: Instant) -> UInt8 {
         guard fallback else { return version }
-        let unansweredNow = unanswered + (pending.map { p in if case .hybrid = p.handshake, !p.answered { 1 } else { 0 } } ?? 0)
-        return unansweredNow >= Self.fallbackAfter || fallbackUntil.map({ now < $0 }) ?? false ? Wire.version : version
+        return unansweredCounting(pending) >= Self.fallbackAfter || fallbackUntil.map({ now < $0 }) ?? false ? Wire.version : version
+    }
+
+    /// The version 3 handshakes in a row without an answer, `handshake` (the one in flight) among them.
+    private func unansweredCounting(_ handshake: Pending?) -> Int {
+        guard let handshake, case .hybrid = handshake.handshake else { return unanswered }
+        return handshake.answered ? 0 : unanswered + 1
     }
 
     mutating func hybridInitiation(now: Instant, ephemeral: PrivateKey = .random(), kem: MLKEM.KeyPair = MLKEM.KeyPair(),
@@ -277,7 +282,7 @@ public struct ClientCore: Sendable {
     }
 
     /// What the session in use speaks; nil without one.
-    public var session: SessionProtocol? { current.map { SessionProtocol(version: $0.version, cipher: $0.suite) } }
+    public var session: SessionProtocol? { current?.spoken }
 
     /// True while an initiation awaits its response.
     public var isHandshaking: Bool { pending != nil }

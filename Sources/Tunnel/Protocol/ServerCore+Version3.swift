@@ -125,8 +125,7 @@ extension ServerCore {
         let clientIndex = admitted.datagram.withUnsafeBytes { $0.loadLittleEndian(UInt32.self, at: WireV3.RestPart.senderOffset) }
         var index = Primitives.randomUInt32()
         while !sessions.isFree(index) || halfOpen.contains(index) { index = Primitives.randomUInt32() }
-        let response = WireV3.header(.response) + withUnsafeBytes(of: index.littleEndian) { Array($0) }
-            + withUnsafeBytes(of: clientIndex.littleEndian) { Array($0) } + answer.body
+        let response = Self.response(answer.body, sender: index, receiver: clientIndex, header: WireV3.header(.response))
         guard let suite = answer.suite else {
             drops.count(.noCommonCipher)
             return .answered(.rejected(.noCommonCipher, response: response, to: admitted.source))

@@ -571,9 +571,11 @@ public struct ServerCore: Sendable {
         return out
     }
 
-    private static func response(_ noise: [UInt8], sender: UInt32, receiver: UInt32) -> [UInt8] {
-        Wire.header(.response) + withUnsafeBytes(of: sender.littleEndian) { Array($0) }
-            + withUnsafeBytes(of: receiver.littleEndian) { Array($0) } + noise
+    /// A message to the client laid out as every answer to a handshake is: `header`, the
+    /// server's index, the client's index, then `body` (version 2's response; version 3's
+    /// response and verdict).
+    static func response(_ body: [UInt8], sender: UInt32, receiver: UInt32, header: [UInt8] = Wire.header(.response)) -> [UInt8] {
+        header + withUnsafeBytes(of: sender.littleEndian) { Array($0) } + withUnsafeBytes(of: receiver.littleEndian) { Array($0) } + body
     }
 
     // MARK: Sending
@@ -760,8 +762,7 @@ public struct PlannedResponse: Sendable {
         case .hybrid(let identified, let index, _):
             let (sealed, keys, _) = identified.verdict(payload)
             // A refusal names the response's index too: the client matches the verdict to it.
-            let message = WireV3.header(.verdict) + withUnsafeBytes(of: index.littleEndian) { Array($0) }
-                + withUnsafeBytes(of: initiation.senderIndex.littleEndian) { Array($0) } + sealed
+            let message = ServerCore.response(sealed, sender: index, receiver: initiation.senderIndex, header: WireV3.header(.verdict))
             return WrittenResponse(plan: self, message: message, keys: keys)
         }
     }

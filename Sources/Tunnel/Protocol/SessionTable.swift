@@ -250,7 +250,7 @@ public final class SessionTable: Sendable {
     /// What `peer`'s newest session speaks (the one a handshake just installed); nil without one.
     func newestProtocol(of peer: PeerID) -> SessionProtocol? {
         guard peers.indices.contains(peer.index) else { return nil }
-        return peers[peer.index].state.withLock { ($0.next ?? $0.current).map { SessionProtocol(version: $0.version, cipher: $0.suite) } }
+        return peers[peer.index].state.withLock { ($0.next ?? $0.current)?.spoken }
     }
 
     /// How many reachable peers use a session of each version and cipher (a walk over the users).
@@ -258,7 +258,7 @@ public final class SessionTable: Sendable {
         var counts: [SessionProtocol: Int] = [:]
         for cell in peers {
             let spoken = cell.state.withLock { state in
-                state.endpoint == nil ? nil : state.current.map { SessionProtocol(version: $0.version, cipher: $0.suite) }
+                state.endpoint == nil ? nil : state.current?.spoken
             }
             if let spoken { counts[spoken, default: 0] += 1 }
         }

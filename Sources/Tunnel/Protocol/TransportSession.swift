@@ -75,6 +75,9 @@ final class TransportSession: Sendable {
     /// The cipher its packets are sealed with.
     var suite: CipherSuite { sealer.suite }
 
+    /// Its version and cipher, as status and logs give them.
+    var spoken: SessionProtocol { SessionProtocol(version: version, cipher: suite) }
+
     /// Messages sealed so far.
     var sendCounter: UInt64 { nextCounter.load(ordering: .relaxed) }
 
