@@ -65,6 +65,11 @@ private func parse<T>(_ text: String, _ read: (YAMLReader, Node) throws -> T) th
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\npersistent-keepalive: often", 4, "a duration"),
     ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ntunnel: {mtu: 1200}\nreconnect:\n  min-mtu: 1280", 6,
      "above the tunnel's 'mtu' (1200)"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nprotocol: 4", 4, "2...3"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nprotocol: 2\nprotocol-fallback: true", 5, "nothing to fall back to"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\nprotocol: 2\ncipher: aes-256-gcm", 5,
+     "always uses chacha20-poly1305"),
+    ("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\ncipher: des", 4, "one of chacha20-poly1305, aes-256-gcm"),
 ])
 func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     expectClientRefusal(text, line: line, message: message)
@@ -298,14 +303,4 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
             (error as? ConfigError).map { $0.line == line && $0.message.contains(message) } ?? false
         }
     }
-}
-
-@Test(arguments: [
-    ("protocol: 4", 4, "2...3"),
-    ("protocol: 2\nprotocol-fallback: true", 5, "nothing to fall back to"),
-    ("protocol: 2\ncipher: aes-256-gcm", 5, "always uses chacha20-poly1305"),
-    ("cipher: des", 4, "one of chacha20-poly1305, aes-256-gcm"),
-])
-func badProtocolSettingsPointAtTheLine(text: String, line: Int, message: String) {
-    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
