@@ -6,7 +6,8 @@ import Testing
 
 /// `scripts/package`: the Debian package is built from the tested binary, unpacked into a
 /// throwaway root, and what it installs works there: the binary, its man pages and completions,
-/// /etc/roam owner-only, units that `systemd-analyze verify` accepts and rates at most 3.0.
+/// /etc/roam owner-only, the network managers' drop-ins, units that `systemd-analyze verify`
+/// accepts and rates at most 3.0.
 struct PackageTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
@@ -26,6 +27,20 @@ struct PackageTests {
         let ran = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/unshare"), ["--mount", "--propagation", "private", "sh", "-c", script])
         try #require(ran.status == 0, "\(ran.output)")
         return ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The keys of one section of an INI-style file (networkd.conf, NetworkManager.conf), comments
+    /// and other sections left out.
+    static func keys(_ text: String, section: String) -> [String: String] {
+        var current = "", keys: [String: String] = [:]
+        for line in text.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) {
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            if line.hasPrefix("[") && line.hasSuffix("]") { current = String(line.dropFirst().dropLast()); continue }
+            guard current == section, let equals = line.firstIndex(of: "=") else { continue }
+            keys[line[..<equals].trimmingCharacters(in: .whitespaces)] =
+                line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+        }
+        return keys
     }
 
     @Test func thePackageInstallsAndWhatItInstallsWorks() throws {
@@ -55,6 +70,20 @@ struct PackageTests {
         let unpacked = try NamespaceLab.capture(dpkgDeb, ["-x", deb, root])
         try #require(unpacked.status == 0, "\(unpacked.output)")
         let agent = URL(fileURLWithPath: root + "/usr/bin/agent")
+
+        // The drop-ins that keep systemd-networkd off the agent's rules and routes and
+        // NetworkManager off its tunnel device: where each reads them, 0644, the keys in their sections.
+        for (path, section, keys) in [
+            ("/usr/lib/systemd/networkd.conf.d/roam.conf", "Network",
+             ["ManageForeignRoutingPolicyRules": "no", "ManageForeignRoutes": "no"]),
+            ("/usr/lib/NetworkManager/conf.d/roam.conf", "keyfile", ["unmanaged-devices": "interface-name:roam*"]),
+        ] {
+            var info = stat()
+            try #require(stat(root + path, &info) == 0, "\(path) is not in the package")
+            #expect(info.st_mode & 0o7777 == 0o644, "\(path): mode \(String(info.st_mode & 0o7777, radix: 8))")
+            let text = try String(contentsOfFile: root + path, encoding: .utf8)
+            #expect(Self.keys(text, section: section) == keys, "\(path): \(text)")
+        }
 
         // The binary, and the maintainer's script that makes the group.
         let version = try NamespaceLab.capture(agent, ["--version"])
