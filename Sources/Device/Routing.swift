@@ -122,6 +122,46 @@ public final class TunnelRoutes {
 
     deinit { try? remove() }
 
+    /// What of the plan the kernel does not hold now, in `ip`'s words: its routes looked up in
+    /// `routes` (the path model's copy of every table), its rules in a fresh dump. Empty when
+    /// whole, or when it was never installed or has been removed.
+    public func missing(routes: some Collection<Route>) throws(DeviceError) -> [String] {
+        guard installedRoutes > 0 || installedRules > 0 else { return [] }
+        var missing: [String] = []
+        for route in plan.routes[..<installedRoutes] where !routes.contains(where: { Self.same($0, route) }) {
+            missing.append("route \(route.destination)" + (route.table == Route.mainTable ? "" : " table \(route.table)"))
+        }
+        if installedRules > 0 {
+            let present: [RoutingRule]
+            do throws(NetlinkError) { present = try netlink.rules() } catch { throw DeviceError(error) }
+            for rule in plan.rules[..<installedRules] where !present.contains(rule) { missing.append("rule \(rule)") }
+        }
+        return missing
+    }
+
+    /// Whether `found` is `wanted` as the kernel reports it: an unreachable route's next hop is
+    /// the loopback device, whatever was asked.
+    private static func same(_ found: Route, _ wanted: Route) -> Bool {
+        found.table == wanted.table && found.destination == wanted.destination && found.type == wanted.type
+            && (wanted.type == .reject || found.nextHops.map(\.linkIndex) == wanted.nextHops.map(\.linkIndex))
+    }
+
+    /// Puts back whatever of the plan someone removed: each route and rule is written again, in
+    /// the plan's order (routes before the rules that send packets to them); what is there
+    /// already stays.
+    public func reinstall() throws(DeviceError) {
+        do throws(NetlinkError) {
+            for route in plan.routes[..<installedRoutes] {
+                do throws(NetlinkError) { try netlink.write(route) } catch where error.code == EEXIST {}
+            }
+            for rule in plan.rules[..<installedRules] {
+                do throws(NetlinkError) { try netlink.write(rule) } catch where error.code == EEXIST {}
+            }
+        } catch {
+            throw DeviceError(error)
+        }
+    }
+
     /// Removes the rules (first, so no packet meets a rule without its route), then the
     /// routes. Whatever is gone already (routes die with the TUN device) is not an error;
     /// anything else is, after the rest was removed. Safe to call again.

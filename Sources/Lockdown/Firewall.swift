@@ -145,6 +145,17 @@ public final class Firewall {
         try change { $0.localNetworks = networks }
     }
 
+    /// Someone else changed or deleted the table: what is wanted is loaded again, whole (a
+    /// refusal is tried again every second, as a closing is).
+    public func reload() throws(LockdownError) {
+        lockdown?.forget()
+        refused = refused ?? wanted
+        try sync()
+    }
+
+    /// Transactions on the table this agent committed (see `TableWatch.foreignChange`).
+    public var commits: Int { lockdown?.commits ?? 0 }
+
     /// Packets stopped, by cause, for `agent status`.
     public func counters() -> [BlockCause: UInt64] { (try? lockdown?.counters()) ?? [:] }
 

@@ -11,6 +11,8 @@ public final class Lockdown {
     private let nft: Nftables
     /// What is loaded now, as far as this process knows.
     public private(set) var policy: LockdownPolicy?
+    /// Transactions on the table this process committed: loads and removals (see `TableWatch`).
+    public private(set) var commits = 0
 
     public init(namespace: NetworkNamespace? = nil) throws(LockdownError) {
         nft = try Nftables(namespace: namespace)
@@ -29,13 +31,18 @@ public final class Lockdown {
         try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n"
                     + policy.ruleset(counts: counts),
                     "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
+        commits += 1
         self.policy = policy
     }
+
+    /// Someone else changed the table: the next `apply` loads it whole, even the same policy.
+    public func forget() { policy = nil }
 
     /// Removes the table, whoever loaded it; none there is no error.
     public func remove() throws(LockdownError) {
         try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n",
                     "remove the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
+        commits += 1
         policy = nil
     }
 

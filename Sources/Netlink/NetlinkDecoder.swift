@@ -17,6 +17,8 @@ public struct NetlinkDecoder: Sendable {
     /// What one buffer of netlink messages held.
     public struct Batch: Equatable, Sendable {
         public var changes: [NetworkChange] = []
+        /// Policy rules added or removed, and routes removed, with who asked (see `RoutingNotice`).
+        public var notices: [RoutingNotice] = []
         /// `NLMSG_DONE` ended a dump.
         public var done = false
         /// A negative errno from `NLMSG_ERROR` (0 is an acknowledgement), with the request's
@@ -24,7 +26,7 @@ public struct NetlinkDecoder: Sendable {
         public var error: (code: Int32, sequence: UInt32, message: String?)?
 
         public static func == (a: Batch, b: Batch) -> Bool {
-            a.changes == b.changes && a.done == b.done && a.error?.code == b.error?.code
+            a.changes == b.changes && a.notices == b.notices && a.done == b.done && a.error?.code == b.error?.code
                 && a.error?.sequence == b.error?.sequence && a.error?.message == b.error?.message
         }
     }
@@ -49,12 +51,51 @@ public struct NetlinkDecoder: Sendable {
             case RTM.newAddr, RTM.delAddr:
                 if let change = address(buffer, body, removed: message.type == RTM.delAddr) { batch.changes.append(change) }
             case RTM.newRoute, RTM.delRoute:
-                if let change = route(buffer, body, removed: message.type == RTM.delRoute) { batch.changes.append(change) }
+                if let change = route(buffer, body, removed: message.type == RTM.delRoute) {
+                    batch.changes.append(change)
+                    if case .routeRemoved(let key) = change {
+                        batch.notices.append(RoutingNotice(subject: .route(key), removed: true, sender: message.port))
+                    }
+                }
+            case RTM.newRule, RTM.delRule:
+                if let rule = Self.rule(buffer, body) {
+                    batch.notices.append(RoutingNotice(subject: .rule(rule), removed: message.type == RTM.delRule, sender: message.port))
+                } else {
+                    malformed += 1
+                }
             default:
                 skipped += 1
             }
         }
         return batch
+    }
+
+    /// A policy rule (`struct fib_rule_hdr` and its attributes) as `RoutingRule` says it; nil
+    /// when malformed or of another family. Rules that match on more than a mark (a source, an
+    /// interface) read as their mark-only part: they are never Roam's.
+    static func rule(_ b: [UInt8], _ body: Range<Int>) -> RoutingRule? {
+        guard body.count >= 12 else { return nil }
+        let s = body.lowerBound
+        let family: IPAddress.Family
+        switch b[s] {
+        case AF.inet: family = .v4
+        case AF.inet6: family = .v6
+        default: return nil
+        }
+        var rule = RoutingRule(family: family, priority: 0, table: UInt32(b[s + 4]), inverted: b.u32(s + 8) & 0x2 != 0)
+        let complete = attributes(b, s + 12..<body.upperBound) { type, value in
+            guard value.count >= 4 else { return }
+            switch type {
+            case 6: rule.priority = b.u32(value.lowerBound)  // FRA_PRIORITY
+            case 10: rule.mark = b.u32(value.lowerBound)  // FRA_FWMARK
+            case 14:  // FRA_SUPPRESS_PREFIXLEN
+                let length = Int32(bitPattern: b.u32(value.lowerBound))
+                rule.suppressPrefixLength = length >= 0 ? Int(length) : nil
+            case 15: rule.table = b.u32(value.lowerBound)  // FRA_TABLE
+            default: break
+            }
+        }
+        return complete ? rule : nil
     }
 
     // MARK: Messages
@@ -64,6 +105,9 @@ public struct NetlinkDecoder: Sendable {
         package var type: UInt16
         package var flags: UInt16
         package var sequence: UInt32
+        /// The netlink port of the socket the message is from or, in a notice, of the socket whose
+        /// request caused it (0: the kernel's own doing).
+        package var port: UInt32
         /// The whole message, header included.
         package var bytes: Range<Int>
         /// What follows the 16-byte header.
@@ -80,7 +124,7 @@ public struct NetlinkDecoder: Sendable {
             let length = Int(b.u32(offset))
             guard length >= 16, offset + length <= b.count else { return (messages, false) }
             messages.append(Message(type: b.u16(offset + 4), flags: b.u16(offset + 6), sequence: b.u32(offset + 8),
-                                    bytes: offset..<offset + length))
+                                    port: b.u32(offset + 12), bytes: offset..<offset + length))
             offset += NL.align(length)
         }
         // Fewer than 4 bytes left is padding; more is the start of a message cut short.
@@ -274,6 +318,7 @@ package enum RTM {
     package static let newRoute: UInt16 = 24, delRoute: UInt16 = 25, getRoute: UInt16 = 26
     package static let newNeighbour: UInt16 = 28, getNeighbour: UInt16 = 30
     package static let clonedFlag: UInt32 = 0x200
+    package static let newRule: UInt16 = 32, delRule: UInt16 = 33, getRule: UInt16 = 34
 }
 package enum IFLA {
     package static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26

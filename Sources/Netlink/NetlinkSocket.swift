@@ -32,8 +32,12 @@ public struct NetlinkGroups: OptionSet, Sendable {
     public static let ipv6Address = NetlinkGroups(rawValue: 0x100)  // RTMGRP_IPV6_IFADDR
     public static let ipv6Route = NetlinkGroups(rawValue: 0x400)  // RTMGRP_IPV6_ROUTE
     public static let neighbour = NetlinkGroups(rawValue: 0x4)  // RTMGRP_NEIGH
+    public static let ipv4Rule = NetlinkGroups(rawValue: 0x80)  // RTMGRP_IPV4_RULE
+    public static let ipv6Rule = NetlinkGroups(rawValue: 0x40000)  // 1 << (RTNLGRP_IPV6_RULE - 1)
     /// Everything the path model needs.
     public static let paths: NetlinkGroups = [.link, .ipv4Address, .ipv4Route, .ipv6Address, .ipv6Route]
+    /// Policy rules added and removed, both families.
+    public static let rules: NetlinkGroups = [.ipv4Rule, .ipv6Rule]
 }
 
 /// A netlink socket through libmnl (`NETLINK_ROUTE`, or `NETLINK_GENERIC` for Wi-Fi); the one
@@ -172,6 +176,31 @@ public final class NetlinkSocket {
             }
         }
         return changes
+    }
+
+    /// Every policy rule of both families, as `RoutingRule`s.
+    public func rules() throws(NetlinkError) -> [RoutingRule] {
+        let what = "dump rules"
+        let seq = try request(type: RTM.getRule, flags: UInt16(NLM_F_DUMP), header: [UInt8](repeating: 0, count: 12))
+        var rules: [RoutingRule] = []
+        // Bounded in count, and in time by the receive timeout.
+        for _ in 0..<100_000 {
+            let bytes = try receive(timeout: .seconds(5))
+            if bytes.isEmpty { throw NetlinkError(what, ETIMEDOUT) }
+            let buffer = Array(bytes)
+            for message in NetlinkDecoder.messages(buffer).messages where message.sequence == seq {
+                switch message.type {
+                case NL.done: return rules
+                case NL.error:
+                    if let answer = NetlinkDecoder.acknowledgement(buffer, message), answer.code != 0 {
+                        throw NetlinkError(what, -answer.code, message: answer.message)
+                    }
+                case RTM.newRule: if let rule = NetlinkDecoder.rule(buffer, message.body) { rules.append(rule) }
+                default: break
+                }
+            }
+        }
+        throw NetlinkError(what, ETIMEDOUT)
     }
 
     /// Adds (or replaces) `route` in the kernel, or deletes it, and waits for the kernel's answer.

@@ -178,3 +178,24 @@ public enum NetworkChange: Hashable, Sendable {
         }
     }
 }
+
+/// A policy rule added or removed, or a route removed, and who asked for it: what the agent
+/// needs to notice that someone else took its routing away, and to say who.
+public struct RoutingNotice: Hashable, Sendable {
+    public enum Subject: Hashable, Sendable {
+        case rule(RoutingRule)
+        case route(Route.Key)
+    }
+    public var subject: Subject
+    public var removed: Bool
+    /// The netlink port of the socket whose request caused it: for most programs the process id
+    /// of the first socket they open (`ip`, NetworkManager, systemd-networkd); 0 for the
+    /// kernel's own doing (a link going down takes its routes).
+    public var sender: UInt32
+
+    public init(subject: Subject, removed: Bool, sender: UInt32) {
+        self.subject = subject
+        self.removed = removed
+        self.sender = sender
+    }
+}

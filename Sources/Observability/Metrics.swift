@@ -160,6 +160,11 @@ public final class ClientMetrics: RoamMetrics {
 
     /// The kernel dropped netlink messages and the routing state was read again.
     public func resynced() { count("roam_netlink_resyncs_total") }
+
+    /// Something the agent keeps on the machine (`routing`, `resolvers`, `lockdown`) was taken
+    /// away by someone else and put back; a fight over it was held off.
+    public func restored(_ holding: String) { count("roam_restored_total", [("what", holding)]) }
+    public func upkeepHeld(_ holding: String) { count("roam_restore_holds_total", [("what", holding)]) }
     /// A probe went out on a path.
     public func probed() { count("roam_probes_total") }
     /// A probe padded to a tunnel packet's size went out (path MTU discovery).

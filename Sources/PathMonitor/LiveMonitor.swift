@@ -13,6 +13,9 @@ public enum MonitorEvent: Sendable {
     case resynced(changes: [NetworkChange], paths: [Path]?)
     /// The socket failed and was reopened, followed by a resync.
     case reopened(NetlinkError)
+    /// Policy rules added or removed and routes removed, with who asked: after the changes of
+    /// the same buffer.
+    case routing([RoutingNotice])
 }
 
 /// Follows the kernel's rtnetlink messages and keeps the paths to one server current.
@@ -43,13 +46,17 @@ public final class LiveMonitor {
         self.tunnelInterface = tunnelInterface
         self.receiveBuffer = receiveBuffer
         self.record = record
-        events = try Self.open(in: namespace, groups: .paths, receiveBuffer: receiveBuffer)
+        events = try Self.open(in: namespace, groups: Self.groups, receiveBuffer: receiveBuffer)
         tracker = PathTracker(model: NetworkModel(tunnelInterface: tunnelInterface), endpoint: endpoint)
         tracker = PathTracker(model: try freshModel(recording: true), endpoint: endpoint)
     }
 
     /// The current ranked paths.
     public var paths: [Path] { tracker.paths }
+
+    /// What the monitor follows: the paths' links, addresses and routes, and the policy rules
+    /// (someone may remove the tunnel's).
+    static let groups: NetlinkGroups = NetlinkGroups.paths.union(.rules)
 
     /// Tracks the paths to `endpoint` from now on; returns them when they changed significantly.
     public func retarget(to endpoint: IPAddress) -> [Path]? { tracker.retarget(to: endpoint) }
@@ -66,13 +73,14 @@ public final class LiveMonitor {
             let bytes = try events.receive(timeout: timeout)
             if bytes.isEmpty { return [] }
             record?(bytes, false)
-            return apply(decoder.decode(bytes).changes.map(LinkClassifier.refine))
+            let batch = decoder.decode(bytes)
+            return apply(batch.changes.map(LinkClassifier.refine)) + (batch.notices.isEmpty ? [] : [.routing(batch.notices)])
         } catch let error where error.isOverrun {
             return [resync()]
         } catch {
             // Anything else: the socket is no longer to be trusted. Reopen, then resync.
             reopens += 1
-            if let socket = try? Self.open(in: namespace, groups: .paths, receiveBuffer: receiveBuffer) { events = socket }
+            if let socket = try? Self.open(in: namespace, groups: Self.groups, receiveBuffer: receiveBuffer) { events = socket }
             return [.reopened(error), resync()]
         }
     }

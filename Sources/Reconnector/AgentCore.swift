@@ -56,6 +56,10 @@ public enum AgentEvent: Equatable, Sendable {
     case portalWindowOpened(Bool)
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
+    /// Something the agent put on the machine is missing (see `Upkeep`).
+    case damaged(Holding, Upkeep.Damage)
+    /// It is whole again.
+    case intact(Holding)
     /// An operator's request.
     case request(Request)
 
@@ -83,6 +87,8 @@ public enum AgentEvent: Equatable, Sendable {
         case .reloaded: "reload"
         case .portalWindowOpened: "portal-window-opened"
         case .tunnelFailed: "tunnel-failed"
+        case .damaged: "damaged"
+        case .intact: "intact"
         case .request(.reconnect): "operator"
         case .request(.pause): "operator-down"
         case .request(.resume): "operator-up"
@@ -205,6 +211,11 @@ public enum Effect: Equatable, Sendable {
     case onDemandDecided(OnDemandDecision)
     /// The answer to the operator's request being handled.
     case reply(OperatorReply)
+    /// Put `holding` back: someone took `damage` away. Whether it is whole again comes back as
+    /// `AgentEvent.intact`; still missing, as `AgentEvent.damaged`.
+    case restore(Holding, Upkeep.Damage)
+    /// `holding` keeps being taken away: no restore before `until` (the log and status say so).
+    case upkeepHeld(Holding, Upkeep.Damage, restores: Int, until: Instant)
 }
 
 /// What the agent answers an operator's request (`AgentEvent.request`); the runner words it.
@@ -252,6 +263,8 @@ public struct AgentCore: Sendable {
     public private(set) var servers: ServerBook
     /// The on-demand rules, and what they know of the best path's network.
     public private(set) var onDemand: OnDemandJudge
+    /// What others took away of the agent's rules, routes, resolvers and lockdown, and the fights.
+    public private(set) var upkeep = Upkeep()
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
     private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
@@ -309,13 +322,14 @@ public struct AgentCore: Sendable {
         if let giveUpAt { all[.startup] = giveUpAt }
         if let lookUpAt { all[.lookUp] = lookUpAt }
         if let due = onDemand.nextDeadline { all[.onDemand] = due }
+        if let due = upkeep.nextDeadline { all[.upkeep] = due }
         return all
     }
 
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline].compactMap { $0 }.min()
+        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline, upkeep.nextDeadline].compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -384,7 +398,10 @@ public struct AgentCore: Sendable {
             onDemand.timerFired(now: now, &asks)
             out += asks.map(Effect.findOut)
             judge(now, &out)
+        case .timerFired(.upkeep): upkeep.timerFired(now: now, &out)
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
+        case .damaged(let holding, let damage): upkeep.damaged(holding, damage, now: now, &out)
+        case .intact(let holding): upkeep.intact(holding)
         case .networkFact(let fact):
             if onDemand.learn(fact, now: now) { judge(now, &out) }
         case .reloaded(let config, let rules):

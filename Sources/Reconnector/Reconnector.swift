@@ -1578,6 +1578,7 @@ extension TimerKind {
         case .startup: 10
         case .lookUp: 11
         case .onDemand: 12
+        case .upkeep: 13
         }
     }
 }

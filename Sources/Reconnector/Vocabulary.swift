@@ -123,6 +123,9 @@ public enum TimerKind: String, CaseIterable, Sendable {
     /// The on-demand rules wait for a gateway's entry or a network's search domains: time to
     /// look again, or to stop waiting (kept by `AgentCore`).
     case onDemand = "on-demand"
+    /// A fight over something others keep taking away is held off: time to put it back once
+    /// (kept by `AgentCore`'s `Upkeep`).
+    case upkeep
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

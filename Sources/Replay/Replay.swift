@@ -27,6 +27,11 @@ public struct ReplayReport: Sendable {
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration = .zero
+    /// What others took away and the agent put back; the fights it held off; the longest time
+    /// anything it keeps was missing.
+    public var restores = 0
+    public var holds = 0
+    public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
     /// Network changes applied to the model.
@@ -185,6 +190,9 @@ public struct Replay {
     /// The tunnel device's MTU as the agent set it.
     private var tunnelMTU: Int
     private var outageStart: Instant?
+    /// What others took away, since when; who keeps taking it, until when.
+    private var missing: [Holding: Instant] = [:]
+    private var takers: [Holding: (by: String?, until: Instant)] = [:]
     /// Attempts, each with the most generous power source in force since the previous one.
     private var attemptLog: [(at: Instant, power: PowerSource, budgeted: Bool)] = []
     private var acSinceLastAttempt = false
@@ -294,6 +302,10 @@ public struct Replay {
                 } else {
                     queue.push(due, .keepalive)
                 }
+            case .retake(let holding):
+                if let taker = takers[holding], now < taker.until, missing[holding] == nil, !(lockdownLifted && holding != .lockdown) {
+                    take(holding, by: taker.by)
+                }
             case .checkpoint(let i):
                 pathAtResults[i] = reconnector.state.path?.interface
             case .stateCheck(let i):
@@ -303,6 +315,7 @@ public struct Replay {
         }
         now = max(now, scenario.until)
         if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
+        for since in missing.values { report.maxMissing = max(report.maxMissing, now - since) }
         report.finalState = reconnector.state
         report.tunnelMTU = tunnelMTU
         report.fromServer = fromServer.sent - fromServer.inFlight
@@ -396,6 +409,11 @@ public struct Replay {
             feed(.reloaded(config, rules))
         case .operatorPause(let down):
             feed(.request(down ? .pause : .resume))
+        case .taken(let holding, let by, let fighting):
+            // With the lockdown lifted by a rule, the tunnel's routing and resolvers are away already.
+            if lockdownLifted && holding != .lockdown { break }
+            if let fighting { takers[holding] = (by, now + fighting) }
+            take(holding, by: by)
         case .restart:
             // What the real agent keeps across processes, and nothing else. The new process reads
             // the clock the old one read (stepped back, if it was), not the world's.
@@ -415,6 +433,8 @@ public struct Replay {
             windowOpen = false  // the new process loads the lockdown whole
             lockdownLifted = false
             notices = FactNotices()
+            // The new process loads the lockdown and, once the tunnel is up, its routes and resolvers whole.
+            for holding in Array(missing.keys) { putBack(holding) }
             feed(.start)
         }
     }
@@ -733,7 +753,7 @@ public struct Replay {
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
             && kernel.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
-        let works = carrying && clientHasSession && serverHasSession
+        let works = carrying && clientHasSession && serverHasSession && missing[.routing] == nil
             && socket.map { passes($0) && fits(wireSize(of: scenario.trafficSize, on: $0), on: $0) } == true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
@@ -934,6 +954,8 @@ public struct Replay {
             ("resent handshakes", e.minResends, e.maxResends, report.resends),
             ("size probes", e.minSizeProbes, e.maxSizeProbes, report.sizeProbes),
             ("persistent keepalives", e.minKeepalives, e.maxKeepalives, report.keepalives),
+            ("restores", e.minRestores, e.maxRestores, report.restores),
+            ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
             if let max { expect(n <= max, "\(what): expected at most \(max), got \(n)") }
@@ -941,6 +963,9 @@ public struct Replay {
         }
         if let max = e.maxOutage {
             expect(report.maxOutage <= max, "outage: expected at most \(max.short), got \(report.maxOutage.short)")
+        }
+        if let max = e.maxMissing {
+            expect(report.maxMissing <= max, "missing: expected at most \(max.short), got \(report.maxMissing.short)")
         }
         var remaining = e.sequence[...]
         for t in report.transitions {
@@ -1034,6 +1059,8 @@ struct EventQueue {
         case fromServer(ClientEndpoint)
         /// Time to look whether a persistent keepalive is due.
         case keepalive
+        /// Someone fighting the agent takes `Holding` away again.
+        case retake(Holding)
         case checkpoint(Int)
         case stateCheck(Int)
     }
@@ -1115,7 +1142,26 @@ extension Replay {
         case .findOut(let request): findOut(request)
         case .followNotices(let wanted): notices = wanted
         case .onDemandDecided, .reply: break
+        case .restore(let holding, _):
+            report.restores += 1
+            if missing[holding] == nil { violation("\(holding.rawValue) put back while it was whole") }
+            putBack(holding)
+            queue.push(now, .answer(.intact(holding)))
+            if let taker = takers[holding], now < taker.until { queue.push(now + .milliseconds(100), .retake(holding)) }
+        case .upkeepHeld: report.holds += 1
         }
+    }
+
+    /// Someone takes `holding` away; the agent hears of it at once, as the kernel's notice or
+    /// inotify tells the daemon.
+    private mutating func take(_ holding: Holding, by: String?) {
+        if missing[holding] == nil { missing[holding] = now }
+        feed(.damaged(holding, Upkeep.Damage(what: "\(holding.rawValue) removed", by: by)))
+    }
+
+    private mutating func putBack(_ holding: Holding) {
+        guard let since = missing.removeValue(forKey: holding) else { return }
+        report.maxMissing = max(report.maxMissing, now - since)
     }
 
     /// What the network behind a link tells the agent's rules: its Wi-Fi network's name, its

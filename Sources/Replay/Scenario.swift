@@ -151,6 +151,11 @@ public enum ScenarioEvent: Sendable {
     /// The agent's process ends and another starts: it keeps only what the real agent keeps in
     /// its runtime directory (`Reconnector.Memory`); sockets, timers and session keys are gone.
     case restart
+    /// Someone (`by`, when the kernel would name them) takes away what the agent put on the
+    /// machine: its routing, its resolvers, its lockdown table. With `fighting`, they take it
+    /// away again 100 ms after each time it is put back, for that long (a network manager that
+    /// removes every rule it did not make).
+    case taken(Holding, by: String?, fighting: Duration?)
 }
 
 /// What happens to the server.
@@ -273,6 +278,14 @@ public struct Expectations: Sendable {
     public var lockdownLifted: Bool?
     /// Whether the agent's stop opened the machine (no stop: it did not).
     public var machineOpened: Bool?
+    /// What others took away that the agent put back, at least or at most, and its holds (a
+    /// fight held off).
+    public var maxRestores: Int?
+    public var minRestores: Int?
+    public var maxHolds: Int?
+    public var minHolds: Int?
+    /// Longest time something the agent keeps on the machine was missing.
+    public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:
     /// at any time).
     public var givesUp: GivingUp?

@@ -196,6 +196,7 @@ extension YAMLReader {
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop", "reload",
         "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
+        "taken",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -318,6 +319,15 @@ extension YAMLReader {
                 guard text == "down" || text == "up" else { throw fail(value, "'operator' is down or up, got \"\(text)\"") }
                 add(.operatorPause(text == "down"))
             case "netlink": add(.netlink(try hex(value)))
+            case "taken":
+                let taken = try fields(value, "'taken'", allowed: ["what", "by", "fighting"])
+                let whatNode = try taken.required("what")
+                let what = try string(whatNode)
+                guard let holding = Holding(rawValue: what) else {
+                    throw fail(whatNode, "'taken' takes routing, resolvers or lockdown, got \"\(what)\"")
+                }
+                add(.taken(holding, by: try opt(taken.optional("by")) { node throws(ScenarioError) in try string(node) },
+                           fighting: try opt(taken.optional("fighting")) { node throws(ScenarioError) in try positiveDuration(node) }))
             case "stop":
                 switch try string(value) {
                 case "signal": add(.stop(.bySignal))
@@ -526,6 +536,7 @@ extension YAMLReader {
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
+            "max-restores", "min-restores", "max-holds", "min-holds", "max-missing",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -552,6 +563,7 @@ extension YAMLReader {
             ("max-checks", \.maxChecks), ("min-checks", \.minChecks),
             ("max-lost-from-server", \.maxLostFromServer), ("min-from-server", \.minFromServer),
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
+            ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {
             if let n = f.optional(key) { e[keyPath: field] = try int(n, 0...Int.max) }
@@ -567,6 +579,7 @@ extension YAMLReader {
             e.timeOn.append((try string(try t.required("path")), min, max))
         }
         if let n = f.optional("max-outage") { e.maxOutage = try duration(n) }
+        if let n = f.optional("max-missing") { e.maxMissing = try duration(n) }
         for item in try list(f.optional("sequence")) {
             let text = try string(item)
             _ = try stateName(item, text: String(text.prefix { $0 != ":" }))

@@ -43,6 +43,12 @@ public struct ResolvConfFile: Sendable {
         return true
     }
 
+    /// Whether the file says what `apply` would write now: nobody replaced it since.
+    public func holds(_ settings: DNSSettings, tunnel: String) -> Bool {
+        guard case .text(let text)? = try? current(), let original = Self.original(in: text) else { return false }
+        return text == Self.render(settings, tunnel: tunnel, keeping: original)
+    }
+
     /// Puts the previous file back, when the file is still the agent's; false when there was nothing to do.
     @discardableResult
     public func restore() throws(SystemError) -> Bool {

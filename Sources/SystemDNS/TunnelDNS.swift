@@ -62,6 +62,14 @@ public final class TunnelDNS {
         link = interface
     }
 
+    /// What someone else took away of the tunnel's resolvers: nil while they are in place, or
+    /// none were applied. resolv.conf is read; systemd-resolved keeps a link's setting itself
+    /// (across its own restarts too), and the link is the agent's.
+    public var missing: String? {
+        guard manager == .resolvConf, let applied, let link else { return nil }
+        return file.holds(applied, tunnel: link.name) ? nil : "\(file.path) rewritten"
+    }
+
     /// Writes resolv.conf again when someone else replaced it (a DHCP client renewing its lease),
     /// keeping theirs as the file to put back; true when it had to. systemd-resolved keeps a
     /// link's setting by itself.

@@ -109,6 +109,11 @@ extension ClientDaemon {
         /// runtime directory, beside the control socket), and what was written there last.
         let memoryPath: String
         var savedMemory: Reconnector.Memory?
+        /// The lockdown's table and resolv.conf, watched for someone else's changes; what each
+        /// holding was last found missing (see `CoreRunner+Upkeep`).
+        var tableWatch: TableWatch?
+        var resolvConfWatch: ResolvConfWatch?
+        var missing: [Holding: [String]] = [:]
 
         init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
              log: Logger, control: ControlServer, waitForServer: Duration?, firewall: Firewall?,
@@ -152,6 +157,7 @@ extension ClientDaemon {
                 log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
             effects.networkObserved(core.network.model)
+            startWatches()
             feed(.start)
             while running {
                 let now = Instant.now()
@@ -159,11 +165,12 @@ extension ClientDaemon {
                 let wakeAt = [core.nextDeadline, service.nextDeadline, flaps.nextDue, metricsDue,
                               effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
-                    + facts.fileDescriptors
+                    + facts.fileDescriptors + watchDescriptors
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
                 if let slept = checkSuspend() { woke(after: slept) }
                 if ready.contains(monitor.fileDescriptor) { monitorSpoke() }
+                watchesSpoke(ready: ready)
                 for fact in facts.noticesArrived(ready: ready, about: core.onDemand.network, tunnelSearch: tunnelSearch) {
                     feed(.networkFact(fact))
                 }

@@ -118,6 +118,12 @@ extension ClientDaemon.CoreRunner {
             if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }
         case .followNotices(let notices): facts.follow(notices)
         case .onDemandDecided(let decision): report(decision)
+        case .restore(let holding, let damage): restore(holding, damage)
+        case .upkeepHeld(let holding, let damage, let restores, let until):
+            metrics.upkeepHeld(holding.rawValue)
+            log.error("someone keeps taking it away: holding off before putting it back again",
+                      metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
+                                 "restores": "\(restores) in \(Upkeep.window.short)", "until": "\((until - Instant.now()).short)"])
         case .reply(let answer): replied(answer)
         }
     }

@@ -18,8 +18,10 @@ extension ClientDaemon.CoreRunner {
     /// Every change the kernel reported goes to the core.
     func monitorSpoke() {
         var changes: [NetworkChange] = []
+        var notices: [RoutingNotice] = []
         for event in monitor.next(timeout: .zero) {
             switch event {
+            case .routing(let more): notices += more
             case .paths(_, _, let change), .ignored(_, _, let change): changes.append(change)
             case .resynced(let difference, _):
                 // The kernel dropped messages: a fresh dump stands in for them.
@@ -33,6 +35,9 @@ extension ClientDaemon.CoreRunner {
         }
         for change in changes { feed(.network(change)) }
         effects.networkObserved(core.network.model)
+        if !notices.isEmpty { routingNoticed(notices) }
+        // A network change is when DHCP clients and their hooks rewrite resolv.conf.
+        checkResolvers()
     }
 
     /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is:

@@ -181,6 +181,16 @@ extension ClientDaemon.CoreRunner {
             fields.append(("dns", .object(entry)))
         }
         fields.append(("diverting_routes", .array(effects.divertingRoutes.map { .string($0.description) })))
+        // What others took away of the agent's routing, resolvers and lockdown, put back or held off.
+        fields.append(("upkeep", .object(Holding.allCases.map { holding in
+            let record = core.upkeep.records[holding] ?? Upkeep.Record()
+            return (holding.rawValue, .object([
+                ("missing", missing[holding].map { .string($0.joined(separator: "; ")) } ?? .null),
+                ("restores", .int(Int64(record.restores))),
+                ("last_removed_by", record.lastBy.map { .string($0) } ?? .null),
+                ("held_for_ms", record.heldUntil.map { ($0 - now).milliseconds } ?? .null),
+            ]))
+        })))
         return .object(fields)
     }
 }

@@ -94,6 +94,12 @@ struct MonitorCommand: ParsableCommand {
                     crossCheck()
                 case .reopened(let error):
                     out.write(["event": "reopened", "error": "\(error)"])
+                case .routing(let notices):
+                    if verbose {
+                        for notice in notices {
+                            out.write(["event": notice.removed ? "removed" : "added", "what": "\(notice.subject)", "by": "\(notice.sender)"])
+                        }
+                    }
                 }
             }
         }

@@ -54,7 +54,9 @@ struct ReplayCommand: ParsableCommand {
                     if !quiet { print("  " + (json ? transition.json : transition.logfmt)) }
                 }
                 let summary = "attempts=\(report.attempts) handshakes=\(report.handshakes) resends=\(report.resends) probes=\(report.probes) "
-                    + "size_probes=\(report.sizeProbes) mtu=\(report.tunnelMTU) max_outage=\(report.maxOutage.short) final=\(report.finalState.name)"
+                    + "size_probes=\(report.sizeProbes) mtu=\(report.tunnelMTU) max_outage=\(report.maxOutage.short)"
+                    + (report.restores + report.holds > 0 ? " restores=\(report.restores) holds=\(report.holds)" : "")
+                    + " final=\(report.finalState.name)"
                     + (report.fromServer > 0 ? " from_server=\(report.fromServer) lost_from_server=\(report.lostFromServer)" : "")
                     + (report.keepalives > 0 ? " keepalives=\(report.keepalives)" : "")
                     + (report.gaveUp.map { " gave_up_at=\($0.at)" } ?? "")

@@ -185,14 +185,8 @@ extension SessionEffects {
         }
     }
 
-    /// What the operator needs to know of a change in links, addresses or routes, and what
-    /// others may have rewritten meanwhile.
+    /// What the operator needs to know of a change in links, addresses or routes.
     func networkObserved(_ model: NetworkModel) {
-        do {
-            if try dns?.reassert() == true { log.info("dns written again: resolv.conf had been replaced", metadata: ["via": "resolv.conf"]) }
-        } catch {
-            log.error("cannot write the tunnel's resolvers again", metadata: ["error": "\(error)"])
-        }
         // Full mode only: split mode routes around the tunnel by design.
         guard settings.mode.socketMark != nil else { return }
         let diverting = model.routesAroundTheTunnel(localRanges: settings.allowLAN ? settings.lanRanges : [])

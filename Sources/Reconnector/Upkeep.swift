@@ -1,0 +1,108 @@
+public import Basics
+
+/// What the agent puts on the machine and others may take away: a network manager that deletes
+/// policy rules and routes it did not make, a DHCP hook that rewrites resolv.conf, a script that
+/// flushes every nftables table. Without them the tunnel carries nothing (the rules, the
+/// table), names go to the LAN (the resolvers) or traffic leaves in clear (the lockdown).
+public enum Holding: String, CaseIterable, Hashable, Sendable {
+    /// The tunnel's policy rules and the routes of its table (full mode), or its routes (split).
+    case routing
+    /// The tunnel's resolvers, as the system's resolver configuration names them.
+    case resolvers
+    /// The lockdown's nftables table.
+    case lockdown
+}
+
+/// Putting back what someone else took away, at once, unless it turns into a fight: an agent
+/// and a network manager that each undo the other's change would otherwise loop, both busy and
+/// both logging. Past `restoresPerWindow` restores of one holding within `window`, the agent
+/// holds off (`firstHold`, doubled for each hold in a row up to `longestHold`), restores once
+/// when the hold is over, and says so; only a window without a restore ends the fight.
+///
+/// Pure: damage and its repair come in as events, restores go out as effects, the holds are
+/// one of the core's timers (`TimerKind.upkeep`).
+public struct Upkeep: Sendable {
+    /// What is missing and, when the kernel said, who removed it.
+    public struct Damage: Equatable, Sendable {
+        public var what: String
+        public var by: String?
+        public init(what: String, by: String? = nil) {
+            self.what = what
+            self.by = by
+        }
+    }
+
+    /// One holding's history.
+    public struct Record: Equatable, Sendable {
+        /// What is missing now; nil while it is whole.
+        public var damage: Damage?
+        /// When it was put back within the last `window`.
+        public var recent: [Instant] = []
+        /// Restores since the agent started.
+        public var restores = 0
+        /// Holds in a row: each doubles the next.
+        public var holds = 0
+        /// No restore before this, while a fight is held off.
+        public var heldUntil: Instant?
+        /// Who removed it last, when the kernel said.
+        public var lastBy: String?
+        /// Held off now: a fight, for status.
+        public var fighting: Bool { heldUntil != nil }
+
+        public init() {}
+    }
+
+    public static let window: Duration = .seconds(60)
+    public static let restoresPerWindow = 5
+    public static let firstHold: Duration = .seconds(10)
+    public static let longestHold: Duration = .seconds(300)
+
+    public private(set) var records: [Holding: Record] = [:]
+
+    public init() {}
+
+    /// When the first hold ends.
+    public var nextDeadline: Instant? { records.values.compactMap(\.heldUntil).min() }
+
+    /// `holding` is missing `damage`: put back now, or held off in a fight.
+    mutating func damaged(_ holding: Holding, _ damage: Damage, now: Instant, _ out: inout [Effect]) {
+        var record = records[holding] ?? Record()
+        record.damage = damage
+        if let by = damage.by { record.lastBy = by }
+        record.recent.removeAll { now - $0 >= Self.window }
+        if record.recent.isEmpty && record.heldUntil == nil { record.holds = 0 }
+        if let until = record.heldUntil, until > now {
+            // Put back when the hold is over.
+        } else if record.recent.count >= Self.restoresPerWindow || (record.holds > 0 && !record.recent.isEmpty) {
+            // A fight, or one not over yet (a restore within the window after a hold): hold off.
+            let hold = min(Self.firstHold * (1 << min(record.holds, 16)), Self.longestHold)
+            record.holds += 1
+            record.heldUntil = now + hold
+            out.append(.upkeepHeld(holding, damage, restores: record.recent.count, until: now + hold))
+        } else {
+            restore(holding, &record, damage, now, &out)
+        }
+        records[holding] = record
+    }
+
+    /// `holding` is whole again (put back, or by whoever took it).
+    mutating func intact(_ holding: Holding) {
+        records[holding]?.damage = nil
+    }
+
+    /// A hold is over: what is still missing goes back once.
+    mutating func timerFired(now: Instant, _ out: inout [Effect]) {
+        for holding in Holding.allCases {
+            guard var record = records[holding], let until = record.heldUntil, until <= now else { continue }
+            record.heldUntil = nil
+            if let damage = record.damage { restore(holding, &record, damage, now, &out) }
+            records[holding] = record
+        }
+    }
+
+    private func restore(_ holding: Holding, _ record: inout Record, _ damage: Damage, _ now: Instant, _ out: inout [Effect]) {
+        record.recent.append(now)
+        record.restores += 1
+        out.append(.restore(holding, damage))
+    }
+}

@@ -1,0 +1,130 @@
+import Glibc
+import Logging
+import Basics
+import Lockdown
+import Netlink
+import PathMonitor
+import Reconnector
+import SystemDNS
+
+/// What the agent put on the machine, watched: the tunnel's rules and routes (rtnetlink's
+/// notices, through the path monitor), the lockdown's table (nftables' announcements), the
+/// resolvers (inotify on resolv.conf). What someone else took away goes to the core as
+/// `damaged`; the core decides when it goes back (`Upkeep`).
+extension ClientDaemon.CoreRunner {
+    /// Opens the watches that need a descriptor of their own; one that cannot be opened is logged
+    /// and the rest still work.
+    func startWatches() {
+        if effects.firewall != nil {
+            do {
+                tableWatch = try TableWatch()
+            } catch {
+                log.warning("cannot watch the lockdown's table; a change by someone else goes unnoticed", metadata: ["error": "\(error)"])
+            }
+        }
+        if effects.dns?.manager == .resolvConf {
+            do {
+                resolvConfWatch = try ResolvConfWatch()
+            } catch {
+                log.warning("cannot watch resolv.conf; a rewrite by someone else is noticed only on the next network change",
+                            metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    var watchDescriptors: [Int32] { [tableWatch?.fileDescriptor, resolvConfWatch?.fileDescriptor].compactMap { $0 } }
+
+    /// Reads what the watches that are ready say.
+    func watchesSpoke(ready: [Int32]) {
+        if let tableWatch, ready.contains(tableWatch.fileDescriptor), let firewall = effects.firewall,
+           let change = tableWatch.foreignChange(ownCommits: firewall.commits) {
+            noticed(.lockdown, what: ["nftables table inet \(LockdownPolicy.table): \(change.what)"], by: change.by)
+        }
+        if let resolvConfWatch, ready.contains(resolvConfWatch.fileDescriptor), resolvConfWatch.changed() { checkResolvers() }
+    }
+
+    /// The kernel reported rules or removed routes: whether any of the tunnel's went, and who took them.
+    func routingNoticed(_ notices: [RoutingNotice]) {
+        let own = UInt32(bitPattern: getpid())
+        let by = notices.first { $0.removed && $0.sender != 0 && $0.sender != own }.flatMap { Self.who(port: $0.sender) }
+        checkRouting(by: by)
+    }
+
+    func checkRouting(by: String? = nil) {
+        guard let routes = effects.routes else { return noticed(.routing, what: [], by: nil) }
+        do {
+            noticed(.routing, what: try routes.missing(routes: core.network.model.routes.values), by: by)
+        } catch {
+            log.warning("cannot read the tunnel's rules back", metadata: ["error": "\(error)"])
+        }
+    }
+
+    func checkResolvers() {
+        noticed(.resolvers, what: effects.dns?.missing.map { [$0] } ?? [], by: nil)
+    }
+
+    /// Tells the core when `holding` goes from whole to damaged (or what is missing changes),
+    /// and back: a fight held off is not told again at every notice.
+    private func noticed(_ holding: Holding, what: [String], by: String?) {
+        let before = missing[holding] ?? []
+        guard what != before else { return }
+        missing[holding] = what.isEmpty ? nil : what
+        if what.isEmpty {
+            feed(.intact(holding))
+        } else {
+            log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(what.joined(separator: "; "))",
+                                                                 "by": "\(by ?? "unknown")"])
+            feed(.damaged(holding, Upkeep.Damage(what: what.joined(separator: "; "), by: by)))
+        }
+    }
+
+    /// The core's `restore`: puts `holding` back, then reads it again; what is found goes back
+    /// to the core (still missing: `damaged` again, which the core may hold off).
+    func restore(_ holding: Holding, _ damage: Upkeep.Damage) {
+        metrics.restored(holding.rawValue)
+        var failure: String?
+        switch holding {
+        case .routing:
+            do { try effects.routes?.reinstall() } catch { failure = "\(error)" }
+        case .resolvers:
+            do { try effects.dns?.reassert() } catch { failure = "\(error)" }
+        case .lockdown:
+            do { try effects.firewall?.reload() } catch { failure = "\(error)" }
+        }
+        if let failure {
+            log.error("cannot put it back", metadata: ["what": "\(holding.rawValue)", "error": "\(failure)"])
+        } else {
+            log.notice("put back", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")"])
+        }
+        // Read again from the kernel and the file, not assumed.
+        missing[holding] = nil
+        switch holding {
+        case .routing:
+            guard let routes = effects.routes else { return produced.append(.intact(holding)) }
+            let left = (try? routes.missing(routes: Self.kernelRoutes())) ?? [damage.what]
+            settle(holding, left, damage)
+        case .resolvers: settle(holding, effects.dns?.missing.map { [$0] } ?? [], damage)
+        case .lockdown: settle(holding, failure == nil ? [] : [damage.what], damage)
+        }
+    }
+
+    private func settle(_ holding: Holding, _ left: [String], _ damage: Upkeep.Damage) {
+        missing[holding] = left.isEmpty ? nil : left
+        produced.append(left.isEmpty ? .intact(holding) : .damaged(holding, Upkeep.Damage(what: left.joined(separator: "; "), by: damage.by)))
+    }
+
+    /// The routes of every table as the kernel holds them now: the path model hears of the
+    /// agent's own writes only after this effect.
+    private static func kernelRoutes() throws -> [Route] {
+        var decoder = NetlinkDecoder()
+        return try NetlinkSocket().dump(decoder: &decoder).compactMap { if case .routeAdded(let route) = $0 { route } else { nil } }
+    }
+
+    /// Who a netlink port belongs to, when it is a process's id (most programs' first socket):
+    /// its name and id; else the port.
+    static func who(port: UInt32) -> String? {
+        guard port != 0 else { return nil }
+        if let name = SystemFiles.text("/proc/\(port)/comm"), !name.isEmpty { return "\(name) (pid \(port))" }
+        return "netlink port \(port)"
+    }
+}
