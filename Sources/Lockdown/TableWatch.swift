@@ -1,6 +1,6 @@
 import Glibc
 import Basics
-import Netlink
+public import Netlink
 
 /// Tells when someone else changed or deleted the lockdown's table: `nft flush ruleset` in a
 /// script, a firewall manager that starts from a clean slate, an operator's `nft delete table`.
@@ -19,10 +19,16 @@ public final class TableWatch {
     /// The transaction being read touched the table.
     private var touched: String?
 
-    public init() throws(LockdownError) {
+    /// Watches this network namespace's nftables, or `namespace`'s, once the agent committed
+    /// `ownCommits` transactions (whose announcements this watch never sees).
+    public init(ownCommits: Int = 0, namespace: NetworkNamespace? = nil) throws(LockdownError) {
+        ownCommitsSeen = ownCommits
+        let open = { () throws(NetlinkError) -> NetlinkSocket in
+            try NetlinkSocket(protocol: 12 /* NETLINK_NETFILTER */, groups: NetlinkGroups(rawValue: 1 << (7 - 1)) /* NFNLGRP_NFTABLES */,
+                              receiveBuffer: 1 << 20)
+        }
         do throws(NetlinkError) {
-            socket = try NetlinkSocket(protocol: 12 /* NETLINK_NETFILTER */, groups: NetlinkGroups(rawValue: 1 << (7 - 1)) /* NFNLGRP_NFTABLES */,
-                                       receiveBuffer: 1 << 20)
+            if let namespace { socket = try namespace.run(open) } else { socket = try open() }
         } catch {
             throw LockdownError("watch nftables' changes", "\(error)")
         }
@@ -42,7 +48,8 @@ public final class TableWatch {
         let overran = socket.takeQueued { message in
             guard let event = Self.parse(Array(message)) else { return }
             switch event {
-            case .touched(let what): touched = touched ?? what
+            // A deleted table's rules, chains and sets go first, then the table: the table says it all.
+            case .touched(let what): touched = what == "table deleted" ? what : touched ?? what
             case .generation(let pid, let name):
                 defer { touched = nil }
                 guard let what = touched else { return }

@@ -15,9 +15,9 @@ extension ClientDaemon.CoreRunner {
     /// Opens the watches that need a descriptor of their own; one that cannot be opened is logged
     /// and the rest still work.
     func startWatches() {
-        if effects.firewall != nil {
+        if let firewall = effects.firewall {
             do {
-                tableWatch = try TableWatch()
+                tableWatch = try TableWatch(ownCommits: firewall.commits)
             } catch {
                 log.warning("cannot watch the lockdown's table; a change by someone else goes unnoticed", metadata: ["error": "\(error)"])
             }

@@ -277,6 +277,43 @@ struct LockdownPolicyTests {
 /// The table in a real kernel, in a namespace of its own.
 @Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
 struct LockdownKernelTests {
+    /// The agent's own loads pass unremarked; someone else's change or deletion of the table is
+    /// told, with who did it; another table's changes are not.
+    @Test func theTableWatchTellsSomeoneElsesChangesFromTheAgentsOwn() throws {
+        let (laptop, _) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        let watch = try TableWatch(namespace: laptop.namespace)
+        func nft(_ command: String) throws {
+            let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", command])
+            try #require(status == 0, "nft \(command): \(output)")
+        }
+        func settle() { usleep(100_000) }
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", owner: .anyMarked)
+        try lockdown.apply(policy)
+        settle()
+        #expect(watch.foreignChange(ownCommits: lockdown.commits) == nil)
+        policy.allowLAN = true
+        try lockdown.apply(policy)
+        try nft("add table inet other")
+        settle()
+        #expect(watch.foreignChange(ownCommits: lockdown.commits) == nil, "the agent's load and another table")
+
+        try nft("delete table inet roam")
+        settle()
+        let deleted = watch.foreignChange(ownCommits: lockdown.commits)
+        #expect(deleted?.what == "table deleted" && deleted?.by?.hasPrefix("nft (pid ") == true, "\(String(describing: deleted))")
+        lockdown.forget()
+        try lockdown.apply(policy)
+        try nft("add rule inet roam output accept")
+        settle()
+        let changed = watch.foreignChange(ownCommits: lockdown.commits)
+        #expect(changed?.what == "rule added", "\(String(describing: changed))")
+        try nft("flush ruleset")
+        settle()
+        #expect(watch.foreignChange(ownCommits: lockdown.commits)?.what != nil, "flush ruleset takes the table too")
+        #expect(watch.foreignChange(ownCommits: lockdown.commits) == nil, "told once")
+    }
+
     @Test func fullLockdownStopsEverythingButTheSessionAndComesOffWhole() throws {
         let (laptop, server) = try NamespaceLab.laptopAndServer()
         let lockdown = try Lockdown(namespace: laptop.namespace)
