@@ -139,6 +139,13 @@ public final class Firewall {
         try change(closes: true) { $0.tunnelOnly = addresses }
     }
 
+    /// The bridges the machine's containers and VMs sit behind are these now (full mode).
+    public func guestNetworks(_ interfaces: [String]) throws(LockdownError) {
+        let names = interfaces.filter(LockdownPolicy.canQuote)
+        guard case .full = wanted.scope, wanted.guests != names else { return }
+        try change { $0.guests = names }
+    }
+
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     public func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
         guard wanted.allowLAN else { return }

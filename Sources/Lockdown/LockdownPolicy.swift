@@ -59,6 +59,12 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The tunnel device's inner addresses: nothing addressed to them comes in but through the
     /// tunnel, so a host on the LAN cannot probe the tunnel's connections (CVE-2019-14899).
     public var innerAddresses: [IPAddress] = []
+    /// The bridges the machine's containers and VMs sit behind (full mode; see
+    /// `NetworkModel.guestNetworks`): the machine and its guests talk freely on them (DHCP, DNS
+    /// to a forwarder on the bridge, published ports), guests talk among themselves, and what
+    /// they send beyond goes where the machine's own goes: into the tunnel, or to the LAN on
+    /// allow-lan's terms, never out of an uplink in clear.
+    public var guests: [String] = []
     /// Addresses reached only through the tunnel (its resolvers): allow-lan never lets them out
     /// on an uplink, even where a network's subnet holds them.
     public var tunnelOnly: [IPAddress] = []
@@ -203,6 +209,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        type filter hook output priority filter; policy accept;",
             "        oifname \"lo\" accept",
         ]
+        if let guests = guestSet { lines.append("        oifname \(guests) accept") }
         if let trusted = trustedInterface { lines.append("        oifname \(Self.quoted(trusted)) accept") }
         if let window = portalWindow {
             // The window's process tree: DNS to the network's resolvers, HTTP and HTTPS, on its
@@ -254,6 +261,7 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \"lo\" accept",
             "        iifname \(tunnel) accept",
         ]
+        if let guests = guestSet { lines.append("        iifname \(guests) accept") }
         if let trusted = trustedInterface { lines.append("        iifname \(Self.quoted(trusted)) accept") }
         if let own = ownSocket(mark) {
             // Only what is for the agent's own sockets, which carry the mark: the server's
@@ -283,6 +291,8 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        oifname \(tunnel) accept",
             "        iifname \(tunnel) accept",
         ]
+        // Guests among themselves, on a bridge (with br_netfilter) or between bridges.
+        if let guests = guestSet { lines.append("        iifname \(guests) oifname \(guests) accept") }
         if allowLAN {
             // The same LAN as the machine's own, on the same terms: no name look-ups on it (nor
             // answers from it: a LAN host could forge them), and nothing to or from the tunnel's
@@ -291,13 +301,21 @@ public struct LockdownPolicy: Hashable, Sendable {
             lines.append("        meta l4proto { tcp, udp } th sport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) drop")
             lines += tunnelOnlyRules("daddr", counter: BlockCause.forward.counter, verdict: "drop")
             lines += tunnelOnlyRules("saddr", counter: BlockCause.forward.counter, verdict: "drop")
-            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
+            // What a guest sends to the LAN, and the answers to it (a container's connection to
+            // a printer; the LAN's own new connections stay out).
+            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept",
+                      "        ct state { established, related } accept"]
         }
         lines += [
             "        counter name \(BlockCause.forward.counter) drop",
             "    }",
         ]
         return lines + clamp
+    }
+
+    /// The guests' bridges as an nftables set of names; nil when there are none.
+    private var guestSet: String? {
+        guests.isEmpty ? nil : "{ " + guests.map(Self.quoted).joined(separator: ", ") + " }"
     }
 
     /// Rules that stop what matches `tunnelOnly` by `field` (`daddr` or `saddr`), one per family.

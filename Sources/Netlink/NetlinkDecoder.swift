@@ -165,9 +165,11 @@ public struct NetlinkDecoder: Sendable {
         var name: String?
         var mtu = 1500
         var infoKind: String?
+        var master: Int32?
         guard attributes(b, body.lowerBound + 16..<body.upperBound, { type, value in
             switch type {
             case IFLA.ifname: name = b.cString(value)
+            case IFLA.master: if value.count >= 4 { master = Int32(bitPattern: b.u32(value.lowerBound)) }
             case IFLA.mtu: if value.count >= 4 { mtu = Int(b.u32(value.lowerBound)) }
             case IFLA.linkinfo:
                 _ = attributes(b, value) { inner, v in if inner == IFLA.infoKind { infoKind = b.cString(v) } }
@@ -176,7 +178,8 @@ public struct NetlinkDecoder: Sendable {
         }) else { malformed += 1; return nil }
         guard let name, !name.isEmpty else { malformed += 1; return nil }
         return .linkChanged(Link(index: index, name: name, kind: Self.kind(arphrd: arphrd, infoKind: infoKind),
-                                 isUp: flags & IFF.up != 0, hasCarrier: flags & IFF.lowerUp != 0, mtu: mtu))
+                                 isUp: flags & IFF.up != 0, hasCarrier: flags & IFF.lowerUp != 0, mtu: mtu,
+                                 isBridge: infoKind == "bridge", master: master.flatMap { $0 > 0 ? $0 : nil }))
     }
 
     /// The kind netlink alone can tell; the live monitor refines ethernet into wifi or wwan from sysfs.
@@ -321,7 +324,7 @@ package enum RTM {
     package static let newRule: UInt16 = 32, delRule: UInt16 = 33, getRule: UInt16 = 34
 }
 package enum IFLA {
-    package static let ifname: UInt16 = 3, mtu: UInt16 = 4, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
+    package static let ifname: UInt16 = 3, mtu: UInt16 = 4, master: UInt16 = 10, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
     /// IFLA_INET6_ADDR_GEN_MODE, inside IFLA_AF_SPEC / AF_INET6.
     package static let inet6AddressGenerationMode: UInt16 = 8
 }

@@ -17,15 +17,21 @@ public struct Link: Hashable, Sendable {
     /// The lower layer passes packets (`IFF_LOWER_UP`: cable in, Wi-Fi associated).
     public var hasCarrier: Bool
     public var mtu: Int
+    /// A bridge (`IFLA_INFO_KIND` "bridge"): Docker's docker0, libvirt's virbr0, or a LAN's br0.
+    public var isBridge: Bool
+    /// The bridge (or bond) this link is a port of (`IFLA_MASTER`).
+    public var master: Int32?
 
     public init(index: Int32, name: String, kind: LinkKind = .other, isUp: Bool = true, hasCarrier: Bool = true,
-                mtu: Int = 1500) {
+                mtu: Int = 1500, isBridge: Bool = false, master: Int32? = nil) {
         self.index = index
         self.name = name
         self.kind = kind
         self.isUp = isUp
         self.hasCarrier = hasCarrier
         self.mtu = mtu
+        self.isBridge = isBridge
+        self.master = master
     }
 
     /// Packets can leave through this link.

@@ -213,6 +213,27 @@ public struct NetworkModel: Sendable, Equatable {
         for address in addresses.values { countLocal(address, 1, on: links[address.linkIndex]) }
     }
 
+    /// The machine's own little networks behind bridges, where containers and VMs live
+    /// (Docker's docker0 and its networks' br-*, Podman's podman0, libvirt's virbr0): a bridge
+    /// that is up, is not the tunnel, has no port but virtual ones (veths, taps: nothing
+    /// physical, so nothing on it is a LAN), carries no default route, and whose subnets are
+    /// all private. Their traffic is the machine's own, forwarded; what they send beyond them
+    /// goes where the machine's goes. In name order.
+    public var guestNetworks: [GuestNetwork] {
+        links.values.filter { $0.isBridge && $0.isUp && $0.name != tunnelInterface }.sorted { $0.name < $1.name }.compactMap { bridge in
+            let ports = links.values.filter { $0.master == bridge.index }
+            guard ports.allSatisfy({ $0.kind == .virtual || $0.kind == .tunnel }),
+                  !routes.values.contains(where: { $0.destination.length == 0 && $0.nextHops.contains { $0.linkIndex == bridge.index } })
+            else { return nil }
+            var subnets: [Prefix] = []
+            for address in addresses.values where address.linkIndex == bridge.index && !address.ip.isLinkLocal {
+                if !subnets.contains(address.prefix.network) { subnets.append(address.prefix.network) }
+            }
+            guard !subnets.isEmpty, subnets.allSatisfy({ subnet in GuestNetwork.privateRanges.contains { $0.contains(subnet) } }) else { return nil }
+            return GuestNetwork(interface: bridge.name, subnets: subnets.sorted { $0.description < $1.description })
+        }
+    }
+
     /// Routes on an uplink that are more specific than a default route and take traffic out of
     /// a full tunnel: with the tunnel's default route in place they win (a policy rule lets the
     /// main table decide anything more specific than a default). A hostile network pushes them:
@@ -420,4 +441,21 @@ public struct DivertingRoute: Hashable, Sendable, CustomStringConvertible {
     public var gateway: IPAddress?
     public var interface: String
     public var description: String { "\(destination)" + (gateway.map { " via \($0)" } ?? "") + " dev \(interface)" }
+}
+
+/// A bridge the machine's containers or VMs sit behind, and its subnets (see
+/// `NetworkModel.guestNetworks`).
+public struct GuestNetwork: Hashable, Sendable, CustomStringConvertible {
+    public var interface: String
+    public var subnets: [Prefix]
+
+    public init(interface: String, subnets: [Prefix]) {
+        self.interface = interface
+        self.subnets = subnets
+    }
+
+    public var description: String { "\(interface) \(subnets.map(\.description).joined(separator: ","))" }
+
+    /// Where a guest network's subnets must lie: the private ranges (RFC 1918, unique local).
+    static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"].compactMap { Prefix($0) }
 }

@@ -173,6 +173,10 @@ public enum Effect: Equatable, Sendable {
     /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
     /// machine's own networks hold).
     case localNetworks([Prefix])
+    /// The bridges the machine's containers and VMs sit behind changed (see
+    /// `NetworkModel.guestNetworks`): the lockdown lets them talk to the machine and among
+    /// themselves, and what they send beyond goes into the tunnel.
+    case guestNetworks([GuestNetwork])
     /// The prepared session takes the traffic; the old server is told goodbye.
     case completeHandover
     /// The prepared session is forgotten.
@@ -265,6 +269,8 @@ public struct AgentCore: Sendable {
     public private(set) var onDemand: OnDemandJudge
     /// What others took away of the agent's rules, routes, resolvers and lockdown, and the fights.
     public private(set) var upkeep = Upkeep()
+    /// The containers' and VMs' bridges, as last told.
+    public private(set) var guests: [GuestNetwork] = []
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
     private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
@@ -346,6 +352,8 @@ public struct AgentCore: Sendable {
         switch event {
         case .start:
             out.append(.localNetworks(network.model.localNetworks))
+            guests = network.model.guestNetworks
+            out.append(.guestNetworks(guests))
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
             pathsChanged(now, &out)
         case .network(let change): networkChanged(change, now, &out)
@@ -490,6 +498,14 @@ public struct AgentCore: Sendable {
         // The local networks are the links' own addresses' subnets: a route never moves them.
         if change.movesAddresses, network.model.localNetworks != localBefore {
             out.append(.localNetworks(network.model.localNetworks))
+        }
+        // A bridge, its ports, its addresses or a default route through it.
+        if change.movesAddresses || change.routeDestination?.length == 0 {
+            let now = network.model.guestNetworks
+            if now != guests {
+                guests = now
+                out.append(.guestNetworks(now))
+            }
         }
         if servers.pending == nil, let other = network.reachableAlternative {
             return propose(.init(server: reconnector.server, address: other, why: "no uplink reaches \(network.endpoint) now",

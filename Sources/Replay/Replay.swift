@@ -1125,7 +1125,7 @@ extension Replay {
         case .allowServer(let index, let address):
             queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
         case .useAddress(let address, _): useAddress(address)
-        case .localNetworks: break
+        case .localNetworks, .guestNetworks: break
         case .completeHandover: completeHandover()
         case .cancelHandover: cancelHandover()
         case .disconnect: disconnect()

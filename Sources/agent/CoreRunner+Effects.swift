@@ -83,6 +83,7 @@ extension ClientDaemon.CoreRunner {
             produced.append(.serverAllowed(server: index, address: address, effects.allow(index, address)))
         case .useAddress(let address, let why): effects.useAddress(address, why: why)
         case .localNetworks(let prefixes): effects.localNetworksChanged(prefixes)
+        case .guestNetworks(let guests): effects.guestNetworksChanged(guests)
         case .completeHandover: effects.completeHandover()
         case .cancelHandover: effects.cancelHandover()
         case .disconnect: effects.disconnect()

@@ -185,6 +185,20 @@ extension SessionEffects {
         }
     }
 
+    /// The bridges the machine's containers and VMs sit behind: the lockdown lets them reach the
+    /// machine (DHCP, DNS to a forwarder on the bridge, published ports) and each other; what
+    /// they send beyond goes into the tunnel (full mode) like the machine's own.
+    func guestNetworksChanged(_ guests: [GuestNetwork]) {
+        do {
+            try firewall?.guestNetworks(guests.map(\.interface))
+        } catch {
+            log.error("cannot let the containers' and VMs' bridges through the lockdown", metadata: ["error": "\(error)"])
+        }
+        guard guests != guestNetworks else { return }
+        guestNetworks = guests
+        log.info("guest networks", metadata: ["bridges": "\(guests.isEmpty ? "none" : guests.map(\.description).joined(separator: " "))"])
+    }
+
     /// What the operator needs to know of a change in links, addresses or routes.
     func networkObserved(_ model: NetworkModel) {
         // Full mode only: split mode routes around the tunnel by design.

@@ -48,6 +48,8 @@ final class SessionEffects {
     var pushedDNS: Result<DNSSettings, DNSSettingsError>?
     /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.
     var localNetworks: [Prefix] = []
+    /// The containers' and VMs' bridges the lockdown lets through.
+    var guestNetworks: [GuestNetwork] = []
     /// Why the tunnel has no resolvers of its own, as last logged.
     var dnsProblem: String?
     /// Where the portal windows' cgroups live, once `agent portal` asked for one.

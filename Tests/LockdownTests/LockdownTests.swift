@@ -73,6 +73,32 @@ struct LockdownPolicyTests {
         #expect(!closed.contains("daddr @lan4") && !closed.contains("saddr { 10.77.0.1 }"), "\(closed)")
     }
 
+    /// The containers' and VMs' bridges: open to and from the machine and among themselves;
+    /// what they send elsewhere meets the forward chain's terms (the tunnel, or the LAN with
+    /// allow-lan, answers included); none of it before the tunnel's own rules or in split mode.
+    @Test func guestBridgesTalkToTheMachineAndEachOtherButLeaveOnlyThroughTheTunnel() throws {
+        var policy = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0", server: server)
+        #expect(!policy.ruleset().contains("docker0"))
+        policy.guests = ["docker0", "virbr0"]
+        let text = policy.ruleset()
+        #expect(text.contains("        oifname { \"docker0\", \"virbr0\" } accept"), "\(text)")
+        #expect(text.contains("        iifname { \"docker0\", \"virbr0\" } accept"), "\(text)")
+        #expect(text.contains("        iifname { \"docker0\", \"virbr0\" } oifname { \"docker0\", \"virbr0\" } accept"), "\(text)")
+        #expect(!text.contains("ct state { established, related } accept"), "without allow-lan nothing comes back from the LAN")
+        #expect(!text.contains("iifname { \"docker0\", \"virbr0\" } oifname \"wlan0\""))
+        policy.allowLAN = true
+        policy.localNetworks = [Prefix("192.168.1.23/24")!]
+        let lan = policy.ruleset()
+        let forward = try #require(lan.range(of: "chain forward {")).upperBound
+        let established = try #require(lan[forward...].range(of: "ct state { established, related } accept")).lowerBound
+        let dns = try #require(lan[forward...].range(of: "th sport { 53, 853, 5353, 5355 } counter name blocked_dns drop")).lowerBound
+        #expect(dns < established, "a forged answer from the LAN is refused before any answer is let through")
+        let split = LockdownPolicy(scope: .split([Prefix("10.77.0.0/16")!]), tunnelInterface: "roam0", server: server)
+        var splitWithGuests = split
+        splitWithGuests.guests = ["docker0"]
+        #expect(splitWithGuests.ruleset() == split.ruleset(), "split mode leaves forwarding to the uplinks")
+    }
+
     /// Names are written as nftables reads them: a backslash (systemd's escape in a unit's
     /// cgroup, `roam@office\x2dvpn.service`) stands for itself, and what cannot be written (a
     /// quote, a control character) is refused where the name is found.

@@ -318,3 +318,32 @@ private func laptop() -> NetworkModel {
     }
     #expect(renamed > 100)
 }
+
+/// Containers' and VMs' bridges: a bridge with only virtual ports, no default route, private
+/// subnets; a bridge that holds a physical port, carries the default route or a public subnet
+/// is a LAN or an uplink, never a guest network.
+@Test func guestNetworksAreBridgesWithVirtualPortsOnly() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 10, name: "docker0", kind: .virtual, isBridge: true)))
+    m.apply(.addressAdded(Address(linkIndex: 10, prefix: prefix("172.17.0.1/16"))))
+    m.apply(.linkChanged(Link(index: 11, name: "veth1a2b", kind: .virtual, master: 10)))
+    m.apply(.linkChanged(Link(index: 12, name: "virbr0", kind: .virtual, isBridge: true)))
+    m.apply(.addressAdded(Address(linkIndex: 12, prefix: prefix("192.168.122.1/24"))))
+    m.apply(.linkChanged(Link(index: 13, name: "vnet0", kind: .tunnel, master: 12)))
+    #expect(m.guestNetworks == [GuestNetwork(interface: "docker0", subnets: [prefix("172.17.0.0/16")]),
+                                GuestNetwork(interface: "virbr0", subnets: [prefix("192.168.122.0/24")])])
+    // A physical port: the bridge is the LAN, bridged.
+    m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, master: 12)))
+    #expect(m.guestNetworks.map(\.interface) == ["docker0"])
+    // A default route through it: an uplink.
+    m.apply(.routeAdded(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("172.17.0.254"), linkIndex: 10)], metric: 700)))
+    #expect(m.guestNetworks.isEmpty)
+    m.apply(.routeRemoved(Route(destination: .any(.v4), nextHops: [NextHop(gateway: IPAddress("172.17.0.254"), linkIndex: 10)], metric: 700).key))
+    // A public subnet, down, no address: none of them.
+    m.apply(.addressAdded(Address(linkIndex: 10, prefix: prefix("198.51.100.1/24"))))
+    #expect(m.guestNetworks.isEmpty)
+    m.apply(.addressRemoved(Address.Key(linkIndex: 10, prefix: prefix("198.51.100.1/24"))))
+    #expect(m.guestNetworks.map(\.interface) == ["docker0"])
+    m.apply(.linkChanged(Link(index: 10, name: "docker0", kind: .virtual, isUp: false, isBridge: true)))
+    #expect(m.guestNetworks.isEmpty)
+}
