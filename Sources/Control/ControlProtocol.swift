@@ -35,10 +35,17 @@ public enum ControlCommand: String, CaseIterable, Sendable {
     case portalOpen = "portal-open"
     /// Close the portal window (its process ended).
     case portalClose = "portal-close"
+    /// Keep the asking process (or the one the request's `pid` names, which must run as the
+    /// asker), and the processes it starts, outside the tunnel (`agent exclude`; needs
+    /// `exclusion: allow`).
+    case exclude
 
-    /// Whether members of the `roam` group may ask it too: reading status, watching, and logging
-    /// in to a portal. Everything else changes the agent, and only root may ask.
-    public var openToReaders: Bool { self == .status || self == .watch || self == .portalOpen || self == .portalClose }
+    /// Whether members of the `roam` group may ask it too: reading status, watching, logging in
+    /// to a portal, keeping their own applications outside the tunnel where the configuration
+    /// allows it. Everything else changes the agent, and only root may ask.
+    public var openToReaders: Bool {
+        self == .status || self == .watch || self == .portalOpen || self == .portalClose || self == .exclude
+    }
 }
 
 /// A request the agent refuses, with a code a program can act on.
@@ -91,9 +98,16 @@ extension ControlProtocol {
         return .success(command)
     }
 
-    /// The request line for `command`.
-    public static func request(_ command: ControlCommand) -> String {
-        JSON.object([("version", .int(version)), ("command", .string(command.rawValue))]).text
+    /// The request line for `command`, about process `pid` when given.
+    public static func request(_ command: ControlCommand, pid: Int32? = nil) -> String {
+        JSON.object([("version", .int(version)), ("command", .string(command.rawValue))] + (pid.map { [("pid", .int(Int64($0)))] } ?? [])).text
+    }
+
+    /// The process a request names (`"pid"`), when it names one that can be a process.
+    public static func target(in line: String) -> Int32? {
+        guard line.trimmed.first == "{", let request = try? JSON.parse(line.trimmed), let pid = request["pid"]?.int,
+              pid > 1, pid <= Int64(Int32.max) else { return nil }
+        return Int32(pid)
     }
 
     /// A successful answer: `{"version":1,"ok":true,...fields}`.

@@ -23,7 +23,7 @@ public struct PeerProcess: Equatable, Sendable {
 
     /// Throws unless the process is still the one that connected, with the asker's ids.
     public func verify() throws(ControlError) {
-        guard pid > 1, pid != getpid() else { throw ControlError("process \(pid) cannot join a portal window") }
+        guard pid > 1, pid != getpid() else { throw ControlError("process \(pid) cannot be moved into another cgroup") }
         guard let now = Self.startTime(pid), now == started else {
             throw ControlError("process \(pid) is gone (or is another process now)")
         }

@@ -120,6 +120,15 @@ public final class Firewall {
         try change(closes: window == nil) { $0.portalWindow = window }
     }
 
+    /// The excluded applications' cgroup is let through (or, with nil, no longer).
+    public func exclusion(_ exclusion: LockdownPolicy.Exclusion?) throws(LockdownError) {
+        guard case .full = wanted.scope, wanted.exclusion != exclusion else { return }
+        try change(closes: exclusion == nil) { $0.exclusion = exclusion }
+    }
+
+    /// The network's resolvers the excluded applications' look-ups go to.
+    public var excludedResolvers: [IPAddress] { wanted.exclusion?.resolvers ?? [] }
+
     /// The session's UDP may go to `servers` now (the current one and those it may move to).
     public func serve(_ servers: [LockdownPolicy.Server]) throws(LockdownError) {
         var unique: [LockdownPolicy.Server] = []

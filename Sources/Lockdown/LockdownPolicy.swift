@@ -133,6 +133,31 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The conntrack mark of the window's connections, so their answers come in.
     static let portalConnectionMark: UInt32 = 0x726f616d
 
+    /// Applications kept outside the tunnel on purpose (`agent exclude`, with `exclusion:
+    /// allow`): one cgroup whose sockets' packets take the session's mark (so the uplinks'
+    /// routes, not the tunnel's), whose name look-ups go to the network's own resolvers whatever
+    /// resolver the system names, and which may send anything else; nobody else gains anything.
+    /// A deliberate hole, for that cgroup alone.
+    public struct Exclusion: Hashable, Sendable {
+        /// The cgroup as nftables names it (a path under /sys/fs/cgroup), and its depth.
+        public var cgroup: String
+        public var level: Int
+        /// The network's own resolvers (none known: its look-ups are refused).
+        public var resolvers: [IPAddress]
+
+        public init(cgroup: String, level: Int, resolvers: [IPAddress]) {
+            self.cgroup = cgroup
+            self.level = level
+            self.resolvers = resolvers
+        }
+
+        var match: String { "socket cgroupv2 level \(level) " + LockdownPolicy.quoted(cgroup) }
+    }
+    /// The excluded applications' cgroup, once one was asked for (full mode only).
+    public var exclusion: Exclusion?
+    /// The conntrack mark of the excluded applications' connections, so their answers come in.
+    static let exclusionConnectionMark: UInt32 = 0x726f6178
+
     public init(scope: Scope, tunnelInterface: String, server: Server? = nil, servers: [Server] = [],
                 allowLAN: Bool = false, localNetworks: [Prefix] = [], owner: Owner? = nil) {
         self.scope = scope
@@ -204,6 +229,7 @@ public struct LockdownPolicy: Hashable, Sendable {
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
         if let window = portalWindow { lines += portalChains(window, mark: mark) }
+        if let exclusion { lines += exclusionChains(exclusion, mark: mark) }
         lines += Self.refuse + [
             "    chain output {",
             "        type filter hook output priority filter; policy accept;",
@@ -227,6 +253,18 @@ public struct LockdownPolicy: Hashable, Sendable {
                 lines.append("        \(match) oifname \(Self.quoted(window.interface)) \(to)tcp dport \(login.port) \(connection)")
             }
             lines.append("        \(match) counter name \(BlockCause.outbound.counter) \(reject)")
+        }
+        if let exclusion {
+            // The excluded applications: to the network directly, their look-ups only to its
+            // resolvers (where the nat chain sent them), their connections marked for the answers.
+            let match = exclusion.match
+            for (family, name, proto) in [(IPAddress.Family.v4, "ip", "ipv4"), (.v6, "ip6", "ipv6")] {
+                let addresses = exclusion.resolvers.filter { $0.family == family }.map(\.description)
+                let elsewhere = addresses.isEmpty ? "" : "\(name) daddr != { \(addresses.joined(separator: ", ")) } "
+                lines.append("        \(match) meta nfproto \(proto) \(elsewhere)meta l4proto { tcp, udp } th dport { 53, 853 } "
+                    + "counter name \(BlockCause.dns.counter) \(reject)")
+            }
+            lines.append("        \(match) oifname != \(tunnel) ct mark set \(hex(Self.exclusionConnectionMark)) accept")
         }
         lines.append("        oifname \(tunnel) accept")
         if let own = own(mark) {
@@ -263,6 +301,12 @@ public struct LockdownPolicy: Hashable, Sendable {
         ]
         if let guests = guestSet { lines.append("        iifname \(guests) accept") }
         if let trusted = trustedInterface { lines.append("        iifname \(Self.quoted(trusted)) accept") }
+        if exclusion != nil {
+            // Answers to the excluded applications' own connections, and the ICMP errors about them.
+            let marked = "iifname != \(tunnel) ct mark \(hex(Self.exclusionConnectionMark))"
+            lines += ["        \(marked) ct state established accept",
+                      "        \(marked) ct state related meta l4proto { icmp, ipv6-icmp } accept"]
+        }
         if let own = ownSocket(mark) {
             // Only what is for the agent's own sockets, which carry the mark: the server's
             // answers (to the session's port, wherever it is bound now, not to any UDP listener
@@ -356,6 +400,27 @@ public struct LockdownPolicy: Hashable, Sendable {
             guard let resolver = window.resolvers.first(where: { $0.family == family }) else { continue }
             let (name, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
             lines.append("        \(window.match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(name) daddr != \(loopback) "
+                + "meta l4proto { tcp, udp } th dport 53 dnat \(name) to \(resolver)")
+        }
+        lines.append("    }")
+        return lines
+    }
+
+    /// The excluded applications' routing (the session's mark, so the kernel routes them again
+    /// through the uplinks) and their name look-ups, sent to the network's own resolvers.
+    private func exclusionChains(_ exclusion: Exclusion, mark: UInt32) -> [String] {
+        var lines = [
+            "    chain exclusion_route {",
+            "        type route hook output priority mangle; policy accept;",
+            "        \(exclusion.match) meta mark set \(hex(mark))",
+            "    }",
+            "    chain exclusion_nat {",
+            "        type nat hook output priority -100; policy accept;",
+        ]
+        for family in [IPAddress.Family.v4, .v6] {
+            guard let resolver = exclusion.resolvers.first(where: { $0.family == family }) else { continue }
+            let (name, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
+            lines.append("        \(exclusion.match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(name) daddr != \(loopback) "
                 + "meta l4proto { tcp, udp } th dport 53 dnat \(name) to \(resolver)")
         }
         lines.append("    }")

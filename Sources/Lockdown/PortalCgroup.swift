@@ -115,15 +115,22 @@ public struct PortalCgroup: Equatable, Sendable {
     /// hierarchy it may write to without CAP_DAC_OVERRIDE (the root cgroup's directory is
     /// read-only even to root, and other services' are theirs).
     public static func make(in fs: CgroupFileSystem, number: Int) throws(CgroupError) -> PortalCgroup {
+        try make(in: fs, name: "roam-portal.\(getpid()).\(number)", what: "the portal window's cgroup")
+    }
+
+    /// A new, empty cgroup called `name` beside the agent's own (see `make(in:number:)`);
+    /// `what` names it in errors. One that is there already (a symbolic link planted in its
+    /// place included) is refused, never adopted.
+    public static func make(in fs: CgroupFileSystem, name: String, what: String) throws(CgroupError) -> PortalCgroup {
         guard let started = AgentCgroup.startedIn(), let parent = fs.directory(of: started) else {
             throw CgroupError("the agent's cgroup v2 is not known or not under the cgroup2 file system")
         }
         guard LockdownPolicy.canQuote(CgroupFileSystem.nftablesPath(of: parent)) else {
             throw CgroupError("the agent's cgroup \(parent) has a name the lockdown cannot match (a quote or a control character)")
         }
-        let directory = (parent == "/" ? "" : parent) + "/roam-portal.\(getpid()).\(number)"
+        let directory = (parent == "/" ? "" : parent) + "/" + name
         if mkdir(directory, 0o755) != 0 {
-            throw CgroupError("cannot make the portal window's cgroup \(directory): \(String(cString: strerror(errno)))")
+            throw CgroupError("cannot make \(what) \(directory): \(String(cString: strerror(errno)))")
         }
         return PortalCgroup(directory: directory, level: started.split(separator: "/").count + 1)
     }

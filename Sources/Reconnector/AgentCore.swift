@@ -56,6 +56,9 @@ public enum AgentEvent: Equatable, Sendable {
     case portalWindowOpened(Bool)
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
+    /// Whether the lockdown let the excluded applications' cgroup through (see
+    /// `Effect.openExclusion`).
+    case exclusionOpened(Bool)
     /// Something the agent put on the machine is missing (see `Upkeep`).
     case damaged(Holding, Upkeep.Damage)
     /// It is whole again.
@@ -87,6 +90,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .reloaded: "reload"
         case .portalWindowOpened: "portal-window-opened"
         case .tunnelFailed: "tunnel-failed"
+        case .exclusionOpened: "exclusion-opened"
         case .damaged: "damaged"
         case .intact: "intact"
         case .request(.reconnect): "operator"
@@ -94,6 +98,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .request(.resume): "operator-up"
         case .request(.openPortalWindow): "portal-window"
         case .request(.closePortalWindow): "portal-window-closed"
+        case .request(.exclude): "exclude"
         case .request(.stop(.byOperator)): "operator-stop"
         case .request(.stop): "stop"
         }
@@ -108,6 +113,9 @@ public enum AgentEvent: Equatable, Sendable {
         /// A portal window opens (`agent portal`), or closes (its process ended), asked by the
         /// user `uid`: only the one who opened it, or root, may close it or join it.
         case openPortalWindow(by: UInt32), closePortalWindow(by: UInt32)
+        /// A process tree is to be kept outside the tunnel (`agent exclude`), asked by user `uid`
+        /// (root or the roam group: the control socket let them ask).
+        case exclude(by: UInt32)
         /// The agent stops: nothing is decided after this.
         case stop(Stop)
     }
@@ -192,6 +200,10 @@ public enum Effect: Equatable, Sendable {
     case openPortalWindow(via: Path, portal: String, until: Instant)
     /// The lockdown is whole again.
     case closePortalWindow
+    /// Make the excluded applications' cgroup and let it through the lockdown, to the network
+    /// directly with the network's own resolvers; whether it could comes back as
+    /// `AgentEvent.exclusionOpened`. It stays until the agent ends.
+    case openExclusion
     /// An on-demand rule trusts the network on `interface`: the lockdown, the tunnel's routes
     /// and its resolvers step aside.
     case liftLockdown(interface: String)
@@ -247,6 +259,12 @@ public enum OperatorReply: Equatable, Sendable {
     case notPermitted
     /// The window could not be opened: its cgroup could not be made, or the lockdown refused it.
     case portalWindowFailed
+    /// The asking process (or the one it named) goes outside the tunnel.
+    case excluded
+    /// Exclusion is off in the configuration.
+    case exclusionOff
+    /// The excluded applications' cgroup could not be made, or the lockdown refused it.
+    case exclusionFailed
 }
 
 /// The agent's decisions, in one pure place: events and the time go in, effects come out.
@@ -296,6 +314,11 @@ public struct AgentCore: Sendable {
     public private(set) var portalWindowOwner: UInt32?
     /// A window is being opened: the lockdown's answer is awaited.
     private var openingWindow = false
+    /// `exclusion: allow`: applications may be kept outside the tunnel.
+    public let exclusionAllowed: Bool
+    /// The excluded applications' cgroup stands, let through the lockdown; or it is being opened.
+    public private(set) var exclusionOpen = false
+    private var openingExclusion = false
     /// The session is being moved to another address: what that brings asks no look-up.
     private var following = false
     /// What the machine is told once the rules have the facts they asked for (new paths, a
@@ -306,8 +329,9 @@ public struct AgentCore: Sendable {
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
-                rules: OnDemandRules = OnDemandRules()) {
+                rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false) {
         self.reconnector = reconnector
+        self.exclusionAllowed = exclusionAllowed
         onDemand = OnDemandJudge(rules: rules)
         self.startupWait = startupWait
         self.servers = ServerBook(servers)
@@ -418,6 +442,7 @@ public struct AgentCore: Sendable {
         case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
         case .request(let request): operatorAsked(request, now, &out)
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
+        case .exclusionOpened(let opened): exclusionOpened(opened, &out)
         }
         return out
     }
@@ -464,10 +489,24 @@ public struct AgentCore: Sendable {
                 run(.closePortalWindow, now, &out)
             }
             out.append(.reply(.portalWindowClosed))
+        case .exclude:
+            guard exclusionAllowed else { return out.append(.reply(.exclusionOff)) }
+            if exclusionOpen { return out.append(.reply(.excluded)) }
+            // Answered once the lockdown says whether the exclusion is let through.
+            openingExclusion = true
+            out.append(.openExclusion)
         case .stop(let who):
             stopped = true
             out.append(.stop(opensMachine: who == .byOperator))
         }
+    }
+
+    /// The lockdown's answer to the exclusion being opened.
+    private mutating func exclusionOpened(_ opened: Bool, _ out: inout [Effect]) {
+        guard openingExclusion else { return }
+        openingExclusion = false
+        exclusionOpen = opened
+        out.append(.reply(opened ? .excluded : .exclusionFailed))
     }
 
     /// Only the one who opened the portal window, or root, joins or closes it.

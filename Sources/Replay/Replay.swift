@@ -31,6 +31,10 @@ public struct ReplayReport: Sendable {
     /// anything it keeps was missing.
     public var restores = 0
     public var holds = 0
+    /// `agent exclude` requests granted and refused, and the exclusions the lockdown let through.
+    public var excluded = 0
+    public var exclusionsRefused = 0
+    public var exclusionsOpened = 0
     public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
@@ -409,6 +413,7 @@ public struct Replay {
             feed(.reloaded(config, rules))
         case .operatorPause(let down):
             feed(.request(down ? .pause : .resume))
+        case .exclude: feed(.request(.exclude(by: Self.user)))
         case .taken(let holding, let by, let fighting):
             // With the lockdown lifted by a rule, the tunnel's routing and resolvers are away already.
             if lockdownLifted && holding != .lockdown { break }
@@ -449,7 +454,8 @@ public struct Replay {
             Reconnector(config: configured.config, power: power, seed: seed, servers: scenario.gateways)
         }
         core = AgentCore(reconnector, startupWait: scenario.waitForServer, model: kernel.model,
-                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules)
+                         servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules,
+                         exclusionAllowed: scenario.exclusionAllowed)
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -955,6 +961,8 @@ public struct Replay {
             ("size probes", e.minSizeProbes, e.maxSizeProbes, report.sizeProbes),
             ("persistent keepalives", e.minKeepalives, e.maxKeepalives, report.keepalives),
             ("restores", e.minRestores, e.maxRestores, report.restores),
+            ("exclusions granted", e.excluded, e.excluded, report.excluded),
+            ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
@@ -1141,7 +1149,12 @@ extension Replay {
         case .stop(let opens): report.stopped = (now, opens)
         case .findOut(let request): findOut(request)
         case .followNotices(let wanted): notices = wanted
+        case .reply(.excluded): report.excluded += 1
+        case .reply(.exclusionOff), .reply(.exclusionFailed): report.exclusionsRefused += 1
         case .onDemandDecided, .reply: break
+        case .openExclusion:
+            report.exclusionsOpened += 1
+            queue.push(now, .answer(.exclusionOpened(true)))
         case .restore(let holding, _):
             report.restores += 1
             if missing[holding] == nil { violation("\(holding.rawValue) put back while it was whole") }

@@ -58,6 +58,8 @@ public struct Scenario: Sendable {
     public var gateways: [String] = ["server"]
     /// The client's on-demand rules (none: always connect).
     public var onDemand = OnDemandRules()
+    /// `exclusion: allow`: applications may be kept outside the tunnel.
+    public var exclusionAllowed = false
     public var expect: Expectations
 
     /// Where the scenario library lives in the source tree.
@@ -156,6 +158,8 @@ public enum ScenarioEvent: Sendable {
     /// away again 100 ms after each time it is put back, for that long (a network manager that
     /// removes every rule it did not make).
     case taken(Holding, by: String?, fighting: Duration?)
+    /// Someone runs `agent exclude`.
+    case exclude
 }
 
 /// What happens to the server.
@@ -284,6 +288,9 @@ public struct Expectations: Sendable {
     public var minRestores: Int?
     public var maxHolds: Int?
     public var minHolds: Int?
+    /// How many `agent exclude` requests were granted, and refused.
+    public var excluded: Int?
+    public var exclusionsRefused: Int?
     /// Longest time something the agent keeps on the machine was missing.
     public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:

@@ -35,7 +35,7 @@ extension YAMLReader {
         let top = try fields(root, "the scenario", allowed: [
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
-            "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server",
+            "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -125,6 +125,13 @@ extension YAMLReader {
             scenario.persistentKeepalive = interval
         }
         if let node = top.optional("on-demand") { scenario.onDemand = try onDemandRules(node) }
+        if let node = top.optional("exclusion") {
+            switch try string(node) {
+            case "allow": scenario.exclusionAllowed = true
+            case "off": scenario.exclusionAllowed = false
+            case let other: throw fail(node, "'exclusion' is allow or off, got \"\(other)\"")
+            }
+        }
         if let node = top.optional("wait-for-server") {
             // As the agent's `--wait-for-server`: 0 waits for ever.
             let wait = try duration(node)
@@ -196,7 +203,7 @@ extension YAMLReader {
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop", "reload",
         "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
-        "taken",
+        "taken", "exclude",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -319,6 +326,10 @@ extension YAMLReader {
                 guard text == "down" || text == "up" else { throw fail(value, "'operator' is down or up, got \"\(text)\"") }
                 add(.operatorPause(text == "down"))
             case "netlink": add(.netlink(try hex(value)))
+            case "exclude":
+                // Someone runs `agent exclude`: true, or their request's answer counted either way.
+                guard try bool(value) else { throw fail(value, "'exclude' is true (someone runs agent exclude)") }
+                add(.exclude)
             case "taken":
                 let taken = try fields(value, "'taken'", allowed: ["what", "by", "fighting"])
                 let whatNode = try taken.required("what")
@@ -536,7 +547,7 @@ extension YAMLReader {
             "max-checks", "min-checks", "max-outage", "sequence", "never", "windows", "path-at", "state-at", "max-cpu", "server",
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
-            "max-restores", "min-restores", "max-holds", "min-holds", "max-missing",
+            "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -563,6 +574,7 @@ extension YAMLReader {
             ("max-checks", \.maxChecks), ("min-checks", \.minChecks),
             ("max-lost-from-server", \.maxLostFromServer), ("min-from-server", \.minFromServer),
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
+            ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

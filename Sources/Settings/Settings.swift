@@ -54,6 +54,9 @@ public struct ClientSettings: Sendable {
     /// Ranges besides the private ones that count as local with `allowLAN` (`allow-lan` as a
     /// list), each inside a private, shared or link-local range.
     public var lanRanges: [Prefix] = []
+    /// `exclusion: allow`: root and the roam group may keep applications outside the tunnel
+    /// (`agent exclude`), a deliberate hole in the lockdown for them alone. Off by default.
+    public var exclusionAllowed = false
     /// How the tunnel's resolvers reach the system, and which ones.
     public var dns = ClientDNSSettings()
     /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.

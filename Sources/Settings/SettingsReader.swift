@@ -12,7 +12,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
-            "portal", "on-demand", "protocol", "protocol-fallback", "cipher",
+            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -78,6 +78,17 @@ extension YAMLReader {
             }
             if settings.allowLAN, settings.mode.socketMark == nil {
                 throw fail(node, "'allow-lan' is for mode: full; split mode leaves the LAN alone already")
+            }
+        }
+        if let node = f.optional("exclusion") {
+            switch try string(node) {
+            case "allow": settings.exclusionAllowed = true
+            case "off": settings.exclusionAllowed = false
+            case let other: throw fail(node, "'exclusion' is allow or off (the default), got \"\(other)\"")
+            }
+            if settings.exclusionAllowed, settings.mode.socketMark == nil || !settings.lockdown {
+                throw fail(node, "'exclusion' is for mode: full with the lockdown on; elsewhere an application reaches the network "
+                    + "outside the tunnel already")
             }
         }
         if let node = f.optional("dns") { settings.dns = try clientDNS(node) }

@@ -143,7 +143,7 @@ extension ClientDaemon {
             core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer,
                              model: monitor.tracker.model,
                              servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) },
-                             rules: settings.onDemand)
+                             rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
@@ -202,6 +202,6 @@ extension ClientSettings {
         servers == other.servers && privateKeyFile == other.privateKeyFile
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
             && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN
-            && lanRanges == other.lanRanges && dns == other.dns
+            && lanRanges == other.lanRanges && dns == other.dns && exclusionAllowed == other.exclusionAllowed
     }
 }

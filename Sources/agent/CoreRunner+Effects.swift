@@ -120,6 +120,8 @@ extension ClientDaemon.CoreRunner {
         case .followNotices(let notices): facts.follow(notices)
         case .onDemandDecided(let decision): report(decision)
         case .restore(let holding, let damage): restore(holding, damage)
+        case .openExclusion:
+            produced.append(.exclusionOpened(effects.openExclusion(runtimeDirectory: control.path.parentDirectory)))
         case .upkeepHeld(let holding, let damage, let restores, let until):
             metrics.upkeepHeld(holding.rawValue)
             log.error("someone keeps taking it away: holding off before putting it back again",

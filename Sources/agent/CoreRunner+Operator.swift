@@ -45,6 +45,7 @@ extension ClientDaemon.CoreRunner {
             }
             ask(.openPortalWindow(by: call.peer.uid), for: call)
         case .portalClose: ask(.closePortalWindow(by: call.peer.uid), for: call)
+        case .exclude: ask(.exclude(by: call.peer.uid), for: call)
         }
     }
 
@@ -84,6 +85,22 @@ extension ClientDaemon.CoreRunner {
                 + "after the connectivity check found one")
         case .notPermitted: refuse("not-permitted", "the portal window is another user's")
         case .portalWindowFailed: refuse("failed", "the window could not be opened: its cgroup or the lockdown's opening for it failed (the agent's log says which)")
+        case .exclusionOff:
+            refuse("not-permitted", "this agent keeps every application in the tunnel: 'exclusion: allow' in its configuration allows exceptions")
+        case .exclusionFailed:
+            refuse("failed", "the exclusion could not be opened: its cgroup or the lockdown's opening for it failed (the agent's log says which)")
+        case .excluded:
+            do {
+                let process = try effects.exclude(call.peer, target: call.target)
+                log.notice("kept outside the tunnel", metadata: ["pid": "\(process.pid)", "name": "\(SystemFiles.text("/proc/\(process.pid)/comm") ?? "?")",
+                                                                 "asked_by": "uid \(call.peer.uid)"])
+                let resolvers = (effects.firewall?.excludedResolvers ?? []).map { JSON.string($0.description) }
+                call.reply(ControlProtocol.answer([("message", .string("process \(process.pid) and what it starts reach the network outside the tunnel")),
+                                                   ("pid", .int(Int64(process.pid))), ("resolvers", .array(resolvers))]))
+            } catch {
+                log.warning("cannot keep a process outside the tunnel", metadata: ["error": "\(error.message)", "asked_by": "uid \(call.peer.uid)"])
+                refuse("failed", error.message)
+            }
         case .portalWindowOpen(let url, let interface, let until):
             do {
                 try effects.joinPortalWindow(call.peer)
@@ -181,6 +198,10 @@ extension ClientDaemon.CoreRunner {
             fields.append(("dns", .object(entry)))
         }
         fields.append(("diverting_routes", .array(effects.divertingRoutes.map { .string($0.description) })))
+        fields.append(("excluded", .array(effects.excludedProcesses.map {
+            .object([("pid", .int(Int64($0.pid))), ("name", .string($0.name))])
+        })))
+        fields.append(("guest_networks", .array(effects.guestNetworks.map { .string($0.description) })))
         // What others took away of the agent's routing, resolvers and lockdown, put back or held off.
         fields.append(("upkeep", .object(Holding.allCases.map { holding in
             let record = core.upkeep.records[holding] ?? Upkeep.Record()

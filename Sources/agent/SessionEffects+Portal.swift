@@ -40,9 +40,7 @@ extension SessionEffects {
             return false
         }
         portalCgroup = cgroup
-        var resolvers = ResolvConf(ResolvConfFile.systemText(at: "/etc/resolv.conf") ?? "",
-                                   systemdUplinks: SystemFiles.text("/run/systemd/resolve/resolv.conf"),
-                                   avoiding: dns?.applied?.resolvers ?? []).nameservers.filter { !$0.isLoopback }
+        var resolvers = networkResolvers()
         if resolvers.isEmpty, let gateway = path.gateway { resolvers = [gateway] }
         var window = LockdownPolicy.PortalWindow(cgroup: cgroup.nftablesPath, level: cgroup.level, interface: path.interface,
                                                  resolvers: resolvers)

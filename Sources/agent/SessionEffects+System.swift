@@ -180,6 +180,7 @@ extension SessionEffects {
                 }
             }
             localNetworks = prefixes
+            exclusionNetworkChanged()
             // A new network may hold a resolver's address, or no longer hold it.
             if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
         }
@@ -220,6 +221,7 @@ extension SessionEffects {
         try? routes?.remove()
         // Whatever comes next (a stop, a restart in place), the window does not outlive the agent.
         closePortalWindow()
+        closeExclusion()
         cgroups?.unmount()
         // A closing still refused gets a last try; the next agent loads the table whole anyway.
         if let firewall, firewall.retryDue != nil, let error = firewall.retry() {

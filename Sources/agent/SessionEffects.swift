@@ -56,6 +56,8 @@ final class SessionEffects {
     var cgroups: CgroupFileSystem?
     /// The open portal window's cgroup, and how many windows there were.
     var portalCgroup: PortalCgroup?
+    /// The excluded applications' cgroup, once one was asked for (`agent exclude`).
+    var exclusionCgroup: PortalCgroup?
     var windows = 0
     /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
     var portalWindow: LockdownPolicy.PortalWindow?

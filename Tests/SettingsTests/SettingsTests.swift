@@ -189,6 +189,18 @@ func badLANRangesPointAtTheirLine(text: String, line: Int, message: String) {
     expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
 
+/// Applications kept outside the tunnel: only `allow` or `off`, and only where the tunnel and the
+/// lockdown would otherwise hold them.
+@Test(arguments: [
+    ("exclusion: yes", 4, "'exclusion' is allow or off (the default), got \"yes\""),
+    ("exclusion: [allow]", 4, "expected a single value"),
+    ("mode: split\nroutes: [10.77.0.0/16]\nexclusion: allow", 6, "'exclusion' is for mode: full with the lockdown on"),
+    ("lockdown: false\nexclusion: allow", 5, "'exclusion' is for mode: full with the lockdown on"),
+])
+func badExclusionsPointAtTheirLine(text: String, line: Int, message: String) {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
+}
+
 @Test(arguments: [
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1}\n  - {address: A:1}", 5, "lists A:1 twice (first on line 4)"),
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1, name: x}\n  - {address: b:1, name: x}", 5, "two servers x (first on line 4)"),
