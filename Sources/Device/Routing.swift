@@ -21,6 +21,19 @@ public enum RoutingMode: Hashable, Sendable {
         if case .split(let prefixes) = self { prefixes.contains { $0.contains(address) } } else { true }
     }
 
+    /// What the tunnel carries: the split prefixes, or everything.
+    public var carried: [Prefix] {
+        if case .split(let prefixes) = self { prefixes } else { [.any(.v4), .any(.v6)] }
+    }
+
+    /// Policy rules of others that decide before this mode's (full mode: any rule with a lower
+    /// priority than its own that sends packets to a table other than the kernel's own: another
+    /// VPN's policy routing, Tailscale's `5270: lookup 52`). Split mode has no rules to come before.
+    public func rulesBefore(in rules: [RoutingRule]) -> [RoutingRule] {
+        guard case .full(let policy) = self else { return [] }
+        return rules.filter { $0.priority < policy.priority && ![Route.mainTable, 253, 255, policy.table].contains($0.table) }
+    }
+
     /// The mark the session's sockets must carry (`UDPSocket(mark:)`) in this mode.
     public var socketMark: UInt32? {
         if case .full(let policy) = self { policy.mark } else { nil }

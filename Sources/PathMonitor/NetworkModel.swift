@@ -267,6 +267,26 @@ public struct NetworkModel: Sendable, Equatable {
         return found.sorted { $0.description < $1.description }
     }
 
+    /// Routes through another tunnel (a link of kind tunnel that is not the agent's own:
+    /// Tailscale's tailscale0, OpenVPN's tun0, a WireGuard wg0) whose destination meets
+    /// `prefixes`, what the agent's tunnel carries: for those addresses the kernel may choose the
+    /// other tunnel (a more specific route wins; another VPN's table consulted by a rule before
+    /// the agent's wins outright). In any table, since VPNs keep their routes in tables of their
+    /// own. In description order.
+    public func otherTunnels(meeting prefixes: [Prefix]) -> [DivertingRoute] {
+        var found: Set<DivertingRoute> = []
+        for route in routes.values where route.type == .unicast {
+            let destination = route.destination.network
+            guard prefixes.contains(where: { $0.contains(destination) || destination.contains($0) }) else { continue }
+            for hop in route.nextHops {
+                guard let link = links[hop.linkIndex], link.kind == .tunnel, link.name != tunnelInterface else { continue }
+                found.insert(DivertingRoute(destination: destination, gateway: hop.gateway, interface: link.name,
+                                            table: route.table == Route.mainTable ? nil : route.table))
+            }
+        }
+        return found.sorted { $0.description < $1.description }
+    }
+
     /// The private and link-local ranges, inside which a wide subnet is still a LAN's.
     private static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fe80::/10"]
         .compactMap { Prefix($0) }
@@ -440,7 +460,11 @@ public struct DivertingRoute: Hashable, Sendable, CustomStringConvertible {
     /// Nil for a route on the link itself.
     public var gateway: IPAddress?
     public var interface: String
-    public var description: String { "\(destination)" + (gateway.map { " via \($0)" } ?? "") + " dev \(interface)" }
+    /// The table, when not the main one.
+    public var table: UInt32? = nil
+    public var description: String {
+        "\(destination)" + (gateway.map { " via \($0)" } ?? "") + " dev \(interface)" + (table.map { " table \($0)" } ?? "")
+    }
 }
 
 /// A bridge the machine's containers or VMs sit behind, and its subnets (see

@@ -157,6 +157,7 @@ extension ClientDaemon {
                 log.error("cannot serve the control socket; status and commands are unavailable", metadata: ["error": "\(error)"])
             }
             effects.networkObserved(core.network.model)
+            effects.checkRulesBefore()
             startWatches()
             feed(.start)
             while running {

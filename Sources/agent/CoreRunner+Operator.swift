@@ -202,6 +202,9 @@ extension ClientDaemon.CoreRunner {
             .object([("pid", .int(Int64($0.pid))), ("name", .string($0.name))])
         })))
         fields.append(("guest_networks", .array(effects.guestNetworks.map { .string($0.description) })))
+        // Other tunnels and policy rules that may take traffic this tunnel would carry.
+        let others = effects.otherTunnelRoutes.map(\.description) + effects.rulesBefore.map { "rule \($0)" }
+        fields.append(("other_tunnels", .array(others.map { JSON.string($0) })))
         // What others took away of the agent's routing, resolvers and lockdown, put back or held off.
         fields.append(("upkeep", .object(Holding.allCases.map { holding in
             let record = core.upkeep.records[holding] ?? Upkeep.Record()

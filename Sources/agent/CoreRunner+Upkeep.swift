@@ -45,6 +45,7 @@ extension ClientDaemon.CoreRunner {
 
     /// The kernel reported rules or removed routes: whether any of the tunnel's went, and who took them.
     func routingNoticed(_ notices: [RoutingNotice]) {
+        if notices.contains(where: { if case .rule = $0.subject { true } else { false } }) { effects.checkRulesBefore() }
         let own = UInt32(bitPattern: getpid())
         let by = notices.first { $0.removed && $0.sender != 0 && $0.sender != own }.flatMap { Self.who(port: $0.sender) }
         checkRouting(by: by)

@@ -1,3 +1,4 @@
+import Netlink
 import Logging
 import Lockdown
 import Basics
@@ -210,6 +211,36 @@ extension SessionEffects {
                 metadata: ["route": "\(route.description)", "lockdown": "\(firewall == nil ? "off: that traffic leaves in clear" : "on: that traffic is stopped")"])
         }
         divertingRoutes = diverting
+        let others = model.otherTunnels(meeting: settings.mode.carried)
+        for route in others where !otherTunnelRoutes.contains(route) {
+            log.warning("another tunnel's route meets what this tunnel carries; the kernel may send that traffic there",
+                        metadata: ["route": "\(route.description)", "precedence": "\(Self.precedence(route))"])
+        }
+        otherTunnelRoutes = others
+    }
+
+    /// Who wins for a route of another tunnel, in words.
+    static func precedence(_ route: DivertingRoute) -> String {
+        route.table == nil ? "a more specific route in the main table wins over the tunnel's"
+            : "it wins only if a rule before the tunnel's consults table \(route.table ?? 0)"
+    }
+
+    /// Policy rules of others that decide before the tunnel's (full mode), read from the kernel
+    /// when rules change: each new one is warned of.
+    func checkRulesBefore() {
+        guard settings.mode.socketMark != nil else { return }
+        let rules: [RoutingRule]
+        do throws(NetlinkError) {
+            rules = try NetlinkSocket().rules()
+        } catch {
+            return log.warning("cannot read the policy rules", metadata: ["error": "\(error)"])
+        }
+        let before = settings.mode.rulesBefore(in: rules)
+        for rule in before where !rulesBefore.contains(rule) {
+            log.warning("a policy rule decides before the tunnel's: what its table routes does not go into the tunnel",
+                        metadata: ["rule": "\(rule)"])
+        }
+        rulesBefore = before
     }
 
     /// Ends the session and takes the routes down. Only the operator's `agent stop` opens the

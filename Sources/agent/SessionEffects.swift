@@ -1,3 +1,4 @@
+import Netlink
 import Logging
 import Lockdown
 import Basics
@@ -44,6 +45,10 @@ final class SessionEffects {
     var sockets: [Path.ID: UDPSocket] = [:]
     /// Routes that take traffic around a full tunnel, as last logged.
     var divertingRoutes: [DivertingRoute] = []
+    /// Other tunnels' routes that meet what this tunnel carries, and others' policy rules that
+    /// decide before the tunnel's, as last warned of.
+    var otherTunnelRoutes: [DivertingRoute] = []
+    var rulesBefore: [RoutingRule] = []
     /// What the server last pushed, to judge again when the local subnets change.
     var pushedDNS: Result<DNSSettings, DNSSettingsError>?
     /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.

@@ -85,6 +85,28 @@ struct UpkeepLabTests {
         #expect(tap.leaks().count == inTheMoment, "leaks after the reload: \(tap.leaks())")
     }
 
+    /// Another VPN beside the tunnel, as Tailscale sets itself up: a tunnel device whose routes
+    /// live in a table of its own, consulted by a rule before the tunnel's. Both are warned of, at
+    /// once, with the precedence, and listed in status.
+    @Test func anotherTunnelsRoutesAndRulesAreWarnedOf() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.startClient()
+        try lab.laptop.ip("tuntap add dev tailscale0 mode tun")
+        try lab.laptop.ip("link set tailscale0 up")
+        try lab.laptop.ip("route add 100.64.0.0/10 dev tailscale0 table 52")
+        try lab.laptop.ip("rule add priority 5270 lookup 52")
+        #expect(lab.waitFor(seconds: 2) {
+            let log = lab.log("client.log")
+            return log.contains("msg=\"another tunnel's route meets what this tunnel carries; the kernel may send that traffic there\"")
+                && log.contains("route=\"100.64.0.0/10 dev tailscale0 table 52\"")
+                && log.contains("msg=\"a policy rule decides before the tunnel's: what its table routes does not go into the tunnel\"")
+        }, "\(lab.log("client.log"))")
+        let others = lab.status()["other_tunnels"] ?? ""
+        #expect(others.contains("100.64.0.0/10 dev tailscale0 table 52") && others.contains("5270"), "\(others)")
+        #expect(lab.status()["state"] == "connected")
+    }
+
     /// Someone who removes the rule again every time it is back: after five restores the agent
     /// holds off, and says so in its log and status, instead of looping.
     @Test func aFightIsHeldOff() throws {

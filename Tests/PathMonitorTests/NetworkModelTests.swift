@@ -347,3 +347,20 @@ private func laptop() -> NetworkModel {
     m.apply(.linkChanged(Link(index: 10, name: "docker0", kind: .virtual, isUp: false, isBridge: true)))
     #expect(m.guestNetworks.isEmpty)
 }
+
+/// Another VPN's routes that meet what the tunnel carries are found in any table; the agent's
+/// own tunnel and routes through uplinks are not another tunnel's.
+@Test func otherTunnelsRoutesThatMeetTheTunnelsAreFound() {
+    var m = laptop()
+    m.apply(.linkChanged(Link(index: 20, name: "roam0", kind: .tunnel)))
+    m.apply(.linkChanged(Link(index: 21, name: "tailscale0", kind: .tunnel)))
+    m.apply(.routeAdded(Route(table: 51820, destination: .any(.v4), nextHops: [NextHop(linkIndex: 20)])))
+    m.apply(.routeAdded(Route(table: 52, destination: prefix("100.64.0.0/10"), nextHops: [NextHop(linkIndex: 21)])))
+    m.apply(.routeAdded(Route(destination: prefix("10.50.0.0/16"), nextHops: [NextHop(linkIndex: 21)])))
+    let everything = [Prefix.any(.v4), .any(.v6)]
+    #expect(m.otherTunnels(meeting: everything).map(\.description) == ["10.50.0.0/16 dev tailscale0", "100.64.0.0/10 dev tailscale0 table 52"])
+    // Split mode: only what meets its prefixes, either way round.
+    #expect(m.otherTunnels(meeting: [prefix("10.0.0.0/8")]).map(\.description) == ["10.50.0.0/16 dev tailscale0"])
+    #expect(m.otherTunnels(meeting: [prefix("10.50.1.0/24")]).map(\.description) == ["10.50.0.0/16 dev tailscale0"])
+    #expect(m.otherTunnels(meeting: [prefix("172.16.0.0/12")]).isEmpty)
+}

@@ -104,3 +104,22 @@ struct DevicePlanTests {
         #expect(throws: DeviceError.self) { try pollReadable([999], timeout: .zero) }
     }
 }
+
+/// Others' policy rules that decide before a full tunnel's: a rule to another table with a lower
+/// priority (Tailscale's 5270), not the kernel's own tables nor the tunnel's, and none in split mode.
+@Test func rulesBeforeTheFullTunnelsAreOthersTablesFirst() {
+    let full = RoutingMode.full(FullTunnel())
+    let rules = [
+        RoutingRule(family: .v4, priority: 0, table: 255),
+        RoutingRule(family: .v4, priority: 5270, table: 52),
+        RoutingRule(family: .v6, priority: 5270, table: 52),
+        RoutingRule(family: .v4, priority: 32764, table: Route.mainTable, suppressPrefixLength: 0),
+        RoutingRule(family: .v4, priority: 32765, table: 51820, mark: 0xca6c, inverted: true),
+        RoutingRule(family: .v4, priority: 32766, table: Route.mainTable),
+        RoutingRule(family: .v4, priority: 40000, table: 99),
+        RoutingRule(family: .v4, priority: 100, table: Route.mainTable),
+    ]
+    #expect(full.rulesBefore(in: rules).map(\.priority) == [5270, 5270])
+    #expect(RoutingMode.split([Prefix("10.77.0.0/16")!]).rulesBefore(in: rules).isEmpty)
+    #expect(full.carried == [.any(.v4), .any(.v6)])
+}
