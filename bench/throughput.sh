@@ -6,6 +6,9 @@
 # Usage: sudo bench/throughput.sh            (DURATION=seconds per run, default 10)
 #        MODE=full LOCKDOWN=off sudo bench/throughput.sh   (Roam's routing mode, split by default,
 #        and its lockdown firewall, on by default: compare on and off for what the lockdown costs)
+#        In full mode also from a container behind a bridge on the laptop, as Docker sets one up
+#        (a veth into its namespace, masquerade): forwarded traffic through the tunnel beside the
+#        laptop's own.
 #        PROTOCOL=2 or CIPHER=chacha20-poly1305 sudo bench/throughput.sh   (Roam's protocol version,
 #        3 by default, and for version 3 a pinned cipher; negotiated by default: AES-256-GCM where
 #        both ends have AES in hardware)
@@ -36,7 +39,7 @@ A=$(scripts/build agent)/agent
 
 # --- lab and cleanup ---------------------------------------------------------------------------
 prefix=rbench$$
-L=$prefix-laptop S=$prefix-server
+L=$prefix-laptop S=$prefix-server C=$prefix-container
 # wireguard-go's control socket is /run/wireguard/IFACE.sock, shared by every network namespace:
 # the two ends (and any concurrent run) need distinct interface names.
 WGS=wgs$$ WGL=wgl$$
@@ -63,6 +66,7 @@ cleanup() {
     trap - EXIT INT TERM
     for pid in "${pids[@]}"; do stop_pid "$pid"; done  # stop_pid edits pids; the loop has its own copy
     scripts/lab down "$prefix" || true
+    ip netns del "$C" 2>/dev/null || true
     rm -f "/run/wireguard/$WGS.sock" "/run/wireguard/$WGL.sock"
     rm -rf "$WORK"
     exit "$rc"
@@ -109,11 +113,12 @@ print(int(fields[11]) + int(fields[12]))        # utime (14), stime (15)
 EOF
 }
 
-# run_iperf NAME TARGET [-R]: writes $WORK/NAME.json; prints "mbit bytes retransmits" (receiver side)
+# run_iperf NAME TARGET [-R]: writes $WORK/NAME.json; prints "mbit bytes retransmits" (receiver side);
+# from the namespace $FROM (the laptop's unless set)
 run_iperf() {
     local name=$1 target=$2
     shift 2
-    if ! timeout $((DURATION + 30)) ip netns exec "$L" iperf3 -c "$target" -t "$DURATION" -P 1 --json "$@" \
+    if ! timeout $((DURATION + 30)) ip netns exec "${FROM:-$L}" iperf3 -c "$target" -t "$DURATION" -P 1 --json "$@" \
         >"$WORK/$name.json" 2>"$WORK/$name.err"; then
         echo "throughput: iperf3 $name failed" >&2
         cat "$WORK/$name.err" >&2 || true
@@ -213,6 +218,29 @@ read -r RSS_FRESH ANON_FRESH <<<"$(rss "$roam_client")"
 d0s=$(udp_drops "$S") d0l=$(udp_drops "$L")
 measure roam 10.77.0.1 "$roam_client"
 DROPS[roam]="server ns $(($(udp_drops "$S") - d0s)), laptop ns $(($(udp_drops "$L") - d0l))"
+if [ "$MODE" = full ]; then
+    echo "throughput: Roam to 10.77.0.1 from a container behind a bridge on the laptop" >&2
+    ip netns add "$C"
+    ip -n "$C" link set lo up
+    ip -n "$L" link add br-bench type bridge
+    ip -n "$L" link add veth-bench type veth peer name eth0 netns "$C"
+    ip -n "$L" link set veth-bench master br-bench
+    ip -n "$L" address add 172.18.0.1/16 dev br-bench
+    ip -n "$L" link set br-bench up
+    ip -n "$L" link set veth-bench up
+    ip -n "$C" address add 172.18.0.2/16 dev eth0
+    ip -n "$C" link set eth0 up
+    ip -n "$C" route add default via 172.18.0.1
+    ip netns exec "$L" sysctl -qw net.ipv4.ip_forward=1
+    ip netns exec "$L" nft -f - <<'NFT'
+table ip benchnat {
+    chain post { type nat hook postrouting priority srcnat; ip saddr 172.18.0.0/16 oifname != "br-bench" masquerade; }
+}
+NFT
+    wait_for 30 "a ping from the container through Roam" ip netns exec "$C" ping -c 1 -W 1 10.77.0.1 ||
+        die_with_log "no ping from the container through Roam" "$WORK/up.log"
+    FROM=$C measure roam-container 10.77.0.1 "$roam_client"
+fi
 alive "$roam_client" || die_with_log "agent up exited" "$WORK/up.log"
 alive "$roam_server" || die_with_log "agent serve exited" "$WORK/serve.log"
 sleep 5
@@ -259,7 +287,7 @@ echo
 SPOKEN=$(grep -o 'msg="handshake completed".*' "$WORK/up.log" | head -n 1 | grep -o 'protocol=[0-9]* cipher=[a-z0-9-]*\|cipher=[a-z0-9-]* protocol=[0-9]*' || echo "unknown")
 echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN, session: $SPOKEN"
 printf '%-14s %10s %12s %15s %22s %24s\n' path "up Mbit/s" "down Mbit/s" "client CPU s" "client CPU ms/Gbit up" "client CPU ms/Gbit down"
-for p in raw roam wireguard-go; do
+for p in raw roam $([ "$MODE" = full ] && echo roam-container) wireguard-go; do
     printf '%-14s %10s %12s %15s %22s %24s\n' "$p" "${UP[$p]}" "${DOWN[$p]}" "${CPU_S[$p]:--}" "${CPU_UP[$p]:--}" "${CPU_DOWN[$p]:--}"
 done
 printf '%-14s %10s %12s %15s %22s %24s\n' "roam/wg-go" "$(ratio "${UP[roam]}" "${UP[wireguard-go]}")" \

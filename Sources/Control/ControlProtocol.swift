@@ -103,11 +103,14 @@ extension ControlProtocol {
         JSON.object([("version", .int(version)), ("command", .string(command.rawValue))] + (pid.map { [("pid", .int(Int64($0)))] } ?? [])).text
     }
 
-    /// The process a request names (`"pid"`), when it names one that can be a process.
-    public static func target(in line: String) -> Int32? {
-        guard line.trimmed.first == "{", let request = try? JSON.parse(line.trimmed), let pid = request["pid"]?.int,
-              pid > 1, pid <= Int64(Int32.max) else { return nil }
-        return Int32(pid)
+    /// The process a request names (`"pid"`): nil when it names none; a `pid` that cannot be a
+    /// process is refused, never taken as the asker's own.
+    public static func target(in line: String) -> Result<Int32?, ControlFailure> {
+        guard line.trimmed.first == "{", let request = try? JSON.parse(line.trimmed), let value = request["pid"] else { return .success(nil) }
+        guard let pid = value.int, pid > 1, pid <= Int64(Int32.max) else {
+            return .failure(ControlFailure(code: "bad-request", message: "\"pid\" is a process id: a number above 1"))
+        }
+        return .success(Int32(pid))
     }
 
     /// A successful answer: `{"version":1,"ok":true,...fields}`.

@@ -236,11 +236,16 @@ public final class ControlServer: Sendable {
                 guard command.openToReaders || c.uid == 0 || c.uid == geteuid() else {
                     return fail(id, ControlFailure(code: "not-permitted", message: "only root may ask '\(command.rawValue)'"))
                 }
+                let target: Int32?
+                switch ControlProtocol.target(in: line) {
+                case .success(let pid): target = pid
+                case .failure(let failure): return fail(id, failure)
+                }
                 c.phase = .answering
                 c.deadline = Instant.now() + ControlServer.answerTimeout
                 c.input = []
                 connections[id] = c
-                server.handle(Call(id: id, server: server, command: command, peer: c.peer, target: ControlProtocol.target(in: line)))
+                server.handle(Call(id: id, server: server, command: command, peer: c.peer, target: target))
             }
         }
 

@@ -299,7 +299,12 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        iifname \"lo\" accept",
             "        iifname \(tunnel) accept",
         ]
-        if let guests = guestSet { lines.append("        iifname \(guests) accept") }
+        if let guests = guestSet {
+            // A guest that sends from the tunnel's resolvers' addresses (CAP_NET_RAW is a
+            // container's by default) is not them.
+            lines += tunnelOnlyRules("saddr", counter: BlockCause.inbound.counter, verdict: "drop", matching: "iifname \(guests) ")
+            lines.append("        iifname \(guests) accept")
+        }
         if let trusted = trustedInterface { lines.append("        iifname \(Self.quoted(trusted)) accept") }
         if exclusion != nil {
             // Answers to the excluded applications' own connections, and the ICMP errors about them.
@@ -345,10 +350,18 @@ public struct LockdownPolicy: Hashable, Sendable {
             lines.append("        meta l4proto { tcp, udp } th sport { 53, 853, 5353, 5355 } counter name \(BlockCause.dns.counter) drop")
             lines += tunnelOnlyRules("daddr", counter: BlockCause.forward.counter, verdict: "drop")
             lines += tunnelOnlyRules("saddr", counter: BlockCause.forward.counter, verdict: "drop")
-            // What a guest sends to the LAN, and the answers to it (a container's connection to
-            // a printer; the LAN's own new connections stay out).
-            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept",
-                      "        ct state { established, related } accept"]
+            if let guests = guestSet {
+                // To the guests from the LAN only the answers to their own connections (a
+                // container's to a printer), and the ICMP errors about them; the LAN's own
+                // connections to them stay out, though their bridges' subnets count as local.
+                lines += ["        oifname \(guests) ip saddr @lan4 ct direction reply ct state established accept",
+                          "        oifname \(guests) ip6 saddr @lan6 ct direction reply ct state established accept",
+                          "        oifname \(guests) ip saddr @lan4 ct state related meta l4proto icmp accept",
+                          "        oifname \(guests) ip6 saddr @lan6 ct state related meta l4proto ipv6-icmp accept",
+                          "        oifname \(guests) counter name \(BlockCause.forward.counter) drop"]
+            }
+            // What a guest (or another forwarder) sends to the LAN.
+            lines += ["        ip daddr @lan4 accept", "        ip6 daddr @lan6 accept"]
         }
         lines += [
             "        counter name \(BlockCause.forward.counter) drop",
@@ -363,11 +376,11 @@ public struct LockdownPolicy: Hashable, Sendable {
     }
 
     /// Rules that stop what matches `tunnelOnly` by `field` (`daddr` or `saddr`), one per family.
-    private func tunnelOnlyRules(_ field: String, counter: String, verdict: String) -> [String] {
+    private func tunnelOnlyRules(_ field: String, counter: String, verdict: String, matching: String = "") -> [String] {
         [(IPAddress.Family.v4, "ip"), (.v6, "ip6")].compactMap { family, name in
             let inside = tunnelOnly.filter { $0.family == family }.map(\.description)
             guard !inside.isEmpty else { return nil }
-            return "        \(name) \(field) { \(inside.joined(separator: ", ")) } counter name \(counter) \(verdict)"
+            return "        \(matching)\(name) \(field) { \(inside.joined(separator: ", ")) } counter name \(counter) \(verdict)"
         }
     }
 

@@ -140,19 +140,23 @@ public struct PortalCgroup: Equatable, Sendable {
     /// asker's every user and group id (no set-user-ID program it became since). `cgroup` is
     /// where it is now (as /proc/PID/cgroup names it); its processes go back there at the close.
     /// A `verify` that throws before the move refuses it with the error's words.
-    public mutating func add(_ pid: Int32, from cgroup: String?, fs: CgroupFileSystem, verify: () throws -> Void) throws(CgroupError) {
+    /// With `shared` (a cgroup several users' processes join), the first one's cgroup is not
+    /// where everyone goes back: `close(fs:origins:)` sends each to its own.
+    public mutating func add(_ pid: Int32, from cgroup: String?, fs: CgroupFileSystem, shared: Bool = false,
+                             verify: () throws -> Void) throws(CgroupError) {
         do {
             try verify()
         } catch {
             throw CgroupError("\(error)")
         }
-        if returnTo == nil { returnTo = cgroup.flatMap { fs.directory(of: $0) } }
+        let origin = cgroup.flatMap { fs.directory(of: $0) }
+        if returnTo == nil && !shared { returnTo = origin }
         try Self.move(pid, to: directory)
         // Checked again after the move: had the process ended and its id been reused within
-        // these microseconds, the stranger goes back at once (to the root when the asker's
-        // cgroup is not known), and the join fails either way.
+        // these microseconds, the stranger goes back at once to where it was (to the root when
+        // that is not known), and the join fails either way.
         if (try? verify()) == nil {
-            if (try? Self.move(pid, to: returnTo ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
+            if (try? Self.move(pid, to: origin ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
             throw CgroupError("process \(pid) changed while it was moved into the portal window")
         }
     }
@@ -162,11 +166,23 @@ public struct PortalCgroup: Equatable, Sendable {
     /// Returns the error when the cgroup could not be removed (a process stayed in it).
     @discardableResult
     public func close(fs: CgroupFileSystem) -> String? {
+        close(fs: fs) { _ in returnTo }
+    }
+
+    /// Closes a cgroup several users' processes joined: each goes back to its own cgroup
+    /// (`origins`, by pid, as /proc/PID/cgroup named it when it joined), one not there (a child
+    /// started inside) to the root, never into another user's.
+    @discardableResult
+    public func close(fs: CgroupFileSystem, origins: [Int32: String]) -> String? {
+        close(fs: fs) { pid in origins[pid].flatMap { fs.directory(of: $0) } }
+    }
+
+    private func close(fs: CgroupFileSystem, destination: (Int32) -> String?) -> String? {
         for _ in 0..<8 {
             let pids = (SystemFiles.text(directory + "/cgroup.procs") ?? "").split(whereSeparator: \.isNewline).compactMap { Int32($0) }
             if pids.isEmpty { break }
             for pid in pids {
-                if (try? Self.move(pid, to: returnTo ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
+                if (try? Self.move(pid, to: destination(pid) ?? fs.point)) == nil { try? Self.move(pid, to: fs.point) }
             }
         }
         guard rmdir(directory) == 0 || errno == ENOENT else {

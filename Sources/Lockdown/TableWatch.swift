@@ -101,7 +101,7 @@ public final class TableWatch {
     static let names: [UInt16: String] = [
         0: "table made again", 2: "table deleted", 3: "chain changed", 5: "chain deleted", 6: "rule added", 8: "rule deleted",
         9: "set changed", 11: "set deleted", 12: "set elements added", 14: "set elements deleted", 18: "object changed",
-        20: "object deleted", 26: "table deleted", 27: "chain deleted", 28: "rule deleted", 29: "set deleted",
+        20: "object deleted", 22: "flowtable changed", 24: "flowtable deleted", 26: "table deleted", 27: "chain deleted", 28: "rule deleted", 29: "set deleted",
         30: "set elements deleted", 31: "object deleted",
     ]
 }

@@ -161,6 +161,9 @@ public struct NetlinkDecoder: Sendable {
         let index = Int32(bitPattern: b.u32(body.lowerBound + 4))
         let flags = b.u32(body.lowerBound + 8)
         guard index > 0 else { malformed += 1; return nil }
+        // A bridge's notice about one of its ports (AF_BRIDGE) says nothing of the link's own
+        // kind: read as a link, a container's veth would turn into an Ethernet card for a moment.
+        if b[body.lowerBound] == 7 /* AF_BRIDGE */ { skipped += 1; return nil }
         if removed { return .linkRemoved(index: index) }
         var name: String?
         var mtu = 1500
@@ -179,7 +182,7 @@ public struct NetlinkDecoder: Sendable {
         guard let name, !name.isEmpty else { malformed += 1; return nil }
         return .linkChanged(Link(index: index, name: name, kind: Self.kind(arphrd: arphrd, infoKind: infoKind),
                                  isUp: flags & IFF.up != 0, hasCarrier: flags & IFF.lowerUp != 0, mtu: mtu,
-                                 isBridge: infoKind == "bridge", master: master.flatMap { $0 > 0 ? $0 : nil }))
+                                 isBridge: infoKind == "bridge", master: master.flatMap { $0 > 0 ? $0 : nil }, infoKind: infoKind))
     }
 
     /// The kind netlink alone can tell; the live monitor refines ethernet into wifi or wwan from sysfs.

@@ -21,9 +21,12 @@ public struct Link: Hashable, Sendable {
     public var isBridge: Bool
     /// The bridge (or bond) this link is a port of (`IFLA_MASTER`).
     public var master: Int32?
+    /// The driver's kind (`IFLA_INFO_KIND`: "veth", "tun" for a TUN or TAP device, "bridge",
+    /// "vxlan"...); nil for a physical device.
+    public var infoKind: String?
 
     public init(index: Int32, name: String, kind: LinkKind = .other, isUp: Bool = true, hasCarrier: Bool = true,
-                mtu: Int = 1500, isBridge: Bool = false, master: Int32? = nil) {
+                mtu: Int = 1500, isBridge: Bool = false, master: Int32? = nil, infoKind: String? = nil) {
         self.index = index
         self.name = name
         self.kind = kind
@@ -32,6 +35,7 @@ public struct Link: Hashable, Sendable {
         self.mtu = mtu
         self.isBridge = isBridge
         self.master = master
+        self.infoKind = infoKind
     }
 
     /// Packets can leave through this link.

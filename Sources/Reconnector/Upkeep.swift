@@ -17,7 +17,10 @@ public enum Holding: String, CaseIterable, Hashable, Sendable {
 /// and a network manager that each undo the other's change would otherwise loop, both busy and
 /// both logging. Past `restoresPerWindow` restores of one holding within `window`, the agent
 /// holds off (`firstHold`, doubled for each hold in a row up to `longestHold`), restores once
-/// when the hold is over, and says so; only a window without a restore ends the fight.
+/// when the hold is over, and says so; only a window without a restore ends the fight. The
+/// lockdown is never held off: a fight over it is a fight over whether the machine is open, and
+/// the agent keeps putting it back however often it is taken (`fighting(over:)` says how often,
+/// for a log that does not say each one).
 ///
 /// Pure: damage and its repair come in as events, restores go out as effects, the holds are
 /// one of the core's timers (`TimerKind.upkeep`).
@@ -71,7 +74,10 @@ public struct Upkeep: Sendable {
         if let by = damage.by { record.lastBy = by }
         record.recent.removeAll { now - $0 >= Self.window }
         if record.recent.isEmpty && record.heldUntil == nil { record.holds = 0 }
-        if let until = record.heldUntil, until > now {
+        if holding == .lockdown {
+            // Fail closed: never held off.
+            restore(holding, &record, damage, now, &out)
+        } else if let until = record.heldUntil, until > now {
             // Put back when the hold is over.
         } else if record.recent.count >= Self.restoresPerWindow || (record.holds > 0 && !record.recent.isEmpty) {
             // A fight, or one not over yet (a restore within the window after a hold): hold off.
@@ -83,6 +89,11 @@ public struct Upkeep: Sendable {
             restore(holding, &record, damage, now, &out)
         }
         records[holding] = record
+    }
+
+    /// Restores of `holding` within the last `window` up to `now`: past `restoresPerWindow`, a fight.
+    public func restoresWithin(window now: Instant, of holding: Holding) -> Int {
+        records[holding]?.recent.filter { now - $0 < Self.window }.count ?? 0
     }
 
     /// `holding` is whole again (put back, or by whoever took it).

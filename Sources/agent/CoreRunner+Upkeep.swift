@@ -92,10 +92,15 @@ extension ClientDaemon.CoreRunner {
         case .lockdown:
             do { try effects.firewall?.reload() } catch { failure = "\(error)" }
         }
+        // The lockdown is put back however often it is taken: past the first few a minute, one
+        // line in a hundred says so.
+        let recent = core.upkeep.restoresWithin(window: Instant.now(), of: holding)
+        let restores = core.upkeep.records[holding]?.restores ?? 0
         if let failure {
             log.error("cannot put it back", metadata: ["what": "\(holding.rawValue)", "error": "\(failure)"])
-        } else {
-            log.notice("put back", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")"])
+        } else if recent <= Upkeep.restoresPerWindow || restores.isMultiple(of: 100) {
+            log.notice("put back", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
+                                              "restores": "\(restores)"])
         }
         // Read again from the kernel and the file, not assumed.
         missing[holding] = nil

@@ -44,13 +44,24 @@ extension SessionEffects {
         guard var cgroup = exclusionCgroup, let cgroups else { throw AgentError("no exclusion is open") }
         let process = target.map { PeerProcess(pid: $0, uid: peer.uid, gid: peer.gid) } ?? peer
         guard process.started != nil else { throw AgentError("there is no process \(process.pid)") }
+        // A thread's id would move its whole process: only a process's own id is taken.
+        guard target == nil || Self.threadGroup(of: process.pid) == process.pid else {
+            throw AgentError("\(process.pid) is a thread, not a process: give its process's id")
+        }
         do throws(CgroupError) {
-            try cgroup.add(process.pid, from: process.cgroup, fs: cgroups) { try process.verify() }
+            try cgroup.add(process.pid, from: process.cgroup, fs: cgroups, shared: true) { try process.verify() }
         } catch {
             throw AgentError(error.message)
         }
         exclusionCgroup = cgroup
+        if let origin = process.cgroup { exclusionOrigins[process.pid] = origin }
         return process
+    }
+
+    /// /proc/PID/status's Tgid: the process a thread id belongs to.
+    static func threadGroup(of pid: Int32) -> Int32? {
+        (SystemFiles.text("/proc/\(pid)/status") ?? "").split(whereSeparator: \.isNewline)
+            .first { $0.hasPrefix("Tgid:") }.flatMap { Int32($0.dropFirst(5).filter { $0 != " " && $0 != "\t" }) }
     }
 
     /// The processes outside the tunnel now, with their names.
@@ -76,7 +87,10 @@ extension SessionEffects {
     func closeExclusion() {
         guard let cgroup = exclusionCgroup, let cgroups else { return }
         try? firewall?.exclusion(nil)
-        if let error = cgroup.close(fs: cgroups) { log.error("the excluded applications' cgroup stays", metadata: ["error": "\(error)"]) }
+        if let error = cgroup.close(fs: cgroups, origins: exclusionOrigins) {
+            log.error("the excluded applications' cgroup stays", metadata: ["error": "\(error)"])
+        }
+        exclusionOrigins = [:]
         exclusionCgroup = nil
     }
 

@@ -63,6 +63,8 @@ final class SessionEffects {
     var portalCgroup: PortalCgroup?
     /// The excluded applications' cgroup, once one was asked for (`agent exclude`).
     var exclusionCgroup: PortalCgroup?
+    /// Where each process moved into it came from, where it goes back to.
+    var exclusionOrigins: [Int32: String] = [:]
     var windows = 0
     /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
     var portalWindow: LockdownPolicy.PortalWindow?

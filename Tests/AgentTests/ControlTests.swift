@@ -68,6 +68,21 @@ struct ControlTests {
         #expect(throws: JSON.ParseError.self) { try JSON.parse(text) }
     }
 
+    /// The process an `exclude` request names: none, a process id, or a refusal, never the
+    /// asker taken in place of a `pid` that cannot be one.
+    @Test func aRequestsProcessIsAnIdOrARefusal() {
+        #expect(ControlProtocol.target(in: ControlProtocol.request(.exclude)) == .success(nil))
+        #expect(ControlProtocol.target(in: ControlProtocol.request(.exclude, pid: 4242)) == .success(4242))
+        #expect(ControlProtocol.target(in: "exclude") == .success(nil))
+        for pid in ["1", "0", "-5", "\"4242\"", "4294967296", "12.5", "null"] {
+            guard case .failure(let failure) = ControlProtocol.target(in: "{\"command\":\"exclude\",\"pid\":\(pid)}") else {
+                Issue.record("pid \(pid) was taken")
+                continue
+            }
+            #expect(failure.code == "bad-request")
+        }
+    }
+
     @Test func requestsAreJSONOrABareWord() throws {
         #expect(ControlProtocol.command(in: #"{"version":1,"command":"status"}"#) == .success(.status))
         #expect(ControlProtocol.command(in: #"{"command":"watch"}"#) == .success(.watch))

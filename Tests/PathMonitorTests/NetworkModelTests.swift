@@ -326,13 +326,17 @@ private func laptop() -> NetworkModel {
     var m = laptop()
     m.apply(.linkChanged(Link(index: 10, name: "docker0", kind: .virtual, isBridge: true)))
     m.apply(.addressAdded(Address(linkIndex: 10, prefix: prefix("172.17.0.1/16"))))
-    m.apply(.linkChanged(Link(index: 11, name: "veth1a2b", kind: .virtual, master: 10)))
+    m.apply(.linkChanged(Link(index: 11, name: "veth1a2b", kind: .virtual, master: 10, infoKind: "veth")))
     m.apply(.linkChanged(Link(index: 12, name: "virbr0", kind: .virtual, isBridge: true)))
     m.apply(.addressAdded(Address(linkIndex: 12, prefix: prefix("192.168.122.1/24"))))
-    m.apply(.linkChanged(Link(index: 13, name: "vnet0", kind: .tunnel, master: 12)))
+    m.apply(.linkChanged(Link(index: 13, name: "vnet0", kind: .tunnel, master: 12, infoKind: "tun")))
     #expect(m.guestNetworks == [GuestNetwork(interface: "docker0", subnets: [prefix("172.17.0.0/16")]),
                                 GuestNetwork(interface: "virbr0", subnets: [prefix("192.168.122.0/24")])])
-    // A physical port: the bridge is the LAN, bridged.
+    // An overlay bridged in (another site's layer 2), then a physical port (the LAN itself).
+    m.apply(.linkChanged(Link(index: 14, name: "vxlan0", kind: .virtual, master: 12, infoKind: "vxlan")))
+    #expect(m.guestNetworks.map(\.interface) == ["docker0"])
+    m.apply(.linkRemoved(index: 14))
+    #expect(m.guestNetworks.count == 2)
     m.apply(.linkChanged(Link(index: 3, name: "eth0", kind: .ethernet, master: 12)))
     #expect(m.guestNetworks.map(\.interface) == ["docker0"])
     // A default route through it: an uplink.
