@@ -98,9 +98,19 @@ extension ControlProtocol {
         return .success(command)
     }
 
-    /// The request line for `command`, about process `pid` when given.
-    public static func request(_ command: ControlCommand, pid: Int32? = nil) -> String {
-        JSON.object([("version", .int(version)), ("command", .string(command.rawValue))] + (pid.map { [("pid", .int(Int64($0)))] } ?? [])).text
+    /// The request line for `command`, about process `pid` when given, which started at `started`
+    /// (/proc/PID/stat's start time, as the asker read it: the agent moves no other process that
+    /// came to have the id since).
+    public static func request(_ command: ControlCommand, pid: Int32? = nil, started: UInt64? = nil) -> String {
+        JSON.object([("version", .int(version)), ("command", .string(command.rawValue))]
+            + (pid.map { [("pid", .int(Int64($0)))] } ?? []) + (started.map { [("started", .int(Int64(clamping: $0)))] } ?? [])).text
+    }
+
+    /// When the process a request names started, as the asker read it; nil when not said.
+    public static func targetStarted(in line: String) -> UInt64? {
+        guard line.trimmed.first == "{", let request = try? JSON.parse(line.trimmed), let started = request["started"]?.int,
+              started >= 0 else { return nil }
+        return UInt64(started)
     }
 
     /// The process a request names (`"pid"`): nil when it names none; a `pid` that cannot be a

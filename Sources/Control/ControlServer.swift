@@ -17,8 +17,10 @@ public final class ControlServer: Sendable {
         public let command: ControlCommand
         /// The process that asked (`SO_PEERCRED`), as the kernel saw it connect.
         public let peer: PeerProcess
-        /// The process the request names besides (`"pid"`), if any.
+        /// The process the request names besides (`"pid"`), if any, and when it started as the
+        /// asker saw it (`"started"`).
         public let target: Int32?
+        public let targetStarted: UInt64?
 
         /// Answers with `line`; with `watch`, published lines follow on the same connection.
         public func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
@@ -245,7 +247,8 @@ public final class ControlServer: Sendable {
                 c.deadline = Instant.now() + ControlServer.answerTimeout
                 c.input = []
                 connections[id] = c
-                server.handle(Call(id: id, server: server, command: command, peer: c.peer, target: target))
+                server.handle(Call(id: id, server: server, command: command, peer: c.peer, target: target,
+                                   targetStarted: ControlProtocol.targetStarted(in: line)))
             }
         }
 

@@ -83,10 +83,21 @@ public struct NetlinkDecoder: Sendable {
         default: return nil
         }
         var rule = RoutingRule(family: family, priority: 0, table: UInt32(b[s + 4]), inverted: b.u32(s + 8) & 0x2 != 0)
+        // dst_len, src_len, tos, and an action other than FR_ACT_TO_TBL.
+        if b[s + 1] != 0 || b[s + 2] != 0 || b[s + 3] != 0 || b[s + 7] != 1 { rule.matchesMore = true }
+        var mask: UInt32?
         let complete = attributes(b, s + 12..<body.upperBound) { type, value in
+            switch type {
+            // What else a rule may select on: FRA_DST, FRA_SRC, FRA_IIFNAME, FRA_GOTO, FRA_FLOW,
+            // FRA_TUN_ID, FRA_SUPPRESS_IFGROUP, FRA_OIFNAME, FRA_L3MDEV, FRA_UID_RANGE, FRA_IP_PROTO,
+            // FRA_SPORT_RANGE, FRA_DPORT_RANGE (the kernel sends each only when set).
+            case 1, 2, 3, 4, 11, 12, 13, 17, 19, 20, 22, 23, 24: rule.matchesMore = true
+            default: break
+            }
             guard value.count >= 4 else { return }
             switch type {
             case 6: rule.priority = b.u32(value.lowerBound)  // FRA_PRIORITY
+            case 16: mask = b.u32(value.lowerBound)  // FRA_FWMASK
             case 10: rule.mark = b.u32(value.lowerBound)  // FRA_FWMARK
             case 14:  // FRA_SUPPRESS_PREFIXLEN
                 let length = Int32(bitPattern: b.u32(value.lowerBound))
@@ -95,6 +106,8 @@ public struct NetlinkDecoder: Sendable {
             default: break
             }
         }
+        if let mask, mask != .max, rule.mark != nil { rule.matchesMore = true }
+        if rule.mark == 0 && mask == nil { rule.mark = nil }
         return complete ? rule : nil
     }
 

@@ -314,6 +314,10 @@ public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
     public var inverted: Bool
     /// Ignores the table's answer when its prefix is this long or shorter: 0 skips default routes.
     public var suppressPrefixLength: Int?
+    /// Read from the kernel: the rule also matches on something this type does not say (a source
+    /// or destination, an interface, a mark mask other than every bit, ...) or does something
+    /// other than look a table up. Such a rule is never one the agent wrote, however alike.
+    public var matchesMore = false
 
     public init(family: IPAddress.Family, priority: UInt32, table: UInt32, mark: UInt32? = nil,
                 inverted: Bool = false, suppressPrefixLength: Int? = nil) {

@@ -91,7 +91,7 @@ extension ClientDaemon.CoreRunner {
             refuse("failed", "the exclusion could not be opened: its cgroup or the lockdown's opening for it failed (the agent's log says which)")
         case .excluded:
             do {
-                let process = try effects.exclude(call.peer, target: call.target)
+                let process = try effects.exclude(call.peer, target: call.target, started: call.targetStarted)
                 log.notice("kept outside the tunnel", metadata: ["pid": "\(process.pid)", "name": "\(SystemFiles.text("/proc/\(process.pid)/comm") ?? "?")",
                                                                  "asked_by": "uid \(call.peer.uid)"])
                 let resolvers = (effects.firewall?.excludedResolvers ?? []).map { JSON.string($0.description) }

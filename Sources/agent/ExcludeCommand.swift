@@ -37,7 +37,10 @@ struct ExcludeCommand: ParsableCommand {
 
     func run() throws {
         if let pid {
-            let answer = try ControlClient.ask(.exclude, at: options.control, pid: pid)
+            // The process as it is now: should it end and its id be taken meanwhile, the agent
+            // moves nobody.
+            guard let started = PeerProcess.startTime(pid) else { throw AgentError("there is no process \(pid)") }
+            let answer = try ControlClient.ask(.exclude, at: options.control, pid: pid, started: started)
             print(answer["message"]?.string ?? "process \(pid) is outside the tunnel")
             return
         }

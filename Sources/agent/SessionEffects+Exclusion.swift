@@ -40,10 +40,13 @@ extension SessionEffects {
 
     /// Moves `peer`, or the process `target` it named (which must run with the asker's ids, unless
     /// the asker is root), into the excluded applications' cgroup; returns the process moved.
-    func exclude(_ peer: PeerProcess, target: Int32?) throws(AgentError) -> PeerProcess {
+    func exclude(_ peer: PeerProcess, target: Int32?, started: UInt64? = nil) throws(AgentError) -> PeerProcess {
         guard var cgroup = exclusionCgroup, let cgroups else { throw AgentError("no exclusion is open") }
         let process = target.map { PeerProcess(pid: $0, uid: peer.uid, gid: peer.gid) } ?? peer
         guard process.started != nil else { throw AgentError("there is no process \(process.pid)") }
+        if let started, process.started != started {
+            throw AgentError("process \(process.pid) is not the one named: it ended and another has its id")
+        }
         // A thread's id would move its whole process: only a process's own id is taken.
         guard target == nil || Self.threadGroup(of: process.pid) == process.pid else {
             throw AgentError("\(process.pid) is a thread, not a process: give its process's id")

@@ -3,6 +3,7 @@ import Glibc
 import NamespaceLab
 import Basics
 import Device
+import Control
 import Testing
 
 /// Applications kept outside the tunnel on purpose (`agent exclude`, `exclusion: allow`): an
@@ -69,6 +70,14 @@ struct ExclusionLabTests {
         let unprivileged = try lab.runAgent(["exclude", "--control", lab.controlSocket, "--pid", "\(pid)"], inside: stranger)
         #expect(unprivileged.status != 0, "someone outside the roam group: \(unprivileged.output)")
         #expect(!lab.status()["excluded"].map { $0.contains("\(pid)") }.isTrue, "\(lab.status())")
+        // A request that names the process by its id and another start time (the one named ended,
+        // and another took its id) moves nobody.
+        do {
+            _ = try ControlClient.ask(.exclude, at: lab.controlSocket, pid: pid, started: 1)
+            Issue.record("a process with another start time was moved")
+        } catch {
+            #expect("\(error)".contains("is not the one named"), "\(error)")
+        }
         let moved = try lab.runAgent(["exclude", "--control", lab.controlSocket, "--pid", "\(pid)"])
         #expect(moved.status == 0, "\(moved.output)")
         let status = lab.status()

@@ -40,6 +40,35 @@ struct DeviceRoutingTests {
         withExtendedLifetime(server) {}
     }
 
+    /// What of the plan is missing is read from the kernel: a deleted rule or flushed table is
+    /// named, a look-alike rule that matches on more (an interface, a narrower mask) hides
+    /// nothing, and `reinstall` puts back exactly what went.
+    @Test func missingRulesAndRoutesAreFoundAndPutBack() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: laptop.namespace)
+        let routes = try TunnelRoutes(.full(FullTunnel()), device: tun, namespace: laptop.namespace)
+        let netlink = try laptop.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
+        func kernelRoutes() throws -> [Route] {
+            var decoder = NetlinkDecoder()
+            return try netlink.dump(decoder: &decoder).compactMap { if case .routeAdded(let route) = $0 { route } else { nil } }
+        }
+        #expect(try routes.missing(routes: kernelRoutes()).isEmpty)
+        try laptop.ip("-4 rule del priority 32765")
+        try laptop.ip("-4 rule add priority 32765 not fwmark 0xca6c lookup 51820 iif lo")
+        try laptop.ip("-4 rule add priority 32765 not fwmark 0xca6c/0xff lookup 51820")
+        try laptop.ip("-4 route flush table 51820")
+        let missing = try routes.missing(routes: kernelRoutes())
+        #expect(missing == ["route default table 51820", "rule v4 32765: not fwmark 0xca6c lookup 51820"], "\(missing)")
+        let present = try netlink.rules()
+        let alike = present.filter { $0.priority == 32765 && $0.family == .v4 }
+        #expect(alike.count == 2 && alike.allSatisfy { $0.matchesMore }, "\(present)")
+        try routes.reinstall()
+        #expect(try routes.missing(routes: kernelRoutes()).isEmpty)
+        #expect(try laptop.ip("-4 route show table 51820").contains("default dev roam0"))
+        try routes.remove()
+        withExtendedLifetime(server) {}
+    }
+
     @Test func theSessionsMarkedSocketReachesTheServerPastTheTunnel() throws {
         let (laptop, server) = try TunnelLab.laptopAndServer()
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: laptop.namespace)
