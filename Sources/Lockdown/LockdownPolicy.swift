@@ -228,8 +228,8 @@ public struct LockdownPolicy: Hashable, Sendable {
         let lan = allowLAN ? Self.lan(from: localNetworks, also: lanRanges).open + Self.linkScope : []
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
-        if let window = portalWindow { lines += portalChains(window, mark: mark) }
-        if let exclusion { lines += exclusionChains(exclusion, mark: mark) }
+        if let window = portalWindow { lines += outsideChains("portal", match: window.match, resolvers: window.resolvers, mark: mark) }
+        if let exclusion { lines += outsideChains("exclusion", match: exclusion.match, resolvers: exclusion.resolvers, mark: mark) }
         lines += Self.refuse + [
             "    chain output {",
             "        type filter hook output priority filter; policy accept;",
@@ -397,44 +397,24 @@ public struct LockdownPolicy: Hashable, Sendable {
         ]
     }
 
-    /// The window's routing and address translation: its packets take the session's mark (a
-    /// route chain, so the kernel routes them again, through the uplink), and its name look-ups,
-    /// whichever resolver the system names, go to the network's own.
-    private func portalChains(_ window: PortalWindow, mark: UInt32) -> [String] {
+    /// A process tree's way out past the tunnel (a portal window's, the excluded applications'),
+    /// as chains called `name`_route and `name`_nat: its packets take the session's mark (a route
+    /// chain, so the kernel routes them again, through the uplink), and its name look-ups,
+    /// whichever resolver the system names, go to the network's own `resolvers`.
+    private func outsideChains(_ name: String, match: String, resolvers: [IPAddress], mark: UInt32) -> [String] {
         var lines = [
-            "    chain portal_route {",
+            "    chain \(name)_route {",
             "        type route hook output priority mangle; policy accept;",
-            "        \(window.match) meta mark set \(hex(mark))",
+            "        \(match) meta mark set \(hex(mark))",
             "    }",
-            "    chain portal_nat {",
+            "    chain \(name)_nat {",
             "        type nat hook output priority -100; policy accept;",
         ]
         for family in [IPAddress.Family.v4, .v6] {
-            guard let resolver = window.resolvers.first(where: { $0.family == family }) else { continue }
-            let (name, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
-            lines.append("        \(window.match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(name) daddr != \(loopback) "
-                + "meta l4proto { tcp, udp } th dport 53 dnat \(name) to \(resolver)")
-        }
-        lines.append("    }")
-        return lines
-    }
-
-    /// The excluded applications' routing (the session's mark, so the kernel routes them again
-    /// through the uplinks) and their name look-ups, sent to the network's own resolvers.
-    private func exclusionChains(_ exclusion: Exclusion, mark: UInt32) -> [String] {
-        var lines = [
-            "    chain exclusion_route {",
-            "        type route hook output priority mangle; policy accept;",
-            "        \(exclusion.match) meta mark set \(hex(mark))",
-            "    }",
-            "    chain exclusion_nat {",
-            "        type nat hook output priority -100; policy accept;",
-        ]
-        for family in [IPAddress.Family.v4, .v6] {
-            guard let resolver = exclusion.resolvers.first(where: { $0.family == family }) else { continue }
-            let (name, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
-            lines.append("        \(exclusion.match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(name) daddr != \(loopback) "
-                + "meta l4proto { tcp, udp } th dport 53 dnat \(name) to \(resolver)")
+            guard let resolver = resolvers.first(where: { $0.family == family }) else { continue }
+            let (protocolName, loopback) = family == .v4 ? ("ip", "127.0.0.0/8") : ("ip6", "::1")
+            lines.append("        \(match) meta nfproto \(family == .v4 ? "ipv4" : "ipv6") \(protocolName) daddr != \(loopback) "
+                + "meta l4proto { tcp, udp } th dport 53 dnat \(protocolName) to \(resolver)")
         }
         lines.append("    }")
         return lines
