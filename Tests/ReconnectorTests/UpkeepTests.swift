@@ -1,0 +1,64 @@
+import Basics
+import Testing
+@testable import Reconnector
+
+/// The core's upkeep of what the agent keeps on the machine, event by event.
+struct UpkeepTests {
+    let damage = Upkeep.Damage(what: "rule v4 32765: not fwmark 0xca6c lookup 51820", by: "NetworkManager (pid 812)")
+
+    func restores(_ effects: [Effect]) -> Int { effects.filter { if case .restore = $0 { true } else { false } }.count }
+    func holds(_ effects: [Effect]) -> [Instant] {
+        effects.compactMap { if case .upkeepHeld(_, _, _, let until) = $0 { until } else { nil } }
+    }
+
+    @Test func putBackAtOnceThenHeldOffInAFightThatDoublesAndEndsAfterAQuietMinute() {
+        var core = agentCore(on: [])
+        var now = Instant.zero
+        var out: [Effect] = []
+        // Five restores in a minute, each at once.
+        for _ in 0..<5 {
+            out = core.handle(.damaged(.routing, damage), now: now)
+            #expect(restores(out) == 1, "\(out)")
+            _ = core.handle(.intact(.routing), now: now)
+            now = now + .seconds(1)
+        }
+        // The sixth is held off for 10 s, and the hold is the core's timer.
+        out = core.handle(.damaged(.routing, damage), now: now)
+        #expect(restores(out) == 0 && holds(out) == [now + .seconds(10)], "\(out)")
+        #expect(core.timers[.upkeep] == now + .seconds(10))
+        // More damage during the hold changes nothing; the timer puts it back once.
+        #expect(core.handle(.damaged(.routing, damage), now: now + .seconds(2)).isEmpty)
+        out = core.handle(.timerFired(.upkeep), now: now + .seconds(10))
+        #expect(restores(out) == 1)
+        now = now + .seconds(10)
+        // Taken again at once: held off again, twice as long.
+        out = core.handle(.damaged(.routing, damage), now: now + .milliseconds(100))
+        #expect(holds(out) == [now + .milliseconds(100) + .seconds(20)], "\(out)")
+        #expect(core.upkeep.records[.routing]?.lastBy == "NetworkManager (pid 812)")
+        // Put back when the hold ends, then a quiet minute: the next removal is put back at once.
+        _ = core.handle(.timerFired(.upkeep), now: now + .seconds(21))
+        _ = core.handle(.intact(.routing), now: now + .seconds(21))
+        out = core.handle(.damaged(.routing, damage), now: now + .seconds(90))
+        #expect(restores(out) == 1 && holds(out).isEmpty, "\(out)")
+        #expect(core.upkeep.records[.routing]?.restores == 8)
+    }
+
+    @Test func theLockdownIsNeverHeldOffAndHoldsAreEachHoldingsOwn() {
+        var core = agentCore(on: [])
+        for i in 0..<50 {
+            let out = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: Instant.zero + .milliseconds(100 * i))
+            #expect(restores(out) == 1 && holds(out).isEmpty, "restore \(i): \(out)")
+        }
+        #expect(core.timers[.upkeep] == nil)
+        // A fight over the routing does not hold the resolvers back.
+        for i in 0..<6 { _ = core.handle(.damaged(.routing, damage), now: Instant.zero + .seconds(i)) }
+        #expect(core.upkeep.records[.routing]?.fighting == true)
+        #expect(restores(core.handle(.damaged(.resolvers, Upkeep.Damage(what: "/etc/resolv.conf rewritten")), now: .zero + .seconds(7))) == 1)
+    }
+
+    @Test func aStoppedAgentPutsNothingBack() {
+        var core = agentCore(on: [])
+        _ = core.handle(.request(.stop(.bySignal)), now: .zero)
+        #expect(core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: .zero).isEmpty)
+    }
+}
