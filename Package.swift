@@ -27,6 +27,7 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .systemLibrary(name: "COpenSSL", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLibpq", providers: [.apt(["libpq-dev"])]),
         .target(name: "CShims"),
         // The AEADs of swift-crypto's BoringSSL, called in place with a context in the secret arena.
         .target(name: "CBoring", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -78,6 +79,9 @@ let package = Package(
             name: "Settings",
             dependencies: ["Basics", "Device", "Reconnector", "ConfigReader", "Lockdown", "Tunnel", "Connectivity"],
             swiftSettings: strict),
+        // The gateways' shared user directory in PostgreSQL, through libpq loaded when a gateway
+        // reads its users from there.
+        .target(name: "Directory", dependencies: ["Basics", "Tunnel", "CLibpq"], swiftSettings: strict),
         // Control and status: the control socket, its server and client, the protocol, JSON.
         .target(name: "Control", dependencies: ["Basics", "Reconnector", "Tunnel"], swiftSettings: strict),
         // What an operator reads and graphs: the log handler and the metrics, served over HTTP or
@@ -159,6 +163,7 @@ let package = Package(
         .testTarget(
             name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],
             swiftSettings: strict),
+        .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
         .testTarget(

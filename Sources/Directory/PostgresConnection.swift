@@ -1,0 +1,89 @@
+import CLibpq
+import Glibc
+
+/// Why the user directory could not be read, in one line.
+public struct DirectoryError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// One connection to PostgreSQL through libpq, loaded on first use (see `CLibpq`); the one owner
+/// of the C connection, closed in deinit. Blocking: used on a thread of its own, never on the data
+/// plane's.
+final class PostgresConnection {
+    /// The functions, found once.
+    nonisolated(unsafe) private static var api = CLibpq_API()
+    private static let loaded: Bool = CLibpq_load(&api) != 0
+
+    private let connection: OpaquePointer
+
+    /// Connects with libpq's connection string or URL (`postgresql://roam@db.example/roam?sslmode=verify-full`);
+    /// `passwordFile`, when given, is libpq's passfile, so the password is never in a string the
+    /// agent holds, logs or passes on.
+    init(_ target: String, passwordFile: String?) throws(DirectoryError) {
+        guard Self.loaded else {
+            throw DirectoryError("cannot load libpq.so.5: install Debian's libpq5 to read the users from PostgreSQL")
+        }
+        var conninfo = target
+        if let passwordFile {
+            // libpq takes keyword=value pairs after a URL's query, or after a keyword string.
+            let escaped = passwordFile.replacing("\\", with: "\\\\").replacing("'", with: "\\'")
+            conninfo = target.contains("://") ? target + (target.contains("?") ? "&" : "?") + "passfile=" + Self.percentEncoded(passwordFile)
+                : target + " passfile='\(escaped)'"
+        }
+        guard let made = Self.api.PQconnectdb(conninfo) else { throw DirectoryError("cannot connect to PostgreSQL: out of memory") }
+        // Finished here when it failed: the object is not made, so its deinit never runs.
+        guard Self.api.PQstatus(made) == CONNECTION_OK else {
+            let why = Self.text(Self.api.PQerrorMessage(made))
+            Self.api.PQfinish(made)
+            throw DirectoryError("cannot connect to PostgreSQL: \(why)")
+        }
+        connection = made
+    }
+
+    deinit { Self.api.PQfinish(connection) }
+
+    /// Runs `sql` and returns its rows, each column's text or nil for NULL.
+    func rows(_ sql: String) throws(DirectoryError) -> [[String?]] {
+        guard let result = Self.api.PQexec(connection, sql) else {
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))")
+        }
+        defer { Self.api.PQclear(result) }
+        let status = Self.api.PQresultStatus(result)
+        guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK else {
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQresultErrorMessage(result)))")
+        }
+        let count = Int(Self.api.PQntuples(result)), fields = Int(Self.api.PQnfields(result))
+        var rows: [[String?]] = []
+        rows.reserveCapacity(count)
+        for row in 0..<Int32(count) {
+            rows.append((0..<Int32(fields)).map { column in
+                Self.api.PQgetisnull(result, row, column) != 0 ? nil : Self.text(Self.api.PQgetvalue(result, row, column))
+            })
+        }
+        return rows
+    }
+
+    /// libpq's words, on one line.
+    private static func text(_ pointer: UnsafeMutablePointer<CChar>?) -> String {
+        guard let pointer else { return "" }
+        return String(cString: pointer).split(whereSeparator: \.isNewline).joined(separator: " / ")
+    }
+
+    /// A value for a URL's query: everything but unreserved characters percent-encoded.
+    static func percentEncoded(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xf)]], as: UTF8.self)
+            }
+        }
+        return out
+    }
+}

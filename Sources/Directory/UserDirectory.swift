@@ -1,0 +1,119 @@
+import Basics
+public import Tunnel
+
+/// The gateways' shared user directory in PostgreSQL (`contrib/sql/`): the users every gateway
+/// reads at start instead of its file's `users:` list.
+///
+/// Nothing a row says is trusted: each is read as the file's users are (a key from `agent
+/// pubkey`, a hash from `agent passwd`, one IPv4 and at most one IPv6 host address), and a row
+/// that is wrong, or that claims a name, key or address an earlier row has, is refused with its
+/// name and why; the others load.
+public enum UserDirectory {
+    /// The schema version this agent reads (`roam_schema.version`).
+    public static let schemaVersion = 1
+    /// The migrations, in order, as the package installs them.
+    public static let migrations = ["001-users.sql"]
+
+    /// What a read gave: the users served, and the rows refused (name, why).
+    public struct Load: Sendable {
+        public var users: [User]
+        public var refused: [(name: String, why: String)]
+    }
+
+    /// The columns a row is read from, in this order, as text.
+    static let query = """
+        SELECT name, public_key, password_hash, array_to_string(addresses, ','), array_to_string(resolvers, ','),
+               array_to_string(search_domains, ',')
+        FROM roam_users WHERE enabled ORDER BY name
+        """
+
+    /// Reads every enabled user from the database at `target` (libpq's URL or connection string;
+    /// the password from `passwordFile`, never from the URL). Throws when the database cannot be
+    /// reached or read, or speaks another schema version.
+    public static func read(_ target: String, passwordFile: String?) throws(DirectoryError) -> Load {
+        let connection = try PostgresConnection(target, passwordFile: passwordFile)
+        let version: Int?
+        do {
+            version = try connection.rows("SELECT version FROM roam_schema").first?.first.flatMap { $0.flatMap { Int($0) } }
+        } catch {
+            throw DirectoryError("the database has no roam_schema table: run \(migrations[0]) from /usr/share/roam/sql (\(error))")
+        }
+        guard let version, version == schemaVersion else {
+            let next = version.map { $0 < schemaVersion ? migrations[$0] : nil } ?? migrations.first
+            throw DirectoryError("the database's schema is version \(version.map(String.init) ?? "unknown"), this agent reads version "
+                + "\(schemaVersion)" + (next.flatMap { $0 }.map { ": run \($0) from /usr/share/roam/sql" } ?? ": upgrade the agent"))
+        }
+        return load(try connection.rows(query))
+    }
+
+    /// The users of `rows` (the query's columns), each checked, duplicates refused.
+    public static func load(_ rows: [[String?]]) -> Load {
+        var result = Load(users: [], refused: [])
+        var names: Set<[UInt8]> = [], keys: Set<PublicKey> = [], addresses: Set<IPAddress> = []
+        for row in rows {
+            let name = row.first.flatMap { $0 } ?? ""
+            switch user(row) {
+            case .failure(let why): result.refused.append((name, why.message))
+            case .success(let user):
+                if names.contains(Array(name.utf8)) {
+                    result.refused.append((name, "the name is another row's too"))
+                } else if let key = user.publicKey, keys.contains(key) {
+                    result.refused.append((name, "its public key is another user's"))
+                } else if let taken = user.addresses.first(where: addresses.contains) {
+                    result.refused.append((name, "its address \(taken) is another user's"))
+                } else {
+                    names.insert(Array(name.utf8))
+                    if let key = user.publicKey { keys.insert(key) }
+                    addresses.formUnion(user.addresses)
+                    result.users.append(user)
+                }
+            }
+        }
+        return result
+    }
+
+    /// One row as a user, or why not.
+    static func user(_ row: [String?]) -> Result<User, DirectoryError> {
+        guard row.count == 6, let name = row[0], (1...255).contains(name.utf8.count) else {
+            return .failure(DirectoryError("a row without a name of 1 to 255 bytes"))
+        }
+        var key: PublicKey?
+        if let text = row[1] {
+            guard let parsed = PublicKey(base64: text) else {
+                return .failure(DirectoryError("public_key is not a public key (44 characters of base64, from agent pubkey)"))
+            }
+            key = parsed
+        }
+        var hash: PasswordHash?
+        if let text = row[2] {
+            guard let parsed = PasswordHash(encoded: text) else {
+                return .failure(DirectoryError("password_hash is not an Argon2id hash made by agent passwd"))
+            }
+            hash = parsed
+        }
+        guard key != nil || hash != nil else { return .failure(DirectoryError("neither public_key nor password_hash")) }
+        var inner: [IPAddress] = []
+        for text in (row[3] ?? "").split(separator: ",") {
+            guard let address = IPAddress(String(text)) else {
+                return .failure(DirectoryError("addresses holds \(text), which is not a single host's address"))
+            }
+            inner.append(address)
+        }
+        let families = inner.map(\.family)
+        guard (1...2).contains(families.count), Set(families).count == families.count else {
+            return .failure(DirectoryError("addresses must hold one IPv4 address, one IPv6 address, or one of each"))
+        }
+        var dns: DNSSettings?
+        let resolvers = (row[4] ?? "").split(separator: ",").map { IPAddress(String($0)) }
+        let domains = (row[5] ?? "").split(separator: ",").map(String.init)
+        if !resolvers.isEmpty || !domains.isEmpty {
+            guard resolvers.allSatisfy({ $0 != nil }) else { return .failure(DirectoryError("resolvers holds something that is not an address")) }
+            do {
+                dns = try DNSSettings(resolvers: resolvers.compactMap { $0 }, searchDomains: domains)
+            } catch {
+                return .failure(DirectoryError("resolvers or search_domains: \(error)"))
+            }
+        }
+        return .success(User(name: name, publicKey: key, addresses: inner, passwordHash: hash, dns: dns))
+    }
+}

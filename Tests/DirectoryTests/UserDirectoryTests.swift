@@ -1,0 +1,115 @@
+import Foundation
+import Glibc
+import Basics
+import NamespaceLab
+import Testing
+import Tunnel
+@testable import Directory
+
+/// Rows as a gateway reads them: nothing a row says is trusted, and a wrong row costs only itself.
+struct UserDirectoryRowTests {
+    static let key = "OXf+8dvN2jw8o7p3xqDfKp9oNGGIjHh3E0Jx4XHhD0s="
+
+    @Test func goodRowsLoadAndWrongOrClashingOnesAreRefusedByName() throws {
+        let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
+        let rows: [[String?]] = [
+            ["alice", Self.key, nil, "10.77.0.2,fd77::2", "10.77.0.1", "corp.example"],
+            ["bob", nil, hash, "10.77.0.3", "", ""],
+            ["carol", "not a key", nil, "10.77.0.4", "", ""],
+            ["dave", nil, "$argon2id$nope", "10.77.0.5", "", ""],
+            ["erin", nil, hash, "10.77.0.0/24", "", ""],
+            ["frank", nil, hash, "10.77.0.6,10.77.0.7", "", ""],
+            ["grace", nil, hash, "10.77.0.2", "", ""],
+            ["heidi", Self.key, nil, "10.77.0.8", "", ""],
+            ["ivan", nil, nil, "10.77.0.9", "", ""],
+            ["judy", nil, hash, "", "", ""],
+            ["bob", nil, hash, "10.77.0.10", "", ""],
+            [nil, nil, hash, "10.77.0.11", "", ""],
+            ["mallory", nil, hash, "10.77.0.12", "10.77.0.1,not-an-address", ""],
+        ]
+        let load = UserDirectory.load(rows)
+        #expect(load.users.map(\.label) == ["alice", "bob"])
+        #expect(load.users.first?.dns?.resolvers == [IPAddress("10.77.0.1")!])
+        #expect(load.users.first?.addresses == [IPAddress("10.77.0.2")!, IPAddress("fd77::2")!])
+        let refused = Dictionary(load.refused.map { ($0.name, $0.why) }, uniquingKeysWith: { $1 })
+        #expect(refused["carol"]?.contains("not a public key") == true)
+        #expect(refused["dave"]?.contains("not an Argon2id hash") == true)
+        #expect(refused["erin"]?.contains("10.77.0.0/24") == true)
+        #expect(refused["frank"]?.contains("one IPv4 address, one IPv6 address") == true)
+        #expect(refused["grace"]?.contains("10.77.0.2 is another user's") == true)
+        #expect(refused["heidi"]?.contains("public key is another user's") == true)
+        #expect(refused["ivan"]?.contains("neither") == true)
+        #expect(refused["judy"] != nil)
+        #expect(refused["bob"]?.contains("another row's") == true)
+        #expect(refused[""]?.contains("without a name") == true)
+        #expect(refused["mallory"]?.contains("not an address") == true)
+        #expect(load.refused.count == 11)
+        // What loads is a database the gateway takes as it is.
+        #expect(throws: Never.self) { try UserDatabase(load.users) }
+    }
+}
+
+/// Against a real PostgreSQL started for the test.
+@Suite(.enabled(if: NamespaceLab.isRoot && LabPostgres.available,
+                Comment(rawValue: NamespaceLab.isRoot ? LabPostgres.skipReason : NamespaceLab.skipReason)), .serialized)
+struct UserDirectoryDatabaseTests {
+    static let migration = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("contrib/sql/001-users.sql").path
+
+    @Test func theSchemaIsCheckedAndEnabledUsersAreRead() throws {
+        let database = try LabPostgres()
+        defer { database.stop() }
+        // No schema yet: the gateway says which migration to run.
+        #expect(throws: DirectoryError.self) { try UserDirectory.read(database.conninfo(), passwordFile: nil) }
+        do {
+            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+        } catch {
+            #expect(error.message.contains("run 001-users.sql"), "\(error)")
+        }
+        try database.psql(file: Self.migration)
+        let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
+        try database.psql("""
+            INSERT INTO roam_users (name, public_key, addresses, resolvers, search_domains)
+                VALUES ('alice', '\(UserDirectoryRowTests.key)', '{10.77.0.2,fd77::2}', '{10.77.0.1}', '{corp.example}');
+            INSERT INTO roam_users (name, password_hash, addresses) VALUES ('bob', '\(hash)', '{10.77.0.3}');
+            INSERT INTO roam_users (name, password_hash, addresses, enabled) VALUES ('carl', '\(hash)', '{10.77.0.4}', false);
+            INSERT INTO roam_users (name, password_hash, addresses) VALUES ('dora', '\(hash)', '{10.77.0.0/24}');
+            """)
+        let load = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+        #expect(load.users.map(\.label) == ["alice", "bob"], "the disabled user is not read")
+        #expect(load.users.first?.dns?.searchDomains == ["corp.example"])
+        #expect(load.refused.map(\.name) == ["dora"])
+
+        // Another schema version: refused, with what to do.
+        try database.psql("UPDATE roam_schema SET version = 2")
+        do {
+            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+            Issue.record("a database of schema version 2 was read")
+        } catch {
+            #expect(error.message.contains("version 2") && error.message.contains("upgrade the agent"), "\(error)")
+        }
+    }
+
+    /// A role with a password: the password comes from a file only (libpq's passfile), and a
+    /// wrong one or an unreachable server is an error that says so.
+    @Test func thePasswordComesFromAFileAndAnAbsentServerIsAnError() throws {
+        let database = try LabPostgres(hba: "local roam gateway scram-sha-256\n")
+        defer { database.stop() }
+        try database.psql(file: Self.migration)
+        try database.psql("CREATE ROLE gateway LOGIN PASSWORD 'sesame'; GRANT SELECT ON roam_schema, roam_users TO gateway;")
+        let passfile = database.directory + "/gateway.pass"
+        _ = FileManager.default.createFile(atPath: passfile, contents: Data("*:*:roam:gateway:sesame\n".utf8), attributes: [.posixPermissions: 0o600])
+        let load = try UserDirectory.read(database.conninfo(user: "gateway"), passwordFile: passfile)
+        #expect(load.users.isEmpty && load.refused.isEmpty)
+        #expect(throws: DirectoryError.self) { try UserDirectory.read(database.conninfo(user: "gateway"), passwordFile: nil) }
+        try "*:*:roam:gateway:wrong\n".write(toFile: passfile, atomically: false, encoding: .utf8)
+        #expect(throws: DirectoryError.self) { try UserDirectory.read(database.conninfo(user: "gateway"), passwordFile: passfile) }
+        try database.pause()
+        do {
+            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+            Issue.record("read from a stopped server")
+        } catch {
+            #expect(error.message.hasPrefix("cannot connect to PostgreSQL"), "\(error)")
+        }
+    }
+}
