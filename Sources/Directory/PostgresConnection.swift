@@ -65,6 +65,26 @@ final class PostgresConnection {
         return rows
     }
 
+    /// The socket, to poll for notifications.
+    var fileDescriptor: Int32 { Self.api.PQsocket(connection) }
+
+    /// Reads what the server sent and returns the payloads of the notifications it held (on any
+    /// channel listened to), in order; throws when the connection is gone.
+    func notifications() throws(DirectoryError) -> [String] {
+        // A server that shut down says so before it closes: the read succeeds, the connection is bad.
+        guard Self.api.PQconsumeInput(connection) == 1, Self.api.PQstatus(connection) == CONNECTION_OK else {
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))")
+        }
+        var payloads: [String] = []
+        // Bounded: libpq holds what one read brought.
+        for _ in 0..<100_000 {
+            guard let notice = Self.api.PQnotifies(connection) else { break }
+            payloads.append(notice.pointee.extra.map { String(cString: $0) } ?? "")
+            Self.api.PQfreemem(notice)
+        }
+        return payloads
+    }
+
     /// libpq's words, on one line.
     private static func text(_ pointer: UnsafeMutablePointer<CChar>?) -> String {
         guard let pointer else { return "" }

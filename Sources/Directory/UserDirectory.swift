@@ -10,9 +10,12 @@ public import Tunnel
 /// name and why; the others load.
 public enum UserDirectory {
     /// The schema version this agent reads (`roam_schema.version`).
-    public static let schemaVersion = 1
-    /// The migrations, in order, as the package installs them.
-    public static let migrations = ["001-users.sql"]
+    public static let schemaVersion = 2
+    /// The migrations, in order, as the package installs them: migration N brings a database of
+    /// version N-1 to version N.
+    public static let migrations = ["001-users.sql", "002-notify.sql"]
+    /// The channel every change to roam_users is announced on (002-notify.sql), with the user's name.
+    public static let channel = "roam_users"
 
     /// What a read gave: the users served, and the rows refused (name, why).
     public struct Load: Sendable {
@@ -115,5 +118,28 @@ public enum UserDirectory {
             }
         }
         return .success(User(name: name, publicKey: key, addresses: inner, passwordHash: hash, dns: dns))
+    }
+
+    /// The changes to roam_users as they are committed (`LISTEN roam_users`): the names of the
+    /// users whose rows changed, to read again. Nothing is read but when the socket is ready.
+    public final class Subscription {
+        private let connection: PostgresConnection
+
+        /// Listens on the database at `target` (as `read`).
+        public init(_ target: String, passwordFile: String?) throws(DirectoryError) {
+            connection = try PostgresConnection(target, passwordFile: passwordFile)
+            _ = try connection.rows("LISTEN \(UserDirectory.channel)")
+        }
+
+        /// The socket to poll for readiness.
+        public var fileDescriptor: Int32 { connection.fileDescriptor }
+
+        /// The names announced since the last call, each once, in order; throws when the
+        /// connection is gone (the caller connects again, and reads everything afresh).
+        public func changed() throws(DirectoryError) -> [String] {
+            var names: [String] = []
+            for name in try connection.notifications() where !names.contains(name) { names.append(name) }
+            return names
+        }
     }
 }

@@ -53,8 +53,10 @@ struct UserDirectoryRowTests {
 @Suite(.enabled(if: NamespaceLab.isRoot && LabPostgres.available,
                 Comment(rawValue: NamespaceLab.isRoot ? LabPostgres.skipReason : NamespaceLab.skipReason)), .serialized)
 struct UserDirectoryDatabaseTests {
-    static let migration = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("contrib/sql/001-users.sql").path
+    static let sql = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("contrib/sql")
+    static let migration = sql.appendingPathComponent("001-users.sql").path
+    static let notify = sql.appendingPathComponent("002-notify.sql").path
 
     @Test func theSchemaIsCheckedAndEnabledUsersAreRead() throws {
         let database = try LabPostgres()
@@ -67,6 +69,14 @@ struct UserDirectoryDatabaseTests {
             #expect(error.message.contains("run 001-users.sql"), "\(error)")
         }
         try database.psql(file: Self.migration)
+        // Version 1: the next migration is named.
+        do {
+            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+            Issue.record("a database of schema version 1 was read")
+        } catch {
+            #expect(error.message.contains("version 1") && error.message.contains("run 002-notify.sql"), "\(error)")
+        }
+        try database.psql(file: Self.notify)
         let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
         try database.psql("""
             INSERT INTO roam_users (name, public_key, addresses, resolvers, search_domains)
@@ -80,13 +90,13 @@ struct UserDirectoryDatabaseTests {
         #expect(load.users.first?.dns?.searchDomains == ["corp.example"])
         #expect(load.refused.map(\.name) == ["dora"])
 
-        // Another schema version: refused, with what to do.
-        try database.psql("UPDATE roam_schema SET version = 2")
+        // A later schema version: refused, with what to do.
+        try database.psql("UPDATE roam_schema SET version = 3")
         do {
             _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
             Issue.record("a database of schema version 2 was read")
         } catch {
-            #expect(error.message.contains("version 2") && error.message.contains("upgrade the agent"), "\(error)")
+            #expect(error.message.contains("version 3") && error.message.contains("upgrade the agent"), "\(error)")
         }
     }
 
@@ -96,6 +106,7 @@ struct UserDirectoryDatabaseTests {
         let database = try LabPostgres(hba: "local roam gateway scram-sha-256\n")
         defer { database.stop() }
         try database.psql(file: Self.migration)
+        try database.psql(file: Self.notify)
         try database.psql("CREATE ROLE gateway LOGIN PASSWORD 'sesame'; GRANT SELECT ON roam_schema, roam_users TO gateway;")
         let passfile = database.directory + "/gateway.pass"
         _ = FileManager.default.createFile(atPath: passfile, contents: Data("*:*:roam:gateway:sesame\n".utf8), attributes: [.posixPermissions: 0o600])
@@ -111,5 +122,50 @@ struct UserDirectoryDatabaseTests {
         } catch {
             #expect(error.message.hasPrefix("cannot connect to PostgreSQL"), "\(error)")
         }
+    }
+
+    /// A change committed in SQL reaches a listening gateway at once, by the user's name: an
+    /// insert, a disabled user, a deleted one, a rename (both names); nothing before the commit.
+    @Test func changesAreAnnouncedAsTheyAreCommitted() throws {
+        let database = try LabPostgres()
+        defer { database.stop() }
+        try database.psql(file: Self.migration)
+        try database.psql(file: Self.notify)
+        let subscription = try UserDirectory.Subscription(database.conninfo(), passwordFile: nil)
+        /// The names announced within `seconds`, and how long the first took.
+        func announced(within seconds: Double = 1) throws -> (names: [String], after: Duration?) {
+            let start = ContinuousClock.now
+            var names: [String] = []
+            var first: Duration?
+            while ContinuousClock.now - start < .seconds(seconds) {
+                var poller = pollfd(fd: subscription.fileDescriptor, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 50) > 0 else { if first != nil { break } else { continue } }
+                let more = try subscription.changed()
+                if first == nil && !more.isEmpty { first = ContinuousClock.now - start }
+                names += more
+            }
+            return (names, first)
+        }
+        try database.psql("INSERT INTO roam_users (name, public_key, addresses) VALUES ('alice', '\(UserDirectoryRowTests.key)', '{10.77.0.2}')")
+        #expect(try announced().names == ["alice"])
+        try database.psql("UPDATE roam_users SET enabled = false WHERE name = 'alice'")
+        let disabled = try announced()
+        #expect(disabled.names == ["alice"])
+        print("user directory: a disabled user announced \(disabled.after.map { "\($0)" } ?? "never") after the UPDATE returned")
+        try database.psql("UPDATE roam_users SET name = 'alicia' WHERE name = 'alice'")
+        #expect(Set(try announced().names) == ["alicia", "alice"])
+        try database.psql("BEGIN; DELETE FROM roam_users WHERE name = 'alicia'; SELECT pg_sleep(0.3); COMMIT;")
+        #expect(try announced().names == ["alicia"])
+        #expect(try announced(within: 0.3).names.isEmpty, "nothing more")
+        // The server gone: the subscription says so when its socket is next readable (the
+        // server's farewell, then the end of the connection).
+        try database.pause()
+        var failed: DirectoryError?
+        for _ in 0..<20 where failed == nil {
+            var poller = pollfd(fd: subscription.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            do { _ = try subscription.changed() } catch { failed = error }
+        }
+        #expect(failed != nil, "a subscription to a stopped server went on as if it were there")
     }
 }
