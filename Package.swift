@@ -104,7 +104,7 @@ let package = Package(
             name: "agent",
             dependencies: [
                 "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
-                "SystemDNS", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay",
+                "SystemDNS", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Directory",
                 "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -27,6 +27,8 @@ typedef struct {
     int (*PQconsumeInput)(PGconn *);
     PGnotify *(*PQnotifies)(PGconn *);
     void (*PQfreemem)(void *);
+    PGresult *(*PQexecParams)(PGconn *, const char *, int, const Oid *, const char *const *, const int *, const int *, int);
+    PQnoticeProcessor (*PQsetNoticeProcessor)(PGconn *, PQnoticeProcessor, void *);
 } CLibpq_API;
 
 /// Fills `api` from libpq.so.5; 0 when it or one of the functions is missing.
@@ -37,7 +39,7 @@ static inline int CLibpq_load(CLibpq_API *api) {
     static const char *const names[] = {
         "PQconnectdb", "PQstatus", "PQerrorMessage", "PQfinish", "PQexec", "PQresultStatus", "PQresultErrorMessage",
         "PQntuples", "PQnfields", "PQgetvalue", "PQgetisnull", "PQclear", "PQsocket", "PQconsumeInput", "PQnotifies",
-        "PQfreemem",
+        "PQfreemem", "PQexecParams", "PQsetNoticeProcessor",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(CLibpq_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -45,6 +47,13 @@ static inline int CLibpq_load(CLibpq_API *api) {
         if (slots[i] == NULL) return 0;  // the library stays loaded; nothing is used
     }
     return 1;
+}
+
+/// Notices the server sends (a shutdown's FATAL, a warning) go nowhere: libpq would print them on
+/// the agent's standard error, outside its log; what matters comes back as an error anyway.
+static void CLibpq_ignoreNotice(void *argument, const char *message) {
+    (void)argument;
+    (void)message;
 }
 
 #endif

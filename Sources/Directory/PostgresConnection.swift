@@ -3,8 +3,19 @@ import Glibc
 
 /// Why the user directory could not be read, in one line.
 public struct DirectoryError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Kind: Equatable, Sendable {
+        /// The database could not be reached or stopped answering: worth trying again.
+        case unreachable
+        /// The database answers, but not as this agent reads it (schema version, a missing
+        /// table): trying again changes nothing until an operator acts.
+        case refused
+    }
+    public var kind: Kind
     public var message: String
-    public init(_ message: String) { self.message = message }
+    public init(_ message: String, kind: Kind = .refused) {
+        self.message = message
+        self.kind = kind
+    }
     public var description: String { message }
 }
 
@@ -25,34 +36,62 @@ final class PostgresConnection {
         guard Self.loaded else {
             throw DirectoryError("cannot load libpq.so.5: install Debian's libpq5 to read the users from PostgreSQL")
         }
-        var conninfo = target
+        var conninfo = Self.withDefaults(target)
         if let passwordFile {
             // libpq takes keyword=value pairs after a URL's query, or after a keyword string.
             let escaped = passwordFile.replacing("\\", with: "\\\\").replacing("'", with: "\\'")
-            conninfo = target.contains("://") ? target + (target.contains("?") ? "&" : "?") + "passfile=" + Self.percentEncoded(passwordFile)
-                : target + " passfile='\(escaped)'"
+            conninfo = conninfo.contains("://") ? conninfo + (conninfo.contains("?") ? "&" : "?") + "passfile=" + Self.percentEncoded(passwordFile)
+                : conninfo + " passfile='\(escaped)'"
         }
         guard let made = Self.api.PQconnectdb(conninfo) else { throw DirectoryError("cannot connect to PostgreSQL: out of memory") }
         // Finished here when it failed: the object is not made, so its deinit never runs.
         guard Self.api.PQstatus(made) == CONNECTION_OK else {
             let why = Self.text(Self.api.PQerrorMessage(made))
             Self.api.PQfinish(made)
-            throw DirectoryError("cannot connect to PostgreSQL: \(why)")
+            throw DirectoryError("cannot connect to PostgreSQL: \(why)", kind: .unreachable)
         }
+        _ = Self.api.PQsetNoticeProcessor(made, CLibpq_ignoreNotice, nil)
         connection = made
     }
 
     deinit { Self.api.PQfinish(connection) }
 
-    /// Runs `sql` and returns its rows, each column's text or nil for NULL.
-    func rows(_ sql: String) throws(DirectoryError) -> [[String?]] {
-        guard let result = Self.api.PQexec(connection, sql) else {
-            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))")
+    /// What libpq is told unless the URL says otherwise: give up connecting after 5 s, and
+    /// notice a database that vanished without closing (a partition, a power cut) within about
+    /// 25 s of silence on a listening connection. Only for URLs; a keyword string says it all.
+    static func withDefaults(_ target: String) -> String {
+        guard target.contains("://") else { return target }
+        let query = target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) } ?? ""
+        let given = Set(query.split(separator: "&").map { $0.split(separator: "=").first.map(String.init) ?? "" })
+        let defaults = [("connect_timeout", "5"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
+                        ("application_name", "roam-gateway")]
+        let added = defaults.filter { !given.contains($0.0) }.map { "\($0.0)=\($0.1)" }
+        guard !added.isEmpty else { return target }
+        return target + (target.contains("?") ? (target.hasSuffix("?") || target.hasSuffix("&") ? "" : "&") : "?") + added.joined(separator: "&")
+    }
+
+    /// Runs `sql` and returns its rows, each column's text or nil for NULL; `parameters` are $1,
+    /// $2... as text (never spliced into the statement).
+    func rows(_ sql: String, _ parameters: [String] = []) throws(DirectoryError) -> [[String?]] {
+        let result: OpaquePointer?
+        if parameters.isEmpty {
+            result = Self.api.PQexec(connection, sql)
+        } else {
+            let copies = parameters.map { strdup($0) }
+            defer { for copy in copies { free(copy) } }
+            result = copies.map { UnsafePointer($0) }.withUnsafeBufferPointer {
+                Self.api.PQexecParams(connection, sql, Int32(parameters.count), nil, $0.baseAddress, nil, nil, 0)
+            }
+        }
+        guard let result else {
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))", kind: .unreachable)
         }
         defer { Self.api.PQclear(result) }
         let status = Self.api.PQresultStatus(result)
         guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK else {
-            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQresultErrorMessage(result)))")
+            // A connection that broke mid-query is worth another try; an error the server gave is not.
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQresultErrorMessage(result)))",
+                                 kind: Self.api.PQstatus(connection) == CONNECTION_OK ? .refused : .unreachable)
         }
         let count = Int(Self.api.PQntuples(result)), fields = Int(Self.api.PQnfields(result))
         var rows: [[String?]] = []
@@ -73,7 +112,7 @@ final class PostgresConnection {
     func notifications() throws(DirectoryError) -> [String] {
         // A server that shut down says so before it closes: the read succeeds, the connection is bad.
         guard Self.api.PQconsumeInput(connection) == 1, Self.api.PQstatus(connection) == CONNECTION_OK else {
-            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))")
+            throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQerrorMessage(connection)))", kind: .unreachable)
         }
         var payloads: [String] = []
         // Bounded: libpq holds what one read brought.
@@ -88,7 +127,8 @@ final class PostgresConnection {
     /// libpq's words, on one line.
     private static func text(_ pointer: UnsafeMutablePointer<CChar>?) -> String {
         guard let pointer else { return "" }
-        return String(cString: pointer).split(whereSeparator: \.isNewline).joined(separator: " / ")
+        return String(cString: pointer).split(whereSeparator: \.isNewline).map { $0.trimmingPrefix(while: \.isWhitespace) }
+            .filter { !$0.isEmpty }.joined(separator: " / ")
     }
 
     /// A value for a URL's query: everything but unreserved characters percent-encoded.

@@ -27,17 +27,27 @@ public enum UserDirectory {
     static let query = """
         SELECT name, public_key, password_hash, array_to_string(addresses, ','), array_to_string(resolvers, ','),
                array_to_string(search_domains, ',')
-        FROM roam_users WHERE enabled ORDER BY name
+        FROM roam_users WHERE enabled
         """
+    static let namedQuery = query + " AND name = ANY($1::text[])"
 
     /// Reads every enabled user from the database at `target` (libpq's URL or connection string;
     /// the password from `passwordFile`, never from the URL). Throws when the database cannot be
     /// reached or read, or speaks another schema version.
     public static func read(_ target: String, passwordFile: String?) throws(DirectoryError) -> Load {
-        let connection = try PostgresConnection(target, passwordFile: passwordFile)
+        DirectoryCopy(rows: try Subscription(target, passwordFile: passwordFile).all()).load()
+    }
+
+    /// The users of `rows` (the query's columns), each checked, duplicates refused.
+    public static func load(_ rows: [[String?]]) -> Load { DirectoryCopy(rows: rows).load() }
+
+    /// Throws unless the database speaks `schemaVersion`, naming what to run.
+    static func checkVersion(_ connection: PostgresConnection) throws(DirectoryError) {
         let version: Int?
         do {
             version = try connection.rows("SELECT version FROM roam_schema").first?.first.flatMap { $0.flatMap { Int($0) } }
+        } catch where error.kind == .unreachable {
+            throw error
         } catch {
             throw DirectoryError("the database has no roam_schema table: run \(migrations[0]) from /usr/share/roam/sql (\(error))")
         }
@@ -46,33 +56,11 @@ public enum UserDirectory {
             throw DirectoryError("the database's schema is version \(version.map(String.init) ?? "unknown"), this agent reads version "
                 + "\(schemaVersion)" + (next.flatMap { $0 }.map { ": run \($0) from /usr/share/roam/sql" } ?? ": upgrade the agent"))
         }
-        return load(try connection.rows(query))
     }
 
-    /// The users of `rows` (the query's columns), each checked, duplicates refused.
-    public static func load(_ rows: [[String?]]) -> Load {
-        var result = Load(users: [], refused: [])
-        var names: Set<[UInt8]> = [], keys: Set<PublicKey> = [], addresses: Set<IPAddress> = []
-        for row in rows {
-            let name = row.first.flatMap { $0 } ?? ""
-            switch user(row) {
-            case .failure(let why): result.refused.append((name, why.message))
-            case .success(let user):
-                if names.contains(Array(name.utf8)) {
-                    result.refused.append((name, "the name is another row's too"))
-                } else if let key = user.publicKey, keys.contains(key) {
-                    result.refused.append((name, "its public key is another user's"))
-                } else if let taken = user.addresses.first(where: addresses.contains) {
-                    result.refused.append((name, "its address \(taken) is another user's"))
-                } else {
-                    names.insert(Array(name.utf8))
-                    if let key = user.publicKey { keys.insert(key) }
-                    addresses.formUnion(user.addresses)
-                    result.users.append(user)
-                }
-            }
-        }
-        return result
+    /// A PostgreSQL text array holding `items`, for a parameter.
+    static func arrayLiteral(_ items: [String]) -> String {
+        "{" + items.map { "\"" + $0.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\"" }.joined(separator: ",") + "}"
     }
 
     /// One row as a user, or why not.
@@ -120,15 +108,26 @@ public enum UserDirectory {
         return .success(User(name: name, publicKey: key, addresses: inner, passwordHash: hash, dns: dns))
     }
 
-    /// The changes to roam_users as they are committed (`LISTEN roam_users`): the names of the
-    /// users whose rows changed, to read again. Nothing is read but when the socket is ready.
+    /// The directory followed (`LISTEN roam_users`): every row once, then the names of the users
+    /// whose rows changed as the changes are committed, to read again. One connection, blocking:
+    /// for a thread of its own. Nothing is read but when asked or when the socket is ready.
     public final class Subscription {
         private let connection: PostgresConnection
 
-        /// Listens on the database at `target` (as `read`).
+        /// Connects to the database at `target` (as `read`), checks its schema version and
+        /// listens: every change committed from now on is announced.
         public init(_ target: String, passwordFile: String?) throws(DirectoryError) {
             connection = try PostgresConnection(target, passwordFile: passwordFile)
+            try UserDirectory.checkVersion(connection)
             _ = try connection.rows("LISTEN \(UserDirectory.channel)")
+        }
+
+        /// Every enabled row now (after listening: a change from here on is announced too).
+        public func all() throws(DirectoryError) -> [[String?]] { try connection.rows(UserDirectory.query) }
+
+        /// The enabled rows of these users now; a name without one was disabled or deleted.
+        public func rows(named names: [String]) throws(DirectoryError) -> [[String?]] {
+            try connection.rows(UserDirectory.namedQuery, [UserDirectory.arrayLiteral(names)])
         }
 
         /// The socket to poll for readiness.
@@ -137,9 +136,8 @@ public enum UserDirectory {
         /// The names announced since the last call, each once, in order; throws when the
         /// connection is gone (the caller connects again, and reads everything afresh).
         public func changed() throws(DirectoryError) -> [String] {
-            var names: [String] = []
-            for name in try connection.notifications() where !names.contains(name) { names.append(name) }
-            return names
+            var seen: Set<[UInt8]> = []
+            return try connection.notifications().filter { seen.insert(Array($0.utf8)).inserted }
         }
     }
 }

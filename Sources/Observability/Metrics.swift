@@ -1,5 +1,5 @@
 import CoreMetrics
-import Basics
+public import Basics
 import PathMonitor
 import Prometheus
 import Synchronization
@@ -211,17 +211,41 @@ public final class ServerMetrics: Sendable {
 
     public init() {}
 
-    /// The metrics now, in the Prometheus text format.
-    public func scrape(_ server: TunnelServer, endpoint dropped: MetricsEndpoint.Drops) -> String {
+    /// The metrics now, in the Prometheus text format; `directory` for a gateway with `users-from`.
+    public func scrape(_ server: TunnelServer, endpoint dropped: MetricsEndpoint.Drops, directory: DirectoryFigures? = nil) -> String {
         counts.withLock { counts in
             counts.sync(server)
             counts.sync(endpoint: dropped)
+            if let directory { counts.sync(directory: directory) }
             return counts.exposition()
         }
     }
 }
 
+/// A gateway's following of the fleet's user directory, as status and metrics show it.
+public struct DirectoryFigures: Sendable {
+    /// Connected and listening.
+    public var reachable = false
+    /// Where the users served were read: "database" or "snapshot".
+    public var origin = "database"
+    /// Users served, and rows refused.
+    public var users = 0
+    public var refused = 0
+    /// Sets of users applied since start, and connections made again after a loss.
+    public var changes = 0
+    public var reconnects = 0
+    /// Since when it is reachable or not.
+    public var since = Instant.now()
+    public var lastChange: Instant?
+    public var error: String?
+    public var snapshotWritten: Instant?
+    public var snapshotError: String?
+    public init() {}
+}
+
 final class ServerCounts: RoamMetrics {
+    private var reconnects = 0
+    private var changes = 0
     private var accepted = 0
     private var rejected = 0
     private var admitted = Admissions()
@@ -234,6 +258,17 @@ final class ServerCounts: RoamMetrics {
             count("roam_server_handshakes_total", [("result", result)], by: 0)
         }
         for lane in ["general", "peer"] { count("roam_server_handshake_admissions_total", [("lane", lane)], by: 0) }
+    }
+
+    func sync(directory: DirectoryFigures) {
+        gauge("roam_directory_up", [], directory.reachable ? 1 : 0)
+        gauge("roam_directory_users", [], Double(directory.users))
+        gauge("roam_directory_refused_rows", [], Double(directory.refused))
+        gauge("roam_directory_state_seconds", [], Double((Instant.now() - directory.since).nanoseconds) / 1e9)
+        count("roam_directory_reconnects_total", [], by: directory.reconnects - reconnects)
+        count("roam_directory_changes_total", [], by: directory.changes - changes)
+        reconnects = directory.reconnects
+        changes = directory.changes
     }
 
     func sync(_ server: TunnelServer) {

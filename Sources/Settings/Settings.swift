@@ -109,7 +109,10 @@ public struct ServerSettings: Sendable {
     public var listenPort: UInt16
     public var privateKeyFile: String
     public var tunnel: TunnelSettings
+    /// The users, from the file; empty when they come from `usersFrom`.
     public var users: UserDatabase
+    /// Where the users come from instead: the fleet's directory in PostgreSQL.
+    public var usersFrom: UserSource?
     /// Resolvers and search domains for users who have none of their own.
     public var dns = DNSSettings.none
     /// On SIGTERM, how long sessions get to move to another server before the server stops;
@@ -125,6 +128,46 @@ public struct ServerSettings: Sendable {
 
     static let maxWorkers = 64
     static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }
+}
+
+/// `users-from`: the fleet's user directory in PostgreSQL, shared by every gateway.
+public struct UserSource: Sendable, Equatable {
+    /// libpq's URL, `postgresql://roam@db.example/roam?sslmode=verify-full`: never with a password.
+    public var url: String
+    /// libpq's passfile (`host:port:database:user:password`), 0600: where the password is.
+    public var passwordFile: String?
+    /// The last users read, kept so that a restart without the database still serves them.
+    public var snapshot: String
+    /// What this gateway's session records are under: its host name unless set.
+    public var gateway: String
+
+    public static let defaultSnapshot = "/var/lib/roam/users.snapshot"
+
+    public init(url: String, passwordFile: String? = nil, snapshot: String = UserSource.defaultSnapshot, gateway: String) {
+        self.url = url
+        self.passwordFile = passwordFile
+        self.snapshot = snapshot
+        self.gateway = gateway
+    }
+
+    /// Why `url` cannot be used, or nil: a PostgreSQL URL without a password in it.
+    public static func problem(with url: String) -> String? {
+        let lower = url.lowercased()
+        guard let scheme = ["postgresql://", "postgres://"].first(where: lower.hasPrefix) else {
+            return "'users-from' is a PostgreSQL URL, e.g. postgresql://roam@db.example/roam?sslmode=verify-full"
+        }
+        let rest = url.dropFirst(scheme.count)
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        if let at = authority.lastIndex(of: "@"), authority[..<at].contains(":") {
+            return "'users-from' holds a password: put it in 'password-file' (libpq's passfile, 0600), never in the URL"
+        }
+        if let query = rest.firstIndex(of: "?"),
+           rest[query...].dropFirst().split(separator: "&").contains(where: { $0.lowercased().hasPrefix("password=") }) {
+            return "'users-from' holds a password: put it in 'password-file' (libpq's passfile, 0600), never in the URL"
+        }
+        guard !url.contains(where: { $0.isWhitespace || $0.isNewline }) else { return "'users-from' holds a space: write the URL without one" }
+        return nil
+    }
 }
 
 /// A key or password file's text, without the line end; see `TrustedFile.Kind.secret`.

@@ -1,4 +1,5 @@
 import Basics
+import Glibc
 public import ConfigReader
 import Connectivity
 import Reconnector
@@ -218,22 +219,29 @@ extension YAMLReader {
 
     public func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
-            "listen-port", "private-key-file", "tunnel", "users", "dns", "drain-period", "workers", "metrics-listen",
+            "listen-port", "private-key-file", "tunnel", "users", "users-from", "dns", "drain-period", "workers", "metrics-listen",
             "allow-versions", "cipher",
         ])
-        let usersNode = try f.required("users")
-        let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
-        let database: UserDatabase
-        do {
-            database = try UserDatabase(users)
-        } catch {
-            throw fail(usersNode, "\(error)")
+        var database = UserDatabase.empty
+        var source: UserSource?
+        switch (f.optional("users"), f.optional("users-from")) {
+        case (let usersNode?, nil):
+            let users = try list(usersNode).map { node throws(ConfigError) in try user(node) }
+            do {
+                database = try UserDatabase(users)
+            } catch {
+                throw fail(usersNode, "\(error)")
+            }
+        case (nil, let node?): source = try userSource(node)
+        case (_?, let node?): throw fail(node, "'users' and 'users-from' both give the users: keep one")
+        case (nil, nil): throw fail(root, "missing 'users' (the list) or 'users-from' (the fleet's PostgreSQL directory)")
         }
         var settings = ServerSettings(
             listenPort: UInt16(try int(try f.required("listen-port"), 1...65535)),
             privateKeyFile: try string(try f.required("private-key-file")),
             tunnel: try tunnel(try f.required("tunnel"), needsAddress: true),
             users: database,
+            usersFrom: source,
             dns: try opt(f.optional("dns")) { node throws(ConfigError) in try dns(node, "'dns'") } ?? .none)
         if let node = f.optional("drain-period") {
             let period = try duration(node)
@@ -261,6 +269,41 @@ extension YAMLReader {
             }
         }
         return settings
+    }
+
+    /// `users-from`: a URL alone, or `{url, password-file, snapshot, gateway}`.
+    private func userSource(_ node: Node) throws(ConfigError) -> UserSource {
+        let f: Fields? = if case .mapping = node.value {
+            try fields(node, "'users-from'", allowed: ["url", "password-file", "snapshot", "gateway"])
+        } else { nil }
+        let urlNode = try f?.required("url") ?? node
+        let url = try string(urlNode)
+        if let problem = UserSource.problem(with: url) { throw fail(urlNode, problem) }
+        var source = UserSource(url: url, gateway: hostName())
+        if let n = f?.optional("password-file") { source.passwordFile = try absolutePath(n, "'password-file'") }
+        if let n = f?.optional("snapshot") { source.snapshot = try absolutePath(n, "'snapshot'") }
+        if let n = f?.optional("gateway") {
+            let name = try string(n)
+            guard (1...63).contains(name.utf8.count), !name.contains(where: { $0.isWhitespace || $0 == "\"" || $0 == "=" }) else {
+                throw fail(n, "'gateway' is one word of 1 to 63 bytes, e.g. fra1")
+            }
+            source.gateway = name
+        }
+        return source
+    }
+
+    private func absolutePath(_ node: Node, _ what: String) throws(ConfigError) -> String {
+        let path = try string(node)
+        guard path.hasPrefix("/") else { throw fail(node, "\(what) is an absolute path, e.g. /var/lib/roam/users.snapshot") }
+        return path
+    }
+
+    /// The host's name, as `gateway` defaults to.
+    private func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "gateway" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "gateway" : name
     }
 
     /// A cipher by the name status and logs give it.

@@ -19,9 +19,18 @@ public enum TrustedFile {
         /// The client's configuration: it holds no secret, so others may read it, but nobody else
         /// may change it: it names the server, its key and what goes through the tunnel.
         case clientConfiguration
+        /// A gateway's copy of the fleet's users (`users-from`): hashes again, so a secret's rules;
+        /// big enough for a few hundred thousand users.
+        case userSnapshot
 
         /// Bigger than this is not such a file: refused, rather than read in part.
-        var limit: Int { self == .secret ? 64 << 10 : 16 << 20 }
+        var limit: Int {
+            switch self {
+            case .secret: 64 << 10
+            case .serverConfiguration, .clientConfiguration: 16 << 20
+            case .userSnapshot: 512 << 20
+            }
+        }
 
         var tooBig: String {
             "is larger than \(limit >= 1 << 20 ? "\(limit >> 20) MiB" : "\(limit >> 10) KiB"), too big for \(noun)"
@@ -33,6 +42,7 @@ public enum TrustedFile {
             case .secret: return "a key or password file"
             case .serverConfiguration: return "the server configuration"
             case .clientConfiguration: return "the client configuration"
+            case .userSnapshot: return "the users snapshot"
             }
         }
     }
@@ -146,8 +156,8 @@ public enum TrustedFile {
         switch kind {
         case .secret where status.permissions & 0o077 != 0:
             return "mode is \(mode); a secret file must be 0600 (run: chmod 600 \(path))"
-        case .serverConfiguration where status.permissions & 0o077 != 0:
-            return "mode is \(mode); the server configuration holds the users' password hashes and must be 0600 "
+        case .serverConfiguration where status.permissions & 0o077 != 0, .userSnapshot where status.permissions & 0o077 != 0:
+            return "mode is \(mode); \(kind.noun) holds the users' password hashes and must be 0600 "
                 + "(run: chmod 600 \(path))"
         case .clientConfiguration where status.permissions & 0o022 != 0:
             return "mode is \(mode); the client configuration decides where the tunnel goes and must not be writable "

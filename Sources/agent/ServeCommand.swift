@@ -48,9 +48,12 @@ struct ServeCommand: ParsableCommand {
         try Preflight.requireNetworkAdmin(for: "serve")
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
+        // The fleet's directory, when the users come from it: read now (or its snapshot), then followed.
+        let directory = try settings.usersFrom.map { try DirectoryFollower($0, log: log) }
         let core: ServerCore
         do {
-            core = try ServerCore(privateKey: key, users: settings.users, dns: settings.dns, protocols: settings.protocols)
+            let users = try directory.map { try UserDatabase($0.users) } ?? settings.users
+            core = try ServerCore(privateKey: key, users: users, dns: settings.dns, protocols: settings.protocols)
         } catch {
             throw AgentError("\(error)")
         }
@@ -97,6 +100,10 @@ struct ServeCommand: ParsableCommand {
         /// SIGHUP: the users are read again and replaced; sessions of users listed as before stay.
         /// A file with a mistake changes nothing; other settings need a restart.
         @Sendable func reloadUsers() {
+            if let directory {
+                log.notice("reading the user directory again", metadata: ["why": "SIGHUP"])
+                return directory.rereadAll()
+            }
             let fresh: ServerSettings
             do {
                 let (reader, root) = try YAMLReader.load(configFile, as: .serverConfiguration)
@@ -112,6 +119,7 @@ struct ServeCommand: ParsableCommand {
                 log.warning("settings other than the users changed; they apply at the next restart")
             }
         }
+        try directory?.follow { [unowned server] users in server.replaceUsers(users) }
         try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
             if signal == SIGHUP { return reloadUsers() }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
@@ -134,6 +142,8 @@ struct ServeCommand: ParsableCommand {
                     ("traffic", .traffic(traffic, extra: [("initiations_overflowed", .count(traffic.initiationsOverflowed))])),
                     ("drops", .drops(server.drops, traffic)),
                     ("admissions", .object([("general", .int(Int64(admissions.general))), ("peer", .int(Int64(admissions.peer)))])),
+                    ("users", .int(Int64(server.userCount))),
+                    ("directory", directory.map { JSON.directory($0.figures, source: $0.source) } ?? .null),
                     ("protocols", .object([
                         ("allowed", .array(settings.protocols.versions.sorted().map { .int(Int64($0)) })),
                         ("cipher", settings.protocols.cipher.map { .string($0.description) } ?? .string("negotiated")),
@@ -160,7 +170,7 @@ struct ServeCommand: ParsableCommand {
         if let address = settings.metricsListen {
             let metrics = ServerMetrics()
             do {
-                let endpoint = try MetricsEndpoint(address) { [unowned server] dropped in metrics.scrape(server, endpoint: dropped) }
+                let endpoint = try MetricsEndpoint(address) { [unowned server] dropped in metrics.scrape(server, endpoint: dropped, directory: directory?.figures) }
                 try endpoint.start()
                 log.info("metrics", metadata: ["url": "http://\(endpoint.listener.local)/metrics"])
             } catch {
@@ -213,5 +223,22 @@ extension ServerSettings {
     func sameServer(as other: ServerSettings) -> Bool {
         listenPort == other.listenPort && privateKeyFile == other.privateKeyFile && tunnel == other.tunnel && dns == other.dns
             && drainPeriod == other.drainPeriod && workers == other.workers && metricsListen == other.metricsListen
+            && usersFrom == other.usersFrom
+    }
+}
+
+extension JSON {
+    /// A gateway's following of the user directory, for `agent status`.
+    static func directory(_ figures: DirectoryFigures, source: UserSource) -> JSON {
+        let now = Instant.now()
+        let ago = { (instant: Instant?) -> JSON in instant.map { .int((now - $0).nanoseconds / 1_000_000) } ?? .null }
+        return .object([
+            ("state", .string(figures.reachable ? "following" : "unreachable")), ("origin", .string(figures.origin)),
+            ("for_ms", ago(figures.since)), ("users", .int(Int64(figures.users))), ("refused", .int(Int64(figures.refused))),
+            ("changes", .int(Int64(figures.changes))), ("reconnects", .int(Int64(figures.reconnects))),
+            ("last_change_ms_ago", ago(figures.lastChange)), ("error", figures.error.map(JSON.string) ?? .null),
+            ("snapshot", .string(source.snapshot)), ("snapshot_written_ms_ago", ago(figures.snapshotWritten)),
+            ("snapshot_error", figures.snapshotError.map(JSON.string) ?? .null), ("gateway", .string(source.gateway)),
+        ])
     }
 }

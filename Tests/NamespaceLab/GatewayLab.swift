@@ -22,6 +22,7 @@ public final class GatewayLab {
     private var processes: [Process] = []
     /// Each gateway's process, by index, while it runs.
     private var gatewayProcesses: [Int: Process] = [:]
+    private var clientProcesses: [Int: Process] = [:]
     public let gateways: Int
     /// Each gateway's public key, by index.
     public let serverKeys: [PublicKey]
@@ -31,10 +32,16 @@ public final class GatewayLab {
     /// Client `n`'s inner address.
     public func inner(_ n: Int) -> IPAddress { .v4(0x0A4D_000A + UInt32(n)) }
 
+    /// Each client's public key, by index (its user is `userN`).
+    public private(set) var clientKeys: [PublicKey] = []
+
     /// `extraUsers` are more users every gateway serves (lines of its `users:` list), for clients
     /// a test runs itself. `protocols` gives client N's `protocol:` (the default, 3, when absent).
+    /// With `usersFrom` (a PostgreSQL URL), every gateway reads its users from there instead
+    /// (snapshot `usersG.snapshot` in the lab's directory, session records as `gwG`). With
+    /// `spread`, client N prefers gateway N modulo the gateways (the others come after it in order).
     public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true, extraUsers: [String] = [],
-                protocols: [Int] = [], agent: URL = RoamingLab.builtAgent) throws {
+                protocols: [Int] = [], usersFrom: String? = nil, spread: Bool = false, agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
         self.gateways = gateways
         server = try NamespaceLab()
@@ -51,16 +58,23 @@ public final class GatewayLab {
         let serverKeys = try (0..<gateways).map { _ in try PrivateKey.generate() }
         self.serverKeys = serverKeys.map(\.publicKey)
         for (g, key) in serverKeys.enumerated() { try secret(key.revealBase64(), "server\(g).key") }
-        let servers = gateways == 1
-            ? "server: 198.51.100.7:\(Self.port)\nserver-key: \(serverKeys[0].publicKey.base64)"
-            : "servers:\n" + (0..<gateways).map { g in
-                "  - {name: gw\(g), address: 198.51.100.\(7 + g):\(Int(Self.port) + g), key: \(serverKeys[g].publicKey.base64)}"
-            }.joined(separator: "\n")
+        func servers(for n: Int) -> String {
+            gateways == 1
+                ? "server: 198.51.100.7:\(Self.port)\nserver-key: \(serverKeys[0].publicKey.base64)"
+                : "servers:\n" + (0..<gateways).map { g in
+                    let priority = spread && g == n % gateways ? 0 : 100
+                    return "  - {name: gw\(g), address: 198.51.100.\(7 + g):\(Int(Self.port) + g), key: \(serverKeys[g].publicKey.base64), "
+                        + "priority: \(priority)}"
+                }.joined(separator: "\n")
+        }
         var users: [String] = []
+        var clientKeys: [PublicKey] = []
         for n in 0..<clients {
             let key = try PrivateKey.generate()
+            clientKeys.append(key.publicKey)
             try secret(key.revealBase64(), "client\(n).key")
             users.append("  - {name: user\(n), public-key: \(key.publicKey.base64), addresses: [\(inner(n))]}")
+            let servers = servers(for: n)
             try """
                 \(servers)
                 private-key-file: \(directory)/client\(n).key
@@ -70,14 +84,16 @@ public final class GatewayLab {
                 \(n < protocols.count ? "protocol: \(protocols[n])" : "")
                 """.write(toFile: directory + "/client\(n).yaml", atomically: true, encoding: .utf8)
         }
+        self.clientKeys = clientKeys
         for g in 0..<gateways {
+            let userLines = usersFrom.map { "users-from:\n  url: \"\($0)\"\n  snapshot: \(directory)/users\(g).snapshot\n  gateway: gw\(g)" }
+                ?? "users:\n" + (users + extraUsers).joined(separator: "\n")
             try secret("""
                 listen-port: \(Int(Self.port) + g)
                 private-key-file: \(directory)/server\(g).key
                 tunnel: {name: roam\(g), addresses: [10.77.0.1/24], offload: \(offload)}
                 drain-period: \(drainPeriod)
-                users:
-                \((users + extraUsers).joined(separator: "\n"))
+                \(userLines)
                 """, Self.serverConfig(g))
         }
     }
@@ -91,18 +107,37 @@ public final class GatewayLab {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Starts the server, then every client, and returns once every tunnel is up.
-    public func start() throws {
+    /// Starts the server, then every client (or those of `only`), and returns once every tunnel is up.
+    public func start(only: [Int]? = nil) throws {
         for g in 0..<gateways { try startGateway(g) }
-        for (n, laptop) in laptops.enumerated() {
-            try launch(in: laptop, ["up", "--config", directory + "/client\(n).yaml", "--control", directory + "/agent\(n).sock"],
-                       log: "client\(n).log")
-        }
-        for n in laptops.indices {
+        let clients = only ?? Array(laptops.indices)
+        for n in clients { try startClient(n, waitingForTunnel: false) }
+        for n in clients {
             guard labWait(seconds: 10, { self.log("client\(n).log").contains("msg=\"tunnel up\"") }) else {
                 throw NamespaceLab.Failure(description: "client \(n) did not come up: \(log("client\(n).log"))")
             }
         }
+    }
+
+    /// Starts client `n`'s agent (again, after `stopClient`: its log goes on); with
+    /// `waitingForTunnel`, returns once it says its tunnel is up, else throws with its log.
+    public func startClient(_ n: Int, waitingForTunnel: Bool = true, seconds: Double = 10) throws {
+        let before = log("client\(n).log").components(separatedBy: "msg=\"tunnel up\"").count
+        let process = try startInside(laptops[n], agent, ["up", "--config", directory + "/client\(n).yaml", "--control",
+                                                          directory + "/agent\(n).sock"], log: directory + "/client\(n).log")
+        processes.append(process)
+        clientProcesses[n] = process
+        guard waitingForTunnel else { return }
+        guard labWait(seconds: seconds, { self.log("client\(n).log").components(separatedBy: "msg=\"tunnel up\"").count > before }) else {
+            throw NamespaceLab.Failure(description: "client \(n) did not come up: \(log("client\(n).log"))")
+        }
+    }
+
+    /// Stops client `n`'s agent (SIGTERM) and waits for it to end.
+    public func stopClient(_ n: Int) {
+        guard let process = clientProcesses[n] else { return }
+        endAll([process])
+        clientProcesses[n] = nil
     }
 
     /// For every client, a probe stream (every `interval`) to port 5006+N and a checked TCP

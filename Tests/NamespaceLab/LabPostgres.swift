@@ -25,6 +25,11 @@ public final class LabPostgres {
         "host=\(socketDirectory) dbname=\(database) user=\(user) connect_timeout=5"
     }
 
+    /// libpq's URL for database `database` as `user`, through the socket.
+    public func url(_ database: String = "roam", user: String = "postgres") -> String {
+        "postgresql://\(user)@/\(database)?host=\(socketDirectory)"
+    }
+
     /// Starts it with `hba` as its client authentication (trust for the postgres superuser on the
     /// socket, always first), and makes database `roam`.
     public init(hba: String = "") throws {

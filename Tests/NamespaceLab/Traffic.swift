@@ -112,6 +112,9 @@ public final class ProbeStream: @unchecked Sendable {  // every mutable field is
         return max(longest, to - previous)
     }
 
+    /// The last echo that came back so far.
+    public var lastEcho: LabInstant? { lock.withLock { replies.values.max() } }
+
     /// The first echo that came back after `instant`.
     public func firstEcho(after instant: LabInstant) -> LabInstant? {
         lock.withLock { replies.values.filter { $0 > instant }.min() }

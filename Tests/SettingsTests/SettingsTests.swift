@@ -316,3 +316,35 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
         }
     }
 }
+
+/// `users-from`: a URL alone or a mapping; never with `users`, never with a password in the URL.
+@Test func serverUsersComeFromAFileOrFromTheDirectoryNotBoth() throws {
+    let base = "listen-port: 51820\nprivate-key-file: /etc/roam/server.key\ntunnel: {addresses: [10.77.0.1/16]}\n"
+    let short = try parse(base + "users-from: postgresql://roam@db.example/roam?sslmode=verify-full") { try $0.server($1) }
+    #expect(short.usersFrom?.url == "postgresql://roam@db.example/roam?sslmode=verify-full")
+    #expect(short.usersFrom?.snapshot == UserSource.defaultSnapshot && short.usersFrom?.passwordFile == nil)
+    #expect(short.users.users.isEmpty)
+    let long = try parse(base + """
+        users-from:
+          url: "postgres://gateway@10.0.0.5:5432/roam"
+          password-file: /etc/roam/db.pass
+          snapshot: /var/lib/roam/fleet.snapshot
+          gateway: fra1
+        """) { try $0.server($1) }
+    #expect(long.usersFrom == UserSource(url: "postgres://gateway@10.0.0.5:5432/roam", passwordFile: "/etc/roam/db.pass",
+                                         snapshot: "/var/lib/roam/fleet.snapshot", gateway: "fra1"))
+    let refusals: [(String, Int, String)] = [
+        ("users-from: postgresql://roam:sesame@db/roam", 4, "holds a password"),
+        ("users-from: postgresql://db/roam?sslmode=require&password=sesame", 4, "holds a password"),
+        ("users-from: mysql://db/roam", 4, "is a PostgreSQL URL"),
+        ("users-from: {url: postgresql://db/roam, snapshot: users.snapshot}", 4, "absolute path"),
+        ("users-from: {url: postgresql://db/roam, gateway: two words}", 4, "one word"),
+        ("users-from: postgresql://db/roam\nusers: []", 4, "both give the users"),
+        ("dns: {servers: [10.77.0.1]}", 1, "missing 'users' (the list) or 'users-from'"),
+    ]
+    for (text, line, words) in refusals {
+        #expect { try parse(base + text) { try $0.server($1) } } throws: { error in
+            (error as? ConfigError).map { $0.line == line && $0.message.contains(words) } ?? false
+        }
+    }
+}

@@ -266,6 +266,15 @@ public struct UserDatabase: Sendable {
         self.byAddress = byAddress
     }
 
+    /// Nobody: a gateway whose users are still to come.
+    public static let empty = UserDatabase()
+    private init() {
+        users = []
+        byName = [:]
+        byKey = [:]
+        byAddress = [:]
+    }
+
     public subscript(peer: PeerID) -> User { users[peer.index] }
 
     /// The user with this login name, compared byte for byte.

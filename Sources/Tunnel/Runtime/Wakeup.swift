@@ -1,13 +1,13 @@
 import Glibc
-import Device
+public import Device
 
 /// A pipe a loop polls beside its socket, so another thread can wake it at once (a rebind, a
 /// stop) without the loop waking up on a timer.
-final class Wakeup: Sendable {
-    let readEnd: Int32
+public final class Wakeup: Sendable {
+    public let readEnd: Int32
     private let writeEnd: Int32
 
-    init() throws(DeviceError) {
+    public init() throws(DeviceError) {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw DeviceError("create wake-up pipe", errno) }
         for fd in fds {
@@ -23,12 +23,12 @@ final class Wakeup: Sendable {
         close(writeEnd)
     }
 
-    func signal() {
+    public func signal() {
         var byte: UInt8 = 1
         _ = write(writeEnd, &byte, 1)
     }
 
-    func drain() {
+    public func drain() {
         var bytes = [UInt8](repeating: 0, count: 64)
         while read(readEnd, &bytes, bytes.count) > 0 {}
     }
