@@ -1,4 +1,5 @@
 public import Basics
+import Glibc
 import Tunnel
 
 /// A gateway's copy of the directory: every enabled row as read, each parsed once, and the
@@ -6,23 +7,55 @@ import Tunnel
 /// each other again (in the order of their names' bytes, whatever the database's collation),
 /// so the row that keeps a contested name, key or address is the same on every gateway.
 public struct DirectoryCopy: Sendable {
-    struct Entry: Sendable {
-        var row: [String?]
-        var user: Result<User, DirectoryError>
+    /// A row that makes a user is kept as the user alone (the snapshot writes it back as the row
+    /// it came from); a refused one as it was read, with why.
+    enum Entry: Sendable {
+        case user(User)
+        case refused(row: [String?], why: DirectoryError)
+
+        init(_ row: [String?]) {
+            self = switch UserDirectory.user(row) {
+            case .success(let user): .user(user)
+            case .failure(let why): .refused(row: row, why: why)
+            }
+        }
+
+        var row: [String?] {
+            switch self {
+            case .refused(let row, _): return row
+            case .user(let user):
+                let list = { (items: [String]) -> String? in items.isEmpty ? nil : items.joined(separator: ",") }
+                return [user.name, user.publicKey?.base64, user.passwordHash?.encoded, list(user.addresses.map(\.description)),
+                        list(user.dns?.resolvers.map(\.description) ?? []), list(user.dns?.searchDomains ?? [])]
+            }
+        }
     }
     /// By the name's UTF-8 bytes: names are compared byte for byte, as the server's are.
-    private var entries: [[UInt8]: Entry] = [:]
+    private var entries: [Name: Entry] = [:]
+    /// The names in the order of their bytes, kept as changes come (sorting 100,000 names at
+    /// each change took a third of a second).
+    private var order: [Name] = []
     /// Rows with a name an earlier row had (the database's key forbids it; a snapshot or a test
     /// could hold them): refused, the first kept.
     private var duplicates: [String] = []
 
     /// The copy of these rows (the query's columns).
-    public init(rows: [[String?]]) {
-        for row in rows {
-            let name = row.first.flatMap { $0 } ?? ""
-            if entries[Array(name.utf8)] != nil { duplicates.append(name) } else { put(row) }
-        }
+    public init(rows: some Sequence<[String?]>) {
+        for row in rows { add(row) }
+        finish()
     }
+
+    /// An empty copy, for `add` a row at a time and `finish`.
+    init() {}
+
+    /// Another row read (a row whose name an earlier one had is refused).
+    mutating func add(_ row: [String?]) {
+        let name = row.first.flatMap { $0 } ?? ""
+        if entries[Name(name)] != nil { duplicates.append(name) } else { put(row) }
+    }
+
+    /// Every row added: puts the names in order.
+    mutating func finish() { order = entries.keys.sorted() }
 
     /// How many rows it holds, good or not.
     public var count: Int { entries.count }
@@ -30,21 +63,36 @@ public struct DirectoryCopy: Sendable {
     /// The rows of `names` are now `rows` (the enabled ones among them): a name without a row
     /// was disabled or deleted.
     public mutating func update(_ names: [String], rows: [[String?]]) {
-        for name in names { entries[Array(name.utf8)] = nil }
-        for row in rows { put(row) }
+        for name in names.map(Name.init) where entries.removeValue(forKey: name) != nil {
+            let at = Self.position(of: name, in: order)
+            if at < order.count, order[at] == name { order.remove(at: at) }
+        }
+        for row in rows {
+            let name = put(row)
+            let at = Self.position(of: name, in: order)
+            if at == order.count || order[at] != name { order.insert(name, at: at) }
+        }
     }
 
-    private mutating func put(_ row: [String?]) {
-        let name = row.first.flatMap { $0 } ?? ""
-        entries[Array(name.utf8)] = Entry(row: row, user: UserDirectory.user(row))
+    /// Where `name` is in `order`, or would go.
+    private static func position(of name: Name, in order: [Name]) -> Int {
+        var low = 0, high = order.count
+        while low < high {
+            let middle = (low + high) / 2
+            if order[middle] < name { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 
-    /// The rows, by name, as the snapshot keeps them.
-    public var rows: [[String?]] { sortedEntries.map(\.row) }
-
-    private var sortedEntries: [Entry] {
-        entries.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.value)
+    @discardableResult
+    private mutating func put(_ row: [String?]) -> Name {
+        let name = Name(row.first.flatMap { $0 } ?? "")
+        entries[name] = Entry(row)
+        return name
     }
+
+    /// The rows, by name, as the snapshot keeps them: made one at a time as they are read.
+    public var rows: some Sequence<[String?]> { order.lazy.compactMap { entries[$0]?.row } }
 
     /// The users served: every good row that claims no name, key or address an earlier one has;
     /// and the rows refused, with why.
@@ -52,11 +100,14 @@ public struct DirectoryCopy: Sendable {
         var result = UserDirectory.Load(users: [], refused: duplicates.map { ($0, "the name is another row's too") })
         result.users.reserveCapacity(entries.count)
         var keys: Set<PublicKey> = [], addresses: Set<IPAddress> = []
-        for entry in sortedEntries {
-            let name = entry.row.first.flatMap { $0 } ?? ""
-            switch entry.user {
-            case .failure(let why): result.refused.append((name, why.message))
-            case .success(let user):
+        keys.reserveCapacity(entries.count)
+        addresses.reserveCapacity(entries.count)
+        for name in order {
+            switch entries[name] {
+            case nil: continue
+            case .refused(let row, let why)?: result.refused.append((row.first.flatMap { $0 } ?? "", why.message))
+            case .user(let user)?:
+                let name = user.name ?? ""
                 if let key = user.publicKey, keys.contains(key) {
                     result.refused.append((name, "its public key is another user's"))
                 } else if let taken = user.addresses.first(where: addresses.contains) {
@@ -72,6 +123,22 @@ public struct DirectoryCopy: Sendable {
     }
 }
 
+/// A name's UTF-8 bytes, hashed in one go and ordered as memcmp orders them.
+struct Name: Hashable, Comparable, Sendable {
+    let bytes: [UInt8]
+    init(_ text: String) { bytes = Array(text.utf8) }
+    func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+    static func < (a: Name, b: Name) -> Bool {
+        a.bytes.withUnsafeBytes { x in
+            b.bytes.withUnsafeBytes { y in
+                let common = min(x.count, y.count)
+                let order = common == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, common)
+                return order != 0 ? order < 0 : x.count < y.count
+            }
+        }
+    }
+}
+
 /// The snapshot a gateway keeps of the directory's rows, so that it starts without the database:
 /// a first line naming the format and the schema, then a row per line, its columns separated by
 /// tabs, each written as PostgreSQL's COPY writes text (`\N` for NULL; backslash, tab, newline
@@ -81,8 +148,9 @@ public enum UserSnapshot {
     static let header = "roam users snapshot 1 schema \(UserDirectory.schemaVersion)"
 
     /// The snapshot's text.
-    public static func text(_ rows: [[String?]]) -> String {
+    public static func text(_ rows: some Sequence<[String?]>) -> String {
         var out = header + "\n"
+        out.reserveCapacity(rows.underestimatedCount * 200)
         for row in rows {
             out += row.map { $0.map(escaped) ?? "\\N" }.joined(separator: "\t")
             out += "\n"
@@ -91,12 +159,28 @@ public enum UserSnapshot {
     }
 
     /// Writes the rows to `path` (0600, whole or not at all).
-    public static func write(_ rows: [[String?]], to path: String) throws(FileWriteError) {
+    public static func write(_ rows: some Sequence<[String?]>, to path: String) throws(FileWriteError) {
         try SystemFiles.write(text(rows), to: path, mode: 0o600)
     }
 
     /// The rows of a snapshot's text; throws on anything but a snapshot of this format and schema.
     public static func rows(_ bytes: [UInt8]) throws(DirectoryError) -> [[String?]] {
+        var rows: [[String?]] = []
+        try read(bytes) { rows.append($0) }
+        return rows
+    }
+
+    /// The copy a snapshot holds, read a row at a time.
+    public static func copy(_ bytes: [UInt8]) throws(DirectoryError) -> DirectoryCopy {
+        var copy = DirectoryCopy()
+        try read(bytes) { copy.add($0) }
+        copy.finish()
+        return copy
+    }
+
+    /// Hands each row of the snapshot to `body`; throws on anything but a whole snapshot of this
+    /// format and schema (after which the rows handed over are to be dropped).
+    static func read(_ bytes: [UInt8], _ body: ([String?]) -> Void) throws(DirectoryError) {
         guard let text = String(validating: bytes, as: UTF8.self) else { throw DirectoryError("the users snapshot is not UTF-8 text") }
         var lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         guard lines.first.map(String.init) == header else {
@@ -105,8 +189,6 @@ public enum UserSnapshot {
         guard lines.last == "" else { throw DirectoryError("the users snapshot ends mid-line: it is not whole") }
         lines.removeFirst()
         lines.removeLast()
-        var rows: [[String?]] = []
-        rows.reserveCapacity(lines.count)
         for (n, line) in lines.enumerated() {
             let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
             guard fields.count == 6 else { throw DirectoryError("the users snapshot's line \(n + 2) has \(fields.count) columns, not 6") }
@@ -121,12 +203,12 @@ public enum UserSnapshot {
                     row.append(value)
                 }
             }
-            rows.append(row)
+            body(row)
         }
-        return rows
     }
 
     static func escaped(_ text: String) -> String {
+        guard text.utf8.contains(where: { $0 == 0x5C || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) else { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for character in text.unicodeScalars {

@@ -73,6 +73,14 @@ final class PostgresConnection {
     /// Runs `sql` and returns its rows, each column's text or nil for NULL; `parameters` are $1,
     /// $2... as text (never spliced into the statement).
     func rows(_ sql: String, _ parameters: [String] = []) throws(DirectoryError) -> [[String?]] {
+        var rows: [[String?]] = []
+        try each(sql, parameters) { rows.append($0) }
+        return rows
+    }
+
+    /// Runs `sql` and hands each row to `body` in turn (a row at a time: 100,000 users are never
+    /// all held as Swift strings at once).
+    func each(_ sql: String, _ parameters: [String] = [], _ body: ([String?]) -> Void) throws(DirectoryError) {
         let result: OpaquePointer?
         if parameters.isEmpty {
             result = Self.api.PQexec(connection, sql)
@@ -93,15 +101,12 @@ final class PostgresConnection {
             throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQresultErrorMessage(result)))",
                                  kind: Self.api.PQstatus(connection) == CONNECTION_OK ? .refused : .unreachable)
         }
-        let count = Int(Self.api.PQntuples(result)), fields = Int(Self.api.PQnfields(result))
-        var rows: [[String?]] = []
-        rows.reserveCapacity(count)
-        for row in 0..<Int32(count) {
-            rows.append((0..<Int32(fields)).map { column in
-                Self.api.PQgetisnull(result, row, column) != 0 ? nil : Self.text(Self.api.PQgetvalue(result, row, column))
+        let count = Self.api.PQntuples(result), fields = Self.api.PQnfields(result)
+        for row in 0..<count {
+            body((0..<fields).map { column in
+                Self.api.PQgetisnull(result, row, column) != 0 ? nil : Self.text(Self.api.PQgetvalue(result, row, column), oneLine: false)
             })
         }
-        return rows
     }
 
     /// The socket, to poll for notifications.
@@ -125,8 +130,9 @@ final class PostgresConnection {
     }
 
     /// libpq's words, on one line.
-    private static func text(_ pointer: UnsafeMutablePointer<CChar>?) -> String {
+    private static func text(_ pointer: UnsafeMutablePointer<CChar>?, oneLine: Bool = true) -> String {
         guard let pointer else { return "" }
+        guard oneLine else { return String(cString: pointer) }
         return String(cString: pointer).split(whereSeparator: \.isNewline).map { $0.trimmingPrefix(while: \.isWhitespace) }
             .filter { !$0.isEmpty }.joined(separator: " / ")
     }

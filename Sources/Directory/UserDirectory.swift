@@ -35,7 +35,7 @@ public enum UserDirectory {
     /// the password from `passwordFile`, never from the URL). Throws when the database cannot be
     /// reached or read, or speaks another schema version.
     public static func read(_ target: String, passwordFile: String?) throws(DirectoryError) -> Load {
-        DirectoryCopy(rows: try Subscription(target, passwordFile: passwordFile).all()).load()
+        try Subscription(target, passwordFile: passwordFile).all().load()
     }
 
     /// The users of `rows` (the query's columns), each checked, duplicates refused.
@@ -123,7 +123,12 @@ public enum UserDirectory {
         }
 
         /// Every enabled row now (after listening: a change from here on is announced too).
-        public func all() throws(DirectoryError) -> [[String?]] { try connection.rows(UserDirectory.query) }
+        public func all() throws(DirectoryError) -> DirectoryCopy {
+            var copy = DirectoryCopy()
+            try connection.each(UserDirectory.query) { copy.add($0) }
+            copy.finish()
+            return copy
+        }
 
         /// The enabled rows of these users now; a name without one was disabled or deleted.
         public func rows(named names: [String]) throws(DirectoryError) -> [[String?]] {

@@ -1,4 +1,5 @@
 import Basics
+import CShims
 import Control
 import Directory
 import Glibc
@@ -53,7 +54,7 @@ final class DirectoryFollower: Sendable {
         var link: Link
         do {
             let subscription = try UserDirectory.Subscription(source.url, passwordFile: source.passwordFile)
-            link = Link(copy: DirectoryCopy(rows: try subscription.all()), subscription: subscription)
+            link = Link(copy: try subscription.all(), subscription: subscription)
             figures.reachable = true
             figures.origin = "database"
             log.info("user directory read", metadata: ["rows": "\(link.copy.count)", "took": "\((Instant.now() - started).short)"])
@@ -61,21 +62,22 @@ final class DirectoryFollower: Sendable {
         } catch where error.kind == .refused {
             throw AgentError("users-from: \(error)")
         } catch {
-            let rows: [[String?]]
+            let copy: DirectoryCopy
             do {
-                rows = try UserSnapshot.rows(try TrustedFile.read(source.snapshot, as: .userSnapshot))
+                copy = try UserSnapshot.copy(try TrustedFile.read(source.snapshot, as: .userSnapshot))
             } catch let problem {
                 throw AgentError("users-from: \(error); and no snapshot to start from: \(problem)")
             }
-            link = Link(copy: DirectoryCopy(rows: rows), subscription: nil)
+            link = Link(copy: copy, subscription: nil)
             figures.origin = "snapshot"
             figures.error = "\(error)"
             log.warning("user directory unreachable; serving the snapshot", metadata: [
-                "error": "\(error)", "snapshot": "\(source.snapshot)", "rows": "\(rows.count)",
+                "error": "\(error)", "snapshot": "\(source.snapshot)", "rows": "\(copy.count)",
                 "written": "\(Self.age(of: source.snapshot))",
             ])
         }
         let load = link.copy.load()
+        CShims_trim_memory()
         figures.users = load.users.count
         figures.refused = load.refused.count
         link.refused = Self.noteRefused(load, since: [:], log: log)
@@ -144,7 +146,7 @@ final class DirectoryFollower: Sendable {
         do {
             let subscription = try UserDirectory.Subscription(source.url, passwordFile: source.passwordFile)
             let started = Instant.now()
-            link.copy = DirectoryCopy(rows: try subscription.all())
+            link.copy = try subscription.all()
             link.subscription = subscription
             link.backoff.reset()
             let down = state.withLock { figures in
@@ -169,7 +171,7 @@ final class DirectoryFollower: Sendable {
     private func readAll(_ link: inout Link, _ subscription: UserDirectory.Subscription, _ apply: (UserDatabase) -> Int, why: String) {
         let started = Instant.now()
         do {
-            link.copy = DirectoryCopy(rows: try subscription.all())
+            link.copy = try subscription.all()
             log.info("user directory read", metadata: ["rows": "\(link.copy.count)", "why": "\(why)"])
             applyCopy(&link, apply, names: nil, started: started)
         } catch {
@@ -216,12 +218,15 @@ final class DirectoryFollower: Sendable {
             metadata["names"] = "\(names.prefix(8).joined(separator: ","))\(names.count > 8 ? ",+\(names.count - 8)" : "")"
         }
         log.notice("users changed", metadata: metadata)
+        // A read of many rows leaves freed memory in malloc's arenas: given back, not kept.
+        CShims_trim_memory()
     }
 
     private func saveSnapshot(_ link: inout Link) {
         link.unsaved = nil
         do {
             try UserSnapshot.write(link.copy.rows, to: source.snapshot)
+            CShims_trim_memory()
             state.withLock { $0.snapshotWritten = Instant.now() }
         } catch {
             state.withLock { $0.snapshotError = "\(error)" }

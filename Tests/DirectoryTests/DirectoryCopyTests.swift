@@ -30,6 +30,13 @@ struct DirectoryCopyTests {
         #expect(updated.refused.map(\.name) == fresh.refused.map(\.name))
         #expect(updated.refused.map(\.name) == ["user3", "user5"], "user2 now has user3's address: user2 sorts first and keeps it")
         #expect(copy.count == 5)
+        // What the snapshot keeps of the copy makes the same users again, and the same refusals.
+        let again = DirectoryCopy(rows: copy.rows).load()
+        #expect(again.users == updated.users && again.refused.map(\.name) == updated.refused.map(\.name))
+        let full = DirectoryCopy(rows: [["alice", keys[5], try PasswordHash.create(password: "x", cost: .minimum).encoded,
+                                        "10.77.0.2,fd77::2", "10.77.0.1,fd77::1", "corp.example,lab.example"]])
+        #expect(DirectoryCopy(rows: full.rows).load().users == full.load().users)
+        #expect(full.load().users.first?.dns?.searchDomains == ["corp.example", "lab.example"])
     }
 
     /// Names are told apart byte for byte, as the server does: a name that is canonically equal but

@@ -29,6 +29,13 @@ static inline int prctl_set_dumpable_zero(void) { return prctl(PR_SET_DUMPABLE, 
 /// prctl(PR_GET_DUMPABLE).
 static inline int prctl_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 
+// MARK: Memory
+
+#include <malloc.h>
+
+/// Gives the pages malloc holds free back to the system (after a large read is let go).
+static inline void CShims_trim_memory(void) { (void)malloc_trim(0); }
+
 // MARK: Tunnel data plane
 
 #include <stdio.h>

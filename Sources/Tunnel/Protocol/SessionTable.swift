@@ -43,6 +43,7 @@ public final class SessionTable: Sendable {
     /// addresses of those who were reachable, whose routes must go.
     func reloaded(with users: UserDatabase) -> (table: SessionTable, ended: [[IPAddress]]) {
         var kept: [User: PeerCell] = [:]
+        kept.reserveCapacity(self.users.users.count)
         for (slot, user) in self.users.users.enumerated() { kept[user] = peers[slot] }
         let cells = users.users.map { kept.removeValue(forKey: $0) ?? PeerCell(addresses: $0.addresses) }
         let table = SessionTable(users: users, limits: limits, peers: cells)
