@@ -163,7 +163,7 @@ let package = Package(
         .testTarget(
             name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],
             swiftSettings: strict),
-        .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
         .testTarget(

@@ -1,4 +1,4 @@
-import Basics
+public import Basics
 public import Tunnel
 
 /// The gateways' shared user directory in PostgreSQL (`contrib/sql/`): the users every gateway
@@ -10,10 +10,10 @@ public import Tunnel
 /// name and why; the others load.
 public enum UserDirectory {
     /// The schema version this agent reads (`roam_schema.version`).
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
     /// The migrations, in order, as the package installs them: migration N brings a database of
     /// version N-1 to version N.
-    public static let migrations = ["001-users.sql", "002-notify.sql"]
+    public static let migrations = ["001-users.sql", "002-notify.sql", "003-sessions.sql"]
     /// The channel every change to roam_users is announced on (002-notify.sql), with the user's name.
     public static let channel = "roam_users"
 
@@ -31,11 +31,25 @@ public enum UserDirectory {
         """
     static let namedQuery = query + " AND name = ANY($1::text[])"
 
+    /// A gateway's session records, inserted or renewed (`Subscription.record`).
+    static let recordQuery = """
+        INSERT INTO roam_sessions AS s (gateway, user_name, addresses, endpoint, since, bytes_in, bytes_out, updated_at)
+        SELECT $1, u, string_to_array(a, ',')::inet[], e, to_timestamp(t), i, o, now()
+        FROM unnest($2::text[], $3::text[], $4::text[], $5::float8[], $6::int8[], $7::int8[]) AS r(u, a, e, t, i, o)
+        ON CONFLICT (gateway, user_name) DO UPDATE SET addresses = EXCLUDED.addresses, endpoint = EXCLUDED.endpoint,
+            since = EXCLUDED.since, bytes_in = EXCLUDED.bytes_in, bytes_out = EXCLUDED.bytes_out, updated_at = now()
+        """
+
     /// Reads every enabled user from the database at `target` (libpq's URL or connection string;
     /// the password from `passwordFile`, never from the URL). Throws when the database cannot be
     /// reached or read, or speaks another schema version.
     public static func read(_ target: String, passwordFile: String?) throws(DirectoryError) -> Load {
         try Subscription(target, passwordFile: passwordFile).all().load()
+    }
+
+    /// Removes the session records of `gateway` (it stops), on a connection of its own.
+    public static func forgetSessions(_ target: String, passwordFile: String?, gateway: String) throws(DirectoryError) {
+        _ = try PostgresConnection(target, passwordFile: passwordFile).rows("DELETE FROM roam_sessions WHERE gateway = $1", [gateway])
     }
 
     /// The users of `rows` (the query's columns), each checked, duplicates refused.
@@ -137,6 +151,29 @@ public enum UserDirectory {
 
         /// The socket to poll for readiness.
         public var fileDescriptor: Int32 { connection.fileDescriptor }
+
+        /// Replaces this gateway's session records with `records` (`now`: the monotonic instant
+        /// they were taken at, `wallClock`: the Unix time then), in one transaction.
+        public func record(_ records: [SessionRecord], gateway: String, now: Instant, wallClock: Double) throws(DirectoryError) {
+            let since = records.map { wallClock - Double((now - $0.since).nanoseconds) / 1e9 }
+            let users = UserDirectory.arrayLiteral(records.map(\.user))
+            let parameters = [
+                gateway, users, UserDirectory.arrayLiteral(records.map { $0.addresses.map(\.description).joined(separator: ",") }),
+                UserDirectory.arrayLiteral(records.map { "\($0.endpoint)" }),
+                "{" + since.map { "\($0)" }.joined(separator: ",") + "}",
+                "{" + records.map { "\(min($0.received, UInt64(Int64.max)))" }.joined(separator: ",") + "}",
+                "{" + records.map { "\(min($0.sent, UInt64(Int64.max)))" }.joined(separator: ",") + "}",
+            ]
+            _ = try connection.rows("BEGIN")
+            do {
+                _ = try connection.rows(UserDirectory.recordQuery, parameters)
+                _ = try connection.rows("DELETE FROM roam_sessions WHERE gateway = $1 AND NOT (user_name = ANY($2::text[]))", [gateway, users])
+                _ = try connection.rows("COMMIT")
+            } catch {
+                _ = try? connection.rows("ROLLBACK")
+                throw error
+            }
+        }
 
         /// The names announced since the last call, each once, in order; throws when the
         /// connection is gone (the caller connects again, and reads everything afresh).

@@ -35,12 +35,18 @@ final class DirectoryFollower: Sendable {
         var refused: [String: String] = [:]
         /// The snapshot is behind since then.
         var unsaved: Instant?
+        /// When this gateway's session records are renewed next.
+        var nextRecord = Instant.now()
+        /// Why the last renewal failed while the database answered (a role without the grant).
+        var recordProblem: String?
     }
 
     /// Changes naming more users than this are read as a whole directory.
     static let wholeReadAbove = 2_000
     /// The snapshot is written once changes have been quiet this long (a burst is written once).
     static let snapshotQuiet: Duration = .seconds(1)
+    /// How often this gateway's session records are renewed (roam_fleet leaves out rows a minute old).
+    static let recordEvery: Duration = .seconds(10)
 
     /// Reads the users at start: from the database when it answers (and the snapshot is written),
     /// else from the snapshot. Throws when the database answers in a way this agent cannot read
@@ -101,24 +107,40 @@ final class DirectoryFollower: Sendable {
     }
 
     /// Follows the directory on a thread of its own, handing every new set of users to `apply`,
-    /// which returns how many sessions ended.
-    func follow(_ apply: @escaping @Sendable (UserDatabase) -> Int) throws {
-        try OSThread.detach { [self] in link.withLock { link in run(&link, apply) } }
+    /// which returns how many sessions ended, and renewing the session records `records` gives.
+    func follow(_ apply: @escaping @Sendable (UserDatabase) -> Int, records: @escaping @Sendable () -> [SessionRecord]) throws {
+        try OSThread.detach { [self] in link.withLock { link in run(&link, apply, records) } }
     }
 
-    private func run(_ link: inout Link, _ apply: (UserDatabase) -> Int) {
+    /// The gateway stops: its session records go (on a connection of its own, when the database
+    /// answered last; bounded by libpq's connect timeout).
+    func stop() {
+        guard figures.reachable else { return }
+        do {
+            try UserDirectory.forgetSessions(source.url, passwordFile: source.passwordFile, gateway: source.gateway)
+        } catch {
+            log.warning("session records not removed; roam_fleet leaves them out after a minute", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func run(_ link: inout Link, _ apply: (UserDatabase) -> Int, _ records: () -> [SessionRecord]) {
         while true {
             guard let subscription = link.subscription else {
                 _ = waitReadable(nil, for: link.nextWait)
                 connect(&link, apply)
                 continue
             }
-            let quietFor = link.unsaved.map { Self.snapshotQuiet - (Instant.now() - $0) }
+            let now = Instant.now()
+            if now >= link.nextRecord {
+                record(&link, subscription, records())
+                continue
+            }
+            let quietFor = link.unsaved.map { Self.snapshotQuiet - (now - $0) }
             if let quietFor, quietFor <= .zero {
                 saveSnapshot(&link)
                 continue
             }
-            let (ready, woken) = waitReadable(subscription.fileDescriptor, for: quietFor)
+            let (ready, woken) = waitReadable(subscription.fileDescriptor, for: min(quietFor ?? .seconds(3600), link.nextRecord - now))
             if woken, rereadAsked.exchange(false, ordering: .relaxed) {
                 readAll(&link, subscription, apply, why: "SIGHUP")
             }
@@ -220,6 +242,30 @@ final class DirectoryFollower: Sendable {
         log.notice("users changed", metadata: metadata)
         // A read of many rows leaves freed memory in malloc's arenas: given back, not kept.
         CShims_trim_memory()
+    }
+
+    /// Renews this gateway's session records; a database that refuses (no grant) is said once.
+    private func record(_ link: inout Link, _ subscription: UserDirectory.Subscription, _ records: [SessionRecord]) {
+        link.nextRecord = Instant.now() + Self.recordEvery
+        do {
+            try subscription.record(records, gateway: source.gateway, now: Instant.now(), wallClock: Self.wallClock())
+            if link.recordProblem != nil { log.notice("session records renewed again") }
+            link.recordProblem = nil
+        } catch where error.kind == .refused {
+            if link.recordProblem != error.message {
+                log.warning("session records not written; the users are followed all the same", metadata: ["error": "\(error)"])
+            }
+            link.recordProblem = error.message
+        } catch {
+            lost(&link, error)
+        }
+    }
+
+    /// The Unix time now, in seconds.
+    private static func wallClock() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
     private func saveSnapshot(_ link: inout Link) {

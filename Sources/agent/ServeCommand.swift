@@ -119,7 +119,8 @@ struct ServeCommand: ParsableCommand {
                 log.warning("settings other than the users changed; they apply at the next restart")
             }
         }
-        try directory?.follow { [unowned server] users in server.replaceUsers(users) }
+        // Strong: the following thread may outlive this function's last use of the server.
+        try directory?.follow({ users in server.replaceUsers(users) }, records: { server.records })
         try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
             if signal == SIGHUP { return reloadUsers() }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
@@ -185,6 +186,7 @@ struct ServeCommand: ParsableCommand {
                                 "public_key": "\(key.publicKey.base64)"])
         SystemdNotifier().notify("READY=1")
         server.run()
+        directory?.stop()
         controlServer?.publish(ControlProtocol.event("stopped", [("why", .string("stopped"))]))
         controlServer?.stop()
         let traffic = server.traffic

@@ -18,7 +18,7 @@ struct FleetLabTests {
     @Test func twoGatewaysFollowOneDirectoryAndOutliveIt() throws {
         let database = try LabPostgres()
         defer { database.stop() }
-        for migration in ["001-users.sql", "002-notify.sql"] { try database.psql(file: Self.sql.appendingPathComponent(migration).path) }
+        for migration in ["001-users.sql", "002-notify.sql", "003-sessions.sql"] { try database.psql(file: Self.sql.appendingPathComponent(migration).path) }
         let lab = try GatewayLab(clients: 3, gateways: 2, usersFrom: database.url(), spread: true)
         func insert(_ n: Int) -> String {
             "INSERT INTO roam_users (name, public_key, addresses) VALUES ('user\(n)', '\(lab.clientKeys[n].base64)', '{\(lab.inner(n))}');"
@@ -99,6 +99,15 @@ struct FleetLabTests {
         print("fleet: database back; reconnected within \(LabClock.now - second - .seconds(2)) at most")
         let kept = probes[1].lost(from: LabClock.now - .seconds(1), to: LabClock.now - .milliseconds(300))
         #expect(kept.sent > 50 && kept.lost == 0, "user1 stays: \(kept)\n\(logs())")
+
+        // Each gateway records who is connected to it: user1 on one, nobody disabled anywhere.
+        var fleet = ""
+        #expect(labWait(seconds: 12) {
+            fleet = (try? database.psql("SELECT user_name || ' ' || gateway || ' ' || array_to_string(addresses, ',') || ' ' || (bytes_in > 0) "
+                + "|| ' ' || (since <= now()) FROM roam_fleet ORDER BY 1"))?.trimmingCharacters(in: .newlines) ?? ""
+            return fleet.hasPrefix("user1 gw")
+        }, "the fleet: \(fleet)\n\(logs())")
+        #expect(fleet.split(separator: "\n").count == 1 && fleet.hasSuffix("\(lab.inner(1)) true true"), "\(fleet.debugDescription)")
         if ProcessInfo.processInfo.environment["FLEET_LOGS"] != nil { print(logs()) }
     }
 }

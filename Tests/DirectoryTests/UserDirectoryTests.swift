@@ -4,6 +4,7 @@ import Basics
 import NamespaceLab
 import Testing
 import Tunnel
+import Device
 @testable import Directory
 
 /// Rows as a gateway reads them: nothing a row says is trusted, and a wrong row costs only itself.
@@ -57,6 +58,7 @@ struct UserDirectoryDatabaseTests {
         .deletingLastPathComponent().appendingPathComponent("contrib/sql")
     static let migration = sql.appendingPathComponent("001-users.sql").path
     static let notify = sql.appendingPathComponent("002-notify.sql").path
+    static let sessions = sql.appendingPathComponent("003-sessions.sql").path
 
     @Test func theSchemaIsCheckedAndEnabledUsersAreRead() throws {
         let database = try LabPostgres()
@@ -77,6 +79,13 @@ struct UserDirectoryDatabaseTests {
             #expect(error.message.contains("version 1") && error.message.contains("run 002-notify.sql"), "\(error)")
         }
         try database.psql(file: Self.notify)
+        do {
+            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+            Issue.record("a database of schema version 2 was read")
+        } catch {
+            #expect(error.message.contains("version 2") && error.message.contains("run 003-sessions.sql"), "\(error)")
+        }
+        try database.psql(file: Self.sessions)
         let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
         try database.psql("""
             INSERT INTO roam_users (name, public_key, addresses, resolvers, search_domains)
@@ -91,12 +100,12 @@ struct UserDirectoryDatabaseTests {
         #expect(load.refused.map(\.name) == ["dora"])
 
         // A later schema version: refused, with what to do.
-        try database.psql("UPDATE roam_schema SET version = 3")
+        try database.psql("UPDATE roam_schema SET version = 4")
         do {
             _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
-            Issue.record("a database of schema version 2 was read")
+            Issue.record("a database of schema version 4 was read")
         } catch {
-            #expect(error.message.contains("version 3") && error.message.contains("upgrade the agent"), "\(error)")
+            #expect(error.message.contains("version 4") && error.message.contains("upgrade the agent"), "\(error)")
         }
     }
 
@@ -107,6 +116,7 @@ struct UserDirectoryDatabaseTests {
         defer { database.stop() }
         try database.psql(file: Self.migration)
         try database.psql(file: Self.notify)
+        try database.psql(file: Self.sessions)
         try database.psql("CREATE ROLE gateway LOGIN PASSWORD 'sesame'; GRANT SELECT ON roam_schema, roam_users TO gateway;")
         let passfile = database.directory + "/gateway.pass"
         _ = FileManager.default.createFile(atPath: passfile, contents: Data("*:*:roam:gateway:sesame\n".utf8), attributes: [.posixPermissions: 0o600])
@@ -131,6 +141,7 @@ struct UserDirectoryDatabaseTests {
         defer { database.stop() }
         try database.psql(file: Self.migration)
         try database.psql(file: Self.notify)
+        try database.psql(file: Self.sessions)
         let subscription = try UserDirectory.Subscription(database.conninfo(), passwordFile: nil)
         /// The names announced within `seconds`, and how long the first took.
         func announced(within seconds: Double = 1) throws -> (names: [String], after: Duration?) {
@@ -167,5 +178,55 @@ struct UserDirectoryDatabaseTests {
             do { _ = try subscription.changed() } catch { failed = error }
         }
         #expect(failed != nil, "a subscription to a stopped server went on as if it were there")
+    }
+}
+
+/// The session records a gateway keeps in the database: replaced whole at each renewal, one
+/// query shows the fleet, and a role without the grant is refused (not taken for a lost database).
+@Suite(.enabled(if: NamespaceLab.isRoot && LabPostgres.available,
+                Comment(rawValue: NamespaceLab.isRoot ? LabPostgres.skipReason : NamespaceLab.skipReason)), .serialized)
+struct SessionRecordTests {
+    @Test func aGatewaysRecordsAreReplacedWholeAndShowTheFleet() throws {
+        let database = try LabPostgres(hba: "local roam reader trust\n")
+        defer { database.stop() }
+        for file in [UserDirectoryDatabaseTests.migration, UserDirectoryDatabaseTests.notify, UserDirectoryDatabaseTests.sessions] {
+            try database.psql(file: file)
+        }
+        let subscription = try UserDirectory.Subscription(database.conninfo(), passwordFile: nil)
+        let now = Instant.now()
+        let alice = SessionRecord(user: "alice", addresses: [IPAddress("10.77.0.2")!, IPAddress("fd77::2")!],
+                                  endpoint: SocketAddress(IPAddress("192.0.2.7")!, port: 40000), since: now - .seconds(90),
+                                  received: 1_000, sent: 2_000)
+        let odd = SessionRecord(user: "o'dd \"name\"\\,{}", addresses: [IPAddress("10.77.0.3")!],
+                                endpoint: SocketAddress(IPAddress("2001:db8::1")!, port: 5), since: now, received: 0, sent: UInt64.max)
+        try subscription.record([alice, odd], gateway: "fra1", now: now, wallClock: 1_800_000_000)
+        try subscription.record([alice], gateway: "ams1", now: now, wallClock: 1_800_000_000)
+        let fleet = try database.psql("""
+            SELECT gateway || '|' || user_name || '|' || array_to_string(addresses, ',') || '|' || endpoint || '|' ||
+                   extract(epoch FROM since)::bigint || '|' || bytes_in || '|' || bytes_out FROM roam_fleet ORDER BY 1
+            """)
+        #expect(fleet.split(separator: "\n").map(String.init) == [
+            "ams1|alice|10.77.0.2,fd77::2|192.0.2.7:40000|1799999910|1000|2000",
+            "fra1|alice|10.77.0.2,fd77::2|192.0.2.7:40000|1799999910|1000|2000",
+            "fra1|o'dd \"name\"\\,{}|10.77.0.3|[2001:db8::1]:5|1800000000|0|\(Int64.max)",
+        ])
+        // Renewed without alice: her row on fra1 goes, ams1's stays.
+        try subscription.record([odd], gateway: "fra1", now: now, wallClock: 1_800_000_010)
+        let renewed = try database.psql("SELECT gateway || ' ' || user_name FROM roam_sessions ORDER BY 1").trimmingCharacters(in: .newlines)
+        #expect(renewed == "ams1 alice\nfra1 o'dd \"name\"\\,{}", "\(renewed)")
+        try UserDirectory.forgetSessions(database.conninfo(), passwordFile: nil, gateway: "fra1")
+        let left = try database.psql("SELECT count(*) FROM roam_sessions WHERE gateway = 'fra1'").trimmingCharacters(in: .newlines)
+        #expect(left == "0", "\(left)")
+
+        // A role that may read the users but not write the records: refused, the connection still good.
+        try database.psql("CREATE ROLE reader LOGIN; GRANT SELECT ON roam_schema, roam_users TO reader;")
+        let reader = try UserDirectory.Subscription(database.conninfo(user: "reader"), passwordFile: nil)
+        do {
+            try reader.record([alice], gateway: "fra1", now: now, wallClock: 1_800_000_000)
+            Issue.record("a role without the grant wrote records")
+        } catch {
+            #expect(error.kind == .refused && error.message.contains("permission denied"), "\(error)")
+        }
+        #expect(throws: Never.self) { _ = try reader.all() }
     }
 }

@@ -1,6 +1,6 @@
 public import Basics
 import Synchronization
-import Device
+public import Device
 
 /// The sessions a server holds, shared by its data threads with no lock that all of them take:
 /// each peer's state has a lock of its own, held for a few loads and stores and never around
@@ -112,7 +112,10 @@ public final class SessionTable: Sendable {
                 guard state.current === session,
                       state.endpointMark.map({ $0.session !== session || opened.counter > $0.counter }) ?? true
                 else { return retired }
-                if state.endpoint == nil { noteLive(peer, true) }
+                if state.endpoint == nil {
+                    noteLive(peer, true)
+                    state.liveSince = now
+                }
                 if state.endpoint != source {
                     let old = state.endpoint
                     state.endpoint = source
@@ -130,6 +133,7 @@ public final class SessionTable: Sendable {
             return .keepalive(from: peer)
         case .packet(let inner):
             guard peers[slot].addresses.contains(inner) else { return drop(.wrongInnerSource) }
+            peers[slot].received.add(UInt64(opened.range.count), ordering: .relaxed)
             return .packet(from: peer, range: opened.range)
         case .probe(let id, let sentAt, let size):
             // Padded as the probe was, so the echo proves the size on the way back too; never
@@ -189,6 +193,7 @@ public final class SessionTable: Sendable {
             throw .tooBig(mtu: mtu)
         }
         let length = try session.seal(buffer, innerLength: innerLength, now: now, limits: limits)
+        peers[peer.index].sent.add(UInt64(innerLength), ordering: .relaxed)
         return SealedDatagram(length: length, destination: endpoint, source: local)
     }
 
@@ -328,6 +333,18 @@ public final class SessionTable: Sendable {
     /// How many peers are reachable here now, without walking every user.
     public var livePeerCount: Int { live.load(ordering: .relaxed) }
 
+    /// Every peer reachable here now, with what the fleet's session records show. Takes each
+    /// peer's lock in turn.
+    public func records(now: Instant) -> [SessionRecord] {
+        peers.indices.compactMap { slot in
+            guard let (endpoint, since) = peers[slot].state.withLock({ state in state.endpoint.map { ($0, state.liveSince ?? now) } })
+            else { return nil }
+            let user = users.users[slot]
+            return SessionRecord(user: user.label, addresses: user.addresses, endpoint: endpoint, since: since,
+                                 received: peers[slot].received.load(ordering: .relaxed), sent: peers[slot].sent.load(ordering: .relaxed))
+        }
+    }
+
     /// Peers reachable here now: an authenticated packet came on a session they still hold.
     var livePeers: [PeerID] {
         peers.indices.filter { slot in peers[slot].state.withLock { $0.endpoint != nil } }.map { PeerID(index: $0) }
@@ -370,8 +387,32 @@ private final class PeerCell: Sendable {
     /// The user's inner addresses: the only sources their packets may carry.
     let addresses: [IPAddress]
     let state = Mutex(PeerState())
+    /// Inner bytes received from the peer and sent to it, over all its sessions here: one relaxed
+    /// add per packet, on a line no other peer touches.
+    let received = Atomic<UInt64>(0)
+    let sent = Atomic<UInt64>(0)
 
     init(addresses: [IPAddress]) { self.addresses = addresses }
+}
+
+/// A peer reachable on this server, for the fleet's session records.
+public struct SessionRecord: Sendable, Equatable {
+    public var user: String
+    public var addresses: [IPAddress]
+    public var endpoint: SocketAddress
+    public var since: Instant
+    /// Inner bytes from the peer and to it since this server began serving the user.
+    public var received: UInt64
+    public var sent: UInt64
+
+    public init(user: String, addresses: [IPAddress], endpoint: SocketAddress, since: Instant, received: UInt64, sent: UInt64) {
+        self.user = user
+        self.addresses = addresses
+        self.endpoint = endpoint
+        self.since = since
+        self.received = received
+        self.sent = sent
+    }
 }
 
 /// Receiver indices of one shard, to their peer's slot.
@@ -441,6 +482,8 @@ struct PeerState {
     var passwordProof: [UInt8]?
     /// The largest inner packet the client's path carries, as it last said (nil: it has not).
     var pathMTU: Int?
+    /// Since when the peer is reachable here (set when it becomes so).
+    var liveSince: Instant?
 
     /// The session with receiver index `index`, and which one it is.
     func session(_ index: UInt32) -> (TransportSession, Slot)? {

@@ -142,6 +142,9 @@ public final class TunnelServer: Sendable {
     /// Users served now.
     public var userCount: Int { sessions.users.users.count }
 
+    /// Every peer reachable here now: who, where from, since when, how many bytes.
+    public var records: [SessionRecord] { sessions.records(now: Instant.now()) }
+
     /// Serves `users` from now on: users listed exactly as before keep their sessions (no
     /// packet of theirs waits or is lost); removed or changed users' sessions end and their
     /// routes go. Returns how many sessions that were reachable ended.

@@ -1,0 +1,33 @@
+-- Roam's user directory, schema version 3: every gateway records who is connected to it, so one
+-- query shows the fleet. Each gateway replaces its own rows every 10 seconds (one transaction)
+-- and removes them when it stops; a row not renewed for a minute is a gateway that died, which
+-- roam_fleet leaves out. Run after 002-notify.sql, as the database's owner:
+--     psql -d roam -f /usr/share/roam/sql/003-sessions.sql
+-- Gateways need: GRANT SELECT, INSERT, UPDATE, DELETE ON roam_sessions TO <the gateways' role>;
+BEGIN;
+
+CREATE TABLE roam_sessions (
+    -- The gateway's name (users-from's gateway: its host name unless set).
+    gateway     text        NOT NULL CHECK (length(gateway) BETWEEN 1 AND 63),
+    user_name   text        NOT NULL,
+    addresses   inet[]      NOT NULL,
+    -- Where the client's packets come from (its public address and port, after any NAT).
+    endpoint    text        NOT NULL,
+    -- Since when the client is reachable on this gateway.
+    since       timestamptz NOT NULL,
+    -- Inner bytes from the client and to it since the gateway began serving the user.
+    bytes_in    bigint      NOT NULL DEFAULT 0,
+    bytes_out   bigint      NOT NULL DEFAULT 0,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (gateway, user_name)
+);
+CREATE INDEX roam_sessions_user ON roam_sessions (user_name);
+
+-- The fleet now: the sessions whose gateway renewed them within the last minute.
+CREATE VIEW roam_fleet AS
+    SELECT gateway, user_name, addresses, endpoint, since, bytes_in, bytes_out, updated_at
+    FROM roam_sessions WHERE updated_at > now() - interval '1 minute';
+
+UPDATE roam_schema SET version = 3;
+
+COMMIT;
