@@ -56,7 +56,8 @@ final class PostgresConnection {
 
     deinit { Self.api.PQfinish(connection) }
 
-    /// What libpq is told unless the URL says otherwise: give up connecting after 5 s, and
+    /// What libpq is told unless the URL says otherwise: give up connecting after 5 s, give up a
+    /// statement after 30 s (a lock held for ever; the gateway connects again with backoff), and
     /// notice a database that vanished without closing (a partition, a power cut) within about
     /// 25 s of silence on a listening connection. Only for URLs; a keyword string says it all.
     static func withDefaults(_ target: String) -> String {
@@ -64,7 +65,7 @@ final class PostgresConnection {
         let query = target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) } ?? ""
         let given = Set(query.split(separator: "&").map { $0.split(separator: "=").first.map(String.init) ?? "" })
         let defaults = [("connect_timeout", "5"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
-                        ("application_name", "roam-gateway")]
+                        ("application_name", "roam-gateway"), ("options", "-c%20statement_timeout%3D30000")]
         let added = defaults.filter { !given.contains($0.0) }.map { "\($0.0)=\($0.1)" }
         guard !added.isEmpty else { return target }
         return target + (target.contains("?") ? (target.hasSuffix("?") || target.hasSuffix("&") ? "" : "&") : "?") + added.joined(separator: "&")

@@ -38,6 +38,21 @@ struct FleetLabTests {
         try lab.startClient(2)
         #expect(count("msg=\"users changed\"", in: 0) >= 1 && count("msg=\"users changed\"", in: 1) >= 1, "\(logs())")
         #expect(count("users reloaded", in: 0) + count("users reloaded", in: 1) == 0)
+
+        // A database that answers slowly never stalls handshakes: while a transaction holds
+        // roam_users locked, gateway 0 reads it again (SIGHUP) and waits; user2 connects meanwhile.
+        let blocker = try database.psqlInBackground("BEGIN; LOCK TABLE roam_users IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;")
+        usleep(300_000)
+        lab.signalGateway(0, SIGHUP)
+        usleep(200_000)
+        let reconnecting = LabClock.now
+        lab.stopClient(2)
+        try lab.startClient(2, seconds: 3)
+        print("fleet: user2 connected again in \(LabClock.now - reconnecting) while the directory's read waited on a lock")
+        #expect(blocker.isRunning, "the lock was held while user2 connected")
+        blocker.waitUntilExit()
+        #expect(labWait(seconds: 3) { count("why=SIGHUP", in: 0) > 0 }, "the read went on once the lock went\n\(logs())")
+
         let probes = try (0..<3).map(probe)
         defer { for p in probes { p.stop() } }
         usleep(1_000_000)

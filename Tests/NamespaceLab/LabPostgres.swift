@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Glibc
 
 /// A throwaway PostgreSQL server from Debian's `postgresql` package: its own data directory and
@@ -54,6 +54,18 @@ public final class LabPostgres {
     @discardableResult
     public func psql(_ sql: String, database: String = "roam") throws -> String {
         try run("/usr/bin/psql", ["-h", socketDirectory, "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+    }
+
+    /// Starts psql running `sql` in database `roam` and returns at once (to hold a lock while
+    /// the test goes on); the caller waits for it.
+    public func psqlInBackground(_ sql: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        process.arguments = ["-h", socketDirectory, "-U", "postgres", "-d", "roam", "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
     }
 
     /// Runs the file `path` (a migration) in database `roam`.
