@@ -27,7 +27,10 @@ struct ServeCommand: ParsableCommand {
             the client is reachable here (host routes, for a second server on the same host or a routing \
             daemon to take over). With 'drain-period', SIGTERM first tells every session that this server \
             is being taken down, so clients with another server move there make-before-break; the server \
-            stops when no session is left or the period ends. A second SIGTERM stops it at once.
+            stops when no session is left or the period ends. A second SIGTERM stops it at once. With \
+            'users-from' (a PostgreSQL URL) in place of 'users', the users come from the fleet's directory: \
+            read at start (or from the snapshot when the database cannot be reached), each change applied \
+            as it commits, the last users kept while the database is away; SIGHUP reads it all again.
             """)
 
     @OptionGroup var daemon: DaemonOptions

@@ -65,6 +65,11 @@ struct PackageTests {
         #expect(listing.contains("drwx------ root/root") && listing.contains("./etc/roam/"), "/etc/roam is 0700: \(listing)")
         let info = try NamespaceLab.capture(dpkgDeb, ["--info", deb]).output
         #expect(info.contains("Package: roam") && info.contains("Version: \(Release.version)") && info.contains("libsodium") && info.contains("libssl3"), "\(info)")
+        // libpq only for gateways with users-from (loaded when one starts); the schema where the log says it is.
+        #expect(info.contains("Suggests: libpq5") && !info.contains("Depends: libpq"), "\(info)")
+        for migration in ["001-users.sql", "002-notify.sql", "003-sessions.sql"] {
+            #expect(listing.contains("-rw-r--r-- root/root") && listing.contains("./usr/share/roam/sql/\(migration)"), "\(migration): \(listing)")
+        }
 
         let root = work + "/root"
         let unpacked = try NamespaceLab.capture(dpkgDeb, ["-x", deb, root])
