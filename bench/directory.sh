@@ -89,7 +89,7 @@ echo "directory: RSS $(rss), snapshot $(( $(stat -c %s "$work/users.snapshot") /
 a=$(switches); sleep 10; b=$(switches)
 echo "directory: idle with the subscription open: $(( b - a )) context switches in 10 s (all threads)"
 n=$(grep -c 'msg="users changed"' "$work/gateway.log" || true)
-t=$(date +%s%N); sql -c "UPDATE roam_users SET enabled = false WHERE name = 'user4242'"
+t=$(date +%s%N); sql -c "UPDATE roam_users SET enabled = false WHERE name = 'user$(( (users + 1) / 2 ))'"
 echo "directory: one user disabled: $(changed "$n" "$t")"
 n=$(grep -c 'msg="users changed"' "$work/gateway.log" || true)
 t=$(date +%s%N); sql -c "UPDATE roam_users SET search_domains = '{corp.example}'"
