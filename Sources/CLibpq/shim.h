@@ -29,6 +29,7 @@ typedef struct {
     void (*PQfreemem)(void *);
     PGresult *(*PQexecParams)(PGconn *, const char *, int, const Oid *, const char *const *, const int *, const int *, int);
     PQnoticeProcessor (*PQsetNoticeProcessor)(PGconn *, PQnoticeProcessor, void *);
+    char *(*PQresultErrorField)(const PGresult *, int);
 } CLibpq_API;
 
 /// Fills `api` from libpq.so.5; 0 when it or one of the functions is missing.
@@ -39,7 +40,7 @@ static inline int CLibpq_load(CLibpq_API *api) {
     static const char *const names[] = {
         "PQconnectdb", "PQstatus", "PQerrorMessage", "PQfinish", "PQexec", "PQresultStatus", "PQresultErrorMessage",
         "PQntuples", "PQnfields", "PQgetvalue", "PQgetisnull", "PQclear", "PQsocket", "PQconsumeInput", "PQnotifies",
-        "PQfreemem", "PQexecParams", "PQsetNoticeProcessor",
+        "PQfreemem", "PQexecParams", "PQsetNoticeProcessor", "PQresultErrorField",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(CLibpq_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

@@ -8,21 +8,21 @@ import Tunnel
 /// so the row that keeps a contested name, key or address is the same on every gateway.
 public struct DirectoryCopy: Sendable {
     /// A row that makes a user is kept as the user alone (the snapshot writes it back as the row
-    /// it came from); a refused one as it was read, with why.
-    enum Entry: Sendable {
+    /// it came from); a refused one as its name and why (the snapshot leaves it out).
+    enum Entry: Sendable, Equatable {
         case user(User)
-        case refused(row: [String?], why: DirectoryError)
+        case refused(name: String, why: DirectoryError)
 
-        init(_ row: [String?]) {
-            self = switch UserDirectory.user(row) {
+        init(_ row: [String?], tunnel: [Prefix]) {
+            self = switch UserDirectory.user(row, tunnel: tunnel) {
             case .success(let user): .user(user)
-            case .failure(let why): .refused(row: row, why: why)
+            case .failure(let why): .refused(name: row.first.flatMap { $0 } ?? "", why: why)
             }
         }
 
-        var row: [String?] {
+        var row: [String?]? {
             switch self {
-            case .refused(let row, _): return row
+            case .refused: return nil
             case .user(let user):
                 let list = { (items: [String]) -> String? in items.isEmpty ? nil : items.joined(separator: ",") }
                 return [user.name, user.publicKey?.base64, user.passwordHash?.encoded, list(user.addresses.map(\.description)),
@@ -39,14 +39,18 @@ public struct DirectoryCopy: Sendable {
     /// could hold them): refused, the first kept.
     private var duplicates: [String] = []
 
-    /// The copy of these rows (the query's columns).
-    public init(rows: some Sequence<[String?]>) {
+    /// The gateway's tunnel prefixes: a user's addresses must lie inside them (empty: unchecked).
+    public let tunnel: [Prefix]
+
+    /// The copy of these rows (the query's columns), for a gateway whose tunnel has `tunnel`.
+    public init(rows: some Sequence<[String?]>, tunnel: [Prefix] = []) {
+        self.tunnel = tunnel
         for row in rows { add(row) }
         finish()
     }
 
     /// An empty copy, for `add` a row at a time and `finish`.
-    init() {}
+    init(tunnel: [Prefix]) { self.tunnel = tunnel }
 
     /// Another row read (a row whose name an earlier one had is refused).
     mutating func add(_ row: [String?]) {
@@ -62,16 +66,24 @@ public struct DirectoryCopy: Sendable {
 
     /// The rows of `names` are now `rows` (the enabled ones among them): a name without a row
     /// was disabled or deleted.
-    public mutating func update(_ names: [String], rows: [[String?]]) {
-        for name in names.map(Name.init) where entries.removeValue(forKey: name) != nil {
+    /// Returns whether anything changed (an announcement of a row as it was changes nothing).
+    @discardableResult
+    public mutating func update(_ names: [String], rows: [[String?]]) -> Bool {
+        var before: [Name: Entry] = [:]
+        for name in names.map(Name.init) {
+            guard let old = entries.removeValue(forKey: name) else { continue }
+            before[name] = old
             let at = Self.position(of: name, in: order)
             if at < order.count, order[at] == name { order.remove(at: at) }
         }
+        var changed = false
         for row in rows {
             let name = put(row)
             let at = Self.position(of: name, in: order)
             if at == order.count || order[at] != name { order.insert(name, at: at) }
+            changed = changed || before.removeValue(forKey: name) != entries[name]
         }
+        return changed || !before.isEmpty
     }
 
     /// Where `name` is in `order`, or would go.
@@ -87,7 +99,7 @@ public struct DirectoryCopy: Sendable {
     @discardableResult
     private mutating func put(_ row: [String?]) -> Name {
         let name = Name(row.first.flatMap { $0 } ?? "")
-        entries[name] = Entry(row)
+        entries[name] = Entry(row, tunnel: tunnel)
         return name
     }
 
@@ -105,7 +117,7 @@ public struct DirectoryCopy: Sendable {
         for name in order {
             switch entries[name] {
             case nil: continue
-            case .refused(let row, let why)?: result.refused.append((row.first.flatMap { $0 } ?? "", why.message))
+            case .refused(let name, let why)?: result.refused.append((name, why.message))
             case .user(let user)?:
                 let name = user.name ?? ""
                 if let key = user.publicKey, keys.contains(key) {
@@ -170,9 +182,9 @@ public enum UserSnapshot {
         return rows
     }
 
-    /// The copy a snapshot holds, read a row at a time.
-    public static func copy(_ bytes: [UInt8]) throws(DirectoryError) -> DirectoryCopy {
-        var copy = DirectoryCopy()
+    /// The copy a snapshot holds, read a row at a time, for a gateway whose tunnel has `tunnel`.
+    public static func copy(_ bytes: [UInt8], tunnel: [Prefix]) throws(DirectoryError) -> DirectoryCopy {
+        var copy = DirectoryCopy(tunnel: tunnel)
         try read(bytes) { copy.add($0) }
         copy.finish()
         return copy

@@ -4,17 +4,24 @@ import Glibc
 /// Why the user directory could not be read, in one line.
 public struct DirectoryError: Error, Equatable, Sendable, CustomStringConvertible {
     public enum Kind: Equatable, Sendable {
-        /// The database could not be reached or stopped answering: worth trying again.
+        /// The database could not be reached, stopped answering, or gave up for now (a timeout,
+        /// a shutdown, no resources): worth trying again.
         case unreachable
-        /// The database answers, but not as this agent reads it (schema version, a missing
-        /// table): trying again changes nothing until an operator acts.
+        /// The database answers, but refuses (a missing table, no grant): trying again changes
+        /// nothing until an operator acts.
         case refused
+        /// The database speaks a schema version this agent does not read: a gateway refuses to
+        /// start on it rather than serve a snapshot of another schema's users.
+        case schema
     }
     public var kind: Kind
     public var message: String
-    public init(_ message: String, kind: Kind = .refused) {
+    /// The SQLSTATE the server gave, when it gave one.
+    public var code: String
+    public init(_ message: String, kind: Kind = .refused, code: String = "") {
         self.message = message
         self.kind = kind
+        self.code = code
     }
     public var description: String { message }
 }
@@ -57,15 +64,19 @@ final class PostgresConnection {
     deinit { Self.api.PQfinish(connection) }
 
     /// What libpq is told unless the URL says otherwise: give up connecting after 5 s, give up a
-    /// statement after 30 s (a lock held for ever; the gateway connects again with backoff), and
+    /// statement after 30 s (a lock held for ever; the gateway connects again with backoff),
     /// notice a database that vanished without closing (a partition, a power cut) within about
-    /// 25 s of silence on a listening connection. Only for URLs; a keyword string says it all.
+    /// 25 s of silence on a listening connection and 30 s of unanswered writes, speak UTF-8, and,
+    /// over TCP, TLS with the server's certificate and name verified (`sslmode=verify-full`):
+    /// whoever answers for the database decides who may log in. Only for URLs; a keyword
+    /// string says it all.
     static func withDefaults(_ target: String) -> String {
         guard target.contains("://") else { return target }
-        let query = target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) } ?? ""
-        let given = Set(query.split(separator: "&").map { $0.split(separator: "=").first.map(String.init) ?? "" })
-        let defaults = [("connect_timeout", "5"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
-                        ("application_name", "roam-gateway"), ("options", "-c%20statement_timeout%3D30000")]
+        let given = Set(parameters(target).keys)
+        var defaults = [("connect_timeout", "5"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
+                        ("tcp_user_timeout", "30000"), ("client_encoding", "UTF8"), ("application_name", "roam-gateway"),
+                        ("options", "-c%20statement_timeout%3D30000")]
+        if !overUnixSocket(target) { defaults.append(("sslmode", "verify-full")) }
         let added = defaults.filter { !given.contains($0.0) }.map { "\($0.0)=\($0.1)" }
         guard !added.isEmpty else { return target }
         return target + (target.contains("?") ? (target.hasSuffix("?") || target.hasSuffix("&") ? "" : "&") : "?") + added.joined(separator: "&")
@@ -98,9 +109,10 @@ final class PostgresConnection {
         defer { Self.api.PQclear(result) }
         let status = Self.api.PQresultStatus(result)
         guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK else {
-            // A connection that broke mid-query is worth another try; an error the server gave is not.
+            let code = Self.api.PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
             throw DirectoryError("PostgreSQL: \(Self.text(Self.api.PQresultErrorMessage(result)))",
-                                 kind: Self.api.PQstatus(connection) == CONNECTION_OK ? .refused : .unreachable)
+                                 kind: Self.api.PQstatus(connection) == CONNECTION_OK && !Self.isTransient(code) ? .refused : .unreachable,
+                                 code: code)
         }
         let count = Self.api.PQntuples(result), fields = Self.api.PQnfields(result)
         for row in 0..<count {
@@ -128,6 +140,34 @@ final class PostgresConnection {
             Self.api.PQfreemem(notice)
         }
         return payloads
+    }
+
+    /// Whether the server's error (SQLSTATE) is one that passes: a connection exception (08), a
+    /// rolled back transaction (40: serialization, deadlock), no resources (53), an operator's
+    /// intervention (57: a statement timeout, a shutdown), a lock not available (55P03), a
+    /// read-only standby (25006).
+    static func isTransient(_ code: String) -> Bool {
+        ["08", "40", "53", "57"].contains(String(code.prefix(2))) || code == "55P03" || code == "25006"
+    }
+
+    /// The query's parameters of a URL (as written, not decoded).
+    static func parameters(_ url: String) -> [String: String] {
+        guard let mark = url.firstIndex(of: "?") else { return [:] }
+        var out: [String: String] = [:]
+        for pair in url[url.index(after: mark)...].split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            if let key = parts.first { out[String(key)] = parts.count > 1 ? String(parts[1]) : "" }
+        }
+        return out
+    }
+
+    /// Whether the URL reaches the database through a Unix socket: no host, or a host that is a directory.
+    static func overUnixSocket(_ url: String) -> Bool {
+        if let host = parameters(url)["host"] { return host.hasPrefix("/") || host.hasPrefix("%2F") || host.hasPrefix("%2f") }
+        guard let scheme = url.firstRange(of: "://") else { return false }
+        let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
+        let hostPart = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? ""
+        return hostPart.isEmpty || hostPart.hasPrefix("%2F") || hostPart.hasPrefix("%2f")
     }
 
     /// libpq's words, on one line.

@@ -23,10 +23,11 @@ public enum UserDirectory {
         public var refused: [(name: String, why: String)]
     }
 
-    /// The columns a row is read from, in this order, as text.
+    /// The columns a row is read from, in this order, as text; each cut short past what a good
+    /// row can hold, so one oversized row costs a refusal, never the gateway's memory.
     static let query = """
-        SELECT name, public_key, password_hash, array_to_string(addresses, ','), array_to_string(resolvers, ','),
-               array_to_string(search_domains, ',')
+        SELECT left(name, 256), left(public_key, 64), left(password_hash, 256), array_to_string(addresses[1:3], ','),
+               array_to_string(resolvers[1:9], ','), left(array_to_string(search_domains[1:9], ','), 2304)
         FROM roam_users WHERE enabled
         """
     static let namedQuery = query + " AND name = ANY($1::text[])"
@@ -47,6 +48,17 @@ public enum UserDirectory {
         try Subscription(target, passwordFile: passwordFile).all().load()
     }
 
+    /// Why the connection `url` describes can be listened in on or answered by someone else, or
+    /// nil: over TCP with an sslmode that does not verify the server (disable, allow, prefer,
+    /// require); whoever answers for the database decides who may log in.
+    public static func transportProblem(_ url: String) -> String? {
+        guard !PostgresConnection.overUnixSocket(url), let mode = PostgresConnection.parameters(url)["sslmode"],
+              ["disable", "allow", "prefer", "require"].contains(mode.lowercased())
+        else { return nil }
+        return "sslmode=\(mode) does not verify the database's certificate: whoever answers for it decides who may log in; "
+            + "use sslmode=verify-full (the default) with sslrootcert"
+    }
+
     /// Removes the session records of `gateway` (it stops), on a connection of its own.
     public static func forgetSessions(_ target: String, passwordFile: String?, gateway: String) throws(DirectoryError) {
         _ = try PostgresConnection(target, passwordFile: passwordFile).rows("DELETE FROM roam_sessions WHERE gateway = $1", [gateway])
@@ -60,16 +72,33 @@ public enum UserDirectory {
         let version: Int?
         do {
             version = try connection.rows("SELECT version FROM roam_schema").first?.first.flatMap { $0.flatMap { Int($0) } }
-        } catch where error.kind == .unreachable {
-            throw error
-        } catch {
-            throw DirectoryError("the database has no roam_schema table: run \(migrations[0]) from /usr/share/roam/sql (\(error))")
+        } catch where error.code == "42P01" {
+            throw DirectoryError("the database has no roam_schema table: run \(migrations[0]) from /usr/share/roam/sql (\(error))",
+                                 kind: .schema)
         }
         guard let version, version == schemaVersion else {
-            let next = version.map { $0 < schemaVersion ? migrations[$0] : nil } ?? migrations.first
+            // Migration N brings version N-1 to N; a version below 1 or past ours names none.
+            let next = version.map { migrations.indices.contains($0) && $0 < schemaVersion ? migrations[$0] : nil } ?? migrations.first
             throw DirectoryError("the database's schema is version \(version.map(String.init) ?? "unknown"), this agent reads version "
-                + "\(schemaVersion)" + (next.flatMap { $0 }.map { ": run \($0) from /usr/share/roam/sql" } ?? ": upgrade the agent"))
+                + "\(schemaVersion)" + (next.flatMap { $0 }.map { ": run \($0) from /usr/share/roam/sql" } ?? ": upgrade the agent"),
+                kind: .schema)
         }
+    }
+
+    /// Why `address` cannot be a user's inside the gateway's tunnel prefixes, or nil: it must lie
+    /// in one of them and be neither the gateway's own address nor an IPv4 prefix's network or
+    /// broadcast address. With no prefixes (a copy read without a gateway), anything goes.
+    static func problem(with address: IPAddress, in tunnel: [Prefix]) -> String? {
+        guard !tunnel.isEmpty else { return nil }
+        guard let prefix = tunnel.first(where: { $0.contains(address) }) else {
+            return "its address \(address) is outside the gateway's tunnel (\(tunnel.map(\.network.description).joined(separator: ", ")))"
+        }
+        if tunnel.contains(where: { $0.address == address }) { return "its address \(address) is the gateway's own" }
+        if case .v4(let bits) = address, prefix.length < 31 {
+            let host = UInt32.max >> UInt32(prefix.length)
+            if bits & host == 0 || bits & host == host { return "its address \(address) is its prefix's network or broadcast address" }
+        }
+        return nil
     }
 
     /// A PostgreSQL text array holding `items`, for a parameter.
@@ -78,7 +107,7 @@ public enum UserDirectory {
     }
 
     /// One row as a user, or why not.
-    static func user(_ row: [String?]) -> Result<User, DirectoryError> {
+    static func user(_ row: [String?], tunnel: [Prefix]) -> Result<User, DirectoryError> {
         guard row.count == 6, let name = row[0], (1...255).contains(name.utf8.count) else {
             return .failure(DirectoryError("a row without a name of 1 to 255 bytes"))
         }
@@ -108,6 +137,11 @@ public enum UserDirectory {
         guard (1...2).contains(families.count), Set(families).count == families.count else {
             return .failure(DirectoryError("addresses must hold one IPv4 address, one IPv6 address, or one of each"))
         }
+        // The gateway routes each address to the user's client: one outside its tunnel (the
+        // database's, a resolver's, a metadata service's) would take the gateway's own packets.
+        for address in inner {
+            if let problem = problem(with: address, in: tunnel) { return .failure(DirectoryError(problem)) }
+        }
         var dns: DNSSettings?
         let resolvers = (row[4] ?? "").split(separator: ",").map { IPAddress(String($0)) }
         let domains = (row[5] ?? "").split(separator: ",").map(String.init)
@@ -136,9 +170,10 @@ public enum UserDirectory {
             _ = try connection.rows("LISTEN \(UserDirectory.channel)")
         }
 
-        /// Every enabled row now (after listening: a change from here on is announced too).
-        public func all() throws(DirectoryError) -> DirectoryCopy {
-            var copy = DirectoryCopy()
+        /// Every enabled row now (after listening: a change from here on is announced too), for a
+        /// gateway whose tunnel has `tunnel` (a user's addresses must lie inside it).
+        public func all(tunnel: [Prefix] = []) throws(DirectoryError) -> DirectoryCopy {
+            var copy = DirectoryCopy(tunnel: tunnel)
             try connection.each(UserDirectory.query) { copy.add($0) }
             copy.finish()
             return copy

@@ -302,8 +302,10 @@ extension YAMLReader {
     private func hostName() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count - 1) == 0 else { return "gateway" }
-        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return name.isEmpty ? "gateway" : name
+        // The first label, as session records name gateways (at most 63 bytes).
+        let bytes = buffer.prefix { $0 != 0 && $0 != CChar(UInt8(ascii: ".")) }.prefix(63).map { UInt8(bitPattern: $0) }
+        let name = String(decoding: bytes, as: UTF8.self)
+        return name.isEmpty || name.utf8.count > 63 ? "gateway" : name
     }
 
     /// A cipher by the name status and logs give it.

@@ -17,7 +17,11 @@ import Tunnel
 /// and the gateway connects again with backoff; only a reply it can read replaces them.
 final class DirectoryFollower: Sendable {
     let source: UserSource
+    /// The tunnel's prefixes: every user's addresses must lie inside them.
+    private let tunnel: [Prefix]
     private let log: Logger
+    /// The gateway stops: no more session records.
+    private let stopping = Atomic<Bool>(false)
     /// The following thread's own state (nobody else takes this lock).
     private let link: Mutex<Link>
     private let state: Mutex<DirectoryFigures>
@@ -45,32 +49,36 @@ final class DirectoryFollower: Sendable {
     static let wholeReadAbove = 2_000
     /// The snapshot is written once changes have been quiet this long (a burst is written once).
     static let snapshotQuiet: Duration = .seconds(1)
+    /// How long after a failed snapshot write it is tried again.
+    static let snapshotRetry: Duration = .seconds(10)
     /// How often this gateway's session records are renewed (roam_fleet leaves out rows a minute old).
     static let recordEvery: Duration = .seconds(10)
 
     /// Reads the users at start: from the database when it answers (and the snapshot is written),
-    /// else from the snapshot. Throws when the database answers in a way this agent cannot read
-    /// (a schema version it does not know), or when it cannot be reached and there is no snapshot.
-    init(_ source: UserSource, log: Logger) throws {
+    /// else from the snapshot. Throws when the database speaks a schema version this agent does
+    /// not read, or when it cannot be read and there is no snapshot.
+    init(_ source: UserSource, tunnel: [Prefix], log: Logger) throws {
         self.source = source
+        self.tunnel = tunnel
         self.log = log
         wakeup = try Wakeup()
+        if let problem = UserDirectory.transportProblem(source.url) { log.warning("users-from: \(problem)") }
         let started = Instant.now()
         var figures = DirectoryFigures()
         var link: Link
         do {
             let subscription = try UserDirectory.Subscription(source.url, passwordFile: source.passwordFile)
-            link = Link(copy: try subscription.all(), subscription: subscription)
+            link = Link(copy: try subscription.all(tunnel: tunnel), subscription: subscription)
             figures.reachable = true
             figures.origin = "database"
             log.info("user directory read", metadata: ["rows": "\(link.copy.count)", "took": "\((Instant.now() - started).short)"])
             link.unsaved = Instant.now() - Self.snapshotQuiet
-        } catch where error.kind == .refused {
+        } catch where error.kind == .schema {
             throw AgentError("users-from: \(error)")
         } catch {
             let copy: DirectoryCopy
             do {
-                copy = try UserSnapshot.copy(try TrustedFile.read(source.snapshot, as: .userSnapshot))
+                copy = try UserSnapshot.copy(try TrustedFile.read(source.snapshot, as: .userSnapshot), tunnel: tunnel)
             } catch let problem {
                 throw AgentError("users-from: \(error); and no snapshot to start from: \(problem)")
             }
@@ -113,8 +121,9 @@ final class DirectoryFollower: Sendable {
     }
 
     /// The gateway stops: its session records go (on a connection of its own, when the database
-    /// answered last; bounded by libpq's connect timeout).
+    /// answered last; bounded by libpq's connect timeout), and no more are written.
     func stop() {
+        stopping.store(true, ordering: .relaxed)
         guard figures.reachable else { return }
         do {
             try UserDirectory.forgetSessions(source.url, passwordFile: source.passwordFile, gateway: source.gateway)
@@ -130,8 +139,28 @@ final class DirectoryFollower: Sendable {
                 connect(&link, apply)
                 continue
             }
+            do {
+                // Every query reads the announcements that came before its answer into libpq's
+                // queue, where the socket no longer shows them: taken before waiting, every time.
+                let names = try subscription.changed()
+                if !names.isEmpty {
+                    if names.count > Self.wholeReadAbove {
+                        readAll(&link, subscription, apply, why: "\(names.count) users changed")
+                    } else {
+                        let started = Instant.now()
+                        let rows = try subscription.rows(named: names)
+                        // An announcement of rows as they were (anyone may NOTIFY) changes nothing.
+                        if link.copy.update(names, rows: rows) { applyCopy(&link, apply, names: names, started: started) }
+                    }
+                    continue
+                }
+            } catch {
+                lost(&link, error)
+                continue
+            }
             let now = Instant.now()
-            if now >= link.nextRecord {
+            let recordIn = stopping.load(ordering: .relaxed) ? Duration.seconds(3600) : link.nextRecord - now
+            if recordIn <= .zero {
                 record(&link, subscription, records())
                 continue
             }
@@ -140,23 +169,9 @@ final class DirectoryFollower: Sendable {
                 saveSnapshot(&link)
                 continue
             }
-            let (ready, woken) = waitReadable(subscription.fileDescriptor, for: min(quietFor ?? .seconds(3600), link.nextRecord - now))
+            let (_, woken) = waitReadable(subscription.fileDescriptor, for: min(quietFor ?? .seconds(3600), recordIn))
             if woken, rereadAsked.exchange(false, ordering: .relaxed) {
                 readAll(&link, subscription, apply, why: "SIGHUP")
-            }
-            guard ready else { continue }
-            do {
-                let names = try subscription.changed()
-                if names.isEmpty { continue }
-                if names.count > Self.wholeReadAbove {
-                    readAll(&link, subscription, apply, why: "\(names.count) users changed")
-                    continue
-                }
-                let started = Instant.now()
-                link.copy.update(names, rows: try subscription.rows(named: names))
-                applyCopy(&link, apply, names: names, started: started)
-            } catch {
-                lost(&link, error)
             }
         }
     }
@@ -168,7 +183,7 @@ final class DirectoryFollower: Sendable {
         do {
             let subscription = try UserDirectory.Subscription(source.url, passwordFile: source.passwordFile)
             let started = Instant.now()
-            link.copy = try subscription.all()
+            link.copy = try subscription.all(tunnel: tunnel)
             link.subscription = subscription
             link.backoff.reset()
             let down = state.withLock { figures in
@@ -193,7 +208,7 @@ final class DirectoryFollower: Sendable {
     private func readAll(_ link: inout Link, _ subscription: UserDirectory.Subscription, _ apply: (UserDatabase) -> Int, why: String) {
         let started = Instant.now()
         do {
-            link.copy = try subscription.all()
+            link.copy = try subscription.all(tunnel: tunnel)
             log.info("user directory read", metadata: ["rows": "\(link.copy.count)", "why": "\(why)"])
             applyCopy(&link, apply, names: nil, started: started)
         } catch {
@@ -268,15 +283,26 @@ final class DirectoryFollower: Sendable {
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
+    /// Writes the snapshot; when it cannot be written (a full disk), tries again in 10 s.
     private func saveSnapshot(_ link: inout Link) {
         link.unsaved = nil
         do {
             try UserSnapshot.write(link.copy.rows, to: source.snapshot)
             CShims_trim_memory()
-            state.withLock { $0.snapshotWritten = Instant.now() }
+            state.withLock {
+                $0.snapshotWritten = Instant.now()
+                $0.snapshotError = nil
+            }
         } catch {
-            state.withLock { $0.snapshotError = "\(error)" }
-            log.warning("users snapshot not written; a restart without the database would serve an older one", metadata: ["error": "\(error)"])
+            link.unsaved = Instant.now() + Self.snapshotRetry
+            let first = state.withLock { figures in
+                defer { figures.snapshotError = "\(error)" }
+                return figures.snapshotError == nil
+            }
+            if first {
+                log.warning("users snapshot not written; a restart without the database would serve an older one",
+                            metadata: ["error": "\(error)", "retry_in": "\(Self.snapshotRetry.short)"])
+            }
         }
     }
 

@@ -52,7 +52,7 @@ struct ServeCommand: ParsableCommand {
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
         // The fleet's directory, when the users come from it: read now (or its snapshot), then followed.
-        let directory = try settings.usersFrom.map { try DirectoryFollower($0, log: log) }
+        let directory = try settings.usersFrom.map { try DirectoryFollower($0, tunnel: settings.tunnel.addresses, log: log) }
         let core: ServerCore
         do {
             let users = try directory.map { try UserDatabase($0.users) } ?? settings.users
@@ -114,6 +114,9 @@ struct ServeCommand: ParsableCommand {
             } catch {
                 return log.error("users not reloaded; the running ones stay", metadata: ["error": "\(error)"])
             }
+            guard fresh.usersFrom == nil else {
+                return log.error("users not reloaded: the file now takes its users from 'users-from'; restart to read them from there")
+            }
             let before = server.userCount
             let ended = server.replaceUsers(fresh.users)
             log.notice("users reloaded", metadata: ["users": .stringConvertible(fresh.users.users.count), "before": .stringConvertible(before),
@@ -122,8 +125,6 @@ struct ServeCommand: ParsableCommand {
                 log.warning("settings other than the users changed; they apply at the next restart")
             }
         }
-        // Strong: the following thread may outlive this function's last use of the server.
-        try directory?.follow({ users in server.replaceUsers(users) }, records: { server.records })
         try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
             if signal == SIGHUP { return reloadUsers() }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
@@ -133,6 +134,9 @@ struct ServeCommand: ParsableCommand {
                 return server.stop()
             }
         }
+        // After the signals are blocked, so its thread never takes one (their default ends the process).
+        // Strong: the following thread may outlive this function's last use of the server.
+        try directory?.follow({ users in server.replaceUsers(users) }, records: { server.records })
         var controlServer: ControlServer?
         if let control {
             // Answered on the control socket's own thread: everything read here is safe to read from any.

@@ -33,11 +33,14 @@ struct FleetLabTests {
         try lab.start(only: [0, 1])
         #expect(count("user=user0", in: 0) > 0 && count("user=user1", in: 1) > 0, "each client on the gateway it prefers\n\(logs())")
 
-        // A user added in SQL connects without a reload.
-        try database.psql(insert(2))
+        // A user added in SQL connects without a reload; a row that claims an address outside the
+        // tunnel (the metadata service's) is refused by name on both gateways, the rest load.
+        try database.psql(insert(2) + "INSERT INTO roam_users (name, public_key, addresses) VALUES ('mallory', "
+            + "'\(try PrivateKey.generate().publicKey.base64)', '{169.254.169.254}');")
         try lab.startClient(2)
         #expect(count("msg=\"users changed\"", in: 0) >= 1 && count("msg=\"users changed\"", in: 1) >= 1, "\(logs())")
         #expect(count("users reloaded", in: 0) + count("users reloaded", in: 1) == 0)
+        #expect((0..<2).allSatisfy { count("msg=\"user refused\" user=mallory", in: $0) == 1 }, "\(logs())")
 
         // A database that answers slowly never stalls handshakes: while a transaction holds
         // roam_users locked, gateway 0 reads it again (SIGHUP) and waits; user2 connects meanwhile.

@@ -1,7 +1,7 @@
 import Basics
-import Directory
 import Testing
 import Tunnel
+@testable import Directory
 
 /// The gateway's copy of the directory, its snapshot, and the backoff between attempts: no database.
 struct DirectoryCopyTests {
@@ -30,9 +30,10 @@ struct DirectoryCopyTests {
         #expect(updated.refused.map(\.name) == fresh.refused.map(\.name))
         #expect(updated.refused.map(\.name) == ["user3", "user5"], "user2 now has user3's address: user2 sorts first and keeps it")
         #expect(copy.count == 5)
-        // What the snapshot keeps of the copy makes the same users again, and the same refusals.
+        // What the snapshot keeps of the copy makes the same users again; of the refused rows only
+        // those refused for a clash (good in themselves) are kept, a wrong row is left out.
         let again = DirectoryCopy(rows: copy.rows).load()
-        #expect(again.users == updated.users && again.refused.map(\.name) == updated.refused.map(\.name))
+        #expect(again.users == updated.users && again.refused.map(\.name) == ["user3"])
         let full = DirectoryCopy(rows: [["alice", keys[5], try PasswordHash.create(password: "x", cost: .minimum).encoded,
                                         "10.77.0.2,fd77::2", "10.77.0.1,fd77::1", "corp.example,lab.example"]])
         #expect(DirectoryCopy(rows: full.rows).load().users == full.load().users)
@@ -78,5 +79,73 @@ struct DirectoryCopyTests {
         #expect(backoff.wait(random: 0.999_999) <= .seconds(8))
         backoff.reset()
         #expect(backoff.wait(random: 1) == .seconds(1))
+    }
+}
+
+/// What a row, a URL or the database's answer may not do to a gateway.
+struct DirectoryGuardTests {
+    static let tunnel = [Prefix("10.77.0.1/24")!, Prefix("fd77::1/64", defaultFamily: .v6)!]
+
+    /// A row's addresses lie inside the gateway's tunnel and are nobody else's: not the gateway's
+    /// own, not a prefix's network or broadcast, not the database's or a metadata service's.
+    @Test func aRowsAddressesLieInsideTheTunnel() {
+        let good = DirectoryCopyTests.row("good", "10.77.0.2,fd77::2")
+        #expect(DirectoryCopy(rows: [good], tunnel: Self.tunnel).load().users.count == 1)
+        let bad: [(String, String)] = [
+            ("169.254.169.254", "outside the gateway's tunnel"), ("192.0.2.10", "outside"), ("10.77.0.1", "the gateway's own"),
+            ("10.77.0.0", "network or broadcast"), ("10.77.0.255", "network or broadcast"), ("10.77.0.3,fd77::1", "the gateway's own"),
+            ("10.77.0.3,2001:db8::3", "outside"),
+        ]
+        for (addresses, why) in bad {
+            let load = DirectoryCopy(rows: [DirectoryCopyTests.row("bad", addresses)], tunnel: Self.tunnel).load()
+            #expect(load.users.isEmpty && load.refused.first?.why.contains(why) == true, "\(addresses): \(load.refused)")
+        }
+        // Without a tunnel (a copy read for a report), addresses are not judged.
+        #expect(DirectoryCopy(rows: [DirectoryCopyTests.row("any", "192.0.2.10")]).load().users.count == 1)
+        let v6only = DirectoryCopy(rows: [DirectoryCopyTests.row("six", "10.77.0.9")], tunnel: [Self.tunnel[1]]).load()
+        #expect(v6only.users.isEmpty, "an IPv4 address for a tunnel with no IPv4 prefix")
+    }
+
+    /// An announcement of a row as it was changes nothing (anyone connected may NOTIFY).
+    @Test func anAnnouncementOfAnUnchangedRowChangesNothing() throws {
+        let key = try PrivateKey.generate().publicKey.base64
+        var copy = DirectoryCopy(rows: [DirectoryCopyTests.row("alice", key: key, "10.77.0.2")], tunnel: Self.tunnel)
+        let same = copy.update(["alice"], rows: [DirectoryCopyTests.row("alice", key: key, "10.77.0.2")])
+        let nobody = copy.update(["nobody"], rows: [])
+        let moved = copy.update(["alice"], rows: [DirectoryCopyTests.row("alice", key: key, "10.77.0.3")])
+        let gone = copy.update(["alice"], rows: [])
+        #expect(!same && !nobody && moved && gone)
+        #expect(copy.count == 0)
+    }
+
+    /// A stored hash may not ask for more than libsodium's "sensitive" cost: every check of it
+    /// (a decoy's too) would hold the password thread at a stranger's call.
+    @Test func aHashThatCostsTooMuchIsRefused() throws {
+        let fine = try PasswordHash.create(password: "x", cost: .minimum).encoded
+        #expect(PasswordHash(encoded: fine) != nil)
+        let parts = fine.split(separator: "$", omittingEmptySubsequences: false)
+        for cost in ["m=4194304,t=1,p=1", "m=65536,t=100000,p=1", "m=65536,t=2,p=4", "m=65536,t=0,p=1"] {
+            let costly = ([parts[0], parts[1], parts[2], Substring(cost)] + parts[4...]).joined(separator: "$")
+            #expect(PasswordHash(encoded: costly) == nil, "\(costly)")
+        }
+    }
+
+    /// The connection's defaults: TLS verified over TCP unless the URL says otherwise (and then a
+    /// warning), none over a Unix socket; the server's passing errors tried again, the others not.
+    @Test func theConnectionIsVerifiedOverTCPAndPassingErrorsAreToldApart() {
+        let tcp = PostgresConnection.withDefaults("postgresql://gateway@db.example/roam")
+        #expect(tcp.contains("sslmode=verify-full") && tcp.contains("statement_timeout") && tcp.contains("tcp_user_timeout=30000"))
+        #expect(tcp.contains("client_encoding=UTF8") && tcp.hasPrefix("postgresql://gateway@db.example/roam?connect_timeout=5"))
+        #expect(!PostgresConnection.withDefaults("postgresql://gateway@/roam?host=/run/postgresql").contains("sslmode"))
+        #expect(!PostgresConnection.withDefaults("postgresql:///roam").contains("sslmode"))
+        #expect(PostgresConnection.withDefaults("postgresql://db/roam?sslmode=require&connect_timeout=9")
+            .components(separatedBy: "sslmode").count == 2, "the URL's own sslmode is kept, not doubled")
+        #expect(PostgresConnection.withDefaults("host=/run/postgresql dbname=roam") == "host=/run/postgresql dbname=roam")
+        #expect(UserDirectory.transportProblem("postgresql://db/roam?sslmode=require") != nil)
+        #expect(UserDirectory.transportProblem("postgresql://db/roam?sslmode=verify-full") == nil)
+        #expect(UserDirectory.transportProblem("postgresql://db/roam") == nil, "the default verifies")
+        #expect(UserDirectory.transportProblem("postgresql://@/roam?sslmode=disable") == nil, "a Unix socket")
+        for code in ["57014", "57P01", "53200", "08006", "40001", "55P03", "25006"] { #expect(PostgresConnection.isTransient(code), "\(code)") }
+        for code in ["42P01", "42501", "22P02", ""] { #expect(!PostgresConnection.isTransient(code), "\(code)") }
     }
 }

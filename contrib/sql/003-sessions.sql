@@ -1,5 +1,5 @@
 -- Roam's user directory, schema version 3: every gateway records who is connected to it, so one
--- query shows the fleet. Each gateway replaces its own rows every 10 seconds (one transaction)
+-- query shows the fleet; and roam_users' rows are bounded in size. Each gateway replaces its own rows every 10 seconds (one transaction)
 -- and removes them when it stops; a row not renewed for a minute is a gateway that died, which
 -- roam_fleet leaves out. Run after 002-notify.sql, as the database's owner:
 --     psql -d roam -f /usr/share/roam/sql/003-sessions.sql
@@ -27,6 +27,16 @@ CREATE INDEX roam_sessions_user ON roam_sessions (user_name);
 CREATE VIEW roam_fleet AS
     SELECT gateway, user_name, addresses, endpoint, since, bytes_in, bytes_out, updated_at
     FROM roam_sessions WHERE updated_at > now() - interval '1 minute';
+
+-- What a good row can hold, so that one row can never cost a gateway more than a refusal: a key
+-- as `agent pubkey` prints it, a hash as `agent passwd` makes it, one or two addresses, at most
+-- eight resolvers and eight search domains (gateways read no more of a row than that anyway).
+ALTER TABLE roam_users
+    ADD CONSTRAINT roam_users_key_length CHECK (public_key IS NULL OR length(public_key) = 44),
+    ADD CONSTRAINT roam_users_hash_length CHECK (password_hash IS NULL OR length(password_hash) < 128),
+    ADD CONSTRAINT roam_users_addresses CHECK (cardinality(addresses) BETWEEN 1 AND 2),
+    ADD CONSTRAINT roam_users_resolvers CHECK (cardinality(resolvers) <= 8),
+    ADD CONSTRAINT roam_users_search_domains CHECK (cardinality(search_domains) <= 8);
 
 UPDATE roam_schema SET version = 3;
 

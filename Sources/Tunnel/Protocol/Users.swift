@@ -40,6 +40,29 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
         }
         guard parsed != -1 else { return nil }
         self.encoded = encoded
+        // A cost past libsodium's "sensitive" level (1 GiB, 4 passes), or more than one lane (as
+        // libsodium makes them), is refused: every check of it, a decoy's included, would hold
+        // the password thread for seconds, at the call of whoever sends a handshake.
+        guard let cost = self.cost, cost.memoryKiB <= Self.maxMemoryKiB, (1...Self.maxPasses).contains(cost.passes), cost.lanes == 1
+        else { return nil }
+    }
+
+    /// The most memory and passes a stored hash may ask for.
+    static let maxMemoryKiB = 1 << 20
+    static let maxPasses = 4
+
+    /// The cost the encoded hash asks for (`m=65536,t=2,p=1`), or nil when it does not say.
+    var cost: (memoryKiB: Int, passes: Int, lanes: Int)? {
+        let fields = encoded.split(separator: "$", omittingEmptySubsequences: false)
+        guard fields.count == 6 else { return nil }
+        var values: [Substring: Int] = [:]
+        for pair in fields[3].split(separator: ",") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let value = Int(parts[1]) else { return nil }
+            values[parts[0]] = value
+        }
+        guard let memory = values["m"], let passes = values["t"], let lanes = values["p"] else { return nil }
+        return (memory, passes, lanes)
     }
 
     /// Hashes `password` with a fresh random salt (for `agent passwd` and for tests).
