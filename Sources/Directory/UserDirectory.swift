@@ -44,8 +44,8 @@ public enum UserDirectory {
     /// Reads every enabled user from the database at `target` (libpq's URL or connection string;
     /// the password from `passwordFile`, never from the URL). Throws when the database cannot be
     /// reached or read, or speaks another schema version.
-    public static func read(_ target: String, passwordFile: String?) throws(DirectoryError) -> Load {
-        try Subscription(target, passwordFile: passwordFile).all().load()
+    public static func read(_ target: String, passwordFile: String?, tunnel: [Prefix] = []) throws(DirectoryError) -> Load {
+        try Subscription(target, passwordFile: passwordFile).all(tunnel: tunnel).load()
     }
 
     /// Why the connection `url` describes can be listened in on or answered by someone else, or

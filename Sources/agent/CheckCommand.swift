@@ -1,4 +1,5 @@
 import ArgumentParser
+import Directory
 import ConfigReader
 import Glibc
 import Settings
@@ -44,8 +45,28 @@ struct CheckCommand: ParsableCommand {
             let (reader, root) = try YAMLReader.load(config, as: .serverConfiguration)
             let settings = try reader.server(root)
             notes += try Self.secret(settings.privateKeyFile) { _ = try loadPrivateKey($0) }
-            print("\(config): a server configuration, \(settings.users.users.count) users, port \(settings.listenPort), "
-                + "\(settings.workers) workers")
+            guard let source = settings.usersFrom else {
+                print("\(config): a server configuration, \(settings.users.users.count) users, port \(settings.listenPort), "
+                    + "\(settings.workers) workers")
+                break
+            }
+            if let file = source.passwordFile { notes += try Self.secret(file) { _ = try TrustedFile.read($0, as: .secret) } }
+            if let problem = UserDirectory.transportProblem(source.url) { notes.append(problem) }
+            // The directory as the gateway would read it now; a database that cannot be reached is a
+            // note (the gateway would start from its snapshot), a schema it cannot read an error.
+            var users = "users from the directory"
+            do {
+                let load = try UserDirectory.read(source.url, passwordFile: source.passwordFile, tunnel: settings.tunnel.addresses)
+                users = "\(load.users.count) users from the directory"
+                for (name, why) in load.refused.prefix(10) { notes.append("user \(name) refused: \(why)") }
+                if load.refused.count > 10 { notes.append("\(load.refused.count - 10) more users refused") }
+            } catch where error.kind == .schema {
+                throw AgentError("users-from: \(error)")
+            } catch {
+                notes.append("the user directory cannot be read now (\(error)); the gateway would start from its snapshot, "
+                    + "\(source.snapshot), if it has one")
+            }
+            print("\(config): a server configuration, \(users), port \(settings.listenPort), \(settings.workers) workers")
         }
         for note in notes { print("note: \(note)") }
     }

@@ -41,6 +41,11 @@ struct FleetLabTests {
         #expect(count("msg=\"users changed\"", in: 0) >= 1 && count("msg=\"users changed\"", in: 1) >= 1, "\(logs())")
         #expect(count("users reloaded", in: 0) + count("users reloaded", in: 1) == 0)
         #expect((0..<2).allSatisfy { count("msg=\"user refused\" user=mallory", in: $0) == 1 }, "\(logs())")
+        // `agent check` reads the directory as the gateway would, and names the refused row.
+        let check = try NamespaceLab.capture(RoamingLab.builtAgent, ["check", "--config", lab.directory + "/server.yaml"])
+        #expect(check.status == 0 && check.output.contains("3 users from the directory")
+                && check.output.contains("note: user mallory refused: its address 169.254.169.254 is outside the gateway's tunnel"),
+                "\(check.output)")
 
         // A database that answers slowly never stalls handshakes: while a transaction holds
         // roam_users locked, gateway 0 reads it again (SIGHUP) and waits; user2 connects meanwhile.
