@@ -35,7 +35,7 @@ pg createdb -h "$work/run" -U postgres roam
 for migration in contrib/sql/0*.sql; do sql -f "$migration"; done
 started=$(date +%s%N)
 sql -c "INSERT INTO roam_users (name, public_key, addresses)
-        SELECT 'user' || i, encode(sha256(int4send(i)), 'base64'), ARRAY[('100.64.0.0'::inet + i)]
+        SELECT 'user' || i, encode(sha256(int4send(i)), 'base64'), ARRAY[('100.64.0.1'::inet + i)]
         FROM generate_series(1, $users) AS i"
 echo "directory: $users users inserted in $(( ($(date +%s%N) - started) / 1000000 )) ms"
 
@@ -44,7 +44,7 @@ install -m 600 /dev/null "$work/server.yaml"
 cat > "$work/server.yaml" <<EOF
 listen-port: 51820
 private-key-file: $work/server.key
-tunnel: {name: roambench0, addresses: [10.77.0.1/16]}
+tunnel: {name: roambench0, addresses: [100.64.0.1/10]}
 users-from:
   url: "postgresql://postgres@/roam?host=$work/run"
   snapshot: $work/users.snapshot

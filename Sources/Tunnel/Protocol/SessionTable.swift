@@ -47,15 +47,22 @@ public final class SessionTable: Sendable {
         for (slot, user) in self.users.users.enumerated() { kept[user] = peers[slot] }
         let cells = users.users.map { kept.removeValue(forKey: $0) ?? PeerCell(addresses: $0.addresses) }
         let table = SessionTable(users: users, limits: limits, peers: cells)
+        var proven: [(SocketAddress, Int)] = []
         for (slot, cell) in cells.enumerated() {
-            let (indices, live, sources) = cell.state.withLock { state in
-                ([state.current, state.next, state.previous].compactMap { $0?.localIndex }, state.endpoint != nil,
-                 [state.endpoint, state.handshakeSource?.address].compactMap { $0 })
+            // Most users have no session here: one look under the lock, nothing else.
+            let held = cell.state.withLock { state -> (indices: [UInt32], live: Bool, sources: [SocketAddress])? in
+                guard state.current != nil || state.next != nil || state.previous != nil || state.endpoint != nil
+                    || state.handshakeSource != nil
+                else { return nil }
+                return ([state.current, state.next, state.previous].compactMap { $0?.localIndex }, state.endpoint != nil,
+                        [state.endpoint, state.handshakeSource?.address].compactMap { $0 })
             }
-            for index in indices where table.shard(index).claim(index, for: slot) { table.sessions.add(1, ordering: .relaxed) }
-            if live { table.live.add(1, ordering: .relaxed) }
-            table.provenSources.withLock { for source in sources { $0[source] = slot } }
+            guard let held else { continue }
+            for index in held.indices where table.shard(index).claim(index, for: slot) { table.sessions.add(1, ordering: .relaxed) }
+            if held.live { table.live.add(1, ordering: .relaxed) }
+            for source in held.sources { proven.append((source, slot)) }
         }
+        table.provenSources.withLock { for (source, slot) in proven { $0[source] = slot } }
         var ended: [[IPAddress]] = []
         for cell in kept.values {
             let live = cell.state.withLock { state in
@@ -65,9 +72,10 @@ public final class SessionTable: Sendable {
             if live { ended.append(cell.addresses) }
         }
         // Changes not published yet (routes to add or remove) go with the peers they are about.
+        let changes = takeLiveChanges()
         var slots: [ObjectIdentifier: Int] = [:]
-        for (slot, cell) in cells.enumerated() { slots[ObjectIdentifier(cell)] = slot }
-        for change in takeLiveChanges() {
+        if !changes.isEmpty { for (slot, cell) in cells.enumerated() { slots[ObjectIdentifier(cell)] = slot } }
+        for change in changes {
             guard let slot = slots[ObjectIdentifier(peers[change.peer.index])] else { continue }
             table.noteLive(PeerID(index: slot), change.live, counted: false)
         }
