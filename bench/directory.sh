@@ -94,7 +94,7 @@ echo "directory: one user disabled: $(changed "$n" "$t")"
 n=$(grep -c 'msg="users changed"' "$work/gateway.log" || true)
 t=$(date +%s%N); sql -c "UPDATE roam_users SET search_domains = '{corp.example}'"
 echo "directory: every user changed in one statement: $(changed "$n" "$t")"
-sleep 2
+sleep 5  # the snapshot is written, and the old tables let go, a second or so after the last change
 echo "directory: RSS after the changes $(rss)"
 
 kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true; gateway=
