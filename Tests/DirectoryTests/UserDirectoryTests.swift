@@ -94,6 +94,15 @@ struct UserDirectoryDatabaseTests {
             INSERT INTO roam_users (name, password_hash, addresses, enabled) VALUES ('carl', '\(hash)', '{10.77.0.4}', false);
             INSERT INTO roam_users (name, password_hash, addresses) VALUES ('dora', '\(hash)', '{10.77.0.0/24}');
             """)
+        // The database refuses an address an enabled user has; a disabled user's may be given again,
+        // but that user may not be enabled while another has it.
+        #expect(throws: (any Error).self) {
+            try database.psql("INSERT INTO roam_users (name, password_hash, addresses) VALUES ('eve', '\(hash)', '{10.77.0.3}')")
+        }
+        try database.psql("INSERT INTO roam_users (name, password_hash, addresses) VALUES ('finn', '\(hash)', '{10.77.0.4}')")
+        #expect(throws: (any Error).self) { try database.psql("UPDATE roam_users SET enabled = true WHERE name = 'carl'") }
+        try database.psql("UPDATE roam_users SET name = 'finnegan' WHERE name = 'finn'; UPDATE roam_users SET addresses = '{10.77.0.4}' WHERE name = 'finnegan'")
+        try database.psql("DELETE FROM roam_users WHERE name = 'finnegan'")
         let load = try UserDirectory.read(database.conninfo(), passwordFile: nil)
         #expect(load.users.map(\.label) == ["alice", "bob"], "the disabled user is not read")
         #expect(load.users.first?.dns?.searchDomains == ["corp.example"])

@@ -38,6 +38,35 @@ ALTER TABLE roam_users
     ADD CONSTRAINT roam_users_resolvers CHECK (cardinality(resolvers) <= 8),
     ADD CONSTRAINT roam_users_search_domains CHECK (cardinality(search_domains) <= 8);
 
+-- No address is two enabled users': each enabled user's addresses are claimed in
+-- roam_user_addresses, whose key refuses a second claim when it is written ("Key
+-- (address)=(10.77.0.3) already exists"), concurrent writers included. Gateways refuse such a row
+-- too, but an operator learns of it at once here. The trigger runs as the table's owner, so
+-- writers of roam_users need no grant on roam_user_addresses.
+CREATE TABLE roam_user_addresses (
+    address inet PRIMARY KEY,
+    name    text NOT NULL
+);
+CREATE INDEX roam_user_addresses_name ON roam_user_addresses (name);
+INSERT INTO roam_user_addresses (address, name)
+    SELECT DISTINCT a, name FROM roam_users, unnest(addresses) AS a WHERE enabled;
+
+CREATE FUNCTION roam_users_claim_addresses() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM roam_user_addresses WHERE name = OLD.name;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.enabled THEN
+        INSERT INTO roam_user_addresses (address, name) SELECT DISTINCT a, NEW.name FROM unnest(NEW.addresses) AS a;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER roam_users_claim_addresses AFTER INSERT OR UPDATE OR DELETE ON roam_users
+    FOR EACH ROW EXECUTE FUNCTION roam_users_claim_addresses();
+
 UPDATE roam_schema SET version = 3;
 
 COMMIT;
