@@ -1,5 +1,4 @@
 import Basics
-import Glibc
 public import ConfigReader
 import Connectivity
 import Reconnector
@@ -300,10 +299,8 @@ extension YAMLReader {
 
     /// The host's name, as `gateway` defaults to.
     private func hostName() -> String {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "gateway" }
         // The first label, as session records name gateways (at most 63 bytes).
-        let bytes = buffer.prefix { $0 != 0 && $0 != CChar(UInt8(ascii: ".")) }.prefix(63).map { UInt8(bitPattern: $0) }
+        let bytes = Array((SystemFiles.hostName() ?? "").utf8.prefix { $0 != UInt8(ascii: ".") }.prefix(63))
         let name = String(decoding: bytes, as: UTF8.self)
         return name.isEmpty || name.utf8.count > 63 ? "gateway" : name
     }

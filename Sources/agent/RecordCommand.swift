@@ -65,9 +65,7 @@ struct RecordCommand: ParsableCommand {
         where link.kind == .wifi || link.kind == .wwan {
             kinds.append("\(link.name): \(link.kind.rawValue)")
         }
-        var hostBytes = [CChar](repeating: 0, count: 256)
-        gethostname(&hostBytes, hostBytes.count - 1)
-        let host = String(decoding: hostBytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let host = SystemFiles.hostName() ?? ""
         var now = time(nil)
         var parts = tm()
         gmtime_r(&now, &parts)
