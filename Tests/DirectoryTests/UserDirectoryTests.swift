@@ -63,28 +63,25 @@ struct UserDirectoryDatabaseTests {
     @Test func theSchemaIsCheckedAndEnabledUsersAreRead() throws {
         let database = try LabPostgres()
         defer { database.stop() }
+        /// Why the directory cannot be read now; nil when it was read.
+        func refusal() -> String? {
+            do {
+                _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
+                return nil
+            } catch {
+                return error.message
+            }
+        }
         // No schema yet: the gateway says which migration to run.
-        #expect(throws: DirectoryError.self) { try UserDirectory.read(database.conninfo(), passwordFile: nil) }
-        do {
-            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
-        } catch {
-            #expect(error.message.contains("run 001-users.sql"), "\(error)")
-        }
+        let none = refusal()
+        #expect(none?.contains("run 001-users.sql") == true, "\(none ?? "read")")
         try database.psql(file: Self.migration)
-        // Version 1: the next migration is named.
-        do {
-            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
-            Issue.record("a database of schema version 1 was read")
-        } catch {
-            #expect(error.message.contains("version 1") && error.message.contains("run 002-notify.sql"), "\(error)")
-        }
+        // Version 1, then 2: the next migration is named.
+        let one = refusal()
+        #expect(one?.contains("version 1") == true && one?.contains("run 002-notify.sql") == true, "\(one ?? "read")")
         try database.psql(file: Self.notify)
-        do {
-            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
-            Issue.record("a database of schema version 2 was read")
-        } catch {
-            #expect(error.message.contains("version 2") && error.message.contains("run 003-sessions.sql"), "\(error)")
-        }
+        let two = refusal()
+        #expect(two?.contains("version 2") == true && two?.contains("run 003-sessions.sql") == true, "\(two ?? "read")")
         try database.psql(file: Self.sessions)
         let hash = try PasswordHash.create(password: "correct horse", cost: .minimum).encoded
         try database.psql("""
@@ -110,12 +107,8 @@ struct UserDirectoryDatabaseTests {
 
         // A later schema version: refused, with what to do.
         try database.psql("UPDATE roam_schema SET version = 4")
-        do {
-            _ = try UserDirectory.read(database.conninfo(), passwordFile: nil)
-            Issue.record("a database of schema version 4 was read")
-        } catch {
-            #expect(error.message.contains("version 4") && error.message.contains("upgrade the agent"), "\(error)")
-        }
+        let four = refusal()
+        #expect(four?.contains("version 4") == true && four?.contains("upgrade the agent") == true, "\(four ?? "read")")
     }
 
     /// A role with a password: the password comes from a file only (libpq's passfile), and a
