@@ -57,11 +57,14 @@ let package = Package(
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf,
         // and name look-ups.
         .target(name: "SystemDNS", dependencies: ["Basics", "Device"], swiftSettings: strict),
+        // The stream transport for networks that drop UDP: the protocol's messages framed on TLS
+        // over TCP (libssl, loaded on first use), directly or through an HTTP proxy.
+        .target(name: "Streams", dependencies: ["Basics", "Netlink", "Device", "COpenSSL"], swiftSettings: strict),
         // The data plane: the Noise IK protocol, the client's and the server's packet threads.
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Netlink", "Device", "PathMonitor", "CShims", "CSodium", "CBoring",
+                "Basics", "Netlink", "Device", "Streams", "PathMonitor", "CShims", "CSodium", "CBoring",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -83,7 +86,7 @@ let package = Package(
         // reads its users from there.
         .target(name: "Directory", dependencies: ["Basics", "Tunnel", "CLibpq"], swiftSettings: strict),
         // Control and status: the control socket, its server and client, the protocol, JSON.
-        .target(name: "Control", dependencies: ["Basics", "Reconnector", "Tunnel"], swiftSettings: strict),
+        .target(name: "Control", dependencies: ["Basics", "Device", "Reconnector", "Tunnel"], swiftSettings: strict),
         // What an operator reads and graphs: the log handler and the metrics, served over HTTP or
         // written to a file.
         .target(
@@ -165,9 +168,10 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "StreamsTests", dependencies: ["Basics", "Device", "Streams"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
         .testTarget(
-            name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
+            name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "ObservabilityTests",

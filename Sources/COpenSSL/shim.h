@@ -38,6 +38,33 @@ typedef struct {
     void (*ERR_clear_error)(void);
     unsigned long (*ERR_get_error)(void);
     void (*ERR_error_string_n)(unsigned long, char *, size_t);
+    // The gateway's side of the stream transport, and the client's ALPN.
+    const SSL_METHOD *(*TLS_server_method)(void);
+    void (*SSL_set_accept_state)(SSL *);
+    int (*SSL_set_alpn_protos)(SSL *, const unsigned char *, unsigned int);
+    void (*SSL_CTX_set_alpn_select_cb)(SSL_CTX *, SSL_CTX_alpn_select_cb_func, void *);
+    int (*SSL_select_next_proto)(unsigned char **, unsigned char *, const unsigned char *, unsigned int,
+                                 const unsigned char *, unsigned int);
+    int (*SSL_CTX_use_certificate)(SSL_CTX *, X509 *);
+    int (*SSL_CTX_use_PrivateKey)(SSL_CTX *, EVP_PKEY *);
+    int (*SSL_CTX_use_certificate_chain_file)(SSL_CTX *, const char *);
+    int (*SSL_CTX_use_PrivateKey_file)(SSL_CTX *, const char *, int);
+    int (*SSL_CTX_check_private_key)(const SSL_CTX *);
+    int (*SSL_pending)(const SSL *);
+    EVP_PKEY *(*EVP_PKEY_Q_keygen)(OSSL_LIB_CTX *, const char *, const char *, ...);
+    void (*EVP_PKEY_free)(EVP_PKEY *);
+    X509 *(*X509_new)(void);
+    int (*X509_set_version)(X509 *, long);
+    ASN1_INTEGER *(*X509_get_serialNumber)(X509 *);
+    int (*ASN1_INTEGER_set)(ASN1_INTEGER *, long);
+    ASN1_TIME *(*X509_gmtime_adj)(ASN1_TIME *, long);
+    ASN1_TIME *(*X509_getm_notBefore)(const X509 *);
+    ASN1_TIME *(*X509_getm_notAfter)(const X509 *);
+    int (*X509_set_pubkey)(X509 *, EVP_PKEY *);
+    X509_NAME *(*X509_get_subject_name)(const X509 *);
+    int (*X509_NAME_add_entry_by_txt)(X509_NAME *, const char *, int, const unsigned char *, int, int, int);
+    int (*X509_set_issuer_name)(X509 *, const X509_NAME *);
+    int (*X509_sign)(X509 *, EVP_PKEY *, const EVP_MD *);
 } COpenSSL_API;
 
 /// Fills `api` from libssl.so.3; 0 when it or one of the functions is missing.
@@ -50,6 +77,12 @@ static inline int COpenSSL_load(COpenSSL_API *api) {
         "SSL_free", "SSL_ctrl", "SSL_set_fd", "SSL_set_connect_state", "SSL_do_handshake", "SSL_read", "SSL_write",
         "SSL_get_error", "SSL_get1_peer_certificate", "X509_free", "X509_get_X509_PUBKEY", "i2d_X509_PUBKEY",
         "EVP_sha256", "EVP_Digest", "ERR_clear_error", "ERR_get_error", "ERR_error_string_n",
+        "TLS_server_method", "SSL_set_accept_state", "SSL_set_alpn_protos", "SSL_CTX_set_alpn_select_cb",
+        "SSL_select_next_proto", "SSL_CTX_use_certificate", "SSL_CTX_use_PrivateKey",
+        "SSL_CTX_use_certificate_chain_file", "SSL_CTX_use_PrivateKey_file", "SSL_CTX_check_private_key", "SSL_pending",
+        "EVP_PKEY_Q_keygen", "EVP_PKEY_free", "X509_new", "X509_set_version", "X509_get_serialNumber",
+        "ASN1_INTEGER_set", "X509_gmtime_adj", "X509_getm_notBefore", "X509_getm_notAfter", "X509_set_pubkey",
+        "X509_get_subject_name", "X509_NAME_add_entry_by_txt", "X509_set_issuer_name", "X509_sign",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(COpenSSL_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -88,6 +121,56 @@ static inline int COpenSSL_require_tls12(const COpenSSL_API *api, SSL_CTX *ctx) 
 /// close_notify has still said what it said.
 static inline void COpenSSL_ignore_unexpected_eof(const COpenSSL_API *api, SSL_CTX *ctx) {
     api->SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+}
+/// `SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER)`: a
+/// write on a full socket says how much went, and what is left may be offered again from
+/// another buffer.
+static inline void COpenSSL_partial_writes(const COpenSSL_API *api, SSL *ssl) {
+    api->SSL_ctrl(ssl, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
+}
+/// `SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION)`.
+static inline int COpenSSL_require_tls13(const COpenSSL_API *api, SSL_CTX *ctx) {
+    return (int)api->SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_3_VERSION, NULL);
+}
+
+/// The gateway answers a client's ALPN as a web server without HTTP/2 would: http/1.1 when
+/// offered, else no protocol.
+static inline int COpenSSL_select_http11(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                                  unsigned int inlen, void *arg) {
+    (void)ssl;
+    const COpenSSL_API *api = (const COpenSSL_API *)arg;
+    static const unsigned char mine[] = "\x08http/1.1";
+    unsigned char *chosen = NULL;
+    if (api->SSL_select_next_proto(&chosen, outlen, mine, sizeof(mine) - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+        return SSL_TLSEXT_ERR_NOACK;
+    }
+    *out = chosen;
+    return SSL_TLSEXT_ERR_OK;
+}
+static inline void COpenSSL_answer_alpn(const COpenSSL_API *api, SSL_CTX *ctx) {
+    api->SSL_CTX_set_alpn_select_cb(ctx, COpenSSL_select_http11, (void *)api);
+}
+
+/// A fresh P-256 key and a self-signed certificate for `name` (a year from yesterday, serial
+/// `serial`), used by `ctx`. Nothing checks it: the tunnel's own handshake authenticates the
+/// gateway. 1 when done.
+static inline int COpenSSL_use_self_signed(const COpenSSL_API *api, SSL_CTX *ctx, const char *name, long serial) {
+    EVP_PKEY *key = api->EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    if (key == NULL) return 0;
+    X509 *cert = api->X509_new();
+    int ok = cert != NULL && api->X509_set_version(cert, 2) == 1
+        && api->ASN1_INTEGER_set(api->X509_get_serialNumber(cert), serial) == 1
+        && api->X509_gmtime_adj(api->X509_getm_notBefore(cert), -86400) != NULL
+        && api->X509_gmtime_adj(api->X509_getm_notAfter(cert), 365L * 86400) != NULL
+        && api->X509_set_pubkey(cert, key) == 1
+        && api->X509_NAME_add_entry_by_txt(api->X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                                           (const unsigned char *)name, -1, -1, 0) == 1
+        && api->X509_set_issuer_name(cert, api->X509_get_subject_name(cert)) == 1
+        && api->X509_sign(cert, key, api->EVP_sha256()) > 0
+        && api->SSL_CTX_use_certificate(ctx, cert) == 1 && api->SSL_CTX_use_PrivateKey(ctx, key) == 1;
+    if (cert != NULL) api->X509_free(cert);
+    api->EVP_PKEY_free(key);
+    return ok;
 }
 
 #endif

@@ -2,6 +2,7 @@ import Glibc
 import Basics
 import Reconnector
 import Synchronization
+import Device
 import Tunnel
 
 /// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a

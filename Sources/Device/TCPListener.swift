@@ -79,15 +79,27 @@ public final class TCPConnection {
 
     deinit { close(fileDescriptor) }
 
+    /// The address and port this end of the connection has.
+    public var local: SocketAddress? {
+        var storage = sockaddr_in6()
+        var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        let got = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fileDescriptor, $0, &length) }
+        }
+        return got == 0 ? SocketAddress(reading: &storage, length: length) : nil
+    }
+
     /// Connects to `peer` from `source` (any address of its family when nil), through `device`
     /// only (`SO_BINDTODEVICE`) and with `mark` (`SO_MARK`) when given, waiting until `deadline`.
     public static func connect(to peer: SocketAddress, from source: IPAddress? = nil, device: String? = nil, mark: UInt32? = nil,
-                               deadline: ContinuousClock.Instant) throws(DeviceError) -> TCPConnection {
+                               namespace: NetworkNamespace? = nil, deadline: ContinuousClock.Instant) throws(DeviceError) -> TCPConnection {
         let what = "TCP connection to \(peer)\(device.map { " via \($0)" } ?? "")"
         if let device { try checkInterfaceName(device, "open \(what)") }
         let v4 = peer.ip.family == .v4
-        let fd = try kernel("open \(what)") {
-            socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = try inNamespace(namespace) { () throws(DeviceError) in
+            try kernel("open \(what)") {
+                socket(v4 ? AF_INET : AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            }
         }
         let connection = TCPConnection(fileDescriptor: fd, peer: peer)
         try pin(fd, device: device, mark: mark, what)

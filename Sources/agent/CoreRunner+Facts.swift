@@ -8,6 +8,7 @@ import Lockdown
 import Basics
 import PathMonitor
 import Reconnector
+import Device
 import Tunnel
 import Netlink
 import Settings

@@ -4,6 +4,7 @@ import Logging
 import Observability
 import Basics
 import Reconnector
+import Device
 import Tunnel
 
 /// The wall-clock time `ago` before now, as RFC 3339 UTC to the second (`2026-11-22T19:04:01Z`).

@@ -7,6 +7,7 @@ import Logging
 import Observability
 import Settings
 import Synchronization
+import Device
 import Tunnel
 
 /// A gateway's users from the fleet's directory (`users-from`): read at start (from the

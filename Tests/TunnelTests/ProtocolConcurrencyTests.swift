@@ -3,6 +3,7 @@ import Basics
 import Synchronization
 import Testing
 @testable import Tunnel
+import Device
 
 /// The server's data threads share sessions with no lock around the cryptography: these run
 /// the real session table from several threads at once.

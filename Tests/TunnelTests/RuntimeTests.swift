@@ -8,6 +8,7 @@ import Testing
 @testable import Tunnel
 import Device
 import Netlink
+import Streams
 
 /// A TCP endpoint for traffic through the tunnel, made inside a lab namespace.
 private struct TCP {
@@ -86,7 +87,7 @@ struct RuntimeTests {
 
     /// A client of `endpoint` on `socket`, with its session up; its inner address checked
     /// (alice's unless `key` is another user's).
-    func connect(_ socket: UDPSocket, to endpoint: SocketAddress, as key: PrivateKey? = nil,
+    func connect(_ socket: any PacketCarrier, to endpoint: SocketAddress, as key: PrivateKey? = nil,
                  address: IPAddress = IPAddress("10.77.0.2")!) throws -> TunnelClient {
         let client = try TunnelClient(core: try ClientCore(privateKey: key ?? clientKey, serverKey: serverKey.publicKey),
                                       socket: socket, server: endpoint, logger: quiet)
@@ -362,6 +363,119 @@ private final class Notices: Sendable {
 }
 
 /// A tiny lock-protected box for the reader thread's result.
+/// Runs nft in `lab`'s namespace with `arguments`.
+private func nft(_ lab: NamespaceLab, _ arguments: String) throws {
+    let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
+                                                    ["netns", "exec", lab.name, "nft"] + arguments.split(separator: " ").map(String.init))
+    try #require(status == 0, "nft \(arguments): \(output)")
+}
+
+/// Tells a client that its stream opened or broke, once the client exists.
+private final class StreamHook: Sendable {
+    let client = Mutex<TunnelClient?>(nil)
+    let events = Mutex<[StreamCarrier.Event]>([])
+    func told(_ event: StreamCarrier.Event) {
+        events.withLock { $0.append(event) }
+        client.withLock { $0 }?.carriersChanged()
+    }
+}
+
+extension RuntimeTests {
+    /// The gateway at 198.51.100.7 with UDP on 51820 and the stream transport on 443.
+    private func startServerWithStreams(in lab: TunnelLab) throws -> (TunnelServer, Running) {
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.1/24")!], namespace: lab.namespace)
+        let sockets = [try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace)]
+        let streams = try StreamListener(on: [SocketAddress(.v4(0), port: 443)], context: try .server(name: "vpn.example.net"),
+                                         namespace: lab.namespace)
+        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, sockets: sockets,
+                                  streams: streams, logger: quiet)
+        return (server, Running { server.run() })
+    }
+
+    /// A network that drops UDP: the session comes up over TLS on port 443, a TCP stream through
+    /// the tunnel flows, the session moves to UDP once UDP flows again and back onto a new stream
+    /// when it is blocked again, with no handshake for either move and every byte in order.
+    @Test func aSessionRunsOverTheStreamAndMovesToUDPAndBackWithNoHandshake() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServerWithStreams(in: serverLab)
+        try nft(serverLab, "add table inet block")
+        try nft(serverLab, "add chain inet block input { type filter hook input priority 0 ; }")
+        try nft(serverLab, "add rule inet block input udp dport 51820 counter drop")
+        let gateway = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        let hook = StreamHook()
+        let stream = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), from: IPAddress("10.20.0.57")!, device: "eth0",
+                                        mark: nil, proxy: nil, context: try .client(serverName: "vpn.example.net"),
+                                        namespace: laptop.namespace, told: hook.told)
+        let client = try connect(stream, to: gateway)
+        hook.client.withLock { $0 = client }
+        #expect(hook.events.withLock { $0 } == [.opened])
+        let tun = try TunDevice(name: "roam0", mtu: 1380, addresses: [Prefix("10.77.0.2/24")!], namespace: laptop.namespace)
+        let clientThread = Running { client.run(with: tun) }
+        defer {
+            client.stop()
+            server.stop()
+            clientThread.wait()
+            serverThread.wait()
+        }
+        #expect(server.streamCounts.accepted == 1)
+
+        let total = 6 << 20
+        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: serverLab)
+        defer { listener.close() }
+        let sender = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop)
+        defer { sender.close() }
+        let receiver = try listener.accept()
+        defer { receiver.close() }
+        let received = Mutex2()
+        let reader = Running {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            var offset = 0
+            var intact = true
+            while offset < total {
+                let n = read(receiver.fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                for i in 0..<n where buffer[i] != TCPStream.byte(offset + i) { intact = false }
+                offset += n
+            }
+            received.set(offset, intact)
+        }
+        var sent = 0
+        var chunk = [UInt8](repeating: 0, count: 32768)
+        var moves = 0
+        while sent < total {
+            if sent >= 2 << 20 && moves == 0 {
+                // UDP flows again: the session moves onto a UDP socket on wifi0.
+                try nft(serverLab, "flush chain inet block input")
+                let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0",
+                                          namespace: laptop.namespace)
+                client.rebind(to: wifi0)
+                moves = 1
+            } else if sent >= 4 << 20 && moves == 1 {
+                // Blocked again: onto a new stream on eth0.
+                try nft(serverLab, "add rule inet block input udp dport 51820 counter drop")
+                let again = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), from: IPAddress("10.20.0.57")!,
+                                               device: "eth0", mark: nil, proxy: nil,
+                                               context: try .client(serverName: "vpn.example.net"),
+                                               namespace: laptop.namespace, told: hook.told)
+                client.rebind(to: again)
+                moves = 2
+            }
+            for i in 0..<chunk.count { chunk[i] = TCPStream.byte(sent + i) }
+            let n = write(sender.fd, chunk, min(chunk.count, total - sent))
+            try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
+            sent += n
+        }
+        reader.wait()
+        let (count, intact) = received.get()
+        #expect(count == total)
+        #expect(intact, "every byte arrived in order")
+        #expect(client.handshakeCount == 1, "neither move needed a handshake")
+        #expect(server.streamCounts.accepted == 2)
+        #expect(hook.events.withLock { $0 } == [.opened, .opened])
+        #expect(client.socket.label.hasPrefix("TLS to 198.51.100.7:443"))
+    }
+}
+
 private final class Mutex2: Sendable {
     private let value = Mutex((0, false))
     func set(_ count: Int, _ intact: Bool) { value.withLock { $0 = (count, intact) } }

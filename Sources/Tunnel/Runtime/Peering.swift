@@ -40,13 +40,13 @@ struct Peering: Sendable {
     /// its server until `until`.
     private var retired: (session: ServerSession, until: Instant)?
     /// The socket the session uses now.
-    private(set) var socket: UDPSocket
+    private(set) var socket: any PacketCarrier
     /// Sockets on paths being tried (make-before-break): polled for echoes beside `socket`.
-    private(set) var candidates: [UDPSocket] = []
+    private(set) var candidates: [any PacketCarrier] = []
     /// Drops counted by sessions with servers left behind.
     private var earlierDrops = DropCounters()
 
-    init(session: ServerSession, socket: UDPSocket) {
+    init(session: ServerSession, socket: any PacketCarrier) {
         self.session = session
         self.socket = socket
     }
@@ -96,19 +96,19 @@ struct Peering: Sendable {
     }
 
     /// Moves the session to `socket`, which is no longer a path being tried.
-    mutating func rebind(to socket: UDPSocket) {
+    mutating func rebind(to socket: any PacketCarrier) {
         self.socket = socket
         forget(candidate: socket)
     }
 
     /// Stops polling `socket` as a path being tried.
-    mutating func forget(candidate socket: UDPSocket) {
+    mutating func forget(candidate socket: any PacketCarrier) {
         candidates.removeAll { $0 === socket }
     }
 
     /// Where a probe via `socket` goes: nil for the current socket (also when `socket` is nil);
     /// otherwise `socket`, polled as a path being tried from now on, and whether it just joined.
-    mutating func probing(via socket: UDPSocket?) -> (candidate: UDPSocket, joined: Bool)? {
+    mutating func probing(via socket: (any PacketCarrier)?) -> (candidate: any PacketCarrier, joined: Bool)? {
         guard let socket, socket !== self.socket else { return nil }
         guard !candidates.contains(where: { $0 === socket }) else { return (socket, false) }
         candidates.append(socket)

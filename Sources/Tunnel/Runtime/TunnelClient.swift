@@ -94,7 +94,7 @@ public final class TunnelClient: Sendable {
 
     /// `notify` hears the facts a driver needs. The client rekeys by itself, and with
     /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
-    public init(core: ClientCore, socket: UDPSocket, server: SocketAddress, answersHints: Bool = true,
+    public init(core: ClientCore, socket: any PacketCarrier, server: SocketAddress, answersHints: Bool = true,
                 persistentKeepalive: Duration? = nil, logger: Logger,
                 notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
     {
@@ -115,8 +115,8 @@ public final class TunnelClient: Sendable {
     public var addresses: [IPAddress] { peering.withLock { $0.session.core.addresses } }
     /// What the session in use speaks (version and cipher); nil without one.
     public var sessionProtocol: SessionProtocol? { peering.withLock { $0.session.core.session } }
-    /// The socket the session uses now.
-    public var socket: UDPSocket { peering.withLock { $0.socket } }
+    /// The socket (or stream) the session uses now.
+    public var socket: any PacketCarrier { peering.withLock { $0.socket } }
     /// Where the server is: every datagram goes there.
     public var server: SocketAddress { peering.withLock { $0.session.server } }
 
@@ -209,7 +209,7 @@ public final class TunnelClient: Sendable {
                 let socket = self.socket
                 let wait = min(resend, deadline) - Instant.now()
                 let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
-                    guard let (length, peer) = try socket.receive(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
+                    guard let (length, peer, _) = try socket.receiveJoined(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
                     return peering.withLock {
                         $0.session.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, now: Instant.now())
                     }
@@ -283,7 +283,7 @@ public final class TunnelClient: Sendable {
 
     /// Moves the session to `socket` (a new path): the server follows on the first
     /// authenticated packet, so a keepalive goes out at once. No handshake, keys unchanged.
-    public func rebind(to socket: UDPSocket) {
+    public func rebind(to socket: any PacketCarrier) {
         peering.withLock { $0.rebind(to: socket) }
         inboundWakeup.signal()
         sendKeepalive()
@@ -300,7 +300,7 @@ public final class TunnelClient: Sendable {
     /// Sends a probe over `socket` (a path being tried; the current one when nil), padded to
     /// stand for a tunnel packet of `size` bytes if given. Its echo is reported as
     /// `.probeEcho(id:rtt:size:)` and shown by `lastProbeEcho`.
-    public func probe(id: UInt64, via socket: UDPSocket? = nil, size: Int? = nil) {
+    public func probe(id: UInt64, via socket: (any PacketCarrier)? = nil, size: Int? = nil) {
         guard let (datagram, server, candidate) = try? peering.withLock({ (peering) throws(SealFailure) in
             (try peering.session.core.probe(id: id, now: Instant.now(), size: size), peering.session.server,
              peering.probing(via: socket))
@@ -346,8 +346,13 @@ public final class TunnelClient: Sendable {
         outboundWakeup.signal()
     }
 
+    /// A carrier's descriptor changed (a stream opened or broke): poll the new set.
+    public func carriersChanged() {
+        inboundWakeup.signal()
+    }
+
     /// Stops listening on a path that was tried and not taken.
-    public func forget(candidate socket: UDPSocket) {
+    public func forget(candidate socket: any PacketCarrier) {
         peering.withLock { $0.forget(candidate: socket) }
         inboundWakeup.signal()
     }
@@ -366,12 +371,15 @@ public final class TunnelClient: Sendable {
         while running.load(ordering: .relaxed) {
             let sockets = peering.withLock { [$0.socket] + $0.candidates }
             do {
-                let ready = try pollReadable(sockets.map(\.fileDescriptor) + [inboundWakeup.readEnd], timeout: nil)
+                // A stream may hold messages already read, which no poll shows.
+                let buffered = sockets.filter(\.hasBuffered)
+                let ready = try pollReadable(sockets.compactMap(\.pollDescriptor) + [inboundWakeup.readEnd],
+                                             timeout: buffered.isEmpty ? nil : .zero)
                 if ready.contains(inboundWakeup.readEnd) { inboundWakeup.drain() }
                 // Attached once and never changed: read once per wake, not per datagram.
                 let tun = device.withLock { $0 }
                 if coalescer == nil, tun?.hasVirtioHeader == true { coalescer = Coalescer() }
-                for socket in sockets where ready.contains(socket.fileDescriptor) {
+                for socket in sockets where socket.pollDescriptor.map(ready.contains) == true || buffered.contains(where: { $0 === socket }) {
                     // Drain what is queued, then poll again. (A typed-throws closure returning Void
                     // here crashes the 6.3 compiler's IRGen, hence the count it returns.)
                     // Counted once per drain: the sending thread shares the counters' lock.

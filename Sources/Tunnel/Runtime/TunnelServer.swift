@@ -4,6 +4,7 @@ public import Logging
 import Synchronization
 public import Device
 import Netlink
+public import Streams
 
 /// The server's data plane: a TUN device, UDP sockets, and the protocol core between them,
 /// spread over workers.
@@ -29,17 +30,17 @@ public final class TunnelServer: Sendable {
     /// The first worker's sockets.
     public var sockets: [UDPSocket] { workers[0] }
     /// Handshake state: cookies, budgets, password checks. Never taken on the data path.
-    private let core: Mutex<ServerCore>
+    let core: Mutex<ServerCore>
     /// The sessions, replaced whole when the users are (`replaceUsers`). Each data thread keeps
     /// its own reference and takes the new one when `tableGeneration` moves, so the data path
     /// takes no shared lock for it.
     private let table: Mutex<SessionTable>
-    private let tableGeneration = Atomic<Int>(0)
+    let tableGeneration = Atomic<Int>(0)
     /// The table now, for everything off the data path.
-    private var sessions: SessionTable { table.withLock { $0 } }
+    var sessions: SessionTable { table.withLock { $0 } }
     /// Counters of the handshake and password threads (first), then of each data thread.
-    private let counters: [Counters]
-    private let running = Atomic<Bool>(false)
+    let counters: [Counters]
+    let running = Atomic<Bool>(false)
     /// Password checks waiting for the worker; bounded by the core's own limit on checks in flight.
     private let checks = Mutex<[PasswordCheck]>([])
     private let checksReady = Semaphore()
@@ -51,7 +52,7 @@ public final class TunnelServer: Sendable {
     /// in all with the peers' queue); past it, new ones are dropped and counted. The handshake thread answers a flood's initiation with a cookie in
     /// tens of microseconds, so the queue is that many milliseconds of work at most.
     static let initiationQueueCapacity = 256
-    private let logger: Logger
+    let logger: Logger
     /// With a value, each peer reachable here has its inner addresses routed to this server's
     /// TUN device (host routes, replacing another server's), and the routes go when it leaves:
     /// several servers on one host hand sessions over without a lost packet, and a routing
@@ -61,15 +62,30 @@ public final class TunnelServer: Sendable {
     private let draining = Atomic<Bool>(false)
     private let handshakesAccepted = Atomic<Int>(0)
     private let handshakesRejected = Atomic<Int>(0)
+    /// The stream transport (TLS on TCP), when the gateway offers it: accepted on a thread of its
+    /// own, which reads every stream; any data thread sends on them.
+    private let streamListener: StreamListener?
+    let streamLimits: StreamLimits
+    /// The streams by the address they come from: the endpoint the sessions know a client by
+    /// while it sends over its stream. A stream that closed stays a while (sending on it drops),
+    /// so what is sealed for its client is not sent as datagrams to a TCP port.
+    let streams = Mutex<[SocketAddress: GatewayStream]>([:])
+    /// How many entries `streams` has: the data path looks no further while it is 0.
+    let streamCount = Atomic<Int>(0)
+    /// Streams open now, and accepted since start.
+    let streamsOpen = Atomic<Int>(0)
+    let streamsAccepted = Atomic<Int>(0)
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
     /// An inbound thread per set of sockets (each bound to the same addresses, see
     /// `UDPSocket.listening(on:count:)`; at least one) and an outbound thread per queue of the
     /// device: as many of each, for workers that share nothing.
-    public init(core: ServerCore, device: TunDevice, workers: [[UDPSocket]], publishesRoutes: Bool = false,
-                logger: Logger) {
+    public init(core: ServerCore, device: TunDevice, workers: [[UDPSocket]], streams: StreamListener? = nil,
+                streamLimits: StreamLimits = StreamLimits(), publishesRoutes: Bool = false, logger: Logger) {
         precondition(!workers.isEmpty, "a server needs sockets to listen on")
+        streamListener = streams
+        self.streamLimits = streamLimits
         routes = Mutex(publishesRoutes ? PeerRoutes(device: device, logger: logger) : nil)
         table = Mutex(core.sessions)
         self.core = Mutex(core)
@@ -80,9 +96,14 @@ public final class TunnelServer: Sendable {
     }
 
     /// One worker on `sockets`.
-    public convenience init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], publishesRoutes: Bool = false,
-                            logger: Logger) {
-        self.init(core: core, device: device, workers: [sockets], publishesRoutes: publishesRoutes, logger: logger)
+    public convenience init(core: ServerCore, device: TunDevice, sockets: [UDPSocket], streams: StreamListener? = nil,
+                            publishesRoutes: Bool = false, logger: Logger) {
+        self.init(core: core, device: device, workers: [sockets], streams: streams, publishesRoutes: publishesRoutes, logger: logger)
+    }
+
+    /// Streams open now, and accepted since start.
+    public var streamCounts: (open: Int, accepted: Int) {
+        (streamsOpen.load(ordering: .relaxed), streamsAccepted.load(ordering: .relaxed))
     }
 
     /// Traffic so far, summed over the threads.
@@ -111,6 +132,7 @@ public final class TunnelServer: Sendable {
         var bodies: [(String, @Sendable () -> Void)] = [("handshake", handshakes), ("password", checkPasswords)]
         for queue in device.queues.indices { bodies.append(("outbound \(queue)", { self.outbound(queue) })) }
         for worker in workers.indices.dropFirst() { bodies.append(("inbound \(worker)", { self.inbound(worker) })) }
+        if let listener = streamListener { bodies.append(("streams", { self.serveStreams(listener) })) }
         var threads: [OSThread] = []
         for (name, body) in bodies {
             do {
@@ -159,7 +181,7 @@ public final class TunnelServer: Sendable {
     }
 
     /// This thread's table: the one it had, or the new one since a replacement.
-    private func refresh(_ sessions: inout SessionTable, seen: inout Int) {
+    func refresh(_ sessions: inout SessionTable, seen: inout Int) {
         let generation = tableGeneration.load(ordering: .acquiring)
         guard generation != seen else { return }
         sessions = self.sessions
@@ -335,7 +357,7 @@ public final class TunnelServer: Sendable {
     }
 
     /// Hands an initiation to the handshake thread.
-    private func handOver(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
+    func handOver(_ datagram: UnsafeRawBufferPointer, from source: SocketAddress, at local: IPAddress?,
                           fromPeer: Bool, traffic: inout TrafficCounters) {
         let (queued, wasEmpty) = initiations.withLock { queue in
             let wasEmpty = queue.count == 0
@@ -356,7 +378,7 @@ public final class TunnelServer: Sendable {
     }
 
     /// Routes for peers that became reachable here or left since the last call.
-    private func publishRoutes(_ sessions: SessionTable) {
+    func publishRoutes(_ sessions: SessionTable) {
         routes.withLock { routes in
             let changes = sessions.takeLiveChanges()
             guard let routes else { return }
@@ -366,7 +388,7 @@ public final class TunnelServer: Sendable {
 
     /// Acts on what the core made of a datagram that was sent to `local` (replies go out from
     /// it), on a data thread: counts go into its own `traffic`.
-    private func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int, queue: Int,
+    func handle(_ event: ServerEvent, in raw: UnsafeRawBufferPointer, local: IPAddress?, worker: Int, queue: Int,
                         traffic: inout TrafficCounters) {
         switch event {
         case .packet(_, let range):
@@ -500,6 +522,7 @@ public final class TunnelServer: Sendable {
 
     /// Sends a batch through the socket of its first datagram's family, any others one by one.
     private func send(_ batch: PacketBatch, on sockets: [UDPSocket], worker: Int, traffic: inout TrafficCounters) {
+        if streamCount.load(ordering: .relaxed) > 0, sendOnStreams(batch, worker: worker, traffic: &traffic) { return }
         let family = batch.peer(at: 0)?.ip.family
         guard let socket = sockets.first(where: { $0.local.ip.family == family }) else {
             traffic.sendFailures += batch.count
@@ -522,6 +545,31 @@ public final class TunnelServer: Sendable {
         }
     }
 
+    /// Sends the packets of `batch` sealed for clients on streams, each stream's in one write,
+    /// and the rest one by one; false (nothing sent) when none is for a stream.
+    private func sendOnStreams(_ batch: PacketBatch, worker: Int, traffic: inout TrafficCounters) -> Bool {
+        let streams = self.streams.withLock { $0 }
+        var byStream: [ObjectIdentifier: (stream: GatewayStream, packets: [Int])] = [:]
+        var datagrams: [Int] = []
+        for i in 0..<batch.count {
+            guard let peer = batch.peer(at: i) else { continue }
+            if let stream = streams[peer] {
+                byStream[ObjectIdentifier(stream), default: (stream, [])].packets.append(i)
+            } else {
+                datagrams.append(i)
+            }
+        }
+        guard !byStream.isEmpty else { return false }
+        for (stream, packets) in byStream.values {
+            let sent = stream.send(packets.map { batch.packet(at: $0) })
+            traffic.sendFailures += packets.count - sent
+        }
+        for i in datagrams {
+            if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.source(at: i), worker: worker, traffic: &traffic) }
+        }
+        return true
+    }
+
     private func send(_ datagram: [UInt8], to peer: SocketAddress, from source: IPAddress?, worker: Int, counters: Counters) {
         var traffic = TrafficCounters()
         datagram.withUnsafeBytes { send($0, to: peer, from: source, worker: worker, traffic: &traffic) }
@@ -533,6 +581,10 @@ public final class TunnelServer: Sendable {
     /// from the host, from whichever the kernel picks.
     private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?, worker: Int,
                       traffic: inout TrafficCounters) {
+        if streamCount.load(ordering: .relaxed) > 0, let stream = streams.withLock({ $0[peer] }) {
+            if stream.send([datagram]) == 0 { traffic.sendFailures += 1 }
+            return
+        }
         guard let socket = workers[worker].first(where: { $0.local.ip.family == peer.ip.family }) else {
             traffic.sendFailures += 1
             return
@@ -554,7 +606,7 @@ public final class TunnelServer: Sendable {
 
 /// One thread's counters, behind a lock only their reader shares: exact, and never contended
 /// between threads.
-private final class Counters: Sendable {
+final class Counters: Sendable {
     let value = Mutex((traffic: TrafficCounters(), drops: DropCounters()))
 
     /// Adds what a thread counted since its last call and zeroes it. Runs once per batch: no

@@ -1,5 +1,5 @@
 import Glibc
-public import Device
+
 
 /// A POSIX thread running one closure, joined by its owner. The data plane needs nothing more
 /// than this and a semaphore, so it does not pull in a threading framework.

@@ -1,0 +1,141 @@
+import Glibc
+public import Netlink
+import Synchronization
+public import Basics
+public import Device
+
+/// The gateway's listening TCP sockets for the stream transport and its TLS context.
+public final class StreamListener: Sendable {
+    public let sockets: [TCPListener]
+    public let context: TLSContext
+
+    /// Listens on `port` of `addresses` (each a wildcard or one of the host's) with `context`.
+    public init(on addresses: [SocketAddress], context: TLSContext, namespace: NetworkNamespace? = nil) throws(DeviceError) {
+        var sockets: [TCPListener] = []
+        for address in addresses { sockets.append(try TCPListener(bindingTo: address, backlog: 512, namespace: namespace)) }
+        self.sockets = sockets
+        self.context = context
+    }
+
+    /// A connection waiting on `listener`, its TLS handshake not started; nil when none waits.
+    public func accept(on listener: TCPListener, now: Instant) throws(DeviceError) -> GatewayStream? {
+        guard let connection = try listener.accept(timeout: .zero), let peer = connection.peer else { return nil }
+        do {
+            return try GatewayStream(TLSChannel(context, over: connection, accepting: true), peer: peer, now: now)
+        } catch {
+            return nil  // libssl could not make a session for it: the connection closes with it
+        }
+    }
+}
+
+/// One client's stream at the gateway: the TLS handshake, then protocol messages both ways.
+/// The stream thread reads it; any data thread may send on it (one at a time, under its lock).
+public final class GatewayStream: Sendable {
+    /// Where the connection comes from: the endpoint the sessions know this client by while it
+    /// sends over this stream.
+    public let peer: SocketAddress
+    /// The gateway's address the client connected to.
+    public let local: IPAddress?
+    /// When it was accepted.
+    public let accepted: Instant
+    public let fileDescriptor: Int32
+    private let state: Mutex<Phase>
+    /// When a message last arrived (Instant nanoseconds).
+    private let lastHeard: Atomic<Int64>
+    private let dropped = Atomic<Int>(0)
+
+    private enum Phase {
+        case handshaking(TLSChannel)
+        case open(FramedStream)
+        case closed(String)
+    }
+
+    init(_ channel: TLSChannel, peer: SocketAddress, now: Instant) {
+        self.peer = peer
+        fileDescriptor = channel.connection.fileDescriptor
+        local = channel.connection.local?.ip
+        accepted = now
+        lastHeard = Atomic(now.nanoseconds)
+        state = Mutex(.handshaking(channel))
+    }
+
+    /// What a turn of the stream thread found.
+    public enum Progress: Equatable, Sendable {
+        /// Nothing more to read now; `wantsWrite`: poll the socket for writing too.
+        case waiting(wantsWrite: Bool)
+        /// A message is in the buffer given, this long.
+        case message(Int)
+        /// The stream is over, with why.
+        case closed(String)
+    }
+
+    /// Moves the stream on: the TLS handshake's next step, or the next message into `buffer`.
+    public func advance(into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
+        state.withLock { phase -> Progress in
+            switch phase {
+            case .handshaking(let channel):
+                switch channel.handshake() {
+                case .done:
+                    phase = .open(FramedStream(channel))
+                    return advanceOpen(&phase, into: buffer, now: now)
+                case .wantRead: return .waiting(wantsWrite: false)
+                case .wantWrite: return .waiting(wantsWrite: true)
+                case .closed(let why):
+                    phase = .closed(why)
+                    return .closed(why)
+                }
+            case .open:
+                return advanceOpen(&phase, into: buffer, now: now)
+            case .closed(let why):
+                return .closed(why)
+            }
+        }
+    }
+
+    private func advanceOpen(_ phase: inout Phase, into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
+        guard case .open(let stream) = phase else { return .closed("not open") }
+        stream.flushTail()
+        if let message = stream.next() {
+            let length = min(message.count, buffer.count)
+            buffer.baseAddress!.copyMemory(from: message.baseAddress!, byteCount: length)
+            lastHeard.store(now.nanoseconds, ordering: .relaxed)
+            return .message(length)
+        }
+        if let why = stream.closed {
+            phase = .closed(why)
+            return .closed(why)
+        }
+        return .waiting(wantsWrite: stream.hasTail)
+    }
+
+    /// Whether a message or decrypted bytes wait that a poll would not show.
+    public var hasBuffered: Bool {
+        state.withLock { if case .open(let stream) = $0 { stream.hasBuffered } else { false } }
+    }
+
+    /// Whether the TLS handshake is done.
+    public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
+
+    /// When a message last arrived (the accept, before any).
+    public var lastMessage: Instant { Instant(nanoseconds: lastHeard.load(ordering: .relaxed)) }
+
+    /// Messages dropped because the stream could not take them then.
+    public var drops: Int { dropped.load(ordering: .relaxed) }
+
+    /// Sends `messages` as frames, all or none; how many went.
+    @discardableResult
+    public func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
+        let sent = state.withLock { phase -> Int in
+            guard case .open(let stream) = phase else { return 0 }
+            return stream.send(messages)
+        }
+        if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
+        return sent
+    }
+
+    /// Ends the stream: nothing more is read or sent (the socket closes when the last
+    /// reference goes).
+    public func close(_ why: String) {
+        state.withLock { $0 = .closed(why) }
+    }
+}

@@ -1,0 +1,223 @@
+import Glibc
+public import Netlink
+import Synchronization
+public import Basics
+public import Device
+
+/// The client's stream to the gateway on one uplink: TCP, through an HTTP proxy when one is
+/// configured, then TLS, carrying the protocol's messages as frames (`StreamFraming`). The data
+/// plane uses it as it uses a UDP socket (`PacketCarrier`).
+///
+/// Opening takes round trips, so it happens on a thread of its own (`open`); messages sent
+/// meanwhile wait, the last few kept (a handshake's initiation among them), and go first once
+/// the stream is open. What happens to the stream is told once each: opened, or failed (never
+/// opened, or broken later).
+public final class StreamCarrier: PacketCarrier {
+    /// What happened to a stream.
+    public enum Event: Equatable, Sendable {
+        /// TCP and TLS are up (through the proxy, when there is one): messages flow.
+        case opened
+        /// The stream could not be opened, or broke: why, in words for the log.
+        case failed(String)
+    }
+
+    public let gateway: SocketAddress
+    public let device: String?
+    public let label: String
+    private let state: Mutex<Phase>
+    private let told: @Sendable (Event) -> Void
+    /// Messages dropped because the stream could not take them then (its queue was full, or it
+    /// was not open).
+    private let dropped = Atomic<Int>(0)
+
+    private enum Phase {
+        /// Opening: messages sent meanwhile, oldest first.
+        case opening(waiting: [[UInt8]])
+        case open(FramedStream)
+        case failed(String)
+    }
+
+    /// Messages kept while the stream opens: a version 3 initiation is up to three messages.
+    static let waitingLimit = 8
+
+    /// How long opening may take at most: TCP, the proxy and TLS.
+    public static let openTimeout: Duration = .seconds(10)
+
+    private init(gateway: SocketAddress, device: String?, label: String, told: @escaping @Sendable (Event) -> Void) {
+        self.gateway = gateway
+        self.device = device
+        self.label = label
+        self.told = told
+        state = Mutex(.opening(waiting: []))
+    }
+
+    /// Starts opening a stream to `gateway` from `source` through `device` with `mark` (as the
+    /// path's UDP socket would be), through `proxy` when given, with `context` (SNI and ALPN);
+    /// `told` hears how it went, on the opening thread or a data thread.
+    public static func open(to gateway: SocketAddress, from source: IPAddress?, device: String?, mark: UInt32?,
+                            proxy: HTTPProxy?, context: TLSContext, timeout: Duration = openTimeout,
+                            namespace: NetworkNamespace? = nil, told: @escaping @Sendable (Event) -> Void) -> StreamCarrier {
+        let label = "TLS to \(gateway)\(proxy.map { " via proxy \($0.address)" } ?? "")\(device.map { " on \($0)" } ?? "")"
+        let carrier = StreamCarrier(gateway: gateway, device: device, label: label, told: told)
+        let deadline = ContinuousClock.now + timeout
+        do {
+            try OSThread.detach { [carrier] in
+                let result: Result<TLSChannel, StreamError>
+                do throws(StreamError) {
+                    result = .success(try connect(to: gateway, from: source, device: device, mark: mark, proxy: proxy,
+                                                  context: context, namespace: namespace, deadline: deadline))
+                } catch {
+                    result = .failure(error)
+                }
+                carrier.finishOpening(result)
+            }
+        } catch {
+            carrier.finishOpening(.failure(StreamError("cannot start a thread to open the stream: \(error)")))
+        }
+        return carrier
+    }
+
+    /// TCP, the proxy, TLS: blocking, by `deadline`.
+    private static func connect(to gateway: SocketAddress, from source: IPAddress?, device: String?, mark: UInt32?,
+                                proxy: HTTPProxy?, context: TLSContext, namespace: NetworkNamespace?,
+                                deadline: ContinuousClock.Instant) throws(StreamError) -> TLSChannel {
+        let connection: TCPConnection
+        do {
+            connection = try TCPConnection.connect(to: proxy?.address ?? gateway, from: source, device: device, mark: mark,
+                                                   namespace: namespace, deadline: deadline)
+        } catch {
+            throw StreamError(proxy == nil ? "\(error)" : "the proxy: \(error)")
+        }
+        try proxy?.open(connection, to: gateway, host: context.serverName, deadline: deadline)
+        let channel = try TLSChannel(context, over: connection, accepting: false)
+        while true {
+            let events: Int16
+            switch channel.handshake() {
+            case .done: return channel
+            case .wantRead: events = Int16(POLLIN)
+            case .wantWrite: events = Int16(POLLOUT)
+            case .closed(let why): throw StreamError(why.contains("handshake") ? why : "TLS handshake: \(why)")
+            }
+            let left = deadline - .now
+            guard left > .zero else { throw StreamError("TLS handshake: no answer in \(openTimeout)") }
+            var entry = pollfd(fd: connection.fileDescriptor, events: events, revents: 0)
+            _ = poll(&entry, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1))
+        }
+    }
+
+    private func finishOpening(_ result: Result<TLSChannel, StreamError>) {
+        let event: Event = state.withLock { phase in
+            guard case .opening(let waiting) = phase else { return .failed("closed") }
+            switch result {
+            case .success(let channel):
+                let stream = FramedStream(channel)
+                let messages = waiting.map { $0 }
+                let sent = messages.withUnsafeBufferPointers { stream.send($0) }
+                if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
+                phase = .open(stream)
+                return .opened
+            case .failure(let error):
+                phase = .failed(error.description)
+                return .failed(error.description)
+            }
+        }
+        told(event)
+    }
+
+    /// Ends the stream (it is over for good: a new one is opened if wanted).
+    public func close() {
+        state.withLock { $0 = .failed("closed") }
+    }
+
+    /// Messages dropped so far because the stream could not take them.
+    public var drops: Int { dropped.load(ordering: .relaxed) }
+
+    /// Whether the stream is open now.
+    public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
+
+    // MARK: PacketCarrier
+
+    public var pollDescriptor: Int32? {
+        state.withLock { if case .open(let stream) = $0, stream.closed == nil { stream.fileDescriptor } else { nil } }
+    }
+
+    public var hasBuffered: Bool {
+        state.withLock { if case .open(let stream) = $0 { stream.hasBuffered || stream.closed != nil } else { false } }
+    }
+
+    @discardableResult
+    public func send(_ message: UnsafeRawBufferPointer, to peer: SocketAddress) throws(DeviceError) -> Bool {
+        send([message]) == 1
+    }
+
+    @discardableResult
+    public func sendSegmented(_ batch: PacketBatch) throws(DeviceError) -> Int {
+        send((0..<batch.count).map { batch.packet(at: $0) })
+    }
+
+    private func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
+        let (sent, broke) = state.withLock { phase -> (Int, String?) in
+            switch phase {
+            case .opening(var waiting):
+                for message in messages { waiting.append(Array(message)) }
+                if waiting.count > Self.waitingLimit { waiting.removeFirst(waiting.count - Self.waitingLimit) }
+                phase = .opening(waiting: waiting)
+                return (messages.count, nil)
+            case .open(let stream):
+                let sent = stream.send(messages)
+                return (sent, broken(&phase))
+            case .failed:
+                return (0, nil)
+            }
+        }
+        if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
+        if let broke { told(.failed(broke)) }
+        return sent
+    }
+
+    public func receiveJoined(into buffer: UnsafeMutableRawBufferPointer, timeout: Duration?)
+        throws(DeviceError) -> (length: Int, peer: SocketAddress, segment: Int)?
+    {
+        if let got = receiveNow(into: buffer) { return got }
+        guard timeout != .zero else { return nil }
+        guard let fd = pollDescriptor else {
+            // Still opening (or failed): nothing to wait on but time.
+            let pause = min(timeout ?? .milliseconds(10), .milliseconds(10))
+            usleep(UInt32(pause.nanoseconds / 1_000))
+            return nil
+        }
+        _ = try pollReadable([fd], timeout: timeout)
+        return receiveNow(into: buffer)
+    }
+
+    private func receiveNow(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, peer: SocketAddress, segment: Int)? {
+        let (got, broke) = state.withLock { phase -> (Int?, String?) in
+            guard case .open(let stream) = phase else { return (nil, nil) }
+            stream.flushTail()
+            guard let message = stream.next() else { return (nil, broken(&phase)) }
+            let length = min(message.count, buffer.count)
+            buffer.baseAddress!.copyMemory(from: message.baseAddress!, byteCount: length)
+            return (length, nil)
+        }
+        if let broke { told(.failed(broke)) }
+        return got.map { ($0, gateway, $0) }
+    }
+
+    /// Why the open stream in `phase` just broke (it is failed from now on); nil while it works.
+    private func broken(_ phase: inout Phase) -> String? {
+        guard case .open(let stream) = phase, let why = stream.closed else { return nil }
+        phase = .failed(why)
+        return why
+    }
+}
+
+extension Array where Element == [UInt8] {
+    /// Calls `body` with a view of each array's bytes.
+    func withUnsafeBufferPointers<R>(_ body: ([UnsafeRawBufferPointer]) -> R) -> R {
+        func nest(_ index: Int, _ views: [UnsafeRawBufferPointer]) -> R {
+            guard index < count else { return body(views) }
+            return self[index].withUnsafeBytes { nest(index + 1, views + [$0]) }
+        }
+        return nest(0, [])
+    }
+}
