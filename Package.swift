@@ -107,7 +107,7 @@ let package = Package(
             name: "agent",
             dependencies: [
                 "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
-                "SystemDNS", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Directory",
+                "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Directory",
                 "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

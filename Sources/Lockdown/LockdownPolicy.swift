@@ -52,6 +52,12 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The session's marked sockets may open TCP to these ports: the connectivity check's
     /// plain HTTP request.
     public var checkPorts: [UInt16] = []
+    /// The servers' TLS port for the stream transport (networks that drop UDP): the session's
+    /// marked sockets may open TCP to each server's address on it; nil: UDP only.
+    public var streamPort: UInt16?
+    /// The HTTP proxy the stream transport goes through, when configured: the session's marked
+    /// sockets may open TCP to it (and to nothing else through it but what the proxy relays).
+    public var proxy: Server?
     /// Whose marked sockets the session's exceptions are for (full mode): nil before an agent
     /// runs (`agent lockdown on` at early boot), when nothing but DHCP and neighbour discovery
     /// leaves and the agent loads its own table once it starts.
@@ -271,6 +277,14 @@ public struct LockdownPolicy: Hashable, Sendable {
             for server in servers {
                 let family = server.address.family == .v4 ? "ip" : "ip6"
                 lines.append("        \(own) \(family) daddr \(server.address) udp dport \(server.port) accept")
+                // The stream to the same server, for networks that drop UDP.
+                if let streamPort, proxy == nil {
+                    lines.append("        \(own) \(family) daddr \(server.address) tcp dport \(streamPort) accept")
+                }
+            }
+            if let proxy, streamPort != nil {
+                let family = proxy.address.family == .v4 ? "ip" : "ip6"
+                lines.append("        \(own) \(family) daddr \(proxy.address) tcp dport \(proxy.port) accept")
             }
             // The agent's own look-ups of the server's name, on marked sockets like the session's.
             lines.append("        \(own) meta l4proto { tcp, udp } th dport 53 accept")

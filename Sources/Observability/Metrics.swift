@@ -248,6 +248,8 @@ final class ServerCounts: RoamMetrics {
     private var changes = 0
     private var accepted = 0
     private var rejected = 0
+    private var streamsAccepted = 0
+    private var streamsRefused = 0
     private var admitted = Admissions()
     private var endpointDrops = MetricsEndpoint.Drops()
 
@@ -280,6 +282,17 @@ final class ServerCounts: RoamMetrics {
                 let count = spoken[SessionProtocol(version: version, cipher: cipher)] ?? 0
                 gauge("roam_server_sessions_by_protocol", [("version", "\(version)"), ("cipher", cipher.description)], Double(count))
             }
+        }
+        if server.servesStreams {
+            let streams = server.streamCounts
+            let onStreams = server.sessionsOnStreams
+            gauge("roam_server_streams_open", [], Double(streams.open))
+            count("roam_server_streams_accepted_total", [], by: streams.accepted - streamsAccepted)
+            count("roam_server_streams_refused_total", [], by: streams.refused - streamsRefused)
+            streamsAccepted = max(streamsAccepted, streams.accepted)
+            streamsRefused = max(streamsRefused, streams.refused)
+            gauge("roam_server_sessions_by_transport", [("transport", "stream")], Double(onStreams))
+            gauge("roam_server_sessions_by_transport", [("transport", "udp")], Double(max(0, server.liveSessions - onStreams)))
         }
         count("roam_server_handshakes_total", [("result", "accepted")], by: handshakes.accepted - accepted)
         count("roam_server_handshakes_total", [("result", "rejected")], by: handshakes.rejected - rejected)

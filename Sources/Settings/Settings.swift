@@ -77,12 +77,36 @@ public struct ClientSettings: Sendable {
     /// both ends have AES in hardware, else ChaCha20-Poly1305).
     public var cipher: CipherSuite?
 
+    /// The stream transport (`tcp:`): how to reach the gateways over TLS on TCP when a network
+    /// drops UDP; nil: UDP only.
+    public var stream: ClientStreamSettings?
+
     /// The ports the agent's own plain HTTP goes to outside the tunnel: the connectivity check's
     /// (with the check on) and the on-demand probes'.
     public var checkPorts: [UInt16] {
         let probes = onDemand.rules.compactMap { $0.match.probe.flatMap { CheckURL($0.url)?.port } }
         return Array(Set((reconnect.portalCheck ? [portal.url.port] : []) + probes)).sorted()
     }
+}
+
+/// The client's `tcp` section: the gateways' TLS port, the name to show, and a proxy.
+public struct ClientStreamSettings: Equatable, Sendable {
+    /// The gateways' TLS port (every server of the list listens on it).
+    public var port: UInt16 = 443
+    /// The name sent as SNI: the server's host when it is a name, unless set.
+    public var serverName: String?
+    /// The HTTP proxy the stream goes through, for networks that let out nothing else.
+    public var proxy: ProxySettings?
+
+    public init() {}
+}
+
+/// An HTTP proxy as the configuration names it: an address, and a user with a password file.
+public struct ProxySettings: Equatable, Sendable {
+    public var address: SocketAddress
+    public var user: String?
+    /// A file only root (or the agent's user) can read, holding the password.
+    public var passwordFile: String?
 }
 
 /// The client's `dns` section.
@@ -125,9 +149,28 @@ public struct ServerSettings: Sendable {
     public var metricsListen: SocketAddress?
     /// The protocol versions clients may speak, and a cipher the operator pins for version 3.
     public var protocols = ProtocolPolicy()
+    /// The stream transport (`tcp:`): TLS on TCP beside UDP, for clients on networks that drop
+    /// UDP; nil: UDP only.
+    public var stream: ServerStreamSettings?
 
     static let maxWorkers = 64
     static var defaultWorkers: Int { min(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), 16) }
+}
+
+/// The gateway's `tcp` section.
+public struct ServerStreamSettings: Equatable, Sendable {
+    /// The TCP port the gateway takes TLS on.
+    public var port: UInt16 = 443
+    /// The name on the certificate the gateway makes at start (nothing checks it: clients pin
+    /// the gateway's key); the host's name unless set.
+    public var name: String
+    /// PEM files of a certificate chain and its key to show instead (a public CA's makes the
+    /// gateway look like any web server to a network that inspects TLS).
+    public var certificate: (chain: String, key: String)?
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.port == b.port && a.name == b.name && a.certificate?.chain == b.certificate?.chain && a.certificate?.key == b.certificate?.key
+    }
 }
 
 /// `users-from`: the fleet's user directory in PostgreSQL, shared by every gateway.
@@ -197,6 +240,8 @@ extension ClientSettings {
         var policy = LockdownPolicy(scope: scope, tunnelInterface: tunnel.name, allowLAN: allowLAN, localNetworks: [])
         policy.lanRanges = lanRanges
         policy.checkPorts = checkPorts
+        policy.streamPort = stream?.port
+        policy.proxy = stream?.proxy.map { LockdownPolicy.Server($0.address) }
         return policy
     }
 }

@@ -12,7 +12,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
-            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion",
+            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -54,6 +54,7 @@ extension YAMLReader {
             throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
         }
         if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
+        if let node = f.optional("tcp") { settings.stream = try clientStream(node) }
         // Path MTU discovery searches between the tunnel's minimum and its configured MTU.
         settings.reconnect.maxMTU = settings.tunnel.mtu
         if let minimum = settings.reconnect.minMTU, minimum > settings.tunnel.mtu,
@@ -219,7 +220,7 @@ extension YAMLReader {
     public func server(_ root: Node) throws(ConfigError) -> ServerSettings {
         let f = try fields(root, "the server configuration", allowed: [
             "listen-port", "private-key-file", "tunnel", "users", "users-from", "dns", "drain-period", "workers", "metrics-listen",
-            "allow-versions", "cipher",
+            "allow-versions", "cipher", "tcp",
         ])
         var database = UserDatabase.empty
         var source: UserSource?
@@ -267,7 +268,78 @@ extension YAMLReader {
                 throw fail(node, "'cipher' is for protocol 3, which 'allow-versions' closes; protocol 2 always uses chacha20-poly1305")
             }
         }
+        if let node = f.optional("tcp") { settings.stream = try serverStream(node) }
+        if let stream = settings.stream, let metrics = settings.metricsListen, metrics.port == stream.port {
+            throw fail(f.optional("tcp"), "'tcp' and 'metrics-listen' both want TCP port \(stream.port)")
+        }
         return settings
+    }
+
+    /// The gateway's `tcp`: a port alone, or `{port, name, certificate, certificate-key}`.
+    private func serverStream(_ node: Node) throws(ConfigError) -> ServerStreamSettings {
+        var stream = ServerStreamSettings(name: hostName(fully: true))
+        guard case .mapping = node.value else {
+            stream.port = UInt16(try int(node, 1...65535))
+            return stream
+        }
+        let f = try fields(node, "'tcp'", allowed: ["port", "name", "certificate", "certificate-key"])
+        if let n = f.optional("port") { stream.port = UInt16(try int(n, 1...65535)) }
+        if let n = f.optional("name") { stream.name = try hostLikeName(n, "'tcp' 'name'") }
+        switch (f.optional("certificate"), f.optional("certificate-key")) {
+        case (let chain?, let key?):
+            stream.certificate = (try absolutePath(chain, "'certificate'"), try absolutePath(key, "'certificate-key'"))
+        case (nil, nil): break
+        case (_?, nil): throw fail(node, "'certificate' needs 'certificate-key', the file of its private key")
+        case (nil, _?): throw fail(node, "'certificate-key' needs 'certificate', the file of its chain")
+        }
+        return stream
+    }
+
+    /// The client's `tcp`: a port alone, or `{port, name, proxy}`; `proxy` is an address and
+    /// port, or `{address, user, password-file}`.
+    private func clientStream(_ node: Node) throws(ConfigError) -> ClientStreamSettings {
+        var stream = ClientStreamSettings()
+        guard case .mapping = node.value else {
+            stream.port = UInt16(try int(node, 1...65535))
+            return stream
+        }
+        let f = try fields(node, "'tcp'", allowed: ["port", "name", "proxy"])
+        if let n = f.optional("port") { stream.port = UInt16(try int(n, 1...65535)) }
+        if let n = f.optional("name") { stream.serverName = try hostLikeName(n, "'tcp' 'name'") }
+        if let n = f.optional("proxy") {
+            let p: Fields? = if case .mapping = n.value { try fields(n, "'proxy'", allowed: ["address", "user", "password-file"]) } else { nil }
+            let addressNode = try p?.required("address") ?? n
+            guard let endpoint = Endpoint(try string(addressNode)), let address = SocketAddress(endpoint), !address.ip.isUnspecified else {
+                throw fail(addressNode, "a proxy is an IP address and a port, e.g. 192.0.2.8:3128 or [2001:db8::8]:3128")
+            }
+            var proxy = ProxySettings(address: address)
+            if let u = p?.optional("user") {
+                let user = try string(u)
+                guard !user.isEmpty, !user.contains(":"), !user.contains(where: { $0.isWhitespace || $0.isNewline }) else {
+                    throw fail(u, "a proxy's 'user' is one word without ':'")
+                }
+                proxy.user = user
+                guard let file = p?.optional("password-file") else { throw fail(n, "a proxy's 'user' needs 'password-file'") }
+                proxy.passwordFile = try absolutePath(file, "'password-file'")
+            } else if let file = p?.optional("password-file") {
+                throw fail(file, "a proxy's 'password-file' needs 'user'")
+            }
+            stream.proxy = proxy
+        }
+        return stream
+    }
+
+    /// A DNS name as SNI and certificates carry it: letters, digits, '-' and '.'.
+    private func hostLikeName(_ node: Node, _ what: String) throws(ConfigError) -> String {
+        let name = try string(node)
+        let valid = (1...253).contains(name.utf8.count) && IPAddress(name) == nil
+            && name.split(separator: ".", omittingEmptySubsequences: false).allSatisfy {
+                (1...63).contains($0.utf8.count) && $0.utf8.allSatisfy { c in
+                    (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2D
+                }
+            }
+        guard valid else { throw fail(node, "\(what) is a host name, e.g. vpn.example.net") }
+        return name
     }
 
     /// `users-from`: a URL alone, or `{url, password-file, snapshot, gateway}`.
@@ -297,12 +369,13 @@ extension YAMLReader {
         return path
     }
 
-    /// The host's name, as `gateway` defaults to.
-    private func hostName() -> String {
-        // The first label, as session records name gateways (at most 63 bytes).
-        let bytes = Array((SystemFiles.hostName() ?? "").utf8.prefix { $0 != UInt8(ascii: ".") }.prefix(63))
+    /// The host's name, as `gateway` defaults to: its first label (session records name
+    /// gateways in at most 63 bytes); `fully`, all of it (a certificate's name).
+    private func hostName(fully: Bool = false) -> String {
+        let full = SystemFiles.hostName() ?? ""
+        let bytes = Array(fully ? full.utf8.prefix(253) : full.utf8.prefix { $0 != UInt8(ascii: ".") }.prefix(63))
         let name = String(decoding: bytes, as: UTF8.self)
-        return name.isEmpty || name.utf8.count > 63 ? "gateway" : name
+        return name.isEmpty ? "gateway" : name
     }
 
     /// A cipher by the name status and logs give it.

@@ -21,7 +21,11 @@ public final class StreamCarrier: PacketCarrier {
         case failed(String)
     }
 
+    /// Where the stream goes: the gateway's TLS address.
     public let gateway: SocketAddress
+    /// The address the session knows the gateway by (where its datagrams go): what arrives on
+    /// the stream comes from there, as far as the session is concerned.
+    public let peer: SocketAddress
     public let device: String?
     public let label: String
     private let state: Mutex<Phase>
@@ -43,8 +47,10 @@ public final class StreamCarrier: PacketCarrier {
     /// How long opening may take at most: TCP, the proxy and TLS.
     public static let openTimeout: Duration = .seconds(10)
 
-    private init(gateway: SocketAddress, device: String?, label: String, told: @escaping @Sendable (Event) -> Void) {
+    private init(gateway: SocketAddress, peer: SocketAddress, device: String?, label: String,
+                 told: @escaping @Sendable (Event) -> Void) {
         self.gateway = gateway
+        self.peer = peer
         self.device = device
         self.label = label
         self.told = told
@@ -53,12 +59,13 @@ public final class StreamCarrier: PacketCarrier {
 
     /// Starts opening a stream to `gateway` from `source` through `device` with `mark` (as the
     /// path's UDP socket would be), through `proxy` when given, with `context` (SNI and ALPN);
-    /// `told` hears how it went, on the opening thread or a data thread.
-    public static func open(to gateway: SocketAddress, from source: IPAddress?, device: String?, mark: UInt32?,
+    /// `told` hears how it went, on the opening thread or a data thread. `peer`: the address the
+    /// session knows the gateway by, the gateway's own when nil.
+    public static func open(to gateway: SocketAddress, as peer: SocketAddress? = nil, from source: IPAddress?, device: String?, mark: UInt32?,
                             proxy: HTTPProxy?, context: TLSContext, timeout: Duration = openTimeout,
                             namespace: NetworkNamespace? = nil, told: @escaping @Sendable (Event) -> Void) -> StreamCarrier {
         let label = "TLS to \(gateway)\(proxy.map { " via proxy \($0.address)" } ?? "")\(device.map { " on \($0)" } ?? "")"
-        let carrier = StreamCarrier(gateway: gateway, device: device, label: label, told: told)
+        let carrier = StreamCarrier(gateway: gateway, peer: peer ?? gateway, device: device, label: label, told: told)
         let deadline = ContinuousClock.now + timeout
         do {
             try OSThread.detach { [carrier] in
@@ -200,7 +207,7 @@ public final class StreamCarrier: PacketCarrier {
             return (length, nil)
         }
         if let broke { told(.failed(broke)) }
-        return got.map { ($0, gateway, $0) }
+        return got.map { ($0, peer, $0) }
     }
 
     /// Why the open stream in `phase` just broke (it is failed from now on); nil while it works.

@@ -204,5 +204,6 @@ extension ClientSettings {
             && username == other.username && passwordFile == other.passwordFile && tunnel == other.tunnel
             && mode == other.mode && lockdown == other.lockdown && allowLAN == other.allowLAN
             && lanRanges == other.lanRanges && dns == other.dns && exclusionAllowed == other.exclusionAllowed
+            && stream == other.stream
     }
 }

@@ -7,6 +7,7 @@ import Glibc
 import Basics
 import Reconnector
 import Synchronization
+import Streams
 import Tunnel
 import Device
 import Settings
@@ -78,7 +79,23 @@ struct ServeCommand: ParsableCommand {
             // A host without IPv6 still serves IPv4 clients.
             log.warning("no IPv6 listening socket", metadata: ["error": "\(error)"])
         }
-        let server = TunnelServer(core: core, device: tun, workers: workers, publishesRoutes: true, logger: log)
+        // The stream transport: TLS on TCP beside UDP, on every address of both families.
+        let streams: StreamListener?
+        if let stream = settings.stream {
+            do {
+                let context = try TLSContext.server(name: stream.name, certificate: stream.certificate)
+                var addresses = [SocketAddress(.v4(0), port: stream.port)]
+                if workers[0].count > 1 { addresses.append(SocketAddress(.v6(0, 0), port: stream.port)) }
+                streams = try StreamListener(on: addresses, context: context)
+            } catch let error as StreamError {
+                throw AgentError("'tcp': \(error)")
+            } catch {
+                throw AgentError("'tcp': cannot listen on TCP port \(stream.port): \(error)")
+            }
+        } else {
+            streams = nil
+        }
+        let server = TunnelServer(core: core, device: tun, workers: workers, streams: streams, publishesRoutes: true, logger: log)
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
         /// Tells every session to move, then stops when none is left or `period` ends; false when
@@ -151,6 +168,11 @@ struct ServeCommand: ParsableCommand {
                     ("drops", .drops(server.drops, traffic)),
                     ("admissions", .object([("general", .int(Int64(admissions.general))), ("peer", .int(Int64(admissions.peer)))])),
                     ("users", .int(Int64(server.userCount))),
+                    ("streams", server.servesStreams ? .object([
+                        ("port", .int(Int64(settings.stream?.port ?? 0))), ("open", .int(Int64(server.streamCounts.open))),
+                        ("accepted", .int(Int64(server.streamCounts.accepted))), ("refused", .int(Int64(server.streamCounts.refused))),
+                        ("sessions", .int(Int64(server.sessionsOnStreams))),
+                    ]) : .null),
                     ("directory", directory.map { JSON.directory($0.figures, source: $0.source) } ?? .null),
                     ("protocols", .object([
                         ("allowed", .array(settings.protocols.versions.sorted().map { .int(Int64($0)) })),
@@ -185,7 +207,8 @@ struct ServeCommand: ParsableCommand {
                 throw AgentError("cannot serve the metrics on \(address): \(error)")
             }
         }
-        log.info("serving", metadata: ["port": "\(settings.listenPort)", "tunnel": "\(tun.name)", "offload": "\(tun.offload.description)",
+        log.info("serving", metadata: ["port": "\(settings.listenPort)", "tcp_port": "\(settings.stream.map { "\($0.port)" } ?? "off")",
+                                "tunnel": "\(tun.name)", "offload": "\(tun.offload.description)",
                                 "workers": "\(server.workers.count)",
                                 "protocols": "\(settings.protocols.versions.sorted().map(String.init).joined(separator: ","))",
                                 "cipher": "\(settings.protocols.cipher.map(\.description) ?? "negotiated")",
@@ -232,7 +255,7 @@ extension ServerSettings {
     func sameServer(as other: ServerSettings) -> Bool {
         listenPort == other.listenPort && privateKeyFile == other.privateKeyFile && tunnel == other.tunnel && dns == other.dns
             && drainPeriod == other.drainPeriod && workers == other.workers && metricsListen == other.metricsListen
-            && usersFrom == other.usersFrom
+            && usersFrom == other.usersFrom && stream == other.stream
     }
 }
 

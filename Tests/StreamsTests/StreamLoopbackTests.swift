@@ -68,7 +68,7 @@ private func gatewaySide(_ listener: StreamListener, until done: ([UInt8]) -> Bo
     var got: [[UInt8]] = []
     for _ in 0..<500 where got.count < answers.count {
         if let (n, peer, segment) = try buffer.withUnsafeMutableBytes({ try carrier.receiveJoined(into: $0, timeout: .milliseconds(10)) }) {
-            #expect(peer == carrier.gateway && segment == n)
+            #expect(peer == carrier.peer && peer == carrier.gateway && segment == n)
             got.append(Array(buffer[0..<n]))
         }
     }

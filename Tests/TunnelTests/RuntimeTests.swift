@@ -403,7 +403,7 @@ extension RuntimeTests {
         try nft(serverLab, "add rule inet block input udp dport 51820 counter drop")
         let gateway = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
         let hook = StreamHook()
-        let stream = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), from: IPAddress("10.20.0.57")!, device: "eth0",
+        let stream = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), as: gateway, from: IPAddress("10.20.0.57")!, device: "eth0",
                                         mark: nil, proxy: nil, context: try .client(serverName: "vpn.example.net"),
                                         namespace: laptop.namespace, told: hook.told)
         let client = try connect(stream, to: gateway)
@@ -453,7 +453,7 @@ extension RuntimeTests {
             } else if sent >= 4 << 20 && moves == 1 {
                 // Blocked again: onto a new stream on eth0.
                 try nft(serverLab, "add rule inet block input udp dport 51820 counter drop")
-                let again = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), from: IPAddress("10.20.0.57")!,
+                let again = StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), as: gateway, from: IPAddress("10.20.0.57")!,
                                                device: "eth0", mark: nil, proxy: nil,
                                                context: try .client(serverName: "vpn.example.net"),
                                                namespace: laptop.namespace, told: hook.told)

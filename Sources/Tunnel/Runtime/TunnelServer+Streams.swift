@@ -146,6 +146,7 @@ extension TunnelServer {
                 }
                 if refused > 0 {
                     logger.notice("stream connections refused past the limits", metadata: ["refused": "\(refused)"])
+                    streamsRefused.add(refused, ordering: .relaxed)
                     refused = 0
                 }
             }

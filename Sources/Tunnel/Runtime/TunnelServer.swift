@@ -75,6 +75,7 @@ public final class TunnelServer: Sendable {
     /// Streams open now, and accepted since start.
     let streamsOpen = Atomic<Int>(0)
     let streamsAccepted = Atomic<Int>(0)
+    let streamsRefused = Atomic<Int>(0)
     /// How often the drop counters are logged when they changed.
     static let dropSummaryInterval: Duration = .seconds(60)
 
@@ -101,9 +102,19 @@ public final class TunnelServer: Sendable {
         self.init(core: core, device: device, workers: [sockets], streams: streams, publishesRoutes: publishesRoutes, logger: logger)
     }
 
-    /// Streams open now, and accepted since start.
-    public var streamCounts: (open: Int, accepted: Int) {
-        (streamsOpen.load(ordering: .relaxed), streamsAccepted.load(ordering: .relaxed))
+    /// Streams open now, accepted since start, and connections refused past `StreamLimits`.
+    public var streamCounts: (open: Int, accepted: Int, refused: Int) {
+        (streamsOpen.load(ordering: .relaxed), streamsAccepted.load(ordering: .relaxed), streamsRefused.load(ordering: .relaxed))
+    }
+
+    /// Whether the gateway takes streams.
+    public var servesStreams: Bool { streamListener != nil }
+
+    /// Reachable peers whose packets come over a stream now.
+    public var sessionsOnStreams: Int {
+        guard streamCount.load(ordering: .relaxed) > 0 else { return 0 }
+        let streams = self.streams.withLock { $0 }
+        return records.filter { streams[$0.endpoint]?.isOpen == true }.count
     }
 
     /// Traffic so far, summed over the threads.
