@@ -231,6 +231,24 @@ struct LockdownPolicyTests {
         #expect(text.contains("meta mark 0xca6c ip6 daddr 2001:db8::7 udp dport 443 accept"))
     }
 
+    /// The stream transport: the agent's own TCP to each server's TLS port, or with a proxy to
+    /// the proxy alone (the servers are reached through it); nothing when it is off.
+    @Test func theStreamTransportOpensTheTLSPortOrTheProxyOnly() {
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", server: server,
+                                    servers: [.init(IPAddress("2001:db8::7")!, port: 51820)], owner: .anyMarked)
+        #expect(!policy.ruleset().contains("tcp dport 443"))
+        policy.streamPort = 443
+        let direct = policy.ruleset()
+        #expect(direct.contains("meta mark 0xca6c ip daddr 198.51.100.7 tcp dport 443 accept"))
+        #expect(direct.contains("meta mark 0xca6c ip6 daddr 2001:db8::7 tcp dport 443 accept"))
+        policy.proxy = .init(IPAddress("192.0.2.8")!, port: 3128)
+        let proxied = policy.ruleset()
+        #expect(proxied.contains("meta mark 0xca6c ip daddr 192.0.2.8 tcp dport 3128 accept"))
+        #expect(!proxied.contains("tcp dport 443"), "through the proxy, the servers' TLS port stays closed")
+        policy.scope = .split([Prefix("10.77.0.0/16")!])
+        #expect(!policy.ruleset().contains("tcp dport 3128"), "split mode opens nothing for the agent's own sockets")
+    }
+
     /// The session's exceptions are the agent's: its cgroup as well as the mark, both ways; the
     /// server's answers come in only to a socket of its own, never to any local UDP port; and
     /// with no agent known (`agent lockdown on` at boot) nobody has them.

@@ -5,6 +5,7 @@ import Foundation
 @testable import Settings
 import Testing
 import Tunnel
+import Device
 
 private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
 
@@ -347,4 +348,41 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
             (error as? ConfigError).map { $0.line == line && $0.message.contains(words) } ?? false
         }
     }
+}
+
+@Test func theStreamTransportIsOffUnlessTCPIsSet() throws {
+    let client = "server: vpn.example.net:51820\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    let plain = try parse(client) { try $0.client($1) }
+    #expect(plain.stream == nil && plain.lockdownPolicy.streamPort == nil)
+    let short = try parse(client + "tcp: 8443") { try $0.client($1) }
+    #expect(short.stream?.port == 8443 && short.stream?.proxy == nil)
+    #expect(short.lockdownPolicy.streamPort == 8443 && short.lockdownPolicy.proxy == nil)
+    let full = try parse(client + """
+        tcp:
+          name: www.example.net
+          proxy: {address: 192.0.2.8:3128, user: alice, password-file: /etc/roam/proxy.password}
+        """) { try $0.client($1) }
+    #expect(full.stream?.port == 443 && full.stream?.serverName == "www.example.net")
+    #expect(full.stream?.proxy == ProxySettings(address: SocketAddress(IPAddress("192.0.2.8")!, port: 3128), user: "alice",
+                                                passwordFile: "/etc/roam/proxy.password"))
+    #expect(full.lockdownPolicy.proxy == .init(IPAddress("192.0.2.8")!, port: 3128))
+
+    let server = "listen-port: 51820\nprivate-key-file: k\ntunnel: {addresses: [10.77.0.1/16]}\nusers:\n  - {name: a, public-key: \(serverKey), addresses: [10.77.0.2]}\n"
+    #expect(try parse(server) { try $0.server($1) }.stream == nil)
+    let gateway = try parse(server + "tcp: {name: vpn.example.net, certificate: /etc/roam/tls.pem, certificate-key: /etc/roam/tls.key}") {
+        try $0.server($1)
+    }
+    #expect(gateway.stream?.port == 443 && gateway.stream?.name == "vpn.example.net")
+    #expect(gateway.stream?.certificate?.chain == "/etc/roam/tls.pem" && gateway.stream?.certificate?.key == "/etc/roam/tls.key")
+}
+
+@Test(arguments: [
+    ("tcp: {proxy: proxy.example:3128}", 4, "an IP address and a port"),
+    ("tcp: {proxy: {address: 192.0.2.8:3128, user: alice}}", 4, "needs 'password-file'"),
+    ("tcp: {proxy: {address: 192.0.2.8:3128, password-file: /p}}", 4, "needs 'user'"),
+    ("tcp: {name: \"a b\"}", 4, "a host name"),
+    ("tcp: 0", 4, "1...65535"),
+])
+func badStreamSettingsPointAtTheLine(text: String, line: Int, message: String) {
+    expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
