@@ -12,6 +12,10 @@
 #        PROTOCOL=2 or CIPHER=chacha20-poly1305 sudo bench/throughput.sh   (Roam's protocol version,
 #        3 by default, and for version 3 a pinned cipher; negotiated by default: AES-256-GCM where
 #        both ends have AES in hardware)
+#        TRANSPORT=tcp sudo bench/throughput.sh   (also Roam over its stream transport, TLS on TCP
+#        port 443, with the router dropping UDP to the server so the agent falls back to it, and
+#        OpenVPN over TCP on the same path; LOSS=1 drops that percentage of packets at random at the
+#        router, both ways, for every row)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +24,10 @@ MODE=${MODE:-split}
 LOCKDOWN=${LOCKDOWN:-on}
 PROTOCOL=${PROTOCOL:-3}
 CIPHER=${CIPHER:-}
+TRANSPORT=${TRANSPORT:-udp}
+LOSS=${LOSS:-0}
+[[ $TRANSPORT =~ ^(udp|tcp)$ ]] || { echo "throughput: TRANSPORT is udp or tcp" >&2; exit 2; }
+[[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "throughput: LOSS is a percentage, e.g. 1" >&2; exit 2; }
 [[ $PROTOCOL =~ ^(2|3)$ ]] || { echo "throughput: PROTOCOL is 2 or 3" >&2; exit 2; }
 [[ $CIPHER =~ ^(|aes-256-gcm|chacha20-poly1305)$ ]] || { echo "throughput: CIPHER is aes-256-gcm or chacha20-poly1305" >&2; exit 2; }
 [[ $MODE =~ ^(split|full)$ ]] || { echo "throughput: MODE is split or full" >&2; exit 2; }
@@ -30,7 +38,7 @@ CIPHER=${CIPHER:-}
 # --- packages and build ------------------------------------------------------------------------
 scripts/setup
 source bench/lab.sh
-lab_packages throughput iperf3 wireguard-go wireguard-tools
+lab_packages throughput iperf3 wireguard-go wireguard-tools $([ "$TRANSPORT" = tcp ] && echo openvpn)
 command -v python3 >/dev/null || { echo "throughput: needs python3" >&2; exit 2; }
 
 echo "throughput: building agent (release)" >&2
@@ -76,6 +84,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 scripts/lab up "$prefix" >/dev/null
+R=$prefix-router
+if [ "$LOSS" != 0 ]; then
+    for dev in srv0r eth0r; do tc -n "$R" qdisc add dev "$dev" root netem loss "$LOSS%"; done
+fi
 
 # wait_for TRIES DESCRIPTION COMMAND...: retry every 0.1 s, at most TRIES times
 wait_for() {
@@ -180,15 +192,19 @@ measure raw 10.31.9.2
 echo "throughput: Roam to 10.77.0.1" >&2
 SERVER_KEY=$("$A" keygen --out "$WORK/server.key")
 CLIENT_KEY=$("$A" keygen --out "$WORK/client.key")
-install -m 600 /dev/null "$WORK/server.yaml"   # users and their password hashes: root only
-cat >"$WORK/server.yaml" <<EOF
+# start_roam CLIENT_EXTRA SERVER_EXTRA: agent serve and agent up with these lines added to their
+# configurations; sets roam_server and roam_client
+start_roam() {
+    install -m 600 /dev/null "$WORK/server.yaml"   # users and their password hashes: root only
+    cat >"$WORK/server.yaml" <<EOF
 listen-port: 51820
 private-key-file: $WORK/server.key
 tunnel: {name: roam0, addresses: [10.77.0.1/24]}
 users:
   - {name: alice, public-key: $CLIENT_KEY, addresses: [10.77.0.2]}
+$2
 EOF
-cat >"$WORK/client.yaml" <<EOF
+    cat >"$WORK/client.yaml" <<EOF
 server: 10.31.9.2:51820
 server-key: $SERVER_KEY
 private-key-file: $WORK/client.key
@@ -197,21 +213,24 @@ $([ "$MODE" = split ] && echo "routes: [10.77.0.0/24]")
 lockdown: $LOCKDOWN
 protocol: $PROTOCOL
 $([ -n "$CIPHER" ] && echo "cipher: $CIPHER")
+$1
 EOF
-ip netns exec "$S" "$A" serve --config "$WORK/server.yaml" >"$WORK/serve.log" 2>&1 &
-roam_server=$!
-pids+=("$roam_server")
-wait_for 100 "roam0 in $S" ip -n "$S" link show roam0 ||
-    die_with_log "agent serve did not come up" "$WORK/serve.log"
-wait_for 100 "the server's UDP port" sh -c "ip netns exec $S ss -Hlun 'sport = :51820' | grep -q 51820" ||
-    die_with_log "agent serve is not listening" "$WORK/serve.log"
-ip netns exec "$L" "$A" up --config "$WORK/client.yaml" >"$WORK/up.log" 2>&1 &
-roam_client=$!
-pids+=("$roam_client")
-wait_for 150 "roam0 in $L" sh -c "ip -n $L link show roam0 && ip -n $L route get 10.77.0.1 | grep -q roam0" ||
-    die_with_log "agent up did not come up" "$WORK/up.log" "$WORK/serve.log"
-wait_for 20 "a ping through Roam" ip netns exec "$L" ping -c 1 -W 1 10.77.0.1 ||
-    die_with_log "no ping through Roam" "$WORK/up.log" "$WORK/serve.log"
+    ip netns exec "$S" "$A" serve --config "$WORK/server.yaml" >"$WORK/serve.log" 2>&1 &
+    roam_server=$!
+    pids+=("$roam_server")
+    wait_for 100 "roam0 in $S" ip -n "$S" link show roam0 ||
+        die_with_log "agent serve did not come up" "$WORK/serve.log"
+    wait_for 100 "the server's UDP port" sh -c "ip netns exec $S ss -Hlun 'sport = :51820' | grep -q 51820" ||
+        die_with_log "agent serve is not listening" "$WORK/serve.log"
+    ip netns exec "$L" "$A" up --config "$WORK/client.yaml" >"$WORK/up.log" 2>&1 &
+    roam_client=$!
+    pids+=("$roam_client")
+    wait_for 150 "roam0 in $L" sh -c "ip -n $L link show roam0 && ip -n $L route get 10.77.0.1 | grep -q roam0" ||
+        die_with_log "agent up did not come up" "$WORK/up.log" "$WORK/serve.log"
+    wait_for 20 "a ping through Roam" ip netns exec "$L" ping -c 1 -W 1 10.77.0.1 ||
+        die_with_log "no ping through Roam" "$WORK/up.log" "$WORK/serve.log"
+}
+start_roam "" ""
 ROAM_MTU=$(mtu "$L" roam0)
 sleep 3
 read -r RSS_FRESH ANON_FRESH <<<"$(rss "$roam_client")"
@@ -247,6 +266,57 @@ sleep 5
 read -r RSS_IDLE ANON_IDLE <<<"$(rss "$roam_client")"
 stop_pid "$roam_client"
 stop_pid "$roam_server"
+
+if [ "$TRANSPORT" = tcp ]; then
+    # --- b2. Roam over its stream transport: the router drops UDP to the server ------------------
+    echo "throughput: Roam over TLS on TCP 443 (UDP to the server dropped at the router)" >&2
+    ip netns exec "$R" nft -f - <<'NFT'
+table inet benchblock {
+    chain forward { type filter hook forward priority 0; udp dport 51820 counter drop; }
+}
+NFT
+    start_roam "tcp: 443" "tcp: 443"
+    grep -q 'msg="stream opened"' "$WORK/up.log" || die_with_log "the session is not on the stream" "$WORK/up.log"
+    sleep 2
+    measure roam-tcp 10.77.0.1 "$roam_client"
+    alive "$roam_client" || die_with_log "agent up exited" "$WORK/up.log"
+    stop_pid "$roam_client"
+    stop_pid "$roam_server"
+    ip netns exec "$R" nft delete table inet benchblock
+
+    # --- d. OpenVPN over TCP on the same path ----------------------------------------------------
+    echo "throughput: OpenVPN over TCP to 10.99.0.1" >&2
+    (
+        cd "$WORK" && umask 077
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=bench-ca \
+            -keyout ca.key -out ca.crt 2>/dev/null
+        for who in ovpn-server ovpn-client; do
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$who" \
+                -keyout "$who.key" -out "$who.csr" 2>/dev/null
+            printf 'extendedKeyUsage=%s\n' "$([ $who = ovpn-server ] && echo serverAuth || echo clientAuth)" >"$who.ext"
+            openssl x509 -req -in "$who.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile "$who.ext" \
+                -out "$who.crt" 2>/dev/null
+        done
+    )
+    ovpn_common=(--dev-type tun --cipher AES-256-GCM --data-ciphers AES-256-GCM --ca "$WORK/ca.crt" --verb 1)
+    ip netns exec "$S" openvpn "${ovpn_common[@]}" --dev ovpns --mode server --tls-server --dh none --port 1194 \
+        --proto tcp-server --cert "$WORK/ovpn-server.crt" --key "$WORK/ovpn-server.key" --topology subnet \
+        --ifconfig 10.99.0.1 255.255.255.0 --ifconfig-pool 10.99.0.2 10.99.0.9 --push "topology subnet" \
+        >"$WORK/ovpn-server.log" 2>&1 &
+    ovpn_server=$!
+    pids+=("$ovpn_server")
+    wait_for 100 "OpenVPN's TCP port" sh -c "ip netns exec $S ss -Hltn 'sport = :1194' | grep -q 1194" ||
+        die_with_log "openvpn (server) did not come up" "$WORK/ovpn-server.log"
+    ip netns exec "$L" openvpn "${ovpn_common[@]}" --dev ovpnl --client --remote 10.31.9.2 1194 --proto tcp-client \
+        --cert "$WORK/ovpn-client.crt" --key "$WORK/ovpn-client.key" --route-nopull >"$WORK/ovpn-client.log" 2>&1 &
+    ovpn_client=$!
+    pids+=("$ovpn_client")
+    wait_for 300 "a ping through OpenVPN" ip netns exec "$L" ping -c 1 -W 1 10.99.0.1 ||
+        die_with_log "no ping through OpenVPN" "$WORK/ovpn-client.log" "$WORK/ovpn-server.log"
+    measure openvpn-tcp 10.99.0.1 "$ovpn_client"
+    stop_pid "$ovpn_client"
+    stop_pid "$ovpn_server"
+fi
 
 # --- c. wireguard-go ---------------------------------------------------------------------------
 echo "throughput: wireguard-go to 10.88.0.1" >&2
@@ -285,15 +355,19 @@ stop_pid "$wg_server"
 ratio() { python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f"{a / b:.2f}" if b else "-")' "$1" "$2"; }
 echo
 SPOKEN=$(grep -o 'msg="handshake completed".*' "$WORK/up.log" | head -n 1 | grep -o 'protocol=[0-9]* cipher=[a-z0-9-]*\|cipher=[a-z0-9-]* protocol=[0-9]*' || echo "unknown")
-echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN, session: $SPOKEN"
+echo "iperf3, 1 TCP stream, ${DURATION}s per direction, laptop ns -> server ns ($(nproc) cores); Roam in $MODE mode, lockdown $LOCKDOWN, session: $SPOKEN; random loss at the router: $LOSS% each way"
 printf '%-14s %10s %12s %15s %22s %24s\n' path "up Mbit/s" "down Mbit/s" "client CPU s" "client CPU ms/Gbit up" "client CPU ms/Gbit down"
-for p in raw roam $([ "$MODE" = full ] && echo roam-container) wireguard-go; do
+for p in raw roam $([ "$MODE" = full ] && echo roam-container) $([ "$TRANSPORT" = tcp ] && echo roam-tcp openvpn-tcp) wireguard-go; do
     printf '%-14s %10s %12s %15s %22s %24s\n' "$p" "${UP[$p]}" "${DOWN[$p]}" "${CPU_S[$p]:--}" "${CPU_UP[$p]:--}" "${CPU_DOWN[$p]:--}"
 done
 printf '%-14s %10s %12s %15s %22s %24s\n' "roam/wg-go" "$(ratio "${UP[roam]}" "${UP[wireguard-go]}")" \
     "$(ratio "${DOWN[roam]}" "${DOWN[wireguard-go]}")" "" \
     "$(ratio "${CPU_UP[roam]}" "${CPU_UP[wireguard-go]}")" "$(ratio "${CPU_DOWN[roam]}" "${CPU_DOWN[wireguard-go]}")"
 printf '%-14s %10s %12s\n' "roam/raw" "$(ratio "${UP[roam]}" "${UP[raw]}")" "$(ratio "${DOWN[roam]}" "${DOWN[raw]}")"
+if [ "$TRANSPORT" = tcp ]; then
+    printf '%-14s %10s %12s\n' "roam-tcp/roam" "$(ratio "${UP[roam-tcp]}" "${UP[roam]}")" "$(ratio "${DOWN[roam-tcp]}" "${DOWN[roam]}")"
+    printf '%-14s %10s %12s\n' "roam-tcp/ovpn" "$(ratio "${UP[roam-tcp]}" "${UP[openvpn-tcp]}")" "$(ratio "${DOWN[roam-tcp]}" "${DOWN[openvpn-tcp]}")"
+fi
 echo "client CPU s: the client process's utime+stime during the upload run; MTU: roam0 $ROAM_MTU, wireguard-go $WG_MTU"
 echo "Roam client RSS: ${RSS_FRESH} kB (RssAnon ${ANON_FRESH} kB) idle after up; ${RSS_IDLE} kB (RssAnon ${ANON_IDLE} kB) idle 5 s after the runs"
 echo "UDP RcvbufErrors during the runs: roam: ${DROPS[roam]}; wireguard-go: ${DROPS[wireguard-go]}"

@@ -42,7 +42,8 @@ public struct HTTPProxy: Equatable, Sendable, CustomStringConvertible {
         }
         let line = String(decoding: answer[..<min(end, 200)], as: UTF8.self)
         let parts = line.split(separator: " ", maxSplits: 2)
-        guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]), (100...599).contains(status) else {
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), parts[1].utf8.count == 3,
+              parts[1].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let status = Int(parts[1]), (100...599).contains(status) else {
             return "the proxy's answer is not HTTP"
         }
         let said = parts.count > 2 ? " \(Self.printable(parts[2]))" : ""
