@@ -834,6 +834,7 @@ public struct Replay {
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
         let works = carrying && clientHasSession && serverHasSession && missing[.routing] == nil
             && socket.map { passes($0) && fits(wireSize(of: scenario.trafficSize, on: $0), on: $0) } == true
+            && socket.flatMap { streamReady[$0] }.map { $0 <= now } ?? true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
         } else if let start = outageStart {
