@@ -8,10 +8,12 @@ extension Config {
         "probe-timeout", "probe-attempts", "liveness-timeout", "short-sleep", "session-lifetime", "stable-after",
         "dead-path-hold-down", "ac", "battery", "portal-check", "portal-recheck", "portal-recheck-cap",
         "portal-window-recheck", "portal-window", "handshake-resend", "max-probe-attempts", "rtt-stale-after",
-        "path-mtu-discovery", "min-mtu", "mtu-raise-after",
+        "path-mtu-discovery", "min-mtu", "mtu-raise-after", "stream",
     ]
     /// The keys of the `ac:` and `battery:` budgets.
     public static let budgetKeys = ["burst", "refill", "backoff-base", "backoff-cap"]
+    /// The keys of `stream:` (`Config.StreamPolicy`); `stream: true` takes the defaults.
+    public static let streamKeys = ["race-delay", "udp-retest", "udp-retest-cap"]
 }
 
 extension YAMLReader {
@@ -46,6 +48,23 @@ extension YAMLReader {
         if let n = f.optional("portal-window") { config.portalWindow = try positiveDuration(n) }
         if config.portalRecheckCap < config.portalRecheck, let n = f.optional("portal-recheck-cap") ?? f.optional("portal-recheck") {
             throw fail(n, "'portal-recheck-cap' (\(config.portalRecheckCap.short)) is shorter than 'portal-recheck' (\(config.portalRecheck.short))")
+        }
+        if let n = f.optional("stream") {
+            // `true`/`false`, or the timings (which turn it on): the server can be reached over
+            // TLS on TCP as well as over UDP.
+            if case .mapping = n.value {
+                let t = try fields(n, "\(section.dropLast())/stream'", allowed: Config.streamKeys)
+                var policy = config.stream ?? Config.StreamPolicy()
+                if let v = t.optional("race-delay") { policy.raceDelay = try positiveDuration(v) }
+                if let v = t.optional("udp-retest") { policy.retestAfter = try positiveDuration(v) }
+                if let v = t.optional("udp-retest-cap") { policy.retestCap = try positiveDuration(v) }
+                if policy.retestCap < policy.retestAfter {
+                    throw fail(n, "'udp-retest-cap' (\(policy.retestCap.short)) is shorter than 'udp-retest' (\(policy.retestAfter.short))")
+                }
+                config.stream = policy
+            } else {
+                config.stream = try bool(n) ? config.stream ?? Config.StreamPolicy() : nil
+            }
         }
         for (key, path) in [("ac", \Config.ac), ("battery", \Config.battery)] {
             guard let n = f.optional(key) else { continue }

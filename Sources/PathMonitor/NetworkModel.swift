@@ -1,17 +1,37 @@
 public import Basics
 public import Netlink
-/// The way the tunnel's UDP flow leaves this host for the server: an uplink, the source
-/// address the session binds to, and the route that carries it.
+
+/// How the session's packets travel over an uplink to the gateway.
+public enum Transport: String, Hashable, Sendable {
+    /// Datagrams, the protocol's own transport.
+    case udp
+    /// The same messages framed on a TCP stream inside TLS to the gateway (port 443 by default),
+    /// directly or through an HTTP proxy: for networks that block UDP. Opening it takes round
+    /// trips of its own (TCP, TLS, perhaps the proxy's CONNECT) before anything is sent.
+    case stream
+}
+
+/// The way the tunnel's flow leaves this host for the server: an uplink, the source address the
+/// session binds to, the route that carries it, and the transport over it (UDP unless the core
+/// chose the stream: the network model only ever makes UDP paths).
 public struct Path: Hashable, Sendable, CustomStringConvertible {
-    /// What makes two paths the same for the session: the socket is bound to a link and a source.
+    /// What makes two paths the same for the session: the socket is bound to a link and a
+    /// source, and carries one transport. The UDP and the stream path over one uplink are two
+    /// paths: the session moves between them as it roams between uplinks.
     public struct ID: Hashable, Sendable, CustomStringConvertible {
         public var linkIndex: Int32
         public var source: IPAddress
-        public init(linkIndex: Int32, source: IPAddress) {
+        public var transport: Transport
+        public init(linkIndex: Int32, source: IPAddress, transport: Transport = .udp) {
             self.linkIndex = linkIndex
             self.source = source
+            self.transport = transport
         }
-        public var description: String { "\(linkIndex)/\(source)" }
+        /// The same uplink and source over `transport`.
+        public func over(_ transport: Transport) -> ID {
+            ID(linkIndex: linkIndex, source: source, transport: transport)
+        }
+        public var description: String { "\(linkIndex)/\(source)" + (transport == .stream ? "/tls" : "") }
     }
 
     public var linkIndex: Int32
@@ -26,9 +46,10 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
     /// The link's other valid addresses of the same family (deprecated ones included): a session
     /// bound to one of them may stay while the link's preference settles.
     public var otherSources: [IPAddress]
+    public var transport: Transport
 
     public init(linkIndex: Int32, interface: String, kind: LinkKind, source: IPAddress, gateway: IPAddress?,
-                metric: UInt32, prefixLength: Int, mtu: Int, otherSources: [IPAddress] = []) {
+                metric: UInt32, prefixLength: Int, mtu: Int, otherSources: [IPAddress] = [], transport: Transport = .udp) {
         self.linkIndex = linkIndex
         self.interface = interface
         self.kind = kind
@@ -38,9 +59,20 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
         self.prefixLength = prefixLength
         self.mtu = mtu
         self.otherSources = otherSources
+        self.transport = transport
     }
 
-    public var id: ID { ID(linkIndex: linkIndex, source: source) }
+    public var id: ID { ID(linkIndex: linkIndex, source: source, transport: transport) }
+
+    /// The same uplink, source and route over `transport`.
+    public func over(_ transport: Transport) -> Path {
+        var path = self
+        path.transport = transport
+        return path
+    }
+
+    /// The interface, with `/tls` when the path is the stream: what logs and reasons name.
+    public var name: String { transport == .stream ? interface + "/tls" : interface }
 
     /// True when the kernel would prefer this path over `other`: longest prefix, then lowest metric.
     public func ranks(above other: Path) -> Bool {
@@ -50,7 +82,7 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        "\(interface) \(source)" + (gateway.map { " via \($0)" } ?? "") + " metric \(metric)"
+        "\(name) \(source)" + (gateway.map { " via \($0)" } ?? "") + " metric \(metric)"
     }
 }
 

@@ -65,6 +65,11 @@ public enum AgentEvent: Equatable, Sendable {
     case intact(Holding)
     /// An operator's request.
     case request(Request)
+    /// The stream on path `id` (a `.stream` path) could not be opened or broke, and why
+    /// (connection refused, the proxy refused or asked for credentials, TLS failed, a reset):
+    /// a failed attempt on that path. The runner opens a new stream the next time the core
+    /// sends over that path.
+    case streamFailed(Path.ID, why: String)
 
     /// Short name of the event, as the `trigger` of a log line.
     public var name: String {
@@ -101,6 +106,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .request(.exclude): "exclude"
         case .request(.stop(.byOperator)): "operator-stop"
         case .request(.stop): "stop"
+        case .streamFailed: "stream-failed"
         }
     }
 
@@ -443,6 +449,7 @@ public struct AgentCore: Sendable {
         case .request(let request): operatorAsked(request, now, &out)
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
         case .exclusionOpened(let opened): exclusionOpened(opened, &out)
+        case .streamFailed(let id, let why): run(.streamFailed(on: id, why: why), now, &out)
         }
         return out
     }

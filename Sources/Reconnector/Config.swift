@@ -22,6 +22,23 @@ public struct Config: Sendable, Equatable {
         }
     }
 
+    /// The stream transport's timings, for a server the client may also reach over TLS on TCP
+    /// (the gateway has TCP enabled in the client's configuration).
+    public struct StreamPolicy: Sendable, Equatable {
+        /// UDP first: a handshake or probe unanswered this long (or the path's patience, if
+        /// longer, at most `handshakeResend`) sends the attempt to the stream over the same
+        /// uplink. Short, so that a network that blocks UDP costs well under a second before the
+        /// stream is opened; a UDP answer that was only late is won back by the re-test.
+        public var raceDelay: Duration = .milliseconds(300)
+        /// On the stream, UDP over the same uplink is tried again (a make-before-break probe)
+        /// this long after landing there; each try that goes unanswered doubles the wait, up to
+        /// `retestCap`. Both are doubled on battery.
+        public var retestAfter: Duration = .seconds(30)
+        public var retestCap: Duration = .seconds(600)
+
+        public init() {}
+    }
+
     /// Quiet time a new better path must stay before it is probed: long enough to coalesce the
     /// burst of address and route messages one configuration change makes, short enough that a
     /// docked laptop moves to Ethernet at once. A lost path with an alternative does not wait.
@@ -104,7 +121,19 @@ public struct Config: Sendable, Equatable {
     /// On a path found smaller than `maxMTU`, how often to see whether it grew.
     public var mtuRaiseAfter: Duration = .seconds(600)
 
+    /// The stream transport, when the current server can be reached over it; nil (the default):
+    /// UDP only, as before the stream existed.
+    public var stream: StreamPolicy?
+
     public init() {}
+
+    /// The wait before the next UDP re-test from the stream, after `failed` re-tests that went
+    /// unanswered: `retestAfter` doubled per failure up to `retestCap` (both doubled on battery).
+    public func udpRetest(after failed: Int, on power: PowerSource) -> Duration {
+        guard let stream else { return .zero }
+        let factor = power == .battery ? 2 : 1
+        return min(stream.retestCap * factor, stream.retestAfter * factor * (1 << min(failed, 20)))
+    }
 
     /// The smallest tunnel MTU for a tunnel that carries IPv6 or not: 1,280 with IPv6 (its
     /// minimum; the kernel takes IPv6 off a device below it), else 1,200 (RFC 8899's base for

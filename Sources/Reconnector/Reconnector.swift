@@ -123,6 +123,17 @@ public struct Reconnector: Sendable {
     public static let mtuVerifyEvery: Duration = .seconds(30)
     /// Path MTU probes sent since start.
     public private(set) var sizeProbes = 0
+    /// What is known of UDP on each network (see `TransportBook`), kept across restarts.
+    public private(set) var transports = TransportBook()
+    /// The UDP path whose attempt went unanswered for the race delay, in the attempt under way:
+    /// the stream's answer then marks its network as blocking UDP.
+    private var raced: Path.ID?
+    /// The stream path that answered since it was last opened: its failure is a break (a reset
+    /// mid-session, which a new stream mends), not a failure to open one.
+    private var streamProven: Path.ID?
+    /// The UDP re-test while the session is on the stream: the uplink's UDP path, when the next
+    /// re-test is due, and how many went unanswered on it.
+    private var retest: (udp: Path.ID, due: Instant, failed: Int)?
     /// A path MTU search is under way on the session's path.
     public var isSearchingPathMTU: Bool { mtu.map { !$0.search.isDone } ?? false }
 
@@ -147,6 +158,8 @@ public struct Reconnector: Sendable {
     public init(config: Config = Config(), power: PowerSource = .ac, seed: UInt64 = 0, now: Instant, memory: Memory,
                 servers: [String] = ["server"]) {
         self.init(config: config, power: power, seed: seed, now: now, servers: servers)
+        // What networks block is not about the clock: it holds after a reboot too.
+        transports = memory.transports
         guard memory.refilledAt <= now else { return }
         tokens = max(0, min(memory.tokens, config.budget(on: power).burst))
         refilledAt = memory.refilledAt
@@ -163,7 +176,13 @@ public struct Reconnector: Sendable {
         var retry: Instant?
         if case .backingOff = state { retry = deadlines[.retry] }
         return Memory(tokens: tokens, refilledAt: refilledAt, failures: failures, notBefore: retry ?? notBefore,
-                      dead: dead.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) })
+                      dead: dead.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) }, transports: transports)
+    }
+
+    /// Which transport carries the session, and what each known network blocks.
+    public var transportStatus: TransportStatus {
+        TransportStatus(transport: state.path?.transport, interface: state.path?.interface,
+                        networks: transports.networks.sorted { $0.key < $1.key }.map { .init(key: $0.key, udp: $0.value) })
     }
 
     /// The smoothed round-trip time to the server, from probe echoes and handshakes.
@@ -220,6 +239,7 @@ public struct Reconnector: Sendable {
         case .openPortalWindow: openPortalWindow(now, &out)
         case .closePortalWindow: closePortalWindow(now, &out)
         case .onDemand(let decision): onDemand(decision, now, &out)
+        case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         }
         return out
     }
@@ -230,7 +250,7 @@ public struct Reconnector: Sendable {
         // A link's loss counts for flap damping; a change of its address does not.
         for old in paths where !new.contains(where: { $0.linkIndex == old.linkIndex }) { noteLoss(of: old, now) }
         paths = new
-        if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id } } }
+        if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id.over(.udp) } } }
         if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
         switch state {
         case .sleeping, .failed, .paused:
@@ -284,7 +304,7 @@ public struct Reconnector: Sendable {
         case .connecting(let current), .connected(let current), .probing(let current, _),
              .switching(let current, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
-            guard let same = new.first(where: { $0.id == current.id }) ?? Self.stillValid(current, in: new) else {
+            guard let same = Self.refreshed(current, in: new) ?? Self.stillValid(current, in: new) else {
                 if let wait = rulesWait, wait.path == best.id {
                     // Left for a network the rules are still looking at: nothing is tried there
                     // until they know whether it is trusted.
@@ -307,7 +327,7 @@ public struct Reconnector: Sendable {
             case .connecting: state = .connecting(same); coalesced += 1
             case .probing(_, let sent): state = .probing(same, sent: sent); coalesced += 1
             case .switching(_, let to, let sent):
-                if let target = new.first(where: { $0.id == to.id }) {
+                if let target = Self.refreshed(to, in: new) {
                     state = .switching(from: same, to: target, sent: sent)
                     coalesced += 1
                 } else {
@@ -363,10 +383,12 @@ public struct Reconnector: Sendable {
             if socket != nil { out.append(.disconnect) }
             return
         }
-        if isSessionFresh(now), best.id == socket {
-            // Short sleep on the same network: one probe tells whether anything changed.
-            probe(best, now, &out)
-            return enter(.probing(best, sent: 1), .wokeAfter(slept), now, &out)
+        if isSessionFresh(now), let socket, best.id == socket.over(.udp) {
+            // Short sleep on the same network: one probe tells whether anything changed (over
+            // the transport the session was on).
+            let path = best.over(socket.transport)
+            probe(path, now, &out)
+            return enter(.probing(path, sent: 1), .wokeAfter(slept), now, &out)
         }
         attempt(on: best, .wokeAfter(slept), now, &out)
     }
@@ -393,11 +415,14 @@ public struct Reconnector: Sendable {
             // Once the session's own path has missed a probe, the path that answers takes over,
             // within the budget as on the probe timer's expiry.
             if sent > 1, takeToken(now) { failover(from: path, now, &out) }
-        case .switching(_, let to, _) where to.id == id:
+        case .switching(let from, let to, _) where to.id == id:
             dead[id] = nil
             sampleRTT(rtt, now, newPath: true)
-            moveSocket(to: to, .switched(to.interface, rtt: rtt), &out)
-            enter(.connected(to), .switched(to.interface, rtt: rtt), now, &out)
+            // Back from the stream to UDP on the same uplink: a roam like any, no handshake.
+            let reason: Reason = Self.isUDPRetest(from: from, to: to) ? .udpAnswered(to.interface, rtt: rtt)
+                : .switched(to.name, rtt: rtt)
+            moveSocket(to: to, reason, &out)
+            enter(.connected(to), reason, now, &out)
         case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id,
              .portal(let path, _) where path.id == id:
             // An echo on the session's keys that came later than the probes waited (an RTT that
@@ -566,7 +591,7 @@ public struct Reconnector: Sendable {
             if checkingHint { arm(.probe, at: now + hintPatience(now), &out) }
             // Make-before-break for a path that may have died: the best other path is asked at
             // the same time, and takes over if the session's own stays silent.
-            let other = paths.first { $0.id != path.id && !isDead($0.id, now) }
+            let other = paths.first { $0.id != path.id.over(.udp) && !isDead($0.id, now) }
             if let other { sendProbe(via: other, &out) }
             enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
             rescue = other.map { ($0, nil) }
@@ -595,9 +620,19 @@ public struct Reconnector: Sendable {
             if sent < config.probeAttempts {
                 probe(to, now, &out)
                 state = .switching(from: from, to: to, sent: sent + 1)
+            } else if Self.isUDPRetest(from: from, to: to) {
+                // Still blocked: no verdict against the UDP path (it is not dead, only blocked
+                // here), and the next re-test waits twice as long.
+                if var next = retest {
+                    next.failed += 1
+                    next.due = now + config.udpRetest(after: next.failed, on: power)
+                    retest = next
+                }
+                enter(.connected(from), .udpStillSilent(to.interface, probes: sent), now, &out)
+                considerBetterPath(now, &out)
             } else {
                 markDead(to.id, now)
-                enter(.connected(from), .candidateUnreachable(to.interface, probes: sent), now, &out)
+                enter(.connected(from), .candidateUnreachable(to.name, probes: sent), now, &out)
                 considerBetterPath(now, &out)
             }
         case (.handshake, .connecting(let path)):
@@ -609,11 +644,13 @@ public struct Reconnector: Sendable {
             out.append(.resendHandshake(on: path))
             armResend(now, &out)
         case (.debounce, .connected(let current)):
-            guard let id = candidate, let target = paths.first(where: { $0.id == id }),
-                  Self.isPreferred(target, over: current), !isDead(id, now), id != rulesWait?.path
+            guard let id = candidate, let uplink = paths.first(where: { $0.id == id }),
+                  Self.isPreferred(uplink, over: current), !isDead(id, now), id != rulesWait?.path
             else { return considerBetterPath(now, &out) }
             guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
             candidate = nil
+            // Over the stream if its network is known to block UDP.
+            let target = knownToBlockUDP(uplink, now) ? uplink.over(.stream) : uplink
             let reason: Reason = target.linkIndex == current.linkIndex
                 ? .addressChanged(current.interface, from: current.source, to: target.source)
                 : .betterPath(target, over: current)
@@ -638,6 +675,11 @@ public struct Reconnector: Sendable {
             arm(.recheck, at: now + recheckWait, &out)
         case (.pathMTU, .connected(let path)):
             pathMTUTimer(on: path, now, &out)
+        case (.race, .connecting(let path)) where path.transport == .udp,
+             (.race, .probing(let path, _)) where path.transport == .udp:
+            raceToStream(from: path, now, &out)
+        case (.udpRetest, .connected(let path)) where path.transport == .stream:
+            retestUDP(from: path, now, &out)
         case (.portalWindow, .portal(let path, let url)):
             portalWindowUntil = nil
             out.append(.closePortalWindow)
@@ -831,6 +873,8 @@ public struct Reconnector: Sendable {
             // No attempts until the network changes, an operator acts, or a recheck sees it open:
             // a portal does not open by itself, so handshakes into it only spend the budget.
             rechecks = 0
+            // Whatever went unanswered there was the portal's doing, not the network's policy.
+            transports.forget(NetworkKey(path))
             enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
             arm(.recheck, at: now + recheckWait, &out)
         case (.portal(let url), .portal(let path, let known)) where path.id == id && url != known:
@@ -998,6 +1042,7 @@ public struct Reconnector: Sendable {
               same.otherSources.contains(current.source) else { return nil }
         same.otherSources = same.otherSources.filter { $0 != current.source } + [same.source]
         same.source = current.source
+        same.transport = current.transport
         return same
     }
 
@@ -1043,22 +1088,27 @@ public struct Reconnector: Sendable {
         }
         if let due = notBefore, now < due {
             arm(.retry, at: due, &out)
-            return enter(.backingOff(path), .backoff(nextIn: due - now), now, &out)
+            return enter(.backingOff(path.over(.udp)), .backoff(nextIn: due - now), now, &out)
         }
         notBefore = nil
         guard takeToken(now) else {
             let next = nextToken()
             arm(.retry, at: next, &out)
-            return enter(.backingOff(path), .budgetExhausted(nextIn: next - now), now, &out)
+            return enter(.backingOff(path.over(.udp)), .budgetExhausted(nextIn: next - now), now, &out)
         }
         startAttempt(on: path, reason, now, &out, handshake: handshake)
     }
 
     /// Moves the socket if needed, then proves the path: a probe if the session is still
     /// alive (the server follows us on the first authenticated packet), else a handshake.
-    private mutating func startAttempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+    private mutating func startAttempt(on given: Path, _ because: Reason, _ now: Instant, _ out: inout [Action],
                                        handshake: Bool) {
         attempt += 1
+        raced = nil
+        // An uplink's UDP path: the transport is chosen here (see `transport(for:)`); a stream
+        // path given is the stream on purpose (a failed UDP attempt's fallback, a stream mended).
+        var (path, reason, race) = (given, because, false)
+        if given.transport == .udp { (path, reason, race) = transport(for: given, because, now) }
         moveSocket(to: path, reason, &out)
         if handshake || !isSessionFresh(now) {
             checkingHint = false  // fresh keys settle it
@@ -1069,11 +1119,149 @@ public struct Reconnector: Sendable {
             arm(.handshake, at: now + config.handshakeTimeout, &out)
             enter(.connecting(path), reason, now, &out)
             resends = 0
-            armResend(now, &out)
+            // A stream delivers what it carries or breaks: nothing to send again within it.
+            if path.transport == .udp { armResend(now, &out) }
         } else {
             probe(path, now, &out)
             enter(.probing(path, sent: 1), reason, now, &out)
         }
+        if race {
+            arm(.race, at: now + raceDelay(now), &out)
+        } else if deadlines[.race] != nil {
+            cancel(.race, &out)  // an earlier attempt's
+        }
+    }
+
+    // MARK: Transports
+
+    /// Which transport an attempt on `uplink` (its UDP path) starts on, with the reason to log
+    /// and whether UDP races the stream:
+    /// - the stream off (`Config.stream` nil): UDP, as ever;
+    /// - a network known to block UDP (`TransportBook`): the stream at once, unless the stream
+    ///   itself failed there lately (a dead-path verdict);
+    /// - any other (nothing known, or UDP answered there): UDP first, and the stream over the
+    ///   same uplink if UDP has not answered within the race delay (happy eyeballs).
+    private func transport(for uplink: Path, _ reason: Reason, _ now: Instant) -> (Path, Reason, race: Bool) {
+        guard config.stream != nil, !isDead(uplink.id.over(.stream), now) else { return (uplink, reason, false) }
+        if knownToBlockUDP(uplink, now) {
+            return (uplink.over(.stream), .knownToBlockUDP(uplink.interface, because: reason), false)
+        }
+        return (uplink, reason, true)
+    }
+
+    /// The stream is on, and UDP went unanswered on `uplink`'s network while the stream answered.
+    private func knownToBlockUDP(_ uplink: Path, _ now: Instant) -> Bool {
+        config.stream != nil && transports[NetworkKey(uplink)] == .blocked && !isDead(uplink.id.over(.stream), now)
+    }
+
+    /// How long UDP may go unanswered before the attempt goes to the stream: the policy's
+    /// delay, or the path's patience when it is longer (a slow path's answer takes longer), at
+    /// most `handshakeResend`, so a blocked network costs under a second before the stream opens.
+    private func raceDelay(_ now: Instant) -> Duration {
+        let least = config.stream?.raceDelay ?? .zero
+        return max(least, min(patience(now), config.handshakeResend))
+    }
+
+    /// UDP went unanswered for the race delay: the attempt moves to the stream on the same
+    /// uplink, a handshake if one was in flight, a probe if the session lives. It is the same
+    /// attempt over another transport, yet a move of the socket all the same: it spends a token
+    /// (without one, the attempt stays on UDP and its own timeout decides).
+    private mutating func raceToStream(from path: Path, _ now: Instant, _ out: inout [Action]) {
+        let stream = path.over(.stream)
+        guard !isDead(stream.id, now), takeToken(now) else { return }
+        let reason = Reason.udpSilent(path.interface, after: now - enteredAt)
+        raced = path.id
+        moveSocket(to: stream, reason, &out)
+        if case .connecting = state {
+            // The UDP initiation's late answer no longer counts; the stream's handshake is
+            // covered by what is left of the attempt's timeout.
+            if deadlines[.resend] != nil { cancel(.resend, &out) }
+            out.append(.handshake(on: stream, reason: reason))
+            enter(.connecting(stream), reason, now, &out)
+        } else {
+            probe(stream, now, &out)
+            enter(.probing(stream, sent: 1), reason, now, &out)
+        }
+    }
+
+    /// The re-test is due: a make-before-break probe of UDP over the stream's uplink, within
+    /// the budget as any move by choice.
+    private mutating func retestUDP(from stream: Path, _ now: Instant, _ out: inout [Action]) {
+        guard let udp = paths.first(where: { $0.id == stream.id.over(.udp) }) else { return }
+        guard takeToken(now) else {
+            let next = nextToken()
+            retest?.due = next
+            return arm(.udpRetest, at: next, &out)
+        }
+        probe(udp, now, &out)
+        enter(.switching(from: stream, to: udp, sent: 1), .udpRetest(udp.interface), now, &out)
+    }
+
+    /// The stream on path `id` could not be opened or broke. A stream that answered since it
+    /// was opened broke (a middlebox's reset, a proxy that dropped it): the next attempt opens a
+    /// new one at once, within the budget. One that never answered failed to open: a failed
+    /// attempt on that path, as a handshake timeout would be, only sooner.
+    private mutating func streamFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Action]) {
+        guard config.stream != nil, id.transport == .stream else { coalesced += 1; return }
+        let broke = streamProven == id
+        if broke { streamProven = nil }
+        switch state {
+        case .connecting(let path) where path.id == id:
+            failed(on: path, .streamFailed(path.name, why: why), now, &out)
+        case .connected(let path) where path.id == id, .probing(let path, _) where path.id == id,
+             .switching(let path, _, _) where path.id == id:
+            let reason = Reason.streamFailed(path.name, why: why)
+            if broke { return attempt(on: path, reason, now, &out) }
+            failed(on: path, reason, now, &out)
+        case .switching(let from, let to, _) where to.id == id:
+            markDead(id, now)
+            enter(.connected(from), .streamFailed(to.name, why: why), now, &out)
+            considerBetterPath(now, &out)
+        default:
+            coalesced += 1  // a stream the session has left
+        }
+    }
+
+    /// The other transport over `path`'s uplink to fall back on, when the stream is on: the
+    /// stream for a UDP path, unless it failed lately; UDP for a stream path, unless UDP went
+    /// unanswered in this very attempt.
+    private func otherTransport(of path: Path, _ now: Instant) -> Path? {
+        guard config.stream != nil else { return nil }
+        let twin = path.over(path.transport == .udp ? .stream : .udp)
+        guard !isDead(twin.id, now), twin.id != raced else { return nil }
+        if twin.transport == .udp, !paths.contains(where: { $0.id == twin.id }) { return nil }
+        return twin
+    }
+
+    /// Connected on `path`: what it shows of UDP on its network is remembered, and on the
+    /// stream the next UDP re-test is scheduled (kept across the probing a silence brings, so a
+    /// lossy stream does not put it off for ever).
+    private mutating func connectedOn(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+        guard config.stream != nil else { return }
+        let key = NetworkKey(path)
+        switch path.transport {
+        case .udp:
+            transports.learn(.answers, for: key)
+            retest = nil
+        case .stream:
+            if raced == path.id.over(.udp) { transports.learn(.blocked, for: key) }
+            streamProven = path.id
+            let udp = path.id.over(.udp)
+            if retest?.udp != udp { retest = (udp, now + config.udpRetest(after: 0, on: power), 0) }
+            if let due = retest?.due { arm(.udpRetest, at: max(due, now), &out) }
+        }
+        raced = nil
+    }
+
+    /// True when moving from `from` to `to` is the UDP re-test: from the stream to UDP over
+    /// the same uplink and source.
+    private static func isUDPRetest(from: Path, to: Path) -> Bool {
+        from.transport == .stream && to.id == from.id.over(.udp)
+    }
+
+    /// `path` as `new` shows it now (its route's metric and gateway), over the same transport.
+    private static func refreshed(_ path: Path, in new: [Path]) -> Path? {
+        new.first { $0.id == path.id.over(.udp) }.map { $0.over(path.transport) }
     }
 
     /// An attempt on `path` failed: move to another path at once if one is left, else back off.
@@ -1083,19 +1271,28 @@ public struct Reconnector: Sendable {
         // best path, which is not blamed for it. Once attempts back off, a retry goes to the
         // first server not held down and its failure backs off again: the servers are not
         // cycled through between retries.
-        let otherPaths = paths.contains { $0.id != path.id && !isDead($0.id, now) }
+        // Other uplinks, that is: the other transport over this one is no other path to the server.
+        let uplink = path.over(.udp)
+        let otherPaths = paths.contains { $0.id != uplink.id && !isDead($0.id, now) }
         let rescueSilent = rescue.map { $0.rtt == nil } ?? false
         if rescueSilent || !otherPaths, failures == 0, let next = nextServer(now) {
             return switchServer(to: next, now, &out)
         }
         markDead(path.id, now)
-        if let other = paths.first(where: { $0.id != path.id && !isDead($0.id, now) }) {
+        if let other = paths.first(where: { $0.id != uplink.id && !isDead($0.id, now) }) {
             return attempt(on: other, reason, now, &out, handshake: isHandshaking)
+        }
+        // No other uplink: the other transport over this one, unless it went unanswered in this
+        // very attempt (UDP silent for the race delay, then the stream failed too: the whole
+        // network is silent, which may be a portal).
+        if let twin = otherTransport(of: path, now) {
+            return attempt(on: twin, reason, now, &out, handshake: isHandshaking)
         }
         failures += 1
         arm(.retry, at: now + backoffWait(now), &out)
-        enter(.backingOff(path), reason, now, &out)
-        checkForPortal(on: path, &out)
+        // Backing off is about the uplink: the retry chooses its transport afresh.
+        enter(.backingOff(uplink), reason, now, &out)
+        checkForPortal(on: uplink, &out)
     }
 
     /// Full jitter over the backoff step for the failures so far, but never before a token is back.
@@ -1165,7 +1362,8 @@ public struct Reconnector: Sendable {
     /// The session is connected on `path`: the path's MTU search starts (a new path), goes on
     /// (it was paused while the session was not connected), or waits for its next look upward.
     private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
-        guard config.pathMTUDiscovery, sizedProbes, floorMTU < config.maxMTU else { return }
+        // A stream carries tunnel packets of any size (TCP cuts them): nothing to search for.
+        guard config.pathMTUDiscovery, sizedProbes, floorMTU < config.maxMTU, path.transport == .udp else { return }
         if mtu?.path != path.id {
             mtu = (path.id, PathMTUSearch(floor: floorMTU, ceiling: config.maxMTU), nil, nil)
         }
@@ -1285,6 +1483,10 @@ public struct Reconnector: Sendable {
         refreshedAt = refreshedAt.map { $0 + step }
         workingSince = workingSince.map { $0 + step }
         mtuVerifiedAt = mtuVerifiedAt.map { $0 + step }
+        if var next = retest {
+            next.due = next.due + step
+            retest = next
+        }
         if var search = mtu {
             search.roundStart = search.roundStart.map { $0 + step }
             search.raiseAt = search.raiseAt.map { $0 + step }
@@ -1337,7 +1539,10 @@ public struct Reconnector: Sendable {
         default: heldForRules = false
         }
         out.append(.report(transition))
-        if case .connected(let path) = new { continuePathMTU(on: path, now, &out) }
+        if case .connected(let path) = new {
+            connectedOn(path, now, &out)
+            continuePathMTU(on: path, now, &out)
+        }
     }
 
     /// Which timers may stay armed in a state; entering a state cancels the rest, so
@@ -1347,7 +1552,8 @@ public struct Reconnector: Sendable {
         case (.connecting, .handshake), (.connecting, .resend), (.connected, .liveness), (.connected, .debounce),
              (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
              (.connected, .handover), (.probing, .handover), (.switching, .handover),
-             (.portal, .recheck), (.portal, .portalWindow), (.connected, .pathMTU): true
+             (.portal, .recheck), (.portal, .portalWindow), (.connected, .pathMTU),
+             (.connecting, .race), (.probing, .race), (.connected, .udpRetest): true
         default: false
         }
     }
@@ -1375,7 +1581,10 @@ public struct Reconnector: Sendable {
             sendProbe(via: path, &out)
         }
         let doublings = min(attempt - 1, max(config.probeAttempts - 1, 0), 4)
-        arm(.probe, at: now + max(config.probeTimeout, patience(now)) * (1 << doublings), &out)
+        var wait = max(config.probeTimeout, patience(now)) * (1 << doublings)
+        // A stream being opened takes two round trips (TCP, TLS) before the probe goes out.
+        if path.transport == .stream, streamProven != path.id { wait = wait * 3 }
+        arm(.probe, at: now + wait, &out)
     }
 
     /// Every probe goes out through here: those on the session's path count for its loss.
@@ -1579,6 +1788,8 @@ extension TimerKind {
         case .lookUp: 11
         case .onDemand: 12
         case .upkeep: 13
+        case .race: 14
+        case .udpRetest: 15
         }
     }
 }

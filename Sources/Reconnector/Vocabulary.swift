@@ -63,6 +63,10 @@ public enum Input: Equatable, Sendable {
     /// What the on-demand rules decided for the network of the best path (or that they wait
     /// for a fact about it).
     case onDemand(OnDemandDecision)
+    /// The stream on path `on` (a `.stream` path) could not be opened or broke: connection
+    /// refused, the proxy refused or asked for credentials, TLS failed, a reset mid-session.
+    /// The runner opens a new one the next time the core sends over that path.
+    case streamFailed(on: Path.ID, why: String)
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -89,6 +93,7 @@ public enum Input: Equatable, Sendable {
         case .openPortalWindow: "portal-window"
         case .closePortalWindow: "portal-window-closed"
         case .onDemand: "on-demand"
+        case .streamFailed: "stream-failed"
         }
     }
 }
@@ -126,6 +131,10 @@ public enum TimerKind: String, CaseIterable, Sendable {
     /// A fight over something others keep taking away is held off: time to put it back once
     /// (kept by `AgentCore`'s `Upkeep`).
     case upkeep
+    /// UDP has gone unanswered for the race delay: the attempt moves to the stream.
+    case race
+    /// On the stream: time to see whether UDP over the same uplink answers again.
+    case udpRetest = "udp-retest"
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the
@@ -337,6 +346,20 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     case onDemand(OnDemandVerdict)
     /// The rules wait for facts about a new network before anything is tried there.
     case onDemandWaits(String, for: [String])
+    /// The attempt over UDP on this interface went unanswered this long: it goes on over the
+    /// stream on the same uplink (happy eyeballs).
+    case udpSilent(String, after: Duration)
+    /// The network on this interface is known to block UDP (it went unanswered there while
+    /// the stream answered): the attempt `because` starts on the stream at once.
+    indirect case knownToBlockUDP(String, because: Reason)
+    /// The stream on this path could not be opened or broke, and why.
+    case streamFailed(String, why: String)
+    /// On the stream: UDP over the same uplink is tried again with a probe.
+    case udpRetest(String)
+    /// UDP answered the re-test: the session moved back to it, keys and all.
+    case udpAnswered(String, rtt: Duration)
+    /// UDP did not answer the re-test's probes: the session stays on the stream.
+    case udpStillSilent(String, probes: Int)
     /// The network the lockdown was lifted for is no longer the tunnel's (or the rules wait for
     /// a fact about the new one): the lockdown is whole again.
     case lockdownRestored(String)
@@ -385,7 +408,20 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .onDemand(let v): "onDemand(\(v))"
         case .onDemandWaits(let rule, let wanted): "onDemandWaits(\(rule) for \(wanted.joined(separator: ",")))"
         case .lockdownRestored(let why): "lockdownRestored(\(why))"
+        case .udpSilent(let i, let d): "udpSilent(\(i) \(d.short), trying the stream)"
+        case .knownToBlockUDP(let i, let because): "knownToBlockUDP(\(i), on the stream at once; \(because))"
+        case .streamFailed(let p, let why): "streamFailed(\(p): \(why))"
+        case .udpRetest(let i): "udpRetest(\(i))"
+        case .udpAnswered(let i, let rtt): "udpAnswered(\(i) rtt \(rtt.short))"
+        case .udpStillSilent(let i, let n): "udpStillSilent(\(i) \(n) probes)"
         }
+    }
+
+    /// The reason an attempt was made, whatever transport it chose: for a start on the stream
+    /// because the network blocks UDP, the event that brought the attempt.
+    public var cause: Reason {
+        if case .knownToBlockUDP(_, let because) = self { return because.cause }
+        return self
     }
 }
 

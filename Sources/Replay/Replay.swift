@@ -94,6 +94,13 @@ public struct Replay {
     private var portals: [String: String] = [:]
     /// The lockdown lets a portal window's process tree out.
     private var windowOpen = false
+    /// What each network lets out (none named: everything), and the middleboxes that reset
+    /// streams that long after they opened.
+    private var filters: [String: LinkFilter] = [:]
+    private var streamResets: [String: Duration] = [:]
+    /// The agent's streams, by their path: when each is open (TCP, TLS and the proxy's CONNECT
+    /// done); one that never opens (its SYN dropped) is absent, its socket in `sockets` all the same.
+    private var streamReady: [Path.ID: Instant] = [:]
     /// What on-demand rules can learn of the network behind each link.
     private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>, tlsKey: KeyPin?)] = [:]
     /// The agent's configuration file as it is now (a reload changes it; a new process reads it).
@@ -310,8 +317,14 @@ public struct Replay {
                 if let taker = takers[holding], now < taker.until, missing[holding] == nil, !(lockdownLifted && holding != .lockdown) {
                     take(holding, by: taker.by)
                 }
+            case .streamBroke(let id, let socket, let why):
+                // Only the stream it was about: one opened since is another connection.
+                guard sockets[id] == socket else { break }
+                sockets[id] = nil
+                streamReady[id] = nil
+                if !sleeping { feed(.streamFailed(id, why: why)) }
             case .checkpoint(let i):
-                pathAtResults[i] = reconnector.state.path?.interface
+                pathAtResults[i] = reconnector.state.path?.name
             case .stateCheck(let i):
                 stateAtResults[i] = reconnector.state.name
             }
@@ -519,6 +532,8 @@ public struct Replay {
             if let domains = spec.dnsDomains { facts.domains = domains }
             if let urls = spec.probeAnswers { facts.probes = Set(urls) }
             if let key = spec.tlsKey { facts.tlsKey = key }
+            if let filter = spec.blocks { filters[spec.name] = filter }
+            if let after = spec.streamResetAfter { streamResets[spec.name] = after > .zero ? after : nil }
             networks[spec.name] = facts
             let old = model.link(named: spec.name)
             let index = spec.index ?? old?.index ?? (model.links.keys.max().map { $0 + 1 } ?? 2)
@@ -575,9 +590,61 @@ public struct Replay {
     private func passes(_ id: Path.ID, gateway: Int? = nil) -> Bool {
         let to = gateway == nil ? sendingTo : standbyAddress
         guard !sleeping, gateways[gateway ?? target].up, let to, names[gateway ?? target].contains(to),
-              kernel.paths.contains(where: { $0.id == id || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }),
-              let name = interface(of: id) else { return false }
-        return !dropped.contains(name) && portals[name] == nil
+              isCurrent(id), let name = interface(of: id), !dropped.contains(name) else { return false }
+        switch id.transport {
+        case .udp: return portals[name] == nil && filter(name).passesUDP
+        // The stream carries once open; a portal that appeared meanwhile intercepts what follows.
+        case .stream: return streamReady[id] != nil && portals[name] == nil
+        }
+    }
+
+    /// True when `id`'s uplink and source are one of the kernel's paths to the server now (the
+    /// source may be one the link no longer prefers), whatever the transport.
+    private func isCurrent(_ id: Path.ID) -> Bool {
+        let udp = id.over(.udp)
+        return kernel.paths.contains { $0.id == udp || ($0.linkIndex == id.linkIndex && $0.otherSources.contains(id.source)) }
+    }
+
+    private func filter(_ name: String) -> LinkFilter { filters[name] ?? .none }
+
+    /// How a stream opened now over `id` fares: it opens after that many round trips (TCP,
+    /// TLS, the proxy's CONNECT), fails after that long and why, or never opens (its SYN dropped:
+    /// only the attempt's own timeout ends it).
+    private enum StreamOutcome { case opens(roundTrips: Int), fails(after: Duration, String), silent }
+
+    private func streamOutcome(_ id: Path.ID) -> StreamOutcome {
+        guard !sleeping, reaches(id), let name = interface(of: id), !dropped.contains(name) else { return .silent }
+        let rtt = roundTrip(id)
+        // A portal intercepts HTTPS: TLS fails on its certificate.
+        if portals[name] != nil { return .fails(after: rtt * 2, "TLS failed: the certificate is not the gateway's") }
+        switch filter(name) {
+        case .allButTCP443 where scenario.streamPort != 443: return .silent
+        case .allButProxy where scenario.streamProxy == nil: return .fails(after: rtt, "connection refused")
+        default: break
+        }
+        guard gateways[target].up else { return .fails(after: rtt, "connection refused") }
+        return .opens(roundTrips: scenario.streamProxy == nil ? 2 : 3)
+    }
+
+    /// The stream on `id`, opened on first use as the runner opens it: a new connection (a new
+    /// socket, where nothing sent to an earlier one arrives).
+    private mutating func openStream(on id: Path.ID) {
+        guard sockets[id] == nil else { return }
+        socketsMade += 1
+        let socket = socketsMade
+        sockets[id] = socket
+        switch streamOutcome(id) {
+        case .opens(let trips):
+            let ready = now + roundTrip(id) * trips
+            streamReady[id] = ready
+            if let name = interface(of: id), let after = streamResets[name] {
+                queue.push(ready + after, .streamBroke(id, socket: socket, why: "connection reset by peer"))
+            }
+        case .fails(let after, let why):
+            queue.push(now + after, .streamBroke(id, socket: socket, why: why))
+        case .silent:
+            break
+        }
     }
 
     private func roundTrip(_ id: Path.ID) -> Duration {
@@ -588,7 +655,8 @@ public struct Replay {
     /// MTU smaller than the packet (`size` bytes on the wire, either way), or, for an answer, to
     /// a NAT that forgot the mapping before it arrived (`arriving`).
     private mutating func lost(_ id: Path.ID, up: Bool, size: Int = 64, arriving: Instant? = nil) -> Bool {
-        guard let name = interface(of: id) else { return false }
+        // TCP delivers what it carries (a loss only delays it) and cuts packets of any size.
+        guard let name = interface(of: id), id.transport == .udp else { return false }
         if !fits(size, on: id) { return true }
         if up {
             if let timeout = natTimeout[name], let sent = lastSent[name], now - sent > timeout { natMapping[name, default: 0] += 1 }
@@ -609,7 +677,9 @@ public struct Replay {
     /// When the answer to a packet sent now through `id` arrives: the round trip plus the link's jitter.
     private mutating func arrival(_ id: Path.ID) -> Instant {
         let spread = interface(of: id).flatMap { jitter[$0] } ?? .zero
-        return now + roundTrip(id) + chance.upTo(spread)
+        // Over a stream still opening, the packet goes once it is open.
+        let opening = streamReady[id].map { $0 > now ? $0 - now : .zero } ?? .zero
+        return now + opening + roundTrip(id) + chance.upTo(spread)
     }
 
     private var carrying: Bool {
@@ -621,7 +691,7 @@ public struct Replay {
 
     /// True when the path through `id` carries a packet of `size` bytes on the wire.
     private func fits(_ size: Int, on id: Path.ID) -> Bool {
-        interface(of: id).flatMap { pathMTU[$0] }.map { size <= $0 } ?? true
+        id.transport == .stream || (interface(of: id).flatMap { pathMTU[$0] }.map { size <= $0 } ?? true)
     }
 
     /// What the tunnel adds to an inner packet on the wire: the data header and the AEAD tag
@@ -696,8 +766,11 @@ public struct Replay {
         guard gateway.up else { return }
         fromServer.sent += 1
         guard gateway.hasSession, now - gateway.heardAt < scenario.config.sessionLifetime, let endpoint = gateway.endpoint,
-              let name = interface(of: endpoint.path), natMapping[name, default: 0] == endpoint.mapping,
-              !dropped.contains(name), portals[name] == nil else { return }
+              let name = interface(of: endpoint.path), !dropped.contains(name), portals[name] == nil else { return }
+        switch endpoint.path.transport {
+        case .udp: guard natMapping[name, default: 0] == endpoint.mapping, filter(name).passesUDP else { return }
+        case .stream: guard streamReady[endpoint.path] != nil else { return }
+        }
         let at = now + roundTrip(endpoint.path) / 2
         guard !lost(endpoint.path, up: false, size: wireSize(of: inner, on: endpoint.path), arriving: at) else { return }
         fromServer.inFlight += 1
@@ -757,16 +830,27 @@ public struct Replay {
         // A tunnel the rules keep down is no outage.
         let keptDown = if case .disconnected = reconnector.state { true } else { false }
         let couldWork = !sleeping && !keptDown && gateways.contains(where: \.up) && acceptsAuth
-            && kernel.paths.contains { !dropped.contains($0.interface) && portals[$0.interface] == nil }
+            && kernel.paths.contains { couldCarry($0) }
         // Full-size packets count: a path that drops them (an MTU black hole) carries no tunnel.
         let works = carrying && clientHasSession && serverHasSession && missing[.routing] == nil
             && socket.map { passes($0) && fits(wireSize(of: scenario.trafficSize, on: $0), on: $0) } == true
+            && socket.flatMap { streamReady[$0] }.map { $0 <= now } ?? true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
         } else if let start = outageStart {
             report.maxOutage = max(report.maxOutage, now - start)
             outageStart = nil
         }
+    }
+
+    /// Whether the tunnel could work through `path`'s uplink: UDP passes, or the agent may use
+    /// the stream and it would open there.
+    private func couldCarry(_ path: Path) -> Bool {
+        guard !dropped.contains(path.interface), portals[path.interface] == nil else { return false }
+        if filter(path.interface).passesUDP { return true }
+        guard reconnector.config.stream != nil else { return false }
+        if case .opens = streamOutcome(path.id.over(.stream)) { return true }
+        return false
     }
 
     // MARK: The driver
@@ -786,7 +870,7 @@ public struct Replay {
             case .bind(_, let first, let why):
                 attempted = true
                 guard !first else { break }
-                switch why {
+                switch why.cause {
                 case .pathLost, .addressChanged: forced = forced || !reconnector.isHandshaking
                 // Back from no path with the session alive: the network moved it, nobody chose to.
                 case .pathAppeared where before == .offline: forced = forced || !reconnector.isHandshaking
@@ -873,8 +957,8 @@ public struct Replay {
     private mutating func requireKnown(_ path: Path, action: String) {
         if kernel.paths.isEmpty {
             violation("\(action) on \(path.interface) while offline")
-        } else if !kernel.paths.contains(where: { $0.id == path.id || ($0.linkIndex == path.linkIndex && $0.otherSources.contains(path.source)) }) {
-            violation("\(action) on \(path.interface)/\(path.source), which is not a current path")
+        } else if !isCurrent(path.id) {
+            violation("\(action) on \(path.name)/\(path.source), which is not a current path")
         }
     }
 
@@ -908,7 +992,7 @@ public struct Replay {
     private func timeConnected(on interface: String) -> Duration {
         var total = Duration.zero
         for (i, t) in report.transitions.enumerated() {
-            guard case .connected(let path) = t.to, path.interface == interface else { continue }
+            guard case .connected(let path) = t.to, path.name == interface else { continue }
             let end = i + 1 < report.transitions.count ? report.transitions[i + 1].at : now
             total += end - t.at
         }
@@ -927,7 +1011,7 @@ public struct Replay {
         func expect(_ ok: Bool, _ message: @autoclosure () -> String) { if !ok { failures.append(message()) } }
         if let state = e.state { expect(reconnector.state.name == state, "final state: expected \(state), got \(reconnector.state.name)") }
         if let path = e.path {
-            let actual = reconnector.state.path?.interface ?? "none"
+            let actual = reconnector.state.path?.name ?? "none"
             expect(actual == path, "final path: expected \(path), got \(actual)")
         }
         if let lifted = e.lockdownLifted {
@@ -1067,6 +1151,8 @@ struct EventQueue {
         case fromServer(ClientEndpoint)
         /// Time to look whether a persistent keepalive is due.
         case keepalive
+        /// The agent's stream on the path, the connection `socket`, failed to open or broke.
+        case streamBroke(Path.ID, socket: Int, why: String)
         /// Someone fighting the agent takes `Holding` away again.
         case retake(Holding)
         case checkpoint(Int)
@@ -1128,7 +1214,9 @@ extension Replay {
         case .prepareHandover(let index, let address, let path): prepareHandover(to: index, at: address, on: path)
         case .lookUpServer(let index):
             // The resolver answers after a round trip; with no uplink, or asleep, it cannot.
-            let answer = kernel.model.paths(to: names[index].first ?? sendingTo).isEmpty || sleeping ? nil : names[index]
+            // A network that drops every datagram drops DNS too.
+            let uplink = kernel.model.paths(to: names[index].first ?? sendingTo).first
+            let answer = uplink.map { filter($0.interface) == .udp } ?? true || sleeping ? nil : names[index]
             queue.push(now + scenario.rtt, .answer(.serverLookedUp(server: index, addresses: answer)))
         case .allowServer(let index, let address):
             queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
@@ -1248,13 +1336,15 @@ extension Replay {
         socket = path.id
         // The sockets of paths gone go, as the daemon's effects close them.
         let current = kernel.paths.map(\.id)
-        sockets = sockets.filter { current.contains($0.key) || $0.key == path.id }
+        sockets = sockets.filter { current.contains($0.key.over(.udp)) || $0.key == path.id }
+        streamReady = streamReady.filter { sockets[$0.key] != nil }
         // The session moved: a keepalive tells the server at once.
         sendKeepalive(persistent: false)
     }
 
     /// The socket on `id`, made on first use (a new port).
     private mutating func openSocket(on id: Path.ID) {
+        if id.transport == .stream { return openStream(on: id) }
         guard sockets[id] == nil else { return }
         socketsMade += 1
         sockets[id] = socketsMade
@@ -1399,7 +1489,7 @@ extension Replay {
         let at: Instant
         if let name, let url = portals[name], reaches(path.id), !sleeping {
             (result, at) = (.portal(url: url), now + roundTrip(path.id))
-        } else if let name, reaches(path.id), !dropped.contains(name), !sleeping {
+        } else if let name, reaches(path.id), !dropped.contains(name), filter(name).passesCheck, !sleeping {
             (result, at) = (.online, now + roundTrip(path.id))
         } else {
             (result, at) = (.unknown("no answer in 5s"), now + .seconds(5))

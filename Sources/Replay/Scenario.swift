@@ -60,6 +60,11 @@ public struct Scenario: Sendable {
     public var onDemand = OnDemandRules()
     /// `exclusion: allow`: applications may be kept outside the tunnel.
     public var exclusionAllowed = false
+    /// The TCP port of the gateway's stream transport in the client's configuration (443 by
+    /// default), and the HTTP proxy it goes through, if it names one: what a network that lets
+    /// only some TCP out decides on. Whether the core uses the stream is `config.stream`.
+    public var streamPort = 443
+    public var streamProxy: String?
     public var expect: Expectations
 
     /// Where the scenario library lives in the source tree.
@@ -219,6 +224,30 @@ public struct LinkSpec: Sendable {
     /// The key the `https://` servers this network reaches show (the office's server's own, or
     /// an impostor's): a pinned probe answers only when it is the pinned one.
     public var tlsKey: KeyPin?
+    /// What the network lets out (nil: unchanged; new links let everything out).
+    public var blocks: LinkFilter?
+    /// A middlebox on this network resets TCP connections this long after they opened (0: none).
+    public var streamResetAfter: Duration?
+}
+
+/// What a network lets out towards the gateway.
+public enum LinkFilter: String, Sendable {
+    /// Everything.
+    case none
+    /// No UDP at all: the tunnel's datagrams and DNS are dropped (the stream gets through).
+    case udp
+    /// No UDP but DNS to the network's resolver.
+    case udpButDNS = "udp-but-dns"
+    /// Only TCP to port 443 (and the network's resolver): the stream gets through on port 443 only.
+    case allButTCP443 = "all-but-tcp-443"
+    /// Only the network's HTTP proxy: the stream gets through only when the client's
+    /// configuration names a proxy; a direct connection is refused.
+    case allButProxy = "all-but-proxy"
+
+    /// Whether the tunnel's UDP datagrams pass.
+    var passesUDP: Bool { self == .none }
+    /// Whether a plain HTTP request (the connectivity check) gets out, names resolved.
+    var passesCheck: Bool { self == .none || self == .udpButDNS }
 }
 
 /// A route as a scenario describes it, naming links.

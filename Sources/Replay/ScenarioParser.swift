@@ -36,6 +36,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
+            "stream-port", "stream-proxy",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -132,6 +133,8 @@ extension YAMLReader {
             case let other: throw fail(node, "'exclusion' is allow or off, got \"\(other)\"")
             }
         }
+        if let node = top.optional("stream-port") { scenario.streamPort = try int(node, 1...65535) }
+        if let node = top.optional("stream-proxy") { scenario.streamProxy = try string(node) }
         if let node = top.optional("wait-for-server") {
             // As the agent's `--wait-for-server`: 0 waits for ever.
             let wait = try duration(node)
@@ -414,7 +417,7 @@ extension YAMLReader {
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
                                                      "loss-down", "loss-v4", "loss-v6", "jitter", "path-mtu", "nat-timeout", "ssid", "gateway-mac",
-                                                     "dns-domain", "probe-answers", "tls-key"])
+                                                     "dns-domain", "probe-answers", "tls-key", "blocks", "stream-reset-after"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
         if let n = f.optional("kind") { spec.kind = try linkKind(n) }
@@ -448,6 +451,14 @@ extension YAMLReader {
             for item in try list(n) { urls.append(try string(item)) }
             spec.probeAnswers = urls
         }
+        if let n = f.optional("blocks") {
+            let text = try string(n)
+            guard let filter = LinkFilter(rawValue: text) else {
+                throw fail(n, "'blocks' is none, udp, udp-but-dns, all-but-tcp-443 or all-but-proxy, got \"\(text)\"")
+            }
+            spec.blocks = filter
+        }
+        if let n = f.optional("stream-reset-after") { spec.streamResetAfter = try duration(n) }
         if let n = f.optional("tls-key") {
             let text = try string(n)
             guard let key = KeyPin(text) else { throw fail(n, "'tls-key' is a key's pin, sha256// and 44 characters of base64") }
