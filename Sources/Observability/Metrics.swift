@@ -175,6 +175,8 @@ public final class ClientMetrics: RoamMetrics {
     public func resentHandshake() { count("roam_handshake_resends_total") }
     /// A handshake answered: `completed` or `rejected`.
     public func handshake(_ result: String) { count("roam_handshakes_total", [("result", result)]) }
+    /// A stream to the server could not be opened, or broke.
+    public func streamFailed() { count("roam_stream_failures_total") }
 
     /// The session's data plane's counts and the handshakes it started, carried in.
     public func sync(_ client: TunnelClient) {

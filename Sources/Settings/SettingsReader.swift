@@ -54,7 +54,13 @@ extension YAMLReader {
             throw fail(f.optional("mode"), "'mode' is full or split, got \"\(other)\"")
         }
         if let node = f.optional("reconnect") { try reconnectConfig(node, section: "'reconnect'", into: &settings.reconnect) }
-        if let node = f.optional("tcp") { settings.stream = try clientStream(node) }
+        if let node = f.optional("tcp") {
+            settings.stream = try clientStream(node)
+            // The core races the stream against UDP and comes back to UDP on its own timings.
+            settings.reconnect.stream = settings.reconnect.stream ?? Config.StreamPolicy()
+        } else if settings.reconnect.stream != nil {
+            throw fail(f.optional("reconnect"), "'reconnect: stream' needs 'tcp', which says how to reach the servers over TLS")
+        }
         // Path MTU discovery searches between the tunnel's minimum and its configured MTU.
         settings.reconnect.maxMTU = settings.tunnel.mtu
         if let minimum = settings.reconnect.minMTU, minimum > settings.tunnel.mtu,

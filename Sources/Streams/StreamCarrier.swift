@@ -29,7 +29,7 @@ public final class StreamCarrier: PacketCarrier {
     public let device: String?
     public let label: String
     private let state: Mutex<Phase>
-    private let told: @Sendable (Event) -> Void
+    private let told: @Sendable (StreamCarrier, Event) -> Void
     /// Messages dropped because the stream could not take them then (its queue was full, or it
     /// was not open).
     private let dropped = Atomic<Int>(0)
@@ -48,7 +48,7 @@ public final class StreamCarrier: PacketCarrier {
     public static let openTimeout: Duration = .seconds(10)
 
     private init(gateway: SocketAddress, peer: SocketAddress, device: String?, label: String,
-                 told: @escaping @Sendable (Event) -> Void) {
+                 told: @escaping @Sendable (StreamCarrier, Event) -> Void) {
         self.gateway = gateway
         self.peer = peer
         self.device = device
@@ -63,7 +63,8 @@ public final class StreamCarrier: PacketCarrier {
     /// session knows the gateway by, the gateway's own when nil.
     public static func open(to gateway: SocketAddress, as peer: SocketAddress? = nil, from source: IPAddress?, device: String?, mark: UInt32?,
                             proxy: HTTPProxy?, context: TLSContext, timeout: Duration = openTimeout,
-                            namespace: NetworkNamespace? = nil, told: @escaping @Sendable (Event) -> Void) -> StreamCarrier {
+                            namespace: NetworkNamespace? = nil,
+                            told: @escaping @Sendable (StreamCarrier, Event) -> Void) -> StreamCarrier {
         let label = "TLS to \(gateway)\(proxy.map { " via proxy \($0.address)" } ?? "")\(device.map { " on \($0)" } ?? "")"
         let carrier = StreamCarrier(gateway: gateway, peer: peer ?? gateway, device: device, label: label, told: told)
         let deadline = ContinuousClock.now + timeout
@@ -128,7 +129,7 @@ public final class StreamCarrier: PacketCarrier {
                 return .failed(error.description)
             }
         }
-        told(event)
+        told(self, event)
     }
 
     /// Ends the stream (it is over for good: a new one is opened if wanted).
@@ -178,7 +179,7 @@ public final class StreamCarrier: PacketCarrier {
             }
         }
         if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
-        if let broke { told(.failed(broke)) }
+        if let broke { told(self, .failed(broke)) }
         return sent
     }
 
@@ -206,7 +207,7 @@ public final class StreamCarrier: PacketCarrier {
             buffer.baseAddress!.copyMemory(from: message.baseAddress!, byteCount: length)
             return (length, nil)
         }
-        if let broke { told(.failed(broke)) }
+        if let broke { told(self, .failed(broke)) }
         return got.map { ($0, peer, $0) }
     }
 

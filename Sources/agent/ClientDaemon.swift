@@ -11,6 +11,7 @@ import Reconnector
 import Tunnel
 import Device
 import Settings
+import Streams
 
 /// The always-on client, one direction of flow: facts (the path monitor, the data plane's
 /// notices, signals, the operator's requests, timers) go into the Reconnector; its actions go
@@ -30,6 +31,8 @@ final class ClientDaemon {
         case connectivity(Connectivity, Path.ID)
         /// Something found out about a network for the on-demand rules (a probe's answer).
         case found(NetworkFact)
+        /// The stream on a path opened or failed.
+        case stream(Path.ID, StreamCarrier, StreamCarrier.Event)
     }
 
     /// The only state shared across threads: where other threads (signal handlers included)
@@ -146,8 +149,21 @@ extension ClientDaemon {
                              rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
-                                     firewall: firewall, log: log, notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) })
+                                     firewall: firewall, proxy: try Self.proxy(settings), log: log,
+                                     notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) },
+                                     streamTold: { [weak mailbox] id, carrier, event in mailbox?.post(.stream(id, carrier, event)) })
             if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
+        }
+
+        /// The proxy of the `tcp` section, with the password from its file (read once, here).
+        static func proxy(_ settings: ClientSettings) throws -> HTTPProxy? {
+            guard let proxy = settings.stream?.proxy else { return nil }
+            guard let user = proxy.user, let file = proxy.passwordFile else { return HTTPProxy(address: proxy.address) }
+            do {
+                return HTTPProxy(address: proxy.address, credentials: (user, try readSecretFile(file)))
+            } catch {
+                throw AgentError("the proxy's password: \(error)")
+            }
         }
 
         func run() {

@@ -10,6 +10,7 @@ import PathMonitor
 import Reconnector
 import Device
 import Tunnel
+import Streams
 import Netlink
 import Settings
 
@@ -156,6 +157,16 @@ extension ClientDaemon.CoreRunner {
             answer(call)
         case .connectivity(let result, let id):
             checked(result, on: id)
+        case .stream(let id, let carrier, let event):
+            effects.streamChanged(id, carrier, event)
+            switch event {
+            case .opened:
+                log.info("stream opened", metadata: ["path": "\(id)", "stream": "\(carrier.label)"])
+            case .failed(let why):
+                log.warning("stream failed", metadata: ["path": "\(id)", "stream": "\(carrier.label)", "why": "\(why)"])
+                metrics.streamFailed()
+                feed(.streamFailed(id, why: why))
+            }
         case .found(let fact):
             if case .probeAnswered(let probe, _, let result) = fact {
                 var metadata: Logger.Metadata = ["url": "\(probe.url)", "expected": "\(result != .unexpected)"]

@@ -9,6 +9,7 @@ import Basics
 import PathMonitor
 import Reconnector
 import Tunnel
+import Streams
 
 /// The operator: control requests, the portal window's owner, and the status the control socket
 /// and the metrics give.
@@ -137,7 +138,8 @@ extension ClientDaemon.CoreRunner {
     }
 
     static func pathJSON(_ path: Path) -> JSON {
-        .object([("interface", .string(path.interface)), ("kind", .string(path.kind.rawValue)), ("source", .string("\(path.source)"))])
+        .object([("interface", .string(path.interface)), ("kind", .string(path.kind.rawValue)), ("source", .string("\(path.source)")),
+                 ("transport", .string(path.transport.rawValue))])
     }
 
     /// The client's status, typed (docs/CONTROL.md).
@@ -176,6 +178,20 @@ extension ClientDaemon.CoreRunner {
                        ("drops", .drops(client.drops, traffic, extra: [("no_session", .count(traffic.noSession))]))]
         }
         fields.append(("offload", effects.offload.map { .string($0.description) } ?? .null))
+        if settings.stream != nil {
+            // What carries the session, and what each network the agent has met blocks.
+            let known = reconnector.transportStatus
+            var stream: [(String, JSON)] = [("port", .int(Int64(settings.stream?.port ?? 0))),
+                                            ("proxy", settings.stream?.proxy.map { .string("\($0.address)") } ?? .null)]
+            if let carrier = effects.client?.socket as? StreamCarrier { stream.append(("dropped", .int(Int64(carrier.drops)))) }
+            fields.append(("transports", .object([
+                ("stream", .object(stream)),
+                ("networks", .array(known.networks.map {
+                    .object([("interface", .string($0.key.interface)), ("gateway", .string("\($0.key.gateway)")),
+                             ("udp", .string($0.udp.rawValue))])
+                })),
+            ])))
+        }
         fields.append(("session", effects.client?.sessionProtocol.map {
             .object([("protocol", .int(Int64($0.version))), ("cipher", .string($0.cipher.description))])
         } ?? .null))

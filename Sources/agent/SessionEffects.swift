@@ -8,6 +8,7 @@ import SystemDNS
 import Tunnel
 import Device
 import Settings
+import Streams
 
 /// Carries out what the decision core decides: sockets per path, the session and its thread,
 /// handshakes and probes, and, once the first handshake gives the inner addresses, the TUN
@@ -41,8 +42,17 @@ final class SessionEffects {
     var routes: TunnelRoutes?
     /// An on-demand rule lifted the lockdown, the routes and the resolvers.
     var lockdownLifted = false
-    /// One socket per path the session uses or tries.
-    var sockets: [Path.ID: UDPSocket] = [:]
+    /// One socket per path the session uses or tries: a UDP socket, or a stream to the server
+    /// (`Path.transport`).
+    var sockets: [Path.ID: any PacketCarrier] = [:]
+    /// Where the streams are told opened or failed (to the deciding thread's mailbox).
+    let streamTold: @Sendable (Path.ID, StreamCarrier, StreamCarrier.Event) -> Void
+    /// The HTTP proxy streams go through, with its credentials, when configured.
+    let proxy: HTTPProxy?
+    /// The TLS contexts of the streams, by the name they send (SNI): libssl loads with the first.
+    private var streamContexts: [String: TLSContext] = [:]
+    /// The paths the open streams are on, to open them again to a server's new address.
+    private var streamPaths: [Path.ID: Path] = [:]
     /// Routes that take traffic around a full tunnel, as last logged.
     var divertingRoutes: [DivertingRoute] = []
     /// Other tunnels' routes that meet what this tunnel carries, and others' policy rules that
@@ -70,8 +80,11 @@ final class SessionEffects {
     var portalWindow: LockdownPolicy.PortalWindow?
 
     init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
-         firewall: Firewall?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void) {
+         firewall: Firewall?, proxy: HTTPProxy?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void,
+         streamTold: @escaping @Sendable (Path.ID, StreamCarrier, StreamCarrier.Event) -> Void) {
         self.settings = settings
+        self.proxy = proxy
+        self.streamTold = streamTold
         self.servers = servers
         self.key = key
         self.credentials = credentials
@@ -170,6 +183,7 @@ final class SessionEffects {
         server = moved
         // A server turned to before it had an address gets the session now.
         if clientServer == serverIndex { client?.setServer(moved) } else { turnClient() }
+        restreamToServer()
     }
 
     // MARK: Several servers
@@ -188,6 +202,7 @@ final class SessionEffects {
         }
         server = address
         turnClient()
+        restreamToServer()
     }
 
     /// The session's client talks to the current server, at its address, from now on.
@@ -221,6 +236,7 @@ final class SessionEffects {
         serverIndex = index
         clientServer = index
         server = address
+        restreamToServer()
     }
 
     func cancelHandover() {
@@ -262,9 +278,11 @@ final class SessionEffects {
 
     // MARK: Sockets
 
-    /// The socket bound to `path`'s interface and source, made on first use.
-    func socket(for path: Path) -> UDPSocket? {
+    /// The socket bound to `path`'s interface and source, made on first use: a UDP socket, or
+    /// for a stream path a stream to the current server (opening: `streamTold` says how it went).
+    func socket(for path: Path) -> (any PacketCarrier)? {
         if let socket = sockets[path.id] { return socket }
+        if path.transport == .stream { return stream(for: path) }
         do {
             let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
                                        mark: settings.mode.socketMark, joinsReceived: true)
@@ -276,13 +294,70 @@ final class SessionEffects {
         }
     }
 
-    func forgetSocketsNotOn(_ paths: [Path]) {
-        for id in sockets.keys where !paths.contains(where: { $0.id == id }) {
-            if let socket = sockets.removeValue(forKey: id) { client?.forget(candidate: socket) }
+    /// Starts opening a stream to the current server over `path`: TLS on TCP to its `tcp` port
+    /// (through the proxy, when there is one), from the path's source, bound and marked as the
+    /// path's UDP socket would be.
+    private func stream(for path: Path) -> StreamCarrier? {
+        guard let stream = settings.stream else {
+            log.warning("a stream was asked for without 'tcp' in the configuration", metadata: ["path": "\(path.interface)"])
+            return nil
+        }
+        let name = stream.serverName ?? servers[serverIndex].entry.endpoint.host
+        let context: TLSContext
+        do {
+            context = try streamContexts[name] ?? TLSContext.client(serverName: name)
+        } catch {
+            log.error("cannot make a TLS context for the stream", metadata: ["error": "\(error)"])
+            return nil
+        }
+        streamContexts[name] = context
+        let id = path.id
+        let told = streamTold
+        let carrier = StreamCarrier.open(to: SocketAddress(server.ip, port: stream.port), as: server, from: path.source,
+                                         device: path.interface, mark: settings.mode.socketMark, proxy: proxy, context: context) {
+            told(id, $0, $1)
+        }
+        sockets[path.id] = carrier
+        streamPaths[path.id] = path
+        log.info("opening a stream", metadata: ["path": "\(path.interface)", "stream": "\(carrier.label)"])
+        return carrier
+    }
+
+    /// The stream on path `id` opened or failed: the session's data loop polls what there is
+    /// now, and a failed stream is forgotten, so the next attempt opens a fresh one.
+    func streamChanged(_ id: Path.ID, _ carrier: StreamCarrier, _ event: StreamCarrier.Event) {
+        if case .failed = event, let held = sockets[id], held === carrier {
+            sockets[id] = nil
+            streamPaths[id] = nil
+        }
+        client?.carriersChanged()
+    }
+
+    /// The streams to where the server was: opened again to where it is now, the session's own
+    /// first (a stream, unlike a UDP socket, reaches one address).
+    func restreamToServer() {
+        for (id, carrier) in sockets {
+            guard let stream = carrier as? StreamCarrier, stream.peer != server, let path = streamPaths[id] else { continue }
+            stream.close()
+            sockets[id] = nil
+            streamPaths[id] = nil
+            guard let client, client.socket === stream, let fresh = self.stream(for: path) else { continue }
+            client.rebind(to: fresh)
         }
     }
 
-    func start(on socket: UDPSocket) {
+    func forgetSocketsNotOn(_ paths: [Path]) {
+        // The core's paths are the uplinks' UDP paths; a stream over one of them stays with it.
+        for id in sockets.keys where !paths.contains(where: { $0.id == id.over(.udp) }) {
+            if let socket = sockets.removeValue(forKey: id) {
+                client?.forget(candidate: socket)
+                (socket as? StreamCarrier)?.close()
+            }
+            streamPaths[id] = nil
+        }
+    }
+
+    func start(on socket: any PacketCarrier) {
         do {
             let core = try core(for: serverIndex)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,

@@ -6,6 +6,7 @@ import Foundation
 import Testing
 import Tunnel
 import Device
+import Reconnector
 
 private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
 
@@ -353,9 +354,12 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
 @Test func theStreamTransportIsOffUnlessTCPIsSet() throws {
     let client = "server: vpn.example.net:51820\nserver-key: \(serverKey)\nprivate-key-file: k\n"
     let plain = try parse(client) { try $0.client($1) }
-    #expect(plain.stream == nil && plain.lockdownPolicy.streamPort == nil)
+    #expect(plain.stream == nil && plain.lockdownPolicy.streamPort == nil && plain.reconnect.stream == nil)
     let short = try parse(client + "tcp: 8443") { try $0.client($1) }
     #expect(short.stream?.port == 8443 && short.stream?.proxy == nil)
+    #expect(short.reconnect.stream == Config.StreamPolicy(), "the core races the stream with its default timings")
+    let timed = try parse(client + "tcp: 443\nreconnect: {stream: {race-delay: 500ms}}") { try $0.client($1) }
+    #expect(timed.reconnect.stream?.raceDelay == .milliseconds(500))
     #expect(short.lockdownPolicy.streamPort == 8443 && short.lockdownPolicy.proxy == nil)
     let full = try parse(client + """
         tcp:
@@ -382,6 +386,7 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     ("tcp: {proxy: {address: 192.0.2.8:3128, password-file: /p}}", 4, "needs 'user'"),
     ("tcp: {name: \"a b\"}", 4, "a host name"),
     ("tcp: 0", 4, "1...65535"),
+    ("reconnect: {stream: true}", 4, "needs 'tcp'"),
 ])
 func badStreamSettingsPointAtTheLine(text: String, line: Int, message: String) {
     expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)

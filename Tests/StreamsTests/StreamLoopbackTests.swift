@@ -8,7 +8,7 @@ import Testing
 /// What a stream told, in order.
 private final class Told: Sendable {
     let events = Mutex<[StreamCarrier.Event]>([])
-    func add(_ event: StreamCarrier.Event) { events.withLock { $0.append(event) } }
+    func add(_ carrier: StreamCarrier, _ event: StreamCarrier.Event) { events.withLock { $0.append(event) } }
 
     /// The first event, waiting up to 5 s.
     func first() -> StreamCarrier.Event? {

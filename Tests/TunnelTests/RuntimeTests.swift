@@ -374,7 +374,7 @@ private func nft(_ lab: NamespaceLab, _ arguments: String) throws {
 private final class StreamHook: Sendable {
     let client = Mutex<TunnelClient?>(nil)
     let events = Mutex<[StreamCarrier.Event]>([])
-    func told(_ event: StreamCarrier.Event) {
+    func told(_ carrier: StreamCarrier, _ event: StreamCarrier.Event) {
         events.withLock { $0.append(event) }
         client.withLock { $0 }?.carriersChanged()
     }

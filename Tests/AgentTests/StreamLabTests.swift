@@ -1,0 +1,110 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import Basics
+import Device
+import Testing
+
+/// Networks that drop UDP: the agent reaches the gateway over TLS on TCP port 443 (`tcp:` on both
+/// ends), moves back to UDP without a handshake once UDP flows again, and leaks nothing meanwhile.
+/// The lab's server namespace is also the laptop's router: what it drops, the network drops.
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct StreamLabTests {
+    static let gateway = IPAddress("198.51.100.7")!
+
+    /// A full-tunnel lab whose gateway and client both offer the stream on 443; UDP re-tested
+    /// from the stream every `retest`.
+    private func streamLab(retest: String = "2s") throws -> RoamingLab {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.configure("server", "tcp: 443")
+        try lab.configure("client", "tcp: 443\nreconnect: {stream: {udp-retest: \(retest), udp-retest-cap: \(retest)}}")
+        return lab
+    }
+
+    /// The router drops UDP to the gateway's port that arrives from `interface` (its side of an
+    /// uplink), as a hotel's network does: table `inet block`.
+    private func dropUDP(from interface: String, in lab: RoamingLab) throws {
+        try nft(lab.server, "add table inet block")
+        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet block in iifname \(interface) udp dport \(lab.port) counter drop")
+    }
+
+    private func handshakes(_ lab: RoamingLab) -> Int {
+        lab.log("server.log").split(separator: "\n").filter { $0.contains("msg=handshake ") }.count
+    }
+
+    @Test func aLaptopOnANetworkThatDropsUDPGetsItsTunnelOverTLSAndUDPBackWithoutAHandshake() throws {
+        let lab = try streamLab()
+        try lab.startServer()
+        try dropUDP(from: "eth-l", in: lab)
+        // The machine boots with the lockdown loaded before any application runs.
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: [SocketAddress(Self.gateway, port: 443)])
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        let started = LabClock.now
+        try lab.startClient()
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
+        defer { probes.stop() }
+        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: started) != nil }, "no echo over the stream: \(lab.log("client.log"))")
+        let status = lab.status()
+        #expect(status["path.transport"] == "stream" && status["path.interface"] == "eth0", "\(status)")
+        #expect(status["transports.networks"]?.contains("blocked") == true, "the network is known to block UDP: \(status)")
+        #expect(lab.log("client.log").contains("msg=\"stream opened\""))
+        #expect(lab.log("server.log").split(separator: "\n").contains { $0.contains("msg=handshake ") && $0.contains(":443") == false },
+                "the gateway saw the handshake")
+
+        // UDP flows again: the next re-test moves the session back, make-before-break.
+        let before = handshakes(lab)
+        usleep(500_000)
+        let opened = LabClock.now
+        try nft(lab.server, "delete table inet block")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["path.transport"] == "udp" }, "not back on UDP: \(lab.log("client.log"))")
+        let back = LabClock.now
+        usleep(500_000)
+        let (lost, sent) = probes.lost(from: opened, to: LabClock.now - .milliseconds(200))
+        print("stream lab: back on UDP \(back - opened) after it flowed again; \(lost) of \(sent) probes lost")
+        #expect(lost == 0, "probes lost in the move back to UDP: \(lost) of \(sent)")
+        #expect(handshakes(lab) == before, "the move to UDP needed no handshake: \(lab.log("server.log"))")
+        #expect(lab.status()["transports.networks"]?.contains("answers") == true)
+
+        let leaks = tap.leaks()
+        #expect(leaks.isEmpty, "left in clear: \(leaks)")
+        #expect(tap.packetsSeen > 100, "the tap saw the session")
+    }
+
+    @Test func aRoamOntoANetworkThatDropsUDPKeepsTheTunnelWithinASecond() throws {
+        let lab = try streamLab(retest: "30s")
+        try lab.startServer()
+        try dropUDP(from: "wifi-l", in: lab)
+        let tap = try lab.leakTap(web: [SocketAddress(Self.gateway, port: 443)])
+        try lab.startClient()
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
+        defer { probes.stop() }
+        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: LabClock.now - .seconds(1)) != nil }, "\(lab.log("client.log"))")
+        #expect(lab.status()["path.transport"] == "udp", "eth0 carries UDP")
+        let stream = try TCPStream(to: SocketAddress(lab.serverInner, port: 5007), listenerIn: lab.server, from: lab.laptop)
+        usleep(500_000)
+
+        // The cable is pulled: the only network left drops UDP.
+        let pulled = LabClock.now
+        try lab.laptop.ip("link set eth0 down")
+        #expect(lab.waitFor(seconds: 10) { lab.status()["path.transport"] == "stream" }, "not on the stream: \(lab.log("client.log"))")
+        usleep(2_000_000)
+        let outage = probes.outage(from: pulled, to: LabClock.now)
+        print("stream lab: traffic back \(outage) after landing on a network that drops UDP")
+        #expect(outage < .seconds(3), "the tunnel came back \(outage) after the roam (benchmark target: 1 s)")
+        #expect(lab.status()["path.interface"] == "wifi0")
+        let result = stream.finish(within: .seconds(30))
+        #expect(result.intact && result.failure == nil, "the TCP stream through the tunnel survived the roam: \(result)")
+        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+    }
+
+    private func nft(_ lab: NamespaceLab, _ command: String) throws {
+        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
+            ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
+        try #require(status == 0, "nft \(command): \(output)")
+    }
+}
