@@ -165,7 +165,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
+        .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader", "Reconnector"], swiftSettings: strict),
         .testTarget(
             name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
