@@ -169,7 +169,7 @@ let package = Package(
         .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "StreamsTests", dependencies: ["Basics", "Device", "Streams"], swiftSettings: strict),
-        .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader"], swiftSettings: strict),
+        .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader", "Reconnector"], swiftSettings: strict),
         .testTarget(
             name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),

@@ -118,7 +118,8 @@ public final class ClientMetrics: RoamMetrics {
 
     /// A transition of the decision core: counted by the state it led to and its reason; an
     /// outage ends when a connected state follows one that was not, and a connected state on
-    /// another interface, source address or server is a roam of that kind.
+    /// another interface, source address, transport (UDP or the stream) or server is a roam of
+    /// that kind.
     public func record(_ transition: Transition) {
         count("roam_transitions_total", [("to", transition.to.name), ("reason", Self.kind(of: transition.reason))])
         if let state { gauge("roam_state", [("state", state)], 0) }
@@ -133,7 +134,8 @@ public final class ClientMetrics: RoamMetrics {
             if let last = lastConnected {
                 let kind = last.server != transition.server ? "server"
                     : last.path.interface != path.interface ? "interface"
-                    : last.path.source != path.source ? "address" : nil
+                    : last.path.source != path.source ? "address"
+                    : last.path.transport != path.transport ? "transport" : nil
                 if let kind { count("roam_roams_total", [("kind", kind)]) }
             }
             lastConnected = (path, transition.server)

@@ -1,6 +1,8 @@
 import Testing
 @testable import Replay
 import Reconnector
+import Basics
+import PathMonitor
 
 /// Every file in the scenario library replays and meets its expectations.
 @Test(arguments: Scenario.files())
@@ -28,6 +30,33 @@ func randomTimelinesKeepTheInvariants(batch: UInt64) throws {
         #expect(report.transitions.allSatisfy { !$0.reason.description.isEmpty })
         if !report.violations.isEmpty { break }
     }
+}
+
+/// The same lives with the stream transport on, on networks that start and stop blocking UDP
+/// (or let only a proxy out, the client naming none) and middleboxes that reset streams: the
+/// invariants hold whatever carries the session.
+@Test(arguments: 0..<4)
+func randomTimelinesWithTheStreamKeepTheInvariants(batch: UInt64) throws {
+    var onStream = 0
+    for seed in batch * 100..<(batch + 1) * 100 {
+        var scenario = Scenario.random(seed: seed, events: 120, spacing: .milliseconds(700))
+        scenario.config.stream = Config.StreamPolicy()
+        var rng = SeededRandom(seed: seed ^ 0x5354_5245)
+        let filters: [LinkFilter] = [.none, .udp, .udpButDNS, .allButProxy, .none]
+        for i in 0..<30 {
+            var spec = LinkSpec(name: ["eth0", "wifi0", "wwan0"][Int(rng.next() % 3)])
+            spec.blocks = filters[Int(rng.next() % UInt64(filters.count))]
+            if rng.next() % 4 == 0 { spec.streamResetAfter = .seconds(Int64(rng.next() % 20)) }
+            let at = Instant.zero + .milliseconds(Int64(rng.next() % 84_000))
+            scenario.timeline.append(TimedEvent(at: at, line: 1000 + i, event: .link(spec)))
+        }
+        var replay = Replay(scenario)
+        let report = try replay.run()
+        #expect(report.violations == [], "seed \(seed)")
+        if !report.violations.isEmpty { break }
+        if report.transitions.contains(where: { $0.to.path?.transport == .stream }) { onStream += 1 }
+    }
+    #expect(onStream > 10, "the stream carried the session in \(onStream) lives of 100")
 }
 
 @Test func anExpectationThatDoesNotHoldFails() throws {
