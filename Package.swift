@@ -148,7 +148,7 @@ let package = Package(
         // A process that is not the agent but sets the session's mark, for the lockdown's lab tests.
         .executableTarget(name: "MarkedSender", path: "Tests/MarkedSender", swiftSettings: strict),
         // Throwaway network namespaces for the integration tests.
-        .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
         .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),

@@ -56,6 +56,13 @@ struct RoamingLabTests {
             // A path that loses one datagram in five works: no handshake storm, no outage to speak of.
             check(o.handshakes == 0, "no handshake for loss")
             check((o.attempts ?? 99) <= 10 && o.outage < .seconds(2))
+        case .udpBlockedLanding:
+            check(o.interface == "wifi0" && o.transport == "stream", "on wifi0 over the stream: \(o.transport ?? "-")")
+            check(o.outage < .seconds(3), "benchmark target 1 s")
+        case .udpReturns:
+            check(o.interface == "wifi0" && o.transport == "udp", "back on UDP: \(o.transport ?? "-")")
+            check(o.moved.map { $0 < .seconds(35) } ?? false, "moved \(o.moved.map { "\($0)" } ?? "never")")
+            check(o.lostProbes == 0 && o.handshakes == 0, "nothing lost, no handshake for the move")
         case .mtuBlackHole:
             // Behind a router whose links carry 1280 bytes and that sends no ICMP, a tunnel without
             // IPv6 inside finds 1220 (1280 on the wire) with padded probes, on the same path, in

@@ -102,6 +102,101 @@ struct StreamLabTests {
         #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
     }
 
+    /// A network that lets out nothing but its HTTP proxy, which wants a user and a password: the
+    /// tunnel comes up through the proxy with the credentials from the password file, and the
+    /// lockdown lets nothing else out meanwhile.
+    @Test func aNetworkThatLetsOutOnlyItsProxyGetsTheTunnelThroughIt() throws {
+        let lab = try streamLab(retest: "30s")
+        let proxy = try ConnectProxy(on: SocketAddress(IPAddress("10.20.0.1")!, port: 3128), in: lab.server,
+                                     credentials: ("alice", "proxy secret"))
+        defer { proxy.stop() }
+        let passwordFile = lab.directory + "/proxy.password"
+        try writeSecret("proxy secret\n", to: passwordFile)
+        try lab.editConfiguration("client") {
+            $0.replacingOccurrences(of: "tcp: 443", with:
+                "tcp: {port: 443, proxy: {address: 10.20.0.1:3128, user: alice, password-file: \(passwordFile)}}")
+        }
+        try lab.laptop.ip("link set wifi0 down")
+        // The router drops everything from eth0 but TCP to the proxy (and ARP, which is not IP).
+        try nft(lab.server, "add table inet block")
+        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet block in iifname eth-l ip daddr 10.20.0.1 tcp dport 3128 accept")
+        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
+        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv6 counter drop")
+        try lab.startServer()
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: [proxy.address])
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        let started = LabClock.now
+        try lab.startClient()
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
+        defer { probes.stop() }
+        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: started) != nil }, "no echo through the proxy: \(lab.log("client.log"))")
+        #expect(lab.status()["path.transport"] == "stream")
+        #expect(proxy.counts.opened >= 1 && proxy.counts.refused == 0, "\(proxy.counts)")
+        let log = lab.log("client.log")
+        #expect(!log.contains("proxy secret"), "the proxy's password is never logged")
+        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+    }
+
+    /// The same proxy, but the client was given no credentials: each stream fails with the
+    /// proxy's words, attempts back off under the budget, no tunnel and nothing in clear.
+    @Test func aProxyThatWantsCredentialsTheClientLacksIsSaidPlainly() throws {
+        let lab = try streamLab(retest: "30s")
+        let proxy = try ConnectProxy(on: SocketAddress(IPAddress("10.20.0.1")!, port: 3128), in: lab.server,
+                                     credentials: ("alice", "proxy secret"))
+        defer { proxy.stop() }
+        // Both transports failing makes the core look for a captive portal, whose check asks the
+        // network's resolver by design (the agent's own marked socket), which the tap would count.
+        try lab.editConfiguration("client") {
+            $0.replacingOccurrences(of: "tcp: 443", with: "tcp: {proxy: 10.20.0.1:3128}") + "\nportal: {check: off}\n"
+        }
+        try lab.laptop.ip("link set wifi0 down")
+        try nft(lab.server, "add table inet block")
+        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet block in iifname eth-l ip daddr 10.20.0.1 tcp dport 3128 accept")
+        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
+        try lab.startServer()
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: [proxy.address])
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.wait(for: "asks for credentials", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+        usleep(3_000_000)
+        let status = lab.status()
+        #expect(status["state"] != "connected", "\(status)")
+        #expect(proxy.counts.opened == 0 && proxy.counts.refused >= 1)
+        let failures = lab.log("client.log").split(separator: "\n").filter { $0.contains("msg=\"stream failed\"") }.count
+        #expect((1...12).contains(failures), "attempts stay within the budget: \(failures) in about 4 s")
+        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+    }
+
+    /// A network that intercepts TLS to 443 and answers itself: the stream opens (TLS proves
+    /// nothing), the handshake inside never completes (the client pins the gateway's key), so
+    /// there is no session, and nothing leaves in clear.
+    @Test func aMiddleboxThatInterceptsTLSGetsNoSession() throws {
+        let lab = try streamLab(retest: "30s")
+        try lab.editConfiguration("server") { $0.replacingOccurrences(of: "tcp: 443", with: "") }
+        let impostor = try TLSImpostor(on: SocketAddress(Self.gateway, port: 443), in: lab.server)
+        defer { impostor.stop() }
+        try lab.laptop.ip("link set wifi0 down")
+        try dropUDP(from: "eth-l", in: lab)
+        try lab.startServer()
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: [SocketAddress(Self.gateway, port: 443)])
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        try lab.startClient(waitForTunnel: false)
+        #expect(lab.waitFor(seconds: 10) { impostor.framesRead > 0 }, "the client's frames reached the impostor: \(lab.log("client.log"))")
+        usleep(3_000_000)
+        #expect(lab.status()["state"] != "connected")
+        #expect(!lab.log("client.log").contains("msg=\"handshake completed\""), "\(lab.log("client.log"))")
+        #expect(!lab.log("server.log").contains("msg=handshake "))
+        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+        #expect(tap.packetsSeen > 0)
+    }
+
     private func nft(_ lab: NamespaceLab, _ command: String) throws {
         let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
             ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))

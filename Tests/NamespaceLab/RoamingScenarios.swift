@@ -35,8 +35,19 @@ public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvert
     /// and full-size tunnel packets vanish while small ones pass. 20 s with the TCP stream
     /// running (20 MB at its megabyte a second).
     case mtuBlackHole = "mtu-black-hole"
+    /// Both ends offer the stream transport (`tcp: 443`); the router drops UDP to the gateway that
+    /// comes from wifi0. The session runs on eth0 over UDP; eth0 goes down: it lands on a network
+    /// that drops UDP and must carry on over TLS.
+    case udpBlockedLanding = "udp-blocked-landing"
+    /// As above with eth0 down from the start, so the session runs over the stream on wifi0; then
+    /// the router lets UDP through again: the session moves back to UDP on its own (the re-test,
+    /// 30 s after landing on the stream by default), with nothing lost.
+    case udpReturns = "udp-returns"
 
     public var description: String { rawValue }
+
+    /// Whether the scenario needs Roam's stream transport (wireguard-go has none to compare).
+    public var needsStream: Bool { self == .udpBlockedLanding || self == .udpReturns }
 }
 
 /// What one run of a scenario measured.
@@ -59,8 +70,9 @@ public struct RoamingOutcome: Sendable {
     public var cpu: Duration
     /// Better path: from the route appearing to the probe stream arriving over eth0.
     public var moved: Duration?
-    /// Roam's interface at the end.
+    /// Roam's interface at the end, and the transport over it (`udp` or `stream`).
     public var interface: String?
+    public var transport: String?
     /// Roam's tunnel MTU at the end, and how long it took to come down to what the path carries.
     public var tunnelMTU: Int?
     public var adapted: Duration?
@@ -87,6 +99,14 @@ extension RoamingScenario {
                     leaks: Bool = false) throws -> RoamingOutcome {
         let lab = try RoamingLab(vpn: vpn, routing: routing, agent: agent)
         let laptop = lab.laptop
+        if needsStream {
+            try lab.configure("server", "tcp: 443")
+            try lab.configure("client", "tcp: 443")
+            if self == .udpReturns { try laptop.ip("link set eth0 down") }
+            try nft(lab.server, "add table inet block")
+            try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+            try nft(lab.server, "add rule inet block in iifname wifi-l udp dport \(lab.port) drop")
+        }
         let router = self == .mtuBlackHole ? try SilentRouter(between: laptop, and: lab.server, mtu: 1280) : nil
         if self == .betterPath || self == .mtuBlackHole { try laptop.ip("link set eth0 down") }
         if self == .addressChange { try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"]) }
@@ -94,7 +114,8 @@ extension RoamingScenario {
         let tap = try PacketTap(port: lab.port, in: lab.server)
         // The machine boots with the lockdown loaded before any application runs.
         if leaks, vpn == .roam { try lab.loadBootLockdown() }
-        let leakTap = leaks ? try lab.leakTap() : nil
+        let web = needsStream ? [SocketAddress(IPAddress("198.51.100.7")!, port: 443)] : []
+        let leakTap = leaks ? try lab.leakTap(web: web) : nil
         // What the laptop sends to its eth0 gateway stops at the router, so it is judged there too.
         let routerLeakTap = leaks ? try router.map { try lab.leakTap(on: ["lan"], in: $0.lab) } : nil
         let bait = leaks ? try lab.leakBait() : nil
@@ -196,6 +217,15 @@ extension RoamingScenario {
             usleep(20_000_000)
             try nft(lab.server, "delete table inet lab")
             usleep(1_000_000)
+        case .udpBlockedLanding:
+            try laptop.ip("link set eth0 down")
+            _ = waitForStatus(lab, seconds: 5) { $0["path.transport"] == "stream" }
+            usleep(2_000_000)
+        case .udpReturns:
+            try nft(lab.server, "delete table inet block")
+            let lifted = LabClock.now
+            if waitForStatus(lab, seconds: 40, { $0["path.transport"] == "udp" }) { moved = LabClock.now - lifted }
+            usleep(1_000_000)
         case .mtuBlackHole:
             try laptop.ip("link set eth0 up")
             let from = LabClock.now
@@ -220,12 +250,22 @@ extension RoamingScenario {
         let tunnelAfter = lab.tunnelSnapshot()
         return RoamingOutcome(scenario: self, vpn: vpn, routing: routing, outage: outage, lostProbes: lost, sentProbes: sent,
                               handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,
-                              cpu: cpu, moved: moved, interface: interface,
+                              cpu: cpu, moved: moved, interface: interface, transport: status["path.transport"],
                               tunnelMTU: status["mtu.tunnel"].flatMap { Int($0) }, adapted: adapted, tcp: tcpResult, download: downloadResult,
                               tunnelUntouched: tunnelAfter == tunnelBefore, clientLog: lab.log("client.log"),
                               serverLog: lab.log("server.log"), leaks: leakTap.map { $0.leaks() + (routerLeakTap?.leaks() ?? []) },
                               packetsJudged: (leakTap?.packetsSeen ?? 0) + (routerLeakTap?.packetsSeen ?? 0))
     }
+}
+
+/// Polls the agent's status every 100 ms (each look is a process) for up to `seconds` until `condition`.
+private func waitForStatus(_ lab: RoamingLab, seconds: Double, _ condition: ([String: String]) -> Bool) -> Bool {
+    let end = LabClock.now + .milliseconds(Int64(seconds * 1000))
+    while LabClock.now < end {
+        if condition(lab.status()) { return true }
+        usleep(100_000)
+    }
+    return false
 }
 
 /// The probe stream's datagrams (100-byte payload, 128-byte inner packet) as the tunnel carries them.

@@ -474,6 +474,75 @@ extension RuntimeTests {
         #expect(hook.events.withLock { $0 } == [.opened, .opened])
         #expect(client.socket.label.hasPrefix("TLS to 198.51.100.7:443"))
     }
+
+    /// One gateway, two clients at once: alice over the stream, bob over UDP, then each moves to
+    /// the other's transport (alice to UDP on wifi0, bob onto a stream on eth0); every datagram
+    /// sent through the tunnel by either arrives, and neither move needs a handshake.
+    @Test func aGatewayServesStreamAndUDPClientsAtOnceAsBothRoam() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        let (server, serverThread) = try startServerWithStreams(in: serverLab)
+        let gateway = SocketAddress(IPAddress("198.51.100.7")!, port: 51820)
+        let hook = StreamHook()
+        func stream(on device: String, from source: String) throws -> StreamCarrier {
+            StreamCarrier.open(to: SocketAddress(gateway.ip, port: 443), as: gateway, from: IPAddress(source)!, device: device,
+                               mark: nil, proxy: nil, context: try .client(serverName: "vpn.example.net"),
+                               namespace: laptop.namespace, told: hook.told)
+        }
+        let alice = try connect(try stream(on: "eth0", from: "10.20.0.57"), to: gateway)
+        let bob = try connect(try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0",
+                                            namespace: laptop.namespace),
+                              to: gateway, as: bobKey, address: IPAddress("10.77.0.3")!)
+        hook.client.withLock { $0 = alice }
+        // Two tunnel devices in the laptop, one per client, each with its own route to the gateway.
+        let aliceTun = try TunDevice(name: "roam0", mtu: 1380, addresses: [Prefix("10.77.0.2/32")!], namespace: laptop.namespace)
+        let bobTun = try TunDevice(name: "roam1", mtu: 1380, addresses: [Prefix("10.77.0.3/32")!], namespace: laptop.namespace)
+        try laptop.ip("route add 10.77.0.1/32 dev roam0 metric 5")
+        try laptop.ip("route add 10.77.0.1/32 dev roam1 metric 6")
+        let aliceThread = Running { alice.run(with: aliceTun) }
+        let bobThread = Running { bob.run(with: bobTun) }
+        defer {
+            alice.stop()
+            bob.stop()
+            server.stop()
+            aliceThread.wait()
+            bobThread.wait()
+            serverThread.wait()
+        }
+        let sink = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.1")!, port: 4001), namespace: serverLab.namespace)
+        let senders = [try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.2")!, port: 0), device: "roam0", namespace: laptop.namespace),
+                       try UDPSocket(bindingTo: SocketAddress(IPAddress("10.77.0.3")!, port: 0), device: "roam1", namespace: laptop.namespace)]
+        /// Datagrams from both clients through the tunnel, `rounds` each: how many were sent and arrived.
+        func exchange(_ rounds: Int) throws -> (sent: Int, arrived: Int) {
+            var arrived = 0
+            var buffer = [UInt8](repeating: 0, count: 256)
+            for i in 0..<rounds {
+                for sender in senders {
+                    _ = try [UInt8](repeating: UInt8(i & 0xFF), count: 64).withUnsafeBytes { try sender.send($0, to: sink.local) }
+                }
+                while try buffer.withUnsafeMutableBytes({ try sink.receive(into: $0, timeout: .milliseconds(5)) }) != nil { arrived += 1 }
+            }
+            for _ in 0..<50 {
+                guard try buffer.withUnsafeMutableBytes({ try sink.receive(into: $0, timeout: .milliseconds(20)) }) != nil else { break }
+                arrived += 1
+            }
+            return (rounds * senders.count, arrived)
+        }
+        let first = try exchange(100)
+        #expect(first.arrived == first.sent, "before the moves: \(first.arrived) of \(first.sent)")
+        #expect(server.sessionsOnStreams == 1 && server.liveSessions == 2)
+
+        alice.rebind(to: try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0",
+                                       namespace: laptop.namespace))
+        let bobStream = try stream(on: "eth0", from: "10.20.0.57")
+        hook.client.withLock { $0 = bob }
+        bob.rebind(to: bobStream)
+        for _ in 0..<200 where !bobStream.isOpen { usleep(10_000) }
+        let second = try exchange(100)
+        #expect(second.arrived == second.sent, "after the moves: \(second.arrived) of \(second.sent)")
+        #expect(server.sessionsOnStreams == 1 && server.liveSessions == 2)
+        #expect(alice.handshakeCount == 1 && bob.handshakeCount == 1, "no move needed a handshake")
+        #expect(server.streamCounts.accepted == 2)
+    }
 }
 
 private final class Mutex2: Sendable {
