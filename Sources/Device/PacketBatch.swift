@@ -31,6 +31,10 @@ public final class PacketBatch {
     private let controls: UnsafeMutableRawPointer
     /// The address each slot is to be sent from (`setSource`), as given.
     private var sources: [IPAddress?]
+    /// Which packets go to a stream's far end (`SocketAddress.overStream`), which the kernel's
+    /// address cannot say; and how many do.
+    private var overStream: [Bool]
+    public private(set) var streamPeers = 0
     /// Runs of slots sent as one message each with UDP segmentation offload (`prepareRuns`):
     /// their messages, control messages and datagram counts.
     let runs: UnsafeMutablePointer<CShims_mmsghdr>
@@ -51,6 +55,7 @@ public final class PacketBatch {
         names = .allocate(capacity: self.capacity)
         controls = .allocate(byteCount: self.capacity * Int(CSHIMS_OFFLOAD_SPACE), alignment: 16)
         sources = [IPAddress?](repeating: nil, count: self.capacity)
+        overStream = [Bool](repeating: false, count: self.capacity)
         runs = .allocate(capacity: self.capacity)
         runControls = .allocate(byteCount: self.capacity * Int(CSHIMS_OFFLOAD_SPACE), alignment: 16)
         runLengths = [Int](repeating: 0, count: self.capacity)
@@ -135,8 +140,9 @@ public final class PacketBatch {
     public func peer(at index: Int) -> SocketAddress? {
         precondition(index < count, "peer \(index) of a batch of \(count)")
         let header = messages[index].msg_hdr
-        guard header.msg_name != nil else { return nil }
-        return SocketAddress(reading: names + index, length: header.msg_namelen)
+        guard header.msg_name != nil, var peer = SocketAddress(reading: names + index, length: header.msg_namelen) else { return nil }
+        peer.overStream = overStream[index]
+        return peer
     }
 
     /// The address packet `index` (< `count`) was sent to, when the socket reports it (a server's
@@ -214,6 +220,8 @@ public final class PacketBatch {
         guard let (length, peer) = fill(slot), (0...slotBytes).contains(length) else { return false }
         vectors[count].iov_len = length
         sources[count] = nil
+        overStream[count] = peer?.overStream ?? false
+        if overStream[count] { streamPeers += 1 }
         messages[count].msg_hdr.msg_control = nil
         messages[count].msg_hdr.msg_controllen = 0
         if let peer {
@@ -228,11 +236,16 @@ public final class PacketBatch {
     }
 
     /// Empties the batch; the slots stay allocated.
-    public func removeAll() { count = 0 }
+    public func removeAll() {
+        count = 0
+        streamPeers = 0
+    }
 
     /// Readies every slot to receive a datagram and its sender; `received(_:)` follows.
     func prepareToReceive() {
+        streamPeers = 0
         for i in 0..<capacity {
+            overStream[i] = false
             vectors[i].iov_len = slotBytes
             messages[i].msg_hdr.msg_name = UnsafeMutableRawPointer(names + i)
             messages[i].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)

@@ -2,14 +2,19 @@ import Glibc
 public import Basics
 import Netlink
 
-/// An IP address and a UDP port: where a datagram comes from or goes to.
+/// An IP address and a port: where a datagram comes from or goes to, or (`overStream`) the far
+/// end of a stream a gateway takes messages on, which is never the same endpoint as a UDP one
+/// with the same address and port.
 public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     public var ip: IPAddress
     public var port: UInt16
+    /// A stream's far end (TCP), not a UDP endpoint: the sockets' calls ignore it.
+    public var overStream: Bool
 
-    public init(_ ip: IPAddress, port: UInt16) {
+    public init(_ ip: IPAddress, port: UInt16, overStream: Bool = false) {
         self.ip = ip
         self.port = port
+        self.overStream = overStream
     }
 
     /// The endpoint's address and port; nil when its host is a name (resolve it first) or it
@@ -20,7 +25,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// `192.0.2.1:51820` or `[2001:db8::1]:51820`.
-    public var description: String { ip.family == .v4 ? "\(ip):\(port)" : "[\(ip)]:\(port)" }
+    public var description: String { (ip.family == .v4 ? "\(ip):\(port)" : "[\(ip)]:\(port)") + (overStream ? "/tcp" : "") }
 }
 
 extension SocketAddress {

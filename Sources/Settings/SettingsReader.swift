@@ -283,14 +283,19 @@ extension YAMLReader {
 
     /// The gateway's `tcp`: a port alone, or `{port, name, certificate, certificate-key}`.
     private func serverStream(_ node: Node) throws(ConfigError) -> ServerStreamSettings {
-        var stream = ServerStreamSettings(name: hostName(fully: true))
+        // A certificate's name (its CN) holds at most 64 bytes: a longer host name gives its first label.
+        let host = hostName(fully: true)
+        var stream = ServerStreamSettings(name: host.utf8.count <= 64 ? host : hostName())
         guard case .mapping = node.value else {
             stream.port = UInt16(try int(node, 1...65535))
             return stream
         }
         let f = try fields(node, "'tcp'", allowed: ["port", "name", "certificate", "certificate-key"])
         if let n = f.optional("port") { stream.port = UInt16(try int(n, 1...65535)) }
-        if let n = f.optional("name") { stream.name = try hostLikeName(n, "'tcp' 'name'") }
+        if let n = f.optional("name") {
+            stream.name = try hostLikeName(n, "'tcp' 'name'")
+            guard stream.name.utf8.count <= 64 else { throw fail(n, "the gateway's 'tcp' 'name' is on its certificate: 64 bytes at most") }
+        }
         switch (f.optional("certificate"), f.optional("certificate-key")) {
         case (let chain?, let key?):
             stream.certificate = (try absolutePath(chain, "'certificate'"), try absolutePath(key, "'certificate-key'"))

@@ -19,6 +19,9 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     private var scratch: [UInt8] = []
     /// Why the stream is over, once it is.
     private(set) var closed: String?
+    /// The last read needs the socket writable first (TLS 1.3 answers a key update while
+    /// reading): poll for writing, not reading, or the unread input keeps waking the poll.
+    private(set) var readWantsWrite = false
 
     /// Unsent bytes the socket may hold before it stops being writable.
     static let unsentLimit: Int32 = 128 * 1024
@@ -46,8 +49,15 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         while closed == nil {
             if let message = reader.next() { return message }
             switch channel.read(into: reader.space()) {
-            case .done(let n): reader.received(n)
-            case .wantRead, .wantWrite: return nil
+            case .done(let n):
+                reader.received(n)
+                readWantsWrite = false
+            case .wantRead:
+                readWantsWrite = false
+                return nil
+            case .wantWrite:
+                readWantsWrite = true
+                return nil
             case .closed(let why): closed = why
             }
         }
@@ -61,7 +71,7 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
         guard closed == nil, flushTail(), isWritable else { return 0 }
         let total = messages.reduce(0) { $0 + StreamFraming.lengthBytes + $1.count }
-        if scratch.count < total { scratch = [UInt8](repeating: 0, count: max(total, 64 * 1024)) }
+        if scratch.count < total { scratch = [UInt8](repeating: 0, count: total) }
         scratch.withUnsafeMutableBytes { out in
             var offset = 0
             for message in messages { offset = StreamFraming.write(message, into: out, at: offset) }
@@ -96,8 +106,9 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         return tail.isEmpty && closed == nil
     }
 
-    /// Whether bytes are waiting for the socket to take them (poll it for writing, then `flushTail`).
-    var hasTail: Bool { !tail.isEmpty }
+    /// Whether the socket must become writable before the stream can go on: bytes of frames are
+    /// waiting for it (`flushTail`), or a read is.
+    var wantsWrite: Bool { !tail.isEmpty || readWantsWrite }
 
     /// The socket takes more now: its unsent bytes are below `unsentLimit`.
     private var isWritable: Bool {

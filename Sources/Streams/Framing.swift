@@ -27,14 +27,13 @@ public enum StreamFraming {
 public struct FrameReader: ~Copyable {
     /// A frame's worth and four TLS records: a read never waits for room.
     public static let capacity = StreamFraming.lengthBytes + StreamFraming.maxMessage + 4 * 16_384
-    private let storage: UnsafeMutableRawBufferPointer
+    /// Made on the first read: a gateway holds many streams that may never send a byte.
+    private var storage = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     /// The bytes received and not yet taken: `start..<end`.
     private var start = 0
     private var end = 0
 
-    public init() {
-        storage = .allocate(byteCount: Self.capacity, alignment: 16)
-    }
+    public init() {}
 
     deinit { storage.deallocate() }
 
@@ -43,6 +42,7 @@ public struct FrameReader: ~Copyable {
 
     /// Where the next read goes; at least 16 KiB (a TLS record) whenever `next` returned nil.
     public mutating func space() -> UnsafeMutableRawBufferPointer {
+        if storage.baseAddress == nil { storage = .allocate(byteCount: Self.capacity, alignment: 16) }
         if Self.capacity - end < 16_384, start > 0 {
             // Move what is left of a frame to the front.
             if end > start { storage.baseAddress!.copyMemory(from: storage.baseAddress! + start, byteCount: end - start) }

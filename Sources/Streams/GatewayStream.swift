@@ -40,8 +40,9 @@ public final class GatewayStream: Sendable {
     public let accepted: Instant
     public let fileDescriptor: Int32
     private let state: Mutex<Phase>
-    /// When a message last arrived (Instant nanoseconds).
-    private let lastHeard: Atomic<Int64>
+    /// When an authenticated message last arrived or a handshake was answered on it (Instant
+    /// nanoseconds); 0 until then. Garbage keeps nothing alive.
+    private let lastProven = Atomic<Int64>(0)
     private let dropped = Atomic<Int>(0)
 
     private enum Phase {
@@ -51,11 +52,10 @@ public final class GatewayStream: Sendable {
     }
 
     init(_ channel: TLSChannel, peer: SocketAddress, now: Instant) {
-        self.peer = peer
+        self.peer = SocketAddress(peer.ip, port: peer.port, overStream: true)
         fileDescriptor = channel.connection.fileDescriptor
         local = channel.connection.local?.ip
         accepted = now
-        lastHeard = Atomic(now.nanoseconds)
         state = Mutex(.handshaking(channel))
     }
 
@@ -98,14 +98,13 @@ public final class GatewayStream: Sendable {
         if let message = stream.next() {
             let length = min(message.count, buffer.count)
             buffer.baseAddress!.copyMemory(from: message.baseAddress!, byteCount: length)
-            lastHeard.store(now.nanoseconds, ordering: .relaxed)
             return .message(length)
         }
         if let why = stream.closed {
             phase = .closed(why)
             return .closed(why)
         }
-        return .waiting(wantsWrite: stream.hasTail)
+        return .waiting(wantsWrite: stream.wantsWrite)
     }
 
     /// Whether a message or decrypted bytes wait that a poll would not show.
@@ -116,8 +115,15 @@ public final class GatewayStream: Sendable {
     /// Whether the TLS handshake is done.
     public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
 
-    /// When a message last arrived (the accept, before any).
-    public var lastMessage: Instant { Instant(nanoseconds: lastHeard.load(ordering: .relaxed)) }
+    /// A message on the stream was authenticated, or the gateway answered a handshake on it:
+    /// the stream carries a session, and is kept while it does.
+    public func prove(_ now: Instant) { lastProven.store(now.nanoseconds, ordering: .relaxed) }
+
+    /// When the stream last carried a session's message; nil while it never has.
+    public var lastProof: Instant? {
+        let value = lastProven.load(ordering: .relaxed)
+        return value == 0 ? nil : Instant(nanoseconds: value)
+    }
 
     /// Messages dropped because the stream could not take them then.
     public var drops: Int { dropped.load(ordering: .relaxed) }

@@ -60,9 +60,10 @@ public final class StreamCarrier: PacketCarrier {
     /// Starts opening a stream to `gateway` from `source` through `device` with `mark` (as the
     /// path's UDP socket would be), through `proxy` when given, with `context` (SNI and ALPN);
     /// `told` hears how it went, on the opening thread or a data thread. `peer`: the address the
-    /// session knows the gateway by, the gateway's own when nil.
-    public static func open(to gateway: SocketAddress, as peer: SocketAddress? = nil, from source: IPAddress?, device: String?, mark: UInt32?,
-                            proxy: HTTPProxy?, context: TLSContext, timeout: Duration = openTimeout,
+    /// session knows the gateway by, the gateway's own when nil. `host`: the gateway's own name,
+    /// which a proxy's `CONNECT` then names (the address otherwise; never the SNI cover name).
+    public static func open(to gateway: SocketAddress, as peer: SocketAddress? = nil, host: String? = nil, from source: IPAddress?,
+                            device: String?, mark: UInt32?, proxy: HTTPProxy?, context: TLSContext, timeout: Duration = openTimeout,
                             namespace: NetworkNamespace? = nil,
                             told: @escaping @Sendable (StreamCarrier, Event) -> Void) -> StreamCarrier {
         let label = "TLS to \(gateway)\(proxy.map { " via proxy \($0.address)" } ?? "")\(device.map { " on \($0)" } ?? "")"
@@ -72,7 +73,7 @@ public final class StreamCarrier: PacketCarrier {
             try OSThread.detach { [carrier] in
                 let result: Result<TLSChannel, StreamError>
                 do throws(StreamError) {
-                    result = .success(try connect(to: gateway, from: source, device: device, mark: mark, proxy: proxy,
+                    result = .success(try connect(to: gateway, host: host, from: source, device: device, mark: mark, proxy: proxy,
                                                   context: context, namespace: namespace, deadline: deadline))
                 } catch {
                     result = .failure(error)
@@ -86,7 +87,7 @@ public final class StreamCarrier: PacketCarrier {
     }
 
     /// TCP, the proxy, TLS: blocking, by `deadline`.
-    private static func connect(to gateway: SocketAddress, from source: IPAddress?, device: String?, mark: UInt32?,
+    private static func connect(to gateway: SocketAddress, host: String?, from source: IPAddress?, device: String?, mark: UInt32?,
                                 proxy: HTTPProxy?, context: TLSContext, namespace: NetworkNamespace?,
                                 deadline: ContinuousClock.Instant) throws(StreamError) -> TLSChannel {
         let connection: TCPConnection
@@ -96,7 +97,7 @@ public final class StreamCarrier: PacketCarrier {
         } catch {
             throw StreamError(proxy == nil ? "\(error)" : "the proxy: \(error)")
         }
-        try proxy?.open(connection, to: gateway, host: context.serverName, deadline: deadline)
+        try proxy?.open(connection, to: gateway, host: host, deadline: deadline)
         let channel = try TLSChannel(context, over: connection, accepting: false)
         while true {
             let events: Int16
@@ -114,8 +115,9 @@ public final class StreamCarrier: PacketCarrier {
     }
 
     private func finishOpening(_ result: Result<TLSChannel, StreamError>) {
-        let event: Event = state.withLock { phase in
-            guard case .opening(let waiting) = phase else { return .failed("closed") }
+        let event: Event? = state.withLock { phase in
+            // Closed while it opened: its owner is done with it and hears nothing more.
+            guard case .opening(let waiting) = phase else { return nil }
             switch result {
             case .success(let channel):
                 let stream = FramedStream(channel)
@@ -129,10 +131,10 @@ public final class StreamCarrier: PacketCarrier {
                 return .failed(error.description)
             }
         }
-        told(self, event)
+        if let event { told(self, event) }
     }
 
-    /// Ends the stream (it is over for good: a new one is opened if wanted).
+    /// Ends the stream (it is over for good: a new one is opened if wanted); nothing more is told.
     public func close() {
         state.withLock { $0 = .failed("closed") }
     }

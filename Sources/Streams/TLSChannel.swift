@@ -23,9 +23,12 @@ public struct StreamError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// libssl's functions, or the error that says it cannot be had.
+/// libssl's functions, or the error that says it cannot be had. libssl writes to its socket
+/// with write(2), so a peer that closed would end the process with SIGPIPE: ignored from the
+/// first stream on, as every program that gives libssl a socket must (the agent ignores it anyway).
 func openSSL() throws(StreamError) -> UnsafePointer<COpenSSL_API> {
     guard let api = COpenSSL_library() else { throw StreamError("cannot load libssl.so.3 (Debian's libssl3 package)") }
+    signal(SIGPIPE, SIG_IGN)
     return api
 }
 

@@ -158,7 +158,8 @@ extension ClientDaemon.CoreRunner {
         case .connectivity(let result, let id):
             checked(result, on: id)
         case .stream(let id, let carrier, let event):
-            effects.streamChanged(id, carrier, event)
+            // A stream replaced or closed since says nothing of the path's stream now.
+            guard effects.streamChanged(id, carrier, event) else { return }
             switch event {
             case .opened:
                 log.info("stream opened", metadata: ["path": "\(id)", "stream": "\(carrier.label)"])

@@ -95,7 +95,19 @@ struct ServeCommand: ParsableCommand {
         } else {
             streams = nil
         }
-        let server = TunnelServer(core: core, device: tun, workers: workers, streams: streams, publishesRoutes: true, logger: log)
+        var streamLimits = StreamLimits()
+        if streams != nil {
+            // Each stream is a descriptor: the soft limit (1,024 by default) goes up to the hard one,
+            // and the streams take what that leaves after the gateway's own.
+            let descriptors = Self.raiseOpenFileLimit()
+            streamLimits = streamLimits.fitting(descriptors: descriptors)
+            if streamLimits.connections < StreamLimits().connections {
+                log.warning("fewer streams than the default: the open-file limit is low",
+                            metadata: ["streams": "\(streamLimits.connections)", "open_files": "\(descriptors)"])
+            }
+        }
+        let server = TunnelServer(core: core, device: tun, workers: workers, streams: streams, streamLimits: streamLimits,
+                                  publishesRoutes: true, logger: log)
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
         /// Tells every session to move, then stops when none is left or `period` ends; false when
@@ -248,6 +260,20 @@ struct DrainCommand: ParsableCommand {
     @Option(help: "The server's control socket.")
     var control: String = ServerControl.defaultPath
     func run() throws { print(try ControlClient.ask(.drain, at: control)["message"]?.string ?? "") }
+}
+
+extension ServeCommand {
+    /// Raises the process's soft limit on open files to its hard limit; returns the soft limit now.
+    static func raiseOpenFileLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return Int(clamping: limit.rlim_cur)
+    }
 }
 
 extension ServerSettings {

@@ -313,7 +313,9 @@ final class SessionEffects {
         streamContexts[name] = context
         let id = path.id
         let told = streamTold
-        let carrier = StreamCarrier.open(to: SocketAddress(server.ip, port: stream.port), as: server, from: path.source,
+        let endpoint = servers[serverIndex].entry.endpoint
+        let carrier = StreamCarrier.open(to: SocketAddress(server.ip, port: stream.port), as: server,
+                                         host: endpoint.address == nil ? endpoint.host : nil, from: path.source,
                                          device: path.interface, mark: settings.mode.socketMark, proxy: proxy, context: context) {
             told(id, $0, $1)
         }
@@ -325,12 +327,17 @@ final class SessionEffects {
 
     /// The stream on path `id` opened or failed: the session's data loop polls what there is
     /// now, and a failed stream is forgotten, so the next attempt opens a fresh one.
-    func streamChanged(_ id: Path.ID, _ carrier: StreamCarrier, _ event: StreamCarrier.Event) {
-        if case .failed = event, let held = sockets[id], held === carrier {
+    /// Returns whether `carrier` is still the path's: what an earlier stream, since replaced or
+    /// closed, says is stale.
+    func streamChanged(_ id: Path.ID, _ carrier: StreamCarrier, _ event: StreamCarrier.Event) -> Bool {
+        guard let held = sockets[id], held === carrier else { return false }
+        if case .failed = event {
             sockets[id] = nil
             streamPaths[id] = nil
+            client?.forget(candidate: carrier)
         }
         client?.carriersChanged()
+        return true
     }
 
     /// The streams to where the server was: opened again to where it is now, the session's own
@@ -341,6 +348,7 @@ final class SessionEffects {
             stream.close()
             sockets[id] = nil
             streamPaths[id] = nil
+            client?.forget(candidate: stream)
             guard let client, client.socket === stream, let fresh = self.stream(for: path) else { continue }
             client.rebind(to: fresh)
         }

@@ -109,8 +109,9 @@ private func gatewaySide(_ listener: StreamListener, until done: ([UInt8]) -> Bo
     let proxyListener = try TCPListener(bindingTo: loopback)
     let told = Told()
     let proxy = HTTPProxy(address: proxyListener.local)
-    _ = StreamCarrier.open(to: SocketAddress(IPAddress("192.0.2.1")!, port: 443), from: nil, device: nil, mark: nil,
-                           proxy: proxy, context: try .client(serverName: "vpn.example.net"), told: told.add)
+    // The CONNECT names the gateway's own name when it has one, never the SNI name (a cover).
+    _ = StreamCarrier.open(to: SocketAddress(IPAddress("192.0.2.1")!, port: 443), host: "vpn.example.net", from: nil, device: nil,
+                           mark: nil, proxy: proxy, context: try .client(serverName: "www.example.com"), told: told.add)
     var connection: TCPConnection?
     for _ in 0..<200 where connection == nil {
         connection = try proxyListener.accept(timeout: .milliseconds(20))

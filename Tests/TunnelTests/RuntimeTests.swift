@@ -382,13 +382,13 @@ private final class StreamHook: Sendable {
 
 extension RuntimeTests {
     /// The gateway at 198.51.100.7 with UDP on 51820 and the stream transport on 443.
-    private func startServerWithStreams(in lab: TunnelLab) throws -> (TunnelServer, Running) {
+    private func startServerWithStreams(in lab: TunnelLab, limits: StreamLimits = StreamLimits()) throws -> (TunnelServer, Running) {
         let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.77.0.1/24")!], namespace: lab.namespace)
         let sockets = [try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 51820), namespace: lab.namespace)]
         let streams = try StreamListener(on: [SocketAddress(.v4(0), port: 443)], context: try .server(name: "vpn.example.net"),
                                          namespace: lab.namespace)
-        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, sockets: sockets,
-                                  streams: streams, logger: quiet)
+        let server = TunnelServer(core: try ServerCore(privateKey: serverKey, users: users), device: tun, workers: [sockets],
+                                  streams: streams, streamLimits: limits, logger: quiet)
         return (server, Running { server.run() })
     }
 
@@ -473,6 +473,47 @@ extension RuntimeTests {
         #expect(server.streamCounts.accepted == 2)
         #expect(hook.events.withLock { $0 } == [.opened, .opened])
         #expect(client.socket.label.hasPrefix("TLS to 198.51.100.7:443"))
+    }
+
+    /// Streams that carry no session keep nothing: garbage frames do not keep one open, one that
+    /// never proves itself is closed after `provenWithin`, and a network gets no more open
+    /// streams than its share, while a real client still connects beside them.
+    @Test func streamsThatCarryNoSessionAreClosedAndCapped() throws {
+        let (laptop, serverLab) = try TunnelLab.laptopAndServer()
+        var limits = StreamLimits(connectionsPerNetwork: 3, provenWithin: .seconds(1))
+        limits.acceptsPerNetwork = .init(perSecond: 100, burst: 100)
+        let (server, serverThread) = try startServerWithStreams(in: serverLab, limits: limits)
+        defer {
+            server.stop()
+            serverThread.wait()
+        }
+        let gateway = SocketAddress(IPAddress("198.51.100.7")!, port: 443)
+        let context = try TLSContext.client(serverName: "vpn.example.net")
+        let hook = StreamHook()
+        // Four from one network (eth0's /24): three are taken.
+        let squatters = (0..<4).map { _ in
+            StreamCarrier.open(to: gateway, from: IPAddress("10.20.0.57")!, device: "eth0", mark: nil, proxy: nil,
+                               context: context, namespace: laptop.namespace, told: hook.told)
+        }
+        for _ in 0..<300 where hook.events.withLock({ $0.count }) < 4 { usleep(10_000) }
+        usleep(200_000)
+        #expect(server.streamCounts.open == 3 && server.streamCounts.accepted == 3, "\(server.streamCounts)")
+        // Garbage every 200 ms: no session's message, so it keeps nothing alive.
+        let junk: [UInt8] = [2, 3, 0, 0] + [UInt8](repeating: 0x5A, count: 60)
+        for _ in 0..<10 {
+            for squatter in squatters { _ = try junk.withUnsafeBytes { try squatter.send($0, to: gateway) } }
+            usleep(200_000)
+        }
+        #expect(server.streamCounts.open == 0, "streams with no session closed after 1 s: \(server.streamCounts)")
+        // A real client from another network is served.
+        let client = try connect(StreamCarrier.open(to: gateway, as: SocketAddress(gateway.ip, port: 51820),
+                                                    from: IPAddress("192.168.1.23")!, device: "wifi0", mark: nil, proxy: nil,
+                                                    context: context, namespace: laptop.namespace, told: hook.told),
+                                 to: SocketAddress(gateway.ip, port: 51820))
+        for _ in 0..<100 where server.liveSessions == 0 { usleep(10_000) }
+        #expect(client.handshakeCount == 1 && server.liveSessions == 1)
+        usleep(1_500_000)
+        #expect(server.streamCounts.open == 1, "the stream that carried a handshake stays: \(server.streamCounts)")
     }
 
     /// One gateway, two clients at once: alice over the stream, bob over UDP, then each moves to

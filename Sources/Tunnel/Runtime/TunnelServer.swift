@@ -424,6 +424,7 @@ public final class TunnelServer: Sendable {
             var none = DropCounters()
             counters.add(&traffic, &none)
         case .handshake(let peer, let response, let to):
+            proveStream(to)
             send(response, to: to, from: local, worker: worker, counters: counters)
             handshakesAccepted.add(1, ordering: .relaxed)
             let spoken = sessions.newestProtocol(of: peer)
@@ -533,7 +534,10 @@ public final class TunnelServer: Sendable {
 
     /// Sends a batch through the socket of its first datagram's family, any others one by one.
     private func send(_ batch: PacketBatch, on sockets: [UDPSocket], worker: Int, traffic: inout TrafficCounters) {
-        if streamCount.load(ordering: .relaxed) > 0, sendOnStreams(batch, worker: worker, traffic: &traffic) { return }
+        if batch.streamPeers > 0 {
+            sendOnStreams(batch, worker: worker, traffic: &traffic)
+            return
+        }
         let family = batch.peer(at: 0)?.ip.family
         guard let socket = sockets.first(where: { $0.local.ip.family == family }) else {
             traffic.sendFailures += batch.count
@@ -556,21 +560,22 @@ public final class TunnelServer: Sendable {
         }
     }
 
-    /// Sends the packets of `batch` sealed for clients on streams, each stream's in one write,
-    /// and the rest one by one; false (nothing sent) when none is for a stream.
-    private func sendOnStreams(_ batch: PacketBatch, worker: Int, traffic: inout TrafficCounters) -> Bool {
+    /// Sends the packets of `batch` sealed for clients on streams, each stream's in one write
+    /// (a stream gone: dropped), and the rest one by one.
+    private func sendOnStreams(_ batch: PacketBatch, worker: Int, traffic: inout TrafficCounters) {
         let streams = self.streams.withLock { $0 }
         var byStream: [ObjectIdentifier: (stream: GatewayStream, packets: [Int])] = [:]
         var datagrams: [Int] = []
         for i in 0..<batch.count {
             guard let peer = batch.peer(at: i) else { continue }
-            if let stream = streams[peer] {
+            if !peer.overStream {
+                datagrams.append(i)
+            } else if let stream = streams[peer] {
                 byStream[ObjectIdentifier(stream), default: (stream, [])].packets.append(i)
             } else {
-                datagrams.append(i)
+                traffic.sendFailures += 1
             }
         }
-        guard !byStream.isEmpty else { return false }
         for (stream, packets) in byStream.values {
             let sent = stream.send(packets.map { batch.packet(at: $0) })
             traffic.sendFailures += packets.count - sent
@@ -578,7 +583,6 @@ public final class TunnelServer: Sendable {
         for i in datagrams {
             if let peer = batch.peer(at: i) { send(batch.packet(at: i), to: peer, from: batch.source(at: i), worker: worker, traffic: &traffic) }
         }
-        return true
     }
 
     private func send(_ datagram: [UInt8], to peer: SocketAddress, from source: IPAddress?, worker: Int, counters: Counters) {
@@ -592,8 +596,10 @@ public final class TunnelServer: Sendable {
     /// from the host, from whichever the kernel picks.
     private func send(_ datagram: UnsafeRawBufferPointer, to peer: SocketAddress, from source: IPAddress?, worker: Int,
                       traffic: inout TrafficCounters) {
-        if streamCount.load(ordering: .relaxed) > 0, let stream = streams.withLock({ $0[peer] }) {
-            if stream.send([datagram]) == 0 { traffic.sendFailures += 1 }
+        if peer.overStream {
+            // A stream's far end: on its stream, or nowhere (never as a datagram to a TCP port).
+            let stream = streamCount.load(ordering: .relaxed) > 0 ? streams.withLock { $0[peer] } : nil
+            if stream?.send([datagram]) != 1 { traffic.sendFailures += 1 }
             return
         }
         guard let socket = workers[worker].first(where: { $0.local.ip.family == peer.ip.family }) else {
