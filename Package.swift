@@ -117,7 +117,7 @@ let package = Package(
             name: "ReplayBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "RoamingBenchmark", dependencies: ["Basics", "Device", "Tunnel", "NamespaceLab"],
+            name: "RoamingBenchmark", dependencies: ["Basics", "Device", "Tunnel", "Reconnector", "NamespaceLab"],
             path: "Benchmarks/RoamingBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "FloodBenchmark",

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NamespaceLab
+import Reconnector
 import Basics
 import Tunnel
 import Device
@@ -123,6 +124,45 @@ if vpns.contains(.roam) && !gatewaysOnly {
         } catch {
             say("idle \(mode): failed: \(error)")
         }
+    }
+    // Idle on a network that drops UDP: the session on the stream, UDP re-tested on its schedule.
+    do {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.configure("server", "tcp: 443")
+        try lab.configure("client", "tcp: 443")
+        for side in ["eth-l", "wifi-l"] {
+            _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "add", "table", "inet", "block"])
+            _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "add", "chain", "inet", "block", "in",
+                                                               "{", "type", "filter", "hook", "prerouting", "priority", "-300", ";", "}"])
+            _ = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "add", "rule", "inet", "block", "in",
+                                                               "iifname", side, "udp", "dport", "\(lab.port)", "drop"])
+        }
+        try lab.startServer()
+        try lab.startClient()
+        sleep(5)
+        let before = lab.clientWakeups()
+        let cpu = lab.clientCPU()
+        let retestsBefore = lab.log("client.log").components(separatedBy: "udpRetest(").count
+        sleep(UInt32(idleSeconds))
+        let wakeups = lab.clientWakeups() - before
+        let retests = lab.log("client.log").components(separatedBy: "udpRetest(").count - retestsBefore
+        // The schedule: the first re-test after `udp-retest`, each unanswered one doubling the wait
+        // up to `udp-retest-cap` (defaults, mains power).
+        var config = Config()
+        config.stream = Config.StreamPolicy()
+        var at = Duration.zero
+        var perHour = 0
+        while true {
+            at += config.udpRetest(after: perHour, on: .ac)
+            guard at <= .seconds(3600) else { break }
+            perHour += 1
+        }
+        say("idle on the stream (UDP dropped): \(wakeups) voluntary context switches in \(idleSeconds) s "
+              + "(\(String(format: "%.1f", Double(wakeups) * 60 / Double(idleSeconds)))/min), CPU \(ms(lab.clientCPU() - cpu)) ms, "
+              + "\(retests) UDP re-tests in the window; the schedule makes \(perHour) in the first hour, then 6 an hour "
+              + "(on \(lab.status()["path.transport"] ?? "-"))")
+    } catch {
+        say("idle on the stream: failed: \(error)")
     }
 }
 
