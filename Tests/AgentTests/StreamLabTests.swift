@@ -37,17 +37,11 @@ struct StreamLabTests {
         let lab = try streamLab()
         try lab.startServer()
         try dropUDP(from: "eth-l", in: lab)
-        // The machine boots with the lockdown loaded before any application runs.
-        try lab.loadBootLockdown()
-        let tap = try lab.leakTap(web: [SocketAddress(Self.gateway, port: 443)])
-        let bait = try lab.leakBait()
-        defer { bait.stop() }
-        let started = LabClock.now
-        try lab.startClient()
-        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
-                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
-        defer { probes.stop() }
-        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: started) != nil }, "no echo over the stream: \(lab.log("client.log"))")
+        let (tap, bait, probes) = try startWatched(lab, web: [SocketAddress(Self.gateway, port: 443)])
+        defer {
+            bait.stop()
+            probes.stop()
+        }
         let status = lab.status()
         #expect(status["path.transport"] == "stream" && status["path.interface"] == "eth0", "\(status)")
         #expect(status["transports.networks"]?.contains("blocked") == true, "the network is known to block UDP: \(status)")
@@ -106,34 +100,18 @@ struct StreamLabTests {
     /// tunnel comes up through the proxy with the credentials from the password file, and the
     /// lockdown lets nothing else out meanwhile.
     @Test func aNetworkThatLetsOutOnlyItsProxyGetsTheTunnelThroughIt() throws {
-        let lab = try streamLab(retest: "30s")
-        let proxy = try ConnectProxy(on: SocketAddress(IPAddress("10.20.0.1")!, port: 3128), in: lab.server,
-                                     credentials: ("alice", "proxy secret"))
-        defer { proxy.stop() }
-        let passwordFile = lab.directory + "/proxy.password"
-        try writeSecret("proxy secret\n", to: passwordFile)
-        try lab.editConfiguration("client") {
-            $0.replacingOccurrences(of: "tcp: 443", with:
-                "tcp: {port: 443, proxy: {address: 10.20.0.1:3128, user: alice, password-file: \(passwordFile)}}")
+        let (lab, proxy) = try proxyOnlyLab { directory in
+            let passwordFile = directory + "/proxy.password"
+            try writeSecret("proxy secret\n", to: passwordFile)
+            return "tcp: {port: 443, proxy: {address: 10.20.0.1:3128, user: alice, password-file: \(passwordFile)}}"
         }
-        try lab.laptop.ip("link set wifi0 down")
-        // The router drops everything from eth0 but TCP to the proxy (and ARP, which is not IP).
-        try nft(lab.server, "add table inet block")
-        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
-        try nft(lab.server, "add rule inet block in iifname eth-l ip daddr 10.20.0.1 tcp dport 3128 accept")
-        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
-        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv6 counter drop")
+        defer { proxy.stop() }
         try lab.startServer()
-        try lab.loadBootLockdown()
-        let tap = try lab.leakTap(web: [proxy.address])
-        let bait = try lab.leakBait()
-        defer { bait.stop() }
-        let started = LabClock.now
-        try lab.startClient()
-        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
-                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
-        defer { probes.stop() }
-        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: started) != nil }, "no echo through the proxy: \(lab.log("client.log"))")
+        let (tap, bait, probes) = try startWatched(lab, web: [proxy.address])
+        defer {
+            bait.stop()
+            probes.stop()
+        }
         #expect(lab.status()["path.transport"] == "stream")
         #expect(proxy.counts.opened >= 1 && proxy.counts.refused == 0, "\(proxy.counts)")
         let log = lab.log("client.log")
@@ -144,20 +122,10 @@ struct StreamLabTests {
     /// The same proxy, but the client was given no credentials: each stream fails with the
     /// proxy's words, attempts back off under the budget, no tunnel and nothing in clear.
     @Test func aProxyThatWantsCredentialsTheClientLacksIsSaidPlainly() throws {
-        let lab = try streamLab(retest: "30s")
-        let proxy = try ConnectProxy(on: SocketAddress(IPAddress("10.20.0.1")!, port: 3128), in: lab.server,
-                                     credentials: ("alice", "proxy secret"))
-        defer { proxy.stop() }
         // Both transports failing makes the core look for a captive portal, whose check asks the
         // network's resolver by design (the agent's own marked socket), which the tap would count.
-        try lab.editConfiguration("client") {
-            $0.replacingOccurrences(of: "tcp: 443", with: "tcp: {proxy: 10.20.0.1:3128}") + "\nportal: {check: off}\n"
-        }
-        try lab.laptop.ip("link set wifi0 down")
-        try nft(lab.server, "add table inet block")
-        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
-        try nft(lab.server, "add rule inet block in iifname eth-l ip daddr 10.20.0.1 tcp dport 3128 accept")
-        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
+        let (lab, proxy) = try proxyOnlyLab { _ in "tcp: {proxy: 10.20.0.1:3128}\nportal: {check: off}" }
+        defer { proxy.stop() }
         try lab.startServer()
         try lab.loadBootLockdown()
         let tap = try lab.leakTap(web: [proxy.address])
@@ -195,6 +163,42 @@ struct StreamLabTests {
         #expect(!lab.log("server.log").contains("msg=handshake "))
         #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
         #expect(tap.packetsSeen > 0)
+    }
+
+    /// Boots the laptop with the lockdown, starts applications that keep trying to get out, a tap
+    /// that judges what leaves (TCP to `web` allowed), the client and a probe stream through the
+    /// tunnel, and expects its first echo within 10 s.
+    private func startWatched(_ lab: RoamingLab, web: [SocketAddress],
+                              sourceLocation: SourceLocation = #_sourceLocation) throws -> (LeakTap, LeakBait, ProbeStream) {
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap(web: web)
+        let bait = try lab.leakBait()
+        let started = LabClock.now
+        try lab.startClient()
+        let probes = try ProbeStream(from: SocketAddress(lab.clientInner, port: 0), in: lab.laptop,
+                                     to: SocketAddress(lab.serverInner, port: 5006), in: lab.server, interval: .milliseconds(20))
+        #expect(lab.waitFor(seconds: 10) { probes.firstEcho(after: started) != nil }, "no echo through the tunnel: \(lab.log("client.log"))",
+                sourceLocation: sourceLocation)
+        return (tap, bait, probes)
+    }
+
+    /// A lab whose eth0 network lets out nothing but its HTTP proxy at 10.20.0.1:3128, which wants
+    /// alice's user and password; wifi0 down; the client's `tcp` section is what `client` returns
+    /// (given the lab's directory).
+    private func proxyOnlyLab(client: (String) throws -> String) throws -> (RoamingLab, ConnectProxy) {
+        let lab = try streamLab(retest: "30s")
+        let proxy = try ConnectProxy(on: SocketAddress(IPAddress("10.20.0.1")!, port: 3128), in: lab.server,
+                                     credentials: ("alice", "proxy secret"))
+        let section = try client(lab.directory)
+        try lab.editConfiguration("client") { $0.replacingOccurrences(of: "tcp: 443", with: section) }
+        try lab.laptop.ip("link set wifi0 down")
+        // The router drops everything from eth0 but TCP to the proxy (and ARP, which is not IP).
+        try nft(lab.server, "add table inet block")
+        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet block in iifname eth-l ip daddr 10.20.0.1 tcp dport 3128 accept")
+        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
+        try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv6 counter drop")
+        return (lab, proxy)
     }
 
     private func nft(_ lab: NamespaceLab, _ command: String) throws {

@@ -115,41 +115,14 @@ struct RuntimeTests {
 
         // 4 MB through the tunnel, with a rebind from eth0 to wifi0 after the first megabyte.
         let total = 4 << 20
-        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: serverLab)
-        defer { listener.close() }
-        let sender = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop)
-        defer { sender.close() }
-        let receiver = try listener.accept()
-        defer { receiver.close() }
-        let received = Mutex2()
-        let reader = Running {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            var offset = 0
-            var intact = true
-            while offset < total {
-                let n = read(receiver.fd, &buffer, buffer.count)
-                if n <= 0 { break }
-                for i in 0..<n where buffer[i] != TCPStream.byte(offset + i) { intact = false }
-                offset += n
-            }
-            received.set(offset, intact)
-        }
-        var sent = 0
-        var chunk = [UInt8](repeating: 0, count: 32768)
         var rebound = false
-        while sent < total {
+        let (count, intact) = try sendThroughTunnel(total, from: laptop, to: serverLab) { sent in
             if sent >= 1 << 20 && !rebound {
                 let wifi0 = try UDPSocket(bindingTo: SocketAddress(IPAddress("192.168.1.23")!, port: 0), device: "wifi0", namespace: laptop.namespace)
                 client.rebind(to: wifi0)
                 rebound = true
             }
-            for i in 0..<chunk.count { chunk[i] = TCPStream.byte(sent + i) }
-            let n = write(sender.fd, chunk, min(chunk.count, total - sent))
-            try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
-            sent += n
         }
-        reader.wait()
-        let (count, intact) = received.get()
         #expect(count == total)
         #expect(intact, "every byte arrived in order")
         #expect(client.handshakeCount == 1, "the rebind needed no handshake")
@@ -420,29 +393,8 @@ extension RuntimeTests {
         #expect(server.streamCounts.accepted == 1)
 
         let total = 6 << 20
-        let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: serverLab)
-        defer { listener.close() }
-        let sender = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop)
-        defer { sender.close() }
-        let receiver = try listener.accept()
-        defer { receiver.close() }
-        let received = Mutex2()
-        let reader = Running {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            var offset = 0
-            var intact = true
-            while offset < total {
-                let n = read(receiver.fd, &buffer, buffer.count)
-                if n <= 0 { break }
-                for i in 0..<n where buffer[i] != TCPStream.byte(offset + i) { intact = false }
-                offset += n
-            }
-            received.set(offset, intact)
-        }
-        var sent = 0
-        var chunk = [UInt8](repeating: 0, count: 32768)
         var moves = 0
-        while sent < total {
+        let (count, intact) = try sendThroughTunnel(total, from: laptop, to: serverLab) { sent in
             if sent >= 2 << 20 && moves == 0 {
                 // UDP flows again: the session moves onto a UDP socket on wifi0.
                 try nft(serverLab, "flush chain inet block input")
@@ -460,13 +412,7 @@ extension RuntimeTests {
                 client.rebind(to: again)
                 moves = 2
             }
-            for i in 0..<chunk.count { chunk[i] = TCPStream.byte(sent + i) }
-            let n = write(sender.fd, chunk, min(chunk.count, total - sent))
-            try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
-            sent += n
         }
-        reader.wait()
-        let (count, intact) = received.get()
         #expect(count == total)
         #expect(intact, "every byte arrived in order")
         #expect(client.handshakeCount == 1, "neither move needed a handshake")
@@ -584,6 +530,43 @@ extension RuntimeTests {
         #expect(alice.handshakeCount == 1 && bob.handshakeCount == 1, "no move needed a handshake")
         #expect(server.streamCounts.accepted == 2)
     }
+}
+
+/// Writes `total` bytes of `TCPStream`'s pattern over TCP from `laptop` to 10.77.0.1:5001 in
+/// `serverLab`, through the tunnel, calling `before` with the count sent before each 32 KB; returns
+/// how many bytes arrived and whether each was where it belonged.
+private func sendThroughTunnel(_ total: Int, from laptop: TunnelLab, to serverLab: TunnelLab,
+                               before: (Int) throws -> Void) throws -> (Int, Bool) {
+    let listener = try TCP.listen(on: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: serverLab)
+    defer { listener.close() }
+    let sender = try TCP.connect(to: SocketAddress(IPAddress("10.77.0.1")!, port: 5001), in: laptop)
+    defer { sender.close() }
+    let receiver = try listener.accept()
+    defer { receiver.close() }
+    let received = Mutex2()
+    let reader = Running {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var offset = 0
+        var intact = true
+        while offset < total {
+            let n = read(receiver.fd, &buffer, buffer.count)
+            if n <= 0 { break }
+            for i in 0..<n where buffer[i] != TCPStream.byte(offset + i) { intact = false }
+            offset += n
+        }
+        received.set(offset, intact)
+    }
+    var sent = 0
+    var chunk = [UInt8](repeating: 0, count: 32768)
+    while sent < total {
+        try before(sent)
+        for i in 0..<chunk.count { chunk[i] = TCPStream.byte(sent + i) }
+        let n = write(sender.fd, chunk, min(chunk.count, total - sent))
+        try #require(n > 0, "send failed after \(sent) bytes: errno \(errno)")
+        sent += n
+    }
+    reader.wait()
+    return received.get()
 }
 
 private final class Mutex2: Sendable {
