@@ -1137,15 +1137,18 @@ public struct Reconnector: Sendable {
     /// Which transport an attempt on `uplink` (its UDP path) starts on, with the reason to log
     /// and whether UDP races the stream:
     /// - the stream off (`Config.stream` nil): UDP, as ever;
-    /// - a network known to block UDP (`TransportBook`): the stream at once, unless the stream
-    ///   itself failed there lately (a dead-path verdict);
+    /// - a network known to block UDP (`TransportBook`): the stream at once, even when it
+    ///   failed there lately (a reset, a gateway restarting): UDP goes nowhere there, so the
+    ///   stream is the only way, and the backoff paces it;
+    /// - the stream failed lately elsewhere: UDP alone;
     /// - any other (nothing known, or UDP answered there): UDP first, and the stream over the
     ///   same uplink if UDP has not answered within the race delay (happy eyeballs).
     private func transport(for uplink: Path, _ reason: Reason, _ now: Instant) -> (Path, Reason, race: Bool) {
-        guard config.stream != nil, !isDead(uplink.id.over(.stream), now) else { return (uplink, reason, false) }
-        if knownToBlockUDP(uplink, now) {
+        guard config.stream != nil else { return (uplink, reason, false) }
+        if transports[NetworkKey(uplink)] == .blocked {
             return (uplink.over(.stream), .knownToBlockUDP(uplink.interface, because: reason), false)
         }
+        guard !isDead(uplink.id.over(.stream), now) else { return (uplink, reason, false) }
         return (uplink, reason, true)
     }
 
@@ -1224,11 +1227,13 @@ public struct Reconnector: Sendable {
 
     /// The other transport over `path`'s uplink to fall back on, when the stream is on: the
     /// stream for a UDP path, unless it failed lately; UDP for a stream path, unless UDP went
-    /// unanswered in this very attempt.
+    /// unanswered in this very attempt or the network is known to block it (a failed stream
+    /// there backs off: trying again at once would only fail again).
     private func otherTransport(of path: Path, _ now: Instant) -> Path? {
         guard config.stream != nil else { return nil }
         let twin = path.over(path.transport == .udp ? .stream : .udp)
         guard !isDead(twin.id, now), twin.id != raced else { return nil }
+        if twin.transport == .udp, transports[NetworkKey(path)] == .blocked { return nil }
         if twin.transport == .udp, !paths.contains(where: { $0.id == twin.id }) { return nil }
         return twin
     }

@@ -53,6 +53,9 @@ final class SessionEffects {
     private var streamContexts: [String: TLSContext] = [:]
     /// The paths the open streams are on, to open them again to a server's new address.
     private var streamPaths: [Path.ID: Path] = [:]
+    /// The path whose stream carried the session and failed: the next stream on it carries the
+    /// session at once (to the core it is the same path, so no rebind comes).
+    private var brokenSessionStream: Path.ID?
     /// Routes that take traffic around a full tunnel, as last logged.
     var divertingRoutes: [DivertingRoute] = []
     /// Other tunnels' routes that meet what this tunnel carries, and others' policy rules that
@@ -322,6 +325,10 @@ final class SessionEffects {
         sockets[path.id] = carrier
         streamPaths[path.id] = path
         log.info("opening a stream", metadata: ["path": "\(path.interface)", "stream": "\(carrier.label)"])
+        if brokenSessionStream == path.id {
+            brokenSessionStream = nil
+            client?.rebind(to: carrier)
+        }
         return carrier
     }
 
@@ -335,6 +342,7 @@ final class SessionEffects {
             sockets[id] = nil
             streamPaths[id] = nil
             client?.forget(candidate: carrier)
+            if client?.socket === carrier { brokenSessionStream = id }
         }
         client?.carriersChanged()
         return true

@@ -96,6 +96,41 @@ struct StreamLabTests {
         #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
     }
 
+    /// A middlebox resets the stream mid-session: the agent says so, opens a new stream under its
+    /// budget, and the traffic comes back over it; nothing leaves in clear meanwhile.
+    @Test func aStreamResetMidSessionIsOpenedAgain() throws {
+        let lab = try streamLab(retest: "30s")
+        // Backing off looks for a captive portal, whose check asks the network's resolver by
+        // design (the agent's own marked socket), which the tap would count.
+        try lab.configure("client", "portal: {check: off}")
+        try lab.laptop.ip("link set wifi0 down")  // no other uplink to fail over to
+        try lab.startServer()
+        try dropUDP(from: "eth-l", in: lab)
+        let (tap, bait, probes) = try startWatched(lab, web: [SocketAddress(Self.gateway, port: 443)])
+        defer {
+            bait.stop()
+            probes.stop()
+        }
+        #expect(lab.status()["path.transport"] == "stream")
+        // Every segment of the stream draws a reset for a second, as a middlebox that cuts long
+        // connections does.
+        let reset = LabClock.now
+        try nft(lab.server, "add table inet cut")
+        try nft(lab.server, "add chain inet cut in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet cut in iifname eth-l tcp dport 443 reject with tcp reset")
+        #expect(lab.wait(for: "msg=\"stream failed\"", in: "client.log", seconds: 10), "\(lab.log("client.log"))")
+        usleep(1_000_000)
+        try nft(lab.server, "delete table inet cut")
+        #expect(lab.waitFor(seconds: 15) { probes.firstEcho(after: LabClock.now - .milliseconds(100)) != nil },
+                "no echo over a new stream: \(lab.log("client.log"))")
+        let outage = probes.outage(from: reset, to: LabClock.now)
+        print("stream lab: traffic back \(outage) after the stream was reset (the resets lasted about a second)")
+        #expect(outage < .seconds(8), "a new stream under the budget's backoff, not the budget's exhaustion")
+        #expect(lab.status()["path.transport"] == "stream")
+        #expect(lab.log("client.log").components(separatedBy: "msg=\"stream opened\"").count - 1 >= 2, "a second stream opened")
+        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+    }
+
     /// A network that lets out nothing but its HTTP proxy, which wants a user and a password: the
     /// tunnel comes up through the proxy with the credentials from the password file, and the
     /// lockdown lets nothing else out meanwhile.
