@@ -201,3 +201,31 @@ private func onTheHotelStream() -> Reconnector {
     #expect(book[NetworkKey(interface: "wlan0", gateway: .v4(0))] == nil)
     #expect(book[NetworkKey(interface: "wlan0", gateway: .v4(UInt32(TransportBook.capacity)))] == .blocked)
 }
+
+/// On a network known to block UDP, a stream that carried the session is reset and the next
+/// ones are refused (a gateway restarting, a middlebox cutting for a while): every attempt goes
+/// to the stream, each failure backs off instead of being tried again at once, and none goes
+/// to UDP alone, where nothing answers.
+@Test func refusedStreamsOnANetworkThatBlocksUDPBackOffAndStayOnTheStream() {
+    var r = onTheHotelStream()
+    let stream = hotel.id.over(.stream)
+    var out = r.handle(.streamFailed(on: stream, why: "reset"), now: at(1_000))
+    #expect(out.probePaths == [hotel.over(.stream)], "a stream that carried the session is opened again at once")
+    var moments: [Instant] = []
+    var now = at(1_010)
+    for _ in 0..<6 {
+        out = r.handle(.streamFailed(on: stream, why: "refused"), now: now)
+        #expect(out.probePaths.allSatisfy { $0.transport == .stream }, "\(out)")
+        guard case .backingOff = r.state, let retry = r.timers[.retry] else {
+            Issue.record("a refused stream backs off: \(r.state)")
+            return
+        }
+        moments.append(retry)
+        now = retry
+        out = r.handle(.timerFired(.retry), now: now)
+        #expect(out.probePaths == [hotel.over(.stream)] || out.handshakePaths == [hotel.over(.stream)],
+                "the retry is on the stream: \(out)")
+        #expect(!out.probePaths.contains(hotel) && !out.handshakePaths.contains(hotel), "never UDP alone")
+    }
+    #expect(moments.count == 6)
+}
