@@ -1080,9 +1080,11 @@ public struct Reconnector: Sendable {
     /// Spends a token on a reconnect to `path`, or backs off until one comes back.
     private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
                                   handshake: Bool = false) {
-        if failures > 0 || notBefore != nil, dead[path.id] == nil {
+        if failures > 0 || notBefore != nil, dead[path.id.over(.udp)] == nil, dead[path.id.over(.stream)] == nil {
             // The backoff was earned on paths that failed; this one has not failed since (a new
-            // network, or one back after a long sleep): no step of it applies here.
+            // network, or one back after a long sleep): no step of it applies here. Its uplink
+            // failed over either transport counts: a retry names the uplink, and its transport
+            // is chosen afresh.
             failures = 0
             notBefore = nil
         }

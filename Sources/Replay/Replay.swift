@@ -387,6 +387,7 @@ public struct Replay {
         case .server(let change):
             serverHasSession = false
             serverUp = change != .down
+            breakStreams()
         case .gateway(let index, .drain):
             // Said through the session, so it reaches the agent only while that works.
             guard index == target, !sleeping, clientHasSession, serverHasSession, let socket, passes(socket) else { break }
@@ -395,6 +396,7 @@ public struct Replay {
         case .gateway(let index, let change):
             gateways[index].hasSession = false
             gateways[index].up = change == .up
+            if index == target { breakStreams() }
         case .drop(let name): dropped.insert(name)
         case .restore(let name): dropped.remove(name)
         case .portal(let name, let url): portals[name] = url
@@ -644,6 +646,14 @@ public struct Replay {
             queue.push(now + after, .streamBroke(id, socket: socket, why: why))
         case .silent:
             break
+        }
+    }
+
+    /// The gateway's process went away (down, or restarting): its host resets every stream to
+    /// it, which the agent hears of half a round trip later.
+    private mutating func breakStreams() {
+        for (id, socket) in sockets where id.transport == .stream && streamReady[id] != nil {
+            queue.push(now + roundTrip(id) / 2, .streamBroke(id, socket: socket, why: "connection reset by peer"))
         }
     }
 
