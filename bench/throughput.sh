@@ -286,6 +286,8 @@ NFT
 
     # --- d. OpenVPN over TCP on the same path ----------------------------------------------------
     echo "throughput: OpenVPN over TCP to 10.99.0.1" >&2
+    # A stopped agent leaves the lockdown (fail closed): OpenVPN's own connection needs it gone.
+    ip netns exec "$L" nft delete table inet roam 2>/dev/null || true
     (
         cd "$WORK" && umask 077
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=bench-ca \

@@ -65,6 +65,7 @@ typedef struct {
     int (*X509_NAME_add_entry_by_txt)(X509_NAME *, const char *, int, const unsigned char *, int, int, int);
     int (*X509_set_issuer_name)(X509 *, const X509_NAME *);
     int (*X509_sign)(X509 *, EVP_PKEY *, const EVP_MD *);
+    int (*SSL_has_pending)(const SSL *);
 } COpenSSL_API;
 
 /// Fills `api` from libssl.so.3; 0 when it or one of the functions is missing.
@@ -82,7 +83,7 @@ static inline int COpenSSL_load(COpenSSL_API *api) {
         "SSL_CTX_use_certificate_chain_file", "SSL_CTX_use_PrivateKey_file", "SSL_CTX_check_private_key", "SSL_pending",
         "EVP_PKEY_Q_keygen", "EVP_PKEY_free", "X509_new", "X509_set_version", "X509_get_serialNumber",
         "ASN1_INTEGER_set", "X509_gmtime_adj", "X509_getm_notBefore", "X509_getm_notAfter", "X509_set_pubkey",
-        "X509_get_subject_name", "X509_NAME_add_entry_by_txt", "X509_set_issuer_name", "X509_sign",
+        "X509_get_subject_name", "X509_NAME_add_entry_by_txt", "X509_set_issuer_name", "X509_sign", "SSL_has_pending",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(COpenSSL_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -127,6 +128,11 @@ static inline void COpenSSL_ignore_unexpected_eof(const COpenSSL_API *api, SSL_C
 /// another buffer.
 static inline void COpenSSL_partial_writes(const COpenSSL_API *api, SSL *ssl) {
     api->SSL_ctrl(ssl, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
+}
+/// `SSL_CTX_set_read_ahead(ctx, 1)`: a read takes whatever the socket holds, many records in one
+/// system call, instead of a header and a body per record.
+static inline void COpenSSL_read_ahead(const COpenSSL_API *api, SSL_CTX *ctx) {
+    api->SSL_CTX_ctrl(ctx, SSL_CTRL_SET_READ_AHEAD, 1, NULL);
 }
 /// `SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION)`.
 static inline int COpenSSL_require_tls13(const COpenSSL_API *api, SSL_CTX *ctx) {

@@ -1,3 +1,4 @@
+import CShims
 import Glibc
 import Device
 
@@ -23,8 +24,15 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     /// reading): poll for writing, not reading, or the unread input keeps waking the poll.
     private(set) var readWantsWrite = false
 
-    /// Unsent bytes the socket may hold before it stops being writable.
+    /// Unsent bytes the socket may hold before a poll calls it writable (a tail's flush waits for that).
     static let unsentLimit: Int32 = 128 * 1024
+    /// How long (ms) what the socket holds unsent may take to leave, at the rate the path delivers:
+    /// the queue a good router keeps. More is dropped, as such a router drops it.
+    static let queueMilliseconds = 20
+    /// The queue allowed whatever the rate (before the kernel knows it, or on a slow path), and
+    /// the most on a fast one.
+    static let queueFloor = 128 * 1024
+    static let queueCeiling = 8 << 20
 
     init(_ channel: TLSChannel) {
         self.channel = channel
@@ -38,8 +46,13 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
 
     var fileDescriptor: Int32 { channel.connection.fileDescriptor }
 
-    /// A whole message is waiting, or libssl holds bytes a poll would not show.
-    var hasBuffered: Bool { closed == nil && (reader.hasMessage || channel.hasPending) }
+    /// The last read wanted more from the socket: what libssl holds is part of a record, which
+    /// waits for the poll (calling again would spin).
+    private var readBlocked = false
+
+    /// A whole message is waiting, or libssl holds bytes a poll would not show (records read
+    /// ahead since the last read that gave data).
+    var hasBuffered: Bool { closed == nil && (reader.hasMessage || (!readBlocked && channel.hasPending)) }
 
     // MARK: Receiving
 
@@ -52,11 +65,14 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
             case .done(let n):
                 reader.received(n)
                 readWantsWrite = false
+                readBlocked = false
             case .wantRead:
                 readWantsWrite = false
+                readBlocked = true
                 return nil
             case .wantWrite:
                 readWantsWrite = true
+                readBlocked = true
                 return nil
             case .closed(let why): closed = why
             }
@@ -66,11 +82,22 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
 
     // MARK: Sending
 
-    /// Sends `messages` as frames, in one write; returns how many went (all or none, and none
-    /// when the socket still holds earlier bytes or its unsent queue is full).
+    /// Sends as many of `messages` as the queue has room for (`room`), in order and in one
+    /// write; returns how many went (the rest are dropped; none while earlier bytes wait).
     func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
-        guard closed == nil, flushTail(), isWritable else { return 0 }
-        let total = messages.reduce(0) { $0 + StreamFraming.lengthBytes + $1.count }
+        guard closed == nil, flushTail() else { return 0 }
+        var space = room
+        var count = 0
+        var total = 0
+        for message in messages {
+            let framed = StreamFraming.lengthBytes + message.count
+            guard framed <= space else { break }
+            space -= framed
+            total += framed
+            count += 1
+        }
+        guard count > 0 else { return 0 }
+        let messages = messages.prefix(count)
         if scratch.count < total { scratch = [UInt8](repeating: 0, count: total) }
         scratch.withUnsafeMutableBytes { out in
             var offset = 0
@@ -83,13 +110,13 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
             case .done(let n): written += n
             case .wantRead, .wantWrite:
                 tail = Array(scratch[written..<total])
-                return messages.count
+                return count
             case .closed(let why):
                 closed = why
                 return 0
             }
         }
-        return messages.count
+        return count
     }
 
     /// Offers what is left of the last write again; true when nothing is left.
@@ -110,10 +137,14 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     /// waiting for it (`flushTail`), or a read is.
     var wantsWrite: Bool { !tail.isEmpty || readWantsWrite }
 
-    /// The socket takes more now: its unsent bytes are below `unsentLimit`.
-    private var isWritable: Bool {
-        var entry = pollfd(fd: fileDescriptor, events: Int16(POLLOUT), revents: 0)
-        return poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLOUT) != 0
+    /// Bytes of frames the socket may take now: what the path delivers in `queueMilliseconds` (within
+    /// the floor and the ceiling), less what it holds unsent already.
+    private var room: Int {
+        var unsent: UInt64 = 0
+        var rate: UInt64 = 0
+        guard CShims_tcp_sending(fileDescriptor, &unsent, &rate) == 0 else { return Self.queueFloor }
+        let timely = Int(clamping: rate) / 1000 * Self.queueMilliseconds
+        return min(max(Self.queueFloor, timely), Self.queueCeiling) - Int(clamping: unsent)
     }
 }
 

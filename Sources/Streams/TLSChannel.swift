@@ -60,6 +60,7 @@ public final class TLSContext: @unchecked Sendable {  // libssl's SSL_CTX is saf
         }
         let made = TLSContext(api: api, context: context, serverName: serverName.flatMap { IPAddress($0) == nil ? $0 : nil })
         guard COpenSSL_require_tls13(api, context) == 1 else { throw .library("cannot require TLS 1.3", api) }
+        COpenSSL_read_ahead(api, context)
         return made
     }
 
@@ -90,6 +91,7 @@ public final class TLSContext: @unchecked Sendable {  // libssl's SSL_CTX is saf
             }
         }
         COpenSSL_answer_alpn(api, context)
+        COpenSSL_read_ahead(api, context)
         return made
     }
 }
@@ -158,8 +160,9 @@ final class TLSChannel: @unchecked Sendable {  // called only under its owner's 
         outcome(of: "TLS write") { api.SSL_write(ssl, bytes.baseAddress, Int32(clamping: bytes.count)) }
     }
 
-    /// Whether libssl holds decrypted bytes that a poll of the socket would not show.
-    var hasPending: Bool { api.SSL_pending(ssl) > 0 }
+    /// Whether libssl holds bytes a poll of the socket would not show: decrypted ones, or
+    /// records read ahead and not yet decrypted.
+    var hasPending: Bool { api.SSL_has_pending(ssl) == 1 }
 
     private func outcome(of what: String, _ call: () -> Int32) -> Outcome {
         api.ERR_clear_error()

@@ -201,4 +201,9 @@ static inline void CShims_write_pktinfo(struct msghdr *message, void *control, i
 /// Makes stdout line-buffered, also when it is a pipe or a file.
 static inline void CShims_line_buffer_stdout(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 
+/// What the kernel says of a TCP socket's sending (TCP_INFO): unsent bytes and the delivery
+/// rate in bytes a second (0 before it knows). -1 on failure. In shims.c, which alone includes
+/// linux/tcp.h (it clashes with netinet/tcp.h).
+int CShims_tcp_sending(int fd, uint64_t *unsent, uint64_t *delivery_rate);
+
 #endif

@@ -77,6 +77,10 @@ extension TunnelServer {
         var hints = core.withLock { $0.hintShare(of: workers.count) }
         var traffic = TrafficCounters()
         var drops = DropCounters()
+        // With a virtio header, a stream's consecutive segments of one TCP flow go to the TUN as
+        // one packet, as a UDP worker's do.
+        var coalescer = device.hasVirtioHeader ? Coalescer() : nil
+        defer { coalescer?.release() }
         var refused = 0
         var lastTick = Instant.now()
         /// Accepting failed for want of descriptors: the listeners wait until then.
@@ -166,7 +170,7 @@ extension TunnelServer {
                     case .message(let length):
                         buffer.withUnsafeMutableBytes { raw in
                             receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), on: stream, now: now,
-                                    sessions: &sessions, hints: &hints, traffic: &traffic, drops: &drops)
+                                    sessions: &sessions, hints: &hints, traffic: &traffic, drops: &drops, coalescer: &coalescer)
                         }
                     case .waiting(let write):
                         if write { wantsWrite.insert(ObjectIdentifier(stream)) } else { wantsWrite.remove(ObjectIdentifier(stream)) }
@@ -176,6 +180,7 @@ extension TunnelServer {
                         break read
                     }
                 }
+                flush(&coalescer, traffic: &traffic)
             }
             mine.add(&traffic, &drops)
             if sessions.hasLiveChanges { publishRoutes(sessions) }
@@ -214,10 +219,18 @@ extension TunnelServer {
         streams.withLock { $0[peer] }?.prove(Instant.now())
     }
 
-    /// One message from a stream: what a datagram from the stream's address would get.
+    /// Writes what the coalescer holds to the device (queue 0).
+    private func flush(_ coalescer: inout Coalescer?, traffic: inout TrafficCounters) {
+        var written = TrafficCounters()
+        coalescer?.flush { packet, header in self.write(packet, header, queue: 0, traffic: &written) }
+        traffic.add(written)
+    }
+
+    /// One message from a stream: what a datagram from the stream's address would get. Inner
+    /// packets join the coalescer's run (flushed before anything else is written).
     private func receive(_ message: UnsafeMutableRawBufferPointer, on stream: GatewayStream, now: Instant,
                          sessions: inout SessionTable, hints: inout HintBudget, traffic: inout TrafficCounters,
-                         drops: inout DropCounters) {
+                         drops: inout DropCounters, coalescer: inout Coalescer?) {
         switch ServerCore.kind(of: UnsafeRawBufferPointer(message)) {
         case .success(.data):
             let event = sessions.receive(message, from: stream.peer, at: stream.local, now: now, drops: &drops, hints: &hints)
@@ -225,6 +238,17 @@ extension TunnelServer {
             case .packet, .keepalive, .echo: stream.prove(now)
             default: break
             }
+            if case .packet(_, let range) = event, coalescer != nil {
+                traffic.packetsIn += 1
+                traffic.bytesIn += range.count
+                var written = TrafficCounters()
+                coalescer!.add(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(message)[range])) { packet, header in
+                    self.write(packet, header, queue: 0, traffic: &written)
+                }
+                traffic.add(written)
+                return
+            }
+            flush(&coalescer, traffic: &traffic)
             handle(event, in: UnsafeRawBufferPointer(message), local: stream.local, worker: 0, queue: 0, traffic: &traffic)
         case .success(.handshake):
             handOver(UnsafeRawBufferPointer(message), from: stream.peer, at: stream.local,

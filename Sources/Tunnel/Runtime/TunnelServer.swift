@@ -379,7 +379,7 @@ public final class TunnelServer: Sendable {
         if !queued { traffic.initiationsOverflowed += 1 }
     }
 
-    private func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader, queue: Int, traffic: inout TrafficCounters) {
+    func write(_ packet: UnsafeRawBufferPointer, _ header: VirtioNetHeader, queue: Int, traffic: inout TrafficCounters) {
         do {
             try device.write(packet, header: header, queue: queue)
             if header.gsoType != 0 { traffic.superPacketsWritten += 1 }
