@@ -254,7 +254,8 @@ struct GatewayLabTests {
                                bytesPerSecond: 48 << 20)
         let down = try TCPStream(to: SocketAddress(lab.inner(0), port: 5200), listenerIn: laptop, from: lab.server,
                                  bytesPerSecond: 48 << 20)
-        usleep(2_000_000)
+        // A volume, not a time: 20 MB each way, however long a loaded machine takes (30 s at most).
+        _ = labWait(seconds: 30) { up.written > 20 << 20 && down.written > 20 << 20 }
         let status = try NamespaceLab.capture(RoamingLab.builtAgent, ["status", "--control", lab.directory + "/agent0.sock"]).output
         for (name, stream) in [("up", up), ("down", down)] {
             let tcp = stream.finish()

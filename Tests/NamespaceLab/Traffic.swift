@@ -244,6 +244,9 @@ public final class TCPStream: @unchecked Sendable {  // every mutable field is r
 
     public func resume() { lock.withLock { paused = false } }
 
+    /// Bytes written so far.
+    public var written: Int { lock.withLock { sent } }
+
     /// Stops writing, waits up to `limit` for the far end to read everything, and says how it went.
     public func finish(within limit: Duration = .seconds(30)) -> (sent: Int, received: Int, intact: Bool, failure: String?) {
         writing.store(false, ordering: .relaxed)
