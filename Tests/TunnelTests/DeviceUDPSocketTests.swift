@@ -223,13 +223,8 @@ struct DeviceUDPSocketTests {
         #expect { try UDPSocket(bindingTo: SocketAddress(IPAddress("10.99.0.1")!, port: 0), namespace: laptop.namespace) } throws: { error in
             "\(error)".contains("10.99.0.1 is not an address of this host")
         }
-        // The lab's address may take a moment to be usable on a loaded machine: a bounded wait.
-        var bound: UDPSocket?
-        for _ in 0..<100 where bound == nil {
-            bound = try? UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.57")!, port: 0), namespace: laptop.namespace)
-            if bound == nil { usleep(20_000) }
-        }
-        let taken = try #require(bound, "10.20.0.57 never became usable in the lab")
+        // A port taken is said as such (on the namespace's loopback: what is checked is the port).
+        let taken = try UDPSocket(bindingTo: SocketAddress(IPAddress("127.0.0.1")!, port: 0), namespace: laptop.namespace)
         #expect { try UDPSocket(bindingTo: taken.local, namespace: laptop.namespace) } throws: { error in
             (error as? DeviceError)?.code == EADDRINUSE
         }
