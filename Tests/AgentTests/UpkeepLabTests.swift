@@ -50,9 +50,11 @@ struct UpkeepLabTests {
         let log = lab.log("client.log")
         let taken = log.split(separator: "\n").filter { $0.contains("msg=\"taken away by someone else\"") && $0.contains("what=routing") }
         // Who: the kernel names the socket that asked; `ip` may have ended before the agent looked
-        // its process up, and then the port is what is known.
-        #expect(taken.count == 2 && taken.allSatisfy { $0.contains("by=\"ip (pid ") || $0.contains("by=\"netlink port ") }, "\(log)")
-        #expect(log.split(separator: "\n").filter { $0.contains("msg=\"put back\"") && $0.contains("what=routing") }.count == 2, "\(log)")
+        // its process up, and then the port is what is known. A flush the kernel tells in two
+        // notices (seen under load) is taken away and put back twice: at least one each.
+        let putBack = log.split(separator: "\n").filter { $0.contains("msg=\"put back\"") && $0.contains("what=routing") }.count
+        #expect(taken.count >= 2 && taken.allSatisfy { $0.contains("by=\"ip (pid ") || $0.contains("by=\"netlink port ") }, "\(log)")
+        #expect(putBack >= taken.count, "\(log)")
 
         // The lockdown's table, deleted: loaded again, whole, at once. What the bait sends in the
         // moment between the deletion and the reload leaves (measured); nothing after.
