@@ -12,7 +12,7 @@ import Device
 // between two gateways. Needs root; run through bench/roaming.sh.
 //
 // Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]
-//                         [--gateways-only]
+//                         [--gateways-only] [--tcp]
 
 var vpns = TunnelUnderTest.allCases
 var modes: [LabRouting] = [.full, .split]
@@ -22,9 +22,15 @@ var showLogs = false
 var arguments = CommandLine.arguments.dropFirst()
 var chosen: [RoamingScenario] = []
 var gatewaysOnly = false
+var withTCP = false
 while let argument = arguments.popFirst() {
     if argument == "--logs" {
         showLogs = true
+        continue
+    }
+    if argument == "--tcp" {
+        // A checked TCP stream through the tunnel in every scenario, as the tests run them.
+        withTCP = true
         continue
     }
     if argument == "--gateways-only" {
@@ -43,7 +49,7 @@ while let argument = arguments.popFirst() {
         chosen.append(s)
     case "--idle": idleSeconds = Int(value) ?? idleSeconds
     default:
-        say("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]")
+        say("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs] [--tcp]")
         exit(2)
     }
 }
@@ -69,7 +75,7 @@ for mode in modes {
         for vpn in vpns where vpn == .roam || !scenario.needsStream {
             do {
                 // Behind an MTU black hole small probes pass: what tells is a TCP stream's big segments.
-                let o = try scenario.run(vpn: vpn, routing: mode, tcp: scenario == .mtuBlackHole)
+                let o = try scenario.run(vpn: vpn, routing: mode, tcp: withTCP || scenario == .mtuBlackHole)
                 cpuOf["\(scenario.rawValue) \(mode.rawValue) \(vpn.rawValue)"] = o.cpu
                 let row = [
                     scenario.rawValue.padding(toLength: 19, withPad: " ", startingAt: 0),

@@ -19,20 +19,58 @@ public final class Lockdown {
     }
 
     /// Loads `policy`, replacing whatever table of ours is there (an earlier agent's
-    /// included) in the same transaction. Nothing is sent to the kernel when it is loaded already.
+    /// included) in one transaction. Nothing is sent to the kernel when it is loaded already.
+    ///
+    /// The table is emptied and filled again, not deleted and made again: the kernel takes a
+    /// deleted base chain off its hook, and a deleted set out of its rules' lookups, before the
+    /// new ones are in force, and a packet sent in that moment passes (under a flood of
+    /// datagrams, most replacements let one out). What the new table declares again under the
+    /// same name stays (chains on their hooks, sets emptied and filled), their rules and elements
+    /// swapped whole by the commit; the rest of the old table goes. Only a table whose objects
+    /// cannot take the new definitions (another version's) is deleted and made again.
     public func apply(_ policy: LockdownPolicy) throws(LockdownError) {
         guard policy != self.policy else { return }
-        // `add` makes the delete safe when no table exists; all three commit together. The
-        // counters carry over from the table replaced.
         // A refusal may still have committed (an error after the kernel took it): what is loaded
         // is unknown then, and the next apply loads whatever it is given.
         self.policy = nil
-        let counts = try counts()
-        try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n"
-                    + policy.ruleset(counts: counts),
-                    "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
+        let listing = try isInstalled() ? try nft.run("list table inet \(LockdownPolicy.table)", "read the lockdown firewall") : ""
+        // The counters carry over from the table replaced.
+        let ruleset = policy.ruleset(counts: Self.parseCounters(listing))
+        let operation = "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))"
+        do {
+            // A set made in the transaction whose rules look it up is no better than one deleted
+            // and made again: one the table does not have yet is made first, on its own, filled.
+            let present = Set(TableObjects(listing).objects)
+            let declared = TableObjects(ruleset)
+            let newSets = declared.objects.filter { ($0.kind == "set" || $0.kind == "map") && !present.contains($0) }
+            if !listing.isEmpty, !newSets.isEmpty {
+                try nft.run("table inet \(LockdownPolicy.table) {\n" + newSets.compactMap { declared.text[$0] }.joined() + "}\n", operation)
+                commits += 1
+            }
+            try nft.run(Self.refill(listing, with: ruleset), operation)
+        } catch {
+            guard !listing.isEmpty else { throw error }
+            // `add` makes the delete safe when the table went meanwhile; all three commit together.
+            try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n" + ruleset, operation)
+        }
         commits += 1
         self.policy = policy
+    }
+
+    /// The commands that turn the table `listing` shows into `ruleset` in one transaction: every
+    /// rule flushed, the sets and maps `ruleset` declares again emptied, every other object
+    /// deleted, then `ruleset` (which declares the kept objects again, unchanged, and fills them).
+    static func refill(_ listing: String, with ruleset: String) -> String {
+        let kept = Set(TableObjects(ruleset).objects)
+        var script = "add table inet \(LockdownPolicy.table)\nflush table inet \(LockdownPolicy.table)\n"
+        for object in TableObjects(listing).objects {
+            if !kept.contains(object) {
+                script += "delete \(object.kind) inet \(LockdownPolicy.table) \(object.name)\n"
+            } else if object.kind == "set" || object.kind == "map" {
+                script += "flush \(object.kind) inet \(LockdownPolicy.table) \(object.name)\n"
+            }
+        }
+        return script + ruleset
     }
 
     /// Someone else changed the table: the next `apply` loads it whole, even the same policy.
@@ -80,5 +118,40 @@ public final class Lockdown {
             }
         }
         return result
+    }
+}
+
+/// The objects one table declares, in nftables' language (`nft list table` or a ruleset the
+/// agent wrote): chains, sets, maps, named counters and the like, by the words before their
+/// names.
+struct TableObjects {
+    struct Object: Hashable {
+        /// `chain`, `set`, `map`, `counter`, `ct helper`, ...
+        var kind: String
+        var name: String
+    }
+
+    private(set) var objects: [Object] = []
+    /// Each object's declaration, its lines as written.
+    private(set) var text: [Object: String] = [:]
+
+    init(_ listing: String) {
+        var depth = 0
+        var current: Object?
+        for line in listing.split(whereSeparator: \.isNewline) {
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            if depth == 1, let brace = words.firstIndex(of: "{"), brace >= 2 {
+                // `chain output {`, `ct helper ftp {`, `counter c { packets 0 bytes 0 }`: the
+                // name is the word before the brace, the kind the words before the name.
+                let object = Object(kind: words[..<(brace - 1)].joined(separator: " "), name: String(words[brace - 1]))
+                objects.append(object)
+                current = object
+            }
+            if let object = current { text[object, default: ""] += line + "\n" }
+            for character in line {
+                if character == "{" { depth += 1 } else if character == "}" { depth -= 1 }
+            }
+            if depth <= 1 { current = nil }
+        }
     }
 }

@@ -3,6 +3,7 @@ import Glibc
 @testable import Lockdown
 import NamespaceLab
 import Basics
+import Synchronization
 import Testing
 import Tunnel
 import Device
@@ -320,6 +321,52 @@ struct LockdownPolicyTests {
             .contains("counter blocked_dns { packets 3 bytes 180 }"))
     }
 
+    @Test func aTableIsRefilledKeepingWhatTheNewOneDeclares() {
+        let listing = """
+            table inet roam {
+            \tcounter blocked_out {
+            \t\tpackets 12 bytes 720
+            \t}
+            \tset tunneled4 {
+            \t\ttype ipv4_addr
+            \t\tflags interval
+            \t\telements = { 10.77.0.0/24,
+            \t\t\t     10.99.0.0/16 }
+            \t}
+            \tchain refuse {
+            \t\tmeta l4proto tcp reject with tcp reset
+            \t}
+            \tchain output {
+            \t\ttype filter hook output priority filter; policy accept;
+            \t\tip daddr @tunneled4 counter name "blocked_out" goto refuse
+            \t}
+            \tchain input {
+            \t\ttype filter hook input priority filter; policy drop;
+            \t}
+            \tct helper ftp {
+            \t\ttype "ftp" protocol tcp
+            \t}
+            }
+            """
+        #expect(TableObjects(listing).objects == [
+            .init(kind: "counter", name: "blocked_out"), .init(kind: "set", name: "tunneled4"), .init(kind: "chain", name: "refuse"),
+            .init(kind: "chain", name: "output"), .init(kind: "chain", name: "input"), .init(kind: "ct helper", name: "ftp"),
+        ])
+        let ruleset = LockdownPolicy(scope: .split([Prefix("10.77.0.0/24")!]), tunnelInterface: "roam0").ruleset()
+        let declared = TableObjects(ruleset).objects
+        #expect(declared.contains(.init(kind: "counter", name: "blocked_out")), "one-line objects are objects too: \(declared)")
+        #expect(declared.contains(.init(kind: "chain", name: "output")) && declared.contains(.init(kind: "set", name: "tunneled4")))
+        #expect(TableObjects(ruleset).text[.init(kind: "set", name: "tunneled4")]?.hasSuffix("elements = { 10.77.0.0/24 }\n    }\n") == true,
+                "a declaration is kept whole, to be made on its own")
+        let script = Lockdown.refill(listing, with: ruleset)
+        let commands = script.split(separator: "\n").prefix { !$0.hasPrefix("table ") }
+        // The output chain stays on its hook and the set in its rules' lookups, emptied; the input
+        // chain and the helper the split policy has no use for go.
+        #expect(commands == ["add table inet roam", "flush table inet roam", "flush set inet roam tunneled4",
+                             "delete chain inet roam input", "delete ct helper inet roam ftp"])
+        #expect(script.hasSuffix(ruleset))
+    }
+
     @Test func nftablesErrorsReadAsOneLineOfHelp() {
         let error = LockdownError("load the lockdown firewall", "Error: Could not process rule: Operation not permitted\nadd table inet roam\n^^^^^^^^^\n")
         #expect(error.description == "load the lockdown firewall: Error: Could not process rule: Operation not permitted / add table inet roam; run the agent as root or give it CAP_NET_ADMIN")
@@ -365,6 +412,61 @@ struct LockdownKernelTests {
         settle()
         #expect(watch.foreignChange(ownCommits: lockdown.commits)?.what != nil, "flush ruleset takes the table too")
         #expect(watch.foreignChange(ownCommits: lockdown.commits) == nil, "told once")
+    }
+
+    /// Every change of policy replaces the table in one transaction, and not one packet of a
+    /// flood it stops passes while it does (a table deleted and made again lets some through).
+    @Test func replacingTheTableLetsNothingThroughUnderAFlood() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5354), namespace: server.namespace)
+        let policies: [LockdownPolicy] = [
+            LockdownPolicy(scope: .split([Prefix("198.51.100.0/24")!]), tunnelInterface: "roam0"),
+            LockdownPolicy(scope: .split([Prefix("198.51.100.0/24")!, Prefix("10.99.0.0/16")!]), tunnelInterface: "roam0"),
+            LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", owner: .anyMarked),
+            LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true, owner: .anyMarked),
+        ]
+        try lockdown.apply(policies[0])
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        let flooding = Atomic<Bool>(true)
+        let attempts = Atomic<Int>(0)
+        let flood = Thread {
+            let deadline = ContinuousClock.now + .seconds(60)
+            while flooding.load(ordering: .relaxed), ContinuousClock.now < deadline, attempts.load(ordering: .relaxed) < 50_000_000 {
+                _ = try? app.send(Array("leak".utf8), to: listener.local)
+                attempts.add(1, ordering: .relaxed)
+            }
+        }
+        flood.start()
+        defer { flooding.store(false, ordering: .relaxed) }
+        for round in 0..<240 {
+            // Split and full in turn, and each with a change inside it.
+            try lockdown.apply(policies[(round / 2 % 2) * 2 + round % 2])
+        }
+        flooding.store(false, ordering: .relaxed)
+        usleep(100_000)
+        #expect(attempts.load(ordering: .relaxed) > 1000, "the flood ran: \(attempts.load(ordering: .relaxed)) datagrams")
+        var leaked = 0
+        while try listener.receive(timeout: .milliseconds(100)) != nil { leaked += 1 }
+        #expect(leaked == 0, "\(leaked) of \(attempts.load(ordering: .relaxed)) datagrams passed while the table was replaced 240 times")
+        // What no policy declares is gone; the table is the last policy's, whole.
+        let listing = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "table", "inet", "roam"]).output
+        #expect(Set(TableObjects(listing).objects) == Set(TableObjects(policies[3].ruleset()).objects), "\(listing)")
+        #expect(try lockdown.counters()[.outbound] ?? 0 > 1000, "the stopped datagrams were counted across the replacements")
+    }
+
+    /// A table whose base chain cannot take the new definition (another version's priority) is
+    /// still replaced, whole.
+    @Test func aTableOfAnotherShapeIsReplacedWhole() throws {
+        let (laptop, _) = try NamespaceLab.laptopAndServer()
+        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft",
+            "add table inet roam; add chain inet roam output { type filter hook output priority 10 ; policy accept ; }; add rule inet roam output counter"])
+        try #require(status == 0, "\(output)")
+        let lockdown = try Lockdown(namespace: laptop.namespace)
+        let policy = LockdownPolicy(scope: .split([Prefix("10.77.0.0/24")!]), tunnelInterface: "roam0")
+        try lockdown.apply(policy)
+        let listing = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "chain", "inet", "roam", "output"]).output
+        #expect(listing.contains("priority filter") && listing.contains("@tunneled4") && !listing.contains("priority filter + 10"), "\(listing)")
     }
 
     @Test func fullLockdownStopsEverythingButTheSessionAndComesOffWhole() throws {

@@ -252,10 +252,23 @@ public final class TCPStream: @unchecked Sendable {  // every mutable field is r
         writing.store(false, ordering: .relaxed)
         let seconds = Double(limit.nanoseconds) / 1e9
         if done.wait(timeout: .now() + seconds) == .timedOut {
+            // What the sender's TCP was doing when the wait ran out, for the failure to tell.
+            let stuck = "not delivered within \(limit); sender's TCP: \(Self.tcpState(sender)); receiver's: \(Self.tcpState(receiver))"
+            lock.withLock { failure = failure ?? stuck }
             shutdown(receiver, Int32(SHUT_RDWR))
             _ = done.wait(timeout: .now() + 2)
         }
         return lock.withLock { (sent, received, intact, failure) }
+    }
+
+    /// A TCP socket's state from TCP_INFO, in a few numbers.
+    static func tcpState(_ fd: Int32) -> String {
+        var info = tcp_info()
+        var size = socklen_t(MemoryLayout<tcp_info>.size)
+        guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_INFO, &info, &size) == 0 else { return "unknown (errno \(errno))" }
+        return "state \(info.tcpi_state) ca \(info.tcpi_ca_state) backoff \(info.tcpi_backoff) rto \(info.tcpi_rto / 1000) ms "
+            + "unacked \(info.tcpi_unacked) lost \(info.tcpi_lost) retransmitted \(info.tcpi_total_retrans) cwnd \(info.tcpi_snd_cwnd) "
+            + "last sent \(info.tcpi_last_data_sent) ms ago, last received \(info.tcpi_last_data_recv) ms ago, last ack \(info.tcpi_last_ack_recv) ms ago"
     }
 
     /// The byte at `offset` of a test stream.
