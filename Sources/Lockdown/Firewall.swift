@@ -27,8 +27,9 @@ public final class Firewall {
 
     /// Loads `policy` (a client's, with no server yet: its name may still need looking up):
     /// from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
-    public init(_ policy: LockdownPolicy) throws(LockdownError) {
-        let lockdown = try Lockdown()
+    /// `guarded`: a running agent's, with the guard no other process may delete (`Lockdown`).
+    public init(_ policy: LockdownPolicy, guarded: Bool = false) throws(LockdownError) {
+        let lockdown = try Lockdown(guarded: guarded)
         wanted = policy
         try lockdown.apply(wanted)
         loaded = wanted
@@ -168,6 +169,9 @@ public final class Firewall {
         refused = refused ?? wanted
         try sync()
     }
+
+    /// Why the kernel keeps no guard of the table, when it keeps none (see `Lockdown`).
+    public var guardUnavailable: LockdownError? { lockdown?.guardUnavailable }
 
     /// Transactions on the table this agent committed (see `TableWatch.foreignChange`).
     public var commits: Int { lockdown?.commits ?? 0 }

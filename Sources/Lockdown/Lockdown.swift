@@ -7,21 +7,36 @@ public import Netlink
 /// The table outlives the process on purpose: a crash, `kill -9` or a restart in place leaves
 /// it, so the machine stays closed until an agent adopts it (`apply` replaces it) or an
 /// operator's stop removes it (`remove`).
+///
+/// Any root process may delete that table, though (`nft flush ruleset` in a firewall's reload
+/// does), and the machine would be open until the agent noticed and loaded it again. A running
+/// agent's lockdown is `guarded`: the same rules in a second table with nftables' `owner` flag
+/// (Linux 5.12+), which no other process may change or delete and `flush ruleset` passes over,
+/// and which goes when the process ends (a crash leaves the first). A packet leaves only if
+/// both let it, so while either is there the machine is closed.
 public final class Lockdown {
     private let nft: Nftables
+    private let guarded: Bool
     /// What is loaded now, as far as this process knows.
     public private(set) var policy: LockdownPolicy?
     /// Transactions on the table this process committed: loads and removals (see `TableWatch`).
     public private(set) var commits = 0
+    /// Why this kernel keeps no guard (it has no table owners), when one was asked for.
+    public private(set) var guardUnavailable: LockdownError?
 
-    public init(namespace: NetworkNamespace? = nil) throws(LockdownError) {
+    public init(guarded: Bool = false, namespace: NetworkNamespace? = nil) throws(LockdownError) {
         nft = try Nftables(namespace: namespace)
+        self.guarded = guarded
     }
 
+    /// Whether this process holds a guard now.
+    public var isGuarded: Bool { guarded && guardUnavailable == nil && policy != nil }
+
     /// Loads `policy`, replacing whatever table of ours is there (an earlier agent's
-    /// included) in one transaction. Nothing is sent to the kernel when it is loaded already.
+    /// included) in one transaction, and then the guard's. Nothing is sent to the kernel when
+    /// it is loaded already.
     ///
-    /// The table is emptied and filled again, not deleted and made again: the kernel takes a
+    /// A table is emptied and filled again, not deleted and made again: the kernel takes a
     /// deleted base chain off its hook, and a deleted set out of its rules' lookups, before the
     /// new ones are in force, and a packet sent in that moment passes (under a flood of
     /// datagrams, most replacements let one out). What the new table declares again under the
@@ -33,41 +48,56 @@ public final class Lockdown {
         // A refusal may still have committed (an error after the kernel took it): what is loaded
         // is unknown then, and the next apply loads whatever it is given.
         self.policy = nil
-        let listing = try isInstalled() ? try nft.run("list table inet \(LockdownPolicy.table)", "read the lockdown firewall") : ""
+        commits += try load(policy, into: LockdownPolicy.table)
+        if guarded, guardUnavailable == nil {
+            do {
+                _ = try load(policy, into: LockdownPolicy.guardTable, owned: true)
+            } catch where error.message.lowercased().contains("not supported") {
+                guardUnavailable = error
+            }
+        }
+        self.policy = policy
+    }
+
+    /// Loads `policy` into `table`; returns the transactions committed.
+    private func load(_ policy: LockdownPolicy, into table: String, owned: Bool = false) throws(LockdownError) -> Int {
+        let listing = try isInstalled(table) ? try nft.run("list table inet \(table)", "read the lockdown firewall") : ""
         // The counters carry over from the table replaced.
-        let ruleset = policy.ruleset(counts: Self.parseCounters(listing))
-        let operation = "load the lockdown firewall (nftables table inet \(LockdownPolicy.table))"
+        let ruleset = policy.ruleset(counts: Self.parseCounters(listing), table: table, owned: owned)
+        let operation = "load the lockdown firewall (nftables table inet \(table))"
         do {
             // A set made in the transaction whose rules look it up is no better than one deleted
             // and made again: one the table does not have yet is made first, on its own, filled.
             let present = Set(TableObjects(listing).objects)
             let declared = TableObjects(ruleset)
             let newSets = declared.objects.filter { ($0.kind == "set" || $0.kind == "map") && !present.contains($0) }
+            var commits = 0
             if !listing.isEmpty, !newSets.isEmpty {
-                try nft.run("table inet \(LockdownPolicy.table) {\n" + newSets.compactMap { declared.text[$0] }.joined() + "}\n", operation)
+                try nft.run("table inet \(table) {\n" + newSets.compactMap { declared.text[$0] }.joined() + "}\n", operation)
                 commits += 1
             }
-            try nft.run(Self.refill(listing, with: ruleset), operation)
+            try nft.run(Self.refill(listing, with: ruleset, table: table, owned: owned), operation)
+            return commits + 1
         } catch {
             guard !listing.isEmpty else { throw error }
             // `add` makes the delete safe when the table went meanwhile; all three commit together.
-            try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n" + ruleset, operation)
+            try nft.run("add table inet \(table)\(owned ? " { flags owner; }" : "")\ndelete table inet \(table)\n" + ruleset, operation)
+            return 1
         }
-        commits += 1
-        self.policy = policy
     }
 
     /// The commands that turn the table `listing` shows into `ruleset` in one transaction: every
     /// rule flushed, the sets and maps `ruleset` declares again emptied, every other object
     /// deleted, then `ruleset` (which declares the kept objects again, unchanged, and fills them).
-    static func refill(_ listing: String, with ruleset: String) -> String {
+    /// An `owned` table is made owned: its owner cannot be given to it later.
+    static func refill(_ listing: String, with ruleset: String, table: String = LockdownPolicy.table, owned: Bool = false) -> String {
         let kept = Set(TableObjects(ruleset).objects)
-        var script = "add table inet \(LockdownPolicy.table)\nflush table inet \(LockdownPolicy.table)\n"
+        var script = "add table inet \(table)\(owned ? " { flags owner; }" : "")\nflush table inet \(table)\n"
         for object in TableObjects(listing).objects {
             if !kept.contains(object) {
-                script += "delete \(object.kind) inet \(LockdownPolicy.table) \(object.name)\n"
+                script += "delete \(object.kind) inet \(table) \(object.name)\n"
             } else if object.kind == "set" || object.kind == "map" {
-                script += "flush \(object.kind) inet \(LockdownPolicy.table) \(object.name)\n"
+                script += "flush \(object.kind) inet \(table) \(object.name)\n"
             }
         }
         return script + ruleset
@@ -76,18 +106,22 @@ public final class Lockdown {
     /// Someone else changed the table: the next `apply` loads it whole, even the same policy.
     public func forget() { policy = nil }
 
-    /// Removes the table, whoever loaded it; none there is no error.
+    /// Removes the table, whoever loaded it, and this process's guard; none there is no error.
+    /// Another process's guard stays: only its end takes it away.
     public func remove() throws(LockdownError) {
         try nft.run("add table inet \(LockdownPolicy.table)\ndelete table inet \(LockdownPolicy.table)\n",
                     "remove the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
         commits += 1
         policy = nil
+        if guarded, guardUnavailable == nil, try isInstalled(LockdownPolicy.guardTable) {
+            try nft.run("delete table inet \(LockdownPolicy.guardTable)", "remove the lockdown firewall's guard")
+        }
     }
 
-    /// Whether the table is loaded, whoever loaded it.
-    public func isInstalled() throws(LockdownError) -> Bool {
+    /// Whether the table (or `table`) is loaded, whoever loaded it.
+    public func isInstalled(_ table: String = LockdownPolicy.table) throws(LockdownError) -> Bool {
         let tables = try nft.run("list tables inet", "list nftables tables")
-        return tables.split(whereSeparator: \.isNewline).contains { $0.trimmingPrefix("table inet ") == LockdownPolicy.table[...] }
+        return tables.split(whereSeparator: \.isNewline).contains { $0.trimmingPrefix("table inet ") == table[...] }
     }
 
     /// Packets stopped so far, by cause; empty when the table is not there.

@@ -177,10 +177,16 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The table's name in the `inet` family.
     public static let table = "roam"
 
+    /// The guard's name: the same rules in a table only the agent's process may change (see
+    /// `Lockdown`).
+    public static let guardTable = "roam_guard"
+
     /// The table, complete, in nftables' language; its counters start from `counts` (what the
-    /// table it replaces had counted, so a roam or a new agent does not reset them).
-    public func ruleset(counts: [BlockCause: BlockCount] = [:]) -> String {
-        var lines = ["table inet \(Self.table) {"]
+    /// table it replaces had counted, so a roam or a new agent does not reset them). `owned`:
+    /// a table only the process that loads it may change or delete, gone when it ends.
+    public func ruleset(counts: [BlockCause: BlockCount] = [:], table: String = Self.table, owned: Bool = false) -> String {
+        var lines = ["table inet \(table) {"]
+        if owned { lines.append("    flags owner") }
         for cause in BlockCause.allCases {
             let count = counts[cause] ?? BlockCount()
             lines.append("    counter \(cause.counter) { packets \(count.packets) bytes \(count.bytes) }")

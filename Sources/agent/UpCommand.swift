@@ -95,9 +95,13 @@ struct UpCommand: ParsableCommand {
         defer { agentCgroup?.leave() }
         if settings.lockdown {
             do {
-                firewall = try Firewall(policy)
+                firewall = try Firewall(policy, guarded: true)
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
+            }
+            if let unavailable = firewall?.guardUnavailable {
+                log.warning("any root process can delete the lockdown on this kernel (no nftables table owners, Linux 5.12+): the machine is open until the agent loads it again",
+                            metadata: ["error": "\(unavailable.message)"])
             }
         } else if !MachineClaim.isHeld(in: runtime) {
             // A lockdown left by an agent that died, not one another profile holds now.

@@ -455,6 +455,68 @@ struct LockdownKernelTests {
         #expect(try lockdown.counters()[.outbound] ?? 0 > 1000, "the stopped datagrams were counted across the replacements")
     }
 
+    /// Another root process deletes or empties the table (`nft flush ruleset` in a firewall's
+    /// reload, `nft delete table`) while a flood tries to leave: without the guard every deletion
+    /// lets datagrams out until the table is loaded again; with it, none. Nobody else may delete
+    /// the guard, and it goes with the process that holds it, leaving the table.
+    @Test func theGuardHoldsWhileOthersDeleteTheTable() throws {
+        let (laptop, server) = try NamespaceLab.laptopAndServer()
+        let listener = try UDPSocket(bindingTo: SocketAddress(IPAddress("198.51.100.7")!, port: 5354), namespace: server.namespace)
+        let policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", owner: .anyMarked)
+        func nft(_ command: String) throws -> Int32 {
+            try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", command]).status
+        }
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: laptop.namespace)
+        /// Datagrams that reached the server while others deleted the table `rounds` times, the
+        /// lockdown loading it again 20 ms after each.
+        func leaks(guarded: Bool, rounds: Int) throws -> Int {
+            let lockdown = try Lockdown(guarded: guarded, namespace: laptop.namespace)
+            try lockdown.apply(policy)
+            #expect(lockdown.isGuarded == guarded, "\(String(describing: lockdown.guardUnavailable))")
+            let flooding = Atomic<Bool>(true)
+            let flood = Thread {
+                let deadline = ContinuousClock.now + .seconds(30)
+                var sent = 0
+                while flooding.load(ordering: .relaxed), ContinuousClock.now < deadline, sent < 50_000_000 {
+                    _ = try? app.send(Array("leak".utf8), to: listener.local)
+                    sent += 1
+                }
+            }
+            flood.start()
+            defer { flooding.store(false, ordering: .relaxed) }
+            for round in 0..<rounds {
+                let command = ["delete table inet roam", "flush ruleset", "flush chain inet roam output"][round % 3]
+                #expect(try nft(command) == 0, "\(command)")
+                usleep(20_000)
+                lockdown.forget()
+                try lockdown.apply(policy)
+            }
+            flooding.store(false, ordering: .relaxed)
+            usleep(100_000)
+            var leaked = 0
+            while try listener.receive(timeout: .milliseconds(100)) != nil { leaked += 1 }
+            if guarded {
+                #expect(try nft("delete table inet roam_guard") != 0, "only its owner deletes the guard")
+                #expect(try nft("add rule inet roam_guard output accept") != 0, "or changes it")
+            }
+            try lockdown.remove()
+            return leaked
+        }
+        let open = try leaks(guarded: false, rounds: 15)
+        #expect(open > 0, "the flood finds the moments the table is gone (else this test proves nothing)")
+        let guarded = try leaks(guarded: true, rounds: 30)
+        print("table deleted by others under a flood: \(open) datagrams out in 15 deletions without the guard, \(guarded) in 30 with it")
+        #expect(guarded == 0, "\(guarded) datagrams left with the guard held (\(open) in 15 deletions without)")
+
+        // The guard goes with the process that held it; the table, made to outlive it, stays.
+        var holder: Lockdown? = try Lockdown(guarded: true, namespace: laptop.namespace)
+        try holder?.apply(policy)
+        let tables = { (try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]).output) ?? "" }
+        #expect(tables().contains("table inet roam_guard"))
+        holder = nil
+        #expect(!tables().contains("table inet roam_guard") && tables().contains("table inet roam"), "\(tables())")
+    }
+
     /// A table whose base chain cannot take the new definition (another version's priority) is
     /// still replaced, whole.
     @Test func aTableOfAnotherShapeIsReplacedWhole() throws {
