@@ -51,16 +51,27 @@ struct DaemonOptions: ParsableArguments {
     }
 }
 
-/// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.
-/// The signals are blocked in every thread first (call this before starting any), so none of
-/// the data-plane threads is interrupted, and SIGTSTP no longer stops the process.
-func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) throws {
-    // A peer that hangs up is an error on that one write, never the end of a daemon.
-    signal(SIGPIPE, SIG_IGN)
+/// Blocks `signals` in this thread and in every thread it starts from now on: call it before
+/// the process starts any (a thread that does not block them may take one, and SIGTSTP would
+/// stop the whole process), and `forwardSignals` once there is somewhere to send them. A
+/// signal that comes in between waits for it.
+func blockSignals(_ signals: [Int32]) {
     var set = sigset_t()
     sigemptyset(&set)
     for signal in signals { sigaddset(&set, signal) }
     pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
+/// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.
+/// The signals are blocked in every thread first (see `blockSignals`), so none of the
+/// data-plane threads is interrupted, and SIGTSTP no longer stops the process.
+func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) -> Void) throws {
+    // A peer that hangs up is an error on that one write, never the end of a daemon.
+    signal(SIGPIPE, SIG_IGN)
+    blockSignals(signals)
+    var set = sigset_t()
+    sigemptyset(&set)
+    for signal in signals { sigaddset(&set, signal) }
     let waitFor = set
     do {
         try OSThread.detach {

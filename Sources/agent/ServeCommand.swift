@@ -41,6 +41,9 @@ struct ServeCommand: ParsableCommand {
     var control: String?
 
     func run() throws {
+        // Before any thread starts: one that did not block them could take a signal (SIGHUP's
+        // default ends the process).
+        blockSignals([SIGINT, SIGTERM, SIGHUP])
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }

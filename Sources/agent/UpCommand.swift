@@ -39,12 +39,20 @@ struct UpCommand: ParsableCommand {
         }
     }
 
+    /// What the daemon hears from systemd, the sleep hook and the operator.
+    static let signals = [SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]
+
     func run() throws {
         guard let configPath = daemon.config else {
             // The running agent, taken down by `agent down`, connects again.
             let answer = try ControlClient.ask(.up, at: control.control)
             return print(answer["message"]?.string ?? answer.text)
         }
+        // Before any thread starts (a restart in place comes with none blocked).
+        blockSignals(Self.signals)
+        // What the process was given, kept across a restart in place; what it opens is not.
+        // (The listing's own descriptor is closed by now: only those still open count.)
+        let inherited = Set((SystemFiles.names(in: "/proc/self/fd") ?? []).compactMap { Int32($0) }.filter { fcntl($0, F_GETFD) != -1 })
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
@@ -137,12 +145,12 @@ struct UpCommand: ParsableCommand {
                                        servers: servers, log: log,
                                        control: try ControlSocket(path: control.control), waitForServer: wait, firewall: firewall)
         let mailbox = session.mailbox
-        try forwardSignals([SIGINT, SIGTERM, SIGTSTP, SIGCONT, SIGHUP]) { signal in mailbox.post(.signal(signal)) }
+        try forwardSignals(Self.signals) { signal in mailbox.post(.signal(signal)) }
         log.info("starting", metadata: ["server": "\(session.server)", "mode": "\(settings.mode.socketMark == nil ? "split" : "full")"])
         session.run()
         log.info("down")
         if let failure = session.failure { throw AgentError(failure) }
-        if session.restartRequested { try restart() }
+        if session.restartRequested { try restart(keeping: inherited) }
     }
 }
 
@@ -190,10 +198,16 @@ private func sleepFeedingWatchdog(_ duration: Duration) {
 
 /// Starts this agent afresh in the same process (same PID, as systemd expects), with the same
 /// arguments, so a changed configuration is read from the start. Signals are unblocked first.
-private func restart() throws -> Never {
+/// Nothing it opened goes across (a socket kept would keep what it holds, the lockdown's guard
+/// table among them, owned by that socket, which the new agent could not change); what it was
+/// given (`inherited`: a parent's, systemd's) does.
+private func restart(keeping inherited: Set<Int32>) throws -> Never {
     var none = sigset_t()
     sigfillset(&none)
     pthread_sigmask(SIG_UNBLOCK, &none, nil)
+    for fd in SystemFiles.names(in: "/proc/self/fd")?.compactMap({ Int32($0) }) ?? [] where fd > 2 && !inherited.contains(fd) {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    }
     var arguments = CommandLine.arguments.map { strdup($0) } + [nil]
     execv("/proc/self/exe", &arguments)
     throw AgentError("cannot restart the agent: \(String(cString: strerror(errno)))")

@@ -91,11 +91,21 @@ struct DaemonLabTests {
         try (original + "\nnot-a-key: 1\n").write(toFile: configuration, atomically: true, encoding: .utf8)
         kill(client.processIdentifier, SIGHUP)
         #expect(lab.wait(for: "configuration not reloaded", in: "client.log"))
+        // A change to the tunnel starts the agent afresh in the same process: it comes back up
+        // with the lockdown and its guard, which nothing of the agent before holds any more.
+        try (original + "\ntcp: 443\n").write(toFile: configuration, atomically: true, encoding: .utf8)
+        kill(client.processIdentifier, SIGHUP)
+        #expect(lab.wait(for: "the tunnel itself changed; restarting", in: "client.log"))
+        #expect(lab.waitFor(seconds: 20) {
+            lab.log("client.log").components(separatedBy: "restarting").last?.contains("from=connecting to=connected") == true
+        }, "connected again after the restart: \(lab.log("client.log"))")
+        let guarded = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output
+        #expect(guarded.contains("table inet roam\n") && guarded.contains("table inet roam_guard"), "\(guarded)")
         try original.write(toFile: configuration, atomically: true, encoding: .utf8)
 
         // Suspend and resume: the hook's signals.
         kill(client.processIdentifier, SIGTSTP)
-        #expect(lab.wait(for: "to=sleeping", in: "client.log"))
+        #expect(lab.wait(for: "to=sleeping", in: "client.log"), "\(lab.log("client.log"))")
         kill(client.processIdentifier, SIGCONT)
         #expect(lab.wait(for: "trigger=wake", in: "client.log"))
 
@@ -103,7 +113,8 @@ struct DaemonLabTests {
         let said = try lab.stopClient()
         #expect(said.contains("stopping: the lockdown and the tunnel's resolvers go"), "\(said)")
         #expect(lab.wait(for: "msg=down", in: "client.log"))
-        #expect(lab.waitFor(seconds: 5) { goodbyes() == 2 }, "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
+        // (The third: the agent before the restart closed its session too.)
+        #expect(lab.waitFor(seconds: 5) { goodbyes() == 3 }, "the client said goodbye: \(lab.log("server.log")) CLIENT \(lab.log("client.log"))")
         // The watcher hears that the agent stopped, and ends.
         #expect(lab.waitFor(seconds: 5) { !watcher.isRunning } && lab.log("watch.log").contains("\"event\":\"stopped\""))
         #expect((try? lab.laptop.ip("link show roam0")) == nil, "the TUN device is gone")
