@@ -129,11 +129,19 @@ public final class Lockdown {
         try counts().mapValues(\.packets)
     }
 
-    /// Packets and bytes stopped so far, by cause; empty when the table is not there.
+    /// Packets and bytes stopped so far, by cause, by the table and the guard (a packet one
+    /// of them stops the other never sees; the guard's chains, made last, see each first); empty
+    /// when neither is there.
     private func counts() throws(LockdownError) -> [BlockCause: BlockCount] {
-        guard try isInstalled() else { return [:] }
-        let text = try nft.run("list counters table inet \(LockdownPolicy.table)", "read the lockdown firewall's counters")
-        return Self.parseCounters(text)
+        var total: [BlockCause: BlockCount] = [:]
+        for table in [LockdownPolicy.table, LockdownPolicy.guardTable] where try isInstalled(table) {
+            let text = try nft.run("list counters table inet \(table)", "read the lockdown firewall's counters")
+            for (cause, count) in Self.parseCounters(text) {
+                total[cause, default: BlockCount()].packets += count.packets
+                total[cause, default: BlockCount()].bytes += count.bytes
+            }
+        }
+        return total
     }
 
     /// Reads `counter blocked_dns { packets 3 bytes 180 }` out of nftables' listing.

@@ -197,7 +197,19 @@ public struct LockdownPolicy: Hashable, Sendable {
         case .split(let prefixes): lines += split(prefixes)
         }
         lines.append("}")
+        if owned { lines = lines.map(Self.afterTheTable) }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A base chain's declaration hooked one step later (`priority filter` becomes `priority
+    /// filter + 1`, `priority -100` becomes `priority -99`): the guard's chains see what the
+    /// table's let through, so the table counts what the lockdown stops while it is there.
+    static func afterTheTable(_ line: String) -> String {
+        let parts = line.split(separator: " priority ", maxSplits: 1, omittingEmptySubsequences: false)
+        guard line.contains(" hook "), parts.count == 2, let end = parts[1].firstIndex(of: ";") else { return line }
+        let priority = parts[1][..<end]
+        let later = Int(priority).map { "\($0 + 1)" } ?? "\(priority) + 1"
+        return parts[0] + " priority " + later + parts[1][end...]
     }
 
     private var tunnel: String { Self.quoted(tunnelInterface) }

@@ -367,6 +367,16 @@ struct LockdownPolicyTests {
         #expect(script.hasSuffix(ruleset))
     }
 
+    @Test func theGuardsChainsHookOneStepAfterTheTables() {
+        #expect(LockdownPolicy.afterTheTable("        type filter hook output priority filter; policy accept;")
+                == "        type filter hook output priority filter + 1; policy accept;")
+        #expect(LockdownPolicy.afterTheTable("        type nat hook output priority -100; policy accept;")
+                == "        type nat hook output priority -99; policy accept;")
+        #expect(LockdownPolicy.afterTheTable("        ip daddr 10.0.0.1 accept") == "        ip daddr 10.0.0.1 accept")
+        let guardText = LockdownPolicy(scope: .full(mark: 1), tunnelInterface: "roam0").ruleset(table: "roam_guard", owned: true)
+        #expect(guardText.hasPrefix("table inet roam_guard {\n    flags owner\n") && !guardText.contains("priority filter;"))
+    }
+
     @Test func nftablesErrorsReadAsOneLineOfHelp() {
         let error = LockdownError("load the lockdown firewall", "Error: Could not process rule: Operation not permitted\nadd table inet roam\n^^^^^^^^^\n")
         #expect(error.description == "load the lockdown firewall: Error: Could not process rule: Operation not permitted / add table inet roam; run the agent as root or give it CAP_NET_ADMIN")
