@@ -149,10 +149,11 @@ public final class Firewall {
         try change(closes: true) { $0.tunnelOnly = addresses }
     }
 
-    /// The bridges the machine's containers and VMs sit behind are these now (full mode).
+    /// The bridges the machine's containers and VMs sit behind are these now: their traffic,
+    /// and nobody else's, is forwarded through the tunnel.
     public func guestNetworks(_ interfaces: [String]) throws(LockdownError) {
         let names = interfaces.filter(LockdownPolicy.canQuote)
-        guard case .full = wanted.scope, wanted.guests != names else { return }
+        guard wanted.guests != names else { return }
         try change { $0.guests = names }
     }
 

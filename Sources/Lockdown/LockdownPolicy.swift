@@ -366,14 +366,21 @@ public struct LockdownPolicy: Hashable, Sendable {
         lines += [
             "        counter name \(BlockCause.inbound.counter) drop",
             "    }",
-            // Containers and VMs behind this machine: into the tunnel, and its answers back.
+            // Containers and VMs behind this machine: into the tunnel, and back, from and to
+            // their bridges alone. A host on an uplink's LAN that routes through this machine
+            // (forwarding on, a container runtime's masquerade covering its address) reaches
+            // nothing through the tunnel.
             "    chain forward {",
             "        type filter hook forward priority filter; policy accept;",
-            "        oifname \(tunnel) accept",
-            "        iifname \(tunnel) accept",
         ]
-        // Guests among themselves, on a bridge (with br_netfilter) or between bridges.
-        if let guests = guestSet { lines.append("        iifname \(guests) oifname \(guests) accept") }
+        if let guests = guestSet {
+            lines += ["        iifname \(guests) oifname \(tunnel) accept",
+                      "        iifname \(tunnel) oifname \(guests) accept",
+                      // Guests among themselves, on a bridge (with br_netfilter) or between bridges.
+                      "        iifname \(guests) oifname \(guests) accept"]
+        }
+        lines += ["        oifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
+                  "        iifname \(tunnel) counter name \(BlockCause.forward.counter) drop"]
         if allowLAN {
             // The same LAN as the machine's own, on the same terms: no name look-ups on it (nor
             // answers from it: a LAN host could forge them), and nothing to or from the tunnel's
@@ -467,9 +474,12 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        ip daddr @tunneled4 counter name \(BlockCause.outbound.counter) goto refuse",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.outbound.counter) goto refuse",
             "    }",
+            // Into the tunnel and back only from and to the guests' bridges, as in full mode.
             "    chain forward {",
             "        type filter hook forward priority filter; policy accept;",
-            "        oifname \(tunnel) accept",
+        ] + (guestSet.map { ["        iifname \($0) oifname \(tunnel) accept", "        iifname \(tunnel) oifname \($0) accept"] } ?? []) + [
+            "        oifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
+            "        iifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
             "        ip daddr @tunneled4 counter name \(BlockCause.forward.counter) drop",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.forward.counter) drop",
             "    }",

@@ -259,4 +259,35 @@ struct LeakLabTests {
         #expect(try app.receive(timeout: .seconds(1))?.bytes == Array("done".utf8))
         #expect(try resolver.receive(timeout: .milliseconds(300)) == nil, "DNS to the LAN stays blocked")
     }
+
+    /// A host on the café's LAN routes through the laptop into the tunnel: forwarding on (any
+    /// machine with libvirt, Docker or Podman), loose reverse-path checks, and a container
+    /// runtime's masquerade covering the address it sends from, so what leaves the tunnel
+    /// carries the user's own tunnel address. Only the guests' bridges forward into the tunnel;
+    /// nothing of it reaches the gateway's side, in either mode.
+    @Test(arguments: LabRouting.allCases)
+    func aLANNeighbourCannotRouteIntoTheTunnelThroughTheLaptop(routing: LabRouting) throws {
+        let lab = try RoamingLab(vpn: .roam, routing: routing)
+        try lab.startServer()
+        try lab.startClient()
+        for setting in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=2", "net.ipv4.conf.eth0.rp_filter=2"] {
+            try NamespaceLab.ip(["netns", "exec", lab.laptop.name, "sysctl", "-qw", setting])
+        }
+        // Docker's rule for its default bridge, which this laptop does not even have.
+        let masquerade = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft",
+            "add table ip lab_nat; add chain ip lab_nat post { type nat hook postrouting priority 100 ; }; "
+                + "add rule ip lab_nat post ip saddr 172.17.0.0/16 oifname != \"docker0\" masquerade"])
+        try #require(masquerade.status == 0, "\(masquerade.output)")
+        let inside = try UDPSocket(bindingTo: SocketAddress(lab.serverInner, port: 5333), namespace: lab.server.namespace)
+        let before = Int(lab.status()["lockdown.blocked.forward"] ?? "") ?? 0
+        let forged = NamespaceLab.udpDatagram(from: SocketAddress(IPAddress("172.17.0.5")!, port: 40000),
+                                              to: SocketAddress(lab.serverInner, port: 5333), payload: Array("through you".utf8))
+        for _ in 0..<3 { try lab.server.sendForged(forged, to: IPAddress("10.20.0.57")!) }
+        var arrived = 0
+        while try inside.receive(timeout: .milliseconds(500)) != nil { arrived += 1 }
+        #expect(arrived == 0, "\(arrived) of 3 datagrams from the LAN reached the tunnel's far side as the user")
+        let stopped = (Int(lab.status()["lockdown.blocked.forward"] ?? "") ?? 0) - before
+        #expect(stopped >= 3, "the laptop got them and its lockdown stopped them: \(stopped)")
+    }
+
 }

@@ -66,7 +66,8 @@ struct LockdownPolicyTests {
         #expect(try order(forward, "th sport { 53, 853, 5353, 5355 } counter name blocked_dns drop", before: "ip daddr @lan4 accept"),
                 "a LAN host's forged answers reach no container")
         #expect(try order(forward, "ip saddr { 10.77.0.1 } counter name blocked_forward drop", before: "ip daddr @lan4 accept"))
-        #expect(try order(forward, "iifname \"roam0\" accept", before: "th sport { 53, 853, 5353, 5355 }"), "the tunnel's answers come first")
+        #expect(try order(forward, "iifname \"roam0\" counter name blocked_forward drop", before: "th sport { 53, 853, 5353, 5355 }"),
+                "what the tunnel forwards is settled first (to no guest here: stopped)")
         #expect(try order(forward, "ip6 daddr { fd77::1 } counter name blocked_forward drop", before: "ip6 daddr @lan6 accept"))
         // Without allow-lan nothing is let to the LAN at all, so nothing needs refusing first.
         policy.allowLAN = false
@@ -106,7 +107,16 @@ struct LockdownPolicyTests {
         let split = LockdownPolicy(scope: .split([Prefix("10.77.0.0/16")!]), tunnelInterface: "roam0", server: server)
         var splitWithGuests = split
         splitWithGuests.guests = ["docker0"]
-        #expect(splitWithGuests.ruleset() == split.ruleset(), "split mode leaves forwarding to the uplinks")
+        // In split mode too only the guests forward into the tunnel, and only to them does it forward.
+        let splitAlone = split.ruleset()
+        let forwardAlone = splitAlone[try #require(splitAlone.range(of: "chain forward {")).upperBound...]
+        #expect(!forwardAlone.contains("accept\n") || forwardAlone.firstRange(of: "accept\n")!.lowerBound > forwardAlone.firstRange(of: "\n    }")!.lowerBound,
+                "nothing forwarded is accepted without guests: \(forwardAlone)")
+        #expect(forwardAlone.contains("oifname \"roam0\" counter name blocked_forward drop"))
+        let splitForward = splitWithGuests.ruleset()
+        #expect(try #require(splitForward.range(of: "iifname { \"docker0\" } oifname \"roam0\" accept")).lowerBound
+                < #require(splitForward.range(of: "oifname \"roam0\" counter name blocked_forward drop")).lowerBound, "\(splitForward)")
+        #expect(splitForward.contains("iifname \"roam0\" oifname { \"docker0\" } accept"))
     }
 
     /// Names are written as nftables reads them: a backslash (systemd's escape in a unit's
