@@ -29,7 +29,7 @@ public final class Firewall {
     /// from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
     /// `guarded`: a running agent's, with the guard no other process may delete (`Lockdown`).
     public init(_ policy: LockdownPolicy, guarded: Bool = false) throws(LockdownError) {
-        let lockdown = try Lockdown(guarded: guarded)
+        let lockdown = try Lockdown(guard: guarded ? LockdownPolicy.guardTable : nil)
         wanted = policy
         try lockdown.apply(wanted)
         loaded = wanted

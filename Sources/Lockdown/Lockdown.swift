@@ -16,7 +16,8 @@ public import Netlink
 /// both let it, so while either is there the machine is closed.
 public final class Lockdown {
     private let nft: Nftables
-    private let guarded: Bool
+    /// The guard's table, when this process holds one.
+    private let guardTable: String?
     /// What is loaded now, as far as this process knows.
     public private(set) var policy: LockdownPolicy?
     /// Transactions on the table this process committed: loads and removals (see `TableWatch`).
@@ -24,13 +25,15 @@ public final class Lockdown {
     /// Why this kernel keeps no guard (it has no table owners), when one was asked for.
     public private(set) var guardUnavailable: LockdownError?
 
-    public init(guarded: Bool = false, namespace: NetworkNamespace? = nil) throws(LockdownError) {
+    /// `guard`: the guard's table name (`LockdownPolicy.guardTable` for an agent's), or nil for
+    /// none.
+    public init(guard: String? = nil, namespace: NetworkNamespace? = nil) throws(LockdownError) {
         nft = try Nftables(namespace: namespace)
-        self.guarded = guarded
+        guardTable = `guard`
     }
 
     /// Whether this process holds a guard now.
-    public var isGuarded: Bool { guarded && guardUnavailable == nil && policy != nil }
+    public var isGuarded: Bool { guardTable != nil && guardUnavailable == nil && policy != nil }
 
     /// Loads `policy`, replacing whatever table of ours is there (an earlier agent's
     /// included) in one transaction, and then the guard's. Nothing is sent to the kernel when
@@ -49,9 +52,9 @@ public final class Lockdown {
         // is unknown then, and the next apply loads whatever it is given.
         self.policy = nil
         commits += try load(policy, into: LockdownPolicy.table)
-        if guarded, guardUnavailable == nil {
+        if let guardTable, guardUnavailable == nil {
             do {
-                _ = try load(policy, into: LockdownPolicy.guardTable, owned: true)
+                _ = try load(policy, into: guardTable, owned: true)
             } catch where error.message.lowercased().contains("not supported") {
                 guardUnavailable = error
             }
@@ -113,8 +116,8 @@ public final class Lockdown {
                     "remove the lockdown firewall (nftables table inet \(LockdownPolicy.table))")
         commits += 1
         policy = nil
-        if guarded, guardUnavailable == nil, try isInstalled(LockdownPolicy.guardTable) {
-            try nft.run("delete table inet \(LockdownPolicy.guardTable)", "remove the lockdown firewall's guard")
+        if let guardTable, guardUnavailable == nil, try isInstalled(guardTable) {
+            try nft.run("delete table inet \(guardTable)", "remove the lockdown firewall's guard")
         }
     }
 
@@ -134,7 +137,7 @@ public final class Lockdown {
     /// when neither is there.
     private func counts() throws(LockdownError) -> [BlockCause: BlockCount] {
         var total: [BlockCause: BlockCount] = [:]
-        for table in [LockdownPolicy.table, LockdownPolicy.guardTable] where try isInstalled(table) {
+        for table in [LockdownPolicy.table, LockdownPolicy.guardTable, LockdownPolicy.bootGuardTable] where try isInstalled(table) {
             let text = try nft.run("list counters table inet \(table)", "read the lockdown firewall's counters")
             for (cause, count) in Self.parseCounters(text) {
                 total[cause, default: BlockCount()].packets += count.packets

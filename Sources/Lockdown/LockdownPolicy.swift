@@ -180,6 +180,8 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// The guard's name: the same rules in a table only the agent's process may change (see
     /// `Lockdown`).
     public static let guardTable = "roam_guard"
+    /// The boot lockdown's guard, held until an agent holds its own (`agent lockdown on --hold`).
+    public static let bootGuardTable = "roam_boot"
 
     /// The table, complete, in nftables' language; its counters start from `counts` (what the
     /// table it replaces had counted, so a roam or a new agent does not reset them). `owned`:

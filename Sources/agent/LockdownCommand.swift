@@ -24,6 +24,11 @@ struct LockdownCommand: ParsableCommand {
             discussion: "Nothing but DHCP and neighbour discovery leaves until the agent starts and loads its own table, which lets its own sockets reach the server.")
         @Option(help: "The client configuration file.")
         var config: String
+        @Flag(help: ArgumentHelp("Stay and keep the lockdown until an agent holds its own: a firewall's 'flush ruleset' meanwhile opens nothing.",
+                                 discussion: "Holds a second table no other process may delete (nftables' owner flag, Linux 5.12+) and loads the first again whenever it is deleted; ends when an agent holds its own guard, on SIGTERM, or with 'agent lockdown off'."))
+        var hold = false
+        @Option(help: ArgumentHelp("With --hold, where the holder's PID is written, for 'agent lockdown off'.", valueName: "directory"))
+        var runtime = LockdownHolder.defaultRuntime
 
         func run() throws {
             try Preflight.requireNetworkAdmin(for: "lockdown on")
@@ -46,8 +51,9 @@ struct LockdownCommand: ParsableCommand {
             }
             // The client's unit requires this one: a machine without a lockdown starts its agent.
             guard settings.lockdown else { return printError("\(config) says 'lockdown: off': nothing loaded") }
+            // No agent yet: no process's marked sockets get the session's exceptions.
+            if hold { return try LockdownHolder(policy: settings.lockdownPolicy, runtime: runtime).run() }
             do {
-                // No agent yet: no process's marked sockets get the session's exceptions.
                 _ = try Firewall(settings.lockdownPolicy)
             } catch {
                 throw AgentError("cannot load the lockdown firewall: \(error)")
@@ -65,8 +71,12 @@ struct LockdownCommand: ParsableCommand {
                 does the same.
                 """)
 
+        @Option(help: ArgumentHelp("Where a boot holder ('agent lockdown on --hold') wrote its PID.", valueName: "directory"))
+        var runtime = LockdownHolder.defaultRuntime
+
         func run() throws {
             try Preflight.requireNetworkAdmin(for: "lockdown off")
+            try LockdownHolder.end(runtime: runtime)
             try openMachine()
         }
     }

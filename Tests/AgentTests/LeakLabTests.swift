@@ -290,4 +290,50 @@ struct LeakLabTests {
         #expect(stopped >= 3, "the laptop got them and its lockdown stopped them: \(stopped)")
     }
 
+
+    /// The boot order: the boot lockdown is loaded, and then a firewall's loader (Debian's
+    /// nftables.service, firewalld) runs `flush ruleset` before the agent starts. Loaded and
+    /// left, the lockdown is gone and applications' datagrams leave in clear; held
+    /// (`agent lockdown on --hold`), nothing leaves, the table comes back, and the holder hands
+    /// over to the agent when it starts.
+    @Test func aFlushBeforeTheAgentStartsOpensNothingWhileTheBootLockdownIsHeld() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        func nft(_ command: String) throws {
+            let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", command])
+            try #require(status == 0, "nft \(command): \(output)")
+        }
+        // Loaded and left, as the boot unit did: a flush opens the machine.
+        try lab.loadBootLockdown()
+        let tap = try lab.leakTap()
+        let bait = try lab.leakBait()
+        defer { bait.stop() }
+        usleep(300_000)
+        #expect(tap.leaks().isEmpty, "the boot lockdown holds until someone flushes it: \(tap.leaks())")
+        try nft("flush ruleset")
+        usleep(300_000)
+        let open = tap.leaks(limit: 100_000).count
+        #expect(open > 0, "a flush of a lockdown nobody holds opens the machine (else this test proves nothing)")
+
+        // Held: five flushes, nothing out, the table back after each.
+        let holder = try lab.startBootHolder()
+        let held = LabClock.now
+        for _ in 0..<5 {
+            try nft("flush ruleset")
+            usleep(100_000)
+        }
+        usleep(200_000)
+        let heldLeaks = tap.leaks(since: held, limit: 100_000)
+        #expect(heldLeaks.isEmpty, "\(heldLeaks.count) packets out through 5 flushes with the boot lockdown held: \(heldLeaks.prefix(5))")
+        #expect(lab.nftTables().contains("table inet roam\n"), "the holder loaded the table again: \(lab.log("holder.log"))")
+        print("boot lockdown under 'flush ruleset': \(open) packets out in 300 ms when loaded and left, \(heldLeaks.count) through 5 flushes when held")
+
+        // The agent starts, holds its own, and the holder ends with its guard.
+        try lab.startClient()
+        #expect(lab.waitFor(seconds: 5) { !holder.isRunning }, "the holder handed over: \(lab.log("holder.log"))")
+        let tables = lab.nftTables()
+        #expect(tables.contains("table inet roam_guard") && !tables.contains("roam_boot"), "\(tables)")
+        usleep(300_000)
+        #expect(tap.leaks(since: held).isEmpty, "nothing left in clear across the hand-over: \(tap.leaks(since: held))")
+    }
 }

@@ -490,7 +490,7 @@ struct LockdownKernelTests {
         /// Datagrams that reached the server while others deleted the table `rounds` times, the
         /// lockdown loading it again 20 ms after each.
         func leaks(guarded: Bool, rounds: Int) throws -> Int {
-            let lockdown = try Lockdown(guarded: guarded, namespace: laptop.namespace)
+            let lockdown = try Lockdown(guard: guarded ? LockdownPolicy.guardTable : nil, namespace: laptop.namespace)
             try lockdown.apply(policy)
             #expect(lockdown.isGuarded == guarded, "\(String(describing: lockdown.guardUnavailable))")
             let flooding = Atomic<Bool>(true)
@@ -529,7 +529,7 @@ struct LockdownKernelTests {
         #expect(guarded == 0, "\(guarded) datagrams left with the guard held (\(open) in 15 deletions without)")
 
         // The guard goes with the process that held it; the table, made to outlive it, stays.
-        var holder: Lockdown? = try Lockdown(guarded: true, namespace: laptop.namespace)
+        var holder: Lockdown? = try Lockdown(guard: LockdownPolicy.guardTable, namespace: laptop.namespace)
         try holder?.apply(policy)
         let tables = { (try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]).output) ?? "" }
         #expect(tables().contains("table inet roam_guard"))

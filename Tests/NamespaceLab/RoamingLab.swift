@@ -247,6 +247,21 @@ public final class RoamingLab {
         guard status == 0 else { throw NamespaceLab.Failure(description: "agent lockdown on: \(output)") }
     }
 
+    /// The boot lockdown, held (`agent lockdown on --hold`): returns once its guard is loaded.
+    public func startBootHolder() throws -> Process {
+        let holder = try start(in: laptop, agent, ["lockdown", "on", "--hold", "--config", directory + "/client.yaml", "--runtime", directory],
+                               log: "holder.log")
+        guard waitFor(seconds: 10, { self.nftTables().contains("table inet roam_boot") }) else {
+            throw NamespaceLab.Failure(description: "agent lockdown on --hold did not hold: \(log("holder.log"))")
+        }
+        return holder
+    }
+
+    /// The laptop's nftables tables, as `nft list tables` prints them.
+    public func nftTables() -> String {
+        (try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]))?.output ?? ""
+    }
+
     /// Whether the lockdown table is loaded in the laptop.
     public func lockdownLoaded() -> Bool {
         ((try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]))?.output ?? "")
