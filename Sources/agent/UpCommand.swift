@@ -21,8 +21,10 @@ struct UpCommand: ParsableCommand {
             moves when the path does; the TUN device is configured once, after the first handshake, and \
             stays. SIGTSTP means the machine is about to suspend, SIGCONT that it resumed; SIGHUP reads the \
             configuration again (tunables apply at once, other changes restart the agent); SIGTERM or \
-            SIGINT tell the server goodbye and take the tunnel down, and the lockdown firewall with it; \
-            a restart in place, a give-up or a crash leaves the lockdown loaded.
+            SIGINT tell the server goodbye and take the tunnel down, and leave the lockdown firewall \
+            loaded, as a restart in place, a give-up or a crash does: only `agent stop` (or `agent \
+            lockdown off`) opens the machine. While it runs, the agent also holds the lockdown's rules in \
+            a table no other process may delete (nftables table inet roam_guard, Linux 5.12+).
             """)
 
     @OptionGroup var daemon: DaemonOptions

@@ -26,17 +26,22 @@ public final class LeakTap: @unchecked Sendable {  // every mutable field is rea
 
     /// Taps `interfaces` (by name) in `lab`, the router's side of the laptop's uplinks.
     public init(_ interfaces: [String], in lab: NamespaceLab, rule: Rule) throws {
-        let tapped = Set(interfaces.compactMap { name in
-            (try? lab.ip("-o link show \(name)")).flatMap { Int32($0.prefix { $0 != ":" }) }
-        })
+        var names: [Int32: String] = [:]
+        for name in interfaces {
+            if let index = (try? lab.ip("-o link show \(name)")).flatMap({ Int32($0.prefix { $0 != ":" }) }) { names[index] = name }
+        }
+        let tapped = names
         capture = try PacketCapture(ethertype: 0x0003 /* ETH_P_ALL */, in: lab, snapshot: 2048) { [weak self] packet, _, from in
-            guard let self, tapped.contains(from.interface) else { return }
+            guard let self, let interface = tapped[from.interface] else { return }
             let verdict = Self.judge(Array(packet), protocol: UInt16(bigEndian: from.networkProtocol), rule: rule)
             let at = LabClock.now
             let wall = Date().timeIntervalSince1970
+            // Where it was seen: the router's side of the uplink, coming from the laptop or
+            // (PACKET_OUTGOING) going to it; and its place among all the packets the tap saw.
+            let direction = from.packetType == 4 ? "to the laptop" : "from the laptop"
             self.lock.withLock {
                 self.seen += 1
-                if let leak = verdict { self.found.append((at, wall, leak)) }
+                if let leak = verdict { self.found.append((at, wall, "\(leak) on \(interface) \(direction), packet #\(self.seen)")) }
             }
         }
     }
