@@ -272,6 +272,8 @@ sleep 5
 read -r RSS_IDLE ANON_IDLE <<<"$(rss "$roam_client")"
 stop_pid "$roam_client"
 stop_pid "$roam_server"
+# A stopped agent leaves the lockdown (fail closed): the peers' own connections need it gone.
+ip netns exec "$L" nft delete table inet roam 2>/dev/null || true
 
 if [ "$TRANSPORT" = tcp ]; then
     # --- b2. Roam over its stream transport: the router drops UDP to the server ------------------
