@@ -73,7 +73,7 @@ public final class Lockdown {
             // and made again: one the table does not have yet is made first, on its own, filled.
             let present = Set(TableObjects(listing).objects)
             let declared = TableObjects(ruleset)
-            let newSets = declared.objects.filter { ($0.kind == "set" || $0.kind == "map") && !present.contains($0) }
+            let newSets = declared.objects.filter { $0.holdsElements && !present.contains($0) }
             var commits = 0
             if !listing.isEmpty, !newSets.isEmpty {
                 try nft.run("table inet \(table) {\n" + newSets.compactMap { declared.text[$0] }.joined() + "}\n", operation)
@@ -99,7 +99,7 @@ public final class Lockdown {
         for object in TableObjects(listing).objects {
             if !kept.contains(object) {
                 script += "delete \(object.kind) inet \(table) \(object.name)\n"
-            } else if object.kind == "set" || object.kind == "map" {
+            } else if object.holdsElements {
                 script += "flush \(object.kind) inet \(table) \(object.name)\n"
             }
         }
@@ -174,6 +174,9 @@ struct TableObjects {
         /// `chain`, `set`, `map`, `counter`, `ct helper`, ...
         var kind: String
         var name: String
+
+        /// A set or a map: emptied and filled, never deleted and made again, while rules look it up.
+        var holdsElements: Bool { kind == "set" || kind == "map" }
     }
 
     private(set) var objects: [Object] = []

@@ -374,15 +374,9 @@ public struct LockdownPolicy: Hashable, Sendable {
             // nothing through the tunnel.
             "    chain forward {",
             "        type filter hook forward priority filter; policy accept;",
-        ]
-        if let guests = guestSet {
-            lines += ["        iifname \(guests) oifname \(tunnel) accept",
-                      "        iifname \(tunnel) oifname \(guests) accept",
-                      // Guests among themselves, on a bridge (with br_netfilter) or between bridges.
-                      "        iifname \(guests) oifname \(guests) accept"]
-        }
-        lines += ["        oifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
-                  "        iifname \(tunnel) counter name \(BlockCause.forward.counter) drop"]
+        ] + tunnelForwarding
+        // Guests among themselves, on a bridge (with br_netfilter) or between bridges.
+        if let guests = guestSet { lines.append("        iifname \(guests) oifname \(guests) accept") }
         if allowLAN {
             // The same LAN as the machine's own, on the same terms: no name look-ups on it (nor
             // answers from it: a LAN host could forge them), and nothing to or from the tunnel's
@@ -409,6 +403,14 @@ public struct LockdownPolicy: Hashable, Sendable {
             "    }",
         ]
         return lines + clamp
+    }
+
+    /// The forward chain's first rules, in either mode: into the tunnel and back only from and
+    /// to the guests' bridges; whatever else would be forwarded into or out of it is stopped.
+    private var tunnelForwarding: [String] {
+        (guestSet.map { ["        iifname \($0) oifname \(tunnel) accept", "        iifname \(tunnel) oifname \($0) accept"] } ?? [])
+            + ["        oifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
+               "        iifname \(tunnel) counter name \(BlockCause.forward.counter) drop"]
     }
 
     /// The guests' bridges as an nftables set of names; nil when there are none.
@@ -476,12 +478,9 @@ public struct LockdownPolicy: Hashable, Sendable {
             "        ip daddr @tunneled4 counter name \(BlockCause.outbound.counter) goto refuse",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.outbound.counter) goto refuse",
             "    }",
-            // Into the tunnel and back only from and to the guests' bridges, as in full mode.
             "    chain forward {",
             "        type filter hook forward priority filter; policy accept;",
-        ] + (guestSet.map { ["        iifname \($0) oifname \(tunnel) accept", "        iifname \(tunnel) oifname \($0) accept"] } ?? []) + [
-            "        oifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
-            "        iifname \(tunnel) counter name \(BlockCause.forward.counter) drop",
+        ] + tunnelForwarding + [
             "        ip daddr @tunneled4 counter name \(BlockCause.forward.counter) drop",
             "        ip6 daddr @tunneled6 counter name \(BlockCause.forward.counter) drop",
             "    }",

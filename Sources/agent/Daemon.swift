@@ -56,10 +56,15 @@ struct DaemonOptions: ParsableArguments {
 /// stop the whole process), and `forwardSignals` once there is somewhere to send them. A
 /// signal that comes in between waits for it.
 func blockSignals(_ signals: [Int32]) {
+    var set = signalSet(signals)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
+private func signalSet(_ signals: [Int32]) -> sigset_t {
     var set = sigset_t()
     sigemptyset(&set)
     for signal in signals { sigaddset(&set, signal) }
-    pthread_sigmask(SIG_BLOCK, &set, nil)
+    return set
 }
 
 /// Delivers `signals` to `handler` on a thread of its own, for as long as the process runs.
@@ -69,9 +74,7 @@ func forwardSignals(_ signals: [Int32], to handler: @escaping @Sendable (Int32) 
     // A peer that hangs up is an error on that one write, never the end of a daemon.
     signal(SIGPIPE, SIG_IGN)
     blockSignals(signals)
-    var set = sigset_t()
-    sigemptyset(&set)
-    for signal in signals { sigaddset(&set, signal) }
+    var set = signalSet(signals)
     let waitFor = set
     do {
         try OSThread.detach {

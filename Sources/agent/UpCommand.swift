@@ -53,8 +53,7 @@ struct UpCommand: ParsableCommand {
         // Before any thread starts (a restart in place comes with none blocked).
         blockSignals(Self.signals)
         // What the process was given, kept across a restart in place; what it opens is not.
-        // (The listing's own descriptor is closed by now: only those still open count.)
-        let inherited = Set((SystemFiles.names(in: "/proc/self/fd") ?? []).compactMap { Int32($0) }.filter { fcntl($0, F_GETFD) != -1 })
+        let inherited = openDescriptors()
         let log = daemon.log
         // Before any key or password is read: a crash must not write them into a core file.
         if !ProcessHardening.forbidCoreDumps() { log.warning("cannot make the process non-dumpable; a core dump could hold keys") }
@@ -198,6 +197,12 @@ private func sleepFeedingWatchdog(_ duration: Duration) {
     }
 }
 
+/// The process's open descriptors (the listing's own is closed by the time they are checked:
+/// only those still open count).
+private func openDescriptors() -> Set<Int32> {
+    Set((SystemFiles.names(in: "/proc/self/fd") ?? []).compactMap { Int32($0) }.filter { fcntl($0, F_GETFD) != -1 })
+}
+
 /// Starts this agent afresh in the same process (same PID, as systemd expects), with the same
 /// arguments, so a changed configuration is read from the start. Signals are unblocked first.
 /// Nothing it opened goes across (a socket kept would keep what it holds, the lockdown's guard
@@ -207,7 +212,7 @@ private func restart(keeping inherited: Set<Int32>) throws -> Never {
     var none = sigset_t()
     sigfillset(&none)
     pthread_sigmask(SIG_UNBLOCK, &none, nil)
-    for fd in SystemFiles.names(in: "/proc/self/fd")?.compactMap({ Int32($0) }) ?? [] where fd > 2 && !inherited.contains(fd) {
+    for fd in openDescriptors() where fd > 2 && !inherited.contains(fd) {
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
     }
     var arguments = CommandLine.arguments.map { strdup($0) } + [nil]

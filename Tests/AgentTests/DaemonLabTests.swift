@@ -99,7 +99,7 @@ struct DaemonLabTests {
         #expect(lab.waitFor(seconds: 20) {
             lab.log("client.log").components(separatedBy: "restarting").last?.contains("from=connecting to=connected") == true
         }, "connected again after the restart: \(lab.log("client.log"))")
-        let guarded = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "tables"]).output
+        let guarded = lab.nftTables()
         #expect(guarded.contains("table inet roam\n") && guarded.contains("table inet roam_guard"), "\(guarded)")
         try original.write(toFile: configuration, atomically: true, encoding: .utf8)
 

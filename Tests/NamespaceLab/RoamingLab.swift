@@ -263,10 +263,7 @@ public final class RoamingLab {
     }
 
     /// Whether the lockdown table is loaded in the laptop.
-    public func lockdownLoaded() -> Bool {
-        ((try? NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", laptop.name, "nft", "list", "tables"]))?.output ?? "")
-            .contains("table inet roam")
-    }
+    public func lockdownLoaded() -> Bool { nftTables().contains("table inet roam") }
 
     /// A tap on the router's side of both uplinks that judges what the laptop sends: in full
     /// mode only the session, DHCP and neighbour discovery may leave; in split mode nothing for
