@@ -66,6 +66,9 @@ typedef struct {
     int (*X509_set_issuer_name)(X509 *, const X509_NAME *);
     int (*X509_sign)(X509 *, EVP_PKEY *, const EVP_MD *);
     int (*SSL_has_pending)(const SSL *);
+    int (*SSL_CTX_set_ciphersuites)(SSL_CTX *, const char *);
+    const SSL_CIPHER *(*SSL_get_current_cipher)(const SSL *);
+    const char *(*SSL_CIPHER_get_name)(const SSL_CIPHER *);
 } COpenSSL_API;
 
 /// Fills `api` from libssl.so.3; 0 when it or one of the functions is missing.
@@ -84,6 +87,7 @@ static inline int COpenSSL_load(COpenSSL_API *api) {
         "EVP_PKEY_Q_keygen", "EVP_PKEY_free", "X509_new", "X509_set_version", "X509_get_serialNumber",
         "ASN1_INTEGER_set", "X509_gmtime_adj", "X509_getm_notBefore", "X509_getm_notAfter", "X509_set_pubkey",
         "X509_get_subject_name", "X509_NAME_add_entry_by_txt", "X509_set_issuer_name", "X509_sign", "SSL_has_pending",
+        "SSL_CTX_set_ciphersuites", "SSL_get_current_cipher", "SSL_CIPHER_get_name",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(COpenSSL_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

@@ -24,8 +24,11 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     /// reading): poll for writing, not reading, or the unread input keeps waking the poll.
     private(set) var readWantsWrite = false
 
-    /// Unsent bytes the socket may hold before a poll calls it writable (a tail's flush waits for that).
-    static let unsentLimit: Int32 = 128 * 1024
+    /// Unsent bytes past which the socket takes no more and a poll does not call it writable (a
+    /// tail's flush waits for that): `queueCeiling`, so that `room` alone decides what is queued.
+    /// (TCP_NOTSENT_LOWAT bounds writes too, not only polls: at 128 KB it held the queue under a
+    /// millisecond at gigabit rates, and the inner TCP lost about 4 % of its segments.)
+    static let unsentLimit = Int32(queueCeiling)
     /// How long (ms) what the socket holds unsent may take to leave, at the rate the path delivers:
     /// the queue a good router keeps. More is dropped, as such a router drops it.
     static let queueMilliseconds = 20

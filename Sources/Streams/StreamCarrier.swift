@@ -142,6 +142,9 @@ public final class StreamCarrier: PacketCarrier {
     /// Messages dropped so far because the stream could not take them.
     public var drops: Int { dropped.load(ordering: .relaxed) }
 
+    /// The TLS suite of the open stream; nil while it is not open.
+    public var suite: String? { state.withLock { if case .open(let stream) = $0 { stream.channel.suite } else { nil } } }
+
     /// Whether the stream is open now.
     public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
 

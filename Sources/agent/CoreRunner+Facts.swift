@@ -162,7 +162,7 @@ extension ClientDaemon.CoreRunner {
             guard effects.streamChanged(id, carrier, event) else { return }
             switch event {
             case .opened:
-                log.info("stream opened", metadata: ["path": "\(id)", "stream": "\(carrier.label)"])
+                log.info("stream opened", metadata: ["path": "\(id)", "stream": "\(carrier.label)", "tls": "\(carrier.suite ?? "-")"])
             case .failed(let why):
                 log.warning("stream failed", metadata: ["path": "\(id)", "stream": "\(carrier.label)", "why": "\(why)"])
                 metrics.streamFailed()

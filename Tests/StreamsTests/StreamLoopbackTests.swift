@@ -57,6 +57,8 @@ private func gatewaySide(_ listener: StreamListener, until done: ([UInt8]) -> Bo
         return received.count == 2
     }, "received \(received.map(\.count)), told \(told.events.withLock { $0 }), dropped \(carrier.drops)")
     #expect(told.first() == .opened)
+    // A browser's first choice, not libssl's (AES-256-GCM).
+    #expect(carrier.suite == "TLS_AES_128_GCM_SHA256")
     #expect(received == [early, big])
     #expect(carrier.pollDescriptor != nil)
 
