@@ -83,6 +83,9 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         return nil
     }
 
+    /// The length of the next message when it has arrived whole, without reading the socket.
+    var nextLength: Int? { closed == nil ? reader.peekLength : nil }
+
     // MARK: Sending
 
     /// Sends as many of `messages` as the queue has room for (`room`), in order and in one
