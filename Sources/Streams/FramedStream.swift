@@ -83,8 +83,24 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         return nil
     }
 
-    /// The length of the next message when it has arrived whole, without reading the socket.
-    var nextLength: Int? { closed == nil ? reader.peekLength : nil }
+    /// What has arrived, copied into `buffer` as a UDP socket's GRO joins datagrams: the next
+    /// message, then those already read that have its length, the last of them maybe shorter,
+    /// while they fit; the run's length and the length of its messages but the last. Nil when no
+    /// message has arrived whole (or the stream closed: see `closed`). One call per run keeps the
+    /// lock the sending side shares to one hold per run, not per message.
+    func nextRun(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, segment: Int)? {
+        guard let first = next() else { return nil }
+        let segment = min(first.count, buffer.count)
+        buffer.baseAddress!.copyMemory(from: first.baseAddress!, byteCount: segment)
+        var length = segment
+        while segment > 0, length + segment <= buffer.count, let size = reader.peekLength, size > 0, size <= segment,
+              let message = reader.next() {
+            (buffer.baseAddress! + length).copyMemory(from: message.baseAddress!, byteCount: message.count)
+            length += message.count
+            if message.count < segment { break }
+        }
+        return (length, segment)
+    }
 
     // MARK: Sending
 

@@ -63,13 +63,14 @@ public final class GatewayStream: Sendable {
     public enum Progress: Equatable, Sendable {
         /// Nothing more to read now; `wantsWrite`: poll the socket for writing too.
         case waiting(wantsWrite: Bool)
-        /// A message is in the buffer given, this long.
-        case message(Int)
+        /// Messages are in the buffer given, `length` bytes in all, each `segment` bytes but the
+        /// last (which may be shorter), as a UDP socket's GRO joins datagrams.
+        case messages(length: Int, segment: Int)
         /// The stream is over, with why.
         case closed(String)
     }
 
-    /// Moves the stream on: the TLS handshake's next step, or the next message into `buffer`.
+    /// Moves the stream on: the TLS handshake's next step, or the next run of messages into `buffer`.
     public func advance(into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
         state.withLock { phase -> Progress in
             switch phase {
@@ -95,11 +96,7 @@ public final class GatewayStream: Sendable {
     private func advanceOpen(_ phase: inout Phase, into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
         guard case .open(let stream) = phase else { return .closed("not open") }
         stream.flushTail()
-        if let message = stream.next() {
-            let length = min(message.count, buffer.count)
-            buffer.baseAddress!.copyMemory(from: message.baseAddress!, byteCount: length)
-            return .message(length)
-        }
+        if let run = stream.nextRun(into: buffer) { return .messages(length: run.length, segment: run.segment) }
         if let why = stream.closed {
             phase = .closed(why)
             return .closed(why)

@@ -203,27 +203,16 @@ public final class StreamCarrier: PacketCarrier {
         return receiveNow(into: buffer)
     }
 
-    /// What has arrived, as a UDP socket's GRO joins it: the next message, and after it those
-    /// of the same length that follow (the last may be shorter) while they fit, in one hold of
-    /// the lock the sending thread shares.
+    /// What has arrived, joined as a UDP socket's GRO joins datagrams (`FramedStream.nextRun`).
     private func receiveNow(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, peer: SocketAddress, segment: Int)? {
-        let (got, broke) = state.withLock { phase -> ((Int, Int)?, String?) in
+        let (got, broke) = state.withLock { phase -> ((length: Int, segment: Int)?, String?) in
             guard case .open(let stream) = phase else { return (nil, nil) }
             stream.flushTail()
-            guard let first = stream.next() else { return (nil, broken(&phase)) }
-            let segment = min(first.count, buffer.count)
-            buffer.baseAddress!.copyMemory(from: first.baseAddress!, byteCount: segment)
-            var length = segment
-            while segment > 0, length + segment <= buffer.count, let size = stream.nextLength, size > 0, size <= segment {
-                guard let message = stream.next() else { break }
-                (buffer.baseAddress! + length).copyMemory(from: message.baseAddress!, byteCount: message.count)
-                length += message.count
-                if message.count < segment { break }
-            }
-            return ((length, segment), nil)
+            guard let run = stream.nextRun(into: buffer) else { return (nil, broken(&phase)) }
+            return (run, nil)
         }
         if let broke { told(self, .failed(broke)) }
-        return got.map { ($0.0, peer, $0.1) }
+        return got.map { ($0.length, peer, $0.segment) }
     }
 
     /// Why the open stream in `phase` just broke (it is failed from now on); nil while it works.

@@ -96,8 +96,9 @@ public final class TLSImpostor: Sendable {
                 if let stream = try? listener.accept(on: listener.sockets[0], now: .now()) { streams.append(stream) }
                 for stream in streams {
                     for _ in 0..<16 {
-                        guard case .message = buffer.withUnsafeMutableBytes({ stream.advance(into: $0, now: .now()) }) else { break }
-                        frames.add(1, ordering: .relaxed)
+                        guard case .messages(let length, let segment) = buffer.withUnsafeMutableBytes({ stream.advance(into: $0, now: .now()) })
+                        else { break }
+                        frames.add((length + segment - 1) / segment, ordering: .relaxed)
                     }
                 }
                 usleep(10_000)

@@ -30,7 +30,8 @@ private func gatewaySide(_ listener: StreamListener, until done: ([UInt8]) -> Bo
         if stream == nil { stream = try listener.accept(on: listener.sockets[0], now: .now()) }
         if let stream {
             switch buffer.withUnsafeMutableBytes({ stream.advance(into: $0, now: .now()) }) {
-            case .message(let n): if done(Array(buffer[0..<n])) { return stream }
+            case .messages(let n, let segment):
+                for start in stride(from: 0, to: n, by: segment) where done(Array(buffer[start..<min(start + segment, n)])) { return stream }
             case .closed(let why): Issue.record("the stream closed: \(why)"); return nil
             case .waiting: usleep(10_000)
             }

@@ -167,10 +167,12 @@ extension TunnelServer {
                 read: for _ in 0..<64 {
                     let progress = buffer.withUnsafeMutableBytes { stream.advance(into: $0, now: now) }
                     switch progress {
-                    case .message(let length):
+                    case .messages(let length, let segment):
                         buffer.withUnsafeMutableBytes { raw in
-                            receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), on: stream, now: now,
-                                    sessions: &sessions, hints: &hints, traffic: &traffic, drops: &drops, coalescer: &coalescer)
+                            for start in stride(from: 0, to: length, by: segment) {
+                                receive(UnsafeMutableRawBufferPointer(rebasing: raw[start..<min(start + segment, length)]), on: stream,
+                                        now: now, sessions: &sessions, hints: &hints, traffic: &traffic, drops: &drops, coalescer: &coalescer)
+                            }
                         }
                     case .waiting(let write):
                         if write { wantsWrite.insert(ObjectIdentifier(stream)) } else { wantsWrite.remove(ObjectIdentifier(stream)) }
