@@ -121,7 +121,7 @@ public enum UserDirectory {
         var hash: PasswordHash?
         if let text = row[2] {
             guard let parsed = PasswordHash(encoded: text) else {
-                return .failure(DirectoryError("password_hash is not an Argon2id hash made by agent passwd"))
+                return .failure(DirectoryError("password_hash is \(PasswordHash.refusal(of: text) ?? "refused")"))
             }
             hash = parsed
         }

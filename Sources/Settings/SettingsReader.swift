@@ -451,8 +451,9 @@ extension YAMLReader {
         let name = try string(try f.required("name"))
         var hash: PasswordHash?
         if let n = f.optional("password-hash") {
-            guard let parsed = PasswordHash(encoded: try string(n)) else {
-                throw fail(n, "user \(name): 'password-hash' must be an Argon2id hash made by `agent passwd`")
+            let text = try string(n)
+            guard let parsed = PasswordHash(encoded: text) else {
+                throw fail(n, "user \(name): 'password-hash' is \(PasswordHash.refusal(of: text) ?? "refused")")
             }
             hash = parsed
         }

@@ -5,8 +5,8 @@ import Tunnel
 
 /// The gateway's copy of the directory, its snapshot, and the backoff between attempts: no database.
 struct DirectoryCopyTests {
-    static func row(_ name: String, key: String? = UserDirectoryRowTests.key, _ addresses: String) -> [String?] {
-        [name, key, nil, addresses, nil, nil]
+    static func row(_ name: String, key: String? = UserDirectoryRowTests.key, _ addresses: String, hash: String? = nil) -> [String?] {
+        [name, key, hash, addresses, nil, nil]
     }
 
     /// Changes applied to the copy give what a fresh read of the same rows gives, whatever the
@@ -118,16 +118,27 @@ struct DirectoryGuardTests {
         #expect(copy.count == 0)
     }
 
-    /// A stored hash may not ask for more than libsodium's "sensitive" cost: every check of it
-    /// (a decoy's too) would hold the password thread at a stranger's call.
+    /// A stored hash may not ask for more work per check than the gateway's password budget
+    /// affords (twice `agent passwd`'s): every check of it (a decoy's too) would hold the
+    /// password thread at a stranger's call. A row that does is refused by name, saying why.
     @Test func aHashThatCostsTooMuchIsRefused() throws {
         let fine = try PasswordHash.create(password: "x", cost: .minimum).encoded
         #expect(PasswordHash(encoded: fine) != nil)
         let parts = fine.split(separator: "$", omittingEmptySubsequences: false)
-        for cost in ["m=4194304,t=1,p=1", "m=65536,t=100000,p=1", "m=65536,t=2,p=4", "m=65536,t=0,p=1"] {
-            let costly = ([parts[0], parts[1], parts[2], Substring(cost)] + parts[4...]).joined(separator: "$")
-            #expect(PasswordHash(encoded: costly) == nil, "\(costly)")
+        func with(_ cost: String) -> String { ([parts[0], parts[1], parts[2], Substring(cost)] + parts[4...]).joined(separator: "$") }
+        // agent passwd's own cost, and twice its work either way, pass.
+        for cost in ["m=65536,t=2,p=1", "m=131072,t=2,p=1", "m=65536,t=4,p=1"] {
+            #expect(PasswordHash(encoded: with(cost)) != nil, "\(cost)")
         }
+        // libsodium's "sensitive" level (7.3 s a check here), a little past twice, absurd ones.
+        for cost in ["m=1048576,t=4,p=1", "m=131072,t=3,p=1", "m=4194304,t=1,p=1", "m=65536,t=100000,p=1", "m=65536,t=2,p=4",
+                     "m=65536,t=0,p=1", "m=9223372036854775807,t=9223372036854775807,p=1"] {
+            #expect(PasswordHash(encoded: with(cost)) == nil, "\(cost)")
+        }
+        let sensitive = DirectoryCopy(rows: [DirectoryCopyTests.row("costly", "10.77.0.2", hash: with("m=1048576,t=4,p=1"))],
+                                      tunnel: Self.tunnel).load()
+        #expect(sensitive.users.isEmpty)
+        #expect(sensitive.refused.first?.why.contains("too costly to check: 1048576 KiB × 4 passes") == true, "\(sensitive.refused)")
     }
 
     /// The connection's defaults: TLS verified over TCP unless the URL says otherwise (and then a

@@ -30,35 +30,59 @@ public struct PasswordHash: Hashable, Sendable, CustomStringConvertible {
     /// The encoded hash, as the users file stores it.
     public let encoded: String
 
-    /// A stored hash; nil unless it is an Argon2id string of sane length.
+    /// A stored hash; nil unless it is an Argon2id string of sane length and cost
+    /// (`refusal(of:)` says why not).
     public init?(encoded: String) {
-        guard encoded.hasPrefix("$argon2id$"), encoded.utf8.count < crypto_pwhash_strbytes() else { return nil }
+        guard Self.refusal(of: encoded) == nil else { return nil }
+        self.encoded = encoded
+    }
+
+    /// Why `encoded` cannot be a stored hash, in words for the operator; nil when it can.
+    public static func refusal(of encoded: String) -> String? {
+        guard encoded.hasPrefix("$argon2id$"), encoded.utf8.count < crypto_pwhash_strbytes() else {
+            return "not an Argon2id hash made by `agent passwd`"
+        }
         // libsodium parses it (-1: not a hash it can verify): a malformed hash would fail at once
         // where a real check takes its time, and tell a prober that this user exists.
         let parsed = encoded.withCString {
             crypto_pwhash_str_needs_rehash($0, UInt64(crypto_pwhash_opslimit_min()), crypto_pwhash_memlimit_min())
         }
-        guard parsed != -1 else { return nil }
-        self.encoded = encoded
-        // A cost past libsodium's "sensitive" level (1 GiB, 4 passes), or more than one lane (as
-        // libsodium makes them), is refused: every check of it, a decoy's included, would hold
-        // the password thread for seconds, at the call of whoever sends a handshake.
-        guard let cost = self.cost, cost.memoryKiB <= Self.maxMemoryKiB, (1...Self.maxPasses).contains(cost.passes), cost.lanes == 1
-        else { return nil }
+        guard parsed != -1, let cost = cost(of: encoded) else { return "not an Argon2id hash made by `agent passwd`" }
+        guard cost.lanes == 1, cost.passes >= 1 else {
+            return "made with \(cost.lanes) lanes and \(cost.passes) passes; `agent passwd` makes one lane and at least one pass"
+        }
+        // Every check of it, a decoy's for an unknown name included, holds the gateway's one
+        // password thread, at the call of whoever sends a handshake naming this user.
+        guard cost.memoryKiB.multipliedReportingOverflow(by: cost.passes).partialValue <= Self.maxWork,
+              cost.memoryKiB <= Self.maxWork, cost.passes <= Self.maxWork
+        else {
+            return "too costly to check: \(cost.memoryKiB) KiB × \(cost.passes) passes, past the \(Self.maxWork) the gateway affords "
+                + "(twice `agent passwd`'s \(Self.interactiveWork)); make it again with `agent passwd`"
+        }
+        return nil
     }
 
-    /// The most memory and passes a stored hash may ask for.
-    static let maxMemoryKiB = 1 << 20
-    static let maxPasses = 4
+    /// The work (KiB of memory × passes) of a check at `agent passwd`'s cost, libsodium's
+    /// interactive level: about 0.1 s on a core.
+    static var interactiveWork: Int { crypto_pwhash_memlimit_interactive() / 1024 * Int(crypto_pwhash_opslimit_interactive()) }
+
+    /// The most work a stored hash may ask for: twice `agent passwd`'s. The gateway checks at
+    /// most 5 passwords a second (`ServerLimits.passwordChecks`) on one thread; at twice the
+    /// interactive cost that is the thread's whole second, and more would let one name that an
+    /// operator hashed at a higher cost (libsodium's "sensitive" level: 1 GiB, 4 passes, 7.3 s
+    /// here) hold every first login on every gateway sharing the directory.
+    static var maxWork: Int { 2 * interactiveWork }
 
     /// The cost the encoded hash asks for (`m=65536,t=2,p=1`), or nil when it does not say.
-    var cost: (memoryKiB: Int, passes: Int, lanes: Int)? {
+    var cost: (memoryKiB: Int, passes: Int, lanes: Int)? { Self.cost(of: encoded) }
+
+    private static func cost(of encoded: String) -> (memoryKiB: Int, passes: Int, lanes: Int)? {
         let fields = encoded.split(separator: "$", omittingEmptySubsequences: false)
         guard fields.count == 6 else { return nil }
         var values: [Substring: Int] = [:]
         for pair in fields[3].split(separator: ",") {
             let parts = pair.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, let value = Int(parts[1]) else { return nil }
+            guard parts.count == 2, let value = Int(parts[1]), value >= 0 else { return nil }
             values[parts[0]] = value
         }
         guard let memory = values["m"], let passes = values["t"], let lanes = values["p"] else { return nil }
