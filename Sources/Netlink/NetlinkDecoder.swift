@@ -182,20 +182,33 @@ public struct NetlinkDecoder: Sendable {
         var mtu = 1500
         var infoKind: String?
         var master: Int32?
+        // A TUN/TAP device's own attributes (IFLA_INFO_DATA of kind "tun").
+        var tunType: UInt8?
+        var tunVirtioHeader = false
         guard attributes(b, body.lowerBound + 16..<body.upperBound, { type, value in
             switch type {
             case IFLA.ifname: name = b.cString(value)
             case IFLA.master: if value.count >= 4 { master = Int32(bitPattern: b.u32(value.lowerBound)) }
             case IFLA.mtu: if value.count >= 4 { mtu = Int(b.u32(value.lowerBound)) }
             case IFLA.linkinfo:
-                _ = attributes(b, value) { inner, v in if inner == IFLA.infoKind { infoKind = b.cString(v) } }
+                _ = attributes(b, value) { inner, v in
+                    if inner == IFLA.infoKind { infoKind = b.cString(v) }
+                    if inner == IFLA.infoData {
+                        _ = attributes(b, v) { tun, w in
+                            guard w.count >= 1 else { return }
+                            if tun == IFLA.tunType { tunType = b[w.lowerBound] }
+                            if tun == IFLA.tunVirtioHeader { tunVirtioHeader = b[w.lowerBound] != 0 }
+                        }
+                    }
+                }
             default: break
             }
         }) else { malformed += 1; return nil }
         guard let name, !name.isEmpty else { malformed += 1; return nil }
         return .linkChanged(Link(index: index, name: name, kind: Self.kind(arphrd: arphrd, infoKind: infoKind),
                                  isUp: flags & IFF.up != 0, hasCarrier: flags & IFF.lowerUp != 0, mtu: mtu,
-                                 isBridge: infoKind == "bridge", master: master.flatMap { $0 > 0 ? $0 : nil }, infoKind: infoKind))
+                                 isBridge: infoKind == "bridge", master: master.flatMap { $0 > 0 ? $0 : nil }, infoKind: infoKind,
+                                 isVirtualMachinesTap: infoKind == "tun" && tunType == IFLA.tunTypeTap && tunVirtioHeader))
     }
 
     /// The kind netlink alone can tell; the live monitor refines ethernet into wifi or wwan from sysfs.
@@ -341,6 +354,9 @@ package enum RTM {
 }
 package enum IFLA {
     package static let ifname: UInt16 = 3, mtu: UInt16 = 4, master: UInt16 = 10, linkinfo: UInt16 = 18, infoKind: UInt16 = 1, afSpec: UInt16 = 26
+    /// IFLA_INFO_DATA, inside IFLA_LINKINFO; for a "tun" device IFLA_TUN_TYPE (1 TUN, 2 TAP) and
+    /// IFLA_TUN_VNET_HDR inside that.
+    package static let infoData: UInt16 = 2, tunType: UInt16 = 3, tunVirtioHeader: UInt16 = 5, tunTypeTap: UInt8 = 2
     /// IFLA_INET6_ADDR_GEN_MODE, inside IFLA_AF_SPEC / AF_INET6.
     package static let inet6AddressGenerationMode: UInt16 = 8
 }

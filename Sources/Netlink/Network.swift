@@ -24,9 +24,14 @@ public struct Link: Hashable, Sendable {
     /// The driver's kind (`IFLA_INFO_KIND`: "veth", "tun" for a TUN or TAP device, "bridge",
     /// "vxlan"...); nil for a physical device.
     public var infoKind: String?
+    /// A TAP device opened with a virtio header (`IFLA_TUN_TYPE` TAP, `IFLA_TUN_VNET_HDR`): how
+    /// QEMU opens a virtual machine's NIC (libvirt's vnet0...). A VPN's TAP that brings another
+    /// site's LAN in (OpenVPN, tinc, n2n, ZeroTier) opens none.
+    public var isVirtualMachinesTap: Bool
 
     public init(index: Int32, name: String, kind: LinkKind = .other, isUp: Bool = true, hasCarrier: Bool = true,
-                mtu: Int = 1500, isBridge: Bool = false, master: Int32? = nil, infoKind: String? = nil) {
+                mtu: Int = 1500, isBridge: Bool = false, master: Int32? = nil, infoKind: String? = nil,
+                isVirtualMachinesTap: Bool = false) {
         self.index = index
         self.name = name
         self.kind = kind
@@ -36,6 +41,7 @@ public struct Link: Hashable, Sendable {
         self.isBridge = isBridge
         self.master = master
         self.infoKind = infoKind
+        self.isVirtualMachinesTap = isVirtualMachinesTap
     }
 
     /// Packets can leave through this link.

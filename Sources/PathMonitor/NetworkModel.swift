@@ -247,14 +247,16 @@ public struct NetworkModel: Sendable, Equatable {
 
     /// The machine's own little networks behind bridges, where containers and VMs live
     /// (Docker's docker0 and its networks' br-*, Podman's podman0, libvirt's virbr0): a bridge
-    /// that is up, is not the tunnel, has no port but containers' veths and VMs' taps (nothing
-    /// physical, and no overlay such as a VXLAN or a VPN's TAP bridged in: nothing on it is a
-    /// LAN or another site), carries no default route, and whose subnets are all private. Their traffic is the machine's own, forwarded; what they send beyond them
-    /// goes where the machine's goes. In name order.
+    /// that is up, is not the tunnel, has no port but containers' veths and VMs' taps (a TAP that
+    /// QEMU opened, with a virtio header), carries no default route, and whose subnets are all
+    /// private. Nothing physical, no overlay such as a VXLAN and no VPN's TAP (OpenVPN, tinc, n2n
+    /// bring another site's LAN in that way, and its hosts would route through this machine):
+    /// nothing on it is a LAN or another site. Their traffic is the machine's own, forwarded; what
+    /// they send beyond them goes where the machine's goes. In name order.
     public var guestNetworks: [GuestNetwork] {
         links.values.filter { $0.isBridge && $0.isUp && $0.name != tunnelInterface }.sorted { $0.name < $1.name }.compactMap { bridge in
             let ports = links.values.filter { $0.master == bridge.index }
-            guard ports.allSatisfy({ $0.infoKind == "veth" || $0.infoKind == "tun" }),
+            guard ports.allSatisfy({ $0.infoKind == "veth" || $0.isVirtualMachinesTap }),
                   !routes.values.contains(where: { $0.destination.length == 0 && $0.nextHops.contains { $0.linkIndex == bridge.index } })
             else { return nil }
             var subnets: [Prefix] = []

@@ -72,6 +72,24 @@ struct LiveMonitorTests {
         #expect(monitor.paths.map(\.interface) == ["eth0", "wifi0"])
     }
 
+    /// The kernel's own word on a TAP port: a VM's (QEMU opens it with a virtio header) makes a
+    /// guest bridge, a VPN's (OpenVPN's, tinc's: none) makes another site's LAN.
+    @Test func aBridgeOfAVPNsTapIsNoGuestNetworkAndOneOfAVMsTapIs() throws {
+        let lab = try NamespaceLab()
+        try lab.laptop()
+        for (bridge, subnet, tap, flags) in [("virbr0", "192.168.122.1/24", "vnet0", " vnet_hdr"), ("br-site", "10.8.0.1/24", "tap0", "")] {
+            try lab.ip("link add \(bridge) type bridge")
+            try lab.ip("address add \(subnet) dev \(bridge)")
+            try lab.ip("link set \(bridge) up")
+            try lab.ip("tuntap add mode tap name \(tap)\(flags)")
+            try lab.ip("link set \(tap) master \(bridge)")
+        }
+        let model = try LiveMonitor(endpoint: server, namespace: lab.namespace).tracker.model
+        #expect(model.link(named: "vnet0")?.isVirtualMachinesTap == true)
+        #expect(model.link(named: "tap0")?.isVirtualMachinesTap == false)
+        #expect(model.guestNetworks.map(\.interface) == ["virbr0"])
+    }
+
     @Test func overrunResyncsToExactlyWhatAFreshDumpSays() throws {
         let lab = try NamespaceLab()
         try lab.laptop()

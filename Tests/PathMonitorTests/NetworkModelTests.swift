@@ -329,9 +329,18 @@ private func laptop() -> NetworkModel {
     m.apply(.linkChanged(Link(index: 11, name: "veth1a2b", kind: .virtual, master: 10, infoKind: "veth")))
     m.apply(.linkChanged(Link(index: 12, name: "virbr0", kind: .virtual, isBridge: true)))
     m.apply(.addressAdded(Address(linkIndex: 12, prefix: prefix("192.168.122.1/24"))))
-    m.apply(.linkChanged(Link(index: 13, name: "vnet0", kind: .tunnel, master: 12, infoKind: "tun")))
+    m.apply(.linkChanged(Link(index: 13, name: "vnet0", kind: .tunnel, master: 12, infoKind: "tun", isVirtualMachinesTap: true)))
     #expect(m.guestNetworks == [GuestNetwork(interface: "docker0", subnets: [prefix("172.17.0.0/16")]),
                                 GuestNetwork(interface: "virbr0", subnets: [prefix("192.168.122.0/24")])])
+    // A VPN's TAP bridged in (OpenVPN's, tinc's: no virtio header) is another site's LAN, alone or beside a VM.
+    m.apply(.linkChanged(Link(index: 15, name: "br-site", kind: .virtual, isBridge: true)))
+    m.apply(.addressAdded(Address(linkIndex: 15, prefix: prefix("10.8.0.1/24"))))
+    m.apply(.linkChanged(Link(index: 16, name: "tap0", kind: .tunnel, master: 15, infoKind: "tun")))
+    #expect(m.guestNetworks.map(\.interface) == ["docker0", "virbr0"])
+    m.apply(.linkChanged(Link(index: 16, name: "tap0", kind: .tunnel, master: 12, infoKind: "tun")))
+    #expect(m.guestNetworks.map(\.interface) == ["br-site", "docker0"])
+    m.apply(.linkRemoved(index: 16))
+    m.apply(.linkRemoved(index: 15))
     // An overlay bridged in (another site's layer 2), then a physical port (the LAN itself).
     m.apply(.linkChanged(Link(index: 14, name: "vxlan0", kind: .virtual, master: 12, infoKind: "vxlan")))
     #expect(m.guestNetworks.map(\.interface) == ["docker0"])
