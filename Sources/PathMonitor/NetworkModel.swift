@@ -98,10 +98,11 @@ public struct NetworkModel: Sendable, Equatable {
     public var tunnelInterface: String? {
         didSet { if tunnelInterface != oldValue { countLocalNetworks() } }
     }
-    /// The subnets of the uplinks' own usable addresses (link-local ones aside): what "the LAN"
-    /// means for a firewall that lets it through. In address order, then shortest first, each
-    /// once; kept up to date by `apply`, which works it out again only when a change can move it
-    /// (most changes are carrier, route and lifetime updates that cannot).
+    /// The subnets of the uplinks' own usable addresses (link-local ones aside), each no wider
+    /// than a LAN is (`localClaim`): what "the LAN" means for a firewall that lets it through. In
+    /// address order, then shortest first, each once; kept up to date by `apply`, which works it
+    /// out again only when a change can move it (most changes are carrier, route and lifetime
+    /// updates that cannot).
     public private(set) var localNetworks: [Prefix] = []
     /// How many usable uplink addresses lie in each of `localNetworks`, in the same order.
     private var localCounts: [Int] = []
@@ -221,7 +222,7 @@ public struct NetworkModel: Sendable, Equatable {
     private mutating func countLocal(_ address: Address, _ delta: Int, on link: Link?) {
         guard address.isUsable, let link, link.kind != .loopback, link.kind != .tunnel,
               link.name != tunnelInterface else { return }
-        let prefix = address.prefix.network
+        let prefix = Self.localClaim(address.prefix)
         var i = 0
         while i < localNetworks.count, (localNetworks[i].address, localNetworks[i].length) < (prefix.address, prefix.length) {
             i += 1
@@ -236,6 +237,32 @@ public struct NetworkModel: Sendable, Equatable {
             localNetworks.insert(prefix, at: i)
             localCounts.insert(delta, at: i)
         }
+    }
+
+    /// The widest subnet a network may call local: an IPv4 /16, an IPv6 /64 (a link's prefix).
+    public static func localBound(_ family: IPAddress.Family) -> Int { family == .v4 ? 16 : 64 }
+
+    /// What a network may call local around an address of ours given as `prefix` (the address
+    /// and the mask or prefix length the network gave): its subnet, cut to the `localBound`
+    /// around the address when wider. A network decides its mask: one that gives `10.99.0.5/8`
+    /// would otherwise claim all of 10/8, where the user's intranet lies behind the tunnel, and
+    /// receive what the laptop sends there (TunnelCrack's "LocalNet"); a `/1` would claim half
+    /// the internet. What was cut is in `widerClaims`.
+    public static func localClaim(_ prefix: Prefix) -> Prefix {
+        let bound = localBound(prefix.address.family)
+        return prefix.length >= bound ? prefix.network : Prefix(prefix.address, length: bound)!.network
+    }
+
+    /// The subnets the uplinks' networks claim that are wider than a LAN (`localClaim` cut them),
+    /// as claimed, for a warning; in address order, each once.
+    public var widerClaims: [Prefix] {
+        var claims: [Prefix] = []
+        for address in addresses.values where address.isUsable && address.prefix.length < Self.localBound(address.ip.family) {
+            guard let link = links[address.linkIndex], link.kind != .loopback, link.kind != .tunnel, link.name != tunnelInterface
+            else { continue }
+            if !claims.contains(address.prefix.network) { claims.append(address.prefix.network) }
+        }
+        return claims.sorted { ($0.address, $0.length) < ($1.address, $1.length) }
     }
 
     /// Counts the local networks again from every address (the tunnel's name changed).

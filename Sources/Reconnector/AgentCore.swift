@@ -185,8 +185,9 @@ public enum Effect: Equatable, Sendable {
     /// The current server is at `address` now: the session's packets go there (`why`, for the log).
     case useAddress(IPAddress, why: String)
     /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
-    /// machine's own networks hold).
-    case localNetworks([Prefix])
+    /// machine's own networks hold); `widerClaims`: subnets a network claimed wider than a LAN,
+    /// which count as local only around the machine's own address (`NetworkModel.localClaim`).
+    case localNetworks([Prefix], widerClaims: [Prefix])
     /// The bridges the machine's containers and VMs sit behind changed (see
     /// `NetworkModel.guestNetworks`): the lockdown lets them talk to the machine and among
     /// themselves, and what they send beyond goes into the tunnel.
@@ -381,7 +382,7 @@ public struct AgentCore: Sendable {
         var out: [Effect] = []
         switch event {
         case .start:
-            out.append(.localNetworks(network.model.localNetworks))
+            out.append(.localNetworks(network.model.localNetworks, widerClaims: network.model.widerClaims))
             guests = network.model.guestNetworks
             out.append(.guestNetworks(guests))
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
@@ -536,14 +537,14 @@ public struct AgentCore: Sendable {
     /// reaches another of its addresses (the other family: an IPv6 address on an IPv4-only
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
-        let localBefore = network.model.localNetworks
+        let localBefore = (network.model.localNetworks, network.model.widerClaims)
         let paths = network.apply(change)
         // The rules look at the network first (an address may match a rule's subnet), so a
         // trusted network is never tried.
         judge(now, &out)
         // The local networks are the links' own addresses' subnets: a route never moves them.
-        if change.movesAddresses, network.model.localNetworks != localBefore {
-            out.append(.localNetworks(network.model.localNetworks))
+        if change.movesAddresses, (network.model.localNetworks, network.model.widerClaims) != localBefore {
+            out.append(.localNetworks(network.model.localNetworks, widerClaims: network.model.widerClaims))
         }
         // A bridge, its ports, its addresses or a default route through it.
         if change.movesAddresses || change.routeDestination?.length == 0 {

@@ -82,7 +82,7 @@ extension ClientDaemon.CoreRunner {
         case .allowServer(let index, let address):
             produced.append(.serverAllowed(server: index, address: address, effects.allow(index, address)))
         case .useAddress(let address, let why): effects.useAddress(address, why: why)
-        case .localNetworks(let prefixes): effects.localNetworksChanged(prefixes)
+        case .localNetworks(let prefixes, let widerClaims): effects.localNetworksChanged(prefixes, widerClaims: widerClaims)
         case .guestNetworks(let guests): effects.guestNetworksChanged(guests)
         case .completeHandover: effects.completeHandover()
         case .cancelHandover: effects.cancelHandover()

@@ -218,6 +218,9 @@ extension ClientDaemon.CoreRunner {
             .object([("pid", .int(Int64($0.pid))), ("name", .string($0.name))])
         })))
         fields.append(("guest_networks", .array(effects.guestNetworks.map { .string($0.description) })))
+        // What counts as the LAN, and the networks that claimed more.
+        fields.append(("local_networks", .array(effects.localNetworks.map { .string($0.description) })))
+        fields.append(("wider_claims", .array(effects.widerClaims.map { .string($0.description) })))
         // Other tunnels and policy rules that may take traffic this tunnel would carry.
         let others = effects.otherTunnelRoutes.map(\.description) + effects.rulesBefore.map { "rule \($0)" }
         fields.append(("other_tunnels", .array(others.map { JSON.string($0) })))

@@ -164,12 +164,17 @@ extension SessionEffects {
 
     /// The networks on the uplinks are `prefixes` now: the lockdown lets them through (with
     /// allow-lan), and a resolver on one of them is reached outside the tunnel.
-    func localNetworksChanged(_ prefixes: [Prefix]) {
+    func localNetworksChanged(_ prefixes: [Prefix], widerClaims: [Prefix]) {
         do {
             try firewall?.localNetworksChanged(prefixes)
         } catch {
             log.error("cannot follow the local subnets in the lockdown", metadata: ["error": "\(error)"])
         }
+        for claim in widerClaims where !self.widerClaims.contains(claim) {
+            log.warning("a network claims a subnet wider than a LAN; only the part around this machine's address counts as local",
+                        metadata: ["subnet": "\(claim)", "local": "\(prefixes.filter { claim.contains($0) }.map(\.description).joined(separator: ","))"])
+        }
+        self.widerClaims = widerClaims
         if prefixes != localNetworks {
             if settings.allowLAN {
                 let listed = settings.lanRanges

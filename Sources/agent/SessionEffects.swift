@@ -66,6 +66,8 @@ final class SessionEffects {
     var pushedDNS: Result<DNSSettings, DNSSettingsError>?
     /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.
     var localNetworks: [Prefix] = []
+    /// Subnets the uplinks' networks claim wider than a LAN (`NetworkModel.widerClaims`).
+    var widerClaims: [Prefix] = []
     /// The containers' and VMs' bridges the lockdown lets through.
     var guestNetworks: [GuestNetwork] = []
     /// Why the tunnel has no resolvers of its own, as last logged.

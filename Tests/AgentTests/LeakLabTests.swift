@@ -260,6 +260,36 @@ struct LeakLabTests {
         #expect(try resolver.receive(timeout: .milliseconds(300)) == nil, "DNS to the LAN stays blocked")
     }
 
+    /// TunnelCrack's "LocalNet": the network hands out 10.20.0.57 with mask 255.0.0.0, claiming
+    /// all of 10/8 local, and answers for an intranet address in it. With allow-lan on, only the
+    /// /16 around the laptop's address counts as local: its printer is reached directly, the rest
+    /// of 10/8 never leaves in clear, and the agent says what the network claimed.
+    @Test func aNetworkThatClaimsTheIntranetAsItsLANGetsNothingOfIt() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\n")
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        try lab.startClient()
+        try lab.laptop.ip("address add 10.20.0.57/8 dev eth0")
+        try lab.laptop.ip("address del 10.20.0.57/24 dev eth0")
+        try lab.laptop.ip("route replace default via 10.20.0.1 dev eth0 metric 100")
+        // The network answers for the intranet's file server (the kernel answers ARP for any
+        // address it holds, on any interface).
+        try lab.server.ip("address add 10.50.0.9/32 dev eth-l")
+        #expect(lab.wait(for: "a network claims a subnet wider than a LAN", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.status()["wider_claims"]?.contains("10.0.0.0/8") == true, "\(lab.status())")
+        let smb = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.50.0.9")!, port: 445), namespace: lab.server.namespace)
+        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
+        for _ in 0..<3 { _ = try? app.send(Array("file".utf8), to: smb.local) }
+        _ = try app.send(Array("job".utf8), to: printer.local)
+        #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN's own host is reached directly")
+        var inClear = 0
+        while let got = try smb.receive(timeout: .milliseconds(500)) { if got.peer.ip == IPAddress("10.20.0.57") { inClear += 1 } }
+        #expect(inClear == 0, "\(inClear) of 3 datagrams to the intranet left in clear to the network that claimed it")
+    }
+
     /// A host on the café's LAN routes through the laptop into the tunnel: forwarding on (any
     /// machine with libvirt, Docker or Podman), loose reverse-path checks, and a container
     /// runtime's masquerade covering the address it sends from, so what leaves the tunnel

@@ -308,7 +308,7 @@ private func laptop() -> NetworkModel {
         for address in m.addresses.values where address.isUsable {
             guard let link = m.links[address.linkIndex], link.kind != .loopback, link.kind != .tunnel,
                   link.name != m.tunnelInterface else { continue }
-            expected.insert(address.prefix.network)
+            expected.insert(NetworkModel.localClaim(address.prefix))
         }
         #expect(Set(m.localNetworks) == expected, "step \(step)")
         #expect(m.localNetworks.count == expected.count, "each prefix once, step \(step)")
@@ -317,6 +317,26 @@ private func laptop() -> NetworkModel {
         if Set(m.localNetworks) != expected { break }
     }
     #expect(renamed > 100)
+}
+
+/// A network decides its mask: what it claims wider than a LAN (an IPv4 /16, an IPv6 /64) counts
+/// as local only around the machine's own address, and is reported; a LAN's own subnet as it is.
+@Test func aNetworkThatClaimsMoreThanALANGetsOnlyTheLANAroundTheLaptop() {
+    var m = laptop()
+    let before = m.localNetworks
+    #expect(m.widerClaims.isEmpty)
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("10.99.0.5/8"))))
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("2001:db8:5:6::9/32"))))
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("172.20.3.4/20"))))
+    #expect(Set(m.localNetworks) == Set(before + [prefix("10.99.0.0/16"), prefix("2001:db8:5:6::/64"), prefix("172.20.0.0/20")]))
+    #expect(m.widerClaims == [prefix("10.0.0.0/8"), prefix("2001:db8::/32")])
+    // A /1 claims half the internet: the /16 around the address is all it gets (allow-lan then
+    // opens none of it: not private).
+    m.apply(.addressAdded(Address(linkIndex: 3, prefix: prefix("100.64.7.7/1"))))
+    #expect(m.localNetworks.contains(prefix("100.64.0.0/16")) && !m.localNetworks.contains { $0.length < 16 && $0.address.family == .v4 })
+    #expect(m.widerClaims.contains(prefix("0.0.0.0/1")))
+    m.apply(.addressRemoved(Address.Key(linkIndex: 3, prefix: prefix("10.99.0.5/8"))))
+    #expect(!m.localNetworks.contains(prefix("10.99.0.0/16")) && !m.widerClaims.contains(prefix("10.0.0.0/8")))
 }
 
 /// Containers' and VMs' bridges: a bridge with only virtual ports, no default route, private
