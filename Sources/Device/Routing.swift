@@ -34,6 +34,30 @@ public enum RoutingMode: Hashable, Sendable {
         return rules.filter { $0.priority < policy.priority && ![Route.mainTable, 253, 255, policy.table].contains($0.table) }
     }
 
+    /// The rules that keep what a network claimed wider than a LAN (`widerClaims`, see
+    /// `NetworkModel.localClaim`) in the tunnel, full mode only: the kernel's route for the
+    /// claimed subnet is in the main table, which decides before the tunnel's for anything more
+    /// specific than a default route, so without them the rest of a claimed 10/8 would go to the
+    /// network that claimed it. Before the mode's own rules: the session's marked packets keep
+    /// the main table, what counts as local (`local` inside a claim) keeps it too, and the rest of
+    /// each claim goes to the tunnel's table. Split mode needs none: its routes are its prefixes.
+    public func claimRules(local: [Prefix], widerClaims: [Prefix]) -> [RoutingRule] {
+        guard case .full(let policy) = self, !widerClaims.isEmpty else { return [] }
+        var rules: [RoutingRule] = []
+        for family in [IPAddress.Family.v4, .v6] {
+            let claims = widerClaims.filter { $0.address.family == family }.map(\.network)
+            guard !claims.isEmpty else { continue }
+            rules.append(RoutingRule(family: family, priority: policy.priority - 3, table: Route.mainTable, mark: policy.mark))
+            for kept in local.map(\.network) where kept.address.family == family && claims.contains(where: { $0.contains(kept) }) {
+                rules.append(RoutingRule(family: family, priority: policy.priority - 2, table: Route.mainTable, destination: kept))
+            }
+            for claim in claims {
+                rules.append(RoutingRule(family: family, priority: policy.priority - 1, table: policy.table, destination: claim))
+            }
+        }
+        return rules
+    }
+
     /// The mark the session's sockets must carry (`UDPSocket(mark:)`) in this mode.
     public var socketMark: UInt32? {
         if case .full(let policy) = self { policy.mark } else { nil }
@@ -111,6 +135,8 @@ public final class TunnelRoutes {
     private let netlink: NetlinkSocket
     private var installedRoutes = 0
     private var installedRules = 0
+    /// Rules that follow the networks (`RoutingMode.claimRules`), installed beside the plan's.
+    public private(set) var followed: [RoutingRule] = []
 
     /// Installs `mode` for `device`; on failure removes what it installed, then throws.
     public init(_ mode: RoutingMode, device: TunDevice, namespace: NetworkNamespace? = nil) throws(DeviceError) {
@@ -147,9 +173,27 @@ public final class TunnelRoutes {
         if installedRules > 0 {
             let present: [RoutingRule]
             do throws(NetlinkError) { present = try netlink.rules() } catch { throw DeviceError(error) }
-            for rule in plan.rules[..<installedRules] where !present.contains(rule) { missing.append("rule \(rule)") }
+            for rule in plan.rules[..<installedRules] + followed where !present.contains(rule) { missing.append("rule \(rule)") }
         }
         return missing
+    }
+
+    /// Installs `rules` in place of the ones followed so far: the new ones first, then the old
+    /// ones no longer wanted are removed. A rule the kernel holds already counts as installed.
+    public func follow(_ rules: [RoutingRule]) throws(DeviceError) {
+        guard rules != followed else { return }
+        do throws(NetlinkError) {
+            for rule in rules where !followed.contains(rule) {
+                do throws(NetlinkError) { try netlink.write(rule) } catch where error.code == EEXIST {}
+                followed.append(rule)
+            }
+            for rule in followed where !rules.contains(rule) {
+                do throws(NetlinkError) { try netlink.write(rule, delete: true) } catch where [ENOENT, ESRCH].contains(error.code) {}
+                followed.removeAll { $0 == rule }
+            }
+        } catch {
+            throw DeviceError(error)
+        }
     }
 
     /// Whether `found` is `wanted` as the kernel reports it: an unreachable route's next hop is
@@ -167,7 +211,7 @@ public final class TunnelRoutes {
             for route in plan.routes[..<installedRoutes] {
                 do throws(NetlinkError) { try netlink.write(route) } catch where error.code == EEXIST {}
             }
-            for rule in plan.rules[..<installedRules] {
+            for rule in plan.rules[..<installedRules] + followed {
                 do throws(NetlinkError) { try netlink.write(rule) } catch where error.code == EEXIST {}
             }
         } catch {
@@ -188,6 +232,9 @@ public final class TunnelRoutes {
             } catch {
                 failure = failure ?? error
             }
+        }
+        while let rule = followed.popLast() {
+            undo { () throws(NetlinkError) in try netlink.write(rule, delete: true) }
         }
         while installedRules > 0 {
             installedRules -= 1

@@ -83,15 +83,25 @@ public struct NetlinkDecoder: Sendable {
         default: return nil
         }
         var rule = RoutingRule(family: family, priority: 0, table: UInt32(b[s + 4]), inverted: b.u32(s + 8) & 0x2 != 0)
-        // dst_len, src_len, tos, and an action other than FR_ACT_TO_TBL.
-        if b[s + 1] != 0 || b[s + 2] != 0 || b[s + 3] != 0 || b[s + 7] != 1 { rule.matchesMore = true }
+        // src_len, tos, and an action other than FR_ACT_TO_TBL (dst_len goes with FRA_DST).
+        if b[s + 2] != 0 || b[s + 3] != 0 || b[s + 7] != 1 { rule.matchesMore = true }
+        let destinationLength = Int(b[s + 1])
         var mask: UInt32?
         let complete = attributes(b, s + 12..<body.upperBound) { type, value in
             switch type {
-            // What else a rule may select on: FRA_DST, FRA_SRC, FRA_IIFNAME, FRA_GOTO, FRA_FLOW,
+            case 1:  // FRA_DST
+                let address: IPAddress? = family == .v4
+                    ? (value.count == 4 ? IPAddress(bytes: Array(b[value])) : nil)
+                    : (value.count == 16 ? IPAddress(bytes: Array(b[value])) : nil)
+                if let address, let prefix = Prefix(address, length: destinationLength) {
+                    rule.destination = prefix.network
+                } else {
+                    rule.matchesMore = true
+                }
+            // What else a rule may select on: FRA_SRC, FRA_IIFNAME, FRA_GOTO, FRA_FLOW,
             // FRA_TUN_ID, FRA_SUPPRESS_IFGROUP, FRA_OIFNAME, FRA_L3MDEV, FRA_UID_RANGE, FRA_IP_PROTO,
             // FRA_SPORT_RANGE, FRA_DPORT_RANGE (the kernel sends each only when set).
-            case 1, 2, 3, 4, 11, 12, 13, 17, 19, 20, 22, 23, 24: rule.matchesMore = true
+            case 2, 3, 4, 11, 12, 13, 17, 19, 20, 22, 23, 24: rule.matchesMore = true
             default: break
             }
             guard value.count >= 4 else { return }
@@ -107,6 +117,7 @@ public struct NetlinkDecoder: Sendable {
             }
         }
         if let mask, mask != .max, rule.mark != nil { rule.matchesMore = true }
+        if destinationLength != 0, rule.destination == nil { rule.matchesMore = true }
         if rule.mark == 0 && mask == nil { rule.mark = nil }
         return complete ? rule : nil
     }

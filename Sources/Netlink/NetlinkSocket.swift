@@ -314,13 +314,16 @@ public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
     public var inverted: Bool
     /// Ignores the table's answer when its prefix is this long or shorter: 0 skips default routes.
     public var suppressPrefixLength: Int?
+    /// Matches only packets to this subnet (`to`, `FRA_DST`); nil matches every destination.
+    public var destination: Prefix?
     /// Read from the kernel: the rule also matches on something this type does not say (a source
     /// or destination, an interface, a mark mask other than every bit, ...) or does something
     /// other than look a table up. Such a rule is never one the agent wrote, however alike.
     public var matchesMore = false
 
     public init(family: IPAddress.Family, priority: UInt32, table: UInt32, mark: UInt32? = nil,
-                inverted: Bool = false, suppressPrefixLength: Int? = nil) {
+                inverted: Bool = false, suppressPrefixLength: Int? = nil, destination: Prefix? = nil) {
+        self.destination = destination?.network
         self.family = family
         self.priority = priority
         self.table = table
@@ -333,6 +336,7 @@ public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
     public var description: String {
         var text = "\(family) \(priority): \(inverted ? "not " : "")"
         if let mark { text += "fwmark 0x\(String(mark, radix: 16)) " } else { text += "from all " }
+        if let destination { text += "to \(destination) " }
         text += "lookup \(table == Route.mainTable ? "main" : String(table))"
         if let suppressPrefixLength { text += " suppress_prefixlength \(suppressPrefixLength)" }
         return text
@@ -427,6 +431,10 @@ extension NetlinkSocket {
         let what = "\(delete ? "delete" : "add") rule \(rule)"
         var header = [UInt8](repeating: 0, count: 12)  // struct fib_rule_hdr
         header[0] = rule.family == .v4 ? AF.inet : AF.inet6
+        if let destination = rule.destination {
+            guard destination.address.family == rule.family else { throw NetlinkError(what, EINVAL) }
+            header[1] = UInt8(destination.length)  // dst_len
+        }
         header[4] = rule.table < 256 ? UInt8(rule.table) : 0  // RT_TABLE_UNSPEC; FRA_TABLE has it
         header[7] = 1  // FR_ACT_TO_TBL
         header.store(rule.inverted ? 0x2 : 0, at: 8)  // FIB_RULE_INVERT
@@ -446,6 +454,10 @@ extension NetlinkSocket {
                 mnl_attr_put_u32(nlh, FRA.fwmask, .max)
             }
             if let suppress { mnl_attr_put_u32(nlh, FRA.suppressPrefixLength, suppress) }
+            if let destination = rule.destination {
+                let bytes = destination.address.bytes
+                bytes.withUnsafeBytes { mnl_attr_put(nlh, FRA.destination, bytes.count, $0.baseAddress) }
+            }
         }
         try awaitAcknowledgement(seq, what)
     }
@@ -454,7 +466,7 @@ extension NetlinkSocket {
 // linux/fib_rules.h: rule messages and their attributes.
 private enum FRA {
     static let newRule: UInt16 = 32, delRule: UInt16 = 33
-    static let priority: UInt16 = 6, fwmark: UInt16 = 10, suppressPrefixLength: UInt16 = 14
+    static let destination: UInt16 = 1, priority: UInt16 = 6, fwmark: UInt16 = 10, suppressPrefixLength: UInt16 = 14
     static let table: UInt16 = 15, fwmask: UInt16 = 16
 }
 

@@ -33,6 +33,7 @@ extension SessionEffects {
             let device = try TunDevice(name: settings.tunnel.name, mtu: wantedMTU ?? settings.tunnel.mtu, addresses: prefixes,
                                        offload: settings.tunnel.offload)
             routes = try TunnelRoutes(settings.mode, device: device)
+            followClaims()
             tun = device
             client.attach(device)
             log.info("tunnel up", metadata: ["tunnel": "\(device.name)", "addresses": "\(prefixes.map(\.description).joined(separator: ","))",
@@ -131,6 +132,7 @@ extension SessionEffects {
         if let tun, routes == nil {
             do {
                 routes = try TunnelRoutes(settings.mode, device: tun)
+                followClaims()
             } catch {
                 log.error("cannot put the tunnel's routes back", metadata: ["error": "\(error)"])
             }
@@ -175,6 +177,7 @@ extension SessionEffects {
                         metadata: ["subnet": "\(claim)", "local": "\(prefixes.filter { claim.contains($0) }.map(\.description).joined(separator: ","))"])
         }
         self.widerClaims = widerClaims
+        defer { followClaims() }
         if prefixes != localNetworks {
             if settings.allowLAN {
                 let listed = settings.lanRanges
@@ -189,6 +192,16 @@ extension SessionEffects {
             exclusionNetworkChanged()
             // A new network may hold a resolver's address, or no longer hold it.
             if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
+        }
+    }
+
+    /// Keeps what networks claimed wider than a LAN in the tunnel, but for the part that counts
+    /// as local (`RoutingMode.claimRules`).
+    func followClaims() {
+        do {
+            try routes?.follow(settings.mode.claimRules(local: localNetworks, widerClaims: widerClaims))
+        } catch {
+            log.error("cannot keep what a network claimed in the tunnel", metadata: ["error": "\(error)"])
         }
     }
 

@@ -263,7 +263,7 @@ struct LeakLabTests {
     /// TunnelCrack's "LocalNet": the network hands out 10.20.0.57 with mask 255.0.0.0, claiming
     /// all of 10/8 local, and answers for an intranet address in it. With allow-lan on, only the
     /// /16 around the laptop's address counts as local: its printer is reached directly, the rest
-    /// of 10/8 never leaves in clear, and the agent says what the network claimed.
+    /// of 10/8 goes through the tunnel and never in clear, and the agent says what the network claimed.
     @Test func aNetworkThatClaimsTheIntranetAsItsLANGetsNothingOfIt() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         let configuration = lab.directory + "/client.yaml"
@@ -285,9 +285,14 @@ struct LeakLabTests {
         for _ in 0..<3 { _ = try? app.send(Array("file".utf8), to: smb.local) }
         _ = try app.send(Array("job".utf8), to: printer.local)
         #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN's own host is reached directly")
-        var inClear = 0
-        while let got = try smb.receive(timeout: .milliseconds(500)) { if got.peer.ip == IPAddress("10.20.0.57") { inClear += 1 } }
+        var (inClear, throughTunnel) = (0, 0)
+        while let got = try smb.receive(timeout: .milliseconds(500)) {
+            if got.peer.ip == IPAddress("10.20.0.57") { inClear += 1 }
+            if got.peer.ip == IPAddress("10.77.0.2") { throughTunnel += 1 }
+        }
         #expect(inClear == 0, "\(inClear) of 3 datagrams to the intranet left in clear to the network that claimed it")
+        // The rest of what it claimed is the tunnel's: the intranet is reached through it.
+        #expect(throughTunnel == 3, "\(throughTunnel) of 3 datagrams to the intranet went through the tunnel")
     }
 
     /// A host on the café's LAN routes through the laptop into the tunnel: forwarding on (any

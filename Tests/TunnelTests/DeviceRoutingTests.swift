@@ -101,6 +101,42 @@ struct DeviceRoutingTests {
         try routes.remove()
     }
 
+    /// A network claims 10/8 (mask 255.0.0.0 on eth0): with the claim's rules, what counts as
+    /// local (the /16 around the address) keeps the LAN, the rest of 10/8 goes into the tunnel,
+    /// the session's marked socket keeps the main table; the kernel reads the rules back as
+    /// written, a removed one is found missing and put back, and dropping them leaves none.
+    @Test func whatANetworkClaimedBeyondTheLANGoesIntoTheTunnel() throws {
+        let (laptop, server) = try TunnelLab.laptopAndServer()
+        try laptop.ip("address add 10.20.0.57/8 dev eth0")
+        let tun = try TunDevice(name: "roam0", mtu: 1420, addresses: [Prefix("10.66.0.2/24")!], namespace: laptop.namespace)
+        let mode = RoutingMode.full(FullTunnel())
+        let routes = try TunnelRoutes(mode, device: tun, namespace: laptop.namespace)
+        let rules = mode.claimRules(local: [Prefix("10.20.0.0/16")!, Prefix("192.168.1.0/24")!], widerClaims: [Prefix("10.0.0.0/8")!])
+        #expect(rules.map(\.description) == ["v4 32761: fwmark 0xca6c lookup main", "v4 32762: from all to 10.20.0.0/16 lookup main",
+                                               "v4 32763: from all to 10.0.0.0/8 lookup 51820"])
+        try routes.follow(rules)
+        let netlink = try laptop.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }
+        let present = try netlink.rules()
+        for rule in rules { #expect(present.contains(rule), "\(rule) not read back: \(present)") }
+        #expect(try laptop.ip("-4 route get 10.50.0.9").contains("dev roam0"))
+        #expect(try laptop.ip("-4 route get 10.20.0.1").contains("dev eth0"))
+        #expect(try laptop.ip("-4 route get 10.50.0.9 mark 0xca6c").contains("dev eth0"))
+        func kernelRoutes() throws -> [Route] {
+            var decoder = NetlinkDecoder()
+            return try netlink.dump(decoder: &decoder).compactMap { if case .routeAdded(let route) = $0 { route } else { nil } }
+        }
+        #expect(try routes.missing(routes: kernelRoutes()).isEmpty)
+        try laptop.ip("-4 rule del priority 32763")
+        #expect(try routes.missing(routes: kernelRoutes()) == ["rule v4 32763: from all to 10.0.0.0/8 lookup 51820"])
+        try routes.reinstall()
+        #expect(try routes.missing(routes: kernelRoutes()).isEmpty)
+        // The network goes back to a LAN's mask: no rule is left.
+        try routes.follow(mode.claimRules(local: [Prefix("10.20.0.0/24")!], widerClaims: []))
+        #expect(try netlink.rules().filter { $0.priority < 32764 && $0.priority > 32700 }.isEmpty)
+        try routes.remove()
+        withExtendedLifetime(server) {}
+    }
+
     @Test func rulesLeftByACrashAreAdoptedAndRemoved() throws {
         let lab = try TunnelLab()
         try lab.ip("rule add priority 32765 not fwmark 0xca6c lookup 51820")
