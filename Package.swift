@@ -161,7 +161,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Basics", "Netlink", "Device", "Lockdown", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(
-            name: "SettingsTests", dependencies: ["Basics", "Device", "Reconnector", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
+            name: "SettingsTests", dependencies: ["Basics", "Device", "Netlink", "Reconnector", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
             swiftSettings: strict),
         .testTarget(
             name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],

@@ -161,6 +161,33 @@ public struct Prefix: Hashable, Sendable, CustomStringConvertible {
         return copy
     }
 
+    /// This subnet without `other`: itself when they do not meet, nothing when `other` holds it,
+    /// else the subnets beside `other`'s ancestors down to it (a /8 without a /10: the /9 and
+    /// the /10 beside it), largest first.
+    public func subtracting(_ other: Prefix) -> [Prefix] {
+        let me = network
+        let cut = other.network
+        guard me.address.family == cut.address.family else { return [me] }
+        if cut.contains(me) { return [] }
+        guard me.contains(cut) else { return [me] }
+        return ((me.length + 1)...cut.length).map { length in
+            let ancestor = Prefix(cut.address, length: length)!.network
+            let bit = length - 1
+            let sibling: IPAddress = switch ancestor.address {
+            case .v4(let a): .v4(a ^ (1 << (31 - bit)))
+            case .v6(let high, let low): bit < 64 ? .v6(high ^ (1 << (63 - bit)), low) : .v6(high, low ^ (1 << (127 - bit)))
+            }
+            return Prefix(sibling, length: length)!
+        }
+    }
+
+    /// `prefixes` without any part of `removed`, as subnets.
+    public static func excluding(_ removed: [Prefix], from prefixes: [Prefix]) -> [Prefix] {
+        var left = prefixes.map(\.network)
+        for cut in removed { left = left.flatMap { $0.subtracting(cut) } }
+        return left
+    }
+
     /// True when all of `other` lies inside this prefix (of the same family, no shorter).
     public func contains(_ other: Prefix) -> Bool {
         length <= other.length && contains(other.address)

@@ -38,16 +38,20 @@ public enum RoutingMode: Hashable, Sendable {
     /// `NetworkModel.localClaim`) in the tunnel, full mode only: the kernel's route for the
     /// claimed subnet is in the main table, which decides before the tunnel's for anything more
     /// specific than a default route, so without them the rest of a claimed 10/8 would go to the
-    /// network that claimed it. Before the mode's own rules: the session's marked packets keep
-    /// the main table, what counts as local (`local` inside a claim) keeps it too, and the rest of
-    /// each claim goes to the tunnel's table. Split mode needs none: its routes are its prefixes.
+    /// network that claimed it. Before the mode's own rules, after its `neverLocal` ones: the
+    /// session's marked packets keep the main table, what counts as local (`local` inside a
+    /// claim) keeps it too, and the rest of each claim goes to the tunnel's table. Split mode
+    /// needs none: its routes are its prefixes.
     public func claimRules(local: [Prefix], widerClaims: [Prefix]) -> [RoutingRule] {
         guard case .full(let policy) = self, !widerClaims.isEmpty else { return [] }
         var rules: [RoutingRule] = []
         for family in [IPAddress.Family.v4, .v6] {
             let claims = widerClaims.filter { $0.address.family == family }.map(\.network)
             guard !claims.isEmpty else { continue }
-            rules.append(RoutingRule(family: family, priority: policy.priority - 3, table: Route.mainTable, mark: policy.mark))
+            // The plan's own mark rule is there already when it has never-local subnets.
+            if !policy.neverLocal.contains(where: { $0.address.family == family }) {
+                rules.append(RoutingRule(family: family, priority: policy.priority - 4, table: Route.mainTable, mark: policy.mark))
+            }
             for kept in local.map(\.network) where kept.address.family == family && claims.contains(where: { $0.contains(kept) }) {
                 rules.append(RoutingRule(family: family, priority: policy.priority - 2, table: Route.mainTable, destination: kept))
             }
@@ -82,6 +86,15 @@ public enum RoutingMode: Hashable, Sendable {
                 plan.routes.append(tunneled.contains(family)
                     ? Route(table: policy.table, destination: .any(family), nextHops: hop)
                     : Route(table: policy.table, destination: .any(family), type: .reject, nextHops: []))
+                // What never counts as local goes to the tunnel's table before the main table
+                // can give it to a LAN that claims it; the session's marked packets keep the main table.
+                let neverLocal = policy.neverLocal.filter { $0.address.family == family }
+                if !neverLocal.isEmpty {
+                    plan.rules.append(RoutingRule(family: family, priority: policy.priority - 4, table: Route.mainTable, mark: policy.mark))
+                    for prefix in neverLocal {
+                        plan.rules.append(RoutingRule(family: family, priority: policy.priority - 3, table: policy.table, destination: prefix))
+                    }
+                }
                 // The main table first, but only for what it routes more specifically than a
                 // default route: the LAN, the uplinks' own subnets.
                 plan.rules.append(RoutingRule(family: family, priority: policy.priority, table: Route.mainTable,
@@ -111,11 +124,15 @@ public struct FullTunnel: Hashable, Sendable {
     /// The suppressing rule's priority; the mark rule takes the next. Both must come before
     /// the main table's rule (32766).
     public var priority: UInt32
+    /// Subnets that never count as local, whatever a network says (`never-local`: the
+    /// intranet's ranges): rules before the main table's send them to the tunnel's table.
+    public var neverLocal: [Prefix]
 
-    public init(table: UInt32 = 51820, mark: UInt32 = 0xca6c, priority: UInt32 = 32764) {
+    public init(table: UInt32 = 51820, mark: UInt32 = 0xca6c, priority: UInt32 = 32764, neverLocal: [Prefix] = []) {
         self.table = table
         self.mark = mark
         self.priority = priority
+        self.neverLocal = neverLocal.map(\.network)
     }
 }
 

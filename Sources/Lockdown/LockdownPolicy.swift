@@ -49,6 +49,8 @@ public struct LockdownPolicy: Hashable, Sendable {
     public var lanRanges: [Prefix] = []
     /// The subnets of the uplinks' addresses now; used only with `allowLAN`.
     public var localNetworks: [Prefix]
+    /// Subnets that never count as local (`never-local`): `allowLAN` opens no part of them.
+    public var neverLocal: [Prefix] = []
     /// The session's marked sockets may open TCP to these ports: the connectivity check's
     /// plain HTTP request.
     public var checkPorts: [UInt16] = []
@@ -251,7 +253,7 @@ public struct LockdownPolicy: Hashable, Sendable {
     }
 
     private func full(mark: UInt32) -> [String] {
-        let lan = allowLAN ? Self.lan(from: localNetworks, also: lanRanges).open + Self.linkScope : []
+        let lan = allowLAN ? Prefix.excluding(neverLocal, from: Self.lan(from: localNetworks, also: lanRanges).open + Self.linkScope) : []
         var lines = Self.set("lan4", lan.filter { $0.address.family == .v4 }) + Self.set("lan6", lan.filter { $0.address.family == .v6 })
         let reject = "goto refuse"
         if let window = portalWindow { lines += outsideChains("portal", match: window.match, resolvers: window.resolvers, mark: mark) }

@@ -239,6 +239,7 @@ extension ClientSettings {
         }
         var policy = LockdownPolicy(scope: scope, tunnelInterface: tunnel.name, allowLAN: allowLAN, localNetworks: [])
         policy.lanRanges = lanRanges
+        if case .full(let full) = mode { policy.neverLocal = full.neverLocal }
         policy.checkPorts = checkPorts
         policy.streamPort = stream?.port
         policy.proxy = stream?.proxy.map { LockdownPolicy.Server($0.address) }

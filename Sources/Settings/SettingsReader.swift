@@ -11,7 +11,7 @@ extension YAMLReader {
     public func client(_ root: Node) throws(ConfigError) -> ClientSettings {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "dns", "metrics-file",
+            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "never-local", "dns", "metrics-file",
             "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
@@ -46,8 +46,11 @@ extension YAMLReader {
             if let node = f.optional("routes"), !routes.isEmpty {
                 throw fail(node, "'routes' are for mode: split; full mode sends everything through the tunnel")
             }
-            settings.mode = .full(FullTunnel())
+            settings.mode = .full(FullTunnel(neverLocal: try neverLocal(f.optional("never-local"))))
         case "split":
+            if let node = f.optional("never-local") {
+                throw fail(node, "'never-local' is for mode: full; split mode's routes are never local already")
+            }
             guard !routes.isEmpty else { throw fail(root, "mode: split needs 'routes', the prefixes to send through the tunnel") }
             settings.mode = .split(routes)
         case let other:
@@ -163,6 +166,22 @@ extension YAMLReader {
             let window = try positiveDuration(n)
             guard window <= .seconds(3600) else { throw fail(n, "'window' is at most 1h, e.g. 5m") }
             settings.reconnect.portalWindow = window
+        }
+    }
+
+    /// `never-local`: subnets no network may claim as local (the intranet's ranges), exact
+    /// subnets, no default route.
+    private func neverLocal(_ node: Node?) throws(ConfigError) -> [Prefix] {
+        guard let node else { return [] }
+        return try list(node).map { item throws(ConfigError) in
+            let text = try string(item)
+            guard text.contains("/"), let range = Prefix(text), range.length > 0 else {
+                throw fail(item, "'never-local' lists \"\(text)\", which is not a subnet: write address/length, e.g. 10.0.0.0/8")
+            }
+            guard range.network == range else {
+                throw fail(item, "'never-local' lists \(text), whose address has bits set past /\(range.length): did you mean \(range.network)?")
+            }
+            return range
         }
     }
 

@@ -295,6 +295,33 @@ struct LeakLabTests {
         #expect(throughTunnel == 3, "\(throughTunnel) of 3 datagrams to the intranet went through the tunnel")
     }
 
+    /// A network whose subnet is a LAN's width but lies over the intranet (10.50.0.0/16): only
+    /// `never-local` can say it is not the LAN's. With it, the intranet is reached through the
+    /// tunnel and nothing of it leaves in clear, allow-lan or not; the LAN's own host still is.
+    @Test func neverLocalKeepsTheIntranetFromANetworkThatClaimsIt() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let configuration = lab.directory + "/client.yaml"
+        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\nnever-local: [10.50.0.0/16]\n")
+            .write(toFile: configuration, atomically: true, encoding: .utf8)
+        try lab.startServer()
+        try lab.startClient()
+        try lab.laptop.ip("address add 10.50.0.57/16 dev eth0")
+        try lab.server.ip("address add 10.50.0.9/16 dev eth-l")
+        let smb = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.50.0.9")!, port: 445), namespace: lab.server.namespace)
+        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
+        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
+        usleep(300_000)
+        for _ in 0..<3 { _ = try? app.send(Array("file".utf8), to: smb.local) }
+        _ = try app.send(Array("job".utf8), to: printer.local)
+        #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN's own host is reached directly")
+        var (inClear, throughTunnel) = (0, 0)
+        while let got = try smb.receive(timeout: .milliseconds(500)) {
+            if got.peer.ip == IPAddress("10.77.0.2") { throughTunnel += 1 } else { inClear += 1 }
+        }
+        #expect(inClear == 0, "\(inClear) of 3 datagrams to the intranet left in clear to the network that claimed it")
+        #expect(throughTunnel == 3, "\(throughTunnel) of 3 datagrams to the intranet went through the tunnel")
+    }
+
     /// A host on the café's LAN routes through the laptop into the tunnel: forwarding on (any
     /// machine with libvirt, Docker or Podman), loose reverse-path checks, and a container
     /// runtime's masquerade covering the address it sends from, so what leaves the tunnel

@@ -133,6 +133,39 @@ struct LockdownPolicyTests {
         #expect(LockdownPolicy.Owner.anyMarked.kind == "any-mark")
     }
 
+    /// `never-local` subnets are no LAN's: allow-lan opens no part of them, however a network's
+    /// subnet covers them (exactly, around them, or inside them).
+    @Test func allowLANOpensNothingOfWhatNeverCountsAsLocal() throws {
+        var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true,
+                                    localNetworks: [Prefix("10.50.0.0/16")!, Prefix("192.168.1.0/24")!, Prefix("10.60.1.0/24")!])
+        policy.neverLocal = [Prefix("10.50.0.0/18")!, Prefix("10.60.0.0/16")!]
+        let text = policy.ruleset()
+        let set = try #require(text.split(separator: "\n").first { $0.contains("elements") && $0.contains("192.168.1.0/24") }, "\(text)")
+        #expect(set.contains("10.50.64.0/18") && set.contains("10.50.128.0/17"), "\(set)")
+        #expect(!set.contains("10.50.0.0/") && !set.contains("10.60."), "\(set)")
+    }
+
+    /// A subnet without another: the parts beside it, largest first; nothing when it is held,
+    /// itself when they do not meet or are of different families.
+    @Test func aSubnetWithoutAnotherIsThePartsBesideIt() {
+        func cut(_ a: String, _ b: String) -> [String] { Prefix(a)!.subtracting(Prefix(b)!).map(\.description) }
+        #expect(cut("10.0.0.0/8", "10.64.0.0/10") == ["10.128.0.0/9", "10.0.0.0/10"])
+        #expect(cut("10.0.0.0/8", "10.0.0.0/8") == [] && cut("10.1.0.0/16", "10.0.0.0/8") == [])
+        #expect(cut("10.0.0.0/8", "192.168.0.0/16") == ["10.0.0.0/8"] && cut("10.0.0.0/8", "fd00::/8") == ["10.0.0.0/8"])
+        #expect(cut("fd00::/8", "fd00:1::/32") == ["fd80::/9", "fd40::/10", "fd20::/11", "fd10::/12", "fd08::/13", "fd04::/14",
+                                                  "fd02::/15", "fd01::/16", "fd00:8000::/17", "fd00:4000::/18", "fd00:2000::/19",
+                                                  "fd00:1000::/20", "fd00:800::/21", "fd00:400::/22", "fd00:200::/23", "fd00:100::/24",
+                                                  "fd00:80::/25", "fd00:40::/26", "fd00:20::/27", "fd00:10::/28", "fd00:8::/29",
+                                                  "fd00:4::/30", "fd00:2::/31", "fd00:0::/32"].map { Prefix($0)!.description })
+        #expect(cut("fd00:1:2:3::/64", "fd00:1:2:3:8000::/65") == ["fd00:1:2:3::/65"])
+        // What is left and what was cut cover the subnet exactly: every address in one of them.
+        let parts = Prefix("172.16.0.0/12")!.subtracting(Prefix("172.20.7.0/24")!)
+        for probe in ["172.16.0.1", "172.20.6.255", "172.20.8.0", "172.31.255.255"] {
+            #expect(parts.filter { $0.contains(IPAddress(probe)!) }.count == 1, "\(probe)")
+        }
+        #expect(!parts.contains { $0.contains(IPAddress("172.20.7.9")!) })
+    }
+
     /// A network decides its subnet mask: allow-lan opens only what lies in a private or
     /// link-local range, and of an oversized subnet only the private ranges inside it.
     @Test(arguments: [

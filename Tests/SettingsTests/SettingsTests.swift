@@ -6,6 +6,7 @@ import Foundation
 import Testing
 import Tunnel
 import Device
+import Netlink
 import Reconnector
 
 private let serverKey = "DOhENSqkl0bz76f4V74zWBszpV8RtmtBNnLQvt8mvwM="
@@ -166,6 +167,21 @@ func badClientSettingsPointAtTheLine(text: String, line: Int, message: String) {
     #expect(flow.lockdownPolicy.allowLAN && flow.lockdownPolicy.lanRanges == flow.lanRanges)
     let block = try parse(base + "allow-lan:\n  - 100.72.0.0/16\n  - fd12:3456::/48\n  - fe80::/64\n  - 169.254.0.0/16") { try $0.client($1) }
     #expect(block.allowLAN && block.lanRanges.map(\.description) == ["100.72.0.0/16", "fd12:3456::/48", "fe80::/64", "169.254.0.0/16"])
+}
+
+/// `never-local`: subnets no network may claim, full mode only; the routing and the lockdown
+/// the client loads carry them.
+@Test func neverLocalListsTheSubnetsNoNetworkMayClaim() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    let settings = try parse(base + "never-local: [10.0.0.0/8, fd00:c0::/48]") { try $0.client($1) }
+    guard case .full(let full) = settings.mode else { Issue.record("not full mode"); return }
+    #expect(full.neverLocal.map(\.description) == ["10.0.0.0/8", "fd00:c0::/48"])
+    #expect(settings.lockdownPolicy.neverLocal == full.neverLocal)
+    #expect(settings.mode.plan(linkIndex: 7).rules.contains(RoutingRule(family: .v4, priority: 32761, table: 51820, destination: Prefix("10.0.0.0/8")!)))
+    expectClientRefusal(base + "never-local: [10.0.0.1/8]", line: 4, message: "bits set past /8: did you mean 10.0.0.0/8?")
+    expectClientRefusal(base + "never-local: [0.0.0.0/0]", line: 4, message: "which is not a subnet")
+    expectClientRefusal(base + "never-local: [intranet]", line: 4, message: "which is not a subnet")
+    expectClientRefusal(base + "mode: split\nroutes: [10.77.0.0/16]\nnever-local: [10.0.0.0/8]", line: 6, message: "'never-local' is for mode: full")
 }
 
 /// A listed range outside the private, shared and link-local ones, or one that is not a range,
