@@ -243,12 +243,7 @@ struct LeakLabTests {
 
     /// allow-lan: a host on the LAN answers, the internet and the LAN's resolver do not.
     @Test func allowLANOpensTheLANOnly() throws {
-        let lab = try RoamingLab(vpn: .roam, routing: .full)
-        let configuration = lab.directory + "/client.yaml"
-        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\n")
-            .write(toFile: configuration, atomically: true, encoding: .utf8)
-        try lab.startServer()
-        try lab.startClient()
+        let lab = try fullLab(with: "allow-lan: true")
         let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
         let resolver = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 53), namespace: lab.server.namespace)
         let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
@@ -260,57 +255,24 @@ struct LeakLabTests {
         #expect(try resolver.receive(timeout: .milliseconds(300)) == nil, "DNS to the LAN stays blocked")
     }
 
-    /// TunnelCrack's "LocalNet": the network hands out 10.20.0.57 with mask 255.0.0.0, claiming
-    /// all of 10/8 local, and answers for an intranet address in it. With allow-lan on, only the
-    /// /16 around the laptop's address counts as local: its printer is reached directly, the rest
-    /// of 10/8 goes through the tunnel and never in clear, and the agent says what the network claimed.
-    @Test func aNetworkThatClaimsTheIntranetAsItsLANGetsNothingOfIt() throws {
+    /// A full-mode lab whose client has `extra` in its configuration, both ends running.
+    private func fullLab(with extra: String) throws -> RoamingLab {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         let configuration = lab.directory + "/client.yaml"
-        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\n")
+        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\n" + extra + "\n")
             .write(toFile: configuration, atomically: true, encoding: .utf8)
         try lab.startServer()
         try lab.startClient()
-        try lab.laptop.ip("address add 10.20.0.57/8 dev eth0")
-        try lab.laptop.ip("address del 10.20.0.57/24 dev eth0")
-        try lab.laptop.ip("route replace default via 10.20.0.1 dev eth0 metric 100")
-        // The network answers for the intranet's file server (the kernel answers ARP for any
-        // address it holds, on any interface).
-        try lab.server.ip("address add 10.50.0.9/32 dev eth-l")
-        #expect(lab.wait(for: "a network claims a subnet wider than a LAN", in: "client.log"), "\(lab.log("client.log"))")
-        #expect(lab.status()["wider_claims"]?.contains("10.0.0.0/8") == true, "\(lab.status())")
-        let smb = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.50.0.9")!, port: 445), namespace: lab.server.namespace)
-        let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
-        let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
-        for _ in 0..<3 { _ = try? app.send(Array("file".utf8), to: smb.local) }
-        _ = try app.send(Array("job".utf8), to: printer.local)
-        #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN's own host is reached directly")
-        var (inClear, throughTunnel) = (0, 0)
-        while let got = try smb.receive(timeout: .milliseconds(500)) {
-            if got.peer.ip == IPAddress("10.20.0.57") { inClear += 1 }
-            if got.peer.ip == IPAddress("10.77.0.2") { throughTunnel += 1 }
-        }
-        #expect(inClear == 0, "\(inClear) of 3 datagrams to the intranet left in clear to the network that claimed it")
-        // The rest of what it claimed is the tunnel's: the intranet is reached through it.
-        #expect(throughTunnel == 3, "\(throughTunnel) of 3 datagrams to the intranet went through the tunnel")
+        return lab
     }
 
-    /// A network whose subnet is a LAN's width but lies over the intranet (10.50.0.0/16): only
-    /// `never-local` can say it is not the LAN's. With it, the intranet is reached through the
-    /// tunnel and nothing of it leaves in clear, allow-lan or not; the LAN's own host still is.
-    @Test func neverLocalKeepsTheIntranetFromANetworkThatClaimsIt() throws {
-        let lab = try RoamingLab(vpn: .roam, routing: .full)
-        let configuration = lab.directory + "/client.yaml"
-        try (try String(contentsOfFile: configuration, encoding: .utf8) + "\nallow-lan: true\nnever-local: [10.50.0.0/16]\n")
-            .write(toFile: configuration, atomically: true, encoding: .utf8)
-        try lab.startServer()
-        try lab.startClient()
-        try lab.laptop.ip("address add 10.50.0.57/16 dev eth0")
-        try lab.server.ip("address add 10.50.0.9/16 dev eth-l")
+    /// Sends 3 datagrams to the intranet's file server at 10.50.0.9 (an address the network
+    /// holds too) and one to the LAN's printer: the printer hears the laptop directly, and every
+    /// datagram to the intranet comes through the tunnel (from the inner address), none in clear.
+    private func expectTheIntranetThroughTheTunnel(_ lab: RoamingLab) throws {
         let smb = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.50.0.9")!, port: 445), namespace: lab.server.namespace)
         let printer = try UDPSocket(bindingTo: SocketAddress(IPAddress("10.20.0.1")!, port: 9100), namespace: lab.server.namespace)
         let app = try UDPSocket(bindingTo: SocketAddress(.v4(0), port: 0), namespace: lab.laptop.namespace)
-        usleep(300_000)
         for _ in 0..<3 { _ = try? app.send(Array("file".utf8), to: smb.local) }
         _ = try app.send(Array("job".utf8), to: printer.local)
         #expect(try printer.receive(timeout: .seconds(1))?.peer.ip == IPAddress("10.20.0.57"), "the LAN's own host is reached directly")
@@ -320,6 +282,34 @@ struct LeakLabTests {
         }
         #expect(inClear == 0, "\(inClear) of 3 datagrams to the intranet left in clear to the network that claimed it")
         #expect(throughTunnel == 3, "\(throughTunnel) of 3 datagrams to the intranet went through the tunnel")
+    }
+
+    /// TunnelCrack's "LocalNet": the network hands out 10.20.0.57 with mask 255.0.0.0, claiming
+    /// all of 10/8 local, and answers for an intranet address in it. With allow-lan on, only the
+    /// /16 around the laptop's address counts as local: its printer is reached directly, the rest
+    /// of 10/8 goes through the tunnel and never in clear, and the agent says what the network claimed.
+    @Test func aNetworkThatClaimsTheIntranetAsItsLANGetsNothingOfIt() throws {
+        let lab = try fullLab(with: "allow-lan: true")
+        try lab.laptop.ip("address add 10.20.0.57/8 dev eth0")
+        try lab.laptop.ip("address del 10.20.0.57/24 dev eth0")
+        try lab.laptop.ip("route replace default via 10.20.0.1 dev eth0 metric 100")
+        // The network answers for the intranet's file server (the kernel answers ARP for any
+        // address it holds, on any interface).
+        try lab.server.ip("address add 10.50.0.9/32 dev eth-l")
+        #expect(lab.wait(for: "a network claims a subnet wider than a LAN", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.status()["wider_claims"]?.contains("10.0.0.0/8") == true, "\(lab.status())")
+        try expectTheIntranetThroughTheTunnel(lab)
+    }
+
+    /// A network whose subnet is a LAN's width but lies over the intranet (10.50.0.0/16): only
+    /// `never-local` can say it is not the LAN's. With it, the intranet is reached through the
+    /// tunnel and nothing of it leaves in clear, allow-lan or not; the LAN's own host still is.
+    @Test func neverLocalKeepsTheIntranetFromANetworkThatClaimsIt() throws {
+        let lab = try fullLab(with: "allow-lan: true\nnever-local: [10.50.0.0/16]")
+        try lab.laptop.ip("address add 10.50.0.57/16 dev eth0")
+        try lab.server.ip("address add 10.50.0.9/16 dev eth-l")
+        usleep(300_000)
+        try expectTheIntranetThroughTheTunnel(lab)
     }
 
     /// A host on the café's LAN routes through the laptop into the tunnel: forwarding on (any
