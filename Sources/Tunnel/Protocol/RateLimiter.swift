@@ -12,6 +12,11 @@ public struct ServerLimits: Equatable, Sendable {
     /// X25519 operations). A flood from many networks can use it up; peers with a session do
     /// not need it (`peerHandshakes`).
     public var handshakes: Rate
+    /// What one network may take of the last quarter of `handshakes` (the reserve): once a
+    /// flood from many networks has spent the rest, each network gets this much of what is left,
+    /// so a network that sends a first login now and then still gets in, and one that floods gets
+    /// its share and no more.
+    public var reservePerNetwork: Rate
     /// The lane reserved for peers with a session here: a handshake from the address a peer's
     /// authenticated packets come from (or its last accepted handshake came from), proven by a
     /// cookie, is not held to the budgets above but to these, which nobody else can spend.
@@ -45,6 +50,7 @@ public struct ServerLimits: Equatable, Sendable {
         handshakesPerSource: Rate = Rate(perSecond: 5, burst: 10),
         handshakesPerNetwork: Rate = Rate(perSecond: 20, burst: 50),
         handshakes: Rate = Rate(perSecond: 1000, burst: 500),
+        reservePerNetwork: Rate = Rate(perSecond: 1, burst: 3),
         peerHandshakes: Rate = Rate(perSecond: 500, burst: 500),
         handshakesPerPeer: Rate = Rate(perSecond: 2, burst: 10),
         passwordChecks: Rate = Rate(perSecond: 5, burst: 10),
@@ -58,6 +64,7 @@ public struct ServerLimits: Equatable, Sendable {
         self.handshakesPerSource = handshakesPerSource
         self.handshakesPerNetwork = handshakesPerNetwork
         self.handshakes = handshakes
+        self.reservePerNetwork = reservePerNetwork
         self.peerHandshakes = peerHandshakes
         self.handshakesPerPeer = handshakesPerPeer
         self.passwordChecks = passwordChecks

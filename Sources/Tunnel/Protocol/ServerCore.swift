@@ -88,6 +88,8 @@ public struct ServerCore: Sendable {
     private let limits: ServerLimits
     private var handshakesBySource: SourceRateLimiter
     private var handshakesByNetwork: SourceRateLimiter
+    /// What each network may take of the reserve (`ServerLimits.reservePerNetwork`).
+    private var reserveByNetwork: SourceRateLimiter
     private var handshakes: TokenBucket
     /// The lane reserved for peers with a session (see `admit`): in all, and per peer.
     private var peerHandshakes: TokenBucket
@@ -136,6 +138,7 @@ public struct ServerCore: Sendable {
         hints = HintBudget(limits)
         handshakesBySource = SourceRateLimiter(limits.handshakesPerSource, capacity: limits.trackedSources)
         handshakesByNetwork = SourceRateLimiter(limits.handshakesPerNetwork, capacity: limits.trackedSources, per: .network)
+        reserveByNetwork = SourceRateLimiter(limits.reservePerNetwork, capacity: limits.trackedSources, per: .network)
         handshakes = TokenBucket(limits.handshakes)
         peerHandshakes = TokenBucket(limits.peerHandshakes)
         handshakesByPeer = KeyedRateLimiter(limits.handshakesPerPeer, capacity: max(users.users.count, 1))
@@ -325,10 +328,22 @@ public struct ServerCore: Sendable {
         if !handshakesBySource.wouldAllow(source, now: now) { return .rateLimited }
         if !handshakesByNetwork.wouldAllow(source, now: now) { return .networkLimited }
         if !handshakes.canTake(now: now) { return .serverLimited }
+        // The budget's last part is shared out by network: a flood from many networks, each
+        // within its own limits, spends the rest, and then each network may take from this part
+        // only its small share of it (`reserveByNetwork`), which a flooding network spends at once
+        // and a user's first login from a hotel does not. Who sends is not known before the
+        // Diffie-Hellman work this budget pays for; how much its network has sent is.
+        if handshakes.available(now: now) < handshakes.rate.burst * Self.reserve, !reserveByNetwork.wouldAllow(source, now: now) {
+            return .serverLimited
+        }
         return nil
     }
 
+    /// The part of everyone's handshake budget shared out by network (`generalRefusal`).
+    static let reserve = 0.25
+
     private mutating func takeGeneral(_ source: IPAddress, now: Instant) {
+        if handshakes.available(now: now) < handshakes.rate.burst * Self.reserve { reserveByNetwork.take(source, now: now) }
         handshakesBySource.take(source, now: now)
         handshakesByNetwork.take(source, now: now)
         _ = handshakes.take(now: now)
@@ -613,6 +628,7 @@ public struct ServerCore: Sendable {
         halfOpen.sweep(now: now)
         handshakesBySource.prune(now: now)
         handshakesByNetwork.prune(now: now)
+        reserveByNetwork.prune(now: now)
         handshakesByPeer.prune(now: now)
         decoyChecksByClaim.prune(now: now)
         passwordChecksBySource.prune(now: now)
