@@ -57,7 +57,10 @@ extension SessionEffects {
             throw AgentError(error.message)
         }
         exclusionCgroup = cgroup
-        if let origin = process.cgroup { exclusionOrigins[process.pid] = origin }
+        if let origin = process.cgroup {
+            exclusionOrigins[process.pid] = origin
+            exclusionUsers[process.uid] = origin
+        }
         return process
     }
 
@@ -90,10 +93,11 @@ extension SessionEffects {
     func closeExclusion() {
         guard let cgroup = exclusionCgroup, let cgroups else { return }
         try? firewall?.exclusion(nil)
-        if let error = cgroup.close(fs: cgroups, origins: exclusionOrigins) {
+        if let error = cgroup.close(fs: cgroups, origins: exclusionOrigins, users: exclusionUsers) {
             log.error("the excluded applications' cgroup stays", metadata: ["error": "\(error)"])
         }
         exclusionOrigins = [:]
+        exclusionUsers = [:]
         exclusionCgroup = nil
     }
 

@@ -80,6 +80,8 @@ final class SessionEffects {
     var exclusionCgroup: PortalCgroup?
     /// Where each process moved into it came from, where it goes back to.
     var exclusionOrigins: [Int32: String] = [:]
+    /// Where each user's last excluded process came from: a child whose parent ended goes there.
+    var exclusionUsers: [UInt32: String] = [:]
     var windows = 0
     /// The portal window in the lockdown now: its uplink and the resolvers it may ask.
     var portalWindow: LockdownPolicy.PortalWindow?

@@ -85,6 +85,60 @@ struct ExclusionLabTests {
         #expect(status["state"] == "connected", "\(status)")
     }
 
+    /// An excluded process starts a child, then the agent stops: both go back to the cgroup the
+    /// process came from (its user's slice, where logout and resource limits still reach them),
+    /// neither to the root cgroup.
+    @Test func anExcludedProcessAndItsChildGoBackWhereTheyCameFromWhenTheAgentStops() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try DNSLabTests.append("exclusion: allow\n", to: lab.directory + "/client.yaml")
+        try lab.startServer()
+        try lab.startClient()
+        let shell = Process()
+        shell.executableURL = NamespaceLab.ipTool
+        shell.arguments = ["netns", "exec", lab.laptop.name, "bash", "-c", "read go; sleep 30 & echo $!; read done"]
+        let input = Pipe(), output = Pipe()
+        shell.standardInput = input
+        shell.standardOutput = output
+        try shell.run()
+        defer { if shell.isRunning { kill(shell.processIdentifier, SIGKILL) } }
+        let pid = shell.processIdentifier
+        func cgroup(_ pid: Int32) -> String { (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? "gone" }
+        #expect(lab.waitFor(seconds: 3) { (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.hasPrefix("bash") == true })
+        // The shell starts in a cgroup of its own, as a user's session scope would be (not the
+        // root cgroup, where a process sent "nowhere" would land too).
+        let mountPoint = "/tmp/roam-cgroup-test.\(getpid())"
+        mkdir(mountPoint, 0o700)
+        try #require(mount("none", mountPoint, "cgroup2", 0, nil) == 0, "cannot mount cgroup2: \(String(cString: strerror(errno)))")
+        let scope = mountPoint + "/roam-test-session.\(getpid())"
+        mkdir(scope, 0o755)
+        defer {
+            for task in ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").split(separator: "\n") {
+                try? (String(task) + "\n").write(toFile: mountPoint + "/cgroup.procs", atomically: false, encoding: .utf8)
+            }
+            rmdir(scope)
+            umount(mountPoint)
+            rmdir(mountPoint)
+        }
+        try "\(pid)\n".write(toFile: scope + "/cgroup.procs", atomically: false, encoding: .utf8)
+        let origin = cgroup(pid)
+        #expect(origin.contains("roam-test-session"), "\(origin)")
+        let moved = try lab.runAgent(["exclude", "--control", lab.controlSocket, "--pid", "\(pid)"])
+        #expect(moved.status == 0 && cgroup(pid).contains("roam-excluded"), "\(moved.output) \(cgroup(pid))")
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        var line = Data()
+        _ = lab.waitFor(seconds: 3) {
+            line += output.fileHandleForReading.availableData
+            return line.contains(UInt8(ascii: "\n"))
+        }
+        let child = try #require(Int32(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        defer { kill(child, SIGKILL) }
+        #expect(cgroup(child).contains("roam-excluded"), "the child started inside: \(cgroup(child))")
+        _ = try lab.stopClient()
+        #expect(cgroup(pid) == origin, "the excluded process: \(cgroup(pid)), came from \(origin)")
+        #expect(cgroup(child) == origin, "its child: \(cgroup(child)), its parent came from \(origin)")
+        input.fileHandleForWriting.write(Data("done\n".utf8))
+    }
+
     @Test func exclusionIsOffUnlessConfigured() throws {
         let lab = try RoamingLab(vpn: .roam, routing: .full)
         try lab.startServer()

@@ -70,3 +70,18 @@ import Testing
     }
     #expect(checks == 2 && other.returnTo == nil && processes("").hasSuffix("4444\n"))
 }
+
+/// A child started inside an excluded process goes back where its nearest ancestor that joined
+/// came from; its parent's origin wins over a grandparent's; a walk ends at init, at a loop and
+/// after a bounded number of steps.
+@Test func aChildGoesBackWhereItsNearestJoinedAncestorCameFrom() {
+    let parents: [Int32: Int32] = [300: 200, 200: 100, 100: 1, 400: 1, 500: 500, 600: 601, 601: 600]
+    let origins: [Int32: String] = [100: "/user.slice/user-1000.slice/session-2.scope", 200: "/user.slice/user-1000.slice/app.scope"]
+    func origin(_ pid: Int32) -> String? { PortalCgroup.origin(of: pid, in: origins, parent: { parents[$0] }) }
+    #expect(origin(100) == origins[100] && origin(200) == origins[200])
+    #expect(origin(300) == origins[200], "a grandchild goes where its parent came from")
+    #expect(origin(400) == nil && origin(500) == nil && origin(600) == nil && origin(999) == nil)
+    // This process's own parent chain ends at init: a real /proc walk terminates.
+    #expect(PortalCgroup.parent(getpid()) == getppid())
+    #expect(PortalCgroup.user(of: getpid()) == getuid())
+}
