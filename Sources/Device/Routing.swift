@@ -53,7 +53,10 @@ public enum RoutingMode: Hashable, Sendable {
                 rules.append(RoutingRule(family: family, priority: policy.priority - 4, table: Route.mainTable, mark: policy.mark))
             }
             for kept in local.map(\.network) where kept.address.family == family && claims.contains(where: { $0.contains(kept) }) {
-                rules.append(RoutingRule(family: family, priority: policy.priority - 2, table: Route.mainTable, destination: kept))
+                // The main table's own routes for it (the LAN's), never its default route: were
+                // the LAN's route gone, the tunnel's rules after decide.
+                rules.append(RoutingRule(family: family, priority: policy.priority - 2, table: Route.mainTable, suppressPrefixLength: 0,
+                                         destination: kept))
             }
             for claim in claims {
                 rules.append(RoutingRule(family: family, priority: policy.priority - 1, table: policy.table, destination: claim))

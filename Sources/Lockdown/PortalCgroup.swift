@@ -171,24 +171,29 @@ public struct PortalCgroup: Equatable, Sendable {
 
     /// Closes a cgroup several users' processes joined: each goes back to its own cgroup
     /// (`origins`, by pid, as /proc/PID/cgroup named it when it joined), a child started inside
-    /// to where its nearest ancestor that joined came from, one whose ancestors are gone (its
-    /// parent ended) to where a process of its user came from (`users`, by uid), never into
-    /// another user's; only a process of none of them goes to the root.
+    /// to where its nearest ancestor that joined came from when both are of one user, one whose
+    /// ancestors are gone (its parent ended) or of another user (a set-user-ID program's) to
+    /// where a process of its own user came from (`users`, by uid), never into another user's;
+    /// only a process of none of them goes to the root.
     @discardableResult
     public func close(fs: CgroupFileSystem, origins: [Int32: String], users: [UInt32: String] = [:]) -> String? {
         close(fs: fs) { pid in
-            (Self.origin(of: pid, in: origins, parent: Self.parent) ?? Self.user(of: pid).flatMap { users[$0] }).flatMap { fs.directory(of: $0) }
+            let user = Self.user(of: pid)
+            let inherited = Self.origin(of: pid, in: origins, parent: Self.parent) { user != nil && Self.user(of: $0) == user }
+            return (inherited ?? user.flatMap { users[$0] }).flatMap { fs.directory(of: $0) }
         }
     }
 
-    /// `origins[pid]`, else that of `pid`'s nearest ancestor in `origins` (`parent` names each
-    /// one's parent; init and the kernel's threads end the walk).
-    static func origin(of pid: Int32, in origins: [Int32: String], parent: (Int32) -> Int32?) -> String? {
+    /// `origins[pid]`, else that of `pid`'s nearest ancestor in `origins` for which `same` holds
+    /// (`parent` names each one's parent; init and the kernel's threads end the walk).
+    static func origin(of pid: Int32, in origins: [Int32: String], parent: (Int32) -> Int32?,
+                       same: (Int32) -> Bool = { _ in true }) -> String? {
+        if let origin = origins[pid] { return origin }
         var current = pid
         for _ in 0..<64 {
-            if let origin = origins[current] { return origin }
             guard let next = parent(current), next > 1, next != current else { return nil }
             current = next
+            if let origin = origins[current] { return same(current) ? origin : nil }
         }
         return nil
     }
@@ -202,7 +207,7 @@ public struct PortalCgroup: Equatable, Sendable {
     }
 
     /// The real user id of process `pid` (/proc/PID/status's Uid); nil when it is gone.
-    static func user(of pid: Int32) -> UInt32? {
+    public static func user(of pid: Int32) -> UInt32? {
         (SystemFiles.text("/proc/\(pid)/status") ?? "").split(whereSeparator: \.isNewline).first { $0.hasPrefix("Uid:") }
             .flatMap { $0.dropFirst(4).split(whereSeparator: { $0 == " " || $0 == "\t" }).first }.flatMap { UInt32($0) }
     }

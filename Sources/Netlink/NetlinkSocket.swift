@@ -323,7 +323,8 @@ public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
 
     public init(family: IPAddress.Family, priority: UInt32, table: UInt32, mark: UInt32? = nil,
                 inverted: Bool = false, suppressPrefixLength: Int? = nil, destination: Prefix? = nil) {
-        self.destination = destination?.network
+        // A /0 selects nothing: the kernel reads it back as no destination.
+        self.destination = destination.flatMap { $0.length == 0 ? nil : $0.network }
         self.family = family
         self.priority = priority
         self.table = table

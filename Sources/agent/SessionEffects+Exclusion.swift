@@ -59,7 +59,8 @@ extension SessionEffects {
         exclusionCgroup = cgroup
         if let origin = process.cgroup {
             exclusionOrigins[process.pid] = origin
-            exclusionUsers[process.uid] = origin
+            // By the process's own user (root may move another user's), read from the kernel.
+            if let user = PortalCgroup.user(of: process.pid) { exclusionUsers[user] = origin }
         }
         return process
     }

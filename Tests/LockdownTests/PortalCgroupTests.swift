@@ -81,6 +81,9 @@ import Testing
     #expect(origin(100) == origins[100] && origin(200) == origins[200])
     #expect(origin(300) == origins[200], "a grandchild goes where its parent came from")
     #expect(origin(400) == nil && origin(500) == nil && origin(600) == nil && origin(999) == nil)
+    // A child of another user (a set-user-ID program) does not follow its parent into its cgroup.
+    #expect(PortalCgroup.origin(of: 300, in: origins, parent: { parents[$0] }, same: { $0 != 200 }) == nil)
+    #expect(PortalCgroup.origin(of: 200, in: origins, parent: { parents[$0] }, same: { _ in false }) == origins[200], "its own origin")
     // This process's own parent chain ends at init: a real /proc walk terminates.
     #expect(PortalCgroup.parent(getpid()) == getppid())
     #expect(PortalCgroup.user(of: getpid()) == getuid())

@@ -112,7 +112,7 @@ struct DeviceRoutingTests {
         let mode = RoutingMode.full(FullTunnel())
         let routes = try TunnelRoutes(mode, device: tun, namespace: laptop.namespace)
         let rules = mode.claimRules(local: [Prefix("10.20.0.0/16")!, Prefix("192.168.1.0/24")!], widerClaims: [Prefix("10.0.0.0/8")!])
-        #expect(rules.map(\.description) == ["v4 32760: fwmark 0xca6c lookup main", "v4 32762: from all to 10.20.0.0/16 lookup main",
+        #expect(rules.map(\.description) == ["v4 32760: fwmark 0xca6c lookup main", "v4 32762: from all to 10.20.0.0/16 lookup main suppress_prefixlength 0",
                                                "v4 32763: from all to 10.0.0.0/8 lookup 51820"])
         try routes.follow(rules)
         let netlink = try laptop.namespace.run { () throws(NetlinkError) in try NetlinkSocket() }

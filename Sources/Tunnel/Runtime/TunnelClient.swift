@@ -208,24 +208,32 @@ public final class TunnelClient: Sendable {
             while Instant.now() < min(resend, deadline) {
                 let socket = self.socket
                 let wait = min(resend, deadline) - Instant.now()
-                let event: ClientEvent? = try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> ClientEvent? in
-                    guard let (length, peer, _) = try socket.receiveJoined(into: raw, timeout: max(wait, .milliseconds(1))) else { return nil }
-                    return peering.withLock {
-                        $0.session.receive(UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), from: peer, now: Instant.now())
+                // What arrived, each message of a joined run (a stream's, or UDP's GRO) on its own.
+                let events: [ClientEvent] = (try? buffer.withUnsafeMutableBytes { (raw) throws(DeviceError) -> [ClientEvent] in
+                    guard let (length, peer, segment) = try socket.receiveJoined(into: raw, timeout: max(wait, .milliseconds(1))),
+                          segment > 0
+                    else { return [] }
+                    return stride(from: 0, to: length, by: segment).map { start in
+                        peering.withLock {
+                            $0.session.receive(UnsafeMutableRawBufferPointer(rebasing: raw[start..<min(start + segment, length)]), from: peer,
+                                               now: Instant.now())
+                        }
                     }
-                }
-                switch event {
-                case .established(let completion)?:
-                    send(completion.confirmation)
-                    return completion
-                case .rejected?:
-                    throw .rejected
-                case .cookie(let resend)?:
-                    send(resend)
-                case .send(let datagrams)?:
-                    for datagram in datagrams { send(datagram) }
-                default:
-                    continue
+                }) ?? []
+                for event in events {
+                    switch event {
+                    case .established(let completion):
+                        send(completion.confirmation)
+                        return completion
+                    case .rejected:
+                        throw .rejected
+                    case .cookie(let resend):
+                        send(resend)
+                    case .send(let datagrams):
+                        for datagram in datagrams { send(datagram) }
+                    default:
+                        continue
+                    }
                 }
             }
         }

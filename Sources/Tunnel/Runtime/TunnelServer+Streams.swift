@@ -164,10 +164,14 @@ extension TunnelServer {
 
             let polled = Dictionary(entries[first...].map { ($0.fd, $0.revents) }, uniquingKeysWith: { a, _ in a })
             for stream in live where polled[stream.fileDescriptor, default: 0] != 0 || stream.hasBuffered {
-                read: for _ in 0..<64 {
+                // At most 64 messages from one stream per turn, however they came joined: the
+                // others' turn comes as soon.
+                var handled = 0
+                read: while handled < 64 {
                     let progress = buffer.withUnsafeMutableBytes { stream.advance(into: $0, now: now) }
                     switch progress {
                     case .messages(let length, let segment):
+                        handled += (length + segment - 1) / segment
                         buffer.withUnsafeMutableBytes { raw in
                             for start in stride(from: 0, to: length, by: segment) {
                                 receive(UnsafeMutableRawBufferPointer(rebasing: raw[start..<min(start + segment, length)]), on: stream,
