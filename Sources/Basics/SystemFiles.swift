@@ -25,6 +25,14 @@ public enum SystemFiles {
         bytes(path, limit: 1 << 20).map { String(decoding: $0, as: UTF8.self).trimmed }
     }
 
+    /// The values of field `name` (`Uid`, `Tgid`, ...) in /proc/PID/status, split at blanks;
+    /// nil when the process is gone or has no such field.
+    public static func processStatus(_ pid: Int32, _ name: String) -> [Substring]? {
+        let key = name + ":"
+        return (text("/proc/\(pid)/status") ?? "").split(whereSeparator: \.isNewline).first { $0.hasPrefix(key) }
+            .map { $0.dropFirst(key.count).split(whereSeparator: { $0 == " " || $0 == "\t" }) }
+    }
+
     /// The names in `directory` (without `.` and `..`); nil when it cannot be listed.
     public static func names(in directory: String) -> [String]? {
         guard let dir = opendir(directory) else { return nil }

@@ -208,8 +208,7 @@ public struct PortalCgroup: Equatable, Sendable {
 
     /// The real user id of process `pid` (/proc/PID/status's Uid); nil when it is gone.
     public static func user(of pid: Int32) -> UInt32? {
-        (SystemFiles.text("/proc/\(pid)/status") ?? "").split(whereSeparator: \.isNewline).first { $0.hasPrefix("Uid:") }
-            .flatMap { $0.dropFirst(4).split(whereSeparator: { $0 == " " || $0 == "\t" }).first }.flatMap { UInt32($0) }
+        SystemFiles.processStatus(pid, "Uid")?.first.flatMap { UInt32($0) }
     }
 
     private func close(fs: CgroupFileSystem, destination: (Int32) -> String?) -> String? {

@@ -90,10 +90,7 @@ public struct NetlinkDecoder: Sendable {
         let complete = attributes(b, s + 12..<body.upperBound) { type, value in
             switch type {
             case 1:  // FRA_DST
-                let address: IPAddress? = family == .v4
-                    ? (value.count == 4 ? IPAddress(bytes: Array(b[value])) : nil)
-                    : (value.count == 16 ? IPAddress(bytes: Array(b[value])) : nil)
-                if let address, let prefix = Prefix(address, length: destinationLength) {
+                if let address = IPAddress(bytes: b[value]), address.family == family, let prefix = Prefix(address, length: destinationLength) {
                     rule.destination = prefix.network
                 } else {
                     rule.matchesMore = true

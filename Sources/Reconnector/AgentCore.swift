@@ -537,14 +537,16 @@ public struct AgentCore: Sendable {
     /// reaches another of its addresses (the other family: an IPv6 address on an IPv4-only
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
-        let localBefore = (network.model.localNetworks, network.model.widerClaims)
+        // Worked out only for a change that can move them: most are routes and carrier.
+        let localBefore = change.movesAddresses ? (network.model.localNetworks, network.model.widerClaims) : nil
         let paths = network.apply(change)
         // The rules look at the network first (an address may match a rule's subnet), so a
         // trusted network is never tried.
         judge(now, &out)
         // The local networks are the links' own addresses' subnets: a route never moves them.
-        if change.movesAddresses, (network.model.localNetworks, network.model.widerClaims) != localBefore {
-            out.append(.localNetworks(network.model.localNetworks, widerClaims: network.model.widerClaims))
+        if let localBefore {
+            let local = (network.model.localNetworks, network.model.widerClaims)
+            if local != localBefore { out.append(.localNetworks(local.0, widerClaims: local.1)) }
         }
         // A bridge, its ports, its addresses or a default route through it.
         if change.movesAddresses || change.routeDestination?.length == 0 {

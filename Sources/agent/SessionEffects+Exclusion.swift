@@ -67,8 +67,7 @@ extension SessionEffects {
 
     /// /proc/PID/status's Tgid: the process a thread id belongs to.
     static func threadGroup(of pid: Int32) -> Int32? {
-        (SystemFiles.text("/proc/\(pid)/status") ?? "").split(whereSeparator: \.isNewline)
-            .first { $0.hasPrefix("Tgid:") }.flatMap { Int32($0.dropFirst(5).filter { $0 != " " && $0 != "\t" }) }
+        SystemFiles.processStatus(pid, "Tgid")?.first.flatMap { Int32($0) }
     }
 
     /// The processes outside the tunnel now, with their names.

@@ -333,7 +333,7 @@ public struct ServerCore: Sendable {
         // only its small share of it (`reserveByNetwork`), which a flooding network spends at once
         // and a user's first login from a hotel does not. Who sends is not known before the
         // Diffie-Hellman work this budget pays for; how much its network has sent is.
-        if handshakes.available(now: now) < handshakes.rate.burst * Self.reserve, !reserveByNetwork.wouldAllow(source, now: now) {
+        if inReserve(now: now), !reserveByNetwork.wouldAllow(source, now: now) {
             return .serverLimited
         }
         return nil
@@ -342,8 +342,11 @@ public struct ServerCore: Sendable {
     /// The part of everyone's handshake budget shared out by network (`generalRefusal`).
     static let reserve = 0.25
 
+    /// Whether everyone's handshake budget is down to the part shared out by network.
+    private func inReserve(now: Instant) -> Bool { handshakes.available(now: now) < handshakes.rate.burst * Self.reserve }
+
     private mutating func takeGeneral(_ source: IPAddress, now: Instant) {
-        if handshakes.available(now: now) < handshakes.rate.burst * Self.reserve { reserveByNetwork.take(source, now: now) }
+        if inReserve(now: now) { reserveByNetwork.take(source, now: now) }
         handshakesBySource.take(source, now: now)
         handshakesByNetwork.take(source, now: now)
         _ = handshakes.take(now: now)
