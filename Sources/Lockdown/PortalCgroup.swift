@@ -22,7 +22,12 @@ public struct CgroupFileSystem: Equatable, Sendable {
         if let (point, root) = cgroup2Mount(in: SystemFiles.text("/proc/self/mountinfo") ?? "") {
             return CgroupFileSystem(point: point, root: root, mountedByUs: false)
         }
-        let point = runtimeDirectory + "/cgroup2"
+        // A mount point of this process's own: another agent sharing the runtime directory
+        // (another profile's, a holder's) removes its own point at its end, and removing a
+        // directory that is a mount point in another mount namespace detaches that mount there
+        // (Linux 3.18+), which would take this agent's cgroups out from under its lockdown.
+        removeStalePoints(in: runtimeDirectory)
+        let point = runtimeDirectory + "/" + pointPrefix + "\(getpid())"
         if mkdir(point, 0o700) != 0 && errno != EEXIST {
             throw CgroupError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
         }
@@ -36,6 +41,35 @@ public struct CgroupFileSystem: Equatable, Sendable {
                 + "a portal window needs cgroup v2 (Linux 4.5 or later)")
         }
         return CgroupFileSystem(point: point, root: "/", mountedByUs: true)
+    }
+
+    /// The mount points' names in the runtime directory: this prefix and the mounting agent's PID.
+    static let pointPrefix = "cgroup2."
+
+    /// Mount points left by agents that ended without removing theirs (a crash): a point whose
+    /// agent is gone is unmounted here (when it was mounted in this namespace) and removed. A
+    /// live agent's is never touched.
+    static func removeStalePoints(in runtimeDirectory: String) {
+        guard let entries = opendir(runtimeDirectory) else { return }
+        var stale: [String] = []
+        while let entry = readdir(entries) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(pointPrefix), let pid = pid_t(name.dropFirst(pointPrefix.count)), pid > 0,
+                  pid != getpid(), kill(pid, 0) != 0, errno == ESRCH else { continue }
+            stale.append(runtimeDirectory + "/" + name)
+        }
+        closedir(entries)
+        for point in stale where rmdir(point) != 0 && errno == EBUSY {
+            _ = umount2(point, Int32(MNT_DETACH) | 0x8 /* UMOUNT_NOFOLLOW */)
+            _ = rmdir(point)
+        }
+    }
+
+    /// Whether libnftables finds the cgroup at `directory` (it resolves the path a rule names
+    /// from /sys/fs/cgroup, in the process's own mount namespace).
+    static func nftablesFinds(_ directory: String) -> Bool {
+        var info = stat()
+        return stat("/sys/fs/cgroup/" + nftablesPath(of: directory), &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// The directory of the cgroup `path` (as /proc/PID/cgroup names it), when it lies under
@@ -271,12 +305,15 @@ public struct AgentCgroup: Sendable {
             return AgentCgroup(directory: here, level: components.count, parent: String(here.dropLast(own.count + 1)), fs: fs)
         }
         let directory = (here == "/" ? "" : here) + "/" + own
-        // Agents that ended without removing theirs (a crash): an empty cgroup goes, one in use stays.
+        // Agents that ended without removing theirs (a crash): an empty cgroup goes, one in use
+        // stays, and so does one whose agent lives (it may not have joined it yet).
         if let entries = opendir(here) {
             defer { closedir(entries) }
             while let entry = readdir(entries) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if name.hasPrefix("roam-agent."), name != own { _ = rmdir((here == "/" ? "" : here) + "/" + name) }
+                guard name.hasPrefix("roam-agent."), name != own, let pid = pid_t(name.dropFirst("roam-agent.".count)),
+                      pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
+                _ = rmdir((here == "/" ? "" : here) + "/" + name)
             }
         }
         let problem: String
@@ -285,13 +322,22 @@ public struct AgentCgroup: Sendable {
         } else if let code = SystemFiles.overwrite("0\n", at: directory + "/cgroup.procs") {
             _ = rmdir(directory)
             problem = "cannot move the agent into \(directory): \(String(cString: strerror(code)))"
+        } else if !CgroupFileSystem.nftablesFinds(directory) {
+            _ = SystemFiles.overwrite("0\n", at: here + "/cgroup.procs")
+            _ = rmdir(directory)
+            problem = "nftables cannot find the agent's cgroup \(directory) from /sys/fs/cgroup"
         } else {
             return AgentCgroup(directory: directory, level: components.count + 1, parent: here, fs: fs)
         }
         guard !components.isEmpty else { throw CgroupError(problem + "; the agent is in the root cgroup, which every process shares") }
+        guard CgroupFileSystem.nftablesFinds(here) else { throw CgroupError(problem + "; nor can nftables find \(here)") }
         return AgentCgroup(directory: here, level: components.count, parent: nil, fs: fs,
                            fallback: problem + "; the lockdown matches the cgroup the agent was started in, and every process in it")
     }
+
+    /// Whether libnftables still finds the cgroup (its directory or the file system it is
+    /// mounted in may have been taken away since).
+    public var isFoundByNftables: Bool { CgroupFileSystem.nftablesFinds(directory) }
 
     /// Why the agent uses the cgroup it was started in rather than a leaf of its own; nil when
     /// it has its own.

@@ -106,7 +106,21 @@ struct UpCommand: ParsableCommand {
             do {
                 firewall = try Firewall(policy, guarded: true)
             } catch {
-                throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
+                // The agent's cgroup taken away between joining it and loading (its directory or
+                // the file system it is mounted in): joined again, and loaded once more.
+                guard let vanished = agentCgroup, !vanished.isFoundByNftables else {
+                    throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
+                }
+                log.warning("the agent's cgroup went away before the lockdown was loaded; joining one again",
+                            metadata: ["cgroup": "\(vanished.directory)"])
+                vanished.leave()
+                agentCgroup = try? AgentCgroup.enter(runtimeDirectory: runtime)
+                policy.owner = agentCgroup?.owner ?? .anyMarked
+                do {
+                    firewall = try Firewall(policy, guarded: true)
+                } catch {
+                    throw AgentError("cannot load the lockdown firewall: \(error) (or set 'lockdown: off')")
+                }
             }
             if let unavailable = firewall?.guardUnavailable {
                 log.warning("any root process can delete the lockdown on this kernel (no nftables table owners, Linux 5.12+): the machine is open until the agent loads it again",

@@ -88,3 +88,34 @@ import Testing
     #expect(PortalCgroup.parent(getpid()) == getppid())
     #expect(PortalCgroup.user(of: getpid()) == getuid())
 }
+
+/// Each agent mounts the cgroup2 file system (when none is mounted) at a point of its own in the
+/// runtime directory: one agent's end removes its point, never another's, since removing a
+/// directory that is a mount point in another namespace takes that mount away there. Points of
+/// agents that are gone are cleared; a live agent's and any other name stay.
+@Test func onlyTheMountPointsOfEndedAgentsAreCleared() throws {
+    let runtime = FileManager.default.temporaryDirectory.appendingPathComponent("roam-runtime-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: runtime) }
+    let ended = Process()
+    ended.executableURL = URL(fileURLWithPath: "/bin/true")
+    try ended.run()
+    ended.waitUntilExit()
+    let live = ["cgroup2.\(getpid())", "cgroup2.1", "cgroup2", "cgroup2.x", "other.\(ended.processIdentifier)"]
+    for name in live + ["cgroup2.\(ended.processIdentifier)"] {
+        try FileManager.default.createDirectory(atPath: runtime + "/" + name, withIntermediateDirectories: true)
+    }
+    CgroupFileSystem.removeStalePoints(in: runtime)
+    let left = Set(try FileManager.default.contentsOfDirectory(atPath: runtime))
+    #expect(left == Set(live), "\(left)")
+}
+
+/// libnftables resolves a rule's cgroup from /sys/fs/cgroup: a directory elsewhere is found
+/// through the path the policy writes, one that went away is not.
+@Test func nftablesFindsACgroupWhereverItIsMountedWhileItIsThere() throws {
+    try #require(access("/sys/fs/cgroup", F_OK) == 0, "no /sys/fs/cgroup here")
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-cgroup-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    #expect(CgroupFileSystem.nftablesFinds(directory))
+    try FileManager.default.removeItem(atPath: directory)
+    #expect(!CgroupFileSystem.nftablesFinds(directory))
+}
