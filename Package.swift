@@ -164,7 +164,7 @@ let package = Package(
             name: "SettingsTests", dependencies: ["Basics", "Device", "Netlink", "Reconnector", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
             swiftSettings: strict),
         .testTarget(
-            name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity"],
+            name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity", "NamespaceLab"],
             swiftSettings: strict),
         .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),

@@ -113,7 +113,7 @@ extension YAMLReader {
             return OnDemandRules.normalized(text)
         }
         if let n = f.optional("probe") {
-            let p = try fields(n, "'probe'", allowed: ["url", "expect", "pin"])
+            let p = try fields(n, "'probe'", allowed: ["url", "expect", "pin", "direct"])
             let urlNode = try p.required("url")
             let url = try string(urlNode)
             let https = url.hasPrefix("https://")
@@ -135,7 +135,12 @@ extension YAMLReader {
                 throw fail(urlNode, "an https:// probe needs the 'pin' of its server's key (sha256//...): the probe "
                     + "checks no certificate authority, only the key")
             }
-            m.probe = OnDemandRule.Probe(url: url, expect: try httpExpectation(p.required("expect")), pin: pin)
+            var direct = true
+            if let n = p.optional("direct") {
+                guard pin != nil else { throw fail(n, "'direct' is for a pinned https:// probe: only its server can say where it saw the laptop") }
+                direct = try bool(n)
+            }
+            m.probe = OnDemandRule.Probe(url: url, expect: try httpExpectation(p.required("expect")), pin: pin, direct: direct)
         }
         return m
     }

@@ -12,6 +12,13 @@ public struct PinnedProbe: Sendable {
     public var url: CheckURL
     public var expect: HTTPExpectation
     public var pin: KeyPin
+    /// The server must say where it saw the connection come from, and that must be where it
+    /// left (`OnDemandRule.Probe.direct`).
+    public var direct: Bool
+
+    /// The header in which the server says, inside the session, which address and port it saw
+    /// the connection come from (`address:port`, IPv6 in brackets or not).
+    public static let seenHeader = "roam-seen"
 
     /// nil unless `probe` is a pinned `https://` one.
     public init?(_ probe: OnDemandRule.Probe) {
@@ -19,6 +26,7 @@ public struct PinnedProbe: Sendable {
         self.url = url
         self.expect = probe.expect
         self.pin = pin
+        self.direct = probe.direct
     }
 
     /// Why a probe proved nothing, for the log.
@@ -49,6 +57,7 @@ public struct PinnedProbe: Sendable {
         }
         let shown: KeyPin
         let answer: [UInt8]
+        let local: SocketEndpoint?
         do {
             let connection: TCPConnection
             do {
@@ -57,6 +66,7 @@ public struct PinnedProbe: Sendable {
             } catch {
                 return failed("\(error)")
             }
+            local = connection.local.map { SocketEndpoint($0.ip, port: $0.port) }
             let session = try TLSSession(over: connection, serverName: IPAddress(url.host) == nil ? url.host : nil)
             try session.handshake(deadline: deadline)
             guard let key = KeyPin(hash: try session.serverKeyHash()) else { return failed("the server's key did not hash") }
@@ -70,7 +80,17 @@ public struct PinnedProbe: Sendable {
         }
         if answer.isEmpty { return failed("no answer from \(url.host) in \(PortalCheck.timeout.short)") }
         switch PortalCheck(url: url, expect: expect).judge(answer) {
-        case .online: return .success(KeyProof(pin: shown, path: path.id))
+        case .online:
+            let said = HTTPResponse(answer)?.header(Self.seenHeader)
+            let proof = KeyProof(pin: shown, path: path.id, local: local, seen: said.flatMap { SocketEndpoint(parsing: $0) })
+            guard direct, !proof.isDirect else { return .success(proof) }
+            // The rule asks for a server that saw this laptop itself: a network that relays the
+            // connection to the real server (or translates it) reaches the key, not the office.
+            guard let said else {
+                return failed("\(url.host) did not say where it saw the connection come from (a '\(Self.seenHeader)' header)")
+            }
+            return failed("\(url.host) saw the connection come from \(proof.seen.map(\.description) ?? "'\(said)'"), "
+                + "not from \(local.map(\.description) ?? "this laptop"): something between relays or translates it")
         case .portal: return failed("\(url.host) answered, but not as the rule expects")
         case .unknown(let why): return failed(why)
         }

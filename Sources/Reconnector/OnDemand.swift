@@ -81,11 +81,17 @@ public struct OnDemandRule: Equatable, Sendable {
         /// The key the `https://` server must hold: its answer counts only over a TLS session
         /// whose certificate carries this public key.
         public var pin: KeyPin?
+        /// With a pin: the server must also say, in that session, which address and port it saw
+        /// the connection come from (`Roam-Seen`), and they must be the ones the laptop sent
+        /// from; a network that relays the connection to the server elsewhere, or translates
+        /// it, proves nothing. Off only where a NAT stands between the laptop and the server.
+        public var direct: Bool
 
-        public init(url: String, expect: HTTPExpectation, pin: KeyPin? = nil) {
+        public init(url: String, expect: HTTPExpectation, pin: KeyPin? = nil, direct: Bool = true) {
             self.url = url
             self.expect = expect
             self.pin = pin
+            self.direct = direct
         }
 
         public var description: String { url }
@@ -169,11 +175,63 @@ public struct KeyProof: Hashable, Sendable {
     public var pin: KeyPin
     /// The path the probe went over (the uplink and the address it left from).
     public var path: Path.ID
+    /// Where the connection left from (its local address and port), and where the server said,
+    /// inside the session, it saw it come from; nil when it did not say.
+    public var local: SocketEndpoint?
+    public var seen: SocketEndpoint?
 
-    public init(pin: KeyPin, path: Path.ID) {
+    public init(pin: KeyPin, path: Path.ID, local: SocketEndpoint? = nil, seen: SocketEndpoint? = nil) {
         self.pin = pin
         self.path = path
+        self.local = local
+        self.seen = seen
     }
+
+    /// The server saw the connection come from where it left: nothing between relayed it to
+    /// the server from elsewhere or translated it on the way.
+    public var isDirect: Bool { local != nil && seen == local }
+}
+
+/// One end of a TCP connection: an address and a port.
+public struct SocketEndpoint: Hashable, Sendable, CustomStringConvertible {
+    public var address: IPAddress
+    public var port: UInt16
+
+    public init(_ address: IPAddress, port: UInt16) {
+        self.address = Self.unmapped(address)
+        self.port = port
+    }
+
+    /// Parses `address:port` as web servers write a peer: `192.0.2.5:41234`,
+    /// `[2001:db8::5]:41234`, or IPv6 without brackets (`2001:db8::5:41234`, nginx's
+    /// `$remote_addr:$remote_port`); an IPv4-mapped IPv6 address (a dual-stack listener's) is
+    /// the IPv4 address it maps. Nil for anything else.
+    public init?(parsing text: some StringProtocol) {
+        let blank: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        var text = Substring(text).drop(while: blank)
+        while let last = text.last, blank(last) { text = text.dropLast() }
+        let host: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        }
+        guard let address = IPAddress(String(host)), !portText.isEmpty, portText.allSatisfy({ $0.isASCII && $0.isNumber }), let port = UInt16(portText), port > 0 else { return nil }
+        self.init(address, port: port)
+    }
+
+    /// `::ffff:a.b.c.d` as `a.b.c.d`.
+    static func unmapped(_ address: IPAddress) -> IPAddress {
+        if case .v6(0, let low) = address, low >> 32 == 0xffff { return .v4(UInt32(truncatingIfNeeded: low)) }
+        return address
+    }
+
+    public var description: String { address.family == .v6 ? "[\(address)]:\(port)" : "\(address):\(port)" }
 }
 
 /// What a plain HTTP answer must be to count as expected: the connectivity check's, and an
@@ -326,8 +384,11 @@ public struct OnDemandRules: Equatable, Sendable {
         if let probe = match.probe {
             switch facts.probes[probe] {
             case .expected(let proof)?:
-                // A pinned probe holds only with its key shown over this very path.
-                if let pin = probe.pin, proof != KeyProof(pin: pin, path: facts.path) { return .no }
+                // A pinned probe holds only with its key shown over this very path, and (unless
+                // the rule allows a NAT between) to a server that saw the laptop's own address.
+                if let pin = probe.pin {
+                    guard let proof, proof.pin == pin, proof.path == facts.path, !probe.direct || proof.isDirect else { return .no }
+                }
             case .unexpected?: return .no
             case nil: wanted.append(.probe(probe))
             }

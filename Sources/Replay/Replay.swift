@@ -102,7 +102,17 @@ public struct Replay {
     /// done); one that never opens (its SYN dropped) is absent, its socket in `sockets` all the same.
     private var streamReady: [Path.ID: Instant] = [:]
     /// What on-demand rules can learn of the network behind each link.
-    private var networks: [String: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>, tlsKey: KeyPin?)] = [:]
+    private var networks: [String: NetworkFacts] = [:]
+    /// What a network says of itself and what its probes find, as the scenario describes it.
+    struct NetworkFacts: Equatable {
+        var ssid: String?
+        var gatewayMAC: String?
+        var domains: [String]?
+        var probes: Set<String> = []
+        var tlsKey: KeyPin?
+        /// It relays the probes' connections to the servers elsewhere: they see its address.
+        var relaysProbes = false
+    }
     /// The agent's configuration file as it is now (a reload changes it; a new process reads it).
     private var configured: (config: Config, rules: OnDemandRules)
     /// The user who runs `agent portal` in a scenario.
@@ -528,12 +538,13 @@ public struct Replay {
             if let spread = spec.jitter { jitter[spec.name] = spread }
             if let mtu = spec.pathMTU { pathMTU[spec.name] = mtu }
             if let timeout = spec.natTimeout { natTimeout[spec.name] = timeout }
-            var facts = networks[spec.name] ?? (nil, nil, nil, [], nil)
+            var facts = networks[spec.name] ?? NetworkFacts()
             if let ssid = spec.ssid { facts.ssid = ssid }
             if let mac = spec.gatewayMAC { facts.gatewayMAC = mac }
             if let domains = spec.dnsDomains { facts.domains = domains }
             if let urls = spec.probeAnswers { facts.probes = Set(urls) }
             if let key = spec.tlsKey { facts.tlsKey = key }
+            if let relays = spec.relaysProbes { facts.relaysProbes = relays }
             if let filter = spec.blocks { filters[spec.name] = filter }
             if let after = spec.streamResetAfter { streamResets[spec.name] = after > .zero ? after : nil }
             networks[spec.name] = facts
@@ -1299,7 +1310,11 @@ extension Replay {
                 if probe.pin == nil {
                     result = .expected(proof: nil)
                 } else if let key = network.tlsKey, key == probe.pin {
-                    result = .expected(proof: KeyProof(pin: key, path: path.id))
+                    // The server says where it saw the connection come from: the laptop's own
+                    // address and port, or the relay's.
+                    let local = SocketEndpoint(path.source, port: 40_000)
+                    let seen = network.relaysProbes ? SocketEndpoint(.v4(0xcb00_7101), port: 61_000) : local
+                    result = .expected(proof: KeyProof(pin: key, path: path.id, local: local, seen: seen))
                 }
             }
             let at = passes ? now + roundTrip(path.id) : now + .seconds(5)
@@ -1326,7 +1341,7 @@ extension Replay {
 
     /// The kernel's notices of a network's facts that a link's new description changed, for
     /// the ones the agent follows.
-    private mutating func noticeFacts(on name: String, before: (ssid: String?, gatewayMAC: String?, domains: [String]?, probes: Set<String>, tlsKey: KeyPin?)?) {
+    private mutating func noticeFacts(on name: String, before: NetworkFacts?) {
         guard let index = kernel.model.link(named: name)?.index, let after = networks[name] else { return }
         if notices.wifi, after.ssid != before?.ssid {
             queue.push(now, .answer(.networkFact(.wifi(linkIndex: index, wifi(on: name)))))

@@ -224,6 +224,9 @@ public struct LinkSpec: Sendable {
     /// The key the `https://` servers this network reaches show (the office's server's own, or
     /// an impostor's): a pinned probe answers only when it is the pinned one.
     public var tlsKey: KeyPin?
+    /// The network relays the probes' connections to their servers elsewhere (what it reaches
+    /// is the real server, but the server sees the relay's address, not the laptop's).
+    public var relaysProbes: Bool?
     /// What the network lets out (nil: unchanged; new links let everything out).
     public var blocks: LinkFilter?
     /// A middlebox on this network resets TCP connections this long after they opened (0: none).

@@ -417,7 +417,7 @@ extension YAMLReader {
     func linkSpec(_ node: Node) throws(ScenarioError) -> LinkSpec {
         let f = try fields(node, "a link", allowed: ["name", "index", "kind", "up", "carrier", "mtu", "rtt", "loss", "loss-up",
                                                      "loss-down", "loss-v4", "loss-v6", "jitter", "path-mtu", "nat-timeout", "ssid", "gateway-mac",
-                                                     "dns-domain", "probe-answers", "tls-key", "blocks", "stream-reset-after"])
+                                                     "dns-domain", "probe-answers", "tls-key", "relays-probes", "blocks", "stream-reset-after"])
         var spec = LinkSpec(name: try string(try f.required("name")))
         if let n = f.optional("index") { spec.index = Int32(try int(n, 1...Int(Int32.max))) }
         if let n = f.optional("kind") { spec.kind = try linkKind(n) }
@@ -459,6 +459,7 @@ extension YAMLReader {
             spec.blocks = filter
         }
         if let n = f.optional("stream-reset-after") { spec.streamResetAfter = try duration(n) }
+        if let n = f.optional("relays-probes") { spec.relaysProbes = try bool(n) }
         if let n = f.optional("tls-key") {
             let text = try string(n)
             guard let key = KeyPin(text) else { throw fail(n, "'tls-key' is a key's pin, sha256// and 44 characters of base64") }

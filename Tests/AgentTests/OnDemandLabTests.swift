@@ -133,6 +133,44 @@ struct OnDemandLabTests {
         #expect(lab.log("client.log").contains("onDemand(default on wifi0: connect)"))
     }
 
+    /// A network that relays the probe's connection to the office's real server (here the
+    /// router's Wi-Fi side, which translates the laptop's connection to its own address, as a
+    /// relay to a server reachable from anywhere would): the server shows the pinned key and
+    /// answers, but says it saw the relay, so the lockdown stays and the tunnel connects there.
+    /// On the office's own cable the same server sees the laptop itself, and the lockdown lifts.
+    @Test func aRelayToTheOfficesServerLiftsNothing() throws {
+        let (lab, office) = try lab { pin in
+            """
+              - name: office
+                match: {\(Self.probe(pin: pin))}
+                action: disconnect
+                lockdown: lift
+            """
+        }
+        defer { office.stop() }
+        let relay = """
+            table ip relay {
+                chain in {
+                    type nat hook input priority 100; policy accept;
+                    iifname "wifi-l" tcp dport 443 snat to 192.168.1.1
+                }
+            }
+            """
+        try relay.write(toFile: lab.directory + "/relay.nft", atomically: true, encoding: .utf8)
+        let loaded = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.server.name, "nft", "-f", lab.directory + "/relay.nft"])
+        try #require(loaded.status == 0, "\(loaded.output)")
+        try lab.laptop.ip("link set eth0 down")
+        try lab.startClient()
+        #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "wifi0", "\(lab.status())")
+        #expect(lab.wait(for: "saw the connection come from 192.168.1.1:", in: "client.log", seconds: 5), "\(lab.log("client.log"))")
+        #expect(!isTrue(lab.status()["on_demand.lockdown_lifted"]) && !trusts(lab, "wifi0"), "\(lab.status())")
+
+        try lab.laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
+        #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
+                "\(lab.log("client.log"))")
+        #expect(!trusts(lab, "wifi0"), "only the cable is trusted")
+    }
+
     /// The office router replaced by another (same gateway address, same cable, another hardware
     /// address) is another network: no link, address or route changes, but the neighbour table's
     /// notice is enough for the lockdown to come back and the tunnel to come up on the cable.

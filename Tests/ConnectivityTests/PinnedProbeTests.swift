@@ -4,13 +4,14 @@ import Basics
 import Device
 import PathMonitor
 import Reconnector
+import NamespaceLab
 import Testing
 @testable import Connectivity
 
 /// The pinned probe against real TLS servers on loopback: Debian's `openssl s_server` with keys
 /// made for the test (owner-only, in a directory of its own), a plain HTTP server where TLS is
 /// expected, and one that accepts and never says a word. Each failure is a reason, never a proof.
-@Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl"), "needs openssl (scripts/setup installs it)"),
+@Suite(.enabled(if: PinnedServer.isAvailable, "needs openssl and socat (scripts/setup installs them)"),
        .serialized)
 struct PinnedProbeTests {
     static let loopback = Path(linkIndex: 1, interface: "lo", kind: .other, source: IPAddress("127.0.0.1")!, gateway: nil,
@@ -18,78 +19,61 @@ struct PinnedProbeTests {
     /// Ports of this process's own, apart from another test run's.
     static let basePort = UInt16(20_000 + Int(getpid()) % 20_000)
 
-    /// A TLS server on `port` with a fresh key; its pin, and a way to stop it.
+    /// A TLS server on loopback `port` with a fresh key (`PinnedServer`), its files in a
+    /// directory of its own.
     final class Server {
-        let pin: String
-        let process = Process()
         let directory: String
+        let server: PinnedServer
+        var pin: String { server.pin }
 
-        init(port: UInt16, answer: String) throws {
+        init(port: UInt16, answer: String, seen: PinnedServer.Seen = .peer) throws {
             directory = NSTemporaryDirectory() + "roam-pinned-\(getpid())-\(port)"
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
-            let key = directory + "/key.pem", certificate = directory + "/cert.pem"
-            _ = FileManager.default.createFile(atPath: key, contents: nil, attributes: [.posixPermissions: 0o600])
-            try Self.shell("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '\(key)' 2>&1 && "
-                + "openssl req -x509 -new -key '\(key)' -out '\(certificate)' -days 1 -subj /CN=probe.roam.test 2>&1")
-            pin = "sha256//" + (try Self.shell("openssl x509 -in '\(certificate)' -pubkey -noout | openssl pkey -pubin -outform der "
-                + "| openssl dgst -sha256 -binary | base64"))
-            try FileManager.default.createDirectory(atPath: directory + "/www", withIntermediateDirectories: true)
-            try answer.write(toFile: directory + "/www/roam", atomically: true, encoding: .utf8)
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-            process.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate, "-key", key, "-WWW", "-quiet"]
-            process.currentDirectoryURL = URL(fileURLWithPath: directory + "/www")
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            // Up once it accepts (at most 5 s).
-            let deadline = ContinuousClock.now + .seconds(5)
-            while ContinuousClock.now < deadline {
-                if (try? TCPConnection.connect(to: SocketAddress(IPAddress("127.0.0.1")!, port: port),
-                                               deadline: ContinuousClock.now + .milliseconds(200))) != nil { break }
-                usleep(20_000)
-            }
+            server = try PinnedServer(in: nil, directory: directory, name: "probe", accept: "127.0.0.1:\(port)", answer: answer, seen: seen)
         }
 
         deinit {
-            // KILL: s_server lets SIGTERM pass, and holds nothing to tidy. A bounded wait, and no
-            // run loop (which waitUntilExit would need and the test's threads have none of).
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            let deadline = ContinuousClock.now + .seconds(2)
-            while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+            server.stop()
             try? FileManager.default.removeItem(atPath: directory)
-        }
-
-        @discardableResult
-        static func shell(_ command: String) throws -> String {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", command]
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.run()
-            let output = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            let text = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard process.terminationStatus == 0 else { throw CocoaError(.fileReadUnknown, userInfo: ["output": text]) }
-            return text
         }
     }
 
-    private func probe(port: UInt16, pin: String, expect: HTTPExpectation = .body("roam-office")) -> PinnedProbe {
-        PinnedProbe(OnDemandRule.Probe(url: "https://127.0.0.1:\(port)/roam", expect: expect, pin: KeyPin(pin)))!
+    private func probe(port: UInt16, pin: String, expect: HTTPExpectation = .body("roam-office"), direct: Bool = true) -> PinnedProbe {
+        PinnedProbe(OnDemandRule.Probe(url: "https://127.0.0.1:\(port)/roam", expect: expect, pin: KeyPin(pin), direct: direct))!
     }
 
     @Test func thePinnedKeyAnsweringAsExpectedIsAProofOfThatPath() throws {
         let port = Self.basePort
         let server = try Server(port: port, answer: "roam-office")
         let result = probe(port: port, pin: server.pin).run(via: Self.loopback, mark: nil, avoiding: [])
-        #expect(result == .success(KeyProof(pin: KeyPin(server.pin)!, path: Self.loopback.id)), "\(result)")
+        guard case .success(let proof) = result else { Issue.record("\(result)"); return }
+        #expect(proof.pin == KeyPin(server.pin)! && proof.path == Self.loopback.id, "\(proof)")
+        // The server saw the connection come from where it left: the probe's own port on loopback.
+        #expect(proof.isDirect && proof.local?.address == IPAddress("127.0.0.1")! && proof.local?.port != port, "\(proof)")
         // The right key with another answer proves nothing.
         let other = probe(port: port, pin: server.pin, expect: .body("something else")).run(via: Self.loopback, mark: nil, avoiding: [])
         guard case .failure(let why) = other else { Issue.record("\(other)"); return }
         #expect(why.description.contains("not as the rule expects"), "\(why)")
+    }
+
+    /// The real server's key reached through a relay: the server says it saw the relay, and the
+    /// probe proves nothing; a server that does not say proves nothing either, unless the rule
+    /// allows a NAT between (`direct: false`).
+    @Test func aServerThatSawSomeoneElseOrSaysNothingProvesNothing() throws {
+        let port = Self.basePort + 3
+        let relayed = try Server(port: port, answer: "roam-office", seen: .claimed("203.0.113.9:41000"))
+        let result = probe(port: port, pin: relayed.pin).run(via: Self.loopback, mark: nil, avoiding: [])
+        guard case .failure(let why) = result else { Issue.record("a relayed probe proved: \(result)"); return }
+        #expect(why.description.contains("saw the connection come from 203.0.113.9:41000, not from 127.0.0.1:"), "\(why)")
+        let allowed = probe(port: port, pin: relayed.pin, direct: false).run(via: Self.loopback, mark: nil, avoiding: [])
+        guard case .success(let proof) = allowed else { Issue.record("\(allowed)"); return }
+        #expect(!proof.isDirect && proof.seen == SocketEndpoint(IPAddress("203.0.113.9")!, port: 41000), "\(proof)")
+
+        let silent = try Server(port: port + 1, answer: "roam-office", seen: .nothing)
+        let unsaid = probe(port: port + 1, pin: silent.pin).run(via: Self.loopback, mark: nil, avoiding: [])
+        guard case .failure(let none) = unsaid else { Issue.record("a server that did not say proved: \(unsaid)"); return }
+        #expect(none.description.contains("did not say where it saw the connection come from"), "\(none)")
     }
 
     @Test func anotherKeyIsRefusedBeforeAnythingIsAsked() throws {

@@ -255,7 +255,7 @@ private let officeRule = OnDemandRule(name: "office", match: .init(gatewayMACs: 
 /// The office's server answered the pinned probe over `path`, showing `key`.
 private func proven(_ core: AgentCore, on path: Path, key: KeyPin = officePin) -> AgentEvent {
     .networkFact(.probeAnswered(officeProbe, generation: core.onDemand.generation,
-                                .expected(proof: KeyProof(pin: key, path: path.id))))
+                                .expected(proof: directProof(key, on: path.id))))
 }
 
 extension [Effect] {

@@ -162,7 +162,7 @@ private let wireless = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, sourc
     let (waiting, asks) = judge(&j, at: ms(0))
     #expect(waiting == .waiting(rule: "office", for: [.probe(pinned)], path: wired.id))
     #expect(asks == [.probe(pinned, via: wired, generation: j.generation)])
-    let proof = ProbeResult.expected(proof: KeyProof(pin: officePin, path: wired.id))
+    let proof = ProbeResult.expected(proof: directProof(officePin, on: wired.id))
     _ = j.learn(.probeAnswered(pinned, generation: j.generation, proof), now: ms(30))
     let (lifted, _) = judge(&j, at: ms(30))
     #expect(lifted == disconnect(provenOffice))
@@ -189,7 +189,7 @@ private let wireless = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, sourc
 @Test func aProofOnAnotherInterfaceDoesNotCount() {
     var j = OnDemandJudge(rules: OnDemandRules([provenOffice]))
     _ = judge(&j, at: ms(0))
-    let elsewhere = ProbeResult.expected(proof: KeyProof(pin: officePin, path: wireless.id))
+    let elsewhere = ProbeResult.expected(proof: directProof(officePin, on: wireless.id))
     let learnt = j.learn(.probeAnswered(pinned, generation: j.generation, elsewhere), now: ms(10))
     #expect(learnt)
     #expect(judge(&j, at: ms(10)).0 == connect)

@@ -115,6 +115,16 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
     #expect(r.rules[0].match.subnets == [Prefix("10.20.0.0/16")!])
     #expect(r.rules[1].match.interfaceKinds == [.wifi, .wwan])
     #expect(r.rules[2].match.probe == OnDemandRule.Probe(url: "http://intranet.corp.example/", expect: .status(204)))
+    // A pinned probe's server must have seen the laptop itself unless the rule says otherwise.
+    #expect(r.rules[0].match.probe?.direct == true)
+    let natted = try load("""
+        on-demand:
+          - match:
+              probe: {url: "https://10.20.0.1/roam", expect: 204, pin: "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", direct: false}
+            action: disconnect
+            lockdown: lift
+        """)
+    #expect(natted.rules[0].match.probe?.direct == false)
 }
 
 @Test(arguments: [
@@ -158,6 +168,9 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
     ("on-demand:\n  - match:\n      probe:\n        url: \"http://x.example/\"\n        expect: 204\n"
         + "        pin: \"sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"\n    action: disconnect\n", 4, "a 'pin' needs an https:// url"),
     ("on-demand:\n  - match: {probe: {url: \"https://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "needs the 'pin'"),
+    // Only a pinned probe's server can say where it saw the laptop.
+    ("on-demand:\n  - match: {probe: {url: \"http://x.example/\", expect: 204,\n      direct: false}}\n    action: disconnect\n", 3,
+     "'direct' is for a pinned https:// probe"),
     ("on-demand:\n  - match: {ssid: \"\(String(repeating: "x", count: 33))\"}\n    action: disconnect\n", 2, "1 to 32 bytes"),
     ("on-demand:\n  - match: {colour: blue}\n    action: disconnect\n", 2, "colour"),
     ("on-demand:\n  - name: a\n    match: {ssid: A}\n    action: connect\n  - name: a\n    match: {ssid: B}\n    action: connect\n",
@@ -350,10 +363,10 @@ private func lifts(_ rules: OnDemandRules, _ facts: NetworkFacts) -> Bool? {
 /// The pinned probe holds only with the pinned key shown over this very path: a plain answer,
 /// another key, a proof made over another uplink, and no answer are no proof.
 @Test(arguments: [
-    (ProbeResult.expected(proof: KeyProof(pin: officePin, path: eth0.id)), "office:disconnect", true as Bool?),
+    (ProbeResult.expected(proof: directProof(officePin, on: eth0.id)), "office:disconnect", true as Bool?),
     (.expected(proof: nil), "default:connect", false),
-    (.expected(proof: KeyProof(pin: impostorPin, path: eth0.id)), "default:connect", false),
-    (.expected(proof: KeyProof(pin: officePin, path: wifi0.id)), "default:connect", false),
+    (.expected(proof: directProof(impostorPin, on: eth0.id)), "default:connect", false),
+    (.expected(proof: directProof(officePin, on: wifi0.id)), "default:connect", false),
     (.unexpected, "default:connect", false),
 ] as [(ProbeResult, String, Bool?)])
 func aPinnedProbeHoldsOnlyWithItsKeyOnThisPath(_ answer: ProbeResult, _ expected: String, _ lifted: Bool?) {
@@ -370,5 +383,48 @@ func aPinnedProbeHoldsOnlyWithItsKeyOnThisPath(_ answer: ProbeResult, _ expected
                  "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc", "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwd=",
                  "sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBw-=", "sha256//" + String(repeating: "A", count: 44)] {
         #expect(KeyPin(text) == nil, "\(text)")
+    }
+}
+
+/// What a probe server that saw the laptop itself gives: the key, the path, and the address and
+/// port it saw, which are the ones the connection left from.
+func directProof(_ pin: KeyPin, on path: Path.ID) -> KeyProof {
+    let here = SocketEndpoint(.v4(0x0a14_0039), port: 40_000)
+    return KeyProof(pin: pin, path: path, local: here, seen: here)
+}
+
+/// A pinned probe's server that saw the connection come from someone else (a relay), or did not
+/// say, proves nothing unless the rule allows a NAT between; the same key over the same path.
+@Test func aProofFromAServerThatSawARelayDoesNotHold() {
+    let here = SocketEndpoint(.v4(0x0a14_0039), port: 40_000)
+    let relay = SocketEndpoint(.v4(0xcb00_7109), port: 41_000)
+    for (proof, direct, holds) in [
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: here), true, true),
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: relay), true, false),
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: SocketEndpoint(here.address, port: 40_001)), true, false),
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: nil), true, false),
+        (KeyProof(pin: officePin, path: eth0.id, local: nil, seen: nil), true, false),
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: relay), false, true),
+        (KeyProof(pin: officePin, path: eth0.id, local: here, seen: nil), false, true),
+    ] {
+        var probe = pinnedProbe
+        probe.direct = direct
+        let rules = OnDemandRules([OnDemandRule(name: "office", match: .init(probe: probe), action: .disconnect, liftsLockdown: true)])
+        let f = facts(eth0, probes: [probe: .expected(proof: proof)])
+        #expect((rules.evaluate(f).summary == "office:disconnect") == holds, "\(proof) direct: \(direct)")
+        #expect(lifts(rules, f) == (holds ? true : false), "\(proof) direct: \(direct)")
+    }
+}
+
+/// What servers write for a peer: IPv4, IPv6 with brackets or without (nginx), a dual-stack
+/// listener's IPv4-mapped address; anything else is nothing.
+@Test func aSeenAddressIsReadAsServersWriteIt() {
+    #expect(SocketEndpoint(parsing: "192.0.2.5:41234") == SocketEndpoint(IPAddress("192.0.2.5")!, port: 41234))
+    #expect(SocketEndpoint(parsing: " [2001:db8::5]:41234 ") == SocketEndpoint(IPAddress("2001:db8::5")!, port: 41234))
+    #expect(SocketEndpoint(parsing: "2001:db8::5:41234") == SocketEndpoint(IPAddress("2001:db8::5")!, port: 41234))
+    #expect(SocketEndpoint(parsing: "::ffff:192.0.2.5:41234") == SocketEndpoint(IPAddress("192.0.2.5")!, port: 41234))
+    #expect(SocketEndpoint(parsing: "[::ffff:192.0.2.5]:80")?.description == "192.0.2.5:80")
+    for bad in ["", "192.0.2.5", "192.0.2.5:0", "192.0.2.5:65536", "host.example:443", "[2001:db8::5]", "192.0.2.5:+80", "192.0.2.5: 80x"] {
+        #expect(SocketEndpoint(parsing: bad) == nil, "\(bad)")
     }
 }
