@@ -42,6 +42,7 @@ extension YAMLReader {
                     throw fail(n, "'lockdown: lift' goes with 'action: disconnect' only: a tunnel that is up keeps its lockdown")
                 }
                 guard match.isProven else { throw fail(n, Self.liftNeedsProof) }
+                guard match.probe?.direct != true || !match.subnets.isEmpty else { throw fail(n, Self.liftNeedsSubnet) }
                 lifts = true
             }
             rules.append(OnDemandRule(name: name, line: item.line, match: match, action: action, liftsLockdown: lifts))
@@ -64,6 +65,11 @@ extension YAMLReader {
     static let liftNeedsProof = "'lockdown: lift' needs proof the network cannot forge: a 'probe' with an https:// url "
         + "and the 'pin' of its server's key (a gateway-mac, ssid, subnet or dns-domain is whatever the network "
         + "says it is, and any network can say the office's)"
+
+    /// Why a lift whose probe's server must see the laptop itself needs the network's subnet too.
+    static let liftNeedsSubnet = "'lockdown: lift' needs the trusted network's 'subnet' beside its probe: the probe's server "
+        + "sees the laptop's own address, and only an address in the network's own subnet has the network's answers come "
+        + "back to this laptop, not to whoever relays its packets there ('direct: false' in the probe accepts any relay)"
 
     private func onDemandMatch(_ node: Node) throws(ConfigError) -> OnDemandRule.Match {
         let f = try fields(node, "'match'", allowed: ["interface-kind", "interface", "ssid", "gateway-mac", "subnet",

@@ -81,13 +81,16 @@ public struct PinnedProbe: Sendable {
         if answer.isEmpty { return failed("no answer from \(url.host) in \(PortalCheck.timeout.short)") }
         switch PortalCheck(url: url, expect: expect).judge(answer) {
         case .online:
-            let said = HTTPResponse(answer)?.header(Self.seenHeader)
+            // Said once, or not at all: two answers to one question are none.
+            let saids = HTTPResponse(answer)?.headers.filter { $0.name == Self.seenHeader }.map(\.value) ?? []
+            let said = saids.count == 1 ? saids[0] : nil
             let proof = KeyProof(pin: shown, path: path.id, local: local, seen: said.flatMap { SocketEndpoint(parsing: $0) })
             guard direct, !proof.isDirect else { return .success(proof) }
             // The rule asks for a server that saw this laptop itself: a network that relays the
             // connection to the real server (or translates it) reaches the key, not the office.
             guard let said else {
-                return failed("\(url.host) did not say where it saw the connection come from (a '\(Self.seenHeader)' header)")
+                return failed("\(url.host) did not say where it saw the connection come from (one '\(Self.seenHeader)' header, "
+                    + "\(saids.count) given)")
             }
             return failed("\(url.host) saw the connection come from \(proof.seen.map(\.description) ?? "'\(said)'"), "
                 + "not from \(local.map(\.description) ?? "this laptop"): something between relays or translates it")

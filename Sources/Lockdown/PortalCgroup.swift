@@ -22,47 +22,49 @@ public struct CgroupFileSystem: Equatable, Sendable {
         if let (point, root) = cgroup2Mount(in: SystemFiles.text("/proc/self/mountinfo") ?? "") {
             return CgroupFileSystem(point: point, root: root, mountedByUs: false)
         }
-        // A mount point of this process's own: another agent sharing the runtime directory
-        // (another profile's, a holder's) removes its own point at its end, and removing a
-        // directory that is a mount point in another mount namespace detaches that mount there
-        // (Linux 3.18+), which would take this agent's cgroups out from under its lockdown.
-        removeStalePoints(in: runtimeDirectory)
-        let point = runtimeDirectory + "/" + pointPrefix + "\(getpid())"
-        if mkdir(point, 0o700) != 0 && errno != EEXIST {
-            throw CgroupError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
-        }
+        let point = try newMountPoint(in: runtimeDirectory)
         // Only a directory of root's own, never a link someone planted: root mounts there.
         var info = stat()
         guard lstat(point, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == 0 else {
             throw CgroupError("\(point) is not a directory of root's own; not mounting the cgroup2 file system there")
         }
         guard mount("cgroup2", point, "cgroup2", UInt(MS_NOSUID | MS_NODEV | MS_NOEXEC), nil) == 0 else {
+            let code = errno
+            _ = rmdir(point)
+            errno = code
             throw CgroupError("no cgroup2 file system is mounted and mounting one failed: \(String(cString: strerror(errno))); "
                 + "a portal window needs cgroup v2 (Linux 4.5 or later)")
         }
         return CgroupFileSystem(point: point, root: "/", mountedByUs: true)
     }
 
-    /// The mount points' names in the runtime directory: this prefix and the mounting agent's PID.
+    /// The mount points' names in the runtime directory: this prefix, the mounting agent's PID
+    /// and a random number.
     static let pointPrefix = "cgroup2."
 
-    /// Mount points left by agents that ended without removing theirs (a crash): a point whose
-    /// agent is gone is unmounted here (when it was mounted in this namespace) and removed. A
-    /// live agent's is never touched.
-    static func removeStalePoints(in runtimeDirectory: String) {
-        guard let entries = opendir(runtimeDirectory) else { return }
-        var stale: [String] = []
-        while let entry = readdir(entries) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard name.hasPrefix(pointPrefix), let pid = pid_t(name.dropFirst(pointPrefix.count)), pid > 0,
-                  pid != getpid(), kill(pid, 0) != 0, errno == ESRCH else { continue }
-            stale.append(runtimeDirectory + "/" + name)
+    /// A new, empty directory in `runtimeDirectory` to mount the cgroup2 file system on.
+    static func newMountPoint(in runtimeDirectory: String) throws(CgroupError) -> String {
+        // Root mounts only in a directory of root's own that nobody else may write to (a
+        // directory someone else can change could have the point swapped for a link).
+        var directory = stat()
+        guard lstat(runtimeDirectory, &directory) == 0, (directory.st_mode & S_IFMT) == S_IFDIR, directory.st_uid == 0,
+              directory.st_mode & 0o022 == 0
+        else {
+            throw CgroupError("\(runtimeDirectory) is not a directory of root's own that only root may write to; not mounting the cgroup2 file system there")
         }
-        closedir(entries)
-        for point in stale where rmdir(point) != 0 && errno == EBUSY {
-            _ = umount2(point, Int32(MNT_DETACH) | 0x8 /* UMOUNT_NOFOLLOW */)
-            _ = rmdir(point)
+        // A mount point of this process's own, never another's: another agent sharing the
+        // runtime directory (another profile's, a holder's, one in another PID namespace)
+        // removes only its own at its end, and removing a directory that is a mount point in
+        // another mount namespace detaches that mount there (Linux 3.18+), which would take
+        // that agent's cgroups out from under its lockdown. An agent that crashed leaves an
+        // empty directory (gone with the runtime directory at the next boot).
+        var random: UInt64 = 0
+        withUnsafeMutableBytes(of: &random) { arc4random_buf($0.baseAddress!, $0.count) }
+        let point = runtimeDirectory + "/" + pointPrefix + "\(getpid())." + String(random, radix: 16)
+        guard mkdir(point, 0o700) == 0 else {
+            throw CgroupError("cannot make \(point) to mount the cgroup2 file system: \(String(cString: strerror(errno)))")
         }
+        return point
     }
 
     /// Whether libnftables finds the cgroup at `directory` (it resolves the path a rule names

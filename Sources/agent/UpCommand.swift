@@ -114,7 +114,16 @@ struct UpCommand: ParsableCommand {
                 log.warning("the agent's cgroup went away before the lockdown was loaded; joining one again",
                             metadata: ["cgroup": "\(vanished.directory)"])
                 vanished.leave()
-                agentCgroup = try? AgentCgroup.enter(runtimeDirectory: runtime)
+                do throws(CgroupError) {
+                    agentCgroup = try AgentCgroup.enter(runtimeDirectory: runtime)
+                } catch {
+                    agentCgroup = nil
+                    log.warning("the lockdown lets through any socket with the session's mark: the agent has no cgroup of its own",
+                                metadata: ["error": "\(error.message)"])
+                }
+                if let fallback = agentCgroup?.fallback {
+                    log.warning("the lockdown lets through sockets of every process in the agent's service", metadata: ["reason": "\(fallback)"])
+                }
                 policy.owner = agentCgroup?.owner ?? .anyMarked
                 do {
                     firewall = try Firewall(policy, guarded: true)

@@ -27,7 +27,7 @@ struct OnDemandLabTests {
     static func office(mac: String = officeMAC, pin: String) -> String {
         """
           - name: office
-            match: {gateway-mac: "\(mac)", \(probe(pin: pin))}
+            match: {gateway-mac: "\(mac)", subnet: 10.20.0.0/16, \(probe(pin: pin))}
             action: disconnect
             lockdown: lift
         """
@@ -142,7 +142,7 @@ struct OnDemandLabTests {
         let (lab, office) = try lab { pin in
             """
               - name: office
-                match: {\(Self.probe(pin: pin))}
+                match: {subnet: [10.20.0.0/16, 192.168.1.0/24], \(Self.probe(pin: pin))}
                 action: disconnect
                 lockdown: lift
             """
@@ -257,7 +257,7 @@ struct OnDemandLabTests {
         let (lab, office) = try lab { pin in
             """
               - name: home
-                match: {dns-domain: home.example, \(Self.probe(pin: pin))}
+                match: {dns-domain: home.example, subnet: 10.20.0.0/16, \(Self.probe(pin: pin))}
                 action: disconnect
                 lockdown: lift
             """

@@ -1,5 +1,6 @@
 import Foundation
 @testable import Lockdown
+import NamespaceLab
 import Testing
 
 @Test func theCgroup2FileSystemIsFoundInMountinfo() {
@@ -90,23 +91,26 @@ import Testing
 }
 
 /// Each agent mounts the cgroup2 file system (when none is mounted) at a point of its own in the
-/// runtime directory: one agent's end removes its point, never another's, since removing a
-/// directory that is a mount point in another namespace takes that mount away there. Points of
-/// agents that are gone are cleared; a live agent's and any other name stay.
-@Test func onlyTheMountPointsOfEndedAgentsAreCleared() throws {
+/// runtime directory, never one another agent may use (one agent's end removes its point, and
+/// removing a directory that is a mount point in another namespace takes that mount away
+/// there), and only in a directory of root's own that nobody else may write to.
+@Test(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)))
+func eachAgentMountsAtAPointOfItsOwnInADirectoryOnlyRootWrites() throws {
     let runtime = FileManager.default.temporaryDirectory.appendingPathComponent("roam-runtime-\(UUID().uuidString)").path
     defer { try? FileManager.default.removeItem(atPath: runtime) }
-    let ended = Process()
-    ended.executableURL = URL(fileURLWithPath: "/bin/true")
-    try ended.run()
-    ended.waitUntilExit()
-    let live = ["cgroup2.\(getpid())", "cgroup2.1", "cgroup2", "cgroup2.x", "other.\(ended.processIdentifier)"]
-    for name in live + ["cgroup2.\(ended.processIdentifier)"] {
-        try FileManager.default.createDirectory(atPath: runtime + "/" + name, withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+    let first = try CgroupFileSystem.newMountPoint(in: runtime)
+    let second = try CgroupFileSystem.newMountPoint(in: runtime)
+    #expect(first != second && first.hasPrefix(runtime + "/cgroup2.\(getpid()).") && second.hasPrefix(runtime + "/cgroup2.\(getpid())."))
+    var info = stat()
+    #expect(lstat(first, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR && info.st_mode & 0o777 == 0o700)
+    for mode in [0o775, 0o757, 0o1777] {
+        chmod(runtime, mode_t(mode))
+        #expect(throws: CgroupError.self, "mode \(String(mode, radix: 8))") { try CgroupFileSystem.newMountPoint(in: runtime) }
     }
-    CgroupFileSystem.removeStalePoints(in: runtime)
-    let left = Set(try FileManager.default.contentsOfDirectory(atPath: runtime))
-    #expect(left == Set(live), "\(left)")
+    chmod(runtime, 0o755)
+    try FileManager.default.createSymbolicLink(atPath: runtime + "/link", withDestinationPath: runtime)
+    #expect(throws: CgroupError.self, "a link") { try CgroupFileSystem.newMountPoint(in: runtime + "/link") }
 }
 
 /// libnftables resolves a rule's cgroup from /sys/fs/cgroup: a directory elsewhere is found

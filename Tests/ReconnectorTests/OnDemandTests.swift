@@ -168,6 +168,10 @@ private func load(_ text: String) throws(ConfigError) -> OnDemandRules {
     ("on-demand:\n  - match:\n      probe:\n        url: \"http://x.example/\"\n        expect: 204\n"
         + "        pin: \"sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"\n    action: disconnect\n", 4, "a 'pin' needs an https:// url"),
     ("on-demand:\n  - match: {probe: {url: \"https://x.example/\", expect: 204}}\n    action: disconnect\n", 2, "needs the 'pin'"),
+    // A lift whose probe's server must see the laptop itself needs the network's subnet, where
+    // the network's answers to that address come back to the laptop and not to a relay.
+    ("on-demand:\n  - match:\n      probe: {url: \"https://x.example/\", expect: 204,\n        pin: \"sha256//BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"}\n"
+        + "    action: disconnect\n    lockdown: lift\n", 6, "needs the trusted network's 'subnet'"),
     // Only a pinned probe's server can say where it saw the laptop.
     ("on-demand:\n  - match: {probe: {url: \"http://x.example/\", expect: 204,\n      direct: false}}\n    action: disconnect\n", 3,
      "'direct' is for a pinned https:// probe"),
@@ -424,7 +428,7 @@ func directProof(_ pin: KeyPin, on path: Path.ID) -> KeyProof {
     #expect(SocketEndpoint(parsing: "2001:db8::5:41234") == SocketEndpoint(IPAddress("2001:db8::5")!, port: 41234))
     #expect(SocketEndpoint(parsing: "::ffff:192.0.2.5:41234") == SocketEndpoint(IPAddress("192.0.2.5")!, port: 41234))
     #expect(SocketEndpoint(parsing: "[::ffff:192.0.2.5]:80")?.description == "192.0.2.5:80")
-    for bad in ["", "192.0.2.5", "192.0.2.5:0", "192.0.2.5:65536", "host.example:443", "[2001:db8::5]", "192.0.2.5:+80", "192.0.2.5: 80x"] {
+    for bad in ["", "192.0.2.5", "192.0.2.5:0", "192.0.2.5:65536", "host.example:443", "[2001:db8::5]", "192.0.2.5:+80", "192.0.2.5: 80x", "192.0.2.5\u{0}junk:80", "[fe80::1%eth0]:80", "0x7f.1:80"] {
         #expect(SocketEndpoint(parsing: bad) == nil, "\(bad)")
     }
 }

@@ -281,6 +281,7 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
           - name: office
             match:
               gateway-mac: "52:54:00:0f:f1:ce"
+              subnet: 10.20.0.0/24
               probe:
                 url: "https://roam-probe.corp.example/trusted"
                 expect: 204
