@@ -24,10 +24,10 @@ struct OnDemandLabTests {
 
     /// The office, matched by its router's hardware address and proven by its server's pinned
     /// key, with the lockdown lifted there.
-    static func office(mac: String = officeMAC, pin: String) -> String {
+    static func office(mac: String = officeMAC, subnet: String = "10.20.0.0/16", pin: String) -> String {
         """
           - name: office
-            match: {gateway-mac: "\(mac)", subnet: 10.20.0.0/16, \(probe(pin: pin))}
+            match: {gateway-mac: "\(mac)", subnet: \(subnet), \(probe(pin: pin))}
             action: disconnect
             lockdown: lift
         """
@@ -257,7 +257,7 @@ struct OnDemandLabTests {
         let (lab, office) = try lab { pin in
             """
               - name: home
-                match: {dns-domain: home.example, subnet: 10.20.0.0/16, \(Self.probe(pin: pin))}
+                match: {dns-domain: home.example, subnet: [10.20.0.0/16, 192.168.1.0/24], \(Self.probe(pin: pin))}
                 action: disconnect
                 lockdown: lift
             """
@@ -348,7 +348,8 @@ struct OnDemandLabTests {
     /// the office, where the server shows the pinned key over the cable, the lockdown lifts for
     /// the cable alone.
     @Test func aCafeImpersonatingTheOfficeKeepsTheLockdownAndTheOfficesKeyLiftsIt() throws {
-        let (lab, office) = try lab { Self.office(pin: $0) }
+        // The café claims the office's subnet too (here the rule takes the café's as the office's).
+        let (lab, office) = try lab { Self.office(subnet: "[10.20.0.0/16, 192.168.1.0/24]", pin: $0) }
         defer { office.stop() }
         // The café's router: the office's hardware address, and its own server where the probe goes.
         try lab.server.ip("link set wifi-l address \(Self.officeMAC)")
