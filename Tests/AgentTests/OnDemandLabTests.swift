@@ -164,6 +164,12 @@ struct OnDemandLabTests {
         #expect(lab.status()["state"] == "connected" && lab.status()["path.interface"] == "wifi0", "\(lab.status())")
         #expect(lab.wait(for: "saw the connection come from 192.168.1.1:", in: "client.log", seconds: 5), "\(lab.log("client.log"))")
         #expect(!isTrue(lab.status()["on_demand.lockdown_lifted"]) && !trusts(lab, "wifi0"), "\(lab.status())")
+        // Pings to a public address: through the tunnel, none in clear at the relaying network.
+        try countLeaks(lab, on: "wifi-l", from: "192.168.1.23")
+        for _ in 0..<5 { _ = directPing(lab, "198.51.100.80") }
+        let leaks = leaked(lab)
+        #expect(leaks == 0, "\(leaks.map(String.init) ?? "?") of 5 pings left in clear through the relaying network")
+        print("on-demand: a network relaying the probe to the office's server: \(leaks.map(String.init) ?? "?") of 5 pings in clear, lockdown kept")
 
         try lab.laptop.batch(["link set eth0 up", "route add default via 10.20.0.1 dev eth0 metric 100"])
         #expect(lab.waitFor(seconds: 10) { isTrue(lab.status()["on_demand.lockdown_lifted"]) && trusts(lab, "eth0") },
