@@ -2,7 +2,6 @@ import Glibc
 import Basics
 import Reconnector
 import Synchronization
-import Tunnel
 
 /// The asking end: sends one request line and reads the answer, or a watch's lines.
 public enum ControlClient {

@@ -3,7 +3,6 @@ import Basics
 import Reconnector
 import Synchronization
 import Device
-import Tunnel
 
 /// Serves a control socket on a thread of its own, so that no asker (one that sends garbage, a
 /// huge line or nothing at all, or reads its answers slowly) ever holds up the agent: requests

@@ -2,7 +2,6 @@ import Glibc
 import Basics
 import Reconnector
 import Synchronization
-import Tunnel
 
 /// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
 /// ask anything; members of the `roam` group, when the system has one, may read the status and

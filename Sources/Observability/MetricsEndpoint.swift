@@ -1,5 +1,4 @@
 import Basics
-import Tunnel
 public import Device
 
 /// `/metrics` over HTTP for Prometheus, on a thread of its own: one request per connection,

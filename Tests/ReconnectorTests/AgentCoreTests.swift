@@ -79,15 +79,31 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> A
     var core = agentCore(on: [eth0])
     _ = core.handle(.start, now: at(0))
     let out = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: true), now: at(20))
-    guard let (id, _, size) = out.probeIDs.first(where: { $0.2 != nil }), let size else {
+    let sized = out.probeIDs.compactMap { probe in probe.2.map { (probe.0, $0) } }
+    guard let (id, size) = sized.first else {
         Issue.record("no size probe after a handshake with a server that echoes sizes: \(out)")
         return
     }
     let mtuBefore = core.reconnector.tunnelMTU
-    // Echoed 100 bytes short: no proof the path carries the size.
-    _ = core.handle(.probeEcho(id: id, rtt: .milliseconds(20), size: size - 100), now: at(45))
+    // A twin of this core hears every size of the round echoed whole: that is proof, and the
+    // round ends (its next round is due at once, or the search is done).
+    var twin = core
+    var proven: [Effect] = []
+    for (n, (probe, wanted)) in sized.enumerated() {
+        proven += twin.handle(.probeEcho(id: probe, rtt: .milliseconds(20), size: wanted), now: at(45 + Int64(n)))
+    }
+    #expect(!proven.isEmpty || twin.reconnector.tunnelMTU != mtuBefore || twin.timers[.pathMTU] != core.timers[.pathMTU],
+            "whole echoes prove the sizes: \(proven), next round \(String(describing: twin.timers[.pathMTU])) against \(String(describing: core.timers[.pathMTU]))")
+    // This core hears each echoed 100 bytes short: no proof the path carries any size.
+    var short: [Effect] = []
+    for (n, (probe, wanted)) in sized.enumerated() {
+        short += core.handle(.probeEcho(id: probe, rtt: .milliseconds(20), size: wanted - 100), now: at(45 + Int64(n)))
+    }
+    #expect(short.isEmpty && core.reconnector.tunnelMTU == mtuBefore && core.reconnector.isSearchingPathMTU, "\(short)")
+    #expect(core.timers[.pathMTU] != twin.timers[.pathMTU] || core.reconnector.tunnelMTU != twin.reconnector.tunnelMTU,
+            "short echoes do not end the round as whole ones do")
     // The id is spent either way: the right size later is no longer an answer.
-    #expect(core.handle(.probeEcho(id: id, rtt: .milliseconds(20), size: size), now: at(46)).isEmpty)
+    #expect(core.handle(.probeEcho(id: id, rtt: .milliseconds(20), size: size), now: at(60)).isEmpty)
     #expect(core.reconnector.tunnelMTU <= mtuBefore)
 }
 
