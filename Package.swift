@@ -64,7 +64,7 @@ let package = Package(
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Netlink", "Device", "Streams", "PathMonitor", "CShims", "CSodium", "CBoring",
+                "Basics", "Netlink", "Device", "Streams", "CShims", "CSodium", "CBoring",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

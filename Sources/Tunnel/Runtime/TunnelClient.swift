@@ -1,5 +1,4 @@
 public import Basics
-import PathMonitor
 import Glibc
 public import Logging
 import Synchronization

@@ -1,4 +1,3 @@
-public import Basics
 /// What the client's data plane tells the decision core of a conversation it carries, without
 /// waking it per packet. TunnelClient and the replay's world keep their own clocks of it and ask
 /// these rules, so both report alike:
