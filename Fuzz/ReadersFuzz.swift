@@ -1,3 +1,4 @@
+import Basics
 import ConfigReader
 import PathMonitor
 import Reconnector
