@@ -113,9 +113,6 @@ public final class Firewall {
     /// may be in place too).
     public var trustedInterface: String? { loaded.trustedInterface ?? refused?.trustedInterface }
 
-    /// Whether a portal window can be opened: only a full tunnel hides the portal.
-    public var supportsPortalWindow: Bool { if case .full = wanted.scope { true } else { false } }
-
     /// Opens (or, with nil, closes: tried again until it holds) the portal window in the table.
     public func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
         try change(closes: window == nil) { $0.portalWindow = window }

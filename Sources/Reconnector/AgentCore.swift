@@ -262,6 +262,9 @@ public enum OperatorReply: Equatable, Sendable {
     case portalWindowClosed
     /// No portal was found (the state the agent is in): no window opens.
     case noPortal(String)
+    /// No window is needed: without a full tunnel's lockdown nothing holds the portal back (its
+    /// login page, when one was found).
+    case portalReachable(url: String?)
     /// The portal window is another user's.
     case notPermitted
     /// The window could not be opened: its cgroup could not be made, or the lockdown refused it.
@@ -323,6 +326,9 @@ public struct AgentCore: Sendable {
     private var openingWindow = false
     /// `exclusion: allow`: applications may be kept outside the tunnel.
     public let exclusionAllowed: Bool
+    /// A full tunnel's lockdown holds a captive portal back, so a window may open through it;
+    /// without one the portal is reachable as it is and no window is needed.
+    public let portalWindows: Bool
     /// The excluded applications' cgroup stands, let through the lockdown; or it is being opened.
     public private(set) var exclusionOpen = false
     private var openingExclusion = false
@@ -336,9 +342,10 @@ public struct AgentCore: Sendable {
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
-                rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false) {
+                rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true) {
         self.reconnector = reconnector
         self.exclusionAllowed = exclusionAllowed
+        self.portalWindows = portalWindows
         onDemand = OnDemandJudge(rules: rules)
         self.startupWait = startupWait
         self.servers = ServerBook(servers)
@@ -478,6 +485,10 @@ public struct AgentCore: Sendable {
             run(.resume, now, &out)
             out.append(.reply(.connecting))
         case .openPortalWindow(let uid):
+            guard portalWindows else {
+                let url = if case .portal(_, let url) = reconnector.state { url } else { String?.none }
+                return out.append(.reply(.portalReachable(url: url)))
+            }
             guard case .portal(let path, let url) = reconnector.state else { return out.append(.reply(.noPortal(reconnector.state.name))) }
             if let until = reconnector.portalWindowUntil {
                 guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }

@@ -35,6 +35,8 @@ public struct ReplayReport: Sendable {
     public var excluded = 0
     public var exclusionsRefused = 0
     public var exclusionsOpened = 0
+    /// Portal window requests told no window is needed.
+    public var portalWindowsNotNeeded = 0
     public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
@@ -480,7 +482,7 @@ public struct Replay {
         }
         core = AgentCore(reconnector, startupWait: scenario.waitForServer, model: kernel.model,
                          servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules,
-                         exclusionAllowed: scenario.exclusionAllowed)
+                         exclusionAllowed: scenario.exclusionAllowed, portalWindows: scenario.portalWindows)
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -1068,6 +1070,7 @@ public struct Replay {
             ("restores", e.minRestores, e.maxRestores, report.restores),
             ("exclusions granted", e.excluded, e.excluded, report.excluded),
             ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
+            ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
@@ -1260,6 +1263,7 @@ extension Replay {
         case .followNotices(let wanted): notices = wanted
         case .reply(.excluded): report.excluded += 1
         case .reply(.exclusionOff), .reply(.exclusionFailed): report.exclusionsRefused += 1
+        case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
         case .onDemandDecided, .reply: break
         case .openExclusion:
             report.exclusionsOpened += 1

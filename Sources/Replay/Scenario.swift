@@ -60,6 +60,10 @@ public struct Scenario: Sendable {
     public var onDemand = OnDemandRules()
     /// `exclusion: allow`: applications may be kept outside the tunnel.
     public var exclusionAllowed = false
+    /// A full tunnel's lockdown holds a captive portal back, so `agent portal` opens a window
+    /// through it (`portal-windows: false`: no such lockdown, and the request is told the portal
+    /// is reachable as it is).
+    public var portalWindows = true
     /// The TCP port of the gateway's stream transport in the client's configuration (443 by
     /// default), and the HTTP proxy it goes through, if it names one: what a network that lets
     /// only some TCP out decides on. Whether the core uses the stream is `config.stream`.
@@ -323,6 +327,8 @@ public struct Expectations: Sendable {
     /// How many `agent exclude` requests were granted, and refused.
     public var excluded: Int?
     public var exclusionsRefused: Int?
+    /// How many portal window requests were told no window is needed.
+    public var portalWindowsNotNeeded: Int?
     /// Longest time something the agent keeps on the machine was missing.
     public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:

@@ -36,7 +36,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
-            "stream-port", "stream-proxy",
+            "stream-port", "stream-proxy", "portal-windows",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -133,6 +133,7 @@ extension YAMLReader {
             case let other: throw fail(node, "'exclusion' is allow or off, got \"\(other)\"")
             }
         }
+        if let node = top.optional("portal-windows") { scenario.portalWindows = try bool(node) }
         if let node = top.optional("stream-port") { scenario.streamPort = try int(node, 1...65535) }
         if let node = top.optional("stream-proxy") { scenario.streamProxy = try string(node) }
         if let node = top.optional("wait-for-server") {
@@ -560,6 +561,7 @@ extension YAMLReader {
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
+            "portal-windows-not-needed",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -587,6 +589,7 @@ extension YAMLReader {
             ("max-lost-from-server", \.maxLostFromServer), ("min-from-server", \.minFromServer),
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
             ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
+            ("portal-windows-not-needed", \.portalWindowsNotNeeded),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

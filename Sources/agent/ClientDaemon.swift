@@ -146,7 +146,8 @@ extension ClientDaemon {
             core = AgentCore(Self.restoredMachine(settings: settings, memoryPath: memoryPath, log: log), startupWait: waitForServer,
                              model: monitor.tracker.model,
                              servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) },
-                             rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed)
+                             rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed,
+                             portalWindows: settings.lockdown && settings.mode.socketMark != nil)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,

@@ -37,14 +37,7 @@ extension ClientDaemon.CoreRunner {
             reply(call, effects.firewall == nil ? "stopping" : "stopping: the lockdown and the tunnel's resolvers go with the agent")
         case .drain:
             call.reply(ControlFailure(code: "not-here", message: "drain is for a server (agent serve --control); this is a client").line)
-        case .portalOpen:
-            // Without a full tunnel's lockdown nothing holds the portal back.
-            guard let firewall = effects.firewall, firewall.supportsPortalWindow else {
-                let url = if case .portal(_, let url) = reconnector.state { url } else { "the portal's page" }
-                return call.reply(ControlFailure(code: "not-needed", message: "without a full tunnel's lockdown the portal is "
-                    + "reachable as it is: log in at \(url)").line)
-            }
-            ask(.openPortalWindow(by: call.peer.uid), for: call)
+        case .portalOpen: ask(.openPortalWindow(by: call.peer.uid), for: call)
         case .portalClose: ask(.closePortalWindow(by: call.peer.uid), for: call)
         case .exclude: ask(.exclude(by: call.peer.uid), for: call)
         }
@@ -84,6 +77,8 @@ extension ClientDaemon.CoreRunner {
         case .noPortal(let state):
             refuse("no-portal", "no captive portal found (the agent is \(state)); a window opens only "
                 + "after the connectivity check found one")
+        case .portalReachable(let url):
+            refuse("not-needed", "without a full tunnel's lockdown the portal is reachable as it is: log in at \(url ?? "the portal's page")")
         case .notPermitted: refuse("not-permitted", "the portal window is another user's")
         case .portalWindowFailed: refuse("failed", "the window could not be opened: its cgroup or the lockdown's opening for it failed (the agent's log says which)")
         case .exclusionOff:
