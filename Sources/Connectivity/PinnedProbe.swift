@@ -20,6 +20,13 @@ public struct PinnedProbe: Sendable {
     /// the connection come from (`address:port`, IPv6 in brackets or not).
     public static let seenHeader = "roam-seen"
 
+    /// What an answer says in its `Roam-Seen` headers, in a head that ended with its blank line
+    /// (one cut short says nothing); more than one is two answers to one question.
+    static func seenHeaders(in answer: [UInt8]) -> [String] {
+        guard let response = HTTPResponse(answer), response.headComplete else { return [] }
+        return response.headers.filter { $0.name == seenHeader }.map(\.value)
+    }
+
     /// nil unless `probe` is a pinned `https://` one.
     public init?(_ probe: OnDemandRule.Probe) {
         guard let pin = probe.pin, let url = CheckURL(probe.url), url.isHTTPS else { return nil }
@@ -82,7 +89,7 @@ public struct PinnedProbe: Sendable {
         switch PortalCheck(url: url, expect: expect).judge(answer) {
         case .online:
             // Said once, or not at all: two answers to one question are none.
-            let saids = HTTPResponse(answer)?.headers.filter { $0.name == Self.seenHeader }.map(\.value) ?? []
+            let saids = Self.seenHeaders(in: answer)
             let said = saids.count == 1 ? saids[0] : nil
             let proof = KeyProof(pin: shown, path: path.id, local: local, seen: said.flatMap { SocketEndpoint(parsing: $0) })
             guard direct, !proof.isDirect else { return .success(proof) }

@@ -132,6 +132,9 @@ struct HTTPResponse {
     var status: Int
     var headers: [(name: String, value: String)]
     var body: [UInt8]
+    /// The head ended with its blank line (an answer cut short may end in the middle of a
+    /// header, or have its body read as headers).
+    var headComplete: Bool
 
     init?(_ bytes: [UInt8]) {
         let separator: [UInt8] = [13, 10, 13, 10]
@@ -149,6 +152,7 @@ struct HTTPResponse {
             return (line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingSpaces)
         }
         body = end.map { Array(bytes[$0.upperBound...]) } ?? []
+        headComplete = end != nil
     }
 
     func header(_ name: String) -> String? { headers.first { $0.name == name }?.value }

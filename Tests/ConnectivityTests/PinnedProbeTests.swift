@@ -121,4 +121,15 @@ struct PinnedProbeTests {
         guard case .failure(let notTLS) = http else { Issue.record("plain HTTP proved something"); return }
         #expect(notTLS.description.contains("TLS handshake") && ContinuousClock.now - answered < .seconds(2), "\(notTLS)")
     }
+
+    /// The header is read from a whole head only, in any case, and counted: a second one, or a
+    /// head cut short, says nothing the probe can use.
+    @Test func theSeenHeaderIsReadFromAWholeHeadOnly() {
+        func seen(_ text: String) -> [String] { PinnedProbe.seenHeaders(in: Array(text.utf8)) }
+        #expect(seen("HTTP/1.1 204 No Content\r\nroam-SEEN:  10.0.0.5:40000 \r\n\r\n") == ["10.0.0.5:40000"])
+        #expect(seen("HTTP/1.1 204 No Content\r\nRoam-Seen: 10.0.0.5:40000\r\nRoam-Seen: 10.0.0.6:1\r\n\r\n").count == 2)
+        #expect(seen("HTTP/1.1 204 No Content\r\nRoam-Seen: 10.0.0.5:40000\r\n").isEmpty, "no blank line: the head was cut short")
+        #expect(seen("HTTP/1.1 200 OK\r\n\r\nRoam-Seen: 10.0.0.5:40000\r\n").isEmpty, "a body is not a header")
+        #expect(seen("HTTP/1.1 204 No Content\r\n X-Other: a\r\n Roam-Seen: 10.0.0.5:40000\r\n\r\n").isEmpty, "a folded line names no header")
+    }
 }
