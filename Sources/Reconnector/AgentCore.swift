@@ -324,6 +324,9 @@ public struct AgentCore: Sendable {
     public private(set) var portalWindowOwner: UInt32?
     /// A window is being opened: the lockdown's answer is awaited.
     private var openingWindow = false
+    /// Whether the lockdown's answer to a window being opened is awaited (the machine holds the
+    /// window open meanwhile).
+    public var isOpeningWindow: Bool { openingWindow }
     /// `exclusion: allow`: applications may be kept outside the tunnel.
     public let exclusionAllowed: Bool
     /// A full tunnel's lockdown holds a captive portal back, so a window may open through it;
@@ -535,7 +538,12 @@ public struct AgentCore: Sendable {
     private mutating func portalWindowOpened(_ opened: Bool, _ now: Instant, _ out: inout [Effect]) {
         guard openingWindow else { return }
         openingWindow = false
-        guard opened, let until = reconnector.portalWindowUntil, case .portal(let path, let url) = reconnector.state else {
+        guard opened else {
+            run(.portalWindowRefused, now, &out)
+            return out.append(.reply(.portalWindowFailed))
+        }
+        // Opened, but the machine moved on meanwhile (the portal opened): the window closes.
+        guard let until = reconnector.portalWindowUntil, case .portal(let path, let url) = reconnector.state else {
             run(.closePortalWindow, now, &out)
             return out.append(.reply(.portalWindowFailed))
         }

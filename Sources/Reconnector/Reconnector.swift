@@ -95,6 +95,9 @@ public struct Reconnector: Sendable {
     public private(set) var connectivityChecks = 0
     /// Until when the portal window is open, while it is.
     public private(set) var portalWindowUntil: Instant?
+    /// The recheck that was due when the window was asked for: where the rechecks go on if the
+    /// lockdown does not let the window through.
+    private var recheckBeforeWindow: Instant?
     /// What the on-demand rules last decided, for the network of the path it names.
     public private(set) var onDemand: OnDemandVerdict?
     /// Held in `disconnected` only while the rules looked at a new network: whatever they then
@@ -238,6 +241,7 @@ public struct Reconnector: Sendable {
         case .connectivity(let result, let id): connectivity(result, on: id, now, &out)
         case .openPortalWindow: openPortalWindow(now, &out)
         case .closePortalWindow: closePortalWindow(now, &out)
+        case .portalWindowRefused: portalWindowRefused(now, &out)
         case .onDemand(let decision): onDemand(decision, now, &out)
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         }
@@ -901,6 +905,7 @@ public struct Reconnector: Sendable {
         guard case .portal(let path, let url) = state, portalWindowUntil == nil else { coalesced += 1; return }
         let until = now + config.portalWindow
         portalWindowUntil = until
+        recheckBeforeWindow = deadlines[.recheck]
         out.append(.openPortalWindow(via: path, portal: url, until: until))
         enter(.portal(path, url: url), .portalWindowOpened(config.portalWindow), now, &out)
         arm(.portalWindow, at: until, &out)
@@ -917,6 +922,18 @@ public struct Reconnector: Sendable {
         checkConnectivity(via: path, &out)
         rechecks = 0
         arm(.recheck, at: now + recheckWait, &out)
+    }
+
+    /// The lockdown did not let the window through: no window stands, nothing is closed, and
+    /// the backed-off rechecks go on as before it was asked for (no check at once: nobody
+    /// could have logged in through a window that never opened).
+    private mutating func portalWindowRefused(_ now: Instant, _ out: inout [Action]) {
+        guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
+        portalWindowUntil = nil
+        cancel(.portalWindow, &out)
+        enter(.portal(path, url: url), .portalWindowClosed(why: "the lockdown did not let it through"), now, &out)
+        arm(.recheck, at: max(now, recheckBeforeWindow ?? now + recheckWait), &out)
+        recheckBeforeWindow = nil
     }
 
     // MARK: Servers

@@ -60,6 +60,8 @@ public enum Input: Equatable, Sendable {
     case openPortalWindow
     /// The process the window was opened for ended, or its operator closed the window.
     case closePortalWindow
+    /// The lockdown did not let the window just asked for through: none stands.
+    case portalWindowRefused
     /// What the on-demand rules decided for the network of the best path (or that they wait
     /// for a fact about it).
     case onDemand(OnDemandDecision)
@@ -92,6 +94,7 @@ public enum Input: Equatable, Sendable {
         case .connectivity: "connectivity-check"
         case .openPortalWindow: "portal-window"
         case .closePortalWindow: "portal-window-closed"
+        case .portalWindowRefused: "portal-window-refused"
         case .onDemand: "on-demand"
         case .streamFailed: "stream-failed"
         }

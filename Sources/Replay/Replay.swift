@@ -37,6 +37,8 @@ public struct ReplayReport: Sendable {
     public var exclusionsOpened = 0
     /// Portal window requests told no window is needed.
     public var portalWindowsNotNeeded = 0
+    /// Portal window requests that failed.
+    public var portalWindowsFailed = 0
     public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
@@ -951,7 +953,7 @@ public struct Replay {
             }
         default: break
         }
-        if windowOpen != (reconnector.portalWindowUntil != nil) {
+        if windowOpen != (reconnector.portalWindowUntil != nil), !core.isOpeningWindow {
             violation("the portal window is \(windowOpen ? "open" : "closed") but the machine thinks otherwise, on \(event.name)")
         }
         if windowOpen && reconnector.state.name != "portal" {
@@ -1071,6 +1073,7 @@ public struct Replay {
             ("exclusions granted", e.excluded, e.excluded, report.excluded),
             ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
             ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
+            ("portal windows failed", e.portalWindowsFailed, e.portalWindowsFailed, report.portalWindowsFailed),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
@@ -1251,8 +1254,9 @@ extension Replay {
         case .disconnect: disconnect()
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, _, _):
-            openPortalWindow(via: path)
-            queue.push(now, .answer(.portalWindowOpened(true)))
+            let refused = scenario.lockdownRefuses.contains(.portalWindow)
+            if !refused { openPortalWindow(via: path) }
+            queue.push(now, .answer(.portalWindowOpened(!refused)))
         case .closePortalWindow: closePortalWindow()
         case .liftLockdown(let interface): liftLockdown(interface: interface)
         case .restoreLockdown: restoreLockdown()
@@ -1264,10 +1268,12 @@ extension Replay {
         case .reply(.excluded): report.excluded += 1
         case .reply(.exclusionOff), .reply(.exclusionFailed): report.exclusionsRefused += 1
         case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
+        case .reply(.portalWindowFailed): report.portalWindowsFailed += 1
         case .onDemandDecided, .reply: break
         case .openExclusion:
-            report.exclusionsOpened += 1
-            queue.push(now, .answer(.exclusionOpened(true)))
+            let refused = scenario.lockdownRefuses.contains(.exclusion)
+            if !refused { report.exclusionsOpened += 1 }
+            queue.push(now, .answer(.exclusionOpened(!refused)))
         case .restore(let holding, _):
             report.restores += 1
             if missing[holding] == nil { violation("\(holding.rawValue) put back while it was whole") }

@@ -64,6 +64,15 @@ public struct Scenario: Sendable {
     /// through it (`portal-windows: false`: no such lockdown, and the request is told the portal
     /// is reachable as it is).
     public var portalWindows = true
+    /// What the world's lockdown refuses to open for (nftables refuses the change, or the
+    /// cgroup cannot be made): a portal window, the excluded applications' cgroup.
+    public var lockdownRefuses: Set<LockdownOpening> = []
+
+    /// An opening the agent asks of its lockdown.
+    public enum LockdownOpening: String, Hashable, Sendable, CaseIterable {
+        case portalWindow = "portal-window"
+        case exclusion
+    }
     /// The TCP port of the gateway's stream transport in the client's configuration (443 by
     /// default), and the HTTP proxy it goes through, if it names one: what a network that lets
     /// only some TCP out decides on. Whether the core uses the stream is `config.stream`.
@@ -329,6 +338,8 @@ public struct Expectations: Sendable {
     public var exclusionsRefused: Int?
     /// How many portal window requests were told no window is needed.
     public var portalWindowsNotNeeded: Int?
+    /// How many portal window requests failed (the lockdown refused to open for the window).
+    public var portalWindowsFailed: Int?
     /// Longest time something the agent keeps on the machine was missing.
     public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:

@@ -36,7 +36,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
-            "stream-port", "stream-proxy", "portal-windows",
+            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -134,6 +134,13 @@ extension YAMLReader {
             }
         }
         if let node = top.optional("portal-windows") { scenario.portalWindows = try bool(node) }
+        for node in try list(top.optional("lockdown-refuses")) {
+            let text = try string(node)
+            guard let opening = Scenario.LockdownOpening(rawValue: text) else {
+                throw fail(node, "'lockdown-refuses' lists portal-window and exclusion, got \"\(text)\"")
+            }
+            scenario.lockdownRefuses.insert(opening)
+        }
         if let node = top.optional("stream-port") { scenario.streamPort = try int(node, 1...65535) }
         if let node = top.optional("stream-proxy") { scenario.streamProxy = try string(node) }
         if let node = top.optional("wait-for-server") {
@@ -561,7 +568,7 @@ extension YAMLReader {
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
-            "portal-windows-not-needed",
+            "portal-windows-not-needed", "portal-windows-failed",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -589,7 +596,7 @@ extension YAMLReader {
             ("max-lost-from-server", \.maxLostFromServer), ("min-from-server", \.minFromServer),
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
             ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
-            ("portal-windows-not-needed", \.portalWindowsNotNeeded),
+            ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

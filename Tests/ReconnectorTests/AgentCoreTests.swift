@@ -402,11 +402,15 @@ private func coreBehindPortal() -> AgentCore {
     #expect(closed.replies == [.portalWindowClosed] && closed.contains(.closePortalWindow))
     #expect(core.portalWindowOwner == nil)
 
-    // Another user opens the next window; the lockdown refuses it: closed at once, and said so.
+    // Another user opens the next window; the lockdown refuses it: no window stands (there is
+    // nothing to close: the opening left nothing behind), and the operator is told.
+    let recheck = core.timers[.recheck]
     _ = core.handle(.request(.openPortalWindow(by: 1001)), now: at(8000))
+    #expect(core.isOpeningWindow && core.reconnector.portalWindowUntil != nil)
     let no = core.handle(.portalWindowOpened(false), now: at(8001))
-    #expect(no.replies == [.portalWindowFailed] && no.contains(.closePortalWindow))
-    #expect(core.reconnector.portalWindowUntil == nil && core.portalWindowOwner == nil)
+    #expect(no.replies == [.portalWindowFailed] && !no.contains(.closePortalWindow), "\(no)")
+    #expect(core.reconnector.portalWindowUntil == nil && core.portalWindowOwner == nil && !core.isOpeningWindow)
+    #expect(core.timers[.portalWindow] == nil && core.timers[.recheck] == recheck, "the rechecks go on as they were due")
 }
 
 /// Each operator request is answered, as the state it meets allows.
