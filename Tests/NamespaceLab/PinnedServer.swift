@@ -5,8 +5,8 @@ import Glibc
 /// OpenSSL) inside a namespace, with a key of its own made for it in `directory` (owner-only) and
 /// a self-signed certificate. Every request gets `200` and `answer`, and (unless `seen` says
 /// otherwise) a `Roam-Seen` header with the address and port it saw the connection come from,
-/// as the README asks of a probe server. Its pin is worked out with `openssl` as the README tells
-/// users to. Stopped, by its process id, on `stop()` or deinit.
+/// as docs/USER-GUIDE.md asks of a probe server. Its pin is worked out with `openssl` as that guide
+/// tells users to. Stopped, by its process id, on `stop()` or deinit.
 public final class PinnedServer {
     /// `sha256//` and the base64 of the SHA-256 of the certificate's SubjectPublicKeyInfo.
     public let pin: String
@@ -22,7 +22,7 @@ public final class PinnedServer {
 
     /// What the server says it saw the connection come from.
     public enum Seen: Sendable {
-        /// The peer's address and port, as a web server configured as the README says would.
+        /// The peer's address and port, as a web server configured as docs/USER-GUIDE.md says would.
         case peer
         /// Nothing: a server that does not say.
         case nothing

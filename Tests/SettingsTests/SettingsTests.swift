@@ -274,7 +274,7 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
 
-@Test func theReadmesOnDemandExampleLoadsAndItsProbeIsLetThrough() throws {
+@Test func theUserGuidesOnDemandExampleLoadsAndItsProbeIsLetThrough() throws {
     let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
     let settings = try parse(base + """
         on-demand:

@@ -22,7 +22,7 @@ public import Streams
 /// packets) and a password thread (Argon2id). The core's lock guards the handshake state only.
 /// A packet from one client to another goes through the TUN and the host's kernel like any
 /// other, so the host's forwarding setting and firewall decide whether clients reach each other
-/// (see the README's server section).
+/// (see docs/OPERATOR-GUIDE.md, "Traffic between clients").
 public final class TunnelServer: Sendable {
     public let device: TunDevice
     /// The listening sockets of each worker: one IPv4, one IPv6, or both.
