@@ -13,7 +13,12 @@ public enum RoutingMode: Hashable, Sendable {
     /// Whether the tunnel's own routes would carry packets to `server`: a split prefix that
     /// holds it (the tunnel's packets would loop into itself). Full mode's marked socket never is.
     public func wouldLoop(to server: IPAddress) -> Bool {
-        if case .split(let prefixes) = self { prefixes.contains { $0.contains(server) } } else { false }
+        splitPrefixes.contains { $0.contains(server) }
+    }
+
+    /// The split prefixes; none in full mode, whose marked socket never loops into the tunnel.
+    public var splitPrefixes: [Prefix] {
+        if case .split(let prefixes) = self { prefixes } else { [] }
     }
 
     /// Whether packets to `address` go through the tunnel: all of them in full mode.

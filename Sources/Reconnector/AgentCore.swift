@@ -151,6 +151,13 @@ public enum GiveUp: Equatable, Sendable {
     case tunnelFailed(String)
 }
 
+/// What the operator should hear about a decision that leaves something as it was.
+public enum Notice: Equatable, Sendable {
+    /// Server `server`'s name gave `addresses`, none of which the session can use now (each
+    /// inside the tunnel's own routes, or none reached): it stays at the address it has.
+    case serverNameUnusable(server: Int, addresses: [IPAddress])
+}
+
 /// A command for whoever runs the core: the daemon's sockets, firewall and resolvers, or a
 /// replay's world. Each is carried out in order; what one produces comes back as an
 /// `AgentEvent`, never by the core reading the runner's state.
@@ -234,6 +241,8 @@ public enum Effect: Equatable, Sendable {
     case onDemandDecided(OnDemandDecision)
     /// The answer to the operator's request being handled.
     case reply(OperatorReply)
+    /// Tell the operator something the core decided that needs their attention (the log).
+    case notice(Notice)
     /// Put `holding` back: someone took `damage` away. Whether it is whole again comes back as
     /// `AgentEvent.intact`; still missing, as `AgentEvent.damaged`.
     case restore(Holding, Upkeep.Damage)
@@ -335,6 +344,11 @@ public struct AgentCore: Sendable {
     /// The excluded applications' cgroup stands, let through the lockdown; or it is being opened.
     public private(set) var exclusionOpen = false
     private var openingExclusion = false
+    /// The prefixes the tunnel's own routes carry (split mode): a server address inside one is
+    /// never used, for the session's packets to it would go into the tunnel they carry.
+    public let tunnelCarries: [Prefix]
+    /// The server's last answer that gave nothing usable, once the operator was told of it.
+    private var unusableAnswer: [IPAddress]?
     /// The session is being moved to another address: what that brings asks no look-up.
     private var following = false
     /// What the machine is told once the rules have the facts they asked for (new paths, a
@@ -345,8 +359,10 @@ public struct AgentCore: Sendable {
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
-                rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true) {
+                rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true,
+                tunnelCarries: [Prefix] = []) {
         self.reconnector = reconnector
+        self.tunnelCarries = tunnelCarries
         self.exclusionAllowed = exclusionAllowed
         self.portalWindows = portalWindows
         onDemand = OnDemandJudge(rules: rules)
@@ -589,7 +605,21 @@ public struct AgentCore: Sendable {
 
     /// A look-up answered. The session follows the current server to an address its name gives
     /// now when it no longer gives the one in use, if an uplink reaches it.
-    private mutating func lookedUp(_ index: Int, _ addresses: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
+    private mutating func lookedUp(_ index: Int, _ answer: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
+        let addresses = answer?.filter { address in !tunnelCarries.contains { $0.contains(address) } }
+        follow(index, addresses, now, &out)
+        // A name that answered, for the server in use, with nothing the session follows or keeps:
+        // said once for each answer, not for every look-up that repeats it.
+        guard let answer, index == reconnector.server else { return }
+        guard servers.pending == nil, !(addresses ?? []).contains(network.endpoint) else { return unusableAnswer = nil }
+        guard answer != unusableAnswer else { return }
+        unusableAnswer = answer
+        out.append(.notice(.serverNameUnusable(server: index, addresses: answer)))
+    }
+
+    /// Learns server `index`'s usable `addresses` (nil: the look-up failed) and, for the server
+    /// in use, moves the session when its address is gone from them.
+    private mutating func follow(_ index: Int, _ addresses: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
         if servers.answered() { out.append(.lookUpServer(reconnector.server)) }
         guard let addresses, !addresses.isEmpty else { return }  // a failure keeps what was known
         servers.learn(index, addresses)

@@ -39,6 +39,8 @@ public struct ReplayReport: Sendable {
     public var portalWindowsNotNeeded = 0
     /// Portal window requests that failed.
     public var portalWindowsFailed = 0
+    /// Look-ups of the server's name that gave nothing the session can use.
+    public var serverNamesUnusable = 0
     public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
@@ -484,7 +486,8 @@ public struct Replay {
         }
         core = AgentCore(reconnector, startupWait: scenario.waitForServer, model: kernel.model,
                          servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules,
-                         exclusionAllowed: scenario.exclusionAllowed, portalWindows: scenario.portalWindows)
+                         exclusionAllowed: scenario.exclusionAllowed, portalWindows: scenario.portalWindows,
+                         tunnelCarries: scenario.splitRoutes)
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -1060,6 +1063,9 @@ public struct Replay {
             let actual = scenario.gateways[reconnector.server]
             expect(actual == server, "final server: expected \(server), got \(actual)")
         }
+        if let address = e.serverAddress {
+            expect(core.serverAddress == address, "final server address: expected \(address), got \(core.serverAddress)")
+        }
         // Counts: what was counted, its bounds, and how many there were.
         let counts: [(String, Int?, Int?, Int)] = [
             ("attempts", e.minAttempts, e.maxAttempts, report.attempts),
@@ -1074,6 +1080,7 @@ public struct Replay {
             ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
             ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
             ("portal windows failed", e.portalWindowsFailed, e.portalWindowsFailed, report.portalWindowsFailed),
+            ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
@@ -1269,6 +1276,7 @@ extension Replay {
         case .reply(.exclusionOff), .reply(.exclusionFailed): report.exclusionsRefused += 1
         case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
         case .reply(.portalWindowFailed): report.portalWindowsFailed += 1
+        case .notice(.serverNameUnusable): report.serverNamesUnusable += 1
         case .onDemandDecided, .reply: break
         case .openExclusion:
             let refused = scenario.lockdownRefuses.contains(.exclusion)

@@ -67,6 +67,9 @@ public struct Scenario: Sendable {
     /// What the world's lockdown refuses to open for (nftables refuses the change, or the
     /// cgroup cannot be made): a portal window, the excluded applications' cgroup.
     public var lockdownRefuses: Set<LockdownOpening> = []
+    /// The tunnel's split routes (`split-routes`): none of the server's addresses inside them is
+    /// ever used. None: a full tunnel.
+    public var splitRoutes: [Prefix] = []
 
     /// An opening the agent asks of its lockdown.
     public enum LockdownOpening: String, Hashable, Sendable, CaseIterable {
@@ -281,6 +284,8 @@ public struct Expectations: Sendable {
     public var state: String?
     /// The gateway the agent ends with, by name.
     public var server: String?
+    /// The address the session sends to at the end.
+    public var serverAddress: IPAddress?
     /// Interface of the final path, or `none`.
     public var path: String?
     public var maxAttempts: Int?
@@ -340,6 +345,8 @@ public struct Expectations: Sendable {
     public var portalWindowsNotNeeded: Int?
     /// How many portal window requests failed (the lockdown refused to open for the window).
     public var portalWindowsFailed: Int?
+    /// How many times the server's name gave nothing the session can use (the operator is told).
+    public var serverNamesUnusable: Int?
     /// Longest time something the agent keeps on the machine was missing.
     public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:

@@ -36,7 +36,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
-            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses",
+            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses", "split-routes",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -134,6 +134,13 @@ extension YAMLReader {
             }
         }
         if let node = top.optional("portal-windows") { scenario.portalWindows = try bool(node) }
+        for node in try list(top.optional("split-routes")) {
+            let text = try string(node)
+            guard text.contains("/"), let prefix = Prefix(text) else {
+                throw fail(node, "'split-routes' lists prefixes, e.g. 198.51.100.0/24, got \"\(text)\"")
+            }
+            scenario.splitRoutes.append(prefix)
+        }
         for node in try list(top.optional("lockdown-refuses")) {
             let text = try string(node)
             guard let opening = Scenario.LockdownOpening(rawValue: text) else {
@@ -568,12 +575,17 @@ extension YAMLReader {
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
-            "portal-windows-not-needed", "portal-windows-failed",
+            "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
         if let n = f.optional("path") { e.path = try string(n) }
         if let n = f.optional("server") { e.server = try string(n) }
+        if let n = f.optional("server-address") {
+            let text = try string(n)
+            guard let address = IPAddress(text) else { throw fail(n, "'server-address' is an IP address, got \"\(text)\"") }
+            e.serverAddress = address
+        }
         if let n = f.optional("lockdown-lifted") { e.lockdownLifted = try bool(n) }
         if let n = f.optional("machine-opened") { e.machineOpened = try bool(n) }
         if let n = f.optional("gives-up") {
@@ -597,6 +609,7 @@ extension YAMLReader {
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
             ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
             ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
+            ("server-names-unusable", \.serverNamesUnusable),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

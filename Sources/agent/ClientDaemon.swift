@@ -147,7 +147,8 @@ extension ClientDaemon {
                              model: monitor.tracker.model,
                              servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) },
                              rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed,
-                             portalWindows: settings.lockdown && settings.mode.socketMark != nil)
+                             portalWindows: settings.lockdown && settings.mode.socketMark != nil,
+                             tunnelCarries: settings.mode.splitPrefixes)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,

@@ -271,20 +271,15 @@ extension ClientDaemon.CoreRunner {
         }
     }
 
-    /// A look-up ended: its usable addresses (none the tunnel's own routes would carry) go
-    /// to the core, which follows the server when its name moved.
+    /// A look-up ended: what it gave goes to the core, which follows the server when its name
+    /// moved (and never into the tunnel's own routes).
     func lookedUp(_ index: Int, _ result: Result<[IPAddress], ResolverError>) {
-        let name = settings.servers[index].name
         switch result {
         case .success(let addresses):
-            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
-            feed(.serverLookedUp(server: index, addresses: usable))
-            if index == reconnector.server, !usable.contains(core.serverAddress), core.servers.pending == nil {
-                log.warning("the server's name gives no address this machine can use now; keeping its address",
-                            metadata: ["server": "\(name)", "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
-            }
+            feed(.serverLookedUp(server: index, addresses: addresses))
         case .failure(let error):
-            log.warning("server name not resolved; keeping its address", metadata: ["server": "\(name)", "error": "\(error)"])
+            log.warning("server name not resolved; keeping its address",
+                        metadata: ["server": "\(settings.servers[index].name)", "error": "\(error)"])
             feed(.serverLookedUp(server: index, addresses: nil))
         }
     }

@@ -29,11 +29,11 @@ func carrier(_ path: Path, _ on: Bool) -> NetworkChange {
 }
 
 /// A core on a machine whose uplinks give `paths`, for a server named by host at `server`.
-func agentCore(on paths: [Path], wait: Duration? = nil, servers: [[IPAddress]] = [[server]]) -> AgentCore {
+func agentCore(on paths: [Path], wait: Duration? = nil, servers: [[IPAddress]] = [[server]], tunnelCarries: [Prefix] = []) -> AgentCore {
     var model = NetworkModel()
     for change in paths.flatMap(uplink) { model.apply(change) }
     return AgentCore(Reconnector(servers: servers.indices.map { "gateway\($0)" }), startupWait: wait, model: model,
-                     servers: servers.map { ServerBook.Entry(named: true, addresses: $0) })
+                     servers: servers.map { ServerBook.Entry(named: true, addresses: $0) }, tunnelCarries: tunnelCarries)
 }
 
 extension AgentCore {
@@ -44,8 +44,8 @@ extension AgentCore {
 }
 
 /// A core connected on `paths.first` at 20 ms.
-private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30)) -> AgentCore {
-    var core = agentCore(on: paths, wait: wait)
+private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30), tunnelCarries: [Prefix] = []) -> AgentCore {
+    var core = agentCore(on: paths, wait: wait, tunnelCarries: tunnelCarries)
     #expect(core.network.paths == paths)
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
@@ -188,6 +188,7 @@ extension [Effect] {
     var lookUps: [Int] { compactMap { if case .lookUpServer(let i) = $0 { i } else { nil } } }
     var allowed: [IPAddress] { compactMap { if case .allowServer(_, let a) = $0 { a } else { nil } } }
     var usedAddresses: [IPAddress] { compactMap { if case .useAddress(let a, _) = $0 { a } else { nil } } }
+    var notices: [Notice] { compactMap { if case .notice(let n) = $0 { n } else { nil } } }
 }
 
 /// Runs the core's timers until `until` (at most 500 of them), collecting every effect.
@@ -219,6 +220,23 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     #expect(core.serverAddress == moved && core.network.endpoint == moved)
     #expect(followed.probeIDs.count == 1, "one probe proves the session at the new address: \(followed)")
     #expect(followed.lookUps.isEmpty, "following asks nothing again")
+}
+
+@Test func aNameThatMovesIntoTheTunnelsOwnRoutesIsNeverFollowedAndTheOperatorIsToldOnce() {
+    var core = connectedCore([eth0], tunnelCarries: [Prefix("198.51.100.8/29")!])
+    _ = core.handle(.dataSent, now: at(1_000))
+    _ = core.handle(.timerFired(.liveness), now: core.timers[.liveness]!)
+    let inside = IPAddress("198.51.100.9")!, outside = IPAddress("203.0.113.5")!
+    // Inside the split routes: the session's packets would loop into the tunnel. Not proposed.
+    let answered = core.handle(.serverLookedUp(server: 0, addresses: [inside]), now: at(1_700))
+    #expect(answered.allowed.isEmpty && core.serverAddress == server)
+    #expect(answered.notices == [.serverNameUnusable(server: 0, addresses: [inside])])
+    // The same answer again is not news; a failed look-up says nothing.
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: [inside]), now: at(31_700)).notices.isEmpty)
+    #expect(core.handle(.serverLookedUp(server: 0, addresses: nil), now: at(61_700)).notices.isEmpty)
+    // An answer with one usable address beside it: that one is proposed, and nothing is noticed.
+    let usable = core.handle(.serverLookedUp(server: 0, addresses: [inside, outside]), now: at(91_700))
+    #expect(usable.allowed == [outside] && usable.notices.isEmpty)
 }
 
 @Test func aLockdownThatRefusesKeepsTheOldAddress() {
