@@ -16,6 +16,8 @@
 #        port 443, with the router dropping UDP to the server so the agent falls back to it, and
 #        OpenVPN over TCP on the same path; LOSS=1 drops that percentage of packets at random at the
 #        router, both ways, for every row)
+#        PERF=1 sudo bench/throughput.sh   (also where Roam's client spends its CPU in each run: the
+#        25 symbols perf samples most)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +28,7 @@ PROTOCOL=${PROTOCOL:-3}
 CIPHER=${CIPHER:-}
 TRANSPORT=${TRANSPORT:-udp}
 LOSS=${LOSS:-0}
+PERF=${PERF:-0}
 [[ $TRANSPORT =~ ^(udp|tcp)$ ]] || { echo "throughput: TRANSPORT is udp or tcp" >&2; exit 2; }
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "throughput: LOSS is a percentage, e.g. 1" >&2; exit 2; }
 [[ $PROTOCOL =~ ^(2|3)$ ]] || { echo "throughput: PROTOCOL is 2 or 3" >&2; exit 2; }
@@ -162,8 +165,17 @@ measure() {
         flag=()
         [ "$dir" = down ] && flag=(-R)
         [ -n "$pid" ] && t0=$(cpu_ticks "$pid")
+        local perf=""
+        if [ -n "$pid" ] && [ "$PERF" = 1 ]; then
+            perf record -q -F 999 -p "$pid" -o "$WORK/perf-$path-$dir.data" >/dev/null 2>&1 & perf=$!
+        fi
         out=$(run_iperf "$path-$dir" "$target" "${flag[@]}") || return 1
         [ -n "$pid" ] && t1=$(cpu_ticks "$pid")
+        if [ -n "$perf" ]; then
+            kill -INT "$perf" 2>/dev/null; wait "$perf" 2>/dev/null || true
+            echo "  $path $dir: where the client's CPU went (perf, top 25 symbols):" >&2
+            perf report -q -i "$WORK/perf-$path-$dir.data" --no-children --sort dso,sym 2>/dev/null | awk 'NF && n++ < 25 { print "    " $0 }' >&2 || true
+        fi
         read -r mbit bytes retr <<<"$out"
         if [ "$dir" = up ]; then UP[$path]=$mbit; else DOWN[$path]=$mbit; fi
         if [ -n "$pid" ]; then

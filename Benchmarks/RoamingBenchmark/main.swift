@@ -11,7 +11,7 @@ import Device
 // client's wakeups over a minute and its memory; then, for Roam, a gateway failover and a drain
 // between two gateways. Needs root; run through bench/roaming.sh.
 //
-// Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs]
+// Usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs] [--tcp] [--leaks]
 //                         [--gateways-only] [--tcp]
 
 var vpns = TunnelUnderTest.allCases
@@ -23,6 +23,7 @@ var arguments = CommandLine.arguments.dropFirst()
 var chosen: [RoamingScenario] = []
 var gatewaysOnly = false
 var withTCP = false
+var withLeaks = false
 while let argument = arguments.popFirst() {
     if argument == "--logs" {
         showLogs = true
@@ -31,6 +32,12 @@ while let argument = arguments.popFirst() {
     if argument == "--tcp" {
         // A checked TCP stream through the tunnel in every scenario, as the tests run them.
         withTCP = true
+        continue
+    }
+    if argument == "--leaks" {
+        // The boot lockdown, applications sending outside the tunnel and a tap judging every
+        // packet on the uplinks, as the tests run them.
+        withLeaks = true
         continue
     }
     if argument == "--gateways-only" {
@@ -49,7 +56,7 @@ while let argument = arguments.popFirst() {
         chosen.append(s)
     case "--idle": idleSeconds = Int(value) ?? idleSeconds
     default:
-        say("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs] [--tcp]")
+        say("usage: RoamingBenchmark [--only roam|wireguard-go] [--mode full|split] [--scenario NAME]... [--idle SECONDS] [--logs] [--tcp] [--leaks]")
         exit(2)
     }
 }
@@ -75,7 +82,8 @@ for mode in modes {
         for vpn in vpns where vpn == .roam || !scenario.needsStream {
             do {
                 // Behind an MTU black hole small probes pass: what tells is a TCP stream's big segments.
-                let o = try scenario.run(vpn: vpn, routing: mode, tcp: withTCP || scenario == .mtuBlackHole)
+                let o = try scenario.run(vpn: vpn, routing: mode, tcp: withTCP || scenario == .mtuBlackHole,
+                                          leaks: withLeaks && vpn == .roam)
                 cpuOf["\(scenario.rawValue) \(mode.rawValue) \(vpn.rawValue)"] = o.cpu
                 let row = [
                     scenario.rawValue.padding(toLength: 19, withPad: " ", startingAt: 0),

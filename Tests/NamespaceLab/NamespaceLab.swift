@@ -76,6 +76,33 @@ public final class NamespaceLab {
         try Self.ip(["-n", name, "-batch", file.path])
     }
 
+    /// `ss -tinmo` for the TCP sockets on `port` in this namespace: their queues, windows,
+    /// memory and timers, for a stalled stream's failure message.
+    public func socketState(port: UInt16) -> String {
+        let filter = "( sport = :\(port) or dport = :\(port) )"
+        guard let text = try? Self.capture(Self.ipTool, ["netns", "exec", name, "ss", "-tinmoH", filter]).output else { return "-" }
+        return text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " | ")
+    }
+
+    /// The kernel's TCP counters in this namespace that say why segments were dropped or
+    /// refused (PAWS, memory, checksums, windows), those not zero: what a stalled stream's
+    /// failure message tells beside the sockets' own state.
+    public func tcpDropCounters() -> String {
+        var found: [String] = []
+        for file in ["/proc/net/netstat", "/proc/net/snmp"] {
+            guard let text = try? Self.capture(Self.ipTool, ["netns", "exec", name, "cat", file]).output else { continue }
+            let lines = text.split(separator: "\n").map { $0.split(separator: " ") }
+            for (names, values) in zip(lines, lines.dropFirst()) where names.first == values.first && names.count == values.count {
+                for (key, value) in zip(names.dropFirst(), values.dropFirst()) where value != "0" {
+                    let interesting = ["Drop", "PAWS", "Prune", "Collapse", "Csum", "Reject", "Challenge", "RcvQ", "ZeroWindow",
+                                       "Backlog", "InErrs", "OFO", "DSACK"]
+                    if interesting.contains(where: { key.contains($0) }) { found.append("\(names[0])\(key)=\(value)") }
+                }
+            }
+        }
+        return found.isEmpty ? "no drop counter above zero" : found.joined(separator: " ")
+    }
+
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
     }

@@ -245,8 +245,18 @@ extension RoamingScenario {
         let handshakes = tap.packets(where: { $0.at >= start && isInitiation($0, vpn) }).count
         let (lost, sent) = probes.lost(from: measuredFrom, to: end - .milliseconds(200))
         let outage = probes.outage(from: measuredFrom, to: end)
-        let tcpResult = stream.map { $0.finish(within: .seconds(30)) }
-        let downloadResult = download.map { $0.finish(within: .seconds(30)) }
+        var tcpResult = stream.map { $0.finish(within: .seconds(30)) }
+        var downloadResult = download.map { $0.finish(within: .seconds(30)) }
+        if tcpResult?.failure != nil || downloadResult?.failure != nil {
+            // Where a stalled stream's segments went: each end's kernel counters and the tunnel's MTU.
+            let drops = lab.log("server.log").split(separator: "\n").filter { $0.contains("drops") }.suffix(2).joined(separator: " / ")
+            let counters = "; laptop's TCP counters: \(laptop.tcpDropCounters()); server's: \(lab.server.tcpDropCounters()); "
+                + "tunnel MTU \(status["mtu.tunnel"] ?? "-"); client: \(status.filter { $0.key.contains("drop") || $0.key.contains("offload") })"
+                + "; laptop's sockets: \(laptop.socketState(port: 5007)); server's: \(lab.server.socketState(port: 5007))"
+                + "; gateway's drops: \(drops.isEmpty ? "none logged" : drops)"
+            tcpResult?.failure? += counters
+            downloadResult?.failure? += counters
+        }
         let tunnelAfter = lab.tunnelSnapshot()
         return RoamingOutcome(scenario: self, vpn: vpn, routing: routing, outage: outage, lostProbes: lost, sentProbes: sent,
                               handshakes: handshakes, attempts: attempts, attemptsWhileOffline: attemptsWhileOffline,

@@ -267,7 +267,8 @@ public final class TCPStream: @unchecked Sendable {  // every mutable field is r
         var size = socklen_t(MemoryLayout<tcp_info>.size)
         guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_INFO, &info, &size) == 0 else { return "unknown (errno \(errno))" }
         return "state \(info.tcpi_state) ca \(info.tcpi_ca_state) backoff \(info.tcpi_backoff) rto \(info.tcpi_rto / 1000) ms "
-            + "unacked \(info.tcpi_unacked) lost \(info.tcpi_lost) retransmitted \(info.tcpi_total_retrans) cwnd \(info.tcpi_snd_cwnd) "
+            + "unacked \(info.tcpi_unacked) sacked \(info.tcpi_sacked) lost \(info.tcpi_lost) retransmitted \(info.tcpi_total_retrans) cwnd \(info.tcpi_snd_cwnd) "
+            + "pmtu \(info.tcpi_pmtu) mss \(info.tcpi_snd_mss)/\(info.tcpi_rcv_mss) rcv space \(info.tcpi_rcv_space) "
             + "last sent \(info.tcpi_last_data_sent) ms ago, last received \(info.tcpi_last_data_recv) ms ago, last ack \(info.tcpi_last_ack_recv) ms ago"
     }
 
