@@ -86,7 +86,7 @@ let package = Package(
         // reads its users from there.
         .target(name: "Directory", dependencies: ["Basics", "Tunnel", "CLibpq"], swiftSettings: strict),
         // Control and status: the control socket, its server and client, the protocol, JSON.
-        .target(name: "Control", dependencies: ["Basics", "Device", "Reconnector", "Tunnel"], swiftSettings: strict),
+        .target(name: "Control", dependencies: ["Basics", "Device", "Tunnel"], swiftSettings: strict),
         // What an operator reads and graphs: the log handler and the metrics, served over HTTP or
         // written to a file.
         .target(

@@ -173,7 +173,8 @@ measure() {
         [ -n "$pid" ] && t1=$(cpu_ticks "$pid")
         if [ -n "$perf" ]; then
             kill -INT "$perf" 2>/dev/null; wait "$perf" 2>/dev/null || true
-            echo "  $path $dir: where the client's CPU went (perf, top 25 symbols):" >&2
+            echo "  $path $dir: where the client's CPU went (perf, by library, then the top 25 symbols):" >&2
+            perf report -q -i "$WORK/perf-$path-$dir.data" --no-children --sort dso 2>/dev/null | awk 'NF && n++ < 8 { print "    " $0 }' >&2 || true
             perf report -q -i "$WORK/perf-$path-$dir.data" --no-children --sort dso,sym 2>/dev/null | awk 'NF && n++ < 25 { print "    " $0 }' >&2 || true
         fi
         read -r mbit bytes retr <<<"$out"

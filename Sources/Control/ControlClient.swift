@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import Reconnector
 import Synchronization
 
 /// The asking end: sends one request line and reads the answer, or a watch's lines.

@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import Reconnector
 import Synchronization
 import Device
 

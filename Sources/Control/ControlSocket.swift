@@ -1,6 +1,5 @@
 import Glibc
 import Basics
-import Reconnector
 import Synchronization
 
 /// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may

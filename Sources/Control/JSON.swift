@@ -1,4 +1,4 @@
-import Reconnector
+import Basics
 
 /// A JSON value, for the control socket's messages: written compactly on one line, and read
 /// back with limits (size, depth) so that whatever a local process sends cannot make the

@@ -2,6 +2,7 @@ import Control
 import ArgumentParser
 import Glibc
 import Reconnector
+import Basics
 
 /// What the control commands share: where the agent's control socket is.
 struct ControlOptions: ParsableArguments {

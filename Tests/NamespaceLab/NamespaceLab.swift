@@ -80,7 +80,7 @@ public final class NamespaceLab {
     /// memory and timers, for a stalled stream's failure message.
     public func socketState(port: UInt16) -> String {
         let filter = "( sport = :\(port) or dport = :\(port) )"
-        guard let text = try? Self.capture(Self.ipTool, ["netns", "exec", name, "ss", "-tinmoH", filter]).output else { return "-" }
+        guard let text = try? Self.capture(Self.ipTool, ["netns", "exec", name, "ss", "-tainmoH", filter]).output else { return "-" }
         return text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " | ")
     }
 
