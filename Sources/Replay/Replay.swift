@@ -1,6 +1,6 @@
 import Glibc
 public import Basics
-import PathMonitor
+public import PathMonitor
 public import Reconnector
 import Netlink
 
@@ -27,6 +27,8 @@ public struct ReplayReport: Sendable {
     public var checks = 0
     /// Longest time the tunnel did not work while some uplink could have carried it.
     public var maxOutage: Duration = .zero
+    /// Every stretch the tunnel did not work while some uplink could have carried it, in order.
+    public var outages: [Range<Instant>] = []
     /// What others took away and the agent put back; the fights it held off; the longest time
     /// anything it keeps was missing.
     public var restores = 0
@@ -62,6 +64,9 @@ public struct ReplayReport: Sendable {
 
     /// Every event fed to the core, in order, when the replay was asked to keep it.
     public var trace: [(at: Instant, event: AgentEvent)] = []
+    /// The network as the first dump showed it, before the clock started: the trace's network
+    /// changes apply to it.
+    public var initialNetwork = NetworkModel()
 }
 
 /// A scenario that cannot run: an event names a link that does not exist, and the like.
@@ -261,6 +266,7 @@ public struct Replay {
         let cpuAtStart = Self.threadCPUTime()
         // The initial network is what the first dump shows: the model starts from it.
         for event in scenario.network { try applyNetwork(event, report: false) }
+        report.initialNetwork = kernel.model
         startAgent(power: scenario.power, seed: scenario.seed, now: .zero)
         for (i, event) in scenario.timeline.enumerated() { queue.push(event.at, .timeline(i)) }
         for (i, check) in scenario.expect.pathAt.enumerated() { queue.push(check.at, .checkpoint(i)) }
@@ -347,7 +353,7 @@ public struct Replay {
             updateOutage()
         }
         now = max(now, scenario.until)
-        if let start = outageStart { report.maxOutage = max(report.maxOutage, now - start) }
+        endOutage()
         for since in missing.values { report.maxMissing = max(report.maxMissing, now - since) }
         report.finalState = reconnector.state
         report.tunnelMTU = tunnelMTU
@@ -865,10 +871,16 @@ public struct Replay {
             && socket.flatMap { streamReady[$0] }.map { $0 <= now } ?? true
         if couldWork && !works {
             if outageStart == nil { outageStart = now }
-        } else if let start = outageStart {
-            report.maxOutage = max(report.maxOutage, now - start)
-            outageStart = nil
+        } else {
+            endOutage()
         }
+    }
+
+    private mutating func endOutage() {
+        guard let start = outageStart else { return }
+        outageStart = nil
+        report.maxOutage = max(report.maxOutage, now - start)
+        if now > start { report.outages.append(start..<now) }
     }
 
     /// Whether the tunnel could work through `path`'s uplink: UDP passes, or the agent may use
