@@ -103,11 +103,16 @@ let package = Package(
             name: "Replay",
             dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"],
             swiftSettings: strict),
+        // A replay drawn as a picture: a timeline model made from its report, and that model
+        // written as SVG text (no Foundation, no plotting library).
+        .target(
+            name: "Timeline", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "Replay"],
+            swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
                 "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
-                "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Directory",
+                "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Timeline", "Directory",
                 "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -152,6 +157,7 @@ let package = Package(
         .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),
+        .testTarget(name: "TimelineTests", dependencies: ["Basics", "Reconnector", "Replay", "Timeline"], swiftSettings: strict),
         .testTarget(
             name: "AgentTests",
             dependencies: [

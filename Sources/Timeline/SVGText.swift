@@ -1,0 +1,66 @@
+import Basics
+
+/// Text for SVG (XML), written without Foundation.
+enum SVGText {
+    /// `text` safe inside an element or a quoted attribute: the five characters XML gives
+    /// meaning escaped, and the control characters XML 1.0 forbids replaced by `?`.
+    static func escaped(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&apos;"
+            case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
+            default:
+                if scalar.value < 0x20 || (0xFFFE...0xFFFF).contains(scalar.value) {
+                    out += "?"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out
+    }
+
+    /// A coordinate with at most one decimal: `12.5`, `-3`, `0`.
+    static func number(_ value: Double) -> String {
+        guard value.isFinite else { return "0" }
+        let tenths = Int((value * 10).rounded())
+        let sign = tenths < 0 ? "-" : ""
+        let magnitude = tenths.magnitude
+        return sign + "\(magnitude / 10)" + (magnitude % 10 == 0 ? "" : ".\(magnitude % 10)")
+    }
+
+    /// A class name made of `text`: letters, digits, `-` and `_` kept, anything else `_`.
+    static func token(_ text: String) -> String {
+        String(text.unicodeScalars.map { scalar -> Character in
+            switch scalar {
+            case "a"..."z", "A"..."Z", "0"..."9", "-", "_": Character(scalar)
+            default: "_"
+            }
+        })
+    }
+
+    /// An instant on a time axis: `45s`, `2m30s`, `10h30m`, `1m05.250s`, with `decimals`
+    /// digits after the seconds' point.
+    static func clock(_ nanoseconds: Int64, decimals: Int) -> String {
+        let sign = nanoseconds < 0 ? "-" : ""
+        let ns = nanoseconds.magnitude
+        let hours = ns / 3_600_000_000_000
+        let minutes = ns / 60_000_000_000 % 60
+        let rest = ns % 60_000_000_000
+        var out = sign
+        if hours > 0 { out += "\(hours)h" }
+        if minutes > 0 || (hours > 0 && rest > 0) { out += (hours > 0 && minutes < 10 ? "0" : "") + "\(minutes)m" }
+        if rest > 0 || out == sign {
+            var seconds = Duration.nanoseconds(Int64(rest)).seconds(decimals: decimals)
+            if out != sign && rest < 10_000_000_000 { seconds = "0" + seconds }
+            out += seconds + "s"
+        }
+        return out
+    }
+}
