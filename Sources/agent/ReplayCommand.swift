@@ -4,6 +4,7 @@ import ArgumentParser
 import Basics
 import Reconnector
 import Replay
+import Timeline
 
 /// `agent replay`: runs scenario timelines through the real model and state machine.
 struct ReplayCommand: ParsableCommand {
@@ -13,6 +14,12 @@ struct ReplayCommand: ParsableCommand {
         discussion: """
             Prints one operator log line per transition and a verdict per file. Exit status: 0 when \
             every file passes, 1 when an expectation or invariant fails, 2 when a file is malformed.
+
+            With --timeline out.svg it also draws the replay of one scenario file (or of a --random \
+            timeline) as an SVG picture: the session's states, the path in use, each uplink, the \
+            outages, and marks for handshakes, attempts, backoffs, sleeps, portals and on-demand \
+            decisions. A span longer than ten minutes gets a summary and panels zoomed on its busy \
+            stretches.
             """)
 
     @Argument(help: "Scenario files or directories (default: the scenario library).")
@@ -29,6 +36,21 @@ struct ReplayCommand: ParsableCommand {
 
     @Flag(name: .shortAndLong, help: "Print only the verdicts, not the transitions.")
     var quiet = false
+
+    @Option(help: ArgumentHelp("Also draw the replay of one scenario file as an SVG timeline, written to this file.",
+                               valueName: "out.svg"))
+    var timeline: String?
+
+    func validate() throws {
+        guard timeline != nil, random == nil else { return }
+        guard files.count == 1, let file = files.first else {
+            throw ValidationError("--timeline draws one replay: give one scenario file"
+                + (files.isEmpty ? " (with none, the whole library would be replayed)" : ", not \(files.count)"))
+        }
+        if SystemFiles.isDirectory(file) {
+            throw ValidationError("--timeline draws one replay: \(file) is a directory; give one scenario file in it")
+        }
+    }
 
     func run() throws {
         var paths: [String] = []
@@ -48,7 +70,8 @@ struct ReplayCommand: ParsableCommand {
                 let scenario = try path.map { file throws(ScenarioError) in try Scenario.load(file) }
                     ?? Scenario.random(seed: random ?? 0, events: events, spacing: .milliseconds(700))
                 let path = path ?? scenario.file
-                var replay = Replay(scenario)
+                // The picture needs the trace: when the uplinks changed, when the machine slept.
+                var replay = Replay(scenario, keepTrace: timeline != nil)
                 if !quiet { print("== \(scenario.name) (\(path))") }
                 let report = try replay.run { transition in
                     if !quiet { print("  " + (json ? transition.json : transition.logfmt)) }
@@ -60,6 +83,15 @@ struct ReplayCommand: ParsableCommand {
                     + (report.fromServer > 0 ? " from_server=\(report.fromServer) lost_from_server=\(report.lostFromServer)" : "")
                     + (report.keepalives > 0 ? " keepalives=\(report.keepalives)" : "")
                     + (report.gaveUp.map { " gave_up_at=\($0.at)" } ?? "")
+                if let timeline {
+                    let svg = SVGTimeline.render(TimelineModel(report: report, scenario: scenario))
+                    do {
+                        try SystemFiles.write(svg, to: timeline)
+                    } catch {
+                        throw AgentError("the timeline is not saved to \(timeline): \(error)")
+                    }
+                    if !quiet { print("  timeline written to \(timeline)") }
+                }
                 if report.passed {
                     passed += 1
                     print("PASS \(path) \(summary)")
