@@ -175,22 +175,66 @@ private struct Canvas {
         }
         out += "<rect x=\"\(SVGText.number(plotLeft))\" y=\"\(SVGText.number(y))\" width=\"\(SVGText.number(plotRight - plotLeft))\" "
             + "height=\"\(SVGText.number(height))\" fill=\"#f5f7fa\"/>\n"
+        // Bands narrower than a pixel that follow one another (a state that flips every few
+        // seconds for hours) are drawn together, a few pixels at a time, in the colour of the
+        // one that lasted longest.
+        var thin: [(from: Instant, to: Instant, band: TimelineModel.Band)] = []
+        func flush() {
+            guard let first = thin.first, let last = thin.last else { return }
+            defer { thin = [] }
+            if thin.count == 1 { return drawBand(first.band, from: first.from, to: first.to, x: x, height: height) }
+            var lasted: [TimelineModel.Paint: Duration] = [:]
+            var labels: [(String, Duration)] = []
+            for piece in thin {
+                lasted[piece.band.paint, default: .zero] += piece.to - piece.from
+                if let i = labels.firstIndex(where: { $0.0 == piece.band.label }) {
+                    labels[i].1 += piece.to - piece.from
+                } else {
+                    labels.append((piece.band.label, piece.to - piece.from))
+                }
+            }
+            let paint = lasted.max { $0.value < $1.value }?.key ?? first.band.paint
+            let classes = thin.reduce(into: [String]()) { classes, piece in
+                for name in style(piece.band.paint).className.split(separator: " ").map(String.init) where !classes.contains(name) {
+                    classes.append(name)
+                }
+            }
+            let detail = "\(thin.count) changes from \(first.from)s to \(last.to)s: "
+                + labels.sorted { $0.1 > $1.1 }.map { "\($0.0) \($0.1.short)" }.joined(separator: ", ")
+            drawBand(TimelineModel.Band(from: first.from, to: last.to, paint: paint, label: "", detail: detail),
+                     from: first.from, to: last.to, x: x, height: height, classes: "mixed " + classes.joined(separator: " "))
+        }
         for band in lane.bands {
             guard let (from, to) = clip(band, window) else { continue }
-            let x0 = x(from)
-            let w = max(x(to) - x0, 1)
-            let style = style(band.paint)
-            out += "<g class=\"band \(style.className)\"><title>\(SVGText.escaped(band.detail))</title>"
-            out += "<rect x=\"\(SVGText.number(x0))\" y=\"\(SVGText.number(y))\" width=\"\(SVGText.number(w))\" "
-                + "height=\"\(SVGText.number(height))\" fill=\"\(style.fill)\"" + (style.opacity < 1 ? " fill-opacity=\"\(style.opacity)\"" : "") + "/>"
-            if let label = TimelineLayout.fit(band.label, width: w - 6, charWidth: Self.charWidth) {
-                out += "<text x=\"\(SVGText.number(x0 + w / 2))\" y=\"\(SVGText.number(y + height / 2 + 4))\" text-anchor=\"middle\" "
-                    + "fill=\"\(style.text)\">\(SVGText.escaped(label))</text>"
+            if x(to) - x(from) < 1 {
+                // Only bands that follow one another without a visible gap (outages do not).
+                if let previous = thin.last, x(from) - x(previous.to) >= 1 { flush() }
+                thin.append((from, to, band))
+                if let first = thin.first, x(to) - x(first.from) >= 2 { flush() }
+            } else {
+                flush()
+                drawBand(band, from: from, to: to, x: x, height: height)
             }
-            out += "</g>\n"
         }
+        flush()
         out += "</g>\n"
         y += height + Self.rowGap
+    }
+
+    /// One band, `from` and `to` being its part inside the panel; `classes` replace the ones
+    /// its paint gives.
+    mutating func drawBand(_ band: TimelineModel.Band, from: Instant, to: Instant, x: Scale, height: Double, classes: String? = nil) {
+        let x0 = x(from)
+        let w = max(x(to) - x0, 1)
+        let style = style(band.paint)
+        out += "<g class=\"band \(classes ?? style.className)\"><title>\(SVGText.escaped(band.detail))</title>"
+        out += "<rect x=\"\(SVGText.number(x0))\" y=\"\(SVGText.number(y))\" width=\"\(SVGText.number(w))\" "
+            + "height=\"\(SVGText.number(height))\" fill=\"\(style.fill)\"" + (style.opacity < 1 ? " fill-opacity=\"\(style.opacity)\"" : "") + "/>"
+        if let label = TimelineLayout.fit(band.label, width: w - 6, charWidth: Self.charWidth) {
+            out += "<text x=\"\(SVGText.number(x0 + w / 2))\" y=\"\(SVGText.number(y + height / 2 + 4))\" text-anchor=\"middle\" "
+                + "fill=\"\(style.text)\">\(SVGText.escaped(label))</text>"
+        }
+        out += "</g>\n"
     }
 
     mutating func drawMarks(_ name: String, _ marks: [TimelineModel.Mark], x: Scale, tiers: Int) {

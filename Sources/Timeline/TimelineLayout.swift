@@ -15,10 +15,13 @@ enum TimelineLayout {
     static let maxDetails = 4
     /// A band narrower than this many pixels across the whole span calls for detail panels.
     static let narrowest = 4.0
+    /// More state changes than this are chatter, not stretches to zoom on.
+    static let chatter = 200
 
     /// The detail windows of a timeline drawn `width` pixels wide: none when the whole span is
     /// at most ten minutes and no state or path lasts less than a few pixels there. Else the
-    /// stretches where things happen, found as runs of instants no further apart than a
+    /// stretches where things happen (marks and changes, the session's states unless they
+    /// chatter), found as runs of instants no further apart than a
     /// sixtieth of the span, each padded by a quarter of its length (at least 250 ms), the
     /// closest merged until at most `maxDetails` are left. When those cover most of the span
     /// (things happen all along), the densest stretches of an eighth of it instead.
@@ -32,8 +35,13 @@ enum TimelineLayout {
             }
         }
         guard span > labelledUpTo || narrow else { return [] }
+        // Where things happen: marks, and bands' starts; but a session whose state changes
+        // hundreds of times (probing on a lossy Wi-Fi all along) chatters, and the stretches
+        // follow the rest.
         var instants = model.marks.map(\.at)
-        for lane in model.lanes { instants += lane.bands.map(\.from).filter { $0 > model.start } }
+        for lane in model.lanes where lane.kind != .session || lane.bands.count <= chatter {
+            instants += lane.bands.map(\.from).filter { $0 > model.start }
+        }
         instants = instants.filter { $0 >= model.start && $0 <= model.end }.sorted()
         guard let first = instants.first else { return [] }
 

@@ -83,15 +83,6 @@ struct ReplayCommand: ParsableCommand {
                     + (report.fromServer > 0 ? " from_server=\(report.fromServer) lost_from_server=\(report.lostFromServer)" : "")
                     + (report.keepalives > 0 ? " keepalives=\(report.keepalives)" : "")
                     + (report.gaveUp.map { " gave_up_at=\($0.at)" } ?? "")
-                if let timeline {
-                    let svg = SVGTimeline.render(TimelineModel(report: report, scenario: scenario))
-                    do {
-                        try SystemFiles.write(svg, to: timeline)
-                    } catch {
-                        throw AgentError("the timeline is not saved to \(timeline): \(error)")
-                    }
-                    if !quiet { print("  timeline written to \(timeline)") }
-                }
                 if report.passed {
                     passed += 1
                     print("PASS \(path) \(summary)")
@@ -100,6 +91,15 @@ struct ReplayCommand: ParsableCommand {
                     print("FAIL \(path) \(summary)")
                     for line in report.violations { print("  invariant broken: \(line)") }
                     for line in report.failures { print("  \(line)") }
+                }
+                if let timeline {
+                    let svg = SVGTimeline.render(TimelineModel(report: report, scenario: scenario))
+                    do {
+                        try SystemFiles.write(svg, to: timeline)
+                    } catch {
+                        throw AgentError("the timeline is not saved to \(timeline): \(error)")
+                    }
+                    print("  timeline written to \(timeline)")
                 }
             } catch let error as ScenarioError {
                 malformed += 1

@@ -97,6 +97,25 @@ private func states(_ report: ReplayReport) -> Set<String> {
     #expect(root.all { $0.classes == ["band", "outage"] }.isEmpty == (report.maxOutage == .zero))
 }
 
+/// Two hours of a state flipping every few seconds: the summary draws the flips in bins of a
+/// few pixels (and stays small), outages keep their place, and the detail panels zoom on the
+/// outages, not on the chatter.
+@Test func aChatteringStateStaysReadableAndSmall() throws {
+    let (report, _, svg, root) = try picture("lossy-train-wifi-on-battery.yaml")
+    #expect(report.transitions.count > 1000)
+    #expect(svg.utf8.count < 400_000, "\(svg.utf8.count) bytes")
+    let whole = try #require(root.all { $0.attributes["id"] == "panel-whole" }.first)
+    let mixed = whole.all { $0.classes.contains("mixed") }
+    #expect(!mixed.isEmpty)
+    #expect(mixed.allSatisfy { $0.classes.contains("state-connected") || $0.classes.contains("state-probing") })
+    // Each outage lasts less than a pixel of the whole: a pixel or two each, not the gaps between.
+    let outageWidth = whole.all { $0.name == "rect" && $0.parent?.classes.contains("outage") == true }
+        .reduce(0.0) { $0 + (Double($1.attributes["width"] ?? "") ?? 0) }
+    #expect(outageWidth > 0 && outageWidth <= Double(report.outages.count) * 2)
+    // The longest outage is drawn wide enough to carry its label in a detail panel.
+    #expect(root.texts(in: { $0.classes.contains("outage") }).contains("outage " + report.maxOutage.short))
+}
+
 /// On every row, no two drawn labels overlap, however dense the marks.
 @Test(arguments: ["flap-storm-beside-healthy-wifi.yaml", "captive-portal-idle-hour.yaml", "battery-vs-ac-long-outage.yaml",
                    "all-gateways-down.yaml", "captive-portal-restart-loop.yaml"])
