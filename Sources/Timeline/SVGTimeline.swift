@@ -299,6 +299,9 @@ private struct Canvas {
         if let uplink = model.lanes.first(where: { $0.kind == .uplink })?.name {
             entry("path: the session on \(uplink) (the uplink's colour)", swatch: box(.path(uplink, carrying: true)))
             entry("path: heading for it", swatch: box(.path(uplink, carrying: false)))
+            if paints.contains(where: { if case .path(let name, _) = $0 { name.hasSuffix("/tls") } else { false } }) {
+                entry("path: on the stream (TLS), darker", swatch: box(.path(uplink + "/tls", carrying: true)))
+            }
         }
         for condition in TimelineModel.UplinkCondition.allCases where paints.contains(.uplink(condition)) {
             entry("uplink: " + style(.uplink(condition)).legend, swatch: box(.uplink(condition)))
@@ -348,7 +351,9 @@ private struct Canvas {
             }
             return Style(fill: fill, text: text, className: "state-" + SVGText.token(name))
         case .path(let name, let carrying):
-            return Style(fill: uplinkColour(name), opacity: carrying ? 1 : 0.35, text: carrying ? "#ffffff" : Self.ink,
+            // The stream (`wifi0/tls`) in a darker shade of its uplink's colour.
+            let stream = name.hasSuffix("/tls")
+            return Style(fill: stream ? SVGText.darker(uplinkColour(name)) : uplinkColour(name), opacity: carrying ? 1 : 0.35, text: carrying ? "#ffffff" : Self.ink,
                          className: "path path-\(SVGText.token(name))" + (carrying ? "" : " heading"))
         case .uplink(let condition):
             let (fill, legend): (String, String) = switch condition {

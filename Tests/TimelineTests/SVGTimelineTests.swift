@@ -159,6 +159,18 @@ func labelsNeverOverlap(_ name: String) throws {
     #expect(SVGText.escaped("x\u{1}y") == "x?y")
 }
 
+/// The stream is told from UDP on the same uplink by a darker shade of the uplink's colour.
+@Test func theStreamIsDarker() throws {
+    let (_, _, _, root) = try picture("stream-roam-onto-a-udp-blocking-network-and-back.yaml")
+    func fills(_ path: String) -> Set<String> {
+        Set(root.all { $0.name == "rect" && $0.parent?.classes.contains(path) == true && $0.parent?.classes.contains("heading") == false }
+            .compactMap { $0.attributes["fill"] })
+    }
+    #expect(fills("path-wifi0") == ["#2563eb"])
+    #expect(fills("path-wifi0_tls") == ["#163b8d"])
+    #expect(SVGText.darker("#2563eb") == "#163b8d")
+}
+
 @Test func theAxisReadsInSecondsMinutesAndHours() {
     #expect(SVGText.clock(0, decimals: 0) == "0s")
     #expect(SVGText.clock(45_000_000_000, decimals: 0) == "45s")
