@@ -104,13 +104,18 @@ private struct Canvas {
         y += 14
         let top = y
         var ticks: [Double] = []
+        // A label kept inside the plot may run into the next: that one goes without.
+        var labelledUpTo = -Double.infinity
         var tick = Instant(nanoseconds: (window.from.nanoseconds + step.nanoseconds - 1) / step.nanoseconds * step.nanoseconds)
         while tick <= window.to {
             ticks.append(x(tick))
             let label = clock(tick, step: step)
             let half = Double(label.count) * Self.charWidth / 2
             let at = min(max(x(tick), plotLeft + half), plotRight - half)
-            text(at: at, axisTop + 10, label, size: 10, fill: Self.faint, anchor: "middle")
+            if at - half >= labelledUpTo + 6 {
+                text(at: at, axisTop + 10, label, size: 10, fill: Self.faint, anchor: "middle")
+                labelledUpTo = at + half
+            }
             tick = tick + step
         }
         // Lanes, then mark rows; grid lines go under them, drawn once their height is known.
