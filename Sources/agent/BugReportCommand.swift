@@ -1,0 +1,216 @@
+import ArgumentParser
+import Basics
+import Control
+import Glibc
+import Observability
+
+/// `agent bugreport`: one archive to attach to a problem report, with nothing secret in it.
+struct BugReportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bugreport",
+        abstract: "Write one archive for a problem report: versions, settings without secrets, status, the log, the network.",
+        discussion: """
+            Writes a tar archive (owner-only) holding: the agent's and the system's versions; each \
+            configuration with every secret value and every comment taken out; what the running agent's \
+            status says; the agent's log from the journal for the last hours (--since); the network as the \
+            kernel has it (links, addresses, routes, policy rules), the firewall's ruleset, the resolvers, \
+            and the state of Roam's systemd units. Key files, password files and the database's passfile are \
+            never copied: what they hold is removed from every file of the archive wherever it appears, as \
+            is the password of any URL. It changes nothing on the machine. Run it as root to include what \
+            only root may read; it lists what it wrote, so you can look before you send it.
+            """)
+
+    @Option(name: .customLong("config"), help: "A configuration to include (repeat for several; default: every /etc/roam/*.yaml).")
+    var configs: [String] = []
+
+    @OptionGroup var options: ControlOptions
+
+    @Option(help: "How many hours of the agent's log to include.")
+    var since: Int = 6
+
+    @Option(help: "Where to write the archive (default: roam-report-HOST-TIME.tar here). Never overwrites a file.")
+    var out: String?
+
+    func validate() throws {
+        guard (1...720).contains(since) else { throw ValidationError("--since is a number of hours from 1 to 720") }
+    }
+
+    func run() throws {
+        let now = time(nil)
+        let stamp = Self.stamp(now)
+        let path = out ?? "roam-report-\(SystemFiles.hostName() ?? "host")-\(stamp).tar"
+        let configurations = configs.isEmpty
+            ? (SystemFiles.names(in: "/etc/roam") ?? []).filter { $0.hasSuffix(".yaml") }.sorted().map { "/etc/roam/" + $0 }
+            : configs
+        // What the configurations' files hold is taken out of everything written.
+        var secrets: [String] = []
+        var files: [(name: String, text: String)] = []
+        for config in configurations {
+            guard let text = SystemFiles.text(config) else {
+                files.append(("config/" + Self.base(config) + ".unreadable.txt", "\(config) could not be read (run as root?)\n"))
+                continue
+            }
+            for secretFile in Self.namedFiles(in: text) {
+                if let contents = SystemFiles.text(secretFile), contents.utf8.count <= 64 << 10 {
+                    secrets += ProblemReport.secretValues(inFile: contents)
+                }
+            }
+            files.append(("config/" + Self.base(config), ProblemReport.redactConfiguration(text)))
+        }
+        files.insert(("version.txt", Self.versions()), at: 0)
+        files.append(("status.json", Self.status(at: options.control)))
+        files.append(("journal.txt", Self.output(["journalctl", "--no-pager", "-o", "short-iso", "--since=-\(since)h",
+                                                  "-u", "roam-client.service", "-u", "roam-server.service", "-u", "roam@*"])))
+        files.append(("network.txt", [
+            ["ip", "-d", "link"], ["ip", "address"], ["ip", "-4", "route", "show", "table", "all"],
+            ["ip", "-6", "route", "show", "table", "all"], ["ip", "-4", "rule"], ["ip", "-6", "rule"],
+        ].map(Self.output).joined(separator: "\n")))
+        files.append(("firewall.txt", Self.output(["nft", "list", "ruleset"])))
+        files.append(("resolvers.txt", "$ cat /etc/resolv.conf\n" + (SystemFiles.text("/etc/resolv.conf") ?? "(none)\n") + "\n"
+            + Self.output(["resolvectl", "status", "--no-pager"])))
+        files.append(("units.txt", Self.output(["systemctl", "--no-pager", "--full", "status", "roam-client.service",
+                                                "roam-server.service", "roam@*.service"])))
+        let listing = files.map(\.name)
+        files.insert(("README.txt", Self.readme(listing: listing, configurations: configurations, since: since)), at: 0)
+
+        var archive = TarArchive(modified: now)
+        for (name, text) in files {
+            let safe = ProblemReport.redactURLPasswords(ProblemReport.scrub(text, secrets: secrets))
+            archive.add("roam-report-\(stamp)/" + name, Array(safe.utf8))
+        }
+        try Self.create(path, archive.finished)
+        print("wrote \(path) (\(archive.finished.count / 1024) KB, owner-only):")
+        for name in ["README.txt"] + listing { print("  \(name)") }
+        print("secrets removed: key, password and passfile contents, password hashes, URL passwords, comments; "
+            + "look inside with: tar -xOf \(path) | less")
+    }
+
+    /// The paths the configuration's `...-file:` keys name (keys, passwords, passfiles).
+    static func namedFiles(in text: String) -> [String] {
+        var paths: [String] = []
+        for line in text.split(separator: "\n") {
+            var rest = Substring(line)
+            while let key = rest.firstRange(of: "-file:") {
+                rest = rest[key.upperBound...]
+                let value = rest.drop { $0 == " " || $0 == "\"" || $0 == "'" }
+                let path = value.prefix { !" ,}\"'#".contains($0) }
+                if path.hasPrefix("/") { paths.append(String(path)) }
+            }
+        }
+        return paths
+    }
+
+    static func base(_ path: String) -> String { String(path.split(separator: "/").last ?? Substring(path)) }
+
+    static func stamp(_ t: time_t) -> String {
+        var t = t
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(parts.tm_year + 1900)\(two(parts.tm_mon + 1))\(two(parts.tm_mday))-\(two(parts.tm_hour))\(two(parts.tm_min))\(two(parts.tm_sec))Z"
+    }
+
+    static func versions() -> String {
+        var name = utsname()
+        uname(&name)
+        func field<T>(_ value: T) -> String {
+            withUnsafeBytes(of: value) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        }
+        return "agent \(Release.version)\n"
+            + "kernel \(field(name.sysname)) \(field(name.release)) \(field(name.version)) \(field(name.machine))\n\n"
+            + (SystemFiles.text("/etc/os-release") ?? "(no /etc/os-release)\n")
+    }
+
+    static func status(at control: String) -> String {
+        do {
+            return try ControlClient.ask(.status, at: control).text + "\n"
+        } catch {
+            return "{\"error\": \(LogLine.quotedJSON("no answer from \(control): \(error)"))}\n"
+        }
+    }
+
+    static func readme(listing: [String], configurations: [String], since: Int) -> String {
+        """
+        A problem report from Roam's agent (`agent bugreport`), made \(stamp(time(nil))).
+
+        What it holds:
+        \(listing.map { "  \($0)" }.joined(separator: "\n"))
+
+        The configurations (\(configurations.isEmpty ? "none found" : configurations.joined(separator: ", "))) are copied
+        without the value of any key that holds a secret (passwords, password hashes, tokens, inline keys), without
+        comments, and without the password of any URL. The files they name (private keys, password files, the
+        database's passfile) are not copied, and what they hold is removed from every file here wherever it
+        appears. The journal covers the last \(since) hours of Roam's units.
+
+        """
+    }
+
+    /// What `argv` printed (both streams), headed by the command; at most 4 MB, at most 10 s.
+    static func output(_ argv: [String]) -> String {
+        let head = "$ " + argv.joined(separator: " ") + "\n"
+        guard let executable = PortalCommand.find(argv[0]) else { return head + "(\(argv[0]) is not installed)\n" }
+        return head + CommandOutput.run(executable, argv, limit: 4 << 20, timeout: .seconds(10))
+    }
+
+    /// Writes `bytes` to a new file at `path`, owner-only; an existing file is never replaced.
+    static func create(_ path: String, _ bytes: [UInt8]) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw AgentError("cannot create \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw AgentError("cannot write \(path): \(String(cString: strerror(errno)))") }
+            written += n
+        }
+    }
+}
+
+/// A program run to completion with its output captured: both streams into one pipe, standard
+/// input from /dev/null, ended (the process this started, by its PID) when it runs too long.
+enum CommandOutput {
+    static func run(_ executable: String, _ argv: [String], limit: Int, timeout: Duration) -> String {
+        var pipeEnds: [Int32] = [0, 0]
+        guard pipe(&pipeEnds) == 0 else { return "(cannot make a pipe: \(String(cString: strerror(errno))))\n" }
+        // Neither end leaks into the program but as its output (dup2 gives it a copy without the flag).
+        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
+        var pid: pid_t = 0
+        var cArguments = argv.map { strdup($0) } + [nil]
+        defer { for pointer in cArguments { free(pointer) } }
+        let spawned = posix_spawn(&pid, executable, &actions, nil, &cArguments, environ)
+        close(pipeEnds[1])
+        defer { close(pipeEnds[0]) }
+        guard spawned == 0 else { return "(cannot run \(argv[0]): \(String(cString: strerror(spawned))))\n" }
+        var output: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let deadline = ContinuousClock.now + timeout
+        var cut: String?
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { cut = "(stopped after \(timeout))"; break }
+            var entry = pollfd(fd: pipeEnds[0], events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, Int32(clamping: left.nanoseconds / 1_000_000 + 1))
+            if ready < 0, errno == EINTR { continue }
+            guard ready > 0 else { continue }
+            let n = read(pipeEnds[0], &buffer, buffer.count)
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { break }
+            output += buffer[0..<min(n, max(0, limit - output.count))]
+            if output.count >= limit { cut = "(cut at \(limit / 1024) KB)"; break }
+        }
+        if cut != nil { kill(pid, SIGKILL) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        var text = String(decoding: output, as: UTF8.self)
+        if !text.isEmpty, !text.hasSuffix("\n") { text += "\n" }
+        if let cut { text += cut + "\n" }
+        return text
+    }
+}

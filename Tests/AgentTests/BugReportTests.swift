@@ -1,0 +1,92 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import Testing
+
+/// `agent bugreport`, the built binary: every kind of secret the agent handles is planted in
+/// the configurations and the files they name, and none of it is anywhere in the archive, while
+/// what a reader of the report needs is. Needs no root.
+struct BugReportTests {
+    @Test func theArchiveHoldsWhatHelpsAndNoSecret() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-bugreport-\(getpid())").path
+        mkdir(directory, 0o700)
+        defer { _ = try? FileManager.default.removeItem(atPath: directory) }
+        func write(_ name: String, _ text: String) throws {
+            try text.write(toFile: directory + "/" + name, atomically: true, encoding: .utf8)
+            chmod(directory + "/" + name, 0o600)
+        }
+        let (_, publicKey) = try NamespaceLab.capture(RoamingLab.builtAgent, ["keygen", "--out", directory + "/client.key"])
+        _ = try NamespaceLab.capture(RoamingLab.builtAgent, ["keygen", "--out", directory + "/server.key"])
+        let clientKey = try String(contentsOfFile: directory + "/client.key", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let serverKey = try String(contentsOfFile: directory + "/server.key", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        // Each secret differs from every other, so each one found names its way out. What a
+        // secret file holds is also pasted into an ordinary value, where only the scrub finds it.
+        let secrets = [
+            "client private key": clientKey,
+            "server private key": serverKey,
+            "client password": "correct-horse-battery-staple",
+            "proxy password": "proxy-pass-7f3a9",
+            "database password": "db-passfile-secret-42",
+            "password in a database URL": "url-embedded-pw-88",
+            "hash in a flow mapping": "$argon2id$v=19$m=65536,t=3,p=1$c2FsdHNhbHQxMjM$Zmxvd2hhc2h2YWx1ZTEyMzQ1Ng",
+            "hash in a block mapping": "$argon2id$v=19$m=65536,t=3,p=1$YmxvY2tzYWx0eHl6$YmxvY2toYXNodmFsdWU3ODkw",
+            "an old password in a comment": "commented-old-pw-31",
+        ]
+        try write("password", secrets["client password"]! + "\n")
+        try write("proxy-password", secrets["proxy password"]! + "\n")
+        try write("passfile", "db.example:5432:roam:gateway:\(secrets["database password"]!)\n")
+        try write("client.yaml", """
+            server: 192.0.2.1:51820   # the old one; old password \(secrets["an old password in a comment"]!)
+            server-key: \(publicKey.trimmingCharacters(in: .whitespacesAndNewlines))
+            private-key-file: \(directory)/client.key
+            username: alice
+            password-file: \(directory)/password
+            description: "the laptop whose password is \(secrets["client password"]!)"
+            tcp: {port: 443, proxy: {address: 192.0.2.8:3128, user: bob, password-file: \(directory)/proxy-password}}
+            """)
+        try write("server.yaml", """
+            listen-port: 51820
+            private-key-file: \(directory)/server.key
+            tunnel: {addresses: [10.77.0.1/24]}
+            users-from: {url: "postgresql://gateway:\(secrets["password in a database URL"]!)@db.example/roam", password-file: \(directory)/passfile}
+            users:
+              - {name: carol, password-hash: \(secrets["hash in a flow mapping"]!), addresses: [10.77.0.3]}
+              - name: dave
+                password-hash: "\(secrets["hash in a block mapping"]!)"
+                addresses: [10.77.0.4]
+            """)
+        let archive = directory + "/report.tar"
+        let made = try NamespaceLab.capture(RoamingLab.builtAgent, [
+            "bugreport", "--config", directory + "/client.yaml", "--config", directory + "/server.yaml",
+            "--control", directory + "/no-agent.sock", "--since", "1", "--out", archive,
+        ])
+        #expect(made.status == 0, "\(made.output)")
+        #expect(made.output.contains("config/client.yaml") && made.output.contains("network.txt"), "it says what it wrote: \(made.output)")
+        var info = stat()
+        #expect(stat(archive, &info) == 0 && info.st_mode & 0o777 == 0o600, "owner-only")
+        let bytes = try String(decoding: Data(contentsOf: URL(fileURLWithPath: archive)), as: UTF8.self)
+        for (what, secret) in secrets {
+            #expect(!bytes.contains(secret), "the \(what) is in the archive")
+            // Nor any long piece of it (a hash cut at a comma, a key's first half).
+            for piece in secret.split(separator: ",").map(String.init) + secret.split(separator: "$").map(String.init) where piece.count >= 12 {
+                #expect(!bytes.contains(piece), "part of the \(what) is in the archive: \(piece)")
+            }
+        }
+        // tar reads it; the configurations are there, with what is not secret.
+        let listing = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/tar"), ["-tf", archive])
+        #expect(listing.status == 0, "\(listing.output)")
+        for name in ["README.txt", "version.txt", "config/client.yaml", "config/server.yaml", "status.json", "network.txt"] {
+            #expect(listing.output.split(separator: "\n").contains { $0.hasSuffix("/" + name) }, "\(name) missing: \(listing.output)")
+        }
+        let client = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/tar"), ["-xOf", archive, "--wildcards", "*/config/client.yaml"])
+        #expect(client.output.contains("server: 192.0.2.1:51820") && client.output.contains("username: alice")
+            && client.output.contains("password-file: \(directory)/password"), "\(client.output)")
+        let server = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/tar"), ["-xOf", archive, "--wildcards", "*/config/server.yaml"])
+        #expect(server.output.contains("name: carol") && server.output.contains("password-hash: <removed>")
+            && server.output.contains("postgresql://gateway:<removed>@db.example/roam"), "\(server.output)")
+        #expect(bytes.contains("agent 0.") && bytes.contains("no answer from \(directory)/no-agent.sock"))
+        // An existing file is never replaced.
+        let again = try NamespaceLab.capture(RoamingLab.builtAgent, ["bugreport", "--config", directory + "/client.yaml", "--out", archive])
+        #expect(again.status != 0 && again.output.contains("cannot create"), "\(again.output)")
+    }
+}
