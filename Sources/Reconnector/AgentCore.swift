@@ -156,6 +156,8 @@ public enum Notice: Equatable, Sendable {
     /// Server `server`'s name gave `addresses`, none of which the session can use now (each
     /// inside the tunnel's own routes, or none reached): it stays at the address it has.
     case serverNameUnusable(server: Int, addresses: [IPAddress])
+    /// Someone else took `holding` away (the decision what to do follows as its own effect).
+    case takenAway(Holding, Upkeep.Damage)
 }
 
 /// A command for whoever runs the core: the daemon's sockets, firewall and resolvers, or a

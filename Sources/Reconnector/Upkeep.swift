@@ -49,6 +49,8 @@ public struct Upkeep: Sendable {
         public var heldUntil: Instant?
         /// Who removed it last, when the kernel said.
         public var lastBy: String?
+        /// A restore went out and what the machine found after it has not come back yet.
+        public var restoring = false
         /// Held off now: a fight, for status.
         public var fighting: Bool { heldUntil != nil }
 
@@ -68,8 +70,18 @@ public struct Upkeep: Sendable {
     public var nextDeadline: Instant? { records.values.compactMap(\.heldUntil).min() }
 
     /// `holding` is missing `damage`: put back now, or held off in a fight.
+    /// Every look at the machine is told, whatever it found: what is known missing already is
+    /// not decided again at each notice (a fight held off stays held off, a restore on its way is
+    /// not sent twice), and the operator hears once that it was taken. What is found after a
+    /// restore is its answer, always decided.
     mutating func damaged(_ holding: Holding, _ damage: Damage, now: Instant, _ out: inout [Effect]) {
         var record = records[holding] ?? Record()
+        let answersRestore = record.restoring
+        record.restoring = false
+        if !answersRestore {
+            guard record.damage?.what != damage.what else { return }
+            out.append(.notice(.takenAway(holding, damage)))
+        }
         record.damage = damage
         if let by = damage.by { record.lastBy = by }
         record.recent.removeAll { now - $0 >= Self.window }
@@ -99,6 +111,7 @@ public struct Upkeep: Sendable {
     /// `holding` is whole again (put back, or by whoever took it).
     mutating func intact(_ holding: Holding) {
         records[holding]?.damage = nil
+        records[holding]?.restoring = false
     }
 
     /// A hold is over: what is still missing goes back once.
@@ -114,6 +127,7 @@ public struct Upkeep: Sendable {
     private func restore(_ holding: Holding, _ record: inout Record, _ damage: Damage, _ now: Instant, _ out: inout [Effect]) {
         record.recent.append(now)
         record.restores += 1
+        record.restoring = true
         out.append(.restore(holding, damage))
     }
 }

@@ -1289,6 +1289,7 @@ extension Replay {
         case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
         case .reply(.portalWindowFailed): report.portalWindowsFailed += 1
         case .notice(.serverNameUnusable): report.serverNamesUnusable += 1
+        case .notice(.takenAway): break
         case .onDemandDecided, .reply: break
         case .openExclusion:
             let refused = scenario.lockdownRefuses.contains(.exclusion)

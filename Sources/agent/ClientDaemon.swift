@@ -112,11 +112,10 @@ extension ClientDaemon {
         /// runtime directory, beside the control socket), and what was written there last.
         let memoryPath: String
         var savedMemory: Reconnector.Memory?
-        /// The lockdown's table and resolv.conf, watched for someone else's changes; what each
-        /// holding was last found missing (see `CoreRunner+Upkeep`).
+        /// The lockdown's table and resolv.conf, watched for someone else's changes (see
+        /// `CoreRunner+Upkeep`).
         var tableWatch: TableWatch?
         var resolvConfWatch: ResolvConfWatch?
-        var missing: [Holding: [String]] = [:]
 
         init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
              log: Logger, control: ControlServer, waitForServer: Duration?, firewall: Firewall?,

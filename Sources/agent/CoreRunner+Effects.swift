@@ -128,6 +128,9 @@ extension ClientDaemon.CoreRunner {
                       metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
                                  "restores": "\(restores) in \(Upkeep.window.short)", "until": "\((until - Instant.now()).short)"])
         case .reply(let answer): replied(answer)
+        case .notice(.takenAway(let holding, let damage)):
+            log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)",
+                                                                 "by": "\(damage.by ?? "unknown")"])
         case .notice(.serverNameUnusable(let index, let addresses)):
             log.warning("the server's name gives no address this machine can use now; keeping its address",
                         metadata: ["server": "\(settings.servers[index].name)",

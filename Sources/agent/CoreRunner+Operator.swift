@@ -223,7 +223,7 @@ extension ClientDaemon.CoreRunner {
         fields.append(("upkeep", .object(Holding.allCases.map { holding in
             let record = core.upkeep.records[holding] ?? Upkeep.Record()
             return (holding.rawValue, .object([
-                ("missing", missing[holding].map { .string($0.joined(separator: "; ")) } ?? .null),
+                ("missing", record.damage.map { .string($0.what) } ?? .null),
                 ("restores", .int(Int64(record.restores))),
                 ("last_removed_by", record.lastBy.map { .string($0) } ?? .null),
                 ("held_for_ms", record.heldUntil.map { ($0 - now).milliseconds } ?? .null),

@@ -64,19 +64,9 @@ extension ClientDaemon.CoreRunner {
         noticed(.resolvers, what: effects.dns?.missing.map { [$0] } ?? [], by: nil)
     }
 
-    /// Tells the core when `holding` goes from whole to damaged (or what is missing changes),
-    /// and back: a fight held off is not told again at every notice.
+    /// Tells the core what a look at `holding` found; what is news is the core's to say.
     private func noticed(_ holding: Holding, what: [String], by: String?) {
-        let before = missing[holding] ?? []
-        guard what != before else { return }
-        missing[holding] = what.isEmpty ? nil : what
-        if what.isEmpty {
-            feed(.intact(holding))
-        } else {
-            log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(what.joined(separator: "; "))",
-                                                                 "by": "\(by ?? "unknown")"])
-            feed(.damaged(holding, Upkeep.Damage(what: what.joined(separator: "; "), by: by)))
-        }
+        feed(what.isEmpty ? .intact(holding) : .damaged(holding, Upkeep.Damage(what: what.joined(separator: "; "), by: by)))
     }
 
     /// The core's `restore`: puts `holding` back, then reads it again; what is found goes back
@@ -103,7 +93,6 @@ extension ClientDaemon.CoreRunner {
                                               "restores": "\(restores)"])
         }
         // Read again from the kernel and the file, not assumed.
-        missing[holding] = nil
         switch holding {
         case .routing:
             guard let routes = effects.routes else { return produced.append(.intact(holding)) }
@@ -115,7 +104,6 @@ extension ClientDaemon.CoreRunner {
     }
 
     private func settle(_ holding: Holding, _ left: [String], _ damage: Upkeep.Damage) {
-        missing[holding] = left.isEmpty ? nil : left
         produced.append(left.isEmpty ? .intact(holding) : .damaged(holding, Upkeep.Damage(what: left.joined(separator: "; "), by: damage.by)))
     }
 

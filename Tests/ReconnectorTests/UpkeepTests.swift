@@ -43,6 +43,44 @@ struct UpkeepTests {
         #expect(core.upkeep.records[.routing]?.restores == 8)
     }
 
+    @Test func aLookThatFindsWhatIsKnownIsNotNewsButTheLookAfterARestoreIsItsAnswer() {
+        var core = agentCore(on: [])
+        func taken(_ effects: [Effect]) -> Int { effects.filter { if case .notice(.takenAway) = $0 { true } else { false } }.count }
+        // Whole, looked at again and again: nothing to decide.
+        #expect(core.handle(.intact(.resolvers), now: .zero).isEmpty)
+        let other = Upkeep.Damage(what: "nameserver 10.77.0.1 missing", by: nil)
+        var out = core.handle(.damaged(.resolvers, other), now: .zero)
+        #expect(taken(out) == 1 && restores(out) == 1, "\(out)")
+        // What the look after the restore finds is its answer, decided again (and not news).
+        out = core.handle(.damaged(.resolvers, other), now: .zero + .seconds(1))
+        #expect(taken(out) == 0 && restores(out) == 1, "\(out)")
+        #expect(core.upkeep.records[.resolvers]?.restoring == true)
+        // Put back at last; then a notice's look finds it whole: nothing more.
+        #expect(core.handle(.intact(.resolvers), now: .zero + .seconds(2)).isEmpty)
+        #expect(core.upkeep.records[.resolvers]?.damage == nil)
+        #expect(core.handle(.intact(.resolvers), now: .zero + .seconds(3)).isEmpty)
+        // Taken again: news once more, and put back.
+        let first = core.handle(.damaged(.resolvers, other), now: .zero + .seconds(4))
+        #expect(taken(first) == 1 && restores(first) == 1)
+        #expect(core.upkeep.records[.resolvers]?.restoring == true)
+    }
+
+    @Test func theSameDamageSeenTwiceWhileHeldOffIsDecidedOnce() {
+        var core = agentCore(on: [])
+        let gone = Upkeep.Damage(what: "route 0.0.0.0/0 table 51820 missing", by: nil)
+        // Held off after five restores: further looks finding the same are not news.
+        for i in 0..<5 {
+            _ = core.handle(.damaged(.routing, gone), now: .zero + .seconds(i))
+            _ = core.handle(.intact(.routing), now: .zero + .seconds(i))
+        }
+        let held = core.handle(.damaged(.routing, gone), now: .zero + .seconds(5))
+        #expect(holds(held).count == 1)
+        #expect(core.handle(.damaged(.routing, gone), now: .zero + .seconds(6)).isEmpty)
+        // Something else missing besides is news.
+        let more = core.handle(.damaged(.routing, Upkeep.Damage(what: "rule missing; route missing")), now: .zero + .seconds(7))
+        #expect(more.contains { if case .notice(.takenAway) = $0 { true } else { false } }, "\(more)")
+    }
+
     @Test func theLockdownIsNeverHeldOffAndHoldsAreEachHoldingsOwn() {
         var core = agentCore(on: [])
         for i in 0..<50 {
