@@ -90,3 +90,29 @@ struct BugReportTests {
         #expect(again.status != 0 && again.output.contains("cannot create"), "\(again.output)")
     }
 }
+
+/// `agent timeline`, the built binary, on a saved log: a picture of its transitions, and a clear
+/// error for a log that has none.
+struct TimelineCommandTests {
+    @Test func aSavedLogIsDrawnAndALogWithoutTransitionsIsRefused() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("roam-timeline-\(getpid())").path
+        mkdir(directory, 0o700)
+        defer { _ = try? FileManager.default.removeItem(atPath: directory) }
+        try """
+            ts=1796169000.000 level=info msg=starting server=198.51.100.7:51820 mode=full
+            ts=1796169000.010 level=info msg=transition from=offline to=connecting trigger=paths reason=pathAppeared(eth0) path=eth0/10.20.0.57 attempt=1 coalesced=0
+            ts=1796169000.030 level=info msg=transition from=connecting to=connected trigger=handshake-ok reason="handshakeSucceeded(rtt 20ms)" path=eth0/10.20.0.57 attempt=0 coalesced=0
+            ts=1796169040.000 level=info msg=transition from=connected to=connecting trigger=paths reason=pathLost(eth0) path=wifi0/192.168.1.23 attempt=1 coalesced=0
+            ts=1796169041.500 level=info msg=transition from=connecting to=connected trigger=handshake-ok reason="handshakeSucceeded(rtt 30ms)" path=wifi0/192.168.1.23 attempt=0 coalesced=0
+            """.write(toFile: directory + "/agent.log", atomically: true, encoding: .utf8)
+        let drawn = try NamespaceLab.capture(RoamingLab.builtAgent, ["timeline", "--log", directory + "/agent.log", directory + "/out.svg"])
+        #expect(drawn.status == 0 && drawn.output.contains("4 transitions, 1 outages"), "\(drawn.output)")
+        let svg = try String(contentsOfFile: directory + "/out.svg", encoding: .utf8)
+        #expect(svg.hasPrefix("<svg") || svg.hasPrefix("<?xml"))
+        #expect(svg.contains("What the agent did") && svg.contains("wifi0") && svg.contains("handshake 30ms"))
+        try "ts=1796169000.000 level=info msg=starting\n".write(toFile: directory + "/quiet.log", atomically: true, encoding: .utf8)
+        let refused = try NamespaceLab.capture(RoamingLab.builtAgent, ["timeline", "--log", directory + "/quiet.log", directory + "/no.svg"])
+        #expect(refused.status != 0 && refused.output.contains("no transition"), "\(refused.output)")
+        #expect(access(directory + "/no.svg", F_OK) != 0)
+    }
+}
