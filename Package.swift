@@ -108,12 +108,14 @@ let package = Package(
         .target(
             name: "Timeline", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "Replay"],
             swiftSettings: strict),
+        // What `agent doctor` says of the machine: gathered facts in, findings out (pure).
+        .target(name: "Diagnosis", dependencies: ["Basics", "Netlink", "Device", "PathMonitor"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
                 "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
                 "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Timeline", "Directory",
-                "CShims",
+                "Diagnosis", "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -156,6 +158,7 @@ let package = Package(
         .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
         .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
+        .testTarget(name: "DiagnosisTests", dependencies: ["Basics", "Netlink", "Device", "PathMonitor", "Diagnosis"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),
         .testTarget(name: "TimelineTests", dependencies: ["Basics", "Reconnector", "Replay", "Timeline"], swiftSettings: strict),
         .testTarget(
