@@ -1,0 +1,86 @@
+import Foundation
+import Glibc
+import NamespaceLab
+import Testing
+
+/// `agent doctor --json` run for real inside the lab's laptop namespace, against a real `agent
+/// serve` gateway in the server namespace (which is also the laptop's router: what it drops,
+/// the network drops).
+@Suite(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)), .serialized)
+struct DoctorLabTests {
+    /// One finding as the JSON has it.
+    struct Seen {
+        var check: String, severity: String, title: String, evidence: [String]
+    }
+
+    /// Runs the doctor in the laptop and returns its exit status, its findings and its output.
+    private func doctor(_ lab: RoamingLab) throws -> (status: Int32, findings: [Seen], output: String) {
+        let (status, output) = try lab.runAgent(["doctor", "--config", lab.directory + "/client.yaml", "--control", lab.controlSocket, "--json"],
+                                                seconds: 30)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "\(output)")
+        let findings = (object["findings"] as? [[String: Any]] ?? []).map {
+            Seen(check: $0["check"] as? String ?? "", severity: $0["severity"] as? String ?? "", title: $0["title"] as? String ?? "",
+                 evidence: $0["evidence"] as? [String] ?? [])
+        }
+        print("doctor lab: exit \(status)\n" + findings.map { "\($0.severity) \($0.check): \($0.title) \($0.evidence)" }.joined(separator: "\n"))
+        return (status, findings, output)
+    }
+
+    private func nft(_ lab: NamespaceLab, _ command: String) throws {
+        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
+            ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
+        try #require(status == 0, "nft \(command): \(output)")
+    }
+
+    @Test func theGatewayAnswersOverUDPAndARunningAgentIsSeenConnected() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        let before = lab.nftTables()
+        let (status, findings, _) = try doctor(lab)
+        let udp = try #require(findings.first { $0.check == "udp" })
+        #expect(udp.severity == "ok", "\(udp)")
+        #expect(udp.evidence.first?.contains("handshake response (version 3)") == true, "\(udp)")
+        #expect(findings.first { $0.check == "route" }?.severity == "ok")
+        #expect(findings.first { $0.check == "route" }?.title.contains("eth0") == true)
+        #expect(findings.first { $0.check == "agent" }?.severity == "problem", "no agent runs yet")
+        #expect(status == 1)
+        #expect(lab.nftTables() == before, "the doctor loaded nothing")
+        #expect(!lab.log("server.log").contains("msg=handshake "), "no session was made: version 3 stops at the response")
+
+        try lab.startClient()
+        let (_, running, _) = try doctor(lab)
+        #expect(running.first { $0.check == "agent" }?.severity == "ok", "\(running)")
+        #expect(running.first { $0.check == "lockdown" }?.severity == "ok", "\(running)")
+        #expect(lab.status()["state"] == "connected", "the running agent's session was left alone")
+    }
+
+    @Test func udpDroppedOnTheWayIsAProblemAndTLSStillWorks() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.configure("server", "tcp: 443")
+        try lab.configure("client", "tcp: 443")
+        try lab.startServer()
+        try nft(lab.server, "add table inet block")
+        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try nft(lab.server, "add rule inet block in udp dport \(lab.port) counter drop")
+        let (status, findings, _) = try doctor(lab)
+        let udp = try #require(findings.first { $0.check == "udp" })
+        let stream = try #require(findings.first { $0.check == "stream" })
+        #expect(udp.severity == "problem", "\(udp)")
+        #expect(stream.severity == "ok", "\(stream)")
+        #expect(stream.evidence.contains { $0.contains("handshake response") }, "the gateway answered inside TLS: \(stream)")
+        #expect(status == 1)
+    }
+
+    @Test func noRouteToTheGatewayIsAProblem() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.laptop.ip("route del default dev eth0")
+        try lab.laptop.ip("route del default dev wifi0")
+        let (status, findings, _) = try doctor(lab)
+        let route = try #require(findings.first { $0.check == "route" })
+        #expect(route.severity == "problem", "\(route)")
+        #expect(route.evidence.contains("no default route"), "\(route)")
+        #expect(findings.first { $0.check == "udp" }?.severity == "warning", "not tried without a route")
+        #expect(status == 1)
+    }
+}
