@@ -148,8 +148,9 @@ public enum Probe: Equatable, Sendable {
     /// Nothing came back to `tries` attempts, each waited for `wait`; `stoppedByLockdown`:
     /// packets the lockdown stopped meanwhile.
     case silent(tries: Int, wait: Duration, via: String, stoppedByLockdown: UInt64)
-    /// The socket or the stream failed, in words (refused, unreachable, reset, TLS).
-    case failed(String, via: String)
+    /// The socket or the stream failed, in words (refused, unreachable, reset, TLS);
+    /// `stoppedByLockdown`: packets the lockdown stopped meanwhile (its drop refuses a send).
+    case failed(String, via: String, stoppedByLockdown: UInt64 = 0)
 }
 
 /// What answered a probe.
@@ -370,21 +371,25 @@ public enum Doctor {
                 return Finding(.udp, .ok, server: server.name, "The gateway answers over UDP", evidence: [seen])
             }
         case .silent(let tries, let wait, let via, let stopped):
-            var evidence = ["\(tries) handshake initiations to \(target) from \(via), none answered within \(milliseconds(wait)) each"]
-            if stopped > 0 {
-                evidence.append("the lockdown stopped \(stopped) packets meanwhile")
-                return Finding(.udp, .warning, server: server.name, "Not checked whether the gateway answers over UDP: the lockdown stopped the doctor's packets",
-                               evidence: evidence + ["the lockdown lets through only the running agent's own sockets"],
-                               fix: "the agent's status above says whether its own session gets through")
-            }
+            let evidence = ["\(tries) handshake initiations to \(target) from \(via), none answered within \(milliseconds(wait)) each"]
+            if stopped > 0 { return stoppedByLockdown(server, evidence: evidence, stopped: stopped) }
             let fix = streamWorks
                 ? "this network drops UDP to the gateway, and TLS gets through: the agent carries the tunnel over TLS here"
                 : "UDP to port \(server.port) is dropped on this network, or the gateway is down, or 'server-key' is not its key (a gateway drops an initiation it cannot authenticate): try another network, check that the gateway runs, or add 'tcp:' to use TLS where UDP is blocked"
             return Finding(.udp, .problem, server: server.name, "The gateway does not answer over UDP", evidence: evidence, fix: fix)
-        case .failed(let why, let via):
+        case .failed(let why, let via, let stopped):
+            if stopped > 0 { return stoppedByLockdown(server, evidence: ["from \(via): \(why)"], stopped: stopped) }
             return Finding(.udp, .problem, server: server.name, "Cannot send to the gateway over UDP", evidence: ["from \(via): \(why)"],
                            fix: "the machine refused to send: check its firewall (nft list ruleset) and the route above")
         }
+    }
+
+    /// The lockdown lets through only the running agent's own sockets: the doctor's handshake
+    /// tells nothing of the gateway then.
+    static func stoppedByLockdown(_ server: ServerFacts, evidence: [String], stopped: UInt64) -> Finding {
+        Finding(.udp, .warning, server: server.name, "Not checked whether the gateway answers over UDP: the lockdown stopped the doctor's packets",
+                evidence: evidence + ["the lockdown stopped \(stopped) packets meanwhile; it lets through only the running agent's own sockets"],
+                fix: "the agent's status above says whether its own session gets through")
     }
 
     static func stream(_ probe: Probe, server: ServerFacts) -> Finding {
@@ -414,7 +419,7 @@ public enum Doctor {
             if stopped > 0 { evidence.append("the lockdown stopped \(stopped) packets meanwhile") }
             return Finding(.stream, .problem, server: server.name, "TLS to the gateway gets no answer", evidence: evidence,
                            fix: "the network drops TCP to port \(server.streamPort.map(String.init) ?? "?") too, or the gateway has no 'tcp:': try another network, or a proxy ('tcp: {proxy: ...}')")
-        case .failed(let why, let via):
+        case .failed(let why, let via, _):
             return Finding(.stream, .problem, server: server.name, "TLS to the gateway fails", evidence: ["from \(via): \(why)"],
                            fix: "check that the gateway's configuration has 'tcp:' on port \(server.streamPort.map(String.init) ?? "?"), and that this network lets TCP to it out")
         }

@@ -170,6 +170,12 @@ extension DoctorFacts {
         (try? lockdown?.counters()).map { $0.values.reduce(0, +) }
     }
 
+    /// Packets the lockdown stopped since it counted `before`.
+    static func increase(since before: UInt64?, _ lockdown: Lockdown?) -> UInt64 {
+        guard let before, let after = stopped(lockdown), after > before else { return 0 }
+        return after - before
+    }
+
     static func server(_ entry: ServerEntry, settings: ClientSettings, model: NetworkModel?, mark: UInt32?,
                        key: Result<PrivateKey, DoctorError>, lockdown: Lockdown?) -> ServerFacts {
         let port = entry.endpoint.port ?? 0
@@ -232,14 +238,12 @@ extension DoctorFacts {
             case .answered(let answer, let from, let rtt):
                 if case .unexpected(let bytes) = answer { stranger = bytes; continue }
                 return .answered(answer, from: "\(from)", rtt: rtt, via: via)
-            case .failed(let why): return .failed(why, via: via)
+            case .failed(let why): return .failed(why, via: via, stoppedByLockdown: increase(since: before, lockdown))
             case .silent: continue
             }
         }
         if let stranger { return .answered(.unexpected(bytes: stranger), from: "\(gateway)", rtt: .zero, via: via) }
-        let after = stopped(lockdown)
-        return .silent(tries: DoctorCommand.tries, wait: DoctorCommand.wait, via: via,
-                       stoppedByLockdown: before.flatMap { b in after.map { $0 > b ? $0 - b : 0 } } ?? 0)
+        return .silent(tries: DoctorCommand.tries, wait: DoctorCommand.wait, via: via, stoppedByLockdown: increase(since: before, lockdown))
     }
 
     /// TCP and TLS to the gateway's `tcp` port from `path` (through the proxy, when there is one),
@@ -282,9 +286,7 @@ extension DoctorFacts {
             }
             return .answered(.tls(suite: carrier.suite, gateway: inside), from: "\(target)", rtt: opened, via: via)
         case .failed(let why) where why.contains("no answer") || why.contains("timed out"):
-            let after = stopped(lockdown)
-            return .silent(tries: 1, wait: DoctorCommand.streamWait, via: via,
-                           stoppedByLockdown: before.flatMap { b in after.map { $0 > b ? $0 - b : 0 } } ?? 0)
+            return .silent(tries: 1, wait: DoctorCommand.streamWait, via: via, stoppedByLockdown: increase(since: before, lockdown))
         case .failed(let why): return .failed(why, via: via)
         case nil: return .failed("the stream said nothing", via: via)
         }

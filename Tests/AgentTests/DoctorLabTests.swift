@@ -51,6 +51,8 @@ struct DoctorLabTests {
         let (_, running, _) = try doctor(lab)
         #expect(running.first { $0.check == "agent" }?.severity == "ok", "\(running)")
         #expect(running.first { $0.check == "lockdown" }?.severity == "ok", "\(running)")
+        #expect(running.first { $0.check == "udp" }?.severity == "warning",
+                "the lockdown lets only the agent's own sockets out, and the doctor says so: \(running)")
         #expect(lab.status()["state"] == "connected", "the running agent's session was left alone")
     }
 

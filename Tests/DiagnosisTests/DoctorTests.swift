@@ -110,7 +110,13 @@ private func finding(_ check: Finding.Check, _ facts: DoctorFacts) -> Finding? {
 
     facts.servers[0].udp = .silent(tries: 3, wait: .milliseconds(1500), via: "eth0 (10.20.0.57)", stoppedByLockdown: 3)
     #expect(finding(.udp, facts)?.severity == .warning)
-    #expect(finding(.udp, facts)?.evidence.contains("the lockdown stopped 3 packets meanwhile") == true)
+    #expect(finding(.udp, facts)?.evidence.last?.hasPrefix("the lockdown stopped 3 packets meanwhile") == true)
+
+    // The lockdown's drop refuses the send itself.
+    facts.servers[0].udp = .failed("Operation not permitted", via: "eth0 (10.20.0.57)", stoppedByLockdown: 1)
+    #expect(finding(.udp, facts)?.severity == .warning)
+    facts.servers[0].udp = .failed("Operation not permitted", via: "eth0 (10.20.0.57)")
+    #expect(finding(.udp, facts)?.severity == .problem)
 }
 
 @Test func udpBlockedWithTLSWorkingIsAFindingOfItsOwn() throws {
