@@ -72,6 +72,10 @@ public struct Reconnector: Sendable {
     private var quietProofs = 0
     private var rng: SeededRandom
     private var stateBeforeSleep: State = .offline
+    /// The machine is asleep (between a sleep and its wake), whatever the state: the operator's
+    /// `agent up` while it sleeps waits for the wake instead of starting an attempt no network
+    /// can answer.
+    public private(set) var asleep = false
     private var trigger = ""
     /// No budgeted attempt before this: a backoff the previous process of the agent drew.
     private var notBefore: Instant?
@@ -346,6 +350,7 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
+        asleep = true
         switch state {
         case .disconnected(_, _?):
             // The machine may wake on another network: the lift does not outlive the sleep.
@@ -359,6 +364,7 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
+        asleep = false
         switch state {
         case .paused, .disconnected: coalesced += 1; return  // the operator or the rules bring it up, not a wake
         default: break
@@ -735,6 +741,11 @@ public struct Reconnector: Sendable {
         guard case .paused = state else { coalesced += 1; return }
         failures = 0
         notBefore = nil
+        if asleep {
+            // Up again while the machine sleeps: the attempt waits for the wake.
+            stateBeforeSleep = .offline
+            return enter(.sleeping, .operatorUp, now, &out)
+        }
         guard let best = preferred(now) else { return enter(.offline, .operatorUp, now, &out) }
         if let verdict = onDemand, verdict.action == .disconnect, verdict.path == best.id {
             // Up again on a network the rules keep the tunnel off: as they said.

@@ -59,6 +59,60 @@ func randomTimelinesWithTheStreamKeepTheInvariants(batch: UInt64) throws {
     #expect(onStream > 10, "the stream carried the session in \(onStream) lives of 100")
 }
 
+/// The same lives with what an operator and the networks add: captive portals and logins, the
+/// portal window opened and closed, applications excluded, the tunnel's routes, resolvers and
+/// lockdown taken away (by someone who keeps fighting, or once), a lockdown that refuses windows
+/// or exclusions, a laptop with no full tunnel's lockdown, and split routes the server's name
+/// moves into: every refusal path and every answer, and the invariants hold.
+@Test(arguments: 0..<4)
+func randomTimelinesWithPortalsExclusionsAndRefusalsKeepTheInvariants(batch: UInt64) throws {
+    var refused = 0
+    var portals = 0
+    for seed in batch * 100..<(batch + 1) * 100 {
+        let scenario = portalsAndRefusals(seed: seed)
+        var replay = Replay(scenario)
+        let report = try replay.run()
+        #expect(report.violations == [], "seed \(seed)")
+        if !report.violations.isEmpty { break }
+        refused += report.portalWindowsFailed + report.exclusionsRefused
+        portals += report.transitions.filter { $0.to.name == "portal" }.isEmpty ? 0 : 1
+    }
+    // The lives reach what they are for.
+    #expect(refused > 10, "refusals in 100 lives: \(refused)")
+    #expect(portals > 10, "lives that met a portal: \(portals)")
+}
+
+/// A random life with portals, windows, exclusions, takings and refusals (see above).
+func portalsAndRefusals(seed: UInt64) -> Scenario {
+    var scenario = Scenario.random(seed: seed, events: 120, spacing: .milliseconds(700))
+        var rng = SeededRandom(seed: seed ^ 0x504F_5254)
+        func pick(_ n: Int) -> Int { Int(rng.next() % UInt64(n)) }
+        scenario.exclusionAllowed = pick(3) != 0
+        scenario.portalWindows = pick(4) != 0
+        if pick(2) == 0 { scenario.lockdownRefuses.insert(.portalWindow) }
+        if pick(2) == 0 { scenario.lockdownRefuses.insert(.exclusion) }
+        // The server's next address (where `server: moved` takes its name) inside the split routes, at times.
+        if pick(3) == 0 { scenario.splitRoutes = [Prefix("198.51.100.8/29")!] }
+        let uplinks = ["eth0", "wifi0", "wwan0"]
+        for i in 0..<30 {
+            let at = Instant.zero + .milliseconds(Int64(pick(84_000)))
+            let dev = uplinks[pick(3)]
+            let event: ScenarioEvent = switch pick(8) {
+            case 0: .portal(dev: dev, url: "http://portal.example/login")
+            case 1: .login(dev)
+            case 2, 3: .portalWindow(pick(3) != 0)
+            case 4: .exclude
+            case 5: .taken([.routing, .resolvers, .lockdown][pick(3)], by: pick(2) == 0 ? "NetworkManager" : nil,
+                           fighting: pick(2) == 0 ? .seconds(Int64(1 + pick(20))) : nil)
+            case 6: .operatorPause(pick(2) == 0)
+            default: .server(.moved)
+            }
+            scenario.timeline.append(TimedEvent(at: at, line: 2000 + i, event: event))
+        }
+        scenario.timeline.sort { $0.at < $1.at }
+        return scenario
+}
+
 @Test func anExpectationThatDoesNotHoldFails() throws {
     let text = """
         server: 198.51.100.7
