@@ -952,12 +952,18 @@ public struct Reconnector: Sendable {
     /// The current server is being taken down: a session is made with the next server first,
     /// and the traffic moves once it is up (make-before-break). It costs no token: the server
     /// asked, and only once per drain. With no other server, the session stays until it ends.
+    /// On the stream the handshake with the next server needs a stream of its own, and the
+    /// session's reaches only the server it was opened to: the session moves break-before-make,
+    /// at once, over a new stream on the same uplink (also without a token).
     private mutating func serverDraining(_ now: Instant, _ out: inout [Action]) {
         drained[server] = now + Self.drainHoldDown
         guard handover == nil, session != nil, Self.allows(state, .handover), let path = state.path,
               let next = nextServer(now, drainedToo: false) else {
             coalesced += 1
             return
+        }
+        if path.transport == .stream {
+            return startAttempt(on: path, .serverDraining(servers[server]), now, &out, handshake: true)
         }
         prepareHandover(to: next, on: path, now, &out)
         enter(state, .serverDraining(servers[server]), now, &out)

@@ -1491,6 +1491,9 @@ extension Replay {
     private mutating func prepareHandover(to index: Int, at address: IPAddress?, on path: Path) {
         requireKnown(path, action: "handover")
         if index == target { violation("a handover to \(scenario.gateways[index]), the gateway in use") }
+        // The session's stream reaches only the gateway it was opened to: the daemon would send
+        // the next gateway's handshake to the one in use.
+        if path.transport == .stream { violation("a handover prepared over the stream, which reaches only \(scenario.gateways[target])") }
         standby = index
         standbyAddress = address
         report.handshakes += 1
