@@ -76,6 +76,12 @@ public final class NamespaceLab {
         try Self.ip(["-n", name, "-batch", file.path])
     }
 
+    /// Runs `nft COMMAND` in this namespace (one command, its words split at blanks).
+    public func nft(_ command: String) throws {
+        let (status, output) = try Self.capture(Self.ipTool, ["netns", "exec", name, "nft"] + command.split(separator: " ").map(String.init))
+        guard status == 0 else { throw Failure(description: "nft \(command): \(output)") }
+    }
+
     /// `ss -tinmo` for the TCP sockets on `port` in this namespace: their queues, windows,
     /// memory and timers, for a stalled stream's failure message.
     public func socketState(port: UInt16) -> String {

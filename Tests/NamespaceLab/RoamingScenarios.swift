@@ -305,8 +305,4 @@ private func dropOnEth0(_ lab: RoamingLab, _ match: String) throws {
     try nft(lab.server, "add rule inet lab out oifname eth-l \(match) drop")
 }
 
-private func nft(_ lab: NamespaceLab, _ command: String) throws {
-    let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
-        ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
-    guard status == 0 else { throw NamespaceLab.Failure(description: "nft \(command): \(output)") }
-}
+private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }
