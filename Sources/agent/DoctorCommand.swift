@@ -93,14 +93,25 @@ extension DoctorFacts {
         let mark = privileged ? settings.mode.socketMark : nil
         let model = try? Self.network(tunnel: settings.tunnel.name)
         let lockdown = privileged ? try? Lockdown() : nil
-        let key: Result<PrivateKey, DoctorError> = Result { try loadPrivateKey(settings.privateKeyFile) }
-            .mapError { DoctorError("the private key cannot be read: \($0)") }
+        // The key and the credentials, as `agent up` reads them: a version 2 gateway refuses a
+        // password user's handshake without them.
+        let key: Result<(PrivateKey, Credentials?), DoctorError> = Result { (try loadPrivateKey(settings.privateKeyFile), try UpCommand.credentials(settings)) }
+            .mapError { DoctorError("the private key or the password cannot be read: \($0)") }
+        let agent = Self.agent(at: control)
+        // A version 2 handshake the gateway accepts takes the place of a rekey the running agent
+        // may have in flight, and moves the timestamps it checks: with an agent running, the
+        // doctor sends none (version 3's first message leaves the gateway's state alone).
+        let quiet: String? = if settings.protocolVersion == 2, case .running = agent {
+            "with protocol 2, a handshake would disturb the running agent's session on the gateway; its status says how the gateway answers"
+        } else {
+            nil
+        }
         var servers: [ServerFacts] = []
         for entry in settings.servers {
-            servers.append(Self.server(entry, settings: settings, model: model, mark: mark, key: key, lockdown: lockdown))
+            servers.append(Self.server(entry, settings: settings, model: model, mark: mark, key: key, lockdown: lockdown, quiet: quiet))
         }
         return DoctorFacts(
-            clock: Self.clock(), agent: Self.agent(at: control), servers: servers,
+            clock: Self.clock(), agent: agent, servers: servers,
             lockdown: LockdownFacts(configured: settings.lockdown, tables: Self.tables(lockdown)),
             rules: Result { () throws(NetlinkError) in try NetlinkSocket().rules() }.mapError { DoctorError("cannot read the policy rules: \($0)") },
             mode: settings.mode, uplinks: model.map(Self.uplinks) ?? [], defaultRoutes: model.map(Self.defaultRoutes) ?? [])
@@ -177,7 +188,7 @@ extension DoctorFacts {
     }
 
     static func server(_ entry: ServerEntry, settings: ClientSettings, model: NetworkModel?, mark: UInt32?,
-                       key: Result<PrivateKey, DoctorError>, lockdown: Lockdown?) -> ServerFacts {
+                       key: Result<(PrivateKey, Credentials?), DoctorError>, lockdown: Lockdown?, quiet: String? = nil) -> ServerFacts {
         let port = entry.endpoint.port ?? 0
         var facts = ServerFacts(name: entry.name, host: entry.endpoint.host, port: port, lookup: .literal, routes: [],
                                 udp: .notTried("no address to send to"), streamPort: settings.stream?.port)
@@ -204,11 +215,18 @@ extension DoctorFacts {
             if settings.stream != nil { facts.stream = .notTried("no route to send over") }
             return facts
         }
+        if let quiet {
+            facts.udp = .notTried(quiet)
+            if settings.stream != nil { facts.stream = .notTried(quiet) }
+            return facts
+        }
         let path = target.paths[0]
         let gateway = SocketAddress(target.address, port: port)
         let core: ClientCore
         do {
-            core = try ClientCore(privateKey: key.get(), serverKey: entry.key, version: settings.protocolVersion, cipher: settings.cipher)
+            let (privateKey, credentials) = try key.get()
+            core = try ClientCore(privateKey: privateKey, serverKey: entry.key, credentials: credentials,
+                                  version: settings.protocolVersion, cipher: settings.cipher)
         } catch {
             facts.udp = .notTried("\(error)")
             if settings.stream != nil { facts.stream = .notTried("\(error)") }
@@ -300,7 +318,8 @@ extension DoctorFacts {
 
     /// One handshake initiation through `carrier` and what came back within `wait`. Nothing
     /// more is sent: no identity after a version 3 response, so the gateway holds no session;
-    /// a version 2 session the response made is closed with a goodbye at once.
+    /// a version 2 session the response made is left unused (a goodbye would end the agent's
+    /// session with it), and none is made while an agent runs (`gather`).
     static func exchange(with gateway: SocketAddress, through carrier: any PacketCarrier, core: inout ClientCore, wait: Duration) -> Exchange {
         let sent = Instant.now()
         let datagrams: [[UInt8]]
@@ -342,9 +361,8 @@ extension DoctorFacts {
             let rtt = Instant.now() - sent
             switch core.receive(&datagram, fromServer: got.peer == gateway, now: .now()) {
             case .established:
-                if let goodbye = try? core.close(now: .now()) {
-                    _ = goodbye.withUnsafeBytes { try? carrier.send($0, to: gateway) }
-                }
+                // No goodbye: on the gateway it would first promote the doctor's session over the
+                // agent's, then end both. An unused session is replaced by the next handshake.
                 return .answered(.response(version: version), from: got.peer, rtt: rtt)
             case .rejected: return .answered(.rejected, from: got.peer, rtt: rtt)
             case .cookie: return .answered(.cookieReply, from: got.peer, rtt: rtt)

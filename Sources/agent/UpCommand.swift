@@ -64,15 +64,7 @@ struct UpCommand: ParsableCommand {
         try Preflight.requireNetworkAdmin(for: "up")
         try Preflight.requireTunDriver()
         let key = try loadPrivateKey(settings.privateKeyFile)
-        var credentials: Credentials?
-        if let username = settings.username, let file = settings.passwordFile {
-            // Bytes straight into the secret arena: a Swift string of the password could not be wiped.
-            var bytes = try TrustedFile.read(file, as: .secret)
-            guard let c = Credentials(username: username, passwordFile: &bytes) else {
-                throw AgentError("the username or the password in \(file) is empty or longer than \(Credentials.maxLength) bytes")
-            }
-            credentials = c
-        }
+        let credentials = try Self.credentials(settings)
         // One agent at a time may hold the full tunnel or the lockdown (profiles side by side).
         try ControlSocket.refuseIfRunning(control.control)
         let runtime = control.control.parentDirectory
@@ -241,4 +233,18 @@ private func restart(keeping inherited: Set<Int32>) throws -> Never {
     var arguments = CommandLine.arguments.map { strdup($0) } + [nil]
     execv("/proc/self/exe", &arguments)
     throw AgentError("cannot restart the agent: \(String(cString: strerror(errno)))")
+}
+
+extension UpCommand {
+    /// The username and password the configuration names, read into the secret arena; nil
+    /// without `username`.
+    static func credentials(_ settings: ClientSettings) throws -> Credentials? {
+        guard let username = settings.username, let file = settings.passwordFile else { return nil }
+        // Bytes straight into the secret arena: a Swift string of the password could not be wiped.
+        var bytes = try TrustedFile.read(file, as: .secret)
+        guard let credentials = Credentials(username: username, passwordFile: &bytes) else {
+            throw AgentError("the username or the password in \(file) is empty or longer than \(Credentials.maxLength) bytes")
+        }
+        return credentials
+    }
 }
