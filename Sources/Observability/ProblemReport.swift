@@ -6,115 +6,258 @@ public enum ProblemReport {
     /// What stands where something was taken out.
     public static let removed = "<removed>"
 
-    /// A configuration's text without its secrets: the value of every key that holds one
-    /// (a password, a hash, a token, a secret, an inline private key; a `-file` key names a
-    /// file, which stays), the password of any URL, and every comment (where people keep an
-    /// old password). Flow mappings (`{name: a, password-hash: "..."}`) are read as well as
-    /// block ones.
+    /// A configuration's text without its secrets. An allowlist: a `key: value` is kept only
+    /// when the key is one the configuration readers know and holds no secret (`knownKeys`),
+    /// and the value is whole on its line; a list item only when it is a plain word (an
+    /// address, a prefix, a name). Anything else (a password hash, an unknown key, a block
+    /// scalar and its lines, a quoted value continued on the next line, a line not understood)
+    /// stands as `<removed>`. Flow mappings are read key by key, quoted keys too. Every
+    /// comment goes (where people keep an old password), and so does the password of any URL.
     public static func redactConfiguration(_ text: String) -> String {
-        text.split(separator: "\n", omittingEmptySubsequences: false)
-            .map { redactURLPasswords(redactValues(withoutComment(String($0)))) }
-            .joined(separator: "\n")
-    }
-
-    /// Whether a configuration key's value is a secret.
-    static func isSecret(_ key: String) -> Bool {
-        let key = key.lowercased()
-        guard !key.hasSuffix("-file") else { return false }
-        return ["password", "secret", "token", "hash", "private-key", "psk"].contains { key.contains($0) }
-    }
-
-    /// The line up to its comment: a `#` at the line's start or after a blank, outside quotes.
-    static func withoutComment(_ line: String) -> String {
-        let characters = Array(line)
-        var quote: Character?
-        for (i, c) in characters.enumerated() {
-            if let open = quote {
-                if c == open { quote = nil }
-            } else if c == "\"" || c == "'" {
-                quote = c
-            } else if c == "#", i == 0 || characters[i - 1] == " " || characters[i - 1] == "\t" {
-                var kept = String(characters[..<i])
-                while kept.last == " " || kept.last == "\t" { kept.removeLast() }
-                return kept
-            }
-        }
-        return line
-    }
-
-    /// Every `key: value` in the line whose key holds a secret, the value replaced: to the end
-    /// of the line, or in a flow mapping to the next `,` or `}` outside quotes.
-    static func redactValues(_ line: String) -> String {
-        let characters = Array(line)
-        var out: [Character] = []
-        var i = 0
-        var depth = 0  // inside how many `{` or `[`
-        while i < characters.count {
-            let c = characters[i]
-            if c == "{" || c == "[" { depth += 1 }
-            if c == "}" || c == "]" { depth = max(0, depth - 1) }
-            // A key starts the line's content or follows `{`, `,` or `- `.
-            let startsKey = isKeyCharacter(c) && (i == 0 || [" ", "\t", "{", ",", "-"].contains(characters[i - 1]))
-            guard startsKey else {
-                out.append(c)
-                i += 1
+        var out: [String] = []
+        var blockIndent: Int?  // inside a block scalar (`|`, `>`): lines indented deeper go
+        for raw in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline) {
+            var line = String(raw)
+            line = withoutComment(line)
+            let indent = line.prefix { $0 == " " || $0 == "\t" }.count
+            if line.count == indent {
+                out.append("")
                 continue
             }
-            var end = i
-            while end < characters.count, isKeyCharacter(characters[end]) { end += 1 }
-            let key = String(characters[i..<end])
-            out.append(contentsOf: characters[i..<end])
-            i = end
-            guard i < characters.count, characters[i] == ":", i + 1 == characters.count || characters[i + 1] == " ",
-                  isSecret(key) else { continue }
-            out.append(":")
-            i += 1
-            while i < characters.count, characters[i] == " " { i += 1 }
-            guard i < characters.count else { break }
-            // Skip the value: a quoted string whole, else up to where the flow mapping goes on.
-            if characters[i] == "\"" || characters[i] == "'" {
-                let open = characters[i]
-                i += 1
-                while i < characters.count, characters[i] != open { i += characters[i] == "\\" && open == "\"" ? 2 : 1 }
-                i = min(i + 1, characters.count)
-            } else {
-                // In a flow mapping a plain value ends at `}`, `]` or a `,` before a blank (an
-                // Argon2 hash holds commas without one); elsewhere it runs to the line's end.
-                while i < characters.count {
-                    if depth > 0, characters[i] == "}" || characters[i] == "]" { break }
-                    if depth > 0, characters[i] == ",", i + 1 == characters.count || characters[i + 1] == " " { break }
-                    i += 1
-                }
+            if let block = blockIndent {
+                if indent > block { continue }
+                blockIndent = nil
             }
-            out.append(contentsOf: " " + removed)
+            let (kept, opensBlock) = redactLine(line, indent: indent)
+            if opensBlock { blockIndent = indent }
+            out.append(redactURLPasswords(kept))
         }
-        return String(out)
+        return out.joined(separator: "\n")
+    }
+
+    /// The keys the configuration readers accept whose values are no secret (a `-file` key
+    /// names a file, which stays; `password-hash` is the one secret value). A test keeps this
+    /// list equal to what the readers accept.
+    public static let knownKeys: Set<String> = [
+        "ac", "action", "address", "addresses", "allow-lan", "allow-versions", "backoff-base", "backoff-cap",
+        "battery", "burst", "certificate", "certificate-key", "check", "cipher", "dead-path-hold-down", "debounce",
+        "direct", "dns", "dns-domain", "drain-period", "exclusion", "expect", "flap-hold-down", "flap-stable-after",
+        "flap-window", "gateway", "gateway-mac", "handshake-resend", "handshake-timeout", "interface",
+        "interface-kind", "key", "listen-port", "liveness-timeout", "lockdown", "manager", "match", "max-hold-down",
+        "max-probe-attempts", "metrics-file", "metrics-listen", "min-mtu", "mode", "mtu", "mtu-raise-after", "name",
+        "never-local", "offload", "on-demand", "password-file", "path-mtu-discovery", "persistent-keepalive", "pin",
+        "port", "portal", "portal-check", "portal-recheck", "portal-recheck-cap", "portal-window",
+        "portal-window-recheck", "priority", "private-key-file", "probe", "probe-attempts", "probe-timeout",
+        "protocol", "protocol-fallback", "proxy", "public-key", "race-delay", "recheck", "recheck-cap", "reconnect",
+        "refill", "routes", "rtt-stale-after", "search", "server", "server-key", "servers", "session-lifetime",
+        "short-sleep", "snapshot", "ssid", "stable-after", "stream", "subnet", "tcp", "tunnel", "udp-retest",
+        "udp-retest-cap", "url", "user", "username", "users", "users-from", "window", "workers",
+    ]
+
+    /// One line without its secrets, and whether it opens a block scalar.
+    static func redactLine(_ line: String, indent: Int) -> (String, opensBlock: Bool) {
+        let head = String(line.prefix(indent))
+        var rest = Substring(line.dropFirst(indent))
+        var dash = ""
+        while rest.hasPrefix("- ") {
+            dash += "- "
+            rest = rest.dropFirst(2)
+        }
+        if rest == "-" { return (line, false) }
+        if let (key, value) = keyAndValue(rest) {
+            let prefix = head + dash + key + ":"
+            guard knownKeys.contains(key) else {
+                return (prefix + " " + removed, value.first == "|" || value.first == ">")
+            }
+            if value.isEmpty { return (prefix, false) }
+            if value.first == "|" || value.first == ">" { return (prefix + " " + removed, true) }
+            guard let flow = redactFlow(value) else { return (prefix + " " + removed, false) }
+            return (prefix + " " + flow, false)
+        }
+        // A list item, or a flow collection standing alone.
+        if rest.first == "{" || rest.first == "[", let flow = redactFlow(rest) { return (head + dash + flow, false) }
+        if !dash.isEmpty, rest.allSatisfy(isPlainWordCharacter) { return (line, false) }
+        return (head + dash + removed, false)
+    }
+
+    /// `key: value` (the key plain or quoted, the `:` followed by a blank or the line's end).
+    static func keyAndValue(_ text: Substring) -> (key: String, value: Substring)? {
+        var key: String
+        var rest: Substring
+        if let quote = text.first, quote == "\"" || quote == "'" {
+            guard let close = text.dropFirst().firstIndex(of: quote) else { return nil }
+            key = String(text[text.index(after: text.startIndex)..<close])
+            rest = text[text.index(after: close)...]
+            while rest.first == " " || rest.first == "\t" { rest = rest.dropFirst() }
+            guard rest.first == ":" else { return nil }
+        } else {
+            guard let colon = text.firstIndex(of: ":") else { return nil }
+            key = String(text[..<colon])
+            while key.last == " " || key.last == "\t" { key.removeLast() }
+            guard !key.isEmpty, key.allSatisfy({ isKeyCharacter($0) }) else { return nil }
+            rest = text[colon...]
+        }
+        rest = rest.dropFirst()  // the ':'
+        guard rest.isEmpty || rest.first == " " || rest.first == "\t" else { return nil }
+        while rest.first == " " || rest.first == "\t" { rest = rest.dropFirst() }
+        return (key, rest)
+    }
+
+    /// A value that is whole on its line, with every flow mapping's unknown or secret key's
+    /// value removed; nil when it is not whole (an unclosed quote or bracket: it goes on).
+    static func redactFlow(_ value: Substring) -> String? {
+        let characters = Array(value)
+        var out = ""
+        var i = 0
+        var depth: [Character] = []  // the open `{` and `[`
+        var expectKey = false       // right after `{` or a `,` inside a mapping
+        func skipQuoted(_ from: Int) -> Int? {
+            let quote = characters[from]
+            var j = from + 1
+            while j < characters.count {
+                if characters[j] == "\\", quote == "\"" { j += 2; continue }
+                if characters[j] == quote {
+                    if quote == "'", j + 1 < characters.count, characters[j + 1] == "'" { j += 2; continue }
+                    return j + 1
+                }
+                j += 1
+            }
+            return nil
+        }
+        while i < characters.count {
+            let c = characters[i]
+            if expectKey, c != " " {
+                expectKey = false
+                // The key up to its ':', quoted or plain.
+                var j = i
+                if c == "\"" || c == "'" {
+                    guard let end = skipQuoted(i) else { return nil }
+                    j = end
+                } else {
+                    while j < characters.count, characters[j] != ":", characters[j] != ",", characters[j] != "}" { j += 1 }
+                }
+                let keyText = String(characters[i..<j])
+                let key = keyText.trimming(" \"'")
+                // Skips a value to the `, ` or `}` that ends it at this depth (a comma without a
+                // blank after it, as in an Argon2 hash, does not end it here).
+                func skipValue(from start: Int) -> Int? {
+                    var k = start
+                    var inner = 0
+                    while k < characters.count {
+                        let d = characters[k]
+                        if d == "\"" || d == "'" {
+                            guard let end = skipQuoted(k) else { return nil }
+                            k = end
+                            continue
+                        }
+                        if d == "{" || d == "[" { inner += 1 }
+                        if d == "}" || d == "]" {
+                            if inner == 0 { break }
+                            inner -= 1
+                        }
+                        if d == ",", inner == 0, k + 1 == characters.count || characters[k + 1] == " " { break }
+                        k += 1
+                    }
+                    return k
+                }
+                if j < characters.count, characters[j] == ":", j + 1 == characters.count || characters[j + 1] == " " {
+                    out += keyText + ":"
+                    i = j + 1
+                    if !knownKeys.contains(key) {
+                        guard let end = skipValue(from: i) else { return nil }
+                        out += " " + removed
+                        i = end
+                    }
+                    continue
+                }
+                // Not a key where one was expected: something this reading does not know; removed.
+                guard let end = skipValue(from: i) else { return nil }
+                out += removed
+                i = end
+                continue
+            }
+            if c == "\"" || c == "'" {
+                guard let end = skipQuoted(i) else { return nil }
+                out += String(characters[i..<end])
+                i = end
+                continue
+            }
+            out.append(c)
+            switch c {
+            case "{": depth.append(c); expectKey = true
+            case "[": depth.append(c)
+            case "}", "]":
+                guard !depth.isEmpty else { return nil }
+                depth.removeLast()
+            case ",": expectKey = depth.last == "{"
+            default: break
+            }
+            i += 1
+        }
+        return depth.isEmpty ? out : nil
+    }
+
+    /// What a plain list item may hold to be kept: an address, a prefix, a name, a port.
+    static func isPlainWordCharacter(_ c: Character) -> Bool {
+        c.isLetter || c.isNumber || ".:/_@[]-".contains(c)
+    }
+
+    /// The line up to its comment: a `#` at the line's start or after a blank, wherever it is
+    /// (inside quotes too: removing a little too much is harmless in a report).
+    static func withoutComment(_ line: String) -> String {
+        let characters = Array(line)
+        for (i, c) in characters.enumerated() where c == "#" && (i == 0 || characters[i - 1] == " " || characters[i - 1] == "\t") {
+            var kept = String(characters[..<i])
+            while kept.last == " " || kept.last == "\t" { kept.removeLast() }
+            return kept
+        }
+        return line
     }
 
     private static func isKeyCharacter(_ c: Character) -> Bool {
         c.isLetter || c.isNumber || c == "-" || c == "_"
     }
 
-    /// `scheme://user:password@host` becomes `scheme://user:<removed>@host`, anywhere in `text`.
+    /// `scheme://user:password@host` becomes `scheme://user:<removed>@host`, and the value of
+    /// every `password=` (a URL's query, a libpq conninfo), anywhere in `text`. The user part
+    /// runs to the last `@` before a blank or a quote: a password may hold `/`, `?` or `#`.
     public static func redactURLPasswords(_ text: String) -> String {
-        guard text.contains("://") else { return text }
         var out = ""
         var rest = Substring(text)
         while let scheme = rest.firstRange(of: "://") {
             out += rest[..<scheme.upperBound]
             rest = rest[scheme.upperBound...]
-            // The authority ends at the first '/', '?', '#' or blank; a password sits between
-            // the first ':' and the last '@' inside it.
-            let authorityEnd = rest.firstIndex { "/?# \t\n\"'".contains($0) } ?? rest.endIndex
-            let authority = rest[..<authorityEnd]
-            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
-                out += authority[...colon] + removed + authority[at...]
-            } else {
-                out += authority
+            let tokenEnd = rest.firstIndex { " \t\n\"'".contains($0) } ?? rest.endIndex
+            let token = rest[..<tokenEnd]
+            if let at = token.lastIndex(of: "@"), let colon = token[..<at].firstIndex(of: ":") {
+                out += token[...colon] + removed
+                rest = rest[at...]
             }
-            rest = rest[authorityEnd...]
         }
-        return out + rest
+        out += rest
+        return redactPasswordParameters(out)
+    }
+
+    /// The value of every `password=` (any case) replaced, up to `&`, a blank or a quote.
+    static func redactPasswordParameters(_ text: String) -> String {
+        let lower = Array(text.lowercased().utf8)
+        let bytes = Array(text.utf8)
+        guard lower.count == bytes.count else { return text }  // a case mapping that changed lengths: leave it
+        let needle = Array("password=".utf8)
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if i + needle.count <= bytes.count, Array(lower[i..<(i + needle.count)]) == needle {
+                out += bytes[i..<(i + needle.count)]
+                i += needle.count
+                while i < bytes.count, !"& \t\n\"'".utf8.contains(bytes[i]) { i += 1 }
+                out += Array(removed.utf8)
+                continue
+            }
+            out.append(bytes[i])
+            i += 1
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `text` with every occurrence of each of `secrets` (values of six characters or more,
@@ -132,7 +275,7 @@ public enum ProblemReport {
     /// password there, after the host, port, database and user, which may stay).
     public static func secretValues(inFile text: String) -> [String] {
         var values = [text.trimmingBlanks]
-        for line in text.split(separator: "\n") {
+        for line in text.split(whereSeparator: \.isNewline) {
             let trimmed = String(line).trimmingBlanks
             values.append(trimmed)
             if trimmed.contains(":"), let last = trimmed.split(separator: ":").last { values.append(String(last).trimmingBlanks) }
@@ -142,6 +285,14 @@ public enum ProblemReport {
 }
 
 extension String {
+    /// Without the characters of `set` at either end.
+    fileprivate func trimming(_ set: String) -> String {
+        var s = Substring(self)
+        while let first = s.first, set.contains(first) { s.removeFirst() }
+        while let last = s.last, set.contains(last) { s.removeLast() }
+        return String(s)
+    }
+
     fileprivate var trimmingBlanks: String {
         var s = Substring(self)
         while let first = s.first, first == " " || first == "\t" || first == "\r" || first == "\n" { s.removeFirst() }

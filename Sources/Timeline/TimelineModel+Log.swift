@@ -51,7 +51,14 @@ extension TimelineModel {
             }
             fields[key] = value
         }
-        guard let ts = fields["ts"].flatMap(Double.init), let message = fields["msg"] else { return nil }
+        // A time from 2001 to 2286 (the agent writes the wall clock's seconds): anything else,
+        // `nan` or `inf` included, is not one of its lines.
+        guard let ts = fields["ts"].flatMap(Double.init), ts >= 1e9, ts < 1e10, let message = fields["msg"] else { return nil }
+        // Names the picture shows are short words; a line with others is not the agent's.
+        for key in ["to", "from"] where fields[key].map({ $0.count > 24 || !$0.allSatisfy { $0.isLetter || $0 == "-" } }) ?? false {
+            return nil
+        }
+        if let path = fields["path"], path.count > 80 { return nil }
         return LoggedLine(time: ts, message: message, fields: fields)
     }
 
@@ -75,6 +82,8 @@ extension TimelineModel {
         var since = Instant.zero
         var why = "before the log's first transition"
         var down: Instant?
+        var names: Set<String> = []
+        var interfaces: Set<String> = []
         let carrying: Set<String> = ["connected", "probing", "switching"]
         // States in which no tunnel is expected (asleep, paused by the operator, on a trusted network).
         let quiet: Set<String> = ["sleeping", "paused", "disconnected", "offline"]
@@ -99,7 +108,9 @@ extension TimelineModel {
             let f = line.fields
             switch line.message {
             case "transition":
-                guard let to = f["to"] else { continue }
+                guard var to = f["to"] else { continue }
+                // A few dozen names at most: past them, a log that makes up names gets one band colour.
+                if !names.contains(to) { if names.count < 32 { names.insert(to) } else { to = "other" } }
                 close(t)
                 let reason = f["reason"] ?? ""
                 // An outage runs from leaving a working tunnel (not for a quiet state) to the next connected.
@@ -112,7 +123,13 @@ extension TimelineModel {
                     down = nil
                 }
                 state = to
-                path = f["path"]
+                path = f["path"].map { path in
+                    let interface = String(path.split(separator: "/").first ?? Substring(path))
+                    guard !interfaces.contains(interface) else { return path }
+                    guard interfaces.count < 32 else { return "other" }
+                    interfaces.insert(interface)
+                    return path
+                }
                 since = t
                 why = "\(f["trigger"] ?? "-"): \(reason)"
                 if let mark = Self.mark(reason: reason, to: to, attempt: f["attempt"]) {

@@ -1,8 +1,10 @@
 import ArgumentParser
 import Basics
+import ConfigReader
 import Control
 import Glibc
 import Observability
+import Settings
 
 /// `agent bugreport`: one archive to attach to a problem report, with nothing secret in it.
 struct BugReportCommand: ParsableCommand {
@@ -46,16 +48,20 @@ struct BugReportCommand: ParsableCommand {
         var secrets: [String] = []
         var files: [(name: String, text: String)] = []
         for config in configurations {
-            guard let text = SystemFiles.text(config) else {
-                files.append(("config/" + Self.base(config) + ".unreadable.txt", "\(config) could not be read (run as root?)\n"))
-                continue
-            }
-            for secretFile in Self.namedFiles(in: text) {
-                if let contents = SystemFiles.text(secretFile), contents.utf8.count <= 64 << 10 {
-                    secrets += ProblemReport.secretValues(inFile: contents)
+            let name = "config/" + Self.base(config)
+            switch Self.configuration(config) {
+            case .failure(let why):
+                // Not copied: a file that is not a configuration (a key given by mistake) or that
+                // does not read as one (its error could quote a secret) says only where it failed.
+                files.append((name + ".not-included.txt", "\(config): not included: \(why)\n"))
+            case .success(let (text, secretFiles, hashes)):
+                for file in secretFiles {
+                    guard let bytes = try? TrustedFile.read(file, as: .secret) else { continue }
+                    secrets += ProblemReport.secretValues(inFile: String(decoding: bytes, as: UTF8.self))
                 }
+                secrets += hashes
+                files.append((name, ProblemReport.redactConfiguration(text)))
             }
-            files.append(("config/" + Self.base(config), ProblemReport.redactConfiguration(text)))
         }
         files.insert(("version.txt", Self.versions()), at: 0)
         files.append(("status.json", Self.status(at: options.control)))
@@ -85,19 +91,35 @@ struct BugReportCommand: ParsableCommand {
             + "look inside with: tar -xOf \(path) | less")
     }
 
-    /// The paths the configuration's `...-file:` keys name (keys, passwords, passfiles).
-    static func namedFiles(in text: String) -> [String] {
-        var paths: [String] = []
-        for line in text.split(separator: "\n") {
-            var rest = Substring(line)
-            while let key = rest.firstRange(of: "-file:") {
-                rest = rest[key.upperBound...]
-                let value = rest.drop { $0 == " " || $0 == "\"" || $0 == "'" }
-                let path = value.prefix { !" ,}\"'#".contains($0) }
-                if path.hasPrefix("/") { paths.append(String(path)) }
+    /// A configuration's text, the secret files its settings name (keys, passwords, the proxy's
+    /// password, the database's passfile, the TLS certificate's key) and its users' password
+    /// hashes; or, for a file that is not read as a client's or a gateway's configuration (with
+    /// the daemon's checks of owner and mode), where it failed, without its words.
+    static func configuration(_ path: String) -> Result<(String, [String], [String]), BugReportSkip> {
+        let kind: CheckCommand.Kind
+        do { kind = try CheckCommand.kind(of: path) } catch { return .failure(BugReportSkip(error)) }
+        do {
+            switch kind {
+            case .client:
+                let (reader, root) = try YAMLReader.load(path, as: .clientConfiguration)
+                let settings = try reader.client(root)
+                let files = [settings.privateKeyFile] + [settings.passwordFile, settings.stream?.proxy?.passwordFile].compactMap { $0 }
+                return .success((try Self.text(path), files, []))
+            case .server:
+                let (reader, root) = try YAMLReader.load(path, as: .serverConfiguration)
+                let settings = try reader.server(root)
+                let files = [settings.privateKeyFile] + [settings.usersFrom?.passwordFile, settings.stream?.certificate?.key].compactMap { $0 }
+                return .success((try Self.text(path), files, settings.users.users.compactMap { $0.passwordHash?.encoded }))
             }
+        } catch {
+            return .failure(BugReportSkip(error))
         }
-        return paths
+    }
+
+    /// The file's text, as the reader just accepted it.
+    static func text(_ path: String) throws -> String {
+        guard let text = SystemFiles.text(path) else { throw AgentError("\(path) could not be read again") }
+        return text
     }
 
     static func base(_ path: String) -> String { String(path.split(separator: "/").last ?? Substring(path)) }
@@ -148,7 +170,7 @@ struct BugReportCommand: ParsableCommand {
     /// What `argv` printed (both streams), headed by the command; at most 4 MB, at most 10 s.
     static func output(_ argv: [String]) -> String {
         let head = "$ " + argv.joined(separator: " ") + "\n"
-        guard let executable = PortalCommand.find(argv[0]) else { return head + "(\(argv[0]) is not installed)\n" }
+        guard let executable = PortalCommand.find(argv[0], path: CommandOutput.path) else { return head + "(\(argv[0]) is not installed)\n" }
         return head + CommandOutput.run(executable, argv, limit: 4 << 20, timeout: .seconds(10))
     }
 
@@ -167,9 +189,29 @@ struct BugReportCommand: ParsableCommand {
     }
 }
 
+/// Why a configuration is not in the report: where reading it failed, never its words (a
+/// reader's message may quote the line, a secret with it).
+struct BugReportSkip: Error, CustomStringConvertible {
+    let description: String
+    init(_ error: any Error) {
+        if let error = error as? ConfigError {
+            description = error.line > 0 ? "it does not read as a Roam configuration (line \(error.line))"
+                : "it does not read as a Roam configuration (\(error.file): the file itself, its owner or mode)"
+        } else {
+            description = "it does not read as a Roam configuration"
+        }
+    }
+}
+
 /// A program run to completion with its output captured: both streams into one pipe, standard
 /// input from /dev/null, ended (the process this started, by its PID) when it runs too long.
 enum CommandOutput {
+    /// Where the tools are looked for, whatever the caller's PATH (root's own, in a directory
+    /// anyone may write to, must not find an `ip` there).
+    static let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    /// The programs' whole environment: that PATH and the C locale.
+    static let environment = ["PATH=" + path, "LC_ALL=C"]
+
     static func run(_ executable: String, _ argv: [String], limit: Int, timeout: Duration) -> String {
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { return "(cannot make a pipe: \(String(cString: strerror(errno))))\n" }
@@ -183,8 +225,9 @@ enum CommandOutput {
         posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
         var pid: pid_t = 0
         var cArguments = argv.map { strdup($0) } + [nil]
-        defer { for pointer in cArguments { free(pointer) } }
-        let spawned = posix_spawn(&pid, executable, &actions, nil, &cArguments, environ)
+        var cEnvironment = environment.map { strdup($0) } + [nil]
+        defer { for pointer in cArguments + cEnvironment { free(pointer) } }
+        let spawned = posix_spawn(&pid, executable, &actions, nil, &cArguments, &cEnvironment)
         close(pipeEnds[1])
         defer { close(pipeEnds[0]) }
         guard spawned == 0 else { return "(cannot run \(argv[0]): \(String(cString: strerror(spawned))))\n" }
@@ -205,9 +248,18 @@ enum CommandOutput {
             output += buffer[0..<min(n, max(0, limit - output.count))]
             if output.count >= limit { cut = "(cut at \(limit / 1024) KB)"; break }
         }
-        if cut != nil { kill(pid, SIGKILL) }
+        // A program that closed its output but goes on is ended at the deadline too.
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        while cut == nil {
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid || (reaped < 0 && errno != EINTR) { break }
+            if ContinuousClock.now >= deadline { cut = "(stopped after \(timeout))"; break }
+            usleep(10_000)
+        }
+        if cut != nil {
+            kill(pid, SIGKILL)
+            while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        }
         var text = String(decoding: output, as: UTF8.self)
         if !text.isEmpty, !text.hasSuffix("\n") { text += "\n" }
         if let cut { text += cut + "\n" }

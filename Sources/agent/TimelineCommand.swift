@@ -47,14 +47,15 @@ struct TimelineCommand: ParsableCommand {
             guard let bytes = SystemFiles.bytes(file, limit: 64 << 20) else { throw AgentError("cannot read \(file)") }
             (text, source) = (String(decoding: bytes, as: UTF8.self), file)
         case nil:
-            guard let journalctl = PortalCommand.find("journalctl") else {
+            guard let journalctl = PortalCommand.find("journalctl", path: CommandOutput.path) else {
                 throw AgentError("no journalctl here: give the agent's log with --log FILE")
             }
             text = CommandOutput.run(journalctl, ["journalctl", "--no-pager", "-o", "cat", "--since=-\(span / 60)min",
                                                   "-u", "roam-client.service", "-u", "roam@*"], limit: 64 << 20, timeout: .seconds(30))
             source = "the journal"
         }
-        let lines = text.split(separator: "\n").compactMap(TimelineModel.parse)
+        // At most a million lines: a log that long is many days of a busy agent.
+        let lines = text.split(whereSeparator: \.isNewline).prefix(1_000_000).compactMap(TimelineModel.parse)
         // A saved log is drawn whole; the journal from --since ago to now.
         let from = log == nil ? now - Double(span) : nil
         let transitions = lines.filter { $0.message == "transition" }.count
@@ -63,7 +64,8 @@ struct TimelineCommand: ParsableCommand {
         }
         let model = TimelineModel(log: lines, source: source, from: from, to: log == nil ? now : nil)
         do {
-            try SystemFiles.write(SVGTimeline.render(model), to: out)
+            // Owner-only: the picture holds what the journal keeps from other users (addresses, networks).
+            try SystemFiles.write(SVGTimeline.render(model), to: out, mode: 0o600)
         } catch {
             throw AgentError("the timeline is not saved to \(out): \(error)")
         }
@@ -72,7 +74,7 @@ struct TimelineCommand: ParsableCommand {
 
     /// Seconds in `30m`, `2h`, `1d`; nil for anything else, or more than 7 days.
     static func span(_ text: String) -> Int? {
-        guard let unit = text.last, let number = Int(text.dropLast()), number > 0 else { return nil }
+        guard let unit = text.last, let number = Int(text.dropLast()), number > 0, number <= 7 * 86_400 else { return nil }
         let seconds: Int
         switch unit {
         case "m": seconds = number * 60
