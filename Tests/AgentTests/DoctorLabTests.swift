@@ -26,10 +26,27 @@ struct DoctorLabTests {
         return (status, findings, output)
     }
 
-    private func nft(_ lab: NamespaceLab, _ command: String) throws {
-        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
-            ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
-        try #require(status == 0, "nft \(command): \(output)")
+    private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }
+
+    /// With protocol 2 a handshake the gateway accepts would take a rekey's place in the running
+    /// agent's session and move its timestamps, and a goodbye would end it: with an agent
+    /// running (split mode, nothing holds the doctor's packets back) the doctor sends none, and
+    /// the session goes on with its one handshake.
+    @Test func withProtocolTwoARunningAgentsSessionIsLeftAlone() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .split)
+        try lab.configure("client", "protocol: 2")
+        try lab.startServer()
+        try lab.startClient()
+        #expect(labWait(seconds: 10) { lab.status()["state"] == "connected" })
+        let handshakes = { lab.log("server.log").components(separatedBy: "msg=handshake ").count - 1 }
+        #expect(handshakes() == 1)
+        let (_, findings, _) = try doctor(lab)
+        let udp = try #require(findings.first { $0.check == "udp" })
+        #expect(udp.evidence.joined().contains("protocol 2") || udp.title.contains("protocol 2"), "\(udp)")
+        usleep(1_500_000)
+        #expect(handshakes() == 1, "the doctor made no session on the gateway: \(lab.log("server.log"))")
+        #expect(lab.status()["state"] == "connected", "the running agent's session was left alone")
+        #expect(!lab.log("server.log").contains("closed by the client"), "no goodbye ended a session")
     }
 
     @Test func theGatewayAnswersOverUDPAndARunningAgentIsSeenConnected() throws {
