@@ -158,6 +158,13 @@ public enum Notice: Equatable, Sendable {
     case serverNameUnusable(server: Int, addresses: [IPAddress])
     /// Someone else took `holding` away (the decision what to do follows as its own effect).
     case takenAway(Holding, Upkeep.Damage)
+    /// The interface flaps (the flap damping holds its returns back): `losses` within `over`;
+    /// the next summary comes after `nextSummary`.
+    case flapping(interface: String, losses: Int, over: Duration, nextSummary: Duration)
+    /// It goes on flapping: `losses` within the last `within`, `total` over `over`.
+    case stillFlapping(interface: String, losses: Int, within: Duration, total: Int, over: Duration)
+    /// It has been quiet for a whole summary's time: `losses` in all over `over`; `up`: it carries a path.
+    case stoppedFlapping(interface: String, losses: Int, over: Duration, up: Bool)
 }
 
 /// A command for whoever runs the core: the daemon's sockets, firewall and resolvers, or a
@@ -351,6 +358,8 @@ public struct AgentCore: Sendable {
     public let tunnelCarries: [Prefix]
     /// The server's last answer that gave nothing usable, once the operator was told of it.
     private var unusableAnswer: [IPAddress]?
+    /// What the operator is told of flapping interfaces.
+    private var flaps: FlapNotices
     /// The session is being moved to another address: what that brings asks no look-up.
     private var following = false
     /// What the machine is told once the rules have the facts they asked for (new paths, a
@@ -365,6 +374,7 @@ public struct AgentCore: Sendable {
                 tunnelCarries: [Prefix] = []) {
         self.reconnector = reconnector
         self.tunnelCarries = tunnelCarries
+        flaps = FlapNotices(window: reconnector.config.flapStableAfter)
         self.exclusionAllowed = exclusionAllowed
         self.portalWindows = portalWindows
         onDemand = OnDemandJudge(rules: rules)
@@ -388,13 +398,15 @@ public struct AgentCore: Sendable {
         if let lookUpAt { all[.lookUp] = lookUpAt }
         if let due = onDemand.nextDeadline { all[.onDemand] = due }
         if let due = upkeep.nextDeadline { all[.upkeep] = due }
+        if let due = flaps.nextDue { all[.flapSummary] = due }
         return all
     }
 
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline, upkeep.nextDeadline].compactMap { $0 }.min()
+        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline, upkeep.nextDeadline, flaps.nextDue]
+            .compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -407,6 +419,19 @@ public struct AgentCore: Sendable {
     /// is on its way.
     public mutating func handle(_ event: AgentEvent, now: Instant) -> [Effect] {
         guard !stopped else { return [] }
+        flaps.window = reconnector.config.flapStableAfter  // a reload may change it
+        let interfaces = Set(reconnector.paths.map(\.interface))
+        var out = decide(event, now: now)
+        // What the operator reads of flapping interfaces follows the paths the machine has.
+        let after = Set(reconnector.paths.map(\.interface))
+        if after != interfaces {
+            let machine = reconnector
+            out += flaps.paths(after, now: now) { machine.flapping($0, now) }.map(Effect.notice)
+        }
+        return out
+    }
+
+    private mutating func decide(_ event: AgentEvent, now: Instant) -> [Effect] {
         var out: [Effect] = []
         switch event {
         case .start:
@@ -466,6 +491,7 @@ public struct AgentCore: Sendable {
             out += asks.map(Effect.findOut)
             judge(now, &out)
         case .timerFired(.upkeep): upkeep.timerFired(now: now, &out)
+        case .timerFired(.flapSummary): out += flaps.tick(now: now).map(Effect.notice)
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
         case .damaged(let holding, let damage): upkeep.damaged(holding, damage, now: now, &out)
         case .intact(let holding): upkeep.intact(holding)

@@ -1696,6 +1696,13 @@ public struct Reconnector: Sendable {
         max(config.livenessTimeout, patience(now) * 2) * (1 << quietProofs)
     }
 
+    /// The interface's losses when the flap damping counts it as flapping now (`isFlapping`):
+    /// how many, since when. What the operator is told of a flap is decided by the same rule.
+    public func flapping(_ interface: String, _ now: Instant) -> (losses: Int, since: Instant)? {
+        guard isFlapping(interface, now), let loss = losses[interface] else { return nil }
+        return (loss.count, loss.first)
+    }
+
     /// A link that lost its path three times or more in a row, each within `flapWindow` of the
     /// one before, and stayed up less than `flapStableAfter` between them on average: a loose
     /// cable, not an access point handing the laptop on every so often.
@@ -1831,6 +1838,7 @@ extension TimerKind {
         case .upkeep: 13
         case .race: 14
         case .udpRetest: 15
+        case .flapSummary: 16
         }
     }
 }

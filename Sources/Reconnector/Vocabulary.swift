@@ -138,6 +138,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case race
     /// On the stream: time to see whether UDP over the same uplink answers again.
     case udpRetest = "udp-retest"
+    /// An interface flaps: time for the operator's summary of it (kept by `AgentCore`'s `FlapNotices`).
+    case flapSummary = "flap-summary"
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

@@ -41,6 +41,8 @@ public struct ReplayReport: Sendable {
     public var portalWindowsNotNeeded = 0
     /// Portal window requests that failed.
     public var portalWindowsFailed = 0
+    /// Interfaces the operator was told flap (the first line of each flapping spell).
+    public var flapNotices = 0
     /// Look-ups of the server's name that gave nothing the session can use.
     public var serverNamesUnusable = 0
     public var maxMissing: Duration = .zero
@@ -1289,7 +1291,8 @@ extension Replay {
         case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
         case .reply(.portalWindowFailed): report.portalWindowsFailed += 1
         case .notice(.serverNameUnusable): report.serverNamesUnusable += 1
-        case .notice(.takenAway): break
+        case .notice(.flapping): report.flapNotices += 1
+        case .notice(.takenAway), .notice(.stillFlapping), .notice(.stoppedFlapping): break
         case .onDemandDecided, .reply: break
         case .openExclusion:
             let refused = scenario.lockdownRefuses.contains(.exclusion)

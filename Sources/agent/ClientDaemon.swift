@@ -95,7 +95,6 @@ extension ClientDaemon {
         var lastTransition: Transition?
         /// Decisions that bound, rebound or handshook, since start.
         var attempts = 0
-        var flaps = FlapSummary()
         var running = true
         let metrics = ClientMetrics()
         var metricsFile: MetricsFile?
@@ -132,7 +131,6 @@ extension ClientDaemon {
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
             service = ServiceReporter(now: Instant.now())
             memoryPath = control.path.parentDirectory + "/reconnect-state"
-            flaps.window = settings.reconnect.flapStableAfter
             metricsFile = settings.metricsFile.map(MetricsFile.init)
             facts = FactFinder(log: log)
             do {
@@ -180,7 +178,7 @@ extension ClientDaemon {
             while running {
                 let now = Instant.now()
                 service.tick(now: now)
-                let wakeAt = [core.nextDeadline, service.nextDeadline, flaps.nextDue, metricsDue,
+                let wakeAt = [core.nextDeadline, service.nextDeadline, metricsDue,
                               effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                     + facts.fileDescriptors + watchDescriptors
@@ -196,7 +194,6 @@ extension ClientDaemon {
                     for event in mailbox.take() { handle(event) }
                 }
                 let after = Instant.now()
-                report(flaps.tick(now: after))
                 if let due = metricsDue, due <= after { writeMetrics() }
                 if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
                 for (kind, due) in core.timers.sorted(by: { $0.value < $1.value }) where due <= after {

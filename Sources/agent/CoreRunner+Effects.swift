@@ -26,7 +26,6 @@ extension ClientDaemon.CoreRunner {
                 break
             }
             let event = next.removeFirst()
-            let pathsBefore = reconnector.paths
             let out = core.handle(event, now: Instant.now())
             var made: [Transition] = []
             var attempted = false
@@ -39,7 +38,6 @@ extension ClientDaemon.CoreRunner {
                 perform(effect)
             }
             if attempted { attempts += 1 }
-            if reconnector.paths != pathsBefore { report(flaps.paths(Set(reconnector.paths.map(\.interface)), now: Instant.now())) }
             // Told to watchers once the machine has settled: the status they get beside each
             // transition is the one it led to.
             if control.watched {
@@ -128,6 +126,15 @@ extension ClientDaemon.CoreRunner {
                       metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
                                  "restores": "\(restores) in \(Upkeep.window.short)", "until": "\((until - Instant.now()).short)"])
         case .reply(let answer): replied(answer)
+        case .notice(.flapping(let interface, let losses, let over, let next)):
+            log.warning("interface flapping", metadata: ["interface": "\(interface)", "losses": "\(losses)", "in": "\(over.short)",
+                                                         "next_summary": "\(next.short)"])
+        case .notice(.stillFlapping(let interface, let losses, let within, let total, let over)):
+            log.warning("interface still flapping", metadata: ["interface": "\(interface)", "losses": "\(losses)", "in": "\(within.short)",
+                                                               "total": "\(total)", "for": "\(over.short)"])
+        case .notice(.stoppedFlapping(let interface, let losses, let over, let up)):
+            log.info("interface stopped flapping", metadata: ["interface": "\(interface)", "losses": "\(losses)", "for": "\(over.short)",
+                                                              "up": "\(up ? "yes" : "no")"])
         case .notice(.takenAway(let holding, let damage)):
             log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)",
                                                                  "by": "\(damage.by ?? "unknown")"])

@@ -291,10 +291,6 @@ extension ClientDaemon.CoreRunner {
         running = false
     }
 
-    func report(_ lines: [FlapSummary.Line]) {
-        for line in lines { log.log(level: line.level, "\(line.message)", metadata: Logger.Metadata(line.fields.map { ($0.0, Logger.MetadataValue.string($0.1)) }) { $1 }) }
-    }
-
     /// Starts a connectivity check over `path` on a thread of its own; its result comes back
     /// through the mailbox.
     func checkConnectivity(via path: Path) {

@@ -267,3 +267,13 @@ func malformedFilesGiveLineNumberedErrors(text: String, line: Int, message: Stri
     let v6 = try run("2001:db8:1::23/64", "fe80::1")
     #expect(v6.finalState.name != "connected" && v6.handshakes > 1)
 }
+
+/// What the operator reads of a flap storm is decided by the core's own flap damping: one
+/// "flapping" for the storm beside a healthy Wi-Fi, none for a cable pulled once.
+@Test func theOperatorHearsOfAFlapStormOnceAndOfOneLossNever() throws {
+    var storm = Replay(try Scenario.load(Scenario.libraryPath + "/flap-storm-beside-healthy-wifi.yaml"))
+    #expect(try storm.run().flapNotices == 1)
+    var once = Replay(try Scenario.load(Scenario.libraryPath + "/ethernet-unplugged-wifi-up.yaml"))
+    #expect(try once.run().flapNotices == 0)
+}
+
