@@ -102,4 +102,34 @@ struct DoctorLabTests {
         #expect(findings.first { $0.check == "udp" }?.severity == "warning", "not tried without a route")
         #expect(status == 1)
     }
+
+    /// The boot lockdown loaded and no agent to take it over: nothing leaves the machine, and
+    /// the doctor says so (a warning, with the fix); once it is taken away, nothing to say.
+    @Test func aLockdownLeftWithNoAgentIsWarnedOfAndGoneIsFine() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.loadBootLockdown()
+        let (_, loaded, _) = try doctor(lab)
+        let held = try #require(loaded.first { $0.check == "lockdown" })
+        #expect(held.severity == "warning" && held.title.contains("no agent runs"), "\(held)")
+        let off = try lab.runAgent(["lockdown", "off", "--runtime", lab.directory])
+        #expect(off.status == 0, "\(off.output)")
+        let (_, open, _) = try doctor(lab)
+        let gone = try #require(open.first { $0.check == "lockdown" })
+        #expect(gone.severity == "ok" && gone.title.contains("not loaded"), "\(gone)")
+    }
+
+    /// Another VPN's policy rule before the full tunnel's (Tailscale's `lookup 52`): what that
+    /// table routes skips the tunnel, and the doctor names the rule; without it, nothing to say.
+    @Test func anotherVPNsRuleBeforeRoamsIsWarnedOf() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        try lab.startServer()
+        try lab.laptop.ip("rule add priority 5270 lookup 52")
+        let (_, with, _) = try doctor(lab)
+        let rule = try #require(with.first { $0.check == "rules" })
+        #expect(rule.severity == "warning" && rule.evidence.joined().contains("52"), "\(rule)")
+        try lab.laptop.ip("rule del priority 5270 lookup 52")
+        let (_, without, _) = try doctor(lab)
+        #expect(without.first { $0.check == "rules" }?.severity == "ok", "\(without)")
+    }
 }
