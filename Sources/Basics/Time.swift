@@ -102,3 +102,13 @@ extension Instant {
         return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
     }
 }
+
+/// Wall-clock seconds since 1970 as UTC text, in a `strftime` format (`%Y-%m-%dT%H:%M:%SZ`).
+public func utcText(_ seconds: Int64, _ format: String) -> String {
+    var t = time_t(seconds)
+    var parts = tm()
+    gmtime_r(&t, &parts)
+    var buffer = [CChar](repeating: 0, count: 64)
+    let length = strftime(&buffer, buffer.count, format, &parts)
+    return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

@@ -190,21 +190,5 @@ extension TimelineModel {
     }
 
     /// `2026-12-01 23:58:35` for wall-clock seconds, in UTC.
-    static func utc(_ seconds: Double) -> String {
-        let s = Int64(seconds.rounded(.down))
-        let days = s >= 0 ? s / 86_400 : (s - 86_399) / 86_400
-        let inDay = s - days * 86_400
-        // Civil date from days since 1970 (Howard Hinnant's algorithm).
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-        func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(year)-\(two(month))-\(two(day)) \(two(inDay / 3600)):\(two(inDay / 60 % 60)):\(two(inDay % 60))"
-    }
+    static func utc(_ seconds: Double) -> String { utcText(Int64(seconds.rounded(.down)), "%Y-%m-%d %H:%M:%S") }
 }

@@ -77,15 +77,16 @@ struct BugReportCommand: ParsableCommand {
         files.append(("units.txt", Self.output(["systemctl", "--no-pager", "--full", "status", "roam-client.service",
                                                 "roam-server.service", "roam@*.service"])))
         let listing = files.map(\.name)
-        files.insert(("README.txt", Self.readme(listing: listing, configurations: configurations, since: since)), at: 0)
+        files.insert(("README.txt", Self.readme(stamp: stamp, listing: listing, configurations: configurations, since: since)), at: 0)
 
         var archive = TarArchive(modified: now)
         for (name, text) in files {
             let safe = ProblemReport.redactURLPasswords(ProblemReport.scrub(text, secrets: secrets))
             archive.add("roam-report-\(stamp)/" + name, Array(safe.utf8))
         }
-        try Self.create(path, archive.finished)
-        print("wrote \(path) (\(archive.finished.count / 1024) KB, owner-only):")
+        let bytes = archive.finished
+        try Self.create(path, bytes)
+        print("wrote \(path) (\(bytes.count / 1024) KB, owner-only):")
         for name in ["README.txt"] + listing { print("  \(name)") }
         print("secrets removed: key, password and passfile contents, password hashes, URL passwords, comments; "
             + "look inside with: tar -xOf \(path) | less")
@@ -99,38 +100,28 @@ struct BugReportCommand: ParsableCommand {
         let kind: CheckCommand.Kind
         do { kind = try CheckCommand.kind(of: path) } catch { return .failure(BugReportSkip(error)) }
         do {
+            // Read once, with the daemon's checks: the text copied is the text the reader accepted.
+            let bytes = try TrustedFile.read(path, as: kind == .client ? .clientConfiguration : .serverConfiguration)
+            let (reader, root) = try YAMLReader.parse(bytes, file: path)
+            let text = String(decoding: bytes, as: UTF8.self)
             switch kind {
             case .client:
-                let (reader, root) = try YAMLReader.load(path, as: .clientConfiguration)
                 let settings = try reader.client(root)
                 let files = [settings.privateKeyFile] + [settings.passwordFile, settings.stream?.proxy?.passwordFile].compactMap { $0 }
-                return .success((try Self.text(path), files, []))
+                return .success((text, files, []))
             case .server:
-                let (reader, root) = try YAMLReader.load(path, as: .serverConfiguration)
                 let settings = try reader.server(root)
                 let files = [settings.privateKeyFile] + [settings.usersFrom?.passwordFile, settings.stream?.certificate?.key].compactMap { $0 }
-                return .success((try Self.text(path), files, settings.users.users.compactMap { $0.passwordHash?.encoded }))
+                return .success((text, files, settings.users.users.compactMap { $0.passwordHash?.encoded }))
             }
         } catch {
             return .failure(BugReportSkip(error))
         }
     }
 
-    /// The file's text, as the reader just accepted it.
-    static func text(_ path: String) throws -> String {
-        guard let text = SystemFiles.text(path) else { throw AgentError("\(path) could not be read again") }
-        return text
-    }
-
     static func base(_ path: String) -> String { String(path.split(separator: "/").last ?? Substring(path)) }
 
-    static func stamp(_ t: time_t) -> String {
-        var t = t
-        var parts = tm()
-        gmtime_r(&t, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(parts.tm_year + 1900)\(two(parts.tm_mon + 1))\(two(parts.tm_mday))-\(two(parts.tm_hour))\(two(parts.tm_min))\(two(parts.tm_sec))Z"
-    }
+    static func stamp(_ t: time_t) -> String { utcText(Int64(t), "%Y%m%d-%H%M%SZ") }
 
     static func versions() -> String {
         var name = utsname()
@@ -151,9 +142,9 @@ struct BugReportCommand: ParsableCommand {
         }
     }
 
-    static func readme(listing: [String], configurations: [String], since: Int) -> String {
+    static func readme(stamp: String, listing: [String], configurations: [String], since: Int) -> String {
         """
-        A problem report from Roam's agent (`agent bugreport`), made \(stamp(time(nil))).
+        A problem report from Roam's agent (`agent bugreport`), made \(stamp).
 
         What it holds:
         \(listing.map { "  \($0)" }.joined(separator: "\n"))

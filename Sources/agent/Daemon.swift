@@ -11,12 +11,7 @@ import Tunnel
 func wallClock(ago: Duration) -> String {
     var ts = timespec()
     clock_gettime(CLOCK_REALTIME, &ts)
-    var seconds = time_t(ts.tv_sec - Int(ago.components.seconds))
-    var parts = tm()
-    gmtime_r(&seconds, &parts)
-    var buffer = [CChar](repeating: 0, count: 32)
-    let length = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
-    return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return utcText(Int64(ts.tv_sec) - ago.components.seconds, "%Y-%m-%dT%H:%M:%SZ")
 }
 
 /// What the daemons share: a configuration file and the log format.

@@ -66,12 +66,7 @@ struct RecordCommand: ParsableCommand {
             kinds.append("\(link.name): \(link.kind.rawValue)")
         }
         let host = SystemFiles.hostName() ?? ""
-        var now = time(nil)
-        var parts = tm()
-        gmtime_r(&now, &parts)
-        var dateBytes = [CChar](repeating: 0, count: 64)
-        let dateLength = strftime(&dateBytes, dateBytes.count, "%Y-%m-%d %H:%M:%S +0000", &parts)
-        let date = String(decoding: dateBytes[0..<dateLength].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let date = utcText(Int64(time(nil)), "%Y-%m-%d %H:%M:%S +0000")
         var text = """
             # Recorded by `agent record` on \(host)\(watch.netns.map { " in namespace \($0)" } ?? ""), \(date).
             name: "\(name.flatMap { $0 == "\\" || $0 == "\"" ? ["\\", $0] : [$0] }.map(String.init).joined())"
