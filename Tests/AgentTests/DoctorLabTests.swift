@@ -26,8 +26,6 @@ struct DoctorLabTests {
         return (status, findings, output)
     }
 
-    private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }
-
     /// With protocol 2 a handshake the gateway accepts would take a rekey's place in the running
     /// agent's session and move its timestamps, and a goodbye would end it: with an agent
     /// running (split mode, nothing holds the doctor's packets back) the doctor sends none, and
@@ -78,9 +76,9 @@ struct DoctorLabTests {
         try lab.configure("server", "tcp: 443")
         try lab.configure("client", "tcp: 443")
         try lab.startServer()
-        try nft(lab.server, "add table inet block")
-        try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
-        try nft(lab.server, "add rule inet block in udp dport \(lab.port) counter drop")
+        try lab.server.nft("add table inet block")
+        try lab.server.nft("add chain inet block in { type filter hook prerouting priority -300 ; }")
+        try lab.server.nft("add rule inet block in udp dport \(lab.port) counter drop")
         let (status, findings, _) = try doctor(lab)
         let udp = try #require(findings.first { $0.check == "udp" })
         let stream = try #require(findings.first { $0.check == "stream" })

@@ -236,9 +236,5 @@ struct StreamLabTests {
         return (lab, proxy)
     }
 
-    private func nft(_ lab: NamespaceLab, _ command: String) throws {
-        let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
-            ["netns", "exec", lab.name, "nft"] + command.split(separator: " ").map(String.init))
-        try #require(status == 0, "nft \(command): \(output)")
-    }
+    private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }
 }

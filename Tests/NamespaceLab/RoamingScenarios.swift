@@ -103,9 +103,9 @@ extension RoamingScenario {
             try lab.configure("server", "tcp: 443")
             try lab.configure("client", "tcp: 443")
             if self == .udpReturns { try laptop.ip("link set eth0 down") }
-            try nft(lab.server, "add table inet block")
-            try nft(lab.server, "add chain inet block in { type filter hook prerouting priority -300 ; }")
-            try nft(lab.server, "add rule inet block in iifname wifi-l udp dport \(lab.port) drop")
+            try lab.server.nft("add table inet block")
+            try lab.server.nft("add chain inet block in { type filter hook prerouting priority -300 ; }")
+            try lab.server.nft("add rule inet block in iifname wifi-l udp dport \(lab.port) drop")
         }
         let router = self == .mtuBlackHole ? try SilentRouter(between: laptop, and: lab.server, mtu: 1280) : nil
         if self == .betterPath || self == .mtuBlackHole { try laptop.ip("link set eth0 down") }
@@ -162,9 +162,9 @@ extension RoamingScenario {
             try laptop.ip("address del 10.20.0.57/24 dev eth0")
             usleep(2_000_000)
         case .silentBlackhole:
-            try nft(lab.server, "add table inet lab")
-            try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
-            try nft(lab.server, "add rule inet lab in iifname eth-l drop")
+            try lab.server.nft("add table inet lab")
+            try lab.server.nft("add chain inet lab in { type filter hook prerouting priority -300 ; }")
+            try lab.server.nft("add rule inet lab in iifname eth-l drop")
             usleep(4_000_000)
         case .flapStorm:
             let end = LabClock.now + .seconds(20)
@@ -215,14 +215,14 @@ extension RoamingScenario {
         case .lossyUplink:
             try dropOnEth0(lab, "numgen random mod 100 < 20")
             usleep(20_000_000)
-            try nft(lab.server, "delete table inet lab")
+            try lab.server.nft("delete table inet lab")
             usleep(1_000_000)
         case .udpBlockedLanding:
             try laptop.ip("link set eth0 down")
             _ = waitForStatus(lab, seconds: 5) { $0["path.transport"] == "stream" }
             usleep(2_000_000)
         case .udpReturns:
-            try nft(lab.server, "delete table inet block")
+            try lab.server.nft("delete table inet block")
             let lifted = LabClock.now
             if waitForStatus(lab, seconds: 40, { $0["path.transport"] == "udp" }) { moved = LabClock.now - lifted }
             usleep(1_000_000)
@@ -298,11 +298,10 @@ private func difference(_ a: Int?, _ b: Int?) -> Int? {
 
 /// The router drops what crosses the laptop's eth0 and matches `match`, each way (table `inet lab`).
 private func dropOnEth0(_ lab: RoamingLab, _ match: String) throws {
-    try nft(lab.server, "add table inet lab")
-    try nft(lab.server, "add chain inet lab in { type filter hook prerouting priority -300 ; }")
-    try nft(lab.server, "add chain inet lab out { type filter hook postrouting priority 300 ; }")
-    try nft(lab.server, "add rule inet lab in iifname eth-l \(match) drop")
-    try nft(lab.server, "add rule inet lab out oifname eth-l \(match) drop")
+    try lab.server.nft("add table inet lab")
+    try lab.server.nft("add chain inet lab in { type filter hook prerouting priority -300 ; }")
+    try lab.server.nft("add chain inet lab out { type filter hook postrouting priority 300 ; }")
+    try lab.server.nft("add rule inet lab in iifname eth-l \(match) drop")
+    try lab.server.nft("add rule inet lab out oifname eth-l \(match) drop")
 }
 
-private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }

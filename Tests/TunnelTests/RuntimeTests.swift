@@ -336,12 +336,8 @@ private final class Notices: Sendable {
 }
 
 /// A tiny lock-protected box for the reader thread's result.
-/// Runs nft in `lab`'s namespace with `arguments`.
-private func nft(_ lab: NamespaceLab, _ arguments: String) throws {
-    let (status, output) = try NamespaceLab.capture(NamespaceLab.ipTool,
-                                                    ["netns", "exec", lab.name, "nft"] + arguments.split(separator: " ").map(String.init))
-    try #require(status == 0, "nft \(arguments): \(output)")
-}
+/// Runs nft in `lab`'s namespace with `arguments` (a failure is thrown, with nft's words).
+private func nft(_ lab: NamespaceLab, _ arguments: String) throws { try lab.nft(arguments) }
 
 /// Tells a client that its stream opened or broke, once the client exists.
 private final class StreamHook: Sendable {
