@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "SystemDNS", dependencies: ["Basics", "Device"], swiftSettings: strict),
         // The stream transport for networks that drop UDP: the protocol's messages framed on TLS
         // over TCP (libssl, loaded on first use), directly or through an HTTP proxy.
-        .target(name: "Streams", dependencies: ["Basics", "Netlink", "Device", "CShims", "COpenSSL"], swiftSettings: strict),
+        .target(name: "Streams", dependencies: ["Basics", "Netlink", "Device", "CShims", "COpenSSL", "CBoring"], swiftSettings: strict),
         // The data plane: the Noise IK protocol, the client's and the server's packet threads.
         .target(
             name: "Tunnel",

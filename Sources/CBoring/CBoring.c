@@ -5,6 +5,8 @@
 // the linked library's, checked here when this file compiles.
 #include <CCryptoBoringSSL_aead.h>
 #include <CCryptoBoringSSL_bytestring.h>
+#include <CCryptoBoringSSL_digest.h>
+#include <CCryptoBoringSSL_hkdf.h>
 #include <CCryptoBoringSSL_mem.h>
 #include <CCryptoBoringSSL_mlkem.h>
 
@@ -18,13 +20,15 @@ _Static_assert(MLKEM_SEED_BYTES == ROAM_MLKEM_SEED_BYTES, "ML-KEM's seed size");
 
 int roam_aead_init(void *ctx, int kind, const uint8_t *key) {
     const EVP_AEAD *aead;
+    size_t key_length = 32;
     switch (kind) {
     case ROAM_AEAD_CHACHA20_POLY1305: aead = EVP_aead_chacha20_poly1305(); break;
     case ROAM_AEAD_AES_256_GCM: aead = EVP_aead_aes_256_gcm(); break;
+    case ROAM_AEAD_AES_128_GCM: aead = EVP_aead_aes_128_gcm(); key_length = 16; break;
     default: return 0;
     }
     memset(ctx, 0, ROAM_AEAD_SIZE);
-    return EVP_AEAD_CTX_init((EVP_AEAD_CTX *)ctx, aead, key, 32, 16, NULL) == 1;
+    return EVP_AEAD_CTX_init((EVP_AEAD_CTX *)ctx, aead, key, key_length, 16, NULL) == 1;
 }
 
 void roam_aead_cleanup(void *ctx) { EVP_AEAD_CTX_cleanup((EVP_AEAD_CTX *)ctx); }
@@ -42,6 +46,22 @@ int roam_aead_seal(const void *ctx, const uint8_t *nonce, const uint8_t *ad, siz
 int roam_aead_open(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, const uint8_t *tag) {
     return EVP_AEAD_CTX_open_gather((const EVP_AEAD_CTX *)ctx, text, nonce, 12, text, length, tag, 16, ad, ad_length) == 1;
+}
+
+int roam_aead_open_to(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
+                      const uint8_t *text, size_t length, const uint8_t *tag, uint8_t *out) {
+    return EVP_AEAD_CTX_open_gather((const EVP_AEAD_CTX *)ctx, out, nonce, 12, text, length, tag, 16, ad, ad_length) == 1;
+}
+
+int roam_hkdf_expand(int hash, const uint8_t *prk, size_t prk_length, const uint8_t *info, size_t info_length,
+                     uint8_t *out, size_t out_length) {
+    const EVP_MD *digest;
+    switch (hash) {
+    case ROAM_HASH_SHA256: digest = EVP_sha256(); break;
+    case ROAM_HASH_SHA384: digest = EVP_sha384(); break;
+    default: return 0;
+    }
+    return HKDF_expand(out, out_length, digest, prk, prk_length, info, info_length) == 1;
 }
 
 // BoringSSL's hook for encapsulating with given randomness (FIPS 203's m), which only test

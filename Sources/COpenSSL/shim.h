@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <string.h>
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -69,6 +70,12 @@ typedef struct {
     int (*SSL_CTX_set_ciphersuites)(SSL_CTX *, const char *);
     const SSL_CIPHER *(*SSL_get_current_cipher)(const SSL *);
     const char *(*SSL_CIPHER_get_name)(const SSL_CIPHER *);
+    // The stream transport's record layer takes over from libssl once the handshake is done.
+    void (*SSL_CTX_set_keylog_callback)(SSL_CTX *, SSL_CTX_keylog_cb_func);
+    int (*SSL_set_ex_data)(SSL *, int, void *);
+    void *(*SSL_get_ex_data)(const SSL *, int);
+    int (*SSL_CTX_set_num_tickets)(SSL_CTX *, size_t);
+    int (*SSL_key_update)(SSL *, int);
 } COpenSSL_API;
 
 /// Fills `api` from libssl.so.3; 0 when it or one of the functions is missing.
@@ -88,6 +95,7 @@ static inline int COpenSSL_load(COpenSSL_API *api) {
         "ASN1_INTEGER_set", "X509_gmtime_adj", "X509_getm_notBefore", "X509_getm_notAfter", "X509_set_pubkey",
         "X509_get_subject_name", "X509_NAME_add_entry_by_txt", "X509_set_issuer_name", "X509_sign", "SSL_has_pending",
         "SSL_CTX_set_ciphersuites", "SSL_get_current_cipher", "SSL_CIPHER_get_name",
+        "SSL_CTX_set_keylog_callback", "SSL_set_ex_data", "SSL_get_ex_data", "SSL_CTX_set_num_tickets", "SSL_key_update",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == sizeof(COpenSSL_API) / sizeof(void *), "one name per function");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -133,11 +141,6 @@ static inline void COpenSSL_ignore_unexpected_eof(const COpenSSL_API *api, SSL_C
 static inline void COpenSSL_partial_writes(const COpenSSL_API *api, SSL *ssl) {
     api->SSL_ctrl(ssl, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
 }
-/// `SSL_CTX_set_read_ahead(ctx, 1)`: a read takes whatever the socket holds, many records in one
-/// system call, instead of a header and a body per record.
-static inline void COpenSSL_read_ahead(const COpenSSL_API *api, SSL_CTX *ctx) {
-    api->SSL_CTX_ctrl(ctx, SSL_CTRL_SET_READ_AHEAD, 1, NULL);
-}
 /// `SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION)`.
 static inline int COpenSSL_require_tls13(const COpenSSL_API *api, SSL_CTX *ctx) {
     return (int)api->SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_3_VERSION, NULL);
@@ -159,6 +162,62 @@ static inline int COpenSSL_select_http11(SSL *ssl, const unsigned char **out, un
 }
 static inline void COpenSSL_answer_alpn(const COpenSSL_API *api, SSL_CTX *ctx) {
     api->SSL_CTX_set_alpn_select_cb(ctx, COpenSSL_select_http11, (void *)api);
+}
+
+/// The TLS 1.3 application traffic secrets of one session (RFC 8446 7.1), as libssl derives them
+/// during the handshake; lengths 0 until then. The stream transport's record layer protects
+/// what follows the handshake with them, one direction per thread, where libssl would serialise
+/// both directions on one lock.
+typedef struct {
+    unsigned char client[64];
+    unsigned char server[64];
+    size_t client_length;
+    size_t server_length;
+} COpenSSL_Secrets;
+
+/// libssl's key log hook: keeps the two application traffic secrets in the `COpenSSL_Secrets`
+/// that the session's ex data 0 points at (none: nothing is kept). The line, which libssl wipes
+/// after the call, is never copied anywhere else.
+static inline void COpenSSL_keep_secrets(const SSL *ssl, const char *line) {
+    const COpenSSL_API *api = COpenSSL_library();
+    if (api == NULL) return;
+    COpenSSL_Secrets *secrets = (COpenSSL_Secrets *)api->SSL_get_ex_data(ssl, 0);
+    if (secrets == NULL) return;
+    static const char client[] = "CLIENT_TRAFFIC_SECRET_0 ", server[] = "SERVER_TRAFFIC_SECRET_0 ";
+    unsigned char *out;
+    size_t *length;
+    if (strncmp(line, client, sizeof client - 1) == 0) {
+        out = secrets->client;
+        length = &secrets->client_length;
+    } else if (strncmp(line, server, sizeof server - 1) == 0) {
+        out = secrets->server;
+        length = &secrets->server_length;
+    } else {
+        return;
+    }
+    // The label, the client random in hex, then the secret in hex.
+    const char *hex = strchr(line + sizeof client - 1, ' ');
+    if (hex == NULL) return;
+    hex++;
+    size_t n = 0;
+    for (; hex[0] != 0 && hex[1] != 0 && n < sizeof secrets->client; hex += 2, n++) {
+        int value = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[k];
+            int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (digit < 0) {
+                memset(out, 0, sizeof secrets->client);
+                *length = 0;
+                return;
+            }
+            value = value * 16 + digit;
+        }
+        out[n] = (unsigned char)value;
+    }
+    *length = hex[0] == 0 ? n : 0;
+}
+static inline void COpenSSL_log_secrets(const COpenSSL_API *api, SSL_CTX *ctx) {
+    api->SSL_CTX_set_keylog_callback(ctx, COpenSSL_keep_secrets);
 }
 
 /// A fresh P-256 key and a self-signed certificate for `name` (a year from yesterday, serial

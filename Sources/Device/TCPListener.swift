@@ -68,7 +68,7 @@ public final class TCPListener: Sendable {
 
 /// One accepted TCP connection, non-blocking, read and written against deadlines; the one
 /// owner of its descriptor.
-public final class TCPConnection {
+public final class TCPConnection: Sendable {
     public let fileDescriptor: Int32
     public let peer: SocketAddress?
 

@@ -1,28 +1,30 @@
 import CShims
 import Glibc
+import Synchronization
 import Device
 
-/// Protocol messages over an open TLS session, both ways, for either side; used under its
-/// owner's lock, one call at a time.
+/// Protocol messages over a TLS 1.3 session whose handshake libssl did, both ways, for either
+/// side. Each direction has its own record protection (`TLSRecords`) and lock: a data thread
+/// sends while the reading thread reads, neither waiting for the other.
 ///
 /// Sending never waits and never queues more than the socket's own small queue: a stream that
 /// cannot take a batch now drops it, as a congested link drops datagrams, so no inner packet
 /// waits seconds behind a lost segment and the inner TCP sees loss, not delay (TCP in TCP
 /// otherwise collapses: both loops retransmit into one queue). The socket's unsent bytes are
 /// kept low (`TCP_NOTSENT_LOWAT`), so what is queued is what the path is about to carry.
-final class FramedStream: @unchecked Sendable {  // called only under its owner's lock, one call at a time
-    let channel: TLSChannel
-    private var reader = FrameReader()
-    /// Bytes of frames accepted by a write that the socket has not taken yet: they go first, and
-    /// until they have, new messages are dropped (a frame is never cut).
-    private var tail: [UInt8] = []
-    /// Where a batch's frames are laid out for one write.
-    private var scratch: [UInt8] = []
-    /// Why the stream is over, once it is.
-    private(set) var closed: String?
-    /// The last read needs the socket writable first (TLS 1.3 answers a key update while
-    /// reading): poll for writing, not reading, or the unread input keeps waking the poll.
-    private(set) var readWantsWrite = false
+final class FramedStream: Sendable {
+    let connection: TCPConnection
+    /// The TLS suite the handshake chose (`TLS_AES_128_GCM_SHA256`).
+    let suite: String
+    private let outbound: Mutex<Outbound>
+    private let inbound: Mutex<Inbound>
+    /// Why the stream is over, once either direction found it over.
+    private let failure = Mutex<String?>(nil)
+    private let isClosed = Atomic<Bool>(false)
+    /// The other side asked for a key update: the next send answers with one.
+    private let updateAsked = Atomic<Bool>(false)
+    /// Sealed bytes wait for the socket (`flushTail`).
+    private let tailWaiting = Atomic<Bool>(false)
 
     /// Unsent bytes past which the socket takes no more and a poll does not call it writable (a
     /// tail's flush waits for that): `queueCeiling`, so that `room` alone decides what is queued.
@@ -37,9 +39,15 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
     static let queueFloor = 128 * 1024
     static let queueCeiling = 8 << 20
 
-    init(_ channel: TLSChannel) {
-        self.channel = channel
+    /// The stream on `channel`'s connection, once its handshake is done: the record layer takes
+    /// over from libssl with the session's traffic secrets.
+    init(_ channel: TLSChannel) throws(StreamError) {
+        let keys = try channel.recordProtection()
+        connection = channel.connection
+        suite = keys.suite
         let fd = channel.connection.fileDescriptor
+        outbound = Mutex(Outbound(fd: fd, protection: keys.sending))
+        inbound = Mutex(Inbound(fd: fd, protection: keys.receiving))
         var one: Int32 = 1
         var limit = Self.unsentLimit
         let size = socklen_t(MemoryLayout<Int32>.size)
@@ -47,47 +55,280 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NOTSENT_LOWAT, &limit, size)
     }
 
-    var fileDescriptor: Int32 { channel.connection.fileDescriptor }
+    var fileDescriptor: Int32 { connection.fileDescriptor }
 
-    /// The last read wanted more from the socket: what libssl holds is part of a record, which
-    /// waits for the poll (calling again would spin).
-    private var readBlocked = false
+    /// Why the stream is over; nil while it works.
+    var closed: String? { isClosed.load(ordering: .acquiring) ? failure.withLock { $0 } : nil }
 
-    /// A whole message is waiting, or libssl holds bytes a poll would not show (records read
-    /// ahead since the last read that gave data).
-    var hasBuffered: Bool { closed == nil && (reader.hasMessage || (!readBlocked && channel.hasPending)) }
+    private func fail(_ why: String) {
+        failure.withLock { if $0 == nil { $0 = why } }
+        isClosed.store(true, ordering: .releasing)
+    }
+
+    /// A whole message or record is waiting that a poll of the socket would not show.
+    var hasBuffered: Bool { !isClosed.load(ordering: .relaxed) && inbound.withLock { $0.hasBuffered } }
 
     // MARK: Receiving
-
-    /// The next message that has arrived, read from the socket as needed, valid until the next
-    /// call; nil when none has arrived whole (or the stream closed: see `closed`).
-    func next() -> UnsafeMutableRawBufferPointer? {
-        while closed == nil {
-            if let message = reader.next() { return message }
-            switch channel.read(into: reader.space()) {
-            case .done(let n):
-                reader.received(n)
-                readWantsWrite = false
-                readBlocked = false
-            case .wantRead:
-                readWantsWrite = false
-                readBlocked = true
-                return nil
-            case .wantWrite:
-                readWantsWrite = true
-                readBlocked = true
-                return nil
-            case .closed(let why): closed = why
-            }
-        }
-        return nil
-    }
 
     /// What has arrived, copied into `buffer` as a UDP socket's GRO joins datagrams: the next
     /// message, then those already read that have its length, the last of them maybe shorter,
     /// while they fit; the run's length and the length of its messages but the last. Nil when no
-    /// message has arrived whole (or the stream closed: see `closed`). One call per run keeps the
-    /// lock the sending side shares to one hold per run, not per message.
+    /// message has arrived whole (or the stream closed: see `closed`).
+    func nextRun(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, segment: Int)? {
+        guard !isClosed.load(ordering: .relaxed) else { return nil }
+        let (run, why, wantsUpdate) = inbound.withLock { inbound in
+            let run = inbound.nextRun(into: buffer)
+            defer { inbound.updateAsked = false }
+            return (run, inbound.failed, inbound.updateAsked)
+        }
+        if wantsUpdate { updateAsked.store(true, ordering: .relaxed) }
+        if let why { fail(why) }
+        return run
+    }
+
+    // MARK: Sending
+
+    /// Sends as many of `messages` as the queue has room for (`room`), in order and in one
+    /// write; returns how many went (the rest are dropped; none while earlier bytes wait).
+    func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
+        guard !isClosed.load(ordering: .relaxed) else { return 0 }
+        let (sent, why, waiting) = outbound.withLock { outbound in
+            let answer = updateAsked.load(ordering: .relaxed) && updateAsked.exchange(false, ordering: .relaxed)
+            let sent = outbound.send(messages, answeringUpdate: answer)
+            return (sent, outbound.failed, !outbound.tail.isEmpty)
+        }
+        tailWaiting.store(waiting, ordering: .relaxed)
+        if let why { fail(why) }
+        return sent
+    }
+
+    /// Offers what is left of the last write again; true when nothing is left.
+    @discardableResult
+    func flushTail() -> Bool {
+        guard tailWaiting.load(ordering: .relaxed) else { return !isClosed.load(ordering: .relaxed) }
+        let (empty, why) = outbound.withLock { outbound in (outbound.flushTail(), outbound.failed) }
+        tailWaiting.store(!empty, ordering: .relaxed)
+        if let why { fail(why) }
+        return empty && why == nil
+    }
+
+    /// Whether the socket must become writable before the stream can go on: sealed bytes are
+    /// waiting for it (`flushTail`).
+    var wantsWrite: Bool { tailWaiting.load(ordering: .relaxed) }
+}
+
+/// The sending direction: messages framed into records, sealed, written; what the socket did
+/// not take kept whole for the next write. Used under its stream's lock.
+private final class Outbound: @unchecked Sendable {  // only ever used inside its stream's Mutex
+    let fd: Int32
+    let protection: RecordProtection
+    /// Sealed bytes the socket has not taken yet, from `tailStart`: they go first, and until they
+    /// have, new messages are dropped (a record is never cut).
+    var tail: [UInt8] = []
+    private var tailStart = 0
+    /// Where a batch's records are laid out and sealed for one write.
+    private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    private(set) var failed: String?
+
+    init(fd: Int32, protection: RecordProtection) {
+        self.fd = fd
+        self.protection = protection
+    }
+
+    deinit { scratch.deallocate() }
+
+    func send(_ messages: [UnsafeRawBufferPointer], answeringUpdate: Bool) -> Int {
+        guard failed == nil, flushTail() else { return 0 }
+        var space = room
+        var count = 0
+        var content = 0
+        for message in messages {
+            let framed = StreamFraming.lengthBytes + message.count
+            guard framed <= space else { break }
+            space -= framed
+            content += framed
+            count += 1
+        }
+        let update = answeringUpdate || protection.sequence >= Record.keyUpdateAfter
+        guard count > 0 || update else { return 0 }
+        let records = (content + Record.maxContent - 1) / Record.maxContent
+        let total = content + records * Record.wireLength(content: 0) + (update ? Record.wireLength(content: 4) : 0)
+        if scratch.count < total {
+            scratch.deallocate()
+            scratch = .allocate(byteCount: max(total, 2 * scratch.count), alignment: 16)
+        }
+        var layout = RecordLayout(out: scratch.baseAddress!, protection: protection)
+        if update {
+            // A KeyUpdate that asks for none back (RFC 8446 4.6.3), under the old key; the
+            // records after it under the new one.
+            let message: [UInt8] = [Record.keyUpdate, 0, 0, 1, 0]
+            message.withUnsafeBytes { layout.append($0) }
+            guard layout.close(type: Record.handshake) else { return fail("TLS: cannot seal a record") }
+            do throws(StreamError) { try protection.update() } catch { return fail(error.description) }
+        }
+        var length = [UInt8](repeating: 0, count: StreamFraming.lengthBytes)
+        for message in messages.prefix(count) {
+            length[0] = UInt8(truncatingIfNeeded: message.count >> 8)
+            length[1] = UInt8(truncatingIfNeeded: message.count)
+            length.withUnsafeBytes { layout.append($0) }
+            layout.append(message)
+        }
+        guard layout.close(type: Record.applicationData) else { return fail("TLS: cannot seal a record") }
+        var written = 0
+        while written < layout.offset, failed == nil {
+            let n = Glibc.send(fd, scratch.baseAddress! + written, layout.offset - written, Int32(MSG_NOSIGNAL))
+            if n > 0 {
+                written += n
+            } else if n < 0, errno == EINTR {
+                continue
+            } else if n < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                tail = Array(UnsafeRawBufferPointer(rebasing: scratch[written..<layout.offset]))
+                tailStart = 0
+                return count
+            } else {
+                return fail(n == 0 ? "TLS write: the connection was closed" : "TLS write: \(String(cString: strerror(errno)))")
+            }
+        }
+        return failed == nil ? count : 0
+    }
+
+    private func fail(_ why: String) -> Int {
+        if failed == nil { failed = why }
+        return 0
+    }
+
+    /// Offers what is left of the last write again; true when nothing is left.
+    @discardableResult
+    func flushTail() -> Bool {
+        while tailStart < tail.count, failed == nil {
+            let n = tail.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + tailStart, $0.count - tailStart, Int32(MSG_NOSIGNAL)) }
+            if n > 0 {
+                tailStart += n
+            } else if n < 0, errno == EINTR {
+                continue
+            } else if n < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                return false
+            } else {
+                _ = fail(n == 0 ? "TLS write: the connection was closed" : "TLS write: \(String(cString: strerror(errno)))")
+            }
+        }
+        if tailStart >= tail.count {
+            tail = []
+            tailStart = 0
+        }
+        return failed == nil && tail.isEmpty
+    }
+
+    /// Bytes of frames the socket may take now: what the path delivers in `queueMilliseconds` (within
+    /// the floor and the ceiling), less what it holds unsent already.
+    private var room: Int {
+        var unsent: UInt64 = 0
+        var rate: UInt64 = 0
+        guard CShims_tcp_sending(fd, &unsent, &rate) == 0 else { return FramedStream.queueFloor }
+        let timely = Int(clamping: rate) / 1000 * FramedStream.queueMilliseconds
+        return min(max(FramedStream.queueFloor, timely), FramedStream.queueCeiling) - Int(clamping: unsent)
+    }
+}
+
+/// Lays content out into records at `out`, each of at most `Record.maxContent` bytes, sealing
+/// each as it fills (and the last at `close`).
+private struct RecordLayout {
+    let out: UnsafeMutableRawPointer
+    let protection: RecordProtection
+    /// Where the next byte goes.
+    private(set) var offset = 0
+    /// The open record's start and content so far; nil when none is open.
+    private var record: Int?
+    private var filled = 0
+    private var sealed = true
+
+    init(out: UnsafeMutableRawPointer, protection: RecordProtection) {
+        self.out = out
+        self.protection = protection
+    }
+
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        var from = 0
+        while from < bytes.count {
+            if record == nil {
+                record = offset
+                offset += Record.headerLength
+                filled = 0
+            }
+            let take = min(bytes.count - from, Record.maxContent - filled)
+            (out + offset).copyMemory(from: bytes.baseAddress! + from, byteCount: take)
+            offset += take
+            filled += take
+            from += take
+            if filled == Record.maxContent { sealed = close(type: Record.applicationData) && sealed }
+        }
+    }
+
+    /// Seals the open record, its content of `type`; false when sealing failed (now or before).
+    mutating func close(type: UInt8) -> Bool {
+        guard let start = record else { return sealed }
+        record = nil
+        let header = out + start
+        let length = filled + 1 + Record.tagLength
+        header.storeBytes(of: Record.applicationData, as: UInt8.self)
+        (header + 1).storeBytes(of: 3, as: UInt8.self)
+        (header + 2).storeBytes(of: 3, as: UInt8.self)
+        (header + 3).storeBytes(of: UInt8(length >> 8), as: UInt8.self)
+        (header + 4).storeBytes(of: UInt8(truncatingIfNeeded: length), as: UInt8.self)
+        (out + offset).storeBytes(of: type, as: UInt8.self)
+        offset += 1 + Record.tagLength
+        sealed = protection.seal(record: header, length: filled + 1) && sealed
+        return sealed
+    }
+}
+
+/// The receiving direction: bytes read as they come, many records a read, each opened into the
+/// frame reader, alerts and post-handshake messages acted on. Used under its stream's lock.
+private final class Inbound: @unchecked Sendable {  // only ever used inside its stream's Mutex
+    let fd: Int32
+    let protection: RecordProtection
+    private var reader = FrameReader()
+    /// Bytes read and not yet opened: `start..<end`. Made on the first read.
+    private var wire = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    private var start = 0
+    private var end = 0
+    private(set) var failed: String?
+    /// The other side asked for a key update in return.
+    var updateAsked = false
+
+    static let capacity = 4 * (Record.headerLength + Record.maxEncrypted)
+
+    init(fd: Int32, protection: RecordProtection) {
+        self.fd = fd
+        self.protection = protection
+    }
+
+    deinit { wire.deallocate() }
+
+    var hasBuffered: Bool { failed == nil && (reader.hasMessage || wholeRecord != nil) }
+
+    /// The length of the encrypted_record of the whole record at `start`; nil until it is in.
+    private var wholeRecord: Int? {
+        guard end - start >= Record.headerLength else { return nil }
+        let length = Int(wire[start + 3]) << 8 | Int(wire[start + 4])
+        return end - start >= Record.headerLength + length ? length : nil
+    }
+
+    /// The next message that has arrived, opened and read as needed, valid until the next call;
+    /// nil when none has arrived whole (or the stream failed: see `failed`).
+    func next() -> UnsafeMutableRawBufferPointer? {
+        while failed == nil {
+            if let message = reader.next() { return message }
+            if let length = wholeRecord {
+                open(length)
+                continue
+            }
+            guard read() else { return nil }
+        }
+        return nil
+    }
+
+    /// See `FramedStream.nextRun`.
     func nextRun(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, segment: Int)? {
         guard let first = next() else { return nil }
         let segment = min(first.count, buffer.count)
@@ -102,71 +343,101 @@ final class FramedStream: @unchecked Sendable {  // called only under its owner'
         return (length, segment)
     }
 
-    // MARK: Sending
-
-    /// Sends as many of `messages` as the queue has room for (`room`), in order and in one
-    /// write; returns how many went (the rest are dropped; none while earlier bytes wait).
-    func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
-        guard closed == nil, flushTail() else { return 0 }
-        var space = room
-        var count = 0
-        var total = 0
-        for message in messages {
-            let framed = StreamFraming.lengthBytes + message.count
-            guard framed <= space else { break }
-            space -= framed
-            total += framed
-            count += 1
+    /// Reads what the socket holds; false when nothing came (or the stream failed).
+    private func read() -> Bool {
+        if wire.baseAddress == nil { wire = .allocate(byteCount: Self.capacity, alignment: 16) }
+        if start > 0, Self.capacity - end < Record.headerLength + Record.maxEncrypted {
+            if end > start { wire.baseAddress!.copyMemory(from: wire.baseAddress! + start, byteCount: end - start) }
+            end -= start
+            start = 0
         }
-        guard count > 0 else { return 0 }
-        let messages = messages.prefix(count)
-        if scratch.count < total { scratch = [UInt8](repeating: 0, count: total) }
-        scratch.withUnsafeMutableBytes { out in
-            var offset = 0
-            for message in messages { offset = StreamFraming.write(message, into: out, at: offset) }
-        }
-        var written = 0
-        while written < total, closed == nil {
-            // libssl returns after each record it wrote (partial writes).
-            switch scratch.withUnsafeBytes({ channel.write(UnsafeRawBufferPointer(rebasing: $0[written..<total])) }) {
-            case .done(let n): written += n
-            case .wantRead, .wantWrite:
-                tail = Array(scratch[written..<total])
-                return count
-            case .closed(let why):
-                closed = why
-                return 0
+        while true {
+            let n = Glibc.read(fd, wire.baseAddress! + end, Self.capacity - end)
+            if n > 0 {
+                end += n
+                return true
             }
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN || errno == EWOULDBLOCK { return false }
+            failed = n == 0 ? "TLS read: the connection was closed" : "TLS read: \(String(cString: strerror(errno)))"
+            return false
         }
-        return count
     }
 
-    /// Offers what is left of the last write again; true when nothing is left.
-    @discardableResult
-    func flushTail() -> Bool {
-        guard !tail.isEmpty, closed == nil else { return closed == nil }
-        while !tail.isEmpty, closed == nil {
-            switch tail.withUnsafeBytes({ channel.write($0) }) {
-            case .done(let n): tail.removeFirst(n)
-            case .wantRead, .wantWrite: return false
-            case .closed(let why): closed = why
-            }
+    /// Opens the whole record at `start` (`length` bytes after its header) and acts on it.
+    private func open(_ length: Int) {
+        let record = wire.baseAddress! + start
+        start += Record.headerLength + length
+        if start == end { (start, end) = (0, 0) }
+        guard record.load(as: UInt8.self) == Record.applicationData else {
+            failed = "TLS: a record of type \(record.load(as: UInt8.self)) after the handshake"
+            return
         }
-        return tail.isEmpty && closed == nil
+        guard length > Record.tagLength, length <= Record.maxEncrypted else {
+            failed = "TLS: a record of \(length) bytes"
+            return
+        }
+        let space = reader.space()
+        guard space.count >= length - Record.tagLength else {
+            failed = "TLS: no room for a record"
+            return
+        }
+        guard protection.open(record: record, length: length, into: space.baseAddress!) else {
+            failed = "TLS: a record failed authentication"
+            return
+        }
+        // The content type is the last byte that is not padding.
+        var inner = length - Record.tagLength
+        while inner > 0, space[inner - 1] == 0 { inner -= 1 }
+        guard inner > 0, inner - 1 <= Record.maxContent else {
+            failed = "TLS: a record with no content type"
+            return
+        }
+        let content = UnsafeRawBufferPointer(rebasing: space[..<(inner - 1)])
+        switch space[inner - 1] {
+        case Record.applicationData:
+            reader.received(content.count)
+        case Record.alert:
+            let closing = content.count == 2 && content[1] == 0
+            failed = closing ? "the other side closed the stream" : "TLS alert \(content.count == 2 ? content[1] : 0) from the other side"
+        case Record.handshake:
+            handshakeMessages(content)
+        case let type:
+            failed = "TLS: a record of content type \(type)"
+        }
     }
 
-    /// Whether the socket must become writable before the stream can go on: bytes of frames are
-    /// waiting for it (`flushTail`), or a read is.
-    var wantsWrite: Bool { !tail.isEmpty || readWantsWrite }
-
-    /// Bytes of frames the socket may take now: what the path delivers in `queueMilliseconds` (within
-    /// the floor and the ceiling), less what it holds unsent already.
-    private var room: Int {
-        var unsent: UInt64 = 0
-        var rate: UInt64 = 0
-        guard CShims_tcp_sending(fileDescriptor, &unsent, &rate) == 0 else { return Self.queueFloor }
-        let timely = Int(clamping: rate) / 1000 * Self.queueMilliseconds
-        return min(max(Self.queueFloor, timely), Self.queueCeiling) - Int(clamping: unsent)
+    /// Messages of the handshake protocol after the handshake: a key update (the next records
+    /// come under the next key; answered when asked), session tickets (not used: ignored).
+    private func handshakeMessages(_ bytes: UnsafeRawBufferPointer) {
+        var at = 0
+        while at < bytes.count, failed == nil {
+            guard bytes.count - at >= 4 else {
+                failed = "TLS: a handshake message split across records"
+                return
+            }
+            let type = bytes[at]
+            let length = Int(bytes[at + 1]) << 16 | Int(bytes[at + 2]) << 8 | Int(bytes[at + 3])
+            guard bytes.count - at - 4 >= length else {
+                failed = "TLS: a handshake message split across records"
+                return
+            }
+            switch type {
+            case Record.keyUpdate where length == 1 && bytes[at + 4] <= 1:
+                // The next key starts with the next record: nothing may follow in this one.
+                guard at + 5 == bytes.count else {
+                    failed = "TLS: a key update before the end of its record"
+                    return
+                }
+                if bytes[at + 4] == 1 { updateAsked = true }
+                do throws(StreamError) { try protection.update() } catch { failed = error.description }
+            case Record.newSessionTicket:
+                break
+            default:
+                failed = "TLS: handshake message \(type) after the handshake"
+            }
+            at += 4 + length
+        }
     }
 }
 

@@ -25,6 +25,8 @@ public enum StreamFraming {
 /// of bytes, so `space` is never empty while `next` has nothing to give; nothing is allocated
 /// after it is made. A frame of length 0 carries nothing and is skipped.
 public struct FrameReader: ~Copyable {
+    /// Room for one TLS record's plaintext (its content, type and padding), which `space` always has.
+    public static let recordRoom = 16_384 + 256
     /// A frame's worth and four TLS records: a read never waits for room.
     public static let capacity = StreamFraming.lengthBytes + StreamFraming.maxMessage + 4 * 16_384
     /// Made on the first read: a gateway holds many streams that may never send a byte.
@@ -40,10 +42,10 @@ public struct FrameReader: ~Copyable {
     /// Bytes held that no message has taken yet.
     public var buffered: Int { end - start }
 
-    /// Where the next read goes; at least 16 KiB (a TLS record) whenever `next` returned nil.
+    /// Where the next read goes; at least `recordRoom` bytes whenever `next` returned nil.
     public mutating func space() -> UnsafeMutableRawBufferPointer {
         if storage.baseAddress == nil { storage = .allocate(byteCount: Self.capacity, alignment: 16) }
-        if Self.capacity - end < 16_384, start > 0 {
+        if Self.capacity - end < Self.recordRoom, start > 0 {
             // Move what is left of a frame to the front.
             if end > start { storage.baseAddress!.copyMemory(from: storage.baseAddress! + start, byteCount: end - start) }
             end -= start

@@ -72,42 +72,58 @@ public final class GatewayStream: Sendable {
 
     /// Moves the stream on: the TLS handshake's next step, or the next run of messages into `buffer`.
     public func advance(into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
-        state.withLock { phase -> Progress in
+        let step = state.withLock { phase -> Step in
             switch phase {
             case .handshaking(let channel):
                 switch channel.handshake() {
                 case .done:
-                    phase = .open(FramedStream(channel))
-                    return advanceOpen(&phase, into: buffer, now: now)
-                case .wantRead: return .waiting(wantsWrite: false)
-                case .wantWrite: return .waiting(wantsWrite: true)
+                    do throws(StreamError) {
+                        let stream = try FramedStream(channel)
+                        phase = .open(stream)
+                        return .open(stream)
+                    } catch {
+                        phase = .closed(error.description)
+                        return .progress(.closed(error.description))
+                    }
+                case .wantRead: return .progress(.waiting(wantsWrite: false))
+                case .wantWrite: return .progress(.waiting(wantsWrite: true))
                 case .closed(let why):
                     phase = .closed(why)
-                    return .closed(why)
+                    return .progress(.closed(why))
                 }
-            case .open:
-                return advanceOpen(&phase, into: buffer, now: now)
+            case .open(let stream):
+                return .open(stream)
             case .closed(let why):
-                return .closed(why)
+                return .progress(.closed(why))
             }
+        }
+        switch step {
+        case .progress(let progress): return progress
+        case .open(let stream): return advance(stream, into: buffer)
         }
     }
 
-    private func advanceOpen(_ phase: inout Phase, into buffer: UnsafeMutableRawBufferPointer, now: Instant) -> Progress {
-        guard case .open(let stream) = phase else { return .closed("not open") }
+    private enum Step {
+        case open(FramedStream)
+        case progress(Progress)
+    }
+
+    /// The open stream's next run, outside the phase's lock (the stream's receiving direction
+    /// has its own, which sending does not take).
+    private func advance(_ stream: FramedStream, into buffer: UnsafeMutableRawBufferPointer) -> Progress {
         stream.flushTail()
         if let run = stream.nextRun(into: buffer) { return .messages(length: run.length, segment: run.segment) }
         if let why = stream.closed {
-            phase = .closed(why)
+            state.withLock { if case .open(let current) = $0, current === stream { $0 = .closed(why) } }
             return .closed(why)
         }
         return .waiting(wantsWrite: stream.wantsWrite)
     }
 
-    /// Whether a message or decrypted bytes wait that a poll would not show.
-    public var hasBuffered: Bool {
-        state.withLock { if case .open(let stream) = $0 { stream.hasBuffered } else { false } }
-    }
+    /// Whether a message or a whole record waits that a poll would not show.
+    public var hasBuffered: Bool { openStream?.hasBuffered ?? false }
+
+    private var openStream: FramedStream? { state.withLock { if case .open(let stream) = $0 { stream } else { nil } } }
 
     /// Whether the TLS handshake is done.
     public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
@@ -128,10 +144,7 @@ public final class GatewayStream: Sendable {
     /// Sends `messages` as frames, all or none; how many went.
     @discardableResult
     public func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
-        let sent = state.withLock { phase -> Int in
-            guard case .open(let stream) = phase else { return 0 }
-            return stream.send(messages)
-        }
+        let sent = openStream?.send(messages) ?? 0
         if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
         return sent
     }

@@ -115,15 +115,16 @@ public final class StreamCarrier: PacketCarrier {
     }
 
     private func finishOpening(_ result: Result<TLSChannel, StreamError>) {
+        let opened = result.flatMap { channel -> Result<FramedStream, StreamError> in
+            do throws(StreamError) { return .success(try FramedStream(channel)) } catch { return .failure(error) }
+        }
         let event: Event? = state.withLock { phase in
             // Closed while it opened: its owner is done with it and hears nothing more.
             guard case .opening(let waiting) = phase else { return nil }
-            switch result {
-            case .success(let channel):
-                let stream = FramedStream(channel)
-                let messages = waiting.map { $0 }
-                let sent = messages.withUnsafeBufferPointers { stream.send($0) }
-                if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
+            switch opened {
+            case .success(let stream):
+                let sent = waiting.withUnsafeBufferPointers { stream.send($0) }
+                if sent < waiting.count { dropped.add(waiting.count - sent, ordering: .relaxed) }
                 phase = .open(stream)
                 return .opened
             case .failure(let error):
@@ -143,7 +144,10 @@ public final class StreamCarrier: PacketCarrier {
     public var drops: Int { dropped.load(ordering: .relaxed) }
 
     /// The TLS suite of the open stream; nil while it is not open.
-    public var suite: String? { state.withLock { if case .open(let stream) = $0 { stream.channel.suite } else { nil } } }
+    public var suite: String? { openStream?.suite }
+
+    /// The stream while it is open.
+    private var openStream: FramedStream? { state.withLock { if case .open(let stream) = $0 { stream } else { nil } } }
 
     /// Whether the stream is open now.
     public var isOpen: Bool { state.withLock { if case .open = $0 { true } else { false } } }
@@ -151,11 +155,13 @@ public final class StreamCarrier: PacketCarrier {
     // MARK: PacketCarrier
 
     public var pollDescriptor: Int32? {
-        state.withLock { if case .open(let stream) = $0, stream.closed == nil { stream.fileDescriptor } else { nil } }
+        guard let stream = openStream, stream.closed == nil else { return nil }
+        return stream.fileDescriptor
     }
 
     public var hasBuffered: Bool {
-        state.withLock { if case .open(let stream) = $0 { stream.hasBuffered || stream.closed != nil } else { false } }
+        guard let stream = openStream else { return false }
+        return stream.closed != nil || stream.hasBuffered
     }
 
     @discardableResult
@@ -168,23 +174,26 @@ public final class StreamCarrier: PacketCarrier {
         send((0..<batch.count).map { batch.packet(at: $0) })
     }
 
+    /// Sends `messages` on the open stream (outside the carrier's lock: the stream's sending
+    /// direction has its own), or keeps them while it opens.
     private func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
-        let (sent, broke) = state.withLock { phase -> (Int, String?) in
+        let (stream, kept) = state.withLock { phase -> (FramedStream?, Bool) in
             switch phase {
             case .opening(var waiting):
                 for message in messages { waiting.append(Array(message)) }
                 if waiting.count > Self.waitingLimit { waiting.removeFirst(waiting.count - Self.waitingLimit) }
                 phase = .opening(waiting: waiting)
-                return (messages.count, nil)
-            case .open(let stream):
-                let sent = stream.send(messages)
-                return (sent, broken(&phase))
-            case .failed:
-                return (0, nil)
+                return (nil, true)
+            case .open(let stream): return (stream, false)
+            case .failed: return (nil, false)
             }
         }
+        var sent = kept ? messages.count : 0
+        if let stream {
+            sent = stream.send(messages)
+            if stream.closed != nil { tellIfBroken(stream) }
+        }
         if sent < messages.count { dropped.add(messages.count - sent, ordering: .relaxed) }
-        if let broke { told(self, .failed(broke)) }
         return sent
     }
 
@@ -205,21 +214,21 @@ public final class StreamCarrier: PacketCarrier {
 
     /// What has arrived, joined as a UDP socket's GRO joins datagrams (`FramedStream.nextRun`).
     private func receiveNow(into buffer: UnsafeMutableRawBufferPointer) -> (length: Int, peer: SocketAddress, segment: Int)? {
-        let (got, broke) = state.withLock { phase -> ((length: Int, segment: Int)?, String?) in
-            guard case .open(let stream) = phase else { return (nil, nil) }
-            stream.flushTail()
-            guard let run = stream.nextRun(into: buffer) else { return (nil, broken(&phase)) }
-            return (run, nil)
-        }
-        if let broke { told(self, .failed(broke)) }
-        return got.map { ($0.length, peer, $0.segment) }
+        guard let stream = openStream else { return nil }
+        stream.flushTail()
+        if let run = stream.nextRun(into: buffer) { return (run.length, peer, run.segment) }
+        if stream.closed != nil { tellIfBroken(stream) }
+        return nil
     }
 
-    /// Why the open stream in `phase` just broke (it is failed from now on); nil while it works.
-    private func broken(_ phase: inout Phase) -> String? {
-        guard case .open(let stream) = phase, let why = stream.closed else { return nil }
-        phase = .failed(why)
-        return why
+    /// `stream` broke: the carrier is failed from now on, and says so once.
+    private func tellIfBroken(_ stream: FramedStream) {
+        let why = state.withLock { phase -> String? in
+            guard case .open(let current) = phase, current === stream, let why = stream.closed else { return nil }
+            phase = .failed(why)
+            return why
+        }
+        if let why { told(self, .failed(why)) }
     }
 }
 

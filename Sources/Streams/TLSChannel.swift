@@ -61,7 +61,7 @@ public final class TLSContext: @unchecked Sendable {  // libssl's SSL_CTX is saf
         let made = TLSContext(api: api, context: context, serverName: serverName.flatMap { IPAddress($0) == nil ? $0 : nil })
         guard COpenSSL_require_tls13(api, context) == 1 else { throw .library("cannot require TLS 1.3", api) }
         try offerSuites(api, context)
-        COpenSSL_read_ahead(api, context)
+        COpenSSL_log_secrets(api, context)
         return made
     }
 
@@ -102,18 +102,26 @@ public final class TLSContext: @unchecked Sendable {  // libssl's SSL_CTX is saf
             }
         }
         COpenSSL_answer_alpn(api, context)
-        COpenSSL_read_ahead(api, context)
+        COpenSSL_log_secrets(api, context)
+        // No session tickets: libssl would send them after the handshake, under the keys the
+        // record layer takes over (and no client resumes a session).
+        guard api.pointee.SSL_CTX_set_num_tickets(context, 0) == 1 else { throw .library("cannot turn session tickets off", api) }
         return made
     }
 }
 
-/// A TLS session on a connected, non-blocking TCP socket, either side; the one owner of its
-/// `SSL`. Not for two threads at once: its owner serialises every call (in TLS 1.3 a read may
-/// write and a write may read).
+/// A TLS session's handshake on a connected, non-blocking TCP socket, either side; the one owner
+/// of its `SSL` and of the traffic secrets libssl derives. Once the handshake is done, the
+/// stream's own record layer takes over (`recordProtection`, `FramedStream`). libssl reads no
+/// record ahead, so nothing past the handshake is left in its buffers. Not for two threads at
+/// once: its owner serialises every call.
 final class TLSChannel: @unchecked Sendable {  // called only under its owner's lock (or before it has one), one call at a time
     let context: TLSContext
     private let ssl: OpaquePointer
     let connection: TCPConnection
+    private let accepting: Bool
+    /// Where libssl's key log hook puts the application traffic secrets (`COpenSSL_keep_secrets`).
+    private let secrets: UnsafeMutablePointer<COpenSSL_Secrets>
     private var api: COpenSSL_API { context.api.pointee }
 
     /// What a call did.
@@ -131,9 +139,16 @@ final class TLSChannel: @unchecked Sendable {  // called only under its owner's 
     init(_ context: TLSContext, over connection: TCPConnection, accepting: Bool) throws(StreamError) {
         self.context = context
         self.connection = connection
+        self.accepting = accepting
         let api = context.api
-        guard let ssl = api.pointee.SSL_new(context.context) else { throw .library("cannot make a TLS session", api) }
+        secrets = .allocate(capacity: 1)
+        secrets.initialize(to: COpenSSL_Secrets())
+        guard let ssl = api.pointee.SSL_new(context.context) else {
+            secrets.deallocate()
+            throw .library("cannot make a TLS session", api)
+        }
         self.ssl = ssl
+        guard api.pointee.SSL_set_ex_data(ssl, 0, secrets) == 1 else { throw .library("cannot attach the session's secrets", api) }
         guard api.pointee.SSL_set_fd(ssl, connection.fileDescriptor) == 1 else {
             throw .library("cannot give the socket to the TLS session", api)
         }
@@ -153,23 +168,53 @@ final class TLSChannel: @unchecked Sendable {  // called only under its owner's 
         }
     }
 
-    deinit { api.SSL_free(ssl) }
+    deinit {
+        api.SSL_free(ssl)
+        wipeSecrets()
+        secrets.deallocate()
+    }
+
+    private func wipeSecrets() { memset(secrets, 0, MemoryLayout<COpenSSL_Secrets>.size) }
+
+    /// The record layer's protection for each direction, from the traffic secrets of the
+    /// finished handshake (which are wiped here: this is called once), or why there can be none.
+    func recordProtection() throws(StreamError) -> (suite: String, sending: RecordProtection, receiving: RecordProtection) {
+        defer { wipeSecrets() }
+        guard let name = suite, let suite = RecordSuite(name: name) else {
+            throw StreamError("TLS: the handshake chose no suite the stream can carry (\(self.suite ?? "none"))")
+        }
+        guard !hasPending else { throw StreamError("TLS: libssl holds bytes past the handshake") }
+        let base = UnsafeRawPointer(secrets)
+        let layout = MemoryLayout<COpenSSL_Secrets>.self
+        let client = UnsafeRawBufferPointer(start: base + layout.offset(of: \.client)!, count: min(64, secrets.pointee.client_length))
+        let server = UnsafeRawBufferPointer(start: base + layout.offset(of: \.server)!, count: min(64, secrets.pointee.server_length))
+        guard !client.isEmpty, !server.isEmpty else { throw StreamError("TLS: libssl gave no traffic secrets") }
+        let (mine, theirs) = accepting ? (server, client) : (client, server)
+        let sending = try RecordProtection(suite, secret: mine)
+        let receiving = try RecordProtection(suite, secret: theirs)
+        return (name, sending, receiving)
+    }
 
     /// A step of the handshake; `.done(0)` once it is complete.
     func handshake() -> Outcome {
         outcome(of: "TLS handshake") { api.SSL_do_handshake(ssl) }.map { _ in 0 }
     }
 
-    /// Decrypted bytes into `buffer`.
+    /// Decrypted bytes into `buffer`, through libssl's own record layer (the reference the
+    /// stream's record layer is tested against).
     func read(into buffer: UnsafeMutableRawBufferPointer) -> Outcome {
         outcome(of: "TLS read") { api.SSL_read(ssl, buffer.baseAddress, Int32(clamping: buffer.count)) }
     }
 
-    /// Bytes out; `.done(n)` may be fewer than given (the socket filled), and the rest must be
+    /// Bytes out through libssl's own record layer; `.done(n)` may be fewer than given (the socket filled), and the rest must be
     /// offered again, first, before anything else.
     func write(_ bytes: UnsafeRawBufferPointer) -> Outcome {
         outcome(of: "TLS write") { api.SSL_write(ssl, bytes.baseAddress, Int32(clamping: bytes.count)) }
     }
+
+    /// Asks libssl to send a key update with its next write, `requested`: asking the other side
+    /// for one back (libssl's own record layer, the reference the stream's is tested against).
+    func updateKeys(requested: Bool) -> Bool { api.SSL_key_update(ssl, requested ? SSL_KEY_UPDATE_REQUESTED : SSL_KEY_UPDATE_NOT_REQUESTED) == 1 }
 
     /// The TLS suite the handshake chose (`TLS_AES_128_GCM_SHA256`); nil before it is done.
     var suite: String? {

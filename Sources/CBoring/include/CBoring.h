@@ -10,13 +10,13 @@
 // memory the caller gives, a slot of the secret arena of ROAM_AEAD_SIZE bytes.
 
 /// Which AEAD a context seals with.
-enum roam_aead_kind { ROAM_AEAD_CHACHA20_POLY1305 = 1, ROAM_AEAD_AES_256_GCM = 2 };
+enum roam_aead_kind { ROAM_AEAD_CHACHA20_POLY1305 = 1, ROAM_AEAD_AES_256_GCM = 2, ROAM_AEAD_AES_128_GCM = 3 };
 
 /// Bytes a context takes.
 #define ROAM_AEAD_SIZE 640
 
-/// Sets up `ctx` (ROAM_AEAD_SIZE bytes) for `kind` with a 32-byte key; 0 on failure, when the
-/// context must not be used.
+/// Sets up `ctx` (ROAM_AEAD_SIZE bytes) for `kind` with its key (16 bytes for AES-128-GCM, 32 for
+/// the others); 0 on failure, when the context must not be used.
 int roam_aead_init(void *ctx, int kind, const uint8_t *key);
 
 /// 1 when this CPU has AES in hardware, as BoringSSL uses it (AES-NI and carry-less multiply).
@@ -33,6 +33,19 @@ int roam_aead_seal(const void *ctx, const uint8_t *nonce, const uint8_t *ad, siz
 /// Opens `length` bytes at `text` in place; 1 when the tag verifies (else `text` is zeroed).
 int roam_aead_open(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
                    uint8_t *text, size_t length, const uint8_t *tag);
+
+/// Opens `length` bytes at `text` into `out` (which holds `length` bytes and does not overlap
+/// `text`); 1 when the tag verifies.
+int roam_aead_open_to(const void *ctx, const uint8_t *nonce, const uint8_t *ad, size_t ad_length,
+                      const uint8_t *text, size_t length, const uint8_t *tag, uint8_t *out);
+
+/// Which hash an HKDF uses.
+enum roam_hash_kind { ROAM_HASH_SHA256 = 1, ROAM_HASH_SHA384 = 2 };
+
+/// HKDF-Expand (RFC 5869) with `hash`: `out_length` bytes from the pseudo-random key `prk` and
+/// `info`. 1 on success.
+int roam_hkdf_expand(int hash, const uint8_t *prk, size_t prk_length, const uint8_t *info, size_t info_length,
+                     uint8_t *out, size_t out_length);
 
 // ML-KEM-768 (FIPS 203) from the same BoringSSL. A private key is BoringSSL's expanded form,
 // ROAM_MLKEM_PRIVATE_SIZE bytes in memory the caller gives (a slot of the secret arena).
