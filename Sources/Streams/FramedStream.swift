@@ -21,9 +21,7 @@ final class FramedStream: Sendable {
     /// Why the stream is over, once either direction found it over.
     private let failure = Mutex<String?>(nil)
     private let isClosed = Atomic<Bool>(false)
-    /// The other side asked for a key update: the next send answers with one.
-    private let updateAsked = Atomic<Bool>(false)
-    /// Sealed bytes wait for the socket (`flushTail`).
+    /// Sealed bytes wait for the socket (`flushTail`); set under the sending direction's lock.
     private let tailWaiting = Atomic<Bool>(false)
 
     /// Unsent bytes past which the socket takes no more and a poll does not call it writable (a
@@ -40,14 +38,15 @@ final class FramedStream: Sendable {
     static let queueCeiling = 8 << 20
 
     /// The stream on `channel`'s connection, once its handshake is done: the record layer takes
-    /// over from libssl with the session's traffic secrets.
-    init(_ channel: TLSChannel) throws(StreamError) {
+    /// over from libssl with the session's traffic secrets. `keyUpdateAfter`: records sealed
+    /// under one key before the next.
+    init(_ channel: TLSChannel, keyUpdateAfter: UInt64 = Record.keyUpdateAfter) throws(StreamError) {
         let keys = try channel.recordProtection()
         connection = channel.connection
         suite = keys.suite
         let fd = channel.connection.fileDescriptor
-        outbound = Mutex(Outbound(fd: fd, protection: keys.sending))
-        inbound = Mutex(Inbound(fd: fd, protection: keys.receiving))
+        outbound = Mutex(Outbound(fd: fd, protection: keys.sending, keyUpdateAfter: keyUpdateAfter))
+        inbound = Mutex(Inbound(fd: fd, protection: keys.receiving, takesTickets: !channel.accepting))
         var one: Int32 = 1
         var limit = Self.unsentLimit
         let size = socklen_t(MemoryLayout<Int32>.size)
@@ -81,7 +80,8 @@ final class FramedStream: Sendable {
             defer { inbound.updateAsked = false }
             return (run, inbound.failed, inbound.updateAsked)
         }
-        if wantsUpdate { updateAsked.store(true, ordering: .relaxed) }
+        // Owed until a send seals it (RFC 8446 4.6.3).
+        if wantsUpdate { outbound.withLock { $0.updateOwed = true } }
         if let why { fail(why) }
         return run
     }
@@ -92,12 +92,11 @@ final class FramedStream: Sendable {
     /// write; returns how many went (the rest are dropped; none while earlier bytes wait).
     func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
         guard !isClosed.load(ordering: .relaxed) else { return 0 }
-        let (sent, why, waiting) = outbound.withLock { outbound in
-            let answer = updateAsked.load(ordering: .relaxed) && updateAsked.exchange(false, ordering: .relaxed)
-            let sent = outbound.send(messages, answeringUpdate: answer)
-            return (sent, outbound.failed, !outbound.tail.isEmpty)
+        let (sent, why) = outbound.withLock { outbound in
+            let sent = outbound.send(messages)
+            tailWaiting.store(!outbound.tail.isEmpty, ordering: .relaxed)
+            return (sent, outbound.failed)
         }
-        tailWaiting.store(waiting, ordering: .relaxed)
         if let why { fail(why) }
         return sent
     }
@@ -106,8 +105,11 @@ final class FramedStream: Sendable {
     @discardableResult
     func flushTail() -> Bool {
         guard tailWaiting.load(ordering: .relaxed) else { return !isClosed.load(ordering: .relaxed) }
-        let (empty, why) = outbound.withLock { outbound in (outbound.flushTail(), outbound.failed) }
-        tailWaiting.store(!empty, ordering: .relaxed)
+        let (empty, why) = outbound.withLock { outbound in
+            let empty = outbound.flushTail()
+            tailWaiting.store(!outbound.tail.isEmpty, ordering: .relaxed)
+            return (empty, outbound.failed)
+        }
         if let why { fail(why) }
         return empty && why == nil
     }
@@ -129,42 +131,50 @@ private final class Outbound: @unchecked Sendable {  // only ever used inside it
     /// Where a batch's records are laid out and sealed for one write.
     private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     private(set) var failed: String?
+    /// The other side asked for a key update: the next send seals one.
+    var updateOwed = false
 
-    init(fd: Int32, protection: RecordProtection) {
+    /// A KeyUpdate that asks for none back (RFC 8446 4.6.3).
+    private static let keyUpdate: [UInt8] = [Record.keyUpdate, 0, 0, 1, 0]
+
+    /// Records sealed under one key before the next.
+    let keyUpdateAfter: UInt64
+
+    init(fd: Int32, protection: RecordProtection, keyUpdateAfter: UInt64) {
         self.fd = fd
         self.protection = protection
+        self.keyUpdateAfter = keyUpdateAfter
     }
 
     deinit { scratch.deallocate() }
 
-    func send(_ messages: [UnsafeRawBufferPointer], answeringUpdate: Bool) -> Int {
+    func send(_ messages: [UnsafeRawBufferPointer]) -> Int {
         guard failed == nil, flushTail() else { return 0 }
         var space = room
         var count = 0
         var content = 0
         for message in messages {
             let framed = StreamFraming.lengthBytes + message.count
-            guard framed <= space else { break }
+            guard message.count <= StreamFraming.maxMessage, framed <= space else { break }
             space -= framed
             content += framed
             count += 1
         }
-        let update = answeringUpdate || protection.sequence >= Record.keyUpdateAfter
+        let update = updateOwed || protection.sequence >= keyUpdateAfter
         guard count > 0 || update else { return 0 }
         let records = (content + Record.maxContent - 1) / Record.maxContent
-        let total = content + records * Record.wireLength(content: 0) + (update ? Record.wireLength(content: 4) : 0)
+        let total = content + records * Record.wireLength(content: 0) + (update ? Record.wireLength(content: Self.keyUpdate.count) : 0)
         if scratch.count < total {
             scratch.deallocate()
             scratch = .allocate(byteCount: max(total, 2 * scratch.count), alignment: 16)
         }
-        var layout = RecordLayout(out: scratch.baseAddress!, protection: protection)
+        var layout = RecordLayout(out: UnsafeMutableRawBufferPointer(rebasing: scratch[..<total]), protection: protection)
         if update {
-            // A KeyUpdate that asks for none back (RFC 8446 4.6.3), under the old key; the
-            // records after it under the new one.
-            let message: [UInt8] = [Record.keyUpdate, 0, 0, 1, 0]
-            message.withUnsafeBytes { layout.append($0) }
+            // The KeyUpdate under the old key; the records after it under the new one.
+            Self.keyUpdate.withUnsafeBytes { layout.append($0) }
             guard layout.close(type: Record.handshake) else { return fail("TLS: cannot seal a record") }
             do throws(StreamError) { try protection.update() } catch { return fail(error.description) }
+            updateOwed = false
         }
         var length = [UInt8](repeating: 0, count: StreamFraming.lengthBytes)
         for message in messages.prefix(count) {
@@ -174,6 +184,7 @@ private final class Outbound: @unchecked Sendable {  // only ever used inside it
             layout.append(message)
         }
         guard layout.close(type: Record.applicationData) else { return fail("TLS: cannot seal a record") }
+        precondition(layout.offset == total, "records laid out as counted")
         var written = 0
         while written < layout.offset, failed == nil {
             let n = Glibc.send(fd, scratch.baseAddress! + written, layout.offset - written, Int32(MSG_NOSIGNAL))
@@ -233,7 +244,10 @@ private final class Outbound: @unchecked Sendable {  // only ever used inside it
 /// Lays content out into records at `out`, each of at most `Record.maxContent` bytes, sealing
 /// each as it fills (and the last at `close`).
 private struct RecordLayout {
-    let out: UnsafeMutableRawPointer
+    /// Where the records go; what is written past its end stops the process (`precondition`),
+    /// never another allocation.
+    let buffer: UnsafeMutableRawBufferPointer
+    private var out: UnsafeMutableRawPointer { buffer.baseAddress! }
     let protection: RecordProtection
     /// Where the next byte goes.
     private(set) var offset = 0
@@ -242,8 +256,8 @@ private struct RecordLayout {
     private var filled = 0
     private var sealed = true
 
-    init(out: UnsafeMutableRawPointer, protection: RecordProtection) {
-        self.out = out
+    init(out: UnsafeMutableRawBufferPointer, protection: RecordProtection) {
+        buffer = out
         self.protection = protection
     }
 
@@ -256,6 +270,7 @@ private struct RecordLayout {
                 filled = 0
             }
             let take = min(bytes.count - from, Record.maxContent - filled)
+            precondition(offset + take + 1 + Record.tagLength <= buffer.count, "a record past its buffer")
             (out + offset).copyMemory(from: bytes.baseAddress! + from, byteCount: take)
             offset += take
             filled += take
@@ -295,12 +310,25 @@ private final class Inbound: @unchecked Sendable {  // only ever used inside its
     private(set) var failed: String?
     /// The other side asked for a key update in return.
     var updateAsked = false
+    /// The client's side: a server may send session tickets, which are ignored; a client may not.
+    private let takesTickets: Bool
+    /// Records in a row that carried no application data (a peer's empty records, tickets and key
+    /// updates cost work and give nothing): past `emptyLimit`, the stream fails, as libssl's does.
+    private var empty = 0
+    static let emptyLimit = 32
+    /// Records opened since the other side's last key update (none yet: no bound).
+    private var sinceUpdate = Int.max
+    /// Records the other side must send between two key updates of its own: a legitimate peer
+    /// updates once in millions of records, and each update costs three key derivations here.
+    static let recordsBetweenUpdates = 4_096
 
-    static let capacity = 4 * (Record.headerLength + Record.maxEncrypted)
+    /// Two records: what one read takes at most.
+    static let capacity = 2 * (Record.headerLength + Record.maxEncrypted)
 
-    init(fd: Int32, protection: RecordProtection) {
+    init(fd: Int32, protection: RecordProtection, takesTickets: Bool) {
         self.fd = fd
         self.protection = protection
+        self.takesTickets = takesTickets
     }
 
     deinit { wire.deallocate() }
@@ -314,16 +342,28 @@ private final class Inbound: @unchecked Sendable {  // only ever used inside its
         return end - start >= Record.headerLength + length ? length : nil
     }
 
-    /// The next message that has arrived, opened and read as needed, valid until the next call;
+    /// The length the header at `start` gives is longer than any record may be.
+    private var overlong: Bool {
+        end - start >= Record.headerLength && Int(wire[start + 3]) << 8 | Int(wire[start + 4]) > Record.maxEncrypted
+    }
+
+    /// The next message that has arrived, opened and read as needed (one read at most: a peer
+    /// whose records give nothing cannot hold the reading thread), valid until the next call;
     /// nil when none has arrived whole (or the stream failed: see `failed`).
     func next() -> UnsafeMutableRawBufferPointer? {
+        var didRead = false
         while failed == nil {
             if let message = reader.next() { return message }
             if let length = wholeRecord {
                 open(length)
                 continue
             }
-            guard read() else { return nil }
+            if overlong {
+                failed = "TLS: a record longer than \(Record.maxEncrypted) bytes"
+                return nil
+            }
+            guard !didRead, read() else { return nil }
+            didRead = true
         }
         return nil
     }
@@ -394,12 +434,20 @@ private final class Inbound: @unchecked Sendable {  // only ever used inside its
             return
         }
         let content = UnsafeRawBufferPointer(rebasing: space[..<(inner - 1)])
+        sinceUpdate = sinceUpdate == Int.max ? sinceUpdate : sinceUpdate + 1
+        empty = content.isEmpty || space[inner - 1] != Record.applicationData ? empty + 1 : 0
+        guard empty <= Self.emptyLimit else {
+            failed = "TLS: \(empty) records in a row with no data"
+            return
+        }
         switch space[inner - 1] {
         case Record.applicationData:
             reader.received(content.count)
         case Record.alert:
             let closing = content.count == 2 && content[1] == 0
             failed = closing ? "the other side closed the stream" : "TLS alert \(content.count == 2 ? content[1] : 0) from the other side"
+        case Record.handshake where content.isEmpty:
+            failed = "TLS: an empty handshake record"
         case Record.handshake:
             handshakeMessages(content)
         case let type:
@@ -423,15 +471,24 @@ private final class Inbound: @unchecked Sendable {  // only ever used inside its
                 return
             }
             switch type {
-            case Record.keyUpdate where length == 1 && bytes[at + 4] <= 1:
+            case Record.keyUpdate:
+                guard length == 1, bytes[at + 4] <= 1 else {
+                    failed = "TLS: a malformed key update"
+                    return
+                }
                 // The next key starts with the next record: nothing may follow in this one.
                 guard at + 5 == bytes.count else {
                     failed = "TLS: a key update before the end of its record"
                     return
                 }
+                guard sinceUpdate >= Self.recordsBetweenUpdates else {
+                    failed = "TLS: key updates \(sinceUpdate) records apart"
+                    return
+                }
+                sinceUpdate = 0
                 if bytes[at + 4] == 1 { updateAsked = true }
                 do throws(StreamError) { try protection.update() } catch { failed = error.description }
-            case Record.newSessionTicket:
+            case Record.newSessionTicket where takesTickets:
                 break
             default:
                 failed = "TLS: handshake message \(type) after the handshake"

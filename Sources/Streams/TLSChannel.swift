@@ -119,7 +119,8 @@ final class TLSChannel: @unchecked Sendable {  // called only under its owner's 
     let context: TLSContext
     private let ssl: OpaquePointer
     let connection: TCPConnection
-    private let accepting: Bool
+    /// The server's side.
+    let accepting: Bool
     /// Where libssl's key log hook puts the application traffic secrets (`COpenSSL_keep_secrets`).
     private let secrets: UnsafeMutablePointer<COpenSSL_Secrets>
     private var api: COpenSSL_API { context.api.pointee }

@@ -201,3 +201,113 @@ func aRecordOpensOnlyWholeAndInItsPlace(suite: RecordSuite) throws {
     try opener.update()
     #expect(opens(record()) == content)
 }
+
+/// A gateway's stream and a client's libssl channel on loopback, both handshakes done.
+private func handshakenPair() throws -> (GatewayStream, TLSChannel, TCPConnection) {
+    let listener = try StreamListener(on: [loopback], context: try .server(name: "vpn.example.net"))
+    let connection = try TCPConnection.connect(to: listener.sockets[0].local, deadline: .now + .seconds(2))
+    let channel = try TLSChannel(try .client(serverName: "vpn.example.net"), over: connection, accepting: false)
+    var stream: GatewayStream?
+    for _ in 0..<200 where stream == nil { stream = try listener.accept(on: listener.sockets[0], now: .now()) }
+    let gateway = try #require(stream)
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    var done = false
+    for _ in 0..<500 where !done || !gateway.isOpen {
+        if !done, case .done = channel.handshake() { done = true }
+        _ = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
+        usleep(2_000)
+    }
+    try #require(done && gateway.isOpen)
+    return (gateway, channel, connection)
+}
+
+/// Writes records of `type` with `content` sealed under `protection`, straight to the socket.
+private func writeRecords(_ records: [(type: UInt8, content: [UInt8])], with protection: RecordProtection, to connection: TCPConnection) throws {
+    var wire: [UInt8] = []
+    for (type, content) in records {
+        let length = content.count + 1 + Record.tagLength
+        var record = [Record.applicationData, 3, 3, UInt8(length >> 8), UInt8(length & 0xFF)] + content + [type]
+            + [UInt8](repeating: 0, count: Record.tagLength)
+        #expect(record.withUnsafeMutableBytes { protection.seal(record: $0.baseAddress!, length: content.count + 1) })
+        wire += record
+    }
+    #expect(try connection.write(wire, deadline: .now + .seconds(2)))
+}
+
+/// How the gateway's stream ends within 5 s of reading; nil when it did not.
+private func closing(_ gateway: GatewayStream) -> String? {
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    for _ in 0..<500 {
+        switch buffer.withUnsafeMutableBytes({ gateway.advance(into: $0, now: .now()) }) {
+        case .closed(let why): return why
+        case .waiting: usleep(10_000)
+        case .messages: break
+        }
+    }
+    return nil
+}
+
+@Test func recordsThatCarryNothingCannotHoldTheGateway() throws {
+    let (gateway, channel, connection) = try handshakenPair()
+    let keys = try channel.recordProtection()
+    // Empty records cost an open each and give nothing: a few are fine, a run of them is not.
+    try writeRecords([(Record.applicationData, [])] + [(Record.applicationData, [0, 1, 7])], with: keys.sending, to: connection)
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    var got: GatewayStream.Progress?
+    for _ in 0..<500 {
+        got = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
+        if case .waiting = got { usleep(10_000) } else { break }
+    }
+    #expect(got == .messages(length: 1, segment: 1) && buffer[0] == 7)
+    try writeRecords(Array(repeating: (Record.applicationData, []), count: 40), with: keys.sending, to: connection)
+    let why = closing(gateway)
+    #expect(why?.contains("in a row with no data") == true, "\(why ?? "still open")")
+}
+
+@Test func keyUpdatesInARowCloseTheGatewaysStream() throws {
+    let (gateway, channel, connection) = try handshakenPair()
+    let keys = try channel.recordProtection()
+    let update: [UInt8] = [Record.keyUpdate, 0, 0, 1, 0]
+    // The first one is taken: the next record comes under the next key.
+    try writeRecords([(Record.handshake, update)], with: keys.sending, to: connection)
+    try keys.sending.update()
+    try writeRecords([(Record.applicationData, [0, 1, 9])], with: keys.sending, to: connection)
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    var got: GatewayStream.Progress?
+    for _ in 0..<500 {
+        got = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
+        if case .waiting = got { usleep(10_000) } else { break }
+    }
+    #expect(got == .messages(length: 1, segment: 1) && buffer[0] == 9)
+    // Another at once: each costs key derivations, so a peer may not send them back to back.
+    try writeRecords([(Record.handshake, update)], with: keys.sending, to: connection)
+    let why = closing(gateway)
+    #expect(why?.contains("key updates 2 records apart") == true, "\(why ?? "still open")")
+}
+
+@Test func theClientsOwnKeyUpdatesAreTakenByLibssl() throws {
+    let tcp = try TCPListener(bindingTo: loopback)
+    let server = try TLSContext.server(name: "vpn.example.net")
+    let connection = try TCPConnection.connect(to: tcp.local, deadline: .now + .seconds(2))
+    let client = try TLSChannel(try .client(serverName: "vpn.example.net"), over: connection, accepting: false)
+    var accepted: TCPConnection?
+    for _ in 0..<200 where accepted == nil { accepted = try tcp.accept(timeout: .milliseconds(20)) }
+    let channel = try TLSChannel(server, over: try #require(accepted), accepting: true)
+    var done = (false, false)
+    for _ in 0..<500 where !(done.0 && done.1) {
+        if !done.0, case .done = client.handshake() { done.0 = true }
+        if !done.1, case .done = channel.handshake() { done.1 = true }
+        usleep(2_000)
+    }
+    try #require(done.0 && done.1)
+    // A key update every 3 records instead of every 2^23: libssl opens every record across them.
+    let stream = try FramedStream(client, keyUpdateAfter: 3)
+    var sent: [[UInt8]] = []
+    for round in 0..<6 {
+        let batch = messages(UInt8(round * 16))
+        #expect(batch.withUnsafeBufferPointers { stream.send($0) } == batch.count)
+        sent += batch
+    }
+    expectSame(readThroughLibssl(channel, count: sent.count), sent)
+    #expect(stream.closed == nil)
+}
