@@ -953,7 +953,8 @@ public struct Reconnector: Sendable {
     /// and the traffic moves once it is up (make-before-break). It costs no token: the server
     /// asked, and only once per drain. With no other server, the session stays until it ends.
     /// On the stream the handshake with the next server needs a stream of its own, and the
-    /// session's reaches only the server it was opened to: the session moves break-before-make,
+    /// session's reaches only the server it was opened to: the session ends there with a
+    /// goodbye (the draining server stops as soon as none is left) and moves break-before-make,
     /// at once, over a new stream on the same uplink (also without a token).
     private mutating func serverDraining(_ now: Instant, _ out: inout [Action]) {
         drained[server] = now + Self.drainHoldDown
@@ -963,6 +964,7 @@ public struct Reconnector: Sendable {
             return
         }
         if path.transport == .stream {
+            out.append(.disconnect)
             return startAttempt(on: path, .serverDraining(servers[server]), now, &out, handshake: true)
         }
         prepareHandover(to: next, on: path, now, &out)

@@ -161,6 +161,9 @@ public struct ServerSettings: Sendable {
 public struct ServerStreamSettings: Equatable, Sendable {
     /// The TCP port the gateway takes TLS on.
     public var port: UInt16 = 443
+    /// The host's addresses it takes TLS on (another server may hold the port on the others);
+    /// nil: every address of both families.
+    public var addresses: [IPAddress]?
     /// The name on the certificate the gateway makes at start (nothing checks it: clients pin
     /// the gateway's key); the host's name unless set.
     public var name: String
@@ -169,7 +172,7 @@ public struct ServerStreamSettings: Equatable, Sendable {
     public var certificate: (chain: String, key: String)?
 
     public static func == (a: Self, b: Self) -> Bool {
-        a.port == b.port && a.name == b.name && a.certificate?.chain == b.certificate?.chain && a.certificate?.key == b.certificate?.key
+        a.port == b.port && a.addresses == b.addresses && a.name == b.name && a.certificate?.chain == b.certificate?.chain && a.certificate?.key == b.certificate?.key
     }
 }
 

@@ -300,7 +300,7 @@ extension YAMLReader {
         return settings
     }
 
-    /// The gateway's `tcp`: a port alone, or `{port, name, certificate, certificate-key}`.
+    /// The gateway's `tcp`: a port alone, or `{port, addresses, name, certificate, certificate-key}`.
     private func serverStream(_ node: Node) throws(ConfigError) -> ServerStreamSettings {
         // A certificate's name (its CN) holds at most 64 bytes: a longer host name gives its first label.
         let host = hostName(fully: true)
@@ -309,8 +309,18 @@ extension YAMLReader {
             stream.port = UInt16(try int(node, 1...65535))
             return stream
         }
-        let f = try fields(node, "'tcp'", allowed: ["port", "name", "certificate", "certificate-key"])
+        let f = try fields(node, "'tcp'", allowed: ["port", "addresses", "name", "certificate", "certificate-key"])
         if let n = f.optional("port") { stream.port = UInt16(try int(n, 1...65535)) }
+        if let n = f.optional("addresses") {
+            var addresses: [IPAddress] = []
+            for item in try oneOrMore(n) {
+                let address = try ip(item)
+                guard !addresses.contains(address) else { throw fail(item, "'tcp' 'addresses' names \(address) twice") }
+                addresses.append(address)
+            }
+            guard !addresses.isEmpty else { throw fail(n, "'tcp' 'addresses' is empty: leave it out to take TLS on every address") }
+            stream.addresses = addresses
+        }
         if let n = f.optional("name") {
             stream.name = try hostLikeName(n, "'tcp' 'name'")
             guard stream.name.utf8.count <= 64 else { throw fail(n, "the gateway's 'tcp' 'name' is on its certificate: 64 bytes at most") }

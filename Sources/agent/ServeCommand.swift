@@ -82,13 +82,14 @@ struct ServeCommand: ParsableCommand {
             // A host without IPv6 still serves IPv4 clients.
             log.warning("no IPv6 listening socket", metadata: ["error": "\(error)"])
         }
-        // The stream transport: TLS on TCP beside UDP, on every address of both families.
+        // The stream transport: TLS on TCP beside UDP, on the addresses given or every address of both families.
         let streams: StreamListener?
         if let stream = settings.stream {
             do {
                 let context = try TLSContext.server(name: stream.name, certificate: stream.certificate)
                 var addresses = [SocketAddress(.v4(0), port: stream.port)]
                 if workers[0].count > 1 { addresses.append(SocketAddress(.v6(0, 0), port: stream.port)) }
+                if let chosen = stream.addresses { addresses = chosen.map { SocketAddress($0, port: stream.port) } }
                 streams = try StreamListener(on: addresses, context: context)
             } catch let error as StreamError {
                 throw AgentError("'tcp': \(error)")

@@ -242,6 +242,41 @@ struct GatewayLabTests {
         print("gateway drain: stopped after \(stoppedAfter), probes lost 0")
     }
 
+    /// The gateway in use is drained while its client rides the stream (its network drops UDP):
+    /// the stream reaches only the gateway it was opened to, so the client moves at once,
+    /// break-before-make, over a new stream to the other gateway, with one handshake; the TCP
+    /// stream inside goes on byte for byte, and the gap is a TLS connection and a handshake.
+    @Test func aDrainedGatewayMovesItsStreamClientOverANewStream() throws {
+        let lab = try GatewayLab(clients: 1, gateways: 2, drainPeriod: "10s", stream: true)
+        try lab.dropUDP()
+        try lab.start()
+        let opened = lab.log("client0.log").components(separatedBy: "msg=\"stream opened\"").count - 1
+        #expect(opened >= 1 && lab.log("client0.log").contains("tls=TLS_AES_128_GCM_SHA256"), "on the stream: \(lab.log("client0.log"))")
+        let (probes, streams) = try lab.traffic(probeInterval: .milliseconds(10))
+        defer { for p in probes { p.stop() } }
+        usleep(1_000_000)
+        let drainedAt = LabClock.now
+        let answer = try lab.drainGateway(0)
+        #expect(answer.contains("draining 1 session"), "agent drain said: \(answer)")
+        let stopped = labWait(seconds: 12) { !lab.gatewayRuns(0) }
+        let stoppedAfter = LabClock.now - drainedAt
+        usleep(1_000_000)
+        let client = lab.log("client0.log")
+        let context = "first gateway:\n\(lab.log("server.log"))\nsecond gateway:\n\(lab.log("server1.log"))\nclient:\n\(client)"
+        #expect(stopped && stoppedAfter < .seconds(5), "stopped \(stopped) after \(stoppedAfter)\n\(context)")
+        #expect(client.contains("serverDraining(gw0)") && !client.contains("handedOver(gw0"), "moved break-before-make\n\(context)")
+        #expect(client.components(separatedBy: "msg=\"stream opened\"").count - 1 > opened, "a new stream\n\(context)")
+        #expect(lab.log("server1.log").contains("msg=handshake from=") && lab.log("server1.log").contains("/tcp"),
+                "the second gateway took the session over its stream\n\(context)")
+        let (lost, sent) = probes[0].lost(from: drainedAt, to: LabClock.now - .milliseconds(300))
+        // The gap: the old stream's last packets, a TLS connection and a handshake (well under a second here).
+        #expect(sent > 100 && lost < sent / 4, "\(lost) of \(sent) probes lost\n\(context)")
+        let tcp = streams[0].finish()
+        #expect(tcp.failure == nil && tcp.intact && tcp.received == tcp.sent && tcp.sent > 0,
+                "\(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(context)")
+        print("gateway drain over the stream: stopped after \(stoppedAfter), \(lost) of \(sent) probes lost")
+    }
+
     /// TCP segmentation offload on and off: the same TCP streams, each way, arrive byte for
     /// byte; with it on, both ends really cut super-packets (their counters say so), and no
     /// packet was dropped for its offload metadata.

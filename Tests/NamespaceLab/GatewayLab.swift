@@ -40,8 +40,11 @@ public final class GatewayLab {
     /// With `usersFrom` (a PostgreSQL URL), every gateway reads its users from there instead
     /// (snapshot `usersG.snapshot` in the lab's directory, session records as `gwG`). With
     /// `spread`, client N prefers gateway N modulo the gateways (the others come after it in order).
+    /// With `stream`, every gateway also takes TLS on TCP 443 of its own address only, and every
+    /// client has the stream transport (`tcp: 443`); `dropUDP` then leaves them only that.
     public init(clients: Int, gateways: Int = 1, drainPeriod: String = "0", offload: Bool = true, extraUsers: [String] = [],
-                protocols: [Int] = [], usersFrom: String? = nil, spread: Bool = false, agent: URL = RoamingLab.builtAgent) throws {
+                protocols: [Int] = [], usersFrom: String? = nil, spread: Bool = false, stream: Bool = false,
+                agent: URL = RoamingLab.builtAgent) throws {
         self.agent = agent
         self.gateways = gateways
         server = try NamespaceLab()
@@ -82,6 +85,7 @@ public final class GatewayLab {
                 routes: [10.77.0.0/24]
                 tunnel: {offload: \(offload)}
                 \(n < protocols.count ? "protocol: \(protocols[n])" : "")
+                \(stream ? "tcp: 443" : "")
                 """.write(toFile: directory + "/client\(n).yaml", atomically: true, encoding: .utf8)
         }
         self.clientKeys = clientKeys
@@ -93,9 +97,18 @@ public final class GatewayLab {
                 private-key-file: \(directory)/server\(g).key
                 tunnel: {name: roam\(g), addresses: [10.77.0.1/24], offload: \(offload)}
                 drain-period: \(drainPeriod)
+                \(stream ? "tcp: {port: 443, addresses: [198.51.100.\(7 + g)]}" : "")
                 \(userLines)
                 """, Self.serverConfig(g))
         }
+    }
+
+    /// The server's namespace drops every UDP datagram from the laptops (their gateways then
+    /// answer over TLS on TCP only, with `stream`).
+    public func dropUDP() throws {
+        try server.nft("add table inet noudp")
+        try server.nft("add chain inet noudp in { type filter hook prerouting priority -300 ; }")
+        try server.nft("add rule inet noudp in iifname \"lap*\" meta l4proto udp counter drop")
     }
 
     private static func serverConfig(_ g: Int) -> String { g == 0 ? "server.yaml" : "server\(g).yaml" }

@@ -395,6 +395,20 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     }
     #expect(gateway.stream?.port == 443 && gateway.stream?.name == "vpn.example.net")
     #expect(gateway.stream?.certificate?.chain == "/etc/roam/tls.pem" && gateway.stream?.certificate?.key == "/etc/roam/tls.key")
+    #expect(gateway.stream?.addresses == nil, "every address unless said")
+    let bound = try parse(server + "tcp: {port: 8443, addresses: [198.51.100.7, \"2001:db8::7\"]}") { try $0.server($1) }
+    #expect(bound.stream?.addresses == [IPAddress("198.51.100.7")!, IPAddress("2001:db8::7")!])
+    let one = try parse(server + "tcp: {addresses: 198.51.100.7}") { try $0.server($1) }
+    #expect(one.stream?.addresses == [IPAddress("198.51.100.7")!])
+    for (text, message) in [("tcp: {addresses: [198.51.100.7, 198.51.100.7]}", "twice"), ("tcp: {addresses: [vpn.example]}", "address"),
+                            ("tcp: {addresses: []}", "empty")] {
+        do {
+            _ = try parse(server + text) { try $0.server($1) }
+            Issue.record("\(text) was taken")
+        } catch {
+            #expect("\(error)".contains(message), "\(text): \(error)")
+        }
+    }
 }
 
 @Test(arguments: [
