@@ -24,8 +24,10 @@ public enum AgentEvent: Equatable, Sendable {
     /// The echo of probe `id` (see `Effect.probe`) came back after `rtt`, `size` bytes of
     /// tunnel packet big (nil: a small echo).
     case probeEcho(id: UInt64, rtt: Duration, size: Int?)
-    /// The handshake completed: the session has fresh keys (see `Input.handshakeSucceeded`).
-    case handshakeCompleted(rtt: Duration, sizedProbes: Bool, carriesIPv6: Bool)
+    /// The handshake completed: the session has fresh keys (see `Input.handshakeSucceeded`);
+    /// `dns`: the resolvers the server gave (or why its list was refused).
+    case handshakeCompleted(rtt: Duration, sizedProbes: Bool, carriesIPv6: Bool,
+                            dns: Result<DNSSettings, DNSSettingsError> = .success(.none))
     /// The server refused this client's key or credentials.
     case handshakeRejected
     /// The server said, unauthenticated, that it holds no session for us.
@@ -36,8 +38,9 @@ public enum AgentEvent: Equatable, Sendable {
     case dataReceived
     /// The current server said, authenticated, that it is being taken down.
     case serverDraining
-    /// The session with the server a handover goes to is ready.
-    case handoverReady(rtt: Duration, sizedProbes: Bool, carriesIPv6: Bool)
+    /// The session with the server a handover goes to is ready; `dns` as for `handshakeCompleted`.
+    case handoverReady(rtt: Duration, sizedProbes: Bool, carriesIPv6: Bool,
+                       dns: Result<DNSSettings, DNSSettingsError> = .success(.none))
     /// The server a handover goes to refused it.
     case handoverRejected
     /// What a connectivity check over the path `on` found.
@@ -54,6 +57,8 @@ public enum AgentEvent: Equatable, Sendable {
     /// Whether the lockdown let the portal window's process tree through (see
     /// `Effect.openPortalWindow`).
     case portalWindowOpened(Bool)
+    /// The tunnel device is set up (see `Effect.attachTunnel`).
+    case tunnelAttached
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
     /// Whether the lockdown let the excluded applications' cgroup through (see
@@ -94,6 +99,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .networkFact: "network-fact"
         case .reloaded: "reload"
         case .portalWindowOpened: "portal-window-opened"
+        case .tunnelAttached: "tunnel-attached"
         case .tunnelFailed: "tunnel-failed"
         case .exclusionOpened: "exclusion-opened"
         case .damaged: "damaged"
@@ -214,6 +220,12 @@ public enum Effect: Equatable, Sendable {
     case cancelHandover
     /// The session ends with a goodbye; the tunnel device and the lockdown stay.
     case disconnect
+    /// Set up the tunnel device with the session's inner addresses, and the tunnel's routes:
+    /// once, after the first handshake; it stays through every reconnect. Whether it could
+    /// comes back as `AgentEvent.tunnelAttached` or `.tunnelFailed`.
+    case attachTunnel
+    /// Give the system these resolvers for the tunnel, or none (see `ResolverChoice`).
+    case resolvers(ResolverDecision)
     /// One connectivity check over `path`, outside the tunnel; its result comes back as
     /// `AgentEvent.connectivity`.
     case checkConnectivity(via: Path)
@@ -365,15 +377,23 @@ public struct AgentCore: Sendable {
     /// What the machine is told once the rules have the facts they asked for (new paths, a
     /// wake): a network the rules may trust is not tried before they have looked at it.
     private var held: [Input] = []
+    /// The tunnel device is set up (it stays through every reconnect).
+    public private(set) var tunnelAttached = false
+    /// A handshake that completed while the device was being set up: the session counts as up
+    /// once the device is.
+    private var awaitingDevice: (rtt: Duration, sized: Bool, v6: Bool)?
+    /// The tunnel's resolvers, decided here (nil: the agent leaves the system's DNS alone).
+    private var resolvers: ResolverChoice?
 
     /// `model` is the network as the first dump showed it; `servers` every server of the list
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
                 rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true,
-                tunnelCarries: [Prefix] = []) {
+                tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil) {
         self.reconnector = reconnector
         self.tunnelCarries = tunnelCarries
+        self.resolvers = resolvers
         flaps = FlapNotices(window: reconnector.config.flapStableAfter)
         self.exclusionAllowed = exclusionAllowed
         self.portalWindows = portalWindows
@@ -422,6 +442,9 @@ public struct AgentCore: Sendable {
         flaps.window = reconnector.config.flapStableAfter  // a reload may change it
         let interfaces = Set(reconnector.paths.map(\.interface))
         var out = decide(event, now: now)
+        // The tunnel's resolvers follow what the event changed (a handshake, the device, the
+        // local networks, the lockdown lifted or back).
+        if !stopped, let decision = resolvers?.decision() { out.append(.resolvers(decision)) }
         // What the operator reads of flapping interfaces follows the paths the machine has.
         let after = Set(reconnector.paths.map(\.interface))
         if after != interfaces {
@@ -436,6 +459,7 @@ public struct AgentCore: Sendable {
         switch event {
         case .start:
             out.append(.localNetworks(network.model.localNetworks, widerClaims: network.model.widerClaims))
+            resolvers?.localNetworks(network.model.localNetworks)
             guests = network.model.guestNetworks
             out.append(.guestNetworks(guests))
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
@@ -463,10 +487,21 @@ public struct AgentCore: Sendable {
             } else {
                 run(.probeReply(on: probe.path, rtt: rtt), now, &out)
             }
-        case .handshakeCompleted(let rtt, let sized, let v6):
-            tunnelUp = true
-            ready(&out)
-            run(.handshakeSucceeded(rtt: rtt, sizedProbes: sized, carriesIPv6: v6), now, &out)
+        case .handshakeCompleted(let rtt, let sized, let v6, let dns):
+            resolvers?.handshake(gave: dns)
+            // A late answer after a rule lifted the lockdown brings no device or routes back.
+            if !tunnelAttached, !lockdownLifted {
+                awaitingDevice = (rtt, sized, v6)
+                out.append(.attachTunnel)
+                return out
+            }
+            sessionUp(rtt: rtt, sized: sized, v6: v6, now, &out)
+        case .tunnelAttached:
+            tunnelAttached = true
+            resolvers?.attached()
+            guard let (rtt, sized, v6) = awaitingDevice else { break }
+            awaitingDevice = nil
+            sessionUp(rtt: rtt, sized: sized, v6: v6, now, &out)
         case .handshakeRejected:
             guard tunnelUp else { return giveUp(.rejected) }
             run(.handshakeFailed(.rejected("the server refused this client's key or credentials")), now, &out)
@@ -474,7 +509,8 @@ public struct AgentCore: Sendable {
         case .dataSent: run(.dataSent, now, &out)
         case .dataReceived: run(.dataReceived, now, &out)
         case .serverDraining: run(.serverDraining, now, &out)
-        case .handoverReady(let rtt, let sized, let v6):
+        case .handoverReady(let rtt, let sized, let v6, let dns):
+            resolvers?.handshake(gave: dns)
             run(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: v6), now, &out)
         case .handoverRejected: run(.handoverRejected, now, &out)
         case .connectivity(let result, let path): run(.connectivity(result, on: path), now, &out)
@@ -500,7 +536,9 @@ public struct AgentCore: Sendable {
         case .reloaded(let config, let rules):
             reconnector.reconfigure(config)
             rulesChanged(rules, now, &out)
-        case .tunnelFailed(let why): return giveUp(.tunnelFailed(why))
+        case .tunnelFailed(let why):
+            awaitingDevice = nil
+            return giveUp(.tunnelFailed(why))
         case .request(let request): operatorAsked(request, now, &out)
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
         case .exclusionOpened(let opened): exclusionOpened(opened, &out)
@@ -609,7 +647,10 @@ public struct AgentCore: Sendable {
         // The local networks are the links' own addresses' subnets: a route never moves them.
         if let localBefore {
             let local = (network.model.localNetworks, network.model.widerClaims)
-            if local != localBefore { out.append(.localNetworks(local.0, widerClaims: local.1)) }
+            if local != localBefore {
+                out.append(.localNetworks(local.0, widerClaims: local.1))
+                resolvers?.localNetworks(local.0)
+            }
         }
         // A bridge, its ports, its addresses or a default route through it.
         if change.movesAddresses || change.routeDestination?.length == 0 {
@@ -770,6 +811,18 @@ public struct AgentCore: Sendable {
         return [.giveUp(why)]
     }
 
+    /// The session is up with fresh keys on a tunnel device that is up.
+    private mutating func sessionUp(rtt: Duration, sized: Bool, v6: Bool, _ now: Instant, _ out: inout [Effect]) {
+        tunnelUp = true
+        ready(&out)
+        run(.handshakeSucceeded(rtt: rtt, sizedProbes: sized, carriesIPv6: v6), now, &out)
+    }
+
+    /// A rule lifted the lockdown for the network the agent is on.
+    private var lockdownLifted: Bool {
+        if case .disconnected(_, .some) = reconnector.state { true } else { false }
+    }
+
     private mutating func ready(_ out: inout [Effect]) {
         guard !announcedReady else { return }
         announcedReady = true
@@ -825,8 +878,12 @@ public struct AgentCore: Sendable {
             case .checkConnectivity(let path): out.append(.checkConnectivity(via: path))
             case .openPortalWindow(let path, let url, let until): out.append(.openPortalWindow(via: path, portal: url, until: until))
             case .closePortalWindow: out.append(.closePortalWindow)
-            case .liftLockdown(let interface): out.append(.liftLockdown(interface: interface))
-            case .restoreLockdown: out.append(.restoreLockdown)
+            case .liftLockdown(let interface):
+                resolvers?.lift()
+                out.append(.liftLockdown(interface: interface))
+            case .restoreLockdown:
+                resolvers?.restore()
+                out.append(.restoreLockdown)
             // Timers are read from `timers`; a quiesce needs nothing of a runner whose probes
             // and handshakes are all the core's.
             case .armTimer, .cancelTimer, .quiesce: break

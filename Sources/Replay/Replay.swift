@@ -45,6 +45,10 @@ public struct ReplayReport: Sendable {
     public var flapNotices = 0
     /// Look-ups of the server's name that gave nothing the session can use.
     public var serverNamesUnusable = 0
+    /// Each decision on the tunnel's resolvers, when it was given.
+    public var resolvers: [(at: Instant, decision: ResolverDecision)] = []
+    /// Tunnel devices set up.
+    public var tunnelsAttached = 0
     public var maxMissing: Duration = .zero
     /// Events fed to the core.
     public var inputs = 0
@@ -483,10 +487,13 @@ public struct Replay {
         }
     }
     private var trafficPaused = false
+    /// This process of the agent has its tunnel device.
+    private var deviceAttached = false
 
     /// A new process of the agent: it looks the servers' names up as it starts (what the world's
     /// names give now), and starts on the first address an uplink reaches.
     private mutating func startAgent(power: PowerSource, seed: UInt64, now: Instant, memory: Reconnector.Memory? = nil) {
+        deviceAttached = false
         let reconnector = if let memory {
             Reconnector(config: configured.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
         } else {
@@ -495,7 +502,11 @@ public struct Replay {
         core = AgentCore(reconnector, startupWait: scenario.waitForServer, model: kernel.model,
                          servers: names.map { ServerBook.Entry(named: true, addresses: $0) }, rules: configured.rules,
                          exclusionAllowed: scenario.exclusionAllowed, portalWindows: scenario.portalWindows,
-                         tunnelCarries: scenario.splitRoutes)
+                         tunnelCarries: scenario.splitRoutes,
+                         resolvers: scenario.serverDNS.map { _ in
+                             ResolverChoice(override: nil, carried: scenario.splitRoutes.isEmpty ? [.any(.v4), .any(.v6)] : scenario.splitRoutes,
+                                            lockdown: true)
+                         })
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -991,9 +1002,15 @@ public struct Replay {
         }
         guard !lost(path.id, up: false, arriving: at) else { return }
         let reply: AgentEvent = acceptsAuth ? .handshakeCompleted(rtt: rtt, sizedProbes: scenario.serverEchoesSizes,
-                                                                       carriesIPv6: scenario.tunnelCarriesIPv6)
+                                                                       carriesIPv6: scenario.tunnelCarriesIPv6, dns: serverDNS)
             : .handshakeRejected
         queue.push(at, .deliver(reply, generation: handshakeGeneration, via: path.id))
+    }
+
+    /// What the gateway gives at each handshake: `server-dns`, or nothing.
+    private var serverDNS: Result<DNSSettings, DNSSettingsError> {
+        guard let resolvers = scenario.serverDNS else { return .success(.none) }
+        return Result { () throws(DNSSettingsError) in try DNSSettings(resolvers: resolvers, searchDomains: []) }
     }
 
     private mutating func requireKnown(_ path: Path, action: String) {
@@ -1095,11 +1112,18 @@ public struct Replay {
             ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
             ("portal windows failed", e.portalWindowsFailed, e.portalWindowsFailed, report.portalWindowsFailed),
             ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
+            ("resolver decisions", e.resolverDecisions, e.resolverDecisions, report.resolvers.count),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]
         for (what, min, max, n) in counts {
             if let max { expect(n <= max, "\(what): expected at most \(max), got \(n)") }
             if let min { expect(n >= min, "\(what): expected at least \(min), got \(n)") }
+        }
+        for (at, use, inClear) in e.resolversAt {
+            let decision = report.resolvers.last { $0.at <= at }?.decision
+            let given = (decision?.use?.resolvers ?? [], decision?.inClear ?? [])
+            expect(given.0 == use && given.1 == inClear,
+                   "resolvers at \(at)s: expected \(use) (in clear \(inClear)), got \(given.0) (in clear \(given.1))")
         }
         if let max = e.maxOutage {
             expect(report.maxOutage <= max, "outage: expected at most \(max.short), got \(report.maxOutage.short)")
@@ -1273,6 +1297,13 @@ extension Replay {
         case .completeHandover: completeHandover()
         case .cancelHandover: cancelHandover()
         case .disconnect: disconnect()
+        case .attachTunnel:
+            // The device is made once by each process of the agent; a second would be a second device.
+            if deviceAttached { violation("a second tunnel device asked for") }
+            deviceAttached = true
+            report.tunnelsAttached += 1
+            queue.push(now, .answer(.tunnelAttached))
+        case .resolvers(let decision): report.resolvers.append((now, decision))
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, _, _):
             let refused = scenario.lockdownRefuses.contains(.portalWindow)
@@ -1509,7 +1540,10 @@ extension Replay {
         }
         gateways[index].hasSession = true
         serverHeard(from: path.id, gateway: index)
-        if !lost(path.id, up: false, arriving: at) { queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6), generation: 0, via: path.id)) }
+        if !lost(path.id, up: false, arriving: at) {
+            queue.push(at, .deliver(.handoverReady(rtt: at - now, sizedProbes: scenario.serverEchoesSizes, carriesIPv6: scenario.tunnelCarriesIPv6,
+                                                   dns: serverDNS), generation: 0, via: path.id))
+        }
     }
 
     private mutating func completeHandover() {

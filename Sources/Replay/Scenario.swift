@@ -70,6 +70,9 @@ public struct Scenario: Sendable {
     /// The tunnel's split routes (`split-routes`): none of the server's addresses inside them is
     /// ever used. None: a full tunnel.
     public var splitRoutes: [Prefix] = []
+    /// The resolvers the gateway gives at each handshake (`server-dns`); with it the agent
+    /// manages the tunnel's resolvers (`ResolverChoice`), without it it leaves DNS alone.
+    public var serverDNS: [IPAddress]?
 
     /// An opening the agent asks of its lockdown.
     public enum LockdownOpening: String, Hashable, Sendable, CaseIterable {
@@ -347,6 +350,11 @@ public struct Expectations: Sendable {
     public var portalWindowsFailed: Int?
     /// How many times the server's name gave nothing the session can use (the operator is told).
     public var serverNamesUnusable: Int?
+    /// The tunnel's resolvers in force at given times (`resolvers-at`): those given to the
+    /// system (none: an empty list), and those left out for being asked in clear.
+    public var resolversAt: [(at: Instant, use: [IPAddress], inClear: [IPAddress])] = []
+    /// How many times the tunnel's resolvers were decided (given to the system or found none), exactly.
+    public var resolverDecisions: Int?
     /// Longest time something the agent keeps on the machine was missing.
     public var maxMissing: Duration?
     /// Whether the agent gives up (and exits): never, or within a stretch (`gives-up: true`:

@@ -36,7 +36,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
-            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses", "split-routes",
+            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses", "split-routes", "server-dns",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -140,6 +140,9 @@ extension YAMLReader {
                 throw fail(node, "'split-routes' lists prefixes, e.g. 198.51.100.0/24, got \"\(text)\"")
             }
             scenario.splitRoutes.append(prefix)
+        }
+        if let node = top.optional("server-dns") {
+            scenario.serverDNS = try list(node).map { (item) throws(ScenarioError) in try ipAddress(item, "'server-dns'") }
         }
         for node in try list(top.optional("lockdown-refuses")) {
             let text = try string(node)
@@ -575,7 +578,8 @@ extension YAMLReader {
             "lockdown-lifted", "max-resends", "min-resends", "time-on", "tunnel-mtu", "max-size-probes", "min-size-probes",
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
-            "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address",
+            "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address", "resolvers-at",
+            "resolver-decisions",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -609,7 +613,7 @@ extension YAMLReader {
             ("max-keepalives", \.maxKeepalives), ("min-keepalives", \.minKeepalives),
             ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
             ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
-            ("server-names-unusable", \.serverNamesUnusable),
+            ("server-names-unusable", \.serverNamesUnusable), ("resolver-decisions", \.resolverDecisions),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {
@@ -651,6 +655,12 @@ extension YAMLReader {
                 maxChecks: try opt(w.optional("max-checks")) { node throws(ScenarioError) in try int(node, 0...Int.max) },
                 maxTransitions: try opt(w.optional("max-transitions")) { node throws(ScenarioError) in try int(node, 0...Int.max) }))
         }
+        for item in try list(f.optional("resolvers-at")) {
+            let r = try fields(item, "a resolvers-at entry", allowed: ["at", "use", "in-clear"])
+            let use = try list(try r.required("use")).map { (n) throws(ScenarioError) in try ipAddress(n, "'use'") }
+            let inClear = try list(r.optional("in-clear")).map { (n) throws(ScenarioError) in try ipAddress(n, "'in-clear'") }
+            e.resolversAt.append((try instant(try r.required("at")), use, inClear))
+        }
         for item in try list(f.optional("path-at")) {
             let p = try fields(item, "a path-at entry", allowed: ["at", "path"])
             e.pathAt.append((try instant(try p.required("at")), try string(try p.required("path"))))
@@ -679,6 +689,13 @@ extension YAMLReader {
         let text = try string(node)
         guard let source = PowerSource(rawValue: text) else { throw fail(node, "'power' is ac or battery, got \"\(text)\"") }
         return source
+    }
+
+    /// One IP address, for `what`.
+    func ipAddress(_ node: Node, _ what: String) throws(ScenarioError) -> IPAddress {
+        let text = try string(node)
+        guard let address = IPAddress(text) else { throw fail(node, "\(what) lists IP addresses, got \"\(text)\"") }
+        return address
     }
 
     func instant(_ node: Node) throws(ScenarioError) -> Instant { Instant.zero + (try duration(node)) }

@@ -145,7 +145,9 @@ extension ClientDaemon {
                              servers: servers.map { ServerBook.Entry(named: $0.entry.endpoint.address == nil, addresses: $0.addresses) },
                              rules: settings.onDemand, exclusionAllowed: settings.exclusionAllowed,
                              portalWindows: settings.lockdown && settings.mode.socketMark != nil,
-                             tunnelCarries: settings.mode.splitPrefixes)
+                             tunnelCarries: settings.mode.splitPrefixes,
+                             resolvers: settings.dns.manager == .off ? nil
+                                 : ResolverChoice(override: settings.dns.override, carried: settings.mode.carried, lockdown: settings.lockdown))
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,

@@ -85,6 +85,15 @@ extension ClientDaemon.CoreRunner {
         case .completeHandover: effects.completeHandover()
         case .cancelHandover: effects.cancelHandover()
         case .disconnect: effects.disconnect()
+        case .attachTunnel:
+            do {
+                try effects.attachTunnel()
+                metrics.tunnelMTU(effects.tunnelMTU)
+                produced.append(.tunnelAttached)
+            } catch {
+                produced.append(.tunnelFailed(error.message))
+            }
+        case .resolvers(let decision): effects.useResolvers(decision)
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, let url, _):
             metrics.portalWindow(open: true)

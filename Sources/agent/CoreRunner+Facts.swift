@@ -181,14 +181,8 @@ extension ClientDaemon.CoreRunner {
     func handle(_ notice: ClientNotice) {
         switch notice {
         case .handshakeCompleted(let rtt, let dns, let sized):
-            do {
-                try effects.handshakeCompleted(dns: dns)
-            } catch {
-                return feed(.tunnelFailed(error.message))
-            }
             metrics.handshake("completed")
-            metrics.tunnelMTU(effects.tunnelMTU)
-            feed(.handshakeCompleted(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
+            feed(.handshakeCompleted(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6, dns: dns))
         case .rejected:
             metrics.handshake("rejected")
             feed(.handshakeRejected)
@@ -198,13 +192,8 @@ extension ClientDaemon.CoreRunner {
         case .dataReceived: feed(.dataReceived)
         case .serverDraining: feed(.serverDraining)
         case .handoverReady(let rtt, let dns, let sized):
-            do {
-                try effects.handshakeCompleted(dns: dns)
-            } catch {
-                return feed(.tunnelFailed(error.message))
-            }
             metrics.handshake("completed")
-            feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6))
+            feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6, dns: dns))
         case .handoverRejected:
             metrics.handshake("rejected")
             feed(.handoverRejected)

@@ -11,14 +11,9 @@ import Device
 /// The tunnel device, its routes and resolvers once the first handshake gives the inner
 /// addresses; the lockdown's lifts and restores; the network's local subnets.
 extension SessionEffects {
-    /// The TUN device comes up once, after the first handshake tells our inner address, and
-    /// stays through every reconnect; the resolvers follow each handshake. Throws why the
+    /// The TUN device comes up once, after the first handshake tells our inner address (the
+    /// core asks, `Effect.attachTunnel`), and stays through every reconnect. Throws why the
     /// device cannot be configured.
-    func handshakeCompleted(dns pushed: Result<DNSSettings, DNSSettingsError>) throws(AgentError) {
-        try attachTunnel()
-        useResolvers(pushed)
-    }
-
     func attachTunnel() throws(AgentError) {
         // A late answer after a rule lifted the lockdown brings no routes back.
         guard tun == nil, !lockdownLifted, let client else { return }
@@ -43,42 +38,23 @@ extension SessionEffects {
         }
     }
 
-    /// Gives the system the tunnel's resolvers: the configuration's own (`dns`), else the
-    /// server's. A list the server got wrong is refused and the session stays.
-    func useResolvers(_ pushed: Result<DNSSettings, DNSSettingsError>) {
-        pushedDNS = pushed
-        guard !lockdownLifted, let dns, let tun else { return }
-        var wanted: DNSSettings
-        if let override = settings.dns.override {
-            wanted = override
-        } else {
-            switch pushed {
-            case .success(let settings): wanted = settings
-            case .failure(let error): return noResolvers("the server's resolvers are refused: \(error)", level: .warning)
+    /// Gives the system the tunnel's resolvers the core chose (`ResolverChoice`), or tells why
+    /// there are none.
+    func useResolvers(_ decision: ResolverDecision) {
+        guard let dns, let tun else { return }
+        if !decision.offLAN.isEmpty {
+            do {
+                try firewall?.tunnelResolvers(decision.offLAN)
+            } catch {
+                log.error("cannot keep the tunnel's resolvers out of the LAN", metadata: ["error": "\(error)"])
             }
         }
-        do {
-            try firewall?.tunnelResolvers(wanted.resolvers)
-        } catch {
-            log.error("cannot keep the tunnel's resolvers out of the LAN", metadata: ["error": "\(error)"])
-        }
-        // A resolver outside the split routes, or on an uplink's own subnet (reached on the link
-        // even in full mode), would be asked in clear.
-        let inClear = { (resolver: IPAddress) in
-            !self.settings.mode.carries(resolver) || self.localNetworks.contains { $0.contains(resolver) }
-        }
-        let outside = wanted.resolvers.filter(inClear)
-        if !outside.isEmpty {
+        if !decision.inClear.isEmpty {
             log.warning("resolvers outside the tunnel are not used: they would be asked in clear",
-                metadata: ["resolvers": "\(outside.map(\.description).joined(separator: ","))"])
-            wanted = (try? DNSSettings(resolvers: wanted.resolvers.filter { !inClear($0) },
-                                       searchDomains: wanted.searchDomains)) ?? .none
+                        metadata: ["resolvers": "\(decision.inClear.map(\.description).joined(separator: ","))"])
         }
+        guard let wanted = decision.use else { return noResolvers(decision.why ?? "none", level: .warning) }
         guard wanted != dns.applied else { return }
-        guard !wanted.resolvers.isEmpty else {
-            return noResolvers("neither the server nor 'dns' gives resolvers for the tunnel" + (firewall == nil ? ""
-                : "; with the lockdown on, names resolve only through resolvers the tunnel reaches"), level: .warning)
-        }
         do {
             try dns.apply(wanted, interface: (tun.index, tun.name), routeAll: settings.mode.socketMark != nil)
             dnsProblem = nil
@@ -137,7 +113,6 @@ extension SessionEffects {
                 log.error("cannot put the tunnel's routes back", metadata: ["error": "\(error)"])
             }
         }
-        if let pushedDNS { useResolvers(pushedDNS) }
         log.notice("lockdown restored")
     }
 
@@ -190,8 +165,6 @@ extension SessionEffects {
             }
             localNetworks = prefixes
             exclusionNetworkChanged()
-            // A new network may hold a resolver's address, or no longer hold it.
-            if let pushedDNS, !lockdownLifted { useResolvers(pushedDNS) }
         }
     }
 

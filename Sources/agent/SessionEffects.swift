@@ -62,8 +62,6 @@ final class SessionEffects {
     /// decide before the tunnel's, as last warned of.
     var otherTunnelRoutes: [DivertingRoute] = []
     var rulesBefore: [RoutingRule] = []
-    /// What the server last pushed, to judge again when the local subnets change.
-    var pushedDNS: Result<DNSSettings, DNSSettingsError>?
     /// The uplinks' own subnets: a resolver inside one is reached on the link, not through the tunnel.
     var localNetworks: [Prefix] = []
     /// Subnets the uplinks' networks claim wider than a LAN (`NetworkModel.widerClaims`).
@@ -156,7 +154,8 @@ final class SessionEffects {
     var tunnelMTU: Int { tun?.mtu ?? wantedMTU ?? settings.tunnel.mtu }
     /// Whether the tunnel has an IPv6 address, which keeps its MTU at 1,280 or above (true
     /// until the device exists: the cautious floor).
-    var tunnelCarriesIPv6: Bool { tun.map { $0.addresses.contains { $0.address.family == .v6 } } ?? true }
+    /// Whether the session's inner addresses (the device's, once it is up) include an IPv6 one.
+    var tunnelCarriesIPv6: Bool { client.map { $0.addresses.contains { $0.family == .v6 } } ?? true }
 
     /// The most addresses the lockdown keeps open for one server's name.
     static let addressesPerServer = 8

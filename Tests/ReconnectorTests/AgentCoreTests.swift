@@ -49,6 +49,7 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30), tunn
     #expect(core.network.paths == paths)
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
+    _ = core.handle(.tunnelAttached, now: at(20))
     return core
 }
 
@@ -78,7 +79,8 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30), tunn
 @Test func aSizeProbeEchoedShortProvesNothing() {
     var core = agentCore(on: [eth0])
     _ = core.handle(.start, now: at(0))
-    let out = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: true), now: at(20))
+    _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: true), now: at(20))
+    let out = core.handle(.tunnelAttached, now: at(20))
     let sized = out.probeIDs.compactMap { probe in probe.2.map { (probe.0, $0) } }
     guard let (id, size) = sized.first else {
         Issue.record("no size probe after a handshake with a server that echoes sizes: \(out)")
@@ -160,7 +162,9 @@ private func connectedCore(_ paths: [Path], wait: Duration? = .seconds(30), tunn
 @Test func readyIsToldOnceAndNotBehindADeadServer() {
     var core = agentCore(on: [eth0], wait: .seconds(30))
     #expect(core.handle(.start, now: at(0)).readies == 0)
-    #expect(core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20)).readies == 1)
+    // Ready once the device is up, not before.
+    #expect(core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20)) == [.attachTunnel])
+    #expect(core.handle(.tunnelAttached, now: at(20)).readies == 1)
     #expect(core.handle(.network(carrier(eth0, false)), now: at(1_000)).readies == 0)
 }
 
@@ -323,6 +327,7 @@ extension [Effect] {
     let cafe = away.handle(.networkFact(.gateway(linkIndex: wifi0.linkIndex, wifi0.gateway!, mac: "a4:91:b1:00:ca:fe")), now: at(1))
     #expect(cafe.attempts > 0, "another gateway: the tunnel comes up")
     _ = away.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: false), now: at(30))
+    _ = away.handle(.tunnelAttached, now: at(30))
     // Docked at the office: the better path is not tried before the rules know its gateway.
     let docked = away.handle(uplink(eth0), now: at(10_000))
     #expect(docked.attempts == 0 && docked.asked.contains(.gateway(eth0.gateway!, linkIndex: eth0.linkIndex, resolve: true)))
@@ -441,4 +446,80 @@ private func coreBehindPortal() -> AgentCore {
     #expect(core.handle(.request(.pause), now: at(400)).replies == [.paused(already: true)])
     #expect(core.handle(.request(.reconnect), now: at(500)).replies == [.down])
     #expect(core.handle(.request(.resume), now: at(600)).replies == [.connecting])
+}
+
+// MARK: The tunnel device and its resolvers
+
+@Test func theDeviceIsAskedForOnceAndTheSessionIsUpOnlyWithIt() {
+    var core = agentCore(on: [eth0], wait: .seconds(30))
+    _ = core.handle(.start, now: at(0))
+    #expect(core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20)) == [.attachTunnel])
+    #expect(core.reconnector.state.name == "connecting" && !core.tunnelUp, "not up before the device is")
+    _ = core.handle(.tunnelAttached, now: at(21))
+    #expect(core.reconnector.state == .connected(eth0) && core.tunnelUp)
+    // Fresh keys later: the device stays, nothing asks for another.
+    _ = core.handle(.request(.reconnect), now: at(5_000))
+    let again = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(5_020))
+    #expect(!again.contains(.attachTunnel) && core.reconnector.state == .connected(eth0))
+}
+
+@Test func aDeviceThatCannotBeMadeEndsTheAgent() {
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
+    #expect(core.handle(.tunnelFailed("no /dev/net/tun"), now: at(21)) == [.giveUp(.tunnelFailed("no /dev/net/tun"))])
+    #expect(!core.tunnelUp && core.stopped)
+}
+
+private func resolverCore(_ choice: ResolverChoice, on paths: [Path] = [eth0]) -> AgentCore {
+    var model = NetworkModel()
+    for change in paths.flatMap(uplink) { model.apply(change) }
+    return AgentCore(Reconnector(servers: ["gateway0"]), model: model, servers: [ServerBook.Entry(named: true, addresses: [server])],
+                     resolvers: choice)
+}
+
+private func dns(_ resolvers: String...) -> DNSSettings {
+    (try? DNSSettings(resolvers: resolvers.map { IPAddress($0)! }, searchDomains: ["corp.example"])) ?? .none
+}
+
+extension [Effect] {
+    var resolverDecisions: [ResolverDecision] { compactMap { if case .resolvers(let d) = $0 { d } else { nil } } }
+}
+
+@Test func resolversComeWithTheDeviceAndNeverOneAskedInClear() throws {
+    // A full tunnel; eth0's own subnet is 10.20.0.0/24 (`uplink`), reached on the link.
+    let onTheLink = IPAddress("10.20.0.53")!
+    var core = resolverCore(ResolverChoice(override: nil, carried: [.any(.v4), .any(.v6)], lockdown: true))
+    _ = core.handle(.start, now: at(0))
+    let pushed = try DNSSettings(resolvers: [IPAddress("10.77.0.53")!, onTheLink], searchDomains: ["corp.example"])
+    let before = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true, dns: .success(pushed)), now: at(20))
+    #expect(before.resolverDecisions.isEmpty, "nothing before the device is up")
+    let decided = core.handle(.tunnelAttached, now: at(21)).resolverDecisions
+    #expect(decided.count == 1)
+    #expect(decided.first?.use?.resolvers == [IPAddress("10.77.0.53")!] && decided.first?.use?.searchDomains == ["corp.example"])
+    #expect(decided.first?.inClear == [onTheLink] && decided.first?.offLAN == pushed.resolvers)
+    // The same list at the next handshake: nothing new to give.
+    _ = core.handle(.request(.reconnect), now: at(5_000))
+    #expect(core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true, dns: .success(pushed)),
+                        now: at(5_020)).resolverDecisions.isEmpty)
+    // A server that got its list wrong: none, and why.
+    let refused = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true,
+                                                  dns: .failure(.tooManyResolvers(9))), now: at(6_000)).resolverDecisions
+    #expect(refused.count == 1 && refused.first?.use == nil && refused.first?.why?.contains("refused") == true)
+}
+
+@Test func theConfigurationsResolversWinAndASplitTunnelKeepsOnlyWhatItCarries() throws {
+    let own = dns("10.77.0.53", "9.9.9.9")
+    var core = resolverCore(ResolverChoice(override: own, carried: [Prefix("10.77.0.0/16")!], lockdown: false))
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true,
+                                        dns: .success(dns("10.77.0.1"))), now: at(20))
+    let decided = core.handle(.tunnelAttached, now: at(21)).resolverDecisions
+    #expect(decided.first?.use?.resolvers == [IPAddress("10.77.0.53")!] && decided.first?.inClear == [IPAddress("9.9.9.9")!])
+    // Every resolver outside: none given, said so (no lockdown, so nothing about it).
+    var outside = resolverCore(ResolverChoice(override: dns("9.9.9.9"), carried: [Prefix("10.77.0.0/16")!], lockdown: false))
+    _ = outside.handle(.start, now: at(0))
+    _ = outside.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
+    let none = outside.handle(.tunnelAttached, now: at(21)).resolverDecisions
+    #expect(none.first?.use == nil && none.first?.why == "every resolver for the tunnel would be asked in clear")
 }
