@@ -85,8 +85,12 @@ let package = Package(
         // The gateways' shared user directory in PostgreSQL, through libpq loaded when a gateway
         // reads its users from there.
         .target(name: "Directory", dependencies: ["Basics", "Tunnel", "CLibpq"], swiftSettings: strict),
-        // Control and status: the control socket, its server and client, the protocol, JSON.
-        .target(name: "Control", dependencies: ["Basics", "Device", "Tunnel"], swiftSettings: strict),
+        // The control socket's protocol and its JSON, the socket and the client that asks it: all a
+        // program that only talks to an agent needs (the desktop app), without the data plane.
+        .target(name: "ControlWire", dependencies: ["Basics"], swiftSettings: strict),
+        // Control and status: the control socket's server, the status's data-plane counters, the
+        // mailbox.
+        .target(name: "Control", dependencies: ["Basics", "Device", "Tunnel", "ControlWire"], swiftSettings: strict),
         // What an operator reads and graphs: the log handler and the metrics, served over HTTP or
         // written to a file.
         .target(
@@ -114,7 +118,7 @@ let package = Package(
             name: "agent",
             dependencies: [
                 "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
-                "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "Observability", "Replay", "Timeline", "Directory",
+                "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "ControlWire", "Observability", "Replay", "Timeline", "Directory",
                 "Diagnosis", "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -164,7 +168,7 @@ let package = Package(
         .testTarget(
             name: "AgentTests",
             dependencies: [
-                "Basics", "Device", "Tunnel", "Control", "SystemDNS", "agent", "NamespaceLab", "MarkedSender",
+                "Basics", "Device", "Tunnel", "Control", "ControlWire", "SystemDNS", "agent", "NamespaceLab", "MarkedSender",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),

@@ -1,3 +1,4 @@
+public import ControlWire
 import Glibc
 import Basics
 import Synchronization

@@ -1,3 +1,4 @@
+import ControlWire
 import Glibc
 import Synchronization
 

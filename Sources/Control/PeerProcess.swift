@@ -1,3 +1,4 @@
+public import ControlWire
 import Basics
 import Glibc
 

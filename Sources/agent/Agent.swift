@@ -2,6 +2,7 @@ import ArgumentParser
 import CShims
 import ConfigReader
 import Control
+import ControlWire
 import Glibc
 
 @main

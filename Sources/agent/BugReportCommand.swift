@@ -2,6 +2,7 @@ import ArgumentParser
 import Basics
 import ConfigReader
 import Control
+import ControlWire
 import Glibc
 import Observability
 import Settings

@@ -1,4 +1,5 @@
 import Control
+import ControlWire
 import SystemDNS
 import Logging
 import Observability

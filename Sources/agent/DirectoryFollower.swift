@@ -1,6 +1,7 @@
 import Basics
 import CShims
 import Control
+import ControlWire
 import Directory
 import Glibc
 import Logging

@@ -2,6 +2,7 @@ import ArgumentParser
 import Basics
 import ConfigReader
 import Control
+import ControlWire
 import Device
 import Diagnosis
 import Glibc

@@ -1,4 +1,5 @@
 import Control
+import ControlWire
 import ArgumentParser
 import ConfigReader
 import Lockdown

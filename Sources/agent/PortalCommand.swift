@@ -1,5 +1,6 @@
 import Connectivity
 import Control
+import ControlWire
 import ArgumentParser
 import Glibc
 import Basics

@@ -1,4 +1,5 @@
 import Control
+import ControlWire
 import Observability
 import ArgumentParser
 import Basics

@@ -1,4 +1,5 @@
 import Control
+import ControlWire
 import Logging
 import Lockdown
 import Basics

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Basics
 import Control
+import ControlWire
 import Glibc
 import SystemDNS
 

@@ -1,4 +1,5 @@
 import Control
+import ControlWire
 import Lockdown
 import SystemDNS
 import Logging

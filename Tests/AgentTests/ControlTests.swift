@@ -5,6 +5,7 @@ import Basics
 import Synchronization
 import Testing
 @testable import Control
+@testable import ControlWire
 @testable import agent
 
 /// The control socket's messages and its server: typed answers, and askers that misbehave

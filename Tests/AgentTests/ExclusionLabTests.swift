@@ -4,6 +4,7 @@ import NamespaceLab
 import Basics
 import Device
 import Control
+import ControlWire
 import Testing
 
 /// Applications kept outside the tunnel on purpose (`agent exclude`, `exclusion: allow`): an

@@ -1,6 +1,7 @@
 import Glibc
 import Testing
 @testable import Control
+@testable import ControlWire
 @testable import agent
 
 /// Only a process whose every id is the asker's joins a window: not one that became a

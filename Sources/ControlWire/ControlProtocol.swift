@@ -1,5 +1,3 @@
-public import Tunnel
-
 /// The control socket's messages, version 1 (docs/CONTROL.md): one JSON object per line each
 /// way. A request names a command; every answer says `version` and `ok`, with the command's
 /// fields or an `error` with a code; a watch then streams `event` lines.
@@ -137,22 +135,6 @@ extension ControlProtocol {
 extension JSON {
     /// A counter as a number (clamped, should one ever pass Int64's range).
     public static func count<T: BinaryInteger>(_ n: T) -> JSON { .int(Int64(clamping: n)) }
-
-    /// The data plane's traffic, as client and server report it; `extra` follows the shared fields.
-    public static func traffic(_ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
-        .object([("packets_in", .count(t.packetsIn)), ("packets_out", .count(t.packetsOut)),
-                 ("bytes_in", .count(t.bytesIn)), ("bytes_out", .count(t.bytesOut)),
-                 ("super_packets", .count(t.superPackets)), ("super_packets_written", .count(t.superPacketsWritten)),
-                 ("too_big", .count(t.tooBig)), ("too_big_answered", .count(t.tooBigAnswered))] + extra)
-    }
-
-    /// Drops: the total, `extra`, the offload drops, then the causes that dropped anything.
-    public static func drops(_ drops: DropCounters, _ t: TrafficCounters, extra: [(String, JSON)] = []) -> JSON {
-        .object([("total", .count(drops.total))] + extra + [
-            ("offload", .count(t.offloadDrops)),
-            ("by_cause", .object(DropReason.allCases.filter { drops[$0] > 0 }.map { ("\($0)", .count(drops[$0])) })),
-        ])
-    }
 }
 
 extension Duration {
