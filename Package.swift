@@ -11,6 +11,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "agent", targets: ["agent"]),
+        .executable(name: "roam-desktop", targets: ["roam-desktop"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -28,6 +29,7 @@ let package = Package(
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .systemLibrary(name: "COpenSSL", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLibpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CAdwaita", pkgConfig: "libadwaita-1", providers: [.apt(["libadwaita-1-dev"])]),
         .target(name: "CShims"),
         // The AEADs of swift-crypto's BoringSSL, called in place with a context in the secret arena.
         .target(name: "CBoring", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -124,6 +126,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
+        // The desktop app, a client of the control socket like `agent status`: the pure view model
+        // (status in; the window, the tray and the notifications out), the GTK 4 and libadwaita
+        // shell in C behind a narrow API (the only code that sees GTK), and the executable that
+        // joins them. Nothing here is linked into the agent.
+        .target(name: "DesktopModel", dependencies: ["ControlWire"], swiftSettings: strict),
+        .target(name: "DesktopShell", dependencies: ["CAdwaita"]),
+        .executableTarget(
+            name: "roam-desktop", dependencies: ["Basics", "ControlWire", "DesktopModel", "DesktopShell"],
+            swiftSettings: strict),
         .executableTarget(
             name: "ReplayBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
@@ -163,6 +174,10 @@ let package = Package(
         .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
         .testTarget(name: "DiagnosisTests", dependencies: ["Basics", "Netlink", "Device", "PathMonitor", "Diagnosis"], swiftSettings: strict),
+        .testTarget(name: "DesktopModelTests", dependencies: ["ControlWire", "DesktopModel"], swiftSettings: strict),
+        // roam-desktop's window under Xvfb through AT-SPI (a Python helper beside it); it runs the
+        // built binary, which `swift build` makes with every product, so it links none of GTK.
+        .testTarget(name: "DesktopAppTests", exclude: ["desktop_session.py"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),
         .testTarget(name: "TimelineTests", dependencies: ["Basics", "Reconnector", "Replay", "Timeline"], swiftSettings: strict),
         .testTarget(

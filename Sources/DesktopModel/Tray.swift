@@ -1,0 +1,60 @@
+/// What the tray shows: an icon by state, a tooltip, and a flat menu.
+public struct TrayView: Equatable, Sendable {
+    /// A symbolic icon name from the icon theme.
+    public var icon: String
+    public var tooltip: String
+    public var items: [MenuItem]
+
+    public init(report: AgentReport) {
+        guard case .status(let status) = report else {
+            icon = "network-vpn-disabled-symbolic"
+            tooltip = "Roam: not running"
+            items = [MenuItem("Connect", .connect, enabled: false), MenuItem("Open Roam", .open), MenuItem("Quit", .quit)]
+            return
+        }
+        icon = Self.icon(for: status.state)
+        tooltip = "Roam: " + DetailsView.words(for: status.state)
+            + (status.state.carriesTraffic ? status.server.map { " to \($0.name)" } ?? "" : "")
+        var items: [MenuItem] = []
+        if status.state == .portal { items.append(MenuItem("Log in to the network", .logIn)) }
+        items.append(status.state == .paused ? MenuItem("Connect", .connect) : MenuItem("Disconnect", .disconnect))
+        items += [MenuItem("Open Roam", .open), MenuItem("Quit", .quit)]
+        self.items = items
+    }
+
+    static func icon(for state: TunnelState) -> String {
+        switch state {
+        case .connected, .probing, .switching: "network-vpn-symbolic"
+        case .connecting, .backingOff: "network-vpn-acquiring-symbolic"
+        case .portal, .failed: "network-vpn-no-route-symbolic"
+        case .offline, .sleeping, .paused, .disconnected, .other: "network-vpn-disabled-symbolic"
+        }
+    }
+}
+
+/// One entry of the tray's menu.
+public struct MenuItem: Equatable, Sendable {
+    public var label: String
+    public var action: MenuAction
+    public var enabled: Bool
+
+    public init(_ label: String, _ action: MenuAction, enabled: Bool = true) {
+        self.label = label
+        self.action = action
+        self.enabled = enabled
+    }
+}
+
+/// What choosing a menu entry does.
+public enum MenuAction: String, Sendable {
+    /// Ask the agent for `up`.
+    case connect
+    /// Ask the agent for `down`.
+    case disconnect
+    /// Open the portal's login page in the portal window.
+    case logIn = "log-in"
+    /// Show the window.
+    case open
+    /// End the app (the agent goes on).
+    case quit
+}

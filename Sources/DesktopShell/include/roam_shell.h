@@ -1,0 +1,56 @@
+#ifndef ROAM_SHELL_H
+#define ROAM_SHELL_H
+
+// The desktop app's window, through GTK 4 and libadwaita: the only code that sees GTK. Swift
+// decides what to show (DesktopModel) and calls these with plain strings; GTK calls back with
+// what the user did. Every function but roam_shell_post and roam_shell_background must be called
+// on the main thread (from a callback, or before roam_shell_run).
+
+#include <stdbool.h>
+
+/// What the shell tells the app. Every callback runs on the main thread with `context`.
+typedef struct RoamShellCallbacks {
+    void *context;
+    /// The application started (first instance only): build the window now.
+    void (*activate)(void *context);
+    /// The user flipped the switch to `on`.
+    void (*switch_toggled)(void *context, bool on);
+    /// The user pressed the portal banner's "Log in".
+    void (*log_in)(void *context);
+    /// Something posted with roam_shell_post arrived on the main thread.
+    void (*deliver)(void *context, void *item);
+} RoamShellCallbacks;
+
+/// Runs the application with id `app_id` until its window closes; a second instance raises the
+/// first's window and returns at once. Returns the exit status.
+int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks);
+
+/// Makes the window (hidden until a screen is shown).
+void roam_shell_build_window(const char *title);
+
+/// Shows the Welcome screen.
+void roam_shell_show_welcome(const char *title, const char *body, const char *detail);
+
+/// Shows the Details screen: the state, a line under it, the switch, and the portal banner
+/// (NULL: none).
+void roam_shell_show_details(const char *state, const char *detail, bool switch_on, bool switch_enabled,
+                             const char *banner, const char *banner_button);
+
+/// The Details screen's list: `count` rows of a title and a value, in order.
+void roam_shell_set_rows(int count, const char *const *titles, const char *const *values);
+
+/// Says `text` briefly at the bottom of the window (a request refused, a login that could not
+/// start).
+void roam_shell_toast(const char *text);
+
+/// Starts `argv` (NULL-terminated; argv[0] looked up in PATH) without waiting for it. Returns NULL,
+/// or why it could not start (free it with free()).
+char *roam_shell_spawn(const char *const *argv);
+
+/// Hands `item` to the main thread, where `deliver` gets it. Safe from any thread.
+void roam_shell_post(void *item);
+
+/// Runs `work(argument)` on a thread of its own (detached). Safe from any thread.
+void roam_shell_background(void (*work)(void *argument), void *argument);
+
+#endif

@@ -1,0 +1,234 @@
+#include "roam_shell.h"
+
+#include <adwaita.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The one application and its widgets; touched only on the main thread.
+static struct {
+    RoamShellCallbacks callbacks;
+    AdwApplication *app;
+    GtkWindow *window;
+    GtkStack *stack;
+    AdwStatusPage *welcome;
+    GtkLabel *welcome_detail;
+    GtkLabel *state;
+    GtkLabel *state_detail;
+    GtkSwitch *toggle;
+    gulong toggle_handler;
+    AdwPreferencesGroup *banner_group;
+    AdwActionRow *banner;
+    AdwPreferencesGroup *details;
+    GPtrArray *rows;
+    AdwToastOverlay *toasts;
+} shell;
+
+static void activated(GApplication *app, gpointer unused) {
+    (void)app;
+    (void)unused;
+    if (shell.window != NULL) {
+        // A second start of the app lands here in the first instance: show what is there.
+        gtk_window_present(shell.window);
+        return;
+    }
+    shell.callbacks.activate(shell.callbacks.context);
+}
+
+int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks) {
+    shell.callbacks = callbacks;
+    shell.rows = g_ptr_array_new();
+    shell.app = adw_application_new(app_id, G_APPLICATION_DEFAULT_FLAGS);
+    g_signal_connect(shell.app, "activate", G_CALLBACK(activated), NULL);
+    // The app's own options are Swift's; GTK sees none.
+    char *argv[] = {(char *)"roam-desktop", NULL};
+    int status = g_application_run(G_APPLICATION(shell.app), 1, argv);
+    g_object_unref(shell.app);
+    return status;
+}
+
+static void toggled(GObject *toggle, GParamSpec *spec, gpointer unused) {
+    (void)spec;
+    (void)unused;
+    shell.callbacks.switch_toggled(shell.callbacks.context, gtk_switch_get_active(GTK_SWITCH(toggle)));
+}
+
+static void log_in_pressed(GtkButton *button, gpointer unused) {
+    (void)button;
+    (void)unused;
+    shell.callbacks.log_in(shell.callbacks.context);
+}
+
+static GtkWidget *welcome_page(void) {
+    shell.welcome = ADW_STATUS_PAGE(adw_status_page_new());
+    adw_status_page_set_icon_name(shell.welcome, "network-vpn-symbolic");
+    shell.welcome_detail = GTK_LABEL(gtk_label_new(""));
+    gtk_label_set_wrap(shell.welcome_detail, TRUE);
+    gtk_widget_add_css_class(GTK_WIDGET(shell.welcome_detail), "dim-label");
+    adw_status_page_set_child(shell.welcome, GTK_WIDGET(shell.welcome_detail));
+    return GTK_WIDGET(shell.welcome);
+}
+
+static GtkWidget *details_page(void) {
+    GtkWidget *column = gtk_box_new(GTK_ORIENTATION_VERTICAL, 18);
+    gtk_widget_set_margin_top(column, 24);
+    gtk_widget_set_margin_bottom(column, 24);
+    gtk_widget_set_margin_start(column, 12);
+    gtk_widget_set_margin_end(column, 12);
+
+    // The state, big, with the switch beside it.
+    GtkWidget *head = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 12);
+    GtkWidget *words = gtk_box_new(GTK_ORIENTATION_VERTICAL, 4);
+    gtk_widget_set_hexpand(words, TRUE);
+    shell.state = GTK_LABEL(gtk_label_new(""));
+    gtk_label_set_xalign(shell.state, 0);
+    gtk_label_set_wrap(shell.state, TRUE);
+    gtk_widget_add_css_class(GTK_WIDGET(shell.state), "title-2");
+    // Screen readers (and the tests) find the state by this description; its name is its text.
+    gtk_accessible_update_property(GTK_ACCESSIBLE(shell.state), GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, "Tunnel state", -1);
+    shell.state_detail = GTK_LABEL(gtk_label_new(""));
+    gtk_label_set_xalign(shell.state_detail, 0);
+    gtk_label_set_wrap(shell.state_detail, TRUE);
+    gtk_widget_add_css_class(GTK_WIDGET(shell.state_detail), "dim-label");
+    gtk_box_append(GTK_BOX(words), GTK_WIDGET(shell.state));
+    gtk_box_append(GTK_BOX(words), GTK_WIDGET(shell.state_detail));
+    shell.toggle = GTK_SWITCH(gtk_switch_new());
+    gtk_widget_set_valign(GTK_WIDGET(shell.toggle), GTK_ALIGN_CENTER);
+    gtk_accessible_update_property(GTK_ACCESSIBLE(shell.toggle), GTK_ACCESSIBLE_PROPERTY_LABEL, "Tunnel", -1);
+    shell.toggle_handler = g_signal_connect(shell.toggle, "notify::active", G_CALLBACK(toggled), NULL);
+    gtk_box_append(GTK_BOX(head), words);
+    gtk_box_append(GTK_BOX(head), GTK_WIDGET(shell.toggle));
+    gtk_box_append(GTK_BOX(column), head);
+
+    // The portal's banner: a row with the login button.
+    shell.banner_group = ADW_PREFERENCES_GROUP(adw_preferences_group_new());
+    shell.banner = ADW_ACTION_ROW(adw_action_row_new());
+    adw_preferences_row_set_use_markup(ADW_PREFERENCES_ROW(shell.banner), FALSE);
+    adw_action_row_set_icon_name(shell.banner, "dialog-warning-symbolic");
+    GtkWidget *log_in = gtk_button_new_with_label("Log in");
+    gtk_widget_set_valign(log_in, GTK_ALIGN_CENTER);
+    gtk_widget_add_css_class(log_in, "suggested-action");
+    g_signal_connect(log_in, "clicked", G_CALLBACK(log_in_pressed), NULL);
+    adw_action_row_add_suffix(shell.banner, log_in);
+    adw_preferences_group_add(shell.banner_group, GTK_WIDGET(shell.banner));
+    gtk_widget_set_visible(GTK_WIDGET(shell.banner_group), FALSE);
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.banner_group));
+
+    shell.details = ADW_PREFERENCES_GROUP(adw_preferences_group_new());
+    adw_preferences_group_set_title(shell.details, "Details");
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.details));
+
+    GtkWidget *clamp = adw_clamp_new();
+    adw_clamp_set_maximum_size(ADW_CLAMP(clamp), 600);
+    adw_clamp_set_child(ADW_CLAMP(clamp), column);
+    GtkWidget *scrolled = gtk_scrolled_window_new();
+    gtk_scrolled_window_set_policy(GTK_SCROLLED_WINDOW(scrolled), GTK_POLICY_NEVER, GTK_POLICY_AUTOMATIC);
+    gtk_scrolled_window_set_child(GTK_SCROLLED_WINDOW(scrolled), clamp);
+    gtk_widget_set_vexpand(scrolled, TRUE);
+    return scrolled;
+}
+
+void roam_shell_build_window(const char *title) {
+    shell.window = GTK_WINDOW(adw_application_window_new(GTK_APPLICATION(shell.app)));
+    gtk_window_set_title(shell.window, title);
+    gtk_window_set_default_size(shell.window, 460, 620);
+    GtkWidget *content = gtk_box_new(GTK_ORIENTATION_VERTICAL, 0);
+    GtkWidget *header = adw_header_bar_new();
+    adw_header_bar_set_title_widget(ADW_HEADER_BAR(header), adw_window_title_new(title, NULL));
+    gtk_box_append(GTK_BOX(content), header);
+    shell.stack = GTK_STACK(gtk_stack_new());
+    gtk_stack_add_named(shell.stack, welcome_page(), "welcome");
+    gtk_stack_add_named(shell.stack, details_page(), "details");
+    gtk_box_append(GTK_BOX(content), GTK_WIDGET(shell.stack));
+    shell.toasts = ADW_TOAST_OVERLAY(adw_toast_overlay_new());
+    adw_toast_overlay_set_child(shell.toasts, content);
+    adw_application_window_set_content(ADW_APPLICATION_WINDOW(shell.window), GTK_WIDGET(shell.toasts));
+}
+
+void roam_shell_toast(const char *text) {
+    // A toast's title is markup; the text is the agent's words.
+    char *escaped = g_markup_escape_text(text, -1);
+    AdwToast *toast = adw_toast_new(escaped);
+    g_free(escaped);
+    adw_toast_set_timeout(toast, 5);
+    // The overlay takes the one reference.
+    adw_toast_overlay_add_toast(shell.toasts, toast);
+}
+
+void roam_shell_show_welcome(const char *title, const char *body, const char *detail) {
+    adw_status_page_set_title(shell.welcome, title);
+    adw_status_page_set_description(shell.welcome, body);
+    gtk_label_set_text(shell.welcome_detail, detail);
+    gtk_stack_set_visible_child_name(shell.stack, "welcome");
+    gtk_window_present(shell.window);
+}
+
+void roam_shell_show_details(const char *state, const char *detail, bool switch_on, bool switch_enabled,
+                             const char *banner, const char *banner_button) {
+    (void)banner_button;
+    gtk_label_set_text(shell.state, state);
+    gtk_label_set_text(shell.state_detail, detail);
+    gtk_widget_set_visible(GTK_WIDGET(shell.state_detail), detail[0] != '\0');
+    // What the agent says is not the user's flip: no request goes out for it.
+    g_signal_handler_block(shell.toggle, shell.toggle_handler);
+    gtk_switch_set_active(shell.toggle, switch_on);
+    g_signal_handler_unblock(shell.toggle, shell.toggle_handler);
+    gtk_widget_set_sensitive(GTK_WIDGET(shell.toggle), switch_enabled);
+    gtk_widget_set_visible(GTK_WIDGET(shell.banner_group), banner != NULL);
+    if (banner != NULL) adw_preferences_row_set_title(ADW_PREFERENCES_ROW(shell.banner), banner);
+    gtk_stack_set_visible_child_name(shell.stack, "details");
+    gtk_window_present(shell.window);
+}
+
+void roam_shell_set_rows(int count, const char *const *titles, const char *const *values) {
+    for (guint i = shell.rows->len; i < (guint)count; i++) {
+        GtkWidget *row = adw_action_row_new();
+        // Values come from the agent: text, never markup.
+        adw_preferences_row_set_use_markup(ADW_PREFERENCES_ROW(row), FALSE);
+        adw_preferences_group_add(shell.details, row);
+        g_ptr_array_add(shell.rows, row);
+    }
+    for (guint i = 0; i < shell.rows->len; i++) {
+        AdwActionRow *row = g_ptr_array_index(shell.rows, i);
+        gboolean shown = i < (guint)count;
+        gtk_widget_set_visible(GTK_WIDGET(row), shown);
+        if (!shown) continue;
+        adw_preferences_row_set_title(ADW_PREFERENCES_ROW(row), titles[i]);
+        adw_action_row_set_subtitle(row, values[i]);
+    }
+    gtk_widget_set_visible(GTK_WIDGET(shell.details), count > 0);
+}
+
+char *roam_shell_spawn(const char *const *argv) {
+    GError *error = NULL;
+    // Without G_SPAWN_DO_NOT_REAP_CHILD, GLib reaps the child: no zombie is left behind.
+    if (g_spawn_async(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, &error)) return NULL;
+    char *why = strdup(error->message);
+    g_error_free(error);
+    return why;
+}
+
+static gboolean deliver_now(gpointer item) {
+    shell.callbacks.deliver(shell.callbacks.context, item);
+    return G_SOURCE_REMOVE;
+}
+
+void roam_shell_post(void *item) { g_idle_add(deliver_now, item); }
+
+typedef struct {
+    void (*work)(void *);
+    void *argument;
+} Job;
+
+static gpointer run_job(gpointer data) {
+    Job job = *(Job *)data;
+    g_free(data);
+    job.work(job.argument);
+    return NULL;
+}
+
+void roam_shell_background(void (*work)(void *argument), void *argument) {
+    Job *job = g_new(Job, 1);
+    job->work = work;
+    job->argument = argument;
+    g_thread_unref(g_thread_new("roam-desktop", run_job, job));
+}

@@ -1,0 +1,103 @@
+import Basics
+import ControlWire
+import DesktopModel
+import DesktopShell
+import Glibc
+
+/// The app on the main thread: it turns what the agent reports into what the shell shows, and
+/// what the user does into requests on the control socket. It decides nothing about the tunnel.
+@MainActor
+final class DesktopApp {
+    let options: DesktopOptions
+    private var report: AgentReport?
+    private var screen: Screen?
+
+    init(options: DesktopOptions) {
+        self.options = options
+    }
+
+    /// The window is wanted: build it, show what is known (nothing yet: not running), and start
+    /// following the agent.
+    func activate() {
+        roam_shell_build_window("Roam")
+        show(.unreachable(why: "Waiting for the agent at \(options.socket)…"))
+        AgentLink.follow(socket: options.socket)
+    }
+
+    /// What a background thread handed over.
+    func deliver(_ delivery: Delivery) {
+        switch delivery {
+        case .report(let report): show(report)
+        case .refused(let message):
+            roam_shell_toast(message)
+            // The switch moved but the agent did not: put it back where the agent is.
+            if let screen { render(screen) }
+        }
+    }
+
+    func switchToggled(on: Bool) {
+        AgentLink.ask(command(switchingOn: on), socket: options.socket)
+    }
+
+    func logIn() {
+        guard case .status(let status) = report, status.state == .portal else { return }
+        var arguments = ["agent", "portal", "--control", options.socket, "--run", options.browser]
+        if let url = status.portal?.url { arguments.append(url) }
+        let problem = Self.withCStrings(arguments) { argv in roam_shell_spawn(argv + [nil]) }
+        if let problem {
+            roam_shell_toast("Cannot open the login page: \(String(cString: problem))")
+            free(problem)
+        }
+    }
+
+    private func show(_ report: AgentReport) {
+        let profiles = Profiles.names(in: options.profiles)
+        let screen = Screen(report: report, profiles: profiles)
+        self.report = report
+        guard screen != self.screen else { return }
+        self.screen = screen
+        render(screen)
+    }
+
+    private func render(_ screen: Screen) {
+        switch screen {
+        case .welcome(let welcome):
+            roam_shell_show_welcome(welcome.title, welcome.body, welcome.detail)
+        case .details(let details):
+            if let banner = details.banner {
+                roam_shell_show_details(details.state, details.stateDetail, details.switchOn, details.switchEnabled,
+                                        banner.text, banner.button)
+            } else {
+                roam_shell_show_details(details.state, details.stateDetail, details.switchOn, details.switchEnabled, nil, nil)
+            }
+            Self.withCStrings(details.rows.map(\.kind.title)) { titles in
+                Self.withCStrings(details.rows.map(\.value)) { values in
+                    roam_shell_set_rows(Int32(details.rows.count), titles, values)
+                }
+            }
+        }
+    }
+
+    /// C strings for the duration of `body`.
+    private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+        let copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        return body(copies.map { UnsafePointer($0) })
+    }
+}
+
+/// What a background thread hands to the main thread.
+enum Delivery: Sendable {
+    /// The agent's status, or that it is gone.
+    case report(AgentReport)
+    /// A request the agent refused or that could not reach it, said for the user.
+    case refused(String)
+}
+
+/// The names of the profiles on this computer (`NAME.yaml`): names only, never their contents.
+enum Profiles {
+    static func names(in directory: String) -> [String] {
+        (SystemFiles.names(in: directory) ?? []).filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }
+            .map { String($0.dropLast(5)) }.sorted()
+    }
+}

@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+"""Drives roam-desktop in a throwaway X server and session bus, as a person would through AT-SPI.
+
+A fake agent answers on a control socket in a temporary directory with the documented JSON
+(docs/CONTROL.md): `status`, `watch` (a status event, then a transition event for each change),
+`up` and `down`. The script checks the Welcome screen (no profile, no agent), the Details screen
+(the state label reads what the fake reports, the switch is on), that flipping the switch makes
+the fake receive `down` and the label follow, and the portal banner; it saves a screenshot of
+each screen. Exit status: 0 passed, 1 failed (what failed on stderr), 77 skipped (why on stdout).
+
+Every process it starts is ended by its id; the temporary directory is removed.
+"""
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SKIP = 77
+
+
+def status(state, **extra):
+    """A client's status, with the fields and shapes the agent's statusJSON writes."""
+    path = None if state in ("paused", "offline", "disconnected") else {
+        "interface": "wifi0" if state == "portal" else "eth0",
+        "kind": "wifi" if state == "portal" else "ethernet",
+        "source": "10.31.1.2" if state == "portal" else "10.31.2.2", "transport": "udp"}
+    body = {
+        "role": "client", "state": state,
+        "server": {"name": "fra1", "address": "198.51.100.7:51820"},
+        "path": path, "rtt_ms": 1.051 if state == "connected" else None,
+        "mtu": {"tunnel": 1340, "configured": 1420, "floor": 1280, "searching": False, "size_probes": 9},
+        "since": "2026-11-23T18:05:17Z", "for_ms": 5310.2,
+        "last_transition": {"at": "2026-11-23T18:05:17Z", "from": "connecting", "to": state, "trigger": "handshake-ok",
+                            "reason": "handshakeCompleted", "path": path, "attempt": 0, "coalesced": 0},
+        "attempts": 1, "budget_left": 9, "connectivity_checks": 0, "power": "ac",
+        "session": {"protocol": 3, "cipher": "aes-256-gcm"} if state == "connected" else None,
+        "lockdown": {"enabled": True, "blocked": {"dns": 0, "ipv6": 0, "out": 12, "in": 0, "forward": 0, "inner": 0},
+                     "open_on": None, "exceptions_for": "agent", "refused_loads": 0},
+        "excluded": [{"pid": 4242, "name": "steam"}],
+    }
+    body.update(extra)
+    return body
+
+
+class FakeAgent:
+    """A control socket that answers as a client agent does, on a thread of its own."""
+
+    def __init__(self, path):
+        self.path = path
+        self.state = status("connected")
+        self.received = []
+        self.watchers = []
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(8)
+        self.stopping = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stopping:
+            ready, _, _ = select.select([self.listener], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(connection,), daemon=True).start()
+
+    def answer(self, connection):
+        connection.settimeout(2)
+        line = b""
+        try:
+            while not line.endswith(b"\n") and len(line) < 4096:
+                chunk = connection.recv(4096)
+                if not chunk:
+                    break
+                line += chunk
+        except OSError:
+            connection.close()
+            return
+        text = line.decode().strip()
+        command = json.loads(text)["command"] if text.startswith("{") else text
+        with self.lock:
+            self.received.append(command)
+            if command == "watch":
+                self.send(connection, {"version": 1, "event": "status", "status": self.state})
+                self.watchers.append(connection)
+                return
+            if command == "status":
+                self.send(connection, {"version": 1, "ok": True, "status": self.state})
+            elif command in ("down", "up"):
+                self.send(connection, {"version": 1, "ok": True, "message": command, "state": self.state["state"]})
+                self.change(status("paused" if command == "down" else "connected"))
+            else:
+                self.send(connection, {"version": 1, "ok": False,
+                                       "error": {"code": "unknown-command", "message": "unknown command"}})
+        connection.close()
+
+    @staticmethod
+    def send(connection, message):
+        try:
+            connection.sendall((json.dumps(message) + "\n").encode())
+        except OSError:
+            pass
+
+    def change(self, new):
+        """Takes a new state and tells every watcher, as the agent's transition events do."""
+        before = self.state["state"]
+        self.state = new
+        event = {"version": 1, "event": "transition",
+                 "transition": {"at": "2026-11-23T18:06:00Z", "from": before, "to": new["state"], "trigger": "operator",
+                                "reason": "operator", "path": new["path"], "attempt": 0, "coalesced": 0},
+                 "status": new}
+        for watcher in self.watchers:
+            self.send(watcher, event)
+
+    def set(self, new):
+        with self.lock:
+            self.change(new)
+
+    def close(self):
+        self.stopping = True
+        self.thread.join(timeout=2)
+        self.listener.close()
+        with self.lock:
+            for watcher in self.watchers:
+                watcher.close()
+
+
+class Session:
+    """Xvfb, a session bus and the app, each ended by its id."""
+
+    def __init__(self, scratch):
+        self.scratch = scratch
+        self.processes = []
+        self.display_pipe = None
+
+    def start(self, argv, **kwargs):
+        process = subprocess.Popen(argv, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def x_server(self):
+        if shutil.which("Xvfb") is None:
+            return None, "Xvfb is not installed (scripts/setup installs it)"
+        read, write = os.pipe()
+        process = self.start(["Xvfb", "-displayfd", str(write), "-screen", "0", "1024x768x24", "-nolisten", "tcp",
+                              # Without it the server resets as its last client leaves, refusing whoever connects then.
+                              "-noreset"],
+                             pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.scratch, "xvfb.log"), "wb"))
+        os.close(write)
+        # Xvfb may write the number and its newline apart, and dies if it cannot write: read the
+        # whole line, and keep the pipe open as long as the server runs.
+        self.display_pipe = read
+        said = b""
+        deadline = time.monotonic() + 10
+        while not said.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([read], [], [], max(0, deadline - time.monotonic()))
+            chunk = os.read(read, 32) if ready else b""
+            if not chunk:
+                break
+            said += chunk
+        number = said.decode().strip() if said.endswith(b"\n") else ""
+        if not number:
+            error = ""
+            if process.poll() is not None:
+                with open(os.path.join(self.scratch, "xvfb.log"), errors="replace") as log:
+                    error = log.read().strip().splitlines()[-1:]
+            return None, "Xvfb did not start within 10 s: %s" % (error or "no display number")
+        return ":" + number, None
+
+    def bus(self, env):
+        process = self.start(["dbus-daemon", "--session", "--nofork", "--print-address=1"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        if not ready:
+            raise RuntimeError("dbus-daemon gave no address within 10 s")
+        return process.stdout.readline().decode().strip()
+
+    def end(self):
+        # The accessibility bus's launcher starts a dbus-daemon that outlives the session bus; it
+        # is known by its address in this session's runtime directory.
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as cmdline:
+                    if self.scratch.encode() in cmdline.read():
+                        os.kill(int(entry), signal.SIGTERM)
+            except OSError:
+                continue
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=5)
+        if self.display_pipe is not None:
+            os.close(self.display_pipe)
+
+
+def walk(node, depth=0):
+    """Every accessible under `node` (bounded: a window has far fewer than this)."""
+    if node is None or depth > 40:
+        return
+    yield node
+    for i in range(min(node.get_child_count(), 500)):
+        yield from walk(node.get_child_at_index(i), depth + 1)
+
+
+def find(Atspi, predicate, within=10.0, what="an accessible"):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        desktop = Atspi.get_desktop(0)
+        for i in range(desktop.get_child_count()):
+            application = desktop.get_child_at_index(i)
+            if application is None or application.get_name() != "roam-desktop":
+                continue
+            for node in walk(application):
+                try:
+                    if predicate(node):
+                        return node
+                except Exception:
+                    continue
+        time.sleep(0.2)
+    raise AssertionError("did not find %s within %.0f s" % (what, within))
+
+
+def resident(pid):
+    """The process's resident memory, as /proc says it (VmRSS, and its peak VmHWM)."""
+    with open("/proc/%d/status" % pid) as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    return "VmRSS %s, peak VmHWM %s" % (fields["VmRSS"].strip(), fields["VmHWM"].strip())
+
+
+def screenshot(display, path):
+    """The window named Roam, as X shows it, to a PNG."""
+    window = subprocess.run(["xwd", "-silent", "-name", "Roam", "-display", display], capture_output=True, timeout=20)
+    if window.returncode != 0:
+        raise AssertionError("xwd: " + window.stderr.decode(errors="replace"))
+    pnm = subprocess.run(["xwdtopnm"], input=window.stdout, capture_output=True, timeout=20)
+    png = subprocess.run(["pnmtopng"], input=pnm.stdout, capture_output=True, timeout=20)
+    if png.returncode != 0 or not png.stdout:
+        raise AssertionError("pnmtopng made no picture")
+    with open(path, "wb") as out:
+        out.write(png.stdout)
+    print("screenshot: " + path)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--screenshots", required=True)
+    arguments = parser.parse_args()
+
+    missing = [tool for tool in ("dbus-daemon", "xwd", "xwdtopnm", "pnmtopng") if shutil.which(tool) is None]
+    if missing:
+        print("SKIP: %s not installed (scripts/setup installs them)" % ", ".join(missing))
+        return SKIP
+    os.makedirs(arguments.screenshots, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="roam-desktop-")
+    session = Session(scratch)
+    agent = None
+    try:
+        display, problem = session.x_server()
+        if display is None:
+            print("SKIP: " + problem)
+            return SKIP
+        profiles = os.path.join(scratch, "profiles")
+        runtime = os.path.join(scratch, "runtime")
+        os.mkdir(profiles)
+        os.mkdir(runtime, 0o700)
+        env = dict(os.environ, DISPLAY=display, XDG_RUNTIME_DIR=runtime, GSETTINGS_BACKEND="memory",
+                   NO_AT_BRIDGE="0", GTK_A11Y="atspi", ROAM_PROFILES=profiles,
+                   ROAM_CONTROL_SOCKET=os.path.join(scratch, "agent.sock"))
+        env.pop("WAYLAND_DISPLAY", None)
+        env["DBUS_SESSION_BUS_ADDRESS"] = session.bus(env)
+        os.environ.update(env)
+        import gi
+        gi.require_version("Atspi", "2.0")
+        from gi.repository import Atspi
+        Atspi.init()
+
+        log = open(os.path.join(scratch, "app.log"), "wb")
+        started = time.monotonic()
+        app = session.start([arguments.app], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+        # No profile and no agent: the Welcome screen.
+        find(Atspi, lambda n: n.get_name() == "Welcome to Roam", within=20, what="the Welcome screen's title")
+        print("start-up: the Welcome screen readable through AT-SPI %.2f s after the start" % (time.monotonic() - started))
+        time.sleep(0.5)
+        screenshot(display, os.path.join(arguments.screenshots, "welcome.png"))
+
+        # A profile and an agent that is connected: the Details screen reads what it reports.
+        with open(os.path.join(profiles, "work.yaml"), "w") as profile:
+            profile.write("# the app lists profiles by name only\n")
+        agent = FakeAgent(env["ROAM_CONTROL_SOCKET"])
+        state = find(Atspi, lambda n: n.get_description() == "Tunnel state" and n.get_name() == "Connected",
+                     within=15, what='the state label reading "Connected"')
+        toggle = find(Atspi, lambda n: n.get_name() == "Tunnel" and n.get_n_actions() > 0, what="the switch")
+        if not toggle.get_state_set().contains(Atspi.StateType.CHECKED):
+            raise AssertionError("the switch is off while the agent is connected")
+        find(Atspi, lambda n: n.get_name() == "Round trip", what='the "Round trip" row')
+        print("details: state label %r, switch found as a %s" % (state.get_name(), toggle.get_role_name()))
+        time.sleep(0.5)
+        screenshot(display, os.path.join(arguments.screenshots, "details.png"))
+
+        # Flipping the switch asks the agent for `down`; the label follows the agent.
+        toggle.do_action(0)
+        deadline = time.monotonic() + 10
+        while "down" not in agent.received and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if "down" not in agent.received:
+            raise AssertionError("the fake agent never received down (it received %s)" % agent.received)
+        find(Atspi, lambda n: n.get_description() == "Tunnel state" and n.get_name() == "Off",
+             what='the state label reading "Off" after down')
+        time.sleep(0.5)
+        screenshot(display, os.path.join(arguments.screenshots, "details-off.png"))
+
+        # Behind a captive portal: the banner with its login button.
+        agent.set(status("portal", portal={"url": "https://login.hotel.example/", "window_ms": None,
+                                           "next_check_ms": 28000.0}))
+        find(Atspi, lambda n: "needs a login before the tunnel can connect" in (n.get_name() or ""),
+             what="the portal banner")
+        find(Atspi, lambda n: n.get_name() == "Log in" and n.get_n_actions() > 0, what='the "Log in" button')
+        time.sleep(0.5)
+        screenshot(display, os.path.join(arguments.screenshots, "portal.png"))
+
+        print("resident memory with the Details screen shown: %s" % resident(app.pid))
+        if app.poll() is not None:
+            raise AssertionError("the app exited with status %d" % app.returncode)
+        print("received by the fake agent: " + " ".join(agent.received))
+        return 0
+    except Exception as failure:
+        print("FAILED: %s" % failure, file=sys.stderr)
+        for name in ("xvfb.log",):
+            if os.path.exists(os.path.join(scratch, name)):
+                with open(os.path.join(scratch, name), errors="replace") as log:
+                    print("%s:\n%s" % (name, log.read()[-2000:]), file=sys.stderr)
+        print("processes: %s" % [(p.args[0], p.poll()) for p in session.processes], file=sys.stderr)
+        app_log = os.path.join(scratch, "app.log")
+        if os.path.exists(app_log):
+            with open(app_log, errors="replace") as log:
+                print("the app said:\n" + log.read()[-4000:], file=sys.stderr)
+        return 1
+    finally:
+        session.end()
+        if agent is not None:
+            agent.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
