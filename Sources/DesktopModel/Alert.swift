@@ -30,7 +30,12 @@ public enum Alert: Equatable, Sendable {
         }
     }
 
-    /// The notification's buttons: an action key and its label.
+    /// A symbolic icon name from the icon theme.
+    public var icon: String {
+        if case .agentGaveUp = self { "network-vpn-disabled-symbolic" } else { "network-vpn-no-route-symbolic" }
+    }
+
+    /// The notification's buttons: an action key (a `MenuAction`'s) and its label.
     public var actions: [(key: String, label: String)] {
         switch self {
         case .portalLogin: [(MenuAction.logIn.rawValue, "Log in")]

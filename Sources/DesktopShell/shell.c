@@ -21,6 +21,9 @@ static struct {
     AdwPreferencesGroup *details;
     GPtrArray *rows;
     AdwToastOverlay *toasts;
+    // The notification shown now (0: none), and the subscription to its actions.
+    guint32 notification;
+    guint action_subscription;
 } shell;
 
 static void activated(GApplication *app, gpointer unused) {
@@ -154,6 +157,10 @@ void roam_shell_toast(const char *text) {
     adw_toast_overlay_add_toast(shell.toasts, toast);
 }
 
+void roam_shell_present(void) {
+    if (shell.window != NULL) gtk_window_present(shell.window);
+}
+
 void roam_shell_show_welcome(const char *title, const char *body, const char *detail) {
     adw_status_page_set_title(shell.welcome, title);
     adw_status_page_set_description(shell.welcome, body);
@@ -205,6 +212,111 @@ char *roam_shell_spawn(const char *const *argv) {
     char *why = strdup(error->message);
     g_error_free(error);
     return why;
+}
+
+static void action_invoked(GDBusConnection *bus, const char *sender, const char *path, const char *interface,
+                           const char *signal, GVariant *parameters, gpointer unused) {
+    (void)bus, (void)sender, (void)path, (void)interface, (void)signal, (void)unused;
+    guint32 id = 0;
+    const char *key = NULL;
+    g_variant_get(parameters, "(u&s)", &id, &key);
+    // Every application's notifications are announced on the bus: only ours count.
+    if (id != 0 && id == shell.notification) shell.callbacks.notification_action(shell.callbacks.context, key);
+}
+
+// While a Notify is on its way the id to replace is unknown: what comes meanwhile waits for its
+// answer, so two notifications are never shown at once.
+static struct {
+    gboolean in_flight;
+    GVariant *next;   // the next Notify's (title, body, icon, actions), or NULL
+    gboolean withdraw; // take it away once its id is known
+} notify_queue;
+
+static void send_notify(GVariant *what);
+
+static void notified(GObject *bus, GAsyncResult *result, gpointer unused) {
+    (void)unused;
+    GError *error = NULL;
+    GVariant *reply = g_dbus_connection_call_finish(G_DBUS_CONNECTION(bus), result, &error);
+    notify_queue.in_flight = FALSE;
+    if (reply == NULL) {
+        // No notification server (no desktop session): the window still says it all.
+        g_message("cannot show a notification: %s", error->message);
+        g_error_free(error);
+    } else {
+        g_variant_get(reply, "(u)", &shell.notification);
+        g_variant_unref(reply);
+    }
+    if (notify_queue.next != NULL) {
+        GVariant *next = notify_queue.next;
+        notify_queue.next = NULL;
+        send_notify(next);
+        g_variant_unref(next);
+    } else if (notify_queue.withdraw) {
+        notify_queue.withdraw = FALSE;
+        roam_shell_withdraw();
+    }
+}
+
+static void send_notify(GVariant *what) {
+    GDBusConnection *bus = g_application_get_dbus_connection(G_APPLICATION(shell.app));
+    if (bus == NULL) return;
+    const char *title, *body, *icon;
+    GVariant *actions;
+    g_variant_get(what, "(&s&s&s@as)", &title, &body, &icon, &actions);
+    GVariantBuilder hints;
+    g_variant_builder_init(&hints, G_VARIANT_TYPE("a{sv}"));
+    g_variant_builder_add(&hints, "{sv}", "desktop-entry", g_variant_new_string("roam-desktop"));
+    g_variant_builder_add(&hints, "{sv}", "urgency", g_variant_new_byte(1));
+    notify_queue.in_flight = TRUE;
+    // Replacing the one shown keeps a single notification however often the news changes.
+    g_dbus_connection_call(bus, "org.freedesktop.Notifications", "/org/freedesktop/Notifications",
+                           "org.freedesktop.Notifications", "Notify",
+                           g_variant_new("(susss@asa{sv}i)", "Roam", shell.notification, icon, title, body, actions,
+                                         &hints, -1),
+                           G_VARIANT_TYPE("(u)"), G_DBUS_CALL_FLAGS_NONE, 5000, NULL, notified, NULL);
+    g_variant_unref(actions);
+}
+
+void roam_shell_notify(const char *title, const char *body, const char *icon, int count,
+                       const char *const *keys, const char *const *labels) {
+    GDBusConnection *bus = g_application_get_dbus_connection(G_APPLICATION(shell.app));
+    if (bus == NULL) return;
+    if (shell.action_subscription == 0) {
+        shell.action_subscription = g_dbus_connection_signal_subscribe(
+            bus, NULL, "org.freedesktop.Notifications", "ActionInvoked", "/org/freedesktop/Notifications", NULL,
+            G_DBUS_SIGNAL_FLAGS_NONE, action_invoked, NULL, NULL);
+    }
+    GVariantBuilder actions;
+    g_variant_builder_init(&actions, G_VARIANT_TYPE("as"));
+    for (int i = 0; i < count; i++) {
+        g_variant_builder_add(&actions, "s", keys[i]);
+        g_variant_builder_add(&actions, "s", labels[i]);
+    }
+    GVariant *what = g_variant_ref_sink(g_variant_new("(sss@as)", title, body, icon, g_variant_builder_end(&actions)));
+    notify_queue.withdraw = FALSE;
+    if (notify_queue.in_flight) {
+        if (notify_queue.next != NULL) g_variant_unref(notify_queue.next);
+        notify_queue.next = what;
+        return;
+    }
+    send_notify(what);
+    g_variant_unref(what);
+}
+
+void roam_shell_withdraw(void) {
+    if (notify_queue.in_flight) {
+        if (notify_queue.next != NULL) g_variant_unref(notify_queue.next);
+        notify_queue.next = NULL;
+        notify_queue.withdraw = TRUE;
+        return;
+    }
+    GDBusConnection *bus = g_application_get_dbus_connection(G_APPLICATION(shell.app));
+    if (bus == NULL || shell.notification == 0) return;
+    g_dbus_connection_call(bus, "org.freedesktop.Notifications", "/org/freedesktop/Notifications",
+                           "org.freedesktop.Notifications", "CloseNotification", g_variant_new("(u)", shell.notification),
+                           NULL, G_DBUS_CALL_FLAGS_NONE, 5000, NULL, NULL, NULL);
+    shell.notification = 0;
 }
 
 static gboolean deliver_now(gpointer item) {

@@ -11,6 +11,8 @@ final class DesktopApp {
     let options: DesktopOptions
     private var report: AgentReport?
     private var screen: Screen?
+    /// The notification shown now, if any: the app keeps one.
+    private var alert: Alert?
 
     init(options: DesktopOptions) {
         self.options = options
@@ -41,7 +43,7 @@ final class DesktopApp {
 
     func logIn() {
         guard case .status(let status) = report, status.state == .portal else { return }
-        var arguments = ["agent", "portal", "--control", options.socket, "--run", options.browser]
+        var arguments = [options.agent, "portal", "--control", options.socket, "--run", options.browser]
         if let url = status.portal?.url { arguments.append(url) }
         let problem = Self.withCStrings(arguments) { argv in roam_shell_spawn(argv + [nil]) }
         if let problem {
@@ -50,9 +52,31 @@ final class DesktopApp {
         }
     }
 
+    /// The user chose `key` on the notification; `default` is the notification itself.
+    func notificationAction(_ key: String) {
+        switch MenuAction(rawValue: key) {
+        case .logIn: logIn()
+        case .connect: AgentLink.ask(.up, socket: options.socket)
+        default: roam_shell_present()
+        }
+    }
+
     private func show(_ report: AgentReport) {
         let profiles = Profiles.names(in: options.profiles)
         let screen = Screen(report: report, profiles: profiles)
+        switch AlertChange.between(showing: alert, report: report, previous: self.report) {
+        case .keep: break
+        case .show(let alert):
+            self.alert = alert
+            Self.withCStrings(alert.actions.map(\.key)) { keys in
+                Self.withCStrings(alert.actions.map(\.label)) { labels in
+                    roam_shell_notify(alert.title, alert.body, alert.icon, Int32(keys.count), keys, labels)
+                }
+            }
+        case .withdraw:
+            alert = nil
+            roam_shell_withdraw()
+        }
         self.report = report
         guard screen != self.screen else { return }
         self.screen = screen

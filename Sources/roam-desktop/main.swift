@@ -11,18 +11,22 @@ struct DesktopOptions: Sendable {
     var profiles = "/etc/roam"
     /// The program `agent portal --run` opens the login page with.
     var browser = "xdg-open"
+    /// The agent's executable, for `agent portal` (`ROAM_AGENT`, else `agent` in PATH).
+    var agent = "agent"
 
     static let usage = """
         usage: roam-desktop [--socket PATH] [--profiles DIR] [--browser PROGRAM]
           --socket PATH       the agent's control socket (default: $ROAM_CONTROL_SOCKET, else \(ControlSocket.defaultPath))
           --profiles DIR      where the profiles are (default: $ROAM_PROFILES, else /etc/roam)
           --browser PROGRAM   what opens a captive portal's login page (default: xdg-open)
+        "Log in" runs `agent portal --run PROGRAM URL` ($ROAM_AGENT names another agent executable).
         """
 
     /// The options from the environment and the arguments; a mistake is said with the usage.
     init(arguments: [String], environment: (String) -> String?) throws(UsageError) {
         if let socket = environment("ROAM_CONTROL_SOCKET"), !socket.isEmpty { self.socket = socket }
         if let profiles = environment("ROAM_PROFILES"), !profiles.isEmpty { self.profiles = profiles }
+        if let agent = environment("ROAM_AGENT"), !agent.isEmpty { self.agent = agent }
         var rest = arguments[...]
         while let argument = rest.popFirst() {
             switch argument {
@@ -77,5 +81,9 @@ let callbacks = RoamShellCallbacks(
         guard let item else { return }
         let delivery = Unmanaged<Box<Delivery>>.fromOpaque(item).takeRetainedValue().value
         MainActor.assumeIsolated { desktopApp(context)?.deliver(delivery) }
+    },
+    notification_action: { context, key in
+        let key = key.map { String(cString: $0) } ?? ""
+        MainActor.assumeIsolated { desktopApp(context)?.notificationAction(key) }
     })
 exit(roam_shell_run("org.roam.Desktop", callbacks))

@@ -4,7 +4,8 @@ import Testing
 /// roam-desktop's window in a throwaway X server (Xvfb) and session bus, driven through AT-SPI
 /// by desktop_session.py against a fake agent on a temporary control socket: the Welcome
 /// screen, the Details screen reading what the fake reports, the switch sending `down`, the
-/// portal banner. Screenshots of each screen are kept in .build/desktop-screenshots/.
+/// portal banner and its notification (through dunst). Screenshots of each screen are kept in
+/// .build/desktop-screenshots/.
 @Suite(.serialized) struct DesktopWindowTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let app = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("roam-desktop")
@@ -43,6 +44,11 @@ import Testing
         case 0:
             for screen in ["welcome", "details", "details-off", "portal"] {
                 #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent("\(screen).png").path))
+            }
+            // With a notification server (scripts/setup installs dunst) the portal's notification
+            // is checked too: one, replaced, its "Log in" running `agent portal`.
+            if FileManager.default.isExecutableFile(atPath: "/usr/bin/dunst") {
+                #expect(said.contains("notification: one for the portal"))
             }
         case 77:
             print("skipped: " + said.trimmingCharacters(in: .whitespacesAndNewlines))

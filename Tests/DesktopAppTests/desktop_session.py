@@ -189,6 +189,18 @@ class Session:
             raise RuntimeError("dbus-daemon gave no address within 10 s")
         return process.stdout.readline().decode().strip()
 
+    def notification_server(self, env):
+        """dunst on this session's bus; None when it did not take org.freedesktop.Notifications."""
+        if shutil.which("dunst") is None or shutil.which("dunstctl") is None:
+            return None
+        self.start(["dunst"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if subprocess.run(["dunstctl", "is-paused"], env=env, capture_output=True, timeout=5).returncode == 0:
+                return True
+            time.sleep(0.2)
+        return None
+
     def end(self):
         # The accessibility bus's launcher starts a dbus-daemon that outlives the session bus; it
         # is known by its address in this session's runtime directory.
@@ -247,9 +259,53 @@ def resident(pid):
     return "VmRSS %s, peak VmHWM %s" % (fields["VmRSS"].strip(), fields["VmHWM"].strip())
 
 
-def screenshot(display, path):
-    """The window named Roam, as X shows it, to a PNG."""
-    window = subprocess.run(["xwd", "-silent", "-name", "Roam", "-display", display], capture_output=True, timeout=20)
+def displayed(env):
+    """How many notifications dunst shows now."""
+    count = subprocess.run(["dunstctl", "count", "displayed"], env=env, capture_output=True, timeout=5)
+    return int(count.stdout.decode().strip() or "-1")
+
+
+def wait_for(condition, within, what):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("%s within %.0f s" % (what, within))
+
+
+def check_notifications(agent, env, display, scratch, screenshots):
+    """The portal (shown by now) raised one notification; news replaces it rather than adding
+    one; its "Log in" action runs `agent portal`."""
+    wait_for(lambda: displayed(env) == 1, 10, "no notification for the portal")
+    screenshot(display, os.path.join(screenshots, "notification.png"), window=None)
+    agent.set(status("failed", last_transition={"at": "2026-11-23T18:06:00Z", "from": "connecting", "to": "failed",
+                                                "trigger": "handshake-failed", "reason": "rejected(unknown key)",
+                                                "path": None, "attempt": 3, "coalesced": 0}))
+    time.sleep(1)
+    if displayed(env) != 1:
+        raise AssertionError("a failure after the portal shows %d notifications, not one replaced" % displayed(env))
+    agent.set(status("portal", portal={"url": "https://login.hotel.example/", "window_ms": None, "next_check_ms": 1.0}))
+    time.sleep(1)
+    if displayed(env) != 1:
+        raise AssertionError("the portal again shows %d notifications, not one replaced" % displayed(env))
+    # dunst invokes a notification's only action.
+    subprocess.run(["dunstctl", "action", "0"], env=env, capture_output=True, timeout=5)
+    said = os.path.join(scratch, "portal-arguments")
+    wait_for(lambda: os.path.exists(said), 10, "the notification's Log in did not run agent portal")
+    with open(said) as arguments:
+        words = arguments.read().split()
+    expected = ["portal", "--control", env["ROAM_CONTROL_SOCKET"], "--run", "xdg-open", "https://login.hotel.example/"]
+    if words != expected:
+        raise AssertionError("Log in ran agent %s, not agent %s" % (" ".join(words), " ".join(expected)))
+    print("notification: one for the portal, replaced by the failure and the portal again; "
+          "its Log in ran agent " + " ".join(words))
+
+
+def screenshot(display, path, window="Roam"):
+    """The window named `window` (None: the whole screen), as X shows it, to a PNG."""
+    which = ["-name", window] if window else ["-root"]
+    window = subprocess.run(["xwd", "-silent", *which, "-display", display], capture_output=True, timeout=20)
     if window.returncode != 0:
         raise AssertionError("xwd: " + window.stderr.decode(errors="replace"))
     pnm = subprocess.run(["xwdtopnm"], input=window.stdout, capture_output=True, timeout=20)
@@ -294,6 +350,17 @@ def main():
         gi.require_version("Atspi", "2.0")
         from gi.repository import Atspi
         Atspi.init()
+
+        # The agent's `portal` command, as the app runs it for "Log in": here it writes down its
+        # arguments.
+        agent_stub = os.path.join(scratch, "agent")
+        with open(agent_stub, "w") as stub:
+            stub.write('#!/bin/sh\nprintf "%%s\\n" "$@" > "%s"\n' % os.path.join(scratch, "portal-arguments"))
+        os.chmod(agent_stub, 0o755)
+        env["ROAM_AGENT"] = agent_stub
+        notifications = session.notification_server(env)
+        if notifications is None:
+            print("notifications not checked: dunst is not installed or did not start (scripts/setup installs it)")
 
         log = open(os.path.join(scratch, "app.log"), "wb")
         started = time.monotonic()
@@ -340,6 +407,8 @@ def main():
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "portal.png"))
 
+        if notifications:
+            check_notifications(agent, env, display, scratch, arguments.screenshots)
         print("resident memory with the Details screen shown: %s" % resident(app.pid))
         if app.poll() is not None:
             raise AssertionError("the app exited with status %d" % app.returncode)

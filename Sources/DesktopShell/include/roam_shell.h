@@ -19,6 +19,8 @@ typedef struct RoamShellCallbacks {
     void (*log_in)(void *context);
     /// Something posted with roam_shell_post arrived on the main thread.
     void (*deliver)(void *context, void *item);
+    /// The user chose `key` on the app's notification (`default`: the notification itself).
+    void (*notification_action)(void *context, const char *key);
 } RoamShellCallbacks;
 
 /// Runs the application with id `app_id` until its window closes; a second instance raises the
@@ -27,6 +29,9 @@ int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks);
 
 /// Makes the window (hidden until a screen is shown).
 void roam_shell_build_window(const char *title);
+
+/// Brings the window to the front.
+void roam_shell_present(void);
 
 /// Shows the Welcome screen.
 void roam_shell_show_welcome(const char *title, const char *body, const char *detail);
@@ -46,6 +51,14 @@ void roam_shell_toast(const char *text);
 /// Starts `argv` (NULL-terminated; argv[0] looked up in PATH) without waiting for it. Returns NULL,
 /// or why it could not start (free it with free()).
 char *roam_shell_spawn(const char *const *argv);
+
+/// Shows the app's one notification through org.freedesktop.Notifications on the session bus,
+/// replacing the one shown before: `count` actions, each a key and a label.
+void roam_shell_notify(const char *title, const char *body, const char *icon, int count,
+                       const char *const *keys, const char *const *labels);
+
+/// Takes the app's notification away, if one is shown.
+void roam_shell_withdraw(void);
 
 /// Hands `item` to the main thread, where `deliver` gets it. Safe from any thread.
 void roam_shell_post(void *item);
