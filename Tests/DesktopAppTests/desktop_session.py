@@ -12,6 +12,7 @@ Every process it starts is ended by its id; the temporary directory is removed.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import select
@@ -139,6 +140,22 @@ class FakeAgent:
                 watcher.close()
 
 
+def children():
+    """The script's own children that still run (its subprocesses and the orphans it adopted)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
 class Session:
     """Xvfb, a session bus and the app, each ended by its id."""
 
@@ -201,18 +218,23 @@ class Session:
             time.sleep(0.2)
         return None
 
-    def end(self):
-        # The accessibility bus's launcher starts a dbus-daemon that outlives the session bus; it
-        # is known by its address in this session's runtime directory.
+    def strays(self):
+        """Processes the session started indirectly: the accessibility bus's launcher starts a
+        dbus-daemon that outlives the session bus, known by its address in this session's runtime
+        directory."""
+        found = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == os.getpid():
                 continue
             try:
                 with open("/proc/%s/cmdline" % entry, "rb") as cmdline:
                     if self.scratch.encode() in cmdline.read():
-                        os.kill(int(entry), signal.SIGTERM)
+                        found.append(int(entry))
             except OSError:
                 continue
+        return found
+
+    def end(self):
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.terminate()
@@ -223,6 +245,22 @@ class Session:
                     process.wait(timeout=5)
         if self.display_pipe is not None:
             os.close(self.display_pipe)
+        # It ignores SIGTERM. What the buses started (the accessibility registry, a notification
+        # server started on demand) and the programs the app started are orphans now: as their
+        # subreaper the script ends what still runs and reaps them all.
+        for pid in self.strays() + children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.05)
 
 
 def walk(node, depth=0):
@@ -318,6 +356,9 @@ def screenshot(display, path, window="Roam"):
 
 
 def main():
+    # Orphans of what this script starts become its children (PR_SET_CHILD_SUBREAPER), so it can
+    # end and reap them.
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     parser = argparse.ArgumentParser()
     parser.add_argument("--app", required=True)
     parser.add_argument("--screenshots", required=True)
