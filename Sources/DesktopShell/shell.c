@@ -1,12 +1,14 @@
 #include "roam_shell.h"
+#include "shell_private.h"
 
 #include <adwaita.h>
 #include <stdlib.h>
 #include <string.h>
 
 // The one application and its widgets; touched only on the main thread.
+RoamShellCallbacks roam_shell_callbacks;
+
 static struct {
-    RoamShellCallbacks callbacks;
     AdwApplication *app;
     GtkWindow *window;
     GtkStack *stack;
@@ -34,11 +36,11 @@ static void activated(GApplication *app, gpointer unused) {
         gtk_window_present(shell.window);
         return;
     }
-    shell.callbacks.activate(shell.callbacks.context);
+    roam_shell_callbacks.activate(roam_shell_callbacks.context);
 }
 
 int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks) {
-    shell.callbacks = callbacks;
+    roam_shell_callbacks = callbacks;
     shell.rows = g_ptr_array_new();
     shell.app = adw_application_new(app_id, G_APPLICATION_DEFAULT_FLAGS);
     g_signal_connect(shell.app, "activate", G_CALLBACK(activated), NULL);
@@ -52,13 +54,13 @@ int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks) {
 static void toggled(GObject *toggle, GParamSpec *spec, gpointer unused) {
     (void)spec;
     (void)unused;
-    shell.callbacks.switch_toggled(shell.callbacks.context, gtk_switch_get_active(GTK_SWITCH(toggle)));
+    roam_shell_callbacks.switch_toggled(roam_shell_callbacks.context, gtk_switch_get_active(GTK_SWITCH(toggle)));
 }
 
 static void log_in_pressed(GtkButton *button, gpointer unused) {
     (void)button;
     (void)unused;
-    shell.callbacks.log_in(shell.callbacks.context);
+    roam_shell_callbacks.log_in(roam_shell_callbacks.context);
 }
 
 static GtkWidget *welcome_page(void) {
@@ -157,6 +159,12 @@ void roam_shell_toast(const char *text) {
     adw_toast_overlay_add_toast(shell.toasts, toast);
 }
 
+void roam_shell_quit(void) { g_application_quit(G_APPLICATION(shell.app)); }
+
+void roam_shell_hide_on_close(gboolean hide) {
+    if (shell.window != NULL) gtk_window_set_hide_on_close(shell.window, hide);
+}
+
 void roam_shell_present(void) {
     if (shell.window != NULL) gtk_window_present(shell.window);
 }
@@ -221,7 +229,7 @@ static void action_invoked(GDBusConnection *bus, const char *sender, const char 
     const char *key = NULL;
     g_variant_get(parameters, "(u&s)", &id, &key);
     // Every application's notifications are announced on the bus: only ours count.
-    if (id != 0 && id == shell.notification) shell.callbacks.notification_action(shell.callbacks.context, key);
+    if (id != 0 && id == shell.notification) roam_shell_callbacks.notification_action(roam_shell_callbacks.context, key);
 }
 
 // While a Notify is on its way the id to replace is unknown: what comes meanwhile waits for its
@@ -320,7 +328,7 @@ void roam_shell_withdraw(void) {
 }
 
 static gboolean deliver_now(gpointer item) {
-    shell.callbacks.deliver(shell.callbacks.context, item);
+    roam_shell_callbacks.deliver(roam_shell_callbacks.context, item);
     return G_SOURCE_REMOVE;
 }
 

@@ -13,6 +13,8 @@ final class DesktopApp {
     private var screen: Screen?
     /// The notification shown now, if any: the app keeps one.
     private var alert: Alert?
+    /// The tray's menu as last shown, to know what an entry's index means.
+    private var tray: TrayView?
 
     init(options: DesktopOptions) {
         self.options = options
@@ -54,10 +56,22 @@ final class DesktopApp {
 
     /// The user chose `key` on the notification; `default` is the notification itself.
     func notificationAction(_ key: String) {
-        switch MenuAction(rawValue: key) {
-        case .logIn: logIn()
+        perform(MenuAction(rawValue: key) ?? .open)
+    }
+
+    /// The user chose the tray menu's entry at `index`.
+    func menuChosen(_ index: Int) {
+        guard let items = tray?.items, items.indices.contains(index) else { return }
+        perform(items[index].action)
+    }
+
+    private func perform(_ action: MenuAction) {
+        switch action {
         case .connect: AgentLink.ask(.up, socket: options.socket)
-        default: roam_shell_present()
+        case .disconnect: AgentLink.ask(.down, socket: options.socket)
+        case .logIn: logIn()
+        case .open: roam_shell_present()
+        case .quit: roam_shell_quit()
         }
     }
 
@@ -78,6 +92,13 @@ final class DesktopApp {
             roam_shell_withdraw()
         }
         self.report = report
+        let tray = TrayView(report: report)
+        if tray != self.tray {
+            self.tray = tray
+            Self.withCStrings(tray.items.map(\.label)) { labels in
+                roam_shell_tray_update(tray.icon, tray.tooltip, Int32(labels.count), labels, tray.items.map(\.enabled))
+            }
+        }
         guard screen != self.screen else { return }
         self.screen = screen
         render(screen)

@@ -85,5 +85,6 @@ let callbacks = RoamShellCallbacks(
     notification_action: { context, key in
         let key = key.map { String(cString: $0) } ?? ""
         MainActor.assumeIsolated { desktopApp(context)?.notificationAction(key) }
-    })
+    },
+    menu_chosen: { context, index in MainActor.assumeIsolated { desktopApp(context)?.menuChosen(Int(index)) } })
 exit(roam_shell_run("org.roam.Desktop", callbacks))

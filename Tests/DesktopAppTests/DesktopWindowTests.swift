@@ -4,7 +4,8 @@ import Testing
 /// roam-desktop's window in a throwaway X server (Xvfb) and session bus, driven through AT-SPI
 /// by desktop_session.py against a fake agent on a temporary control socket: the Welcome
 /// screen, the Details screen reading what the fake reports, the switch sending `down`, the
-/// portal banner and its notification (through dunst). Screenshots of each screen are kept in
+/// portal banner and its notification (through dunst), the tray item and its menu (through a fake
+/// StatusNotifierWatcher). Screenshots of each screen are kept in
 /// .build/desktop-screenshots/.
 @Suite(.serialized) struct DesktopWindowTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -50,6 +51,9 @@ import Testing
             if FileManager.default.isExecutableFile(atPath: "/usr/bin/dunst") {
                 #expect(said.contains("notification: one for the portal"))
             }
+            // The tray item, with a watcher that appears after the app: registered, its menu's
+            // labels, Disconnect sending `down`, then a new icon.
+            #expect(said.contains("tray: org.kde.StatusNotifierItem-"))
         case 77:
             print("skipped: " + said.trimmingCharacters(in: .whitespacesAndNewlines))
         default:

@@ -297,6 +297,94 @@ def resident(pid):
     return "VmRSS %s, peak VmHWM %s" % (fields["VmRSS"].strip(), fields["VmHWM"].strip())
 
 
+class FakeWatcher:
+    """A StatusNotifierWatcher on the session bus, as a desktop's tray host runs one: it takes the
+    items' registrations and hears their signals, on a thread with its own GLib main loop."""
+
+    XML = ("<node><interface name='org.kde.StatusNotifierWatcher'>"
+           "<method name='RegisterStatusNotifierItem'><arg type='s' direction='in'/></method>"
+           "<method name='RegisterStatusNotifierHost'><arg type='s' direction='in'/></method>"
+           "<property name='RegisteredStatusNotifierItems' type='as' access='read'/>"
+           "<property name='IsStatusNotifierHostRegistered' type='b' access='read'/>"
+           "<property name='ProtocolVersion' type='i' access='read'/>"
+           "</interface></node>")
+
+    def __init__(self):
+        from gi.repository import Gio, GLib
+        self.Gio, self.GLib = Gio, GLib
+        self.items = []
+        self.signals = []
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise AssertionError("the fake StatusNotifierWatcher did not start within 10 s")
+
+    def run(self):
+        Gio, GLib = self.Gio, self.GLib
+        self.context = GLib.MainContext.new()
+        self.context.push_thread_default()
+        self.bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        node = Gio.DBusNodeInfo.new_for_xml(self.XML)
+        self.bus.register_object("/StatusNotifierWatcher", node.interfaces[0], self.called, None, None)
+        self.bus.signal_subscribe(None, "org.kde.StatusNotifierItem", None, "/StatusNotifierItem", None,
+                                  Gio.DBusSignalFlags.NONE, self.heard)
+        self.bus.signal_subscribe(None, "com.canonical.dbusmenu", None, "/MenuBar", None,
+                                  Gio.DBusSignalFlags.NONE, self.heard)
+        self.loop = GLib.MainLoop.new(self.context, False)
+        Gio.bus_own_name_on_connection(self.bus, "org.kde.StatusNotifierWatcher", Gio.BusNameOwnerFlags.NONE,
+                                       lambda *_: self.ready.set(), None)
+        self.loop.run()
+
+    def called(self, bus, sender, path, interface, method, parameters, invocation):
+        if method == "RegisterStatusNotifierItem":
+            self.items.append((sender, parameters.unpack()[0]))
+        invocation.return_value(None)
+
+    def heard(self, bus, sender, path, interface, signal, parameters):
+        self.signals.append(signal)
+
+    def call(self, name, path, interface, method, parameters, reply):
+        """A method call to the item, from another connection than the loop's thread."""
+        Gio, GLib = self.Gio, self.GLib
+        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        return bus.call_sync(name, path, interface, method, parameters, GLib.VariantType(reply) if reply else None,
+                             Gio.DBusCallFlags.NONE, 5000, None).unpack()
+
+    def stop(self):
+        self.loop.quit()
+        self.thread.join(timeout=5)
+
+
+def check_tray(watcher, agent):
+    """The item registered with the watcher that appeared after the app; its menu's labels; a
+    click on Disconnect sends `down`; the state change that follows gives a new icon."""
+    wait_for(lambda: watcher.items, 10, "the tray item did not register with the watcher")
+    name = watcher.items[0][1]
+    GLib = watcher.GLib
+    icon = watcher.call(name, "/StatusNotifierItem", "org.freedesktop.DBus.Properties", "Get",
+                        GLib.Variant("(ss)", ("org.kde.StatusNotifierItem", "IconName")), "(v)")[0]
+    _, layout = watcher.call(name, "/MenuBar", "com.canonical.dbusmenu", "GetLayout",
+                             GLib.Variant("(iias)", (0, -1, [])), "(u(ia{sv}av))")
+    entries = [(child[0], child[1].get("label")) for child in layout[2]]
+    labels = [label for _, label in entries]
+    expected = ["Log in to the network", "Disconnect", "Open Roam", "Quit"]
+    if labels != expected:
+        raise AssertionError("the tray menu reads %s, not %s" % (labels, expected))
+    downs = agent.received.count("down")
+    heard = len(watcher.signals)
+    disconnect = dict((label, id) for id, label in entries)["Disconnect"]
+    watcher.call(name, "/MenuBar", "com.canonical.dbusmenu", "Event",
+                 GLib.Variant("(isvu)", (disconnect, "clicked", GLib.Variant("s", ""), 0)), None)
+    wait_for(lambda: agent.received.count("down") > downs, 10, "Disconnect in the tray menu did not send down")
+    wait_for(lambda: "NewIcon" in watcher.signals[heard:], 10, "the state change after down gave no NewIcon")
+    _, layout = watcher.call(name, "/MenuBar", "com.canonical.dbusmenu", "GetLayout",
+                             GLib.Variant("(iias)", (0, -1, [])), "(u(ia{sv}av))")
+    after = [child[1].get("label") for child in layout[2]]
+    print("tray: %s registered (icon %s); menu %s; Disconnect sent down; then NewIcon and menu %s" % (
+        name, icon, labels, after))
+
+
 def displayed(env):
     """How many notifications dunst shows now."""
     count = subprocess.run(["dunstctl", "count", "displayed"], env=env, capture_output=True, timeout=5)
@@ -450,6 +538,12 @@ def main():
 
         if notifications:
             check_notifications(agent, env, display, scratch, arguments.screenshots)
+        # The tray's watcher comes after the app, as a panel may: the item shows up then.
+        watcher = FakeWatcher()
+        try:
+            check_tray(watcher, agent)
+        finally:
+            watcher.stop()
         print("resident memory with the Details screen shown: %s" % resident(app.pid))
         if app.poll() is not None:
             raise AssertionError("the app exited with status %d" % app.returncode)

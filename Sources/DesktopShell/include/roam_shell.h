@@ -21,6 +21,8 @@ typedef struct RoamShellCallbacks {
     void (*deliver)(void *context, void *item);
     /// The user chose `key` on the app's notification (`default`: the notification itself).
     void (*notification_action)(void *context, const char *key);
+    /// The user chose the tray menu's entry at `index` (as last given to roam_shell_tray_update).
+    void (*menu_chosen)(void *context, int index);
 } RoamShellCallbacks;
 
 /// Runs the application with id `app_id` until its window closes; a second instance raises the
@@ -59,6 +61,15 @@ void roam_shell_notify(const char *title, const char *body, const char *icon, in
 
 /// Takes the app's notification away, if one is shown.
 void roam_shell_withdraw(void);
+
+/// The tray icon (a StatusNotifierItem with a dbusmenu, on the session bus): its icon name, its
+/// tooltip and its flat menu of `count` entries. The first call puts it up; it shows whenever a
+/// StatusNotifierWatcher runs, and while one does, closing the window leaves the app in the tray.
+void roam_shell_tray_update(const char *icon, const char *tooltip, int count, const char *const *labels,
+                            const bool *enabled);
+
+/// Ends the application (the tray's "Quit").
+void roam_shell_quit(void);
 
 /// Hands `item` to the main thread, where `deliver` gets it. Safe from any thread.
 void roam_shell_post(void *item);
