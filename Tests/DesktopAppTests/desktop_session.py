@@ -515,6 +515,16 @@ def main():
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "details.png"))
 
+        # One instance per session: a second start hands over to the first and ends.
+        second = session.start([arguments.app], env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            second.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("a second roam-desktop kept running beside the first")
+        if second.returncode != 0 or app.poll() is not None:
+            raise AssertionError("a second start ended with %d, the first %s" % (
+                second.returncode, "runs" if app.poll() is None else "ended"))
+
         # Flipping the switch asks the agent for `down`; the label follows the agent.
         toggle.do_action(0)
         deadline = time.monotonic() + 10
