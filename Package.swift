@@ -1,5 +1,24 @@
 // swift-tools-version: 6.0
+import Foundation
 import PackageDescription
+
+/// GTK 4's and libadwaita's flags for the desktop shell, as pkg-config gives them, less those
+/// SwiftPM refuses from a system library's pkg-config (`-pthread`, `-msse`...), which it warns of
+/// at every build. Empty where pkg-config or libadwaita-1-dev is missing (scripts/setup installs
+/// them): the shell then fails to compile, saying which header it lacks.
+func adwaita(_ option: String) -> [String] {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/pkg-config")
+    process.arguments = [option, "libadwaita-1"]
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return [] }
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { return [] }
+    return String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
+}
 
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -29,7 +48,6 @@ let package = Package(
         .systemLibrary(name: "CNftables", pkgConfig: "libnftables", providers: [.apt(["libnftables-dev"])]),
         .systemLibrary(name: "COpenSSL", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLibpq", providers: [.apt(["libpq-dev"])]),
-        .systemLibrary(name: "CAdwaita", pkgConfig: "libadwaita-1", providers: [.apt(["libadwaita-1-dev"])]),
         .target(name: "CShims"),
         // The AEADs of swift-crypto's BoringSSL, called in place with a context in the secret arena.
         .target(name: "CBoring", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
@@ -131,7 +149,8 @@ let package = Package(
         // shell in C behind a narrow API (the only code that sees GTK), and the executable that
         // joins them. Nothing here is linked into the agent.
         .target(name: "DesktopModel", dependencies: ["ControlWire"], swiftSettings: strict),
-        .target(name: "DesktopShell", dependencies: ["CAdwaita"]),
+        .target(name: "DesktopShell", cSettings: [.unsafeFlags(adwaita("--cflags-only-I"))],
+                linkerSettings: [.unsafeFlags(adwaita("--libs"))]),
         .executableTarget(
             name: "roam-desktop", dependencies: ["Basics", "ControlWire", "DesktopModel", "DesktopShell"],
             swiftSettings: strict),
