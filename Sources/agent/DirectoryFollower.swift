@@ -21,12 +21,12 @@ final class DirectoryFollower: Sendable {
     let source: UserSource
     /// The tunnel's prefixes: every user's addresses must lie inside them.
     private let tunnel: [Prefix]
-    private let log: Logger
+    let log: Logger
     /// The gateway stops: no more session records.
     private let stopping = Atomic<Bool>(false)
     /// The following thread's own state (nobody else takes this lock).
     private let link: Mutex<Link>
-    private let state: Mutex<DirectoryFigures>
+    let state: Mutex<DirectoryFigures>
     /// SIGHUP: everything is read again.
     private let rereadAsked = Atomic<Bool>(false)
     private let wakeup: Wakeup
@@ -219,7 +219,7 @@ final class DirectoryFollower: Sendable {
     }
 
     /// The database went away (or answered what cannot be read): the users served stay.
-    private func lost(_ link: inout Link, _ error: any Error) {
+    func lost(_ link: inout Link, _ error: any Error) {
         link.subscription = nil
         link.nextWait = link.backoff.wait()
         state.withLock {
@@ -261,53 +261,6 @@ final class DirectoryFollower: Sendable {
         CShims_trim_memory()
     }
 
-    /// Renews this gateway's session records; a database that refuses (no grant) is said once.
-    private func record(_ link: inout Link, _ subscription: UserDirectory.Subscription, _ records: [SessionRecord]) {
-        link.nextRecord = Instant.now() + Self.recordEvery
-        do {
-            try subscription.record(records, gateway: source.gateway, now: Instant.now(), wallClock: Self.wallClock())
-            if link.recordProblem != nil { log.notice("session records renewed again") }
-            link.recordProblem = nil
-        } catch where error.kind == .refused {
-            if link.recordProblem != error.message {
-                log.warning("session records not written; the users are followed all the same", metadata: ["error": "\(error)"])
-            }
-            link.recordProblem = error.message
-        } catch {
-            lost(&link, error)
-        }
-    }
-
-    /// The Unix time now, in seconds.
-    private static func wallClock() -> Double {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-    }
-
-    /// Writes the snapshot; when it cannot be written (a full disk), tries again in 10 s.
-    private func saveSnapshot(_ link: inout Link) {
-        link.unsaved = nil
-        do {
-            try UserSnapshot.write(link.copy.rows, to: source.snapshot)
-            CShims_trim_memory()
-            state.withLock {
-                $0.snapshotWritten = Instant.now()
-                $0.snapshotError = nil
-            }
-        } catch {
-            link.unsaved = Instant.now() + Self.snapshotRetry
-            let first = state.withLock { figures in
-                defer { figures.snapshotError = "\(error)" }
-                return figures.snapshotError == nil
-            }
-            if first {
-                log.warning("users snapshot not written; a restart without the database would serve an older one",
-                            metadata: ["error": "\(error)", "retry_in": "\(Self.snapshotRetry.short)"])
-            }
-        }
-    }
-
     /// Logs each refused row not refused before (name, why); returns the refused rows now.
     @discardableResult
     private static func noteRefused(_ load: UserDirectory.Load, since before: [String: String], log: Logger) -> [String: String] {
@@ -328,12 +281,5 @@ final class DirectoryFollower: Sendable {
         let woken = fds[0].revents != 0
         if woken { wakeup.drain() }
         return (fds.count > 1 && fds[1].revents != 0, woken)
-    }
-
-    /// How old the file at `path` is, in words.
-    private static func age(of path: String) -> String {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return "unknown" }
-        return "\(max(0, Int(time(nil)) - Int(info.st_mtim.tv_sec)))s ago"
     }
 }
