@@ -75,6 +75,9 @@ public enum AgentEvent: Equatable, Sendable {
     /// a failed attempt on that path. The runner opens a new stream the next time the core
     /// sends over that path.
     case streamFailed(Path.ID, why: String)
+    /// The runner could not open or bind the socket on path `id` (see `Effect.bind`), and why:
+    /// nothing went out on that path, and the session is not there.
+    case bindFailed(Path.ID, why: String)
 
     /// Short name of the event, as the `trigger` of a log line.
     public var name: String {
@@ -113,6 +116,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .request(.stop(.byOperator)): "operator-stop"
         case .request(.stop): "stop"
         case .streamFailed: "stream-failed"
+        case .bindFailed: "bind-failed"
         }
     }
 
@@ -178,13 +182,19 @@ public enum Notice: Equatable, Sendable {
 /// `AgentEvent`, never by the core reading the runner's state.
 public enum Effect: Equatable, Sendable {
     /// Open the session's socket on `path` (`first`), or move the session there with its keys.
+    /// A socket that cannot be opened or bound there comes back as `AgentEvent.bindFailed`, and
+    /// no socket of a path the machine no longer has carries the session's data meanwhile. A
+    /// probe or a handshake on that path before the next `bind` may open one (a second try of the
+    /// kernel's): what it brings back proves nothing to the core until a bind there works.
     case bind(Path, first: Bool, reason: Reason)
     /// Send a handshake initiation for fresh keys on `path`.
     case handshake(on: Path, reason: Reason)
     /// Send the handshake in flight on `path` again: a fresh initiation within the attempt.
     case resendHandshake(on: Path)
     /// Send authenticated probe `id` on `path`; padded to stand for a tunnel packet of `size`
-    /// bytes when given (the server's echo is as big). Its echo comes back as `probeEcho`.
+    /// bytes when given (the server's echo is as big). Its echo comes back as `probeEcho`. On a
+    /// path the session is not on, a socket is opened there first; one that cannot be comes back
+    /// as `AgentEvent.bindFailed`.
     case probe(id: UInt64, via: Path, size: Int?)
     /// Set the tunnel device's MTU.
     case setTunnelMTU(Int)
@@ -543,6 +553,10 @@ public struct AgentCore: Sendable {
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
         case .exclusionOpened(let opened): exclusionOpened(opened, &out)
         case .streamFailed(let id, let why): run(.streamFailed(on: id, why: why), now, &out)
+        case .bindFailed(let id, let why):
+            // Probes sent on that path went nowhere the session is: a late echo of one proves nothing.
+            probes = probes.filter { $0.value.path != id }
+            run(.bindFailed(on: id, why: why), now, &out)
         }
         return out
     }
@@ -908,7 +922,9 @@ public struct AgentCore: Sendable {
         // The moments the server's name may give another address: a new path (split-horizon
         // DNS), attempts that fail, a server gone silent. Not while following a move, which
         // would only ask the same question again.
-        let mayHaveMoved = Self.serverMayHaveMoved(from: before, to: reconnector.state)
+        // A bind the machine refused says nothing of the server.
+        var mayHaveMoved = Self.serverMayHaveMoved(from: before, to: reconnector.state)
+        if case .bindFailed = input { mayHaveMoved = false }
         if !following, rebound || mayHaveMoved { lookUp(&out) }
         if let turnedTo { turned(to: turnedTo.index, at: turnedTo.address, now, &out) }
         // Attempts at this address went unanswered while the server has others an uplink reaches

@@ -32,6 +32,17 @@ public struct Reconnector: Sendable {
 
     /// Where the driver's UDP socket is bound, if it has one.
     private var socket: Path.ID?
+    /// The driver could not bind `socket` (`Input.bindFailed`): the session is on no path the
+    /// core knows until a bind works, so nothing it hears proves the path.
+    private var unbound = false
+    /// Binds refused in a row on `path` in the attempt under way, and whether that attempt was
+    /// a handshake (the retry proves the path the same way).
+    private var refusals: (path: Path, count: Int, handshake: Bool)?
+    /// Binds refused in a row that are tried again (after `bindRetryAfter`, doubled each time)
+    /// before the path counts as a failed attempt. A refused bind sent nothing: it costs no
+    /// token, as a handshake's resend costs none, and this bound keeps it from costing more.
+    public static let bindRetries = 3
+    public static let bindRetryAfter: Duration = .milliseconds(250)
     /// When the current session's keys were made and when the server was last heard.
     private var session: (established: Instant, lastHeard: Instant)?
     /// Paths that failed their probes, avoided until the instant, with repeat count.
@@ -248,6 +259,7 @@ public struct Reconnector: Sendable {
         case .portalWindowRefused: portalWindowRefused(now, &out)
         case .onDemand(let decision): onDemand(decision, now, &out)
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
+        case .bindFailed(let id, let why): bindFailed(on: id, why: why, now, &out)
         }
         return out
     }
@@ -393,7 +405,7 @@ public struct Reconnector: Sendable {
             if socket != nil { out.append(.disconnect) }
             return
         }
-        if isSessionFresh(now), let socket, best.id == socket.over(.udp) {
+        if isSessionFresh(now), let socket, !unbound, best.id == socket.over(.udp) {
             // Short sleep on the same network: one probe tells whether anything changed (over
             // the transport the session was on).
             let path = best.over(socket.transport)
@@ -437,7 +449,7 @@ public struct Reconnector: Sendable {
              .portal(let path, _) where path.id == id:
             // An echo on the session's keys that came later than the probes waited (an RTT that
             // rose): the path works and the server still has the session. No handshake needed.
-            guard session != nil else { return }
+            guard session != nil, !unbound else { return }
             sampleRTT(rtt, now)
             dead[id] = nil
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
@@ -456,10 +468,12 @@ public struct Reconnector: Sendable {
         }
         // The driver holds the fresh keys whatever the state: the session lives from now.
         session = (now, now)
-        // In backing-off the answer came after the timeout gave up on it; it works all the same.
+        // In backing-off the answer came after the timeout gave up on it; it works all the same,
+        // unless the driver could not bind the path since: the keys wait for the next bind.
         let path: Path
         switch state {
-        case .connecting(let p), .backingOff(let p), .portal(let p, _): path = p
+        case .connecting(let p), .portal(let p, _): path = p
+        case .backingOff(let p) where !unbound: path = onSocket(p)
         default: return
         }
         // The handshake's time includes the server's work on it, so it bounds the path's RTT from
@@ -580,9 +594,10 @@ public struct Reconnector: Sendable {
             considerBetterPath(now, &out)
         case .backingOff(let path), .connecting(let path), .portal(let path, _):
             // Data on the session's keys: the path works after all (its answers were only late)
-            // and the server has the session. No handshake is needed.
-            guard session != nil else { return }
-            enter(.connected(path), .trafficResumed, now, &out)
+            // and the server has the session. No handshake is needed. Not when the driver could
+            // not bind the path: the data came over a socket the session is leaving.
+            guard session != nil, !unbound else { return }
+            enter(.connected(onSocket(path)), .trafficResumed, now, &out)
             considerBetterPath(now, &out)
         default:
             break
@@ -675,6 +690,13 @@ public struct Reconnector: Sendable {
             enter(.switching(from: current, to: target, sent: 1), reason, now, &out)
         case (.handover, _):
             handoverFailed(now, &out)
+        case (.rebind, .backingOff):
+            guard unbound, let refused = refusals, let path = Self.refreshed(refused.path, in: paths) else {
+                guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
+                return attempt(on: best, .retry, now, &out)
+            }
+            // The same attempt, bound again: no token, no new attempt (see `bindRetries`).
+            prove(path, .retry, now, &out, handshake: refused.handshake)
         case (.retry, .backingOff):
             guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
             // A probe while the session lives (the server keeps it), a handshake once it is gone.
@@ -1147,6 +1169,18 @@ public struct Reconnector: Sendable {
         // path given is the stream on purpose (a failed UDP attempt's fallback, a stream mended).
         var (path, reason, race) = (given, because, false)
         if given.transport == .udp { (path, reason, race) = transport(for: given, because, now) }
+        if refusals?.path.id != path.id { refusals = nil }
+        prove(path, reason, now, &out, handshake: handshake)
+        if race {
+            arm(.race, at: now + raceDelay(now), &out)
+        } else if deadlines[.race] != nil {
+            cancel(.race, &out)  // an earlier attempt's
+        }
+    }
+
+    /// Moves the socket to `path` if needed (binds it again after a refusal), then proves the
+    /// path: a probe if the session is still alive, else a handshake.
+    private mutating func prove(_ path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action], handshake: Bool) {
         moveSocket(to: path, reason, &out)
         if handshake || !isSessionFresh(now) {
             checkingHint = false  // fresh keys settle it
@@ -1162,11 +1196,6 @@ public struct Reconnector: Sendable {
         } else {
             probe(path, now, &out)
             enter(.probing(path, sent: 1), reason, now, &out)
-        }
-        if race {
-            arm(.race, at: now + raceDelay(now), &out)
-        } else if deadlines[.race] != nil {
-            cancel(.race, &out)  // an earlier attempt's
         }
     }
 
@@ -1263,6 +1292,52 @@ public struct Reconnector: Sendable {
         }
     }
 
+    /// The driver could not bind the socket on path `id`. On the session's path it is not a
+    /// verdict on the network (nothing was sent) but on the machine's addresses, which settle
+    /// within moments (a secondary address being promoted, an IPv6 address still tentative): the
+    /// session is taken off the path at once (never reported on a socket the driver lacks) and
+    /// bound again after a short wait, doubled each time, `bindRetries` times, as the same
+    /// attempt; then the path is a failed attempt, and the session moves to the next path or
+    /// backs off. A candidate or rescue path that cannot be bound is not probed: the session
+    /// stays where it is.
+    private mutating func bindFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Action]) {
+        guard id == socket, !unbound else {
+            switch state {
+            case .switching(let from, let to, _) where to.id == id:
+                markDead(id, now)
+                enter(.connected(from), .bindFailed("\(to.name) \(to.source)", why: why, retryIn: nil), now, &out)
+                considerBetterPath(now, &out)
+            case .probing where rescue?.path.id == id:
+                rescue = nil
+                coalesced += 1
+            default:
+                coalesced += 1  // a path the session is not on, or one already refused
+            }
+            return
+        }
+        unbound = true
+        let path: Path
+        let handshake: Bool
+        switch state {
+        case .connecting(let p) where p.id == id: (path, handshake) = (p, true)
+        case .probing(let p, _) where p.id == id, .connected(let p) where p.id == id: (path, handshake) = (p, false)
+        default:
+            coalesced += 1
+            return
+        }
+        var refused = refusals.flatMap { $0.path.id == id ? $0 : nil } ?? (path: path, count: 0, handshake: handshake)
+        refused.count += 1
+        refusals = refused
+        let name = "\(path.name) \(path.source)"
+        guard refused.count <= Self.bindRetries else {
+            refusals = nil
+            return failed(on: path, .bindFailed(name, why: why, retryIn: nil), now, &out, blameServer: false)
+        }
+        let wait = Self.bindRetryAfter * (1 << (refused.count - 1))
+        arm(.rebind, at: now + wait, &out)
+        enter(.backingOff(path.over(.udp)), .bindFailed(name, why: why, retryIn: wait), now, &out)
+    }
+
     /// The other transport over `path`'s uplink to fall back on, when the stream is on: the
     /// stream for a UDP path, unless it failed lately; UDP for a stream path, unless UDP went
     /// unanswered in this very attempt or the network is known to block it (a failed stream
@@ -1308,7 +1383,10 @@ public struct Reconnector: Sendable {
     }
 
     /// An attempt on `path` failed: move to another path at once if one is left, else back off.
-    private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+    /// `blameServer` false: the failure was the machine's own (a bind it refused), which says
+    /// nothing of the server.
+    private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+                                 blameServer: Bool = true) {
         // Every path went silent towards this server (the rescue path's probes too), or it had
         // only this one: the server is the suspect. Another server is tried at once, on the
         // best path, which is not blamed for it. Once attempts back off, a retry goes to the
@@ -1318,7 +1396,7 @@ public struct Reconnector: Sendable {
         let uplink = path.over(.udp)
         let otherPaths = paths.contains { $0.id != uplink.id && !isDead($0.id, now) }
         let rescueSilent = rescue.map { $0.rtt == nil } ?? false
-        if rescueSilent || !otherPaths, failures == 0, let next = nextServer(now) {
+        if blameServer, rescueSilent || !otherPaths, failures == 0, let next = nextServer(now) {
             return switchServer(to: next, now, &out)
         }
         markDead(path.id, now)
@@ -1544,6 +1622,7 @@ public struct Reconnector: Sendable {
         switch new {
         case .connected:
             attempt = 0
+            refusals = nil
             if workingSince == nil { workingSince = now }
             // Working this long, with probes that ended in answers along the way (a lossy path
             // is probed often), the earlier failures are history.
@@ -1570,7 +1649,7 @@ public struct Reconnector: Sendable {
         default: break
         }
         let transition = Transition(at: now, from: state, to: new, trigger: trigger, reason: reason,
-                                    attempt: attempt, nextRetry: deadlines[.retry], coalesced: coalesced,
+                                    attempt: attempt, nextRetry: deadlines[.retry] ?? deadlines[.rebind], coalesced: coalesced,
                                     server: servers.count > 1 ? servers[server] : nil)
         state = new
         enteredAt = now
@@ -1593,7 +1672,7 @@ public struct Reconnector: Sendable {
     private static func allows(_ state: State, _ kind: TimerKind) -> Bool {
         switch (state, kind) {
         case (.connecting, .handshake), (.connecting, .resend), (.connected, .liveness), (.connected, .debounce),
-             (.probing, .probe), (.switching, .probe), (.backingOff, .retry),
+             (.probing, .probe), (.switching, .probe), (.backingOff, .retry), (.backingOff, .rebind),
              (.connected, .handover), (.probing, .handover), (.switching, .handover),
              (.portal, .recheck), (.portal, .portalWindow), (.connected, .pathMTU),
              (.connecting, .race), (.probing, .race), (.connected, .udpRetest): true
@@ -1714,10 +1793,18 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
-        guard socket != path.id else { return }
-        probeRecord = (0, 0)  // another path's losses are its own
+        guard socket != path.id || unbound else { return }
+        if socket != path.id { probeRecord = (0, 0) }  // another path's losses are its own
         out.append(socket == nil ? .bind(path, reason: reason) : .rebind(path, reason: reason))
         socket = path.id
+        unbound = false
+    }
+
+    /// `path` (a backoff's uplink) over the transport the driver's socket on that uplink has:
+    /// what an answer arriving while backing off came over.
+    private func onSocket(_ path: Path) -> Path {
+        guard let socket, socket.over(.udp) == path.id.over(.udp) else { return path }
+        return path.over(socket.transport)
     }
 
     private func isSessionFresh(_ now: Instant) -> Bool {
@@ -1841,6 +1928,7 @@ extension TimerKind {
         case .race: 14
         case .udpRetest: 15
         case .flapSummary: 16
+        case .rebind: 17
         }
     }
 }

@@ -69,6 +69,11 @@ public enum Input: Equatable, Sendable {
     /// refused, the proxy refused or asked for credentials, TLS failed, a reset mid-session.
     /// The runner opens a new one the next time the core sends over that path.
     case streamFailed(on: Path.ID, why: String)
+    /// The driver could not open or bind the socket on path `on` (its address is not the
+    /// machine's, or not yet, or no longer: `EADDRNOTAVAIL` while the kernel promotes a secondary
+    /// address or an IPv6 address is tentative), and why: nothing was sent on that path, and the
+    /// session is not there.
+    case bindFailed(on: Path.ID, why: String)
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -97,6 +102,7 @@ public enum Input: Equatable, Sendable {
         case .portalWindowRefused: "portal-window-refused"
         case .onDemand: "on-demand"
         case .streamFailed: "stream-failed"
+        case .bindFailed: "bind-failed"
         }
     }
 }
@@ -140,6 +146,8 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case udpRetest = "udp-retest"
     /// An interface flaps: time for the operator's summary of it (kept by `AgentCore`'s `FlapNotices`).
     case flapSummary = "flap-summary"
+    /// The session's socket could not be bound on its path a moment ago: time to bind it again.
+    case rebind
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the
@@ -359,6 +367,9 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     indirect case knownToBlockUDP(String, because: Reason)
     /// The stream on this path could not be opened or broke, and why.
     case streamFailed(String, why: String)
+    /// The socket on this path could not be bound, and why; it is bound again after `retryIn`,
+    /// or (nil) the path is given up as a failed attempt.
+    case bindFailed(String, why: String, retryIn: Duration?)
     /// On the stream: UDP over the same uplink is tried again with a probe.
     case udpRetest(String)
     /// UDP answered the re-test: the session moved back to it, keys and all.
@@ -416,6 +427,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .udpSilent(let i, let d): "udpSilent(\(i) \(d.short), trying the stream)"
         case .knownToBlockUDP(let i, let because): "knownToBlockUDP(\(i), on the stream at once; \(because))"
         case .streamFailed(let p, let why): "streamFailed(\(p): \(why))"
+        case .bindFailed(let p, let why, let retry?): "bindFailed(\(p): \(why); again in \(retry.short))"
+        case .bindFailed(let p, let why, nil): "bindFailed(\(p): \(why); path given up)"
         case .udpRetest(let i): "udpRetest(\(i))"
         case .udpAnswered(let i, let rtt): "udpAnswered(\(i) rtt \(rtt.short))"
         case .udpStillSilent(let i, let n): "udpStillSilent(\(i) \(n) probes)"
