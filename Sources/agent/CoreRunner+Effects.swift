@@ -57,14 +57,17 @@ extension ClientDaemon.CoreRunner {
     /// resolvers.
     func perform(_ effect: Effect) {
         switch effect {
-        case .bind(let path, _, _): effects.bind(path, paths: reconnector.paths)
-        case .handshake(let path, _): effects.handshake(on: path)
+        // A socket that could not be had is the core's to decide on: it hears of it.
+        case .bind(let path, _, _):
+            do { try effects.bind(path, paths: reconnector.paths) } catch { produced.append(error.event(on: path.id)) }
+        case .handshake(let path, _):
+            do { try effects.handshake(on: path) } catch { produced.append(error.event(on: path.id)) }
         case .resendHandshake(let path):
             metrics.resentHandshake()
-            effects.handshake(on: path)
+            do { try effects.handshake(on: path) } catch { produced.append(error.event(on: path.id)) }
         case .probe(let id, let path, let size):
             if size == nil { metrics.probed() } else { metrics.sizeProbed() }
-            effects.probe(id, via: path, size: size)
+            do { try effects.probe(id, via: path, size: size) } catch { produced.append(error.event(on: path.id)) }
         case .setTunnelMTU(let mtu):
             effects.setTunnelMTU(mtu)
             metrics.tunnelMTU(effects.tunnelMTU)

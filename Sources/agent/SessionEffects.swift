@@ -50,12 +50,12 @@ final class SessionEffects {
     /// The HTTP proxy streams go through, with its credentials, when configured.
     let proxy: HTTPProxy?
     /// The TLS contexts of the streams, by the name they send (SNI): libssl loads with the first.
-    private var streamContexts: [String: TLSContext] = [:]
+    var streamContexts: [String: TLSContext] = [:]
     /// The paths the open streams are on, to open them again to a server's new address.
-    private var streamPaths: [Path.ID: Path] = [:]
+    var streamPaths: [Path.ID: Path] = [:]
     /// The path whose stream carried the session and failed: the next stream on it carries the
     /// session at once (to the core it is the same path, so no rebind comes).
-    private var brokenSessionStream: Path.ID?
+    var brokenSessionStream: Path.ID?
     /// Routes that take traffic around a full tunnel, as last logged.
     var divertingRoutes: [DivertingRoute] = []
     /// Other tunnels' routes that meet what this tunnel carries, and others' policy rules that
@@ -111,30 +111,6 @@ final class SessionEffects {
     var offload: TunDevice.OffloadState? { tun?.offload }
 
     // MARK: The decision core's actions
-
-    /// Opens the session's socket on `path`, or moves the session there; sockets on paths that
-    /// no longer exist (`paths`) are closed.
-    func bind(_ path: Path, paths: [Path]) {
-        guard let socket = socket(for: path) else { return }
-        if let client {
-            client.rebind(to: socket)
-        } else {
-            start(on: socket)
-        }
-        forgetSocketsNotOn(paths)
-    }
-
-    func handshake(on path: Path) {
-        if let socket = socket(for: path), client?.socket !== socket { client?.rebind(to: socket) }
-        client?.startHandshake()
-    }
-
-    /// Sends probe `id` through the socket of `path` (a second socket when the session is
-    /// elsewhere), padded to stand for a tunnel packet of `size` bytes if given.
-    func probe(_ id: UInt64, via path: Path, size: Int? = nil) {
-        guard let socket = socket(for: path) else { return }
-        client?.probe(id: id, via: socket, size: size)
-    }
 
     /// The tunnel's MTU as the session's path allows; the device takes it now, or when it comes up.
     func setTunnelMTU(_ mtu: Int) {
@@ -281,100 +257,6 @@ final class SessionEffects {
     }
 
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
-
-    // MARK: Sockets
-
-    /// The socket bound to `path`'s interface and source, made on first use: a UDP socket, or
-    /// for a stream path a stream to the current server (opening: `streamTold` says how it went).
-    func socket(for path: Path) -> (any PacketCarrier)? {
-        if let socket = sockets[path.id] { return socket }
-        if path.transport == .stream { return stream(for: path) }
-        do {
-            let socket = try UDPSocket(bindingTo: SocketAddress(path.source, port: 0), device: path.interface,
-                                       mark: settings.mode.socketMark, joinsReceived: true)
-            sockets[path.id] = socket
-            return socket
-        } catch {
-            log.warning("cannot open a socket on \(path.interface)", metadata: ["error": "\(error)"])
-            return nil
-        }
-    }
-
-    /// Starts opening a stream to the current server over `path`: TLS on TCP to its `tcp` port
-    /// (through the proxy, when there is one), from the path's source, bound and marked as the
-    /// path's UDP socket would be.
-    private func stream(for path: Path) -> StreamCarrier? {
-        guard let stream = settings.stream else {
-            log.warning("a stream was asked for without 'tcp' in the configuration", metadata: ["path": "\(path.interface)"])
-            return nil
-        }
-        let name = stream.serverName ?? servers[serverIndex].entry.endpoint.host
-        let context: TLSContext
-        do {
-            context = try streamContexts[name] ?? TLSContext.client(serverName: name)
-        } catch {
-            log.error("cannot make a TLS context for the stream", metadata: ["error": "\(error)"])
-            return nil
-        }
-        streamContexts[name] = context
-        let id = path.id
-        let told = streamTold
-        let endpoint = servers[serverIndex].entry.endpoint
-        let carrier = StreamCarrier.open(to: SocketAddress(server.ip, port: stream.port), as: server,
-                                         host: endpoint.address == nil ? endpoint.host : nil, from: path.source,
-                                         device: path.interface, mark: settings.mode.socketMark, proxy: proxy, context: context) {
-            told(id, $0, $1)
-        }
-        sockets[path.id] = carrier
-        streamPaths[path.id] = path
-        log.info("opening a stream", metadata: ["path": "\(path.interface)", "stream": "\(carrier.label)"])
-        if brokenSessionStream == path.id {
-            brokenSessionStream = nil
-            client?.rebind(to: carrier)
-        }
-        return carrier
-    }
-
-    /// The stream on path `id` opened or failed: the session's data loop polls what there is
-    /// now, and a failed stream is forgotten, so the next attempt opens a fresh one.
-    /// Returns whether `carrier` is still the path's: what an earlier stream, since replaced or
-    /// closed, says is stale.
-    func streamChanged(_ id: Path.ID, _ carrier: StreamCarrier, _ event: StreamCarrier.Event) -> Bool {
-        guard let held = sockets[id], held === carrier else { return false }
-        if case .failed = event {
-            sockets[id] = nil
-            streamPaths[id] = nil
-            client?.forget(candidate: carrier)
-            if client?.socket === carrier { brokenSessionStream = id }
-        }
-        client?.carriersChanged()
-        return true
-    }
-
-    /// The streams to where the server was: opened again to where it is now, the session's own
-    /// first (a stream, unlike a UDP socket, reaches one address).
-    func restreamToServer() {
-        for (id, carrier) in sockets {
-            guard let stream = carrier as? StreamCarrier, stream.peer != server, let path = streamPaths[id] else { continue }
-            stream.close()
-            sockets[id] = nil
-            streamPaths[id] = nil
-            client?.forget(candidate: stream)
-            guard let client, client.socket === stream, let fresh = self.stream(for: path) else { continue }
-            client.rebind(to: fresh)
-        }
-    }
-
-    func forgetSocketsNotOn(_ paths: [Path]) {
-        // The core's paths are the uplinks' UDP paths; a stream over one of them stays with it.
-        for id in sockets.keys where !paths.contains(where: { $0.id == id.over(.udp) }) {
-            if let socket = sockets.removeValue(forKey: id) {
-                client?.forget(candidate: socket)
-                (socket as? StreamCarrier)?.close()
-            }
-            streamPaths[id] = nil
-        }
-    }
 
     func start(on socket: any PacketCarrier) {
         do {
