@@ -201,6 +201,9 @@ public struct Replay {
     /// port, where nothing the server sent to the old one arrives.
     private var sockets: [Path.ID: Int] = [:]
     private var socketsMade = 0
+    /// Links whose addresses the kernel refuses to bind a socket to (`refuse-bind`): the next
+    /// `times` binds, or until `until`.
+    private var bindRefusals: [String: (times: Int?, until: Instant?)] = [:]
     /// The data plane's clocks for its liveness notices, whose rules are `LivenessNotices`.
     private var lastArrival: Instant?
     private var lastReported: Instant?
@@ -426,6 +429,7 @@ public struct Replay {
             gateways[index].up = change == .up
             if index == target { breakStreams() }
         case .drop(let name): dropped.insert(name)
+        case .refuseBind(let name, let times, let length): bindRefusals[name] = (times, length.map { now + $0 })
         case .restore(let name): dropped.remove(name)
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
@@ -951,6 +955,11 @@ public struct Replay {
             if budgeted { acSinceLastAttempt = false }
         }
         if !reconnector.isHandshaking { handshakeInFlight = nil }
+        // What the core says the session is on is what the data plane has.
+        if case .connected(let path) = reconnector.state, socket != path.id {
+            violation("connected on \(path.name)/\(path.source) while the session's socket is "
+                + "\(socket.map { "\($0)" } ?? "on no path"), on \(event.name)")
+        }
         // The session's path is bound to an address the machine has: one that went unnoticed
         // would send probes and data from nowhere.
         if let path = reconnector.state.path, !kernel.model.usableAddresses(on: path.linkIndex).contains(path.source) {
@@ -1422,32 +1431,55 @@ extension Replay {
 
     private mutating func bind(_ path: Path) {
         requireKnown(path, action: "bind")
-        openSocket(on: path.id)
-        socket = path.id
-        // The sockets of paths gone go, as the daemon's effects close them.
+        let bound = openSocket(on: path.id)
+        if bound { socket = path.id }
+        // The sockets of paths gone go, as the daemon's effects close them: the session's own
+        // too when the bind failed, and it then sends on none.
         let current = kernel.paths.map(\.id)
         sockets = sockets.filter { current.contains($0.key.over(.udp)) || $0.key == path.id }
         streamReady = streamReady.filter { sockets[$0.key] != nil }
+        if let held = socket, sockets[held] == nil { socket = nil }
         // The session moved: a keepalive tells the server at once.
-        sendKeepalive(persistent: false)
+        if bound { sendKeepalive(persistent: false) }
     }
 
-    /// The socket on `id`, made on first use (a new port).
-    private mutating func openSocket(on id: Path.ID) {
-        if id.transport == .stream { return openStream(on: id) }
-        guard sockets[id] == nil else { return }
+    /// The socket on `id`, made on first use (a new port); false, and the agent told so, when
+    /// the kernel refuses to bind it (`refuse-bind`).
+    @discardableResult
+    private mutating func openSocket(on id: Path.ID) -> Bool {
+        if id.transport == .stream {
+            openStream(on: id)
+            return true
+        }
+        guard sockets[id] == nil else { return true }
+        if let name = interface(of: id), let refusal = bindRefusals[name] {
+            var refuses = false
+            if let times = refusal.times {
+                refuses = true
+                bindRefusals[name] = times > 1 ? (times - 1, nil) : nil
+            } else if let until = refusal.until, now < until {
+                refuses = true
+            } else {
+                bindRefusals[name] = nil
+            }
+            if refuses {
+                queue.push(now, .answer(.bindFailed(id, why: "\(id.source) is not an address of this host (any more)")))
+                return false
+            }
+        }
         socketsMade += 1
         sockets[id] = socketsMade
+        return true
     }
 
     private mutating func handshake(on path: Path) {
         requireKnown(path, action: "handshake")
+        guard openSocket(on: path.id) else { return }
         if let inFlight = handshakeInFlight, inFlight == path.id {
             violation("a second handshake on \(path.interface) while one is in flight")
         }
         report.handshakes += 1
         handshakeTimes.append(now)
-        openSocket(on: path.id)
         // Keys that the server answered within their lifetime still work: a handshake then only
         // costs an outage and a token (an operator's request aside).
         if feeding.event != .request(.reconnect), let heard = lastHeard, now - heard < scenario.config.sessionLifetime {
@@ -1467,7 +1499,7 @@ extension Replay {
 
     private mutating func probe(_ id: UInt64, via path: Path) {
         requireKnown(path, action: "probe")
-        openSocket(on: path.id)
+        guard openSocket(on: path.id) else { return }
         report.probes += 1
         probeTimes.append(now)
         answer(from: path.id, .probeEcho(id: id, rtt: .zero, size: nil))
@@ -1477,7 +1509,7 @@ extension Replay {
     /// sizes answers as big, an older one drops it (it reads the padding as malformed).
     private mutating func probe(_ id: UInt64, via path: Path, size: Int) {
         requireKnown(path, action: "size probe")
-        openSocket(on: path.id)
+        guard openSocket(on: path.id) else { return }
         report.sizeProbes += 1
         if size < scenario.mtuFloor || size > scenario.config.maxMTU {
             violation("a size probe of \(size) bytes, outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")

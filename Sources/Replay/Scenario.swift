@@ -148,6 +148,9 @@ public enum ScenarioEvent: Sendable {
     case drop(String)
     /// The interface passes traffic again.
     case restore(String)
+    /// The kernel refuses to bind a socket to the interface's addresses (`EADDRNOTAVAIL`, as
+    /// while it promotes a secondary address): the next `times` binds, or for `for` from now.
+    case refuseBind(dev: String, times: Int?, for: Duration?)
     /// The network behind the interface turns into a closed captive portal with this login
     /// page: UDP is dropped, a plain HTTP request is redirected there.
     case portal(dev: String, url: String)

@@ -224,7 +224,7 @@ extension YAMLReader {
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop", "reload",
         "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
-        "taken", "exclude",
+        "taken", "exclude", "refuse-bind",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -324,6 +324,14 @@ extension YAMLReader {
                 let change: GatewayChange = kind == "drain" ? .drain : kind == "gateway-up" ? .up : .down
                 add(.gateway(index, change))
             case "drop": add(.drop(try string(value)))
+            case "refuse-bind":
+                let refusal = try fields(value, "'refuse-bind'", allowed: ["dev", "times", "for"])
+                let times = try opt(refusal.optional("times")) { node throws(ScenarioError) in try int(node, 1...1000) }
+                let length = try opt(refusal.optional("for")) { node throws(ScenarioError) in try positiveDuration(node) }
+                guard (times == nil) != (length == nil) else {
+                    throw fail(value, "'refuse-bind' takes 'times' (the next binds refused) or 'for' (how long), one of them")
+                }
+                add(.refuseBind(dev: try string(try refusal.required("dev")), times: times, for: length))
             case "restore": add(.restore(try string(value)))
             case "portal":
                 let portal = try fields(value, "'portal'", allowed: ["dev", "url"])
