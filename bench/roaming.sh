@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Roaming in the namespace lab (root): every scenario (uplink loss, better path, address change,
-# silent blackhole, flap storm, suspend/resume, server restart, both uplinks down, and a steady
+# Roaming in the namespace lab (root): every scenario (uplink loss, better path, address change, a
+# refused bind after one, silent blackhole, flap storm, suspend/resume, server restart, both uplinks down, and a steady
 # baseline) on Roam and on Debian's wireguard-go, in full-tunnel and split mode, with a probe through
 # the tunnel every 20 ms. Prints per run: the longest gap in echoes (outage), probes lost, handshakes
 # the server saw, Roam's reconnect attempts, the client's CPU, and for better-path the time until the

@@ -41,6 +41,11 @@ struct RoamingLabTests {
         case .addressChange:
             check(o.interface == "eth0")
             check(o.outage < .seconds(1) && o.handshakes == 0)
+        case .addressRefused:
+            // Refused for 400 ms: bound again after 250 ms and 500 ms more, with the session's keys.
+            check(o.interface == "eth0")
+            check(o.outage < .milliseconds(1500) && o.handshakes == 0)
+            check(o.clientLog.contains("bindFailed(eth0 10.20.0.58"), "the core heard of the refused bind")
         case .silentBlackhole:
             check(o.interface == "wifi0")
             check(o.outage < .seconds(4))

@@ -17,6 +17,10 @@ public enum RoamingScenario: String, CaseIterable, Sendable, CustomStringConvert
     case betterPath = "better-path"
     /// DHCP renumbers eth0 (10.20.0.57 -> 10.20.0.58) under the session.
     case addressChange = "address-change"
+    /// eth0 gets 10.20.0.58/32 beside 10.20.0.57/24 and the old address goes, but the kernel
+    /// refuses binds to the new one for 400 ms (its local route taken away and put back: the
+    /// moment promote_secondaries leaves, made long and certain).
+    case addressRefused = "address-refused"
     /// eth0 stays up, but the router drops everything that arrives from it.
     case silentBlackhole = "silent-blackhole"
     /// eth0 goes down and up every 250 ms for 20 s; wifi0 is healthy.
@@ -160,6 +164,14 @@ extension RoamingScenario {
         case .addressChange:
             try laptop.ip("address add 10.20.0.58/24 dev eth0")
             try laptop.ip("address del 10.20.0.57/24 dev eth0")
+            usleep(2_000_000)
+        case .addressRefused:
+            // A /32 is a primary address of its own: removing the old one promotes nothing, so
+            // nothing puts the local route back before the lab does.
+            try laptop.batch(["address add 10.20.0.58/32 dev eth0", "route del local 10.20.0.58 dev eth0 table local",
+                              "address del 10.20.0.57/24 dev eth0"])
+            usleep(400_000)
+            try laptop.ip("route add local 10.20.0.58 dev eth0 table local proto kernel scope host src 10.20.0.58")
             usleep(2_000_000)
         case .silentBlackhole:
             try lab.server.nft("add table inet lab")
