@@ -122,8 +122,12 @@ private func movedToTheNewAddress(others: [Path] = []) -> Reconnector {
     var core = AgentCore(Reconnector(), model: model, servers: [ServerBook.Entry(named: true, addresses: [server])])
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: false, carriesIPv6: true), now: at(20))
+    _ = core.handle(.tunnelAttached, now: at(20))
     _ = core.handle(.dataSent, now: at(1_000))
-    let due = core.timers[.liveness]!
+    guard let due = core.timers[.liveness] else {
+        Issue.record("no liveness timer after data sent: \(core.timers)")
+        return
+    }
     let probes = core.handle(.timerFired(.liveness), now: due).probeIDs
     #expect(probes.map(\.1) == ["eth0", "wifi0"])
     // The rescue probe's socket could not be had; its echo (a second try that went out) is no rescue.
