@@ -32,3 +32,21 @@ public enum LivenessNotices {
         awaited || lastReport.map { now.nanoseconds - $0.nanoseconds >= heardEvery.nanoseconds } ?? true
     }
 }
+
+/// The data plane's rule for the server's "session unknown" hint, which is unauthenticated: the
+/// core hears of one hint per session, and of another only once the server has been heard,
+/// authenticated, since (it had the session after all) or the session's keys changed.
+public struct HintLatch: Equatable, Sendable {
+    private var reported = false
+
+    public init() {}
+
+    /// A hint for the session in use arrived: whether the core is told of it.
+    public mutating func hint() -> Bool {
+        defer { reported = true }
+        return !reported
+    }
+
+    /// The server was heard, authenticated, or the session's keys changed: the next hint is news.
+    public mutating func reset() { reported = false }
+}

@@ -244,8 +244,8 @@ public struct Replay {
     /// When an authenticated answer from the server last reached the agent's session, if the
     /// agent holds one (a restart or "session unknown" ends it).
     private var lastHeard: Instant?
-    /// The data plane reported a hint for this session and has not heard the server since.
-    private var hintReported = false
+    /// The data plane's rule for the server's hints (`HintLatch`, as the client's protocol core keeps it).
+    private var hints = HintLatch()
     private var restarts: UInt64 = 0
     /// The agent's clock minus the world's: negative after the clock stepped back.
     private var skew = Duration.zero
@@ -777,7 +777,7 @@ public struct Replay {
     private mutating func arrived(reporting: Bool = true) {
         lastArrival = now
         if lastHeard != nil { lastHeard = now }
-        hintReported = false
+        hints.reset()
         guard reporting, LivenessNotices.reportsArrival(at: now, awaited: awaitingReply, lastReport: lastReported) else { return }
         awaitingReply = false
         lastReported = now
@@ -864,8 +864,7 @@ public struct Replay {
         case .sessionUnknown:
             // The client keeps its keys (the hint is unauthenticated) and sends on. As its data
             // plane does, it reports one hint per session until the server is heard again.
-            guard !hintReported else { return }
-            hintReported = true
+            guard hints.hint() else { return }
             // A true hint: the server has said it lost the session.
             if !serverHasSession { lastHeard = nil }
         case .dataReceived:
@@ -1549,7 +1548,7 @@ extension Replay {
         clientHasSession = false
         clientKeys += 1
         lastHeard = nil
-        hintReported = false
+        hints.reset()
         handshakeInFlight = nil
         handshakeGeneration += 1
     }
@@ -1589,7 +1588,7 @@ extension Replay {
         clientHasSession = true
         clientKeys += 1
         lastHeard = now
-        hintReported = false
+        hints.reset()
     }
 
     private mutating func cancelHandover() {

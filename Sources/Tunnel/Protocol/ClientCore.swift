@@ -132,7 +132,7 @@ public struct ClientCore: Sendable {
     private var previous: TransportSession?
     private var lastTimestamp: TAI64N?
     /// Whether `current` has had its session-unknown hint reported: one is enough.
-    private var hintReported = false
+    private var hints = HintLatch()
     /// Where the server's authenticated answers last came from.
     private var authenticatedSource: SocketAddress?
 
@@ -424,7 +424,7 @@ public struct ClientCore: Sendable {
         }
         previous = current
         current = TransportSession(localIndex: receiver, remoteIndex: sender, keys: keys, suite: suite, version: version, established: now)
-        hintReported = false
+        hints.reset()
         addresses = verdict.addresses
         takesPathMTUNotices = verdict.pathMTUNotices
         let confirmation = (try? current?.seal(message: [], now: now, limits: limits)) ?? []
@@ -455,8 +455,7 @@ public struct ClientCore: Sendable {
 
     private mutating func receiveHint(_ datagram: UnsafeRawBufferPointer) -> ClientEvent {
         let index = datagram.loadLittleEndian(UInt32.self, at: 4)
-        guard let current, current.remoteIndex == index, !hintReported else { return drop(.unexpected) }
-        hintReported = true
+        guard let current, current.remoteIndex == index, hints.hint() else { return drop(.unexpected) }
         return .sessionUnknown
     }
 
@@ -477,7 +476,7 @@ public struct ClientCore: Sendable {
         case .success(let value): opened = value
         }
         // The server has the session after all: a later hint is news again.
-        hintReported = false
+        hints.reset()
         switch InnerContent(UnsafeRawBufferPointer(rebasing: datagram[opened.range])) {
         case .keepalive: return .keepalive
         case .packet(let source):
@@ -542,7 +541,7 @@ public struct ClientCore: Sendable {
         pending = nil
         current = nil
         previous = nil
-        hintReported = false
+        hints.reset()
     }
 
     /// An empty data packet: keeps NAT state and tells the server we are here.
