@@ -8,6 +8,13 @@ public struct AgentStatus: Equatable, Sendable {
     public var state: TunnelState
     public var server: Server?
     public var path: PathInfo?
+    /// The name of the Wi-Fi network the path is on.
+    public var ssid: String?
+    /// The profile the agent runs (its file's name without `.yaml`).
+    public var profile: String?
+    /// The profiles the agent sees installed; nil from an agent that does not say (the app then
+    /// lists the directory itself).
+    public var profiles: [String]?
     public var roundTripMs: Double?
     public var session: SessionInfo?
     /// When the last transition happened (RFC 3339, UTC), and how long ago.
@@ -94,6 +101,9 @@ public struct AgentStatus: Equatable, Sendable {
             self.path = PathInfo(interface: interface, kind: path["kind"]?.string, source: path["source"]?.string,
                                  transport: path["transport"]?.string)
         }
+        ssid = json["ssid"]?.string
+        profile = json["profile"]?["name"]?.string
+        profiles = json["profiles"]?.array.map { $0.compactMap(\.string) }
         roundTripMs = json["rtt_ms"]?.double
         if let session = json["session"], let version = session["protocol"]?.int, let cipher = session["cipher"]?.string {
             self.session = SessionInfo(protocolVersion: version, cipher: cipher)

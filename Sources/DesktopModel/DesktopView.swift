@@ -102,9 +102,16 @@ public struct DetailsView: Equatable, Sendable {
         switchOn = status.state != .paused
         switchEnabled = true
         rows = Self.rows(for: status)
-        if !profiles.isEmpty { rows.append(DetailRow(.profiles, profiles.joined(separator: ", "))) }
-        banner = status.portal.map { PortalBanner(url: $0.url, interface: status.path?.interface) }
-        if banner == nil, status.state == .portal { banner = PortalBanner(url: nil, interface: status.path?.interface) }
+        // The agent sees the profiles where the app may not (a directory only root can list).
+        self.profiles = status.profiles ?? profiles
+        if !self.profiles.isEmpty {
+            rows.append(DetailRow(.profiles, self.profiles.map { $0 == status.profile ? "\($0) (this tunnel)" : $0 }.joined(separator: ", ")))
+        }
+        if status.state == .portal || status.portal != nil {
+            banner = PortalBanner(url: status.portal?.url, interface: status.path?.interface, ssid: status.ssid)
+        } else {
+            banner = nil
+        }
     }
 
     /// The state's name for people.
@@ -152,7 +159,7 @@ public struct DetailsView: Equatable, Sendable {
             if let next = server.handoverTo { value += ", moving to \(next)" }
             rows.append(DetailRow(.server, value))
         }
-        rows.append(DetailRow(.path, status.path.map(Self.describe) ?? "None"))
+        rows.append(DetailRow(.path, status.path.map { Self.describe($0, ssid: status.ssid) } ?? "None"))
         rows.append(DetailRow(.roundTrip, status.roundTripMs.map(Self.milliseconds) ?? "Not measured yet"))
         if let session = status.session {
             rows.append(DetailRow(.session, "Version \(session.protocolVersion), \(session.cipher)"))
@@ -168,10 +175,10 @@ public struct DetailsView: Equatable, Sendable {
         return rows
     }
 
-    static func describe(_ path: AgentStatus.PathInfo) -> String {
+    static func describe(_ path: AgentStatus.PathInfo, ssid: String?) -> String {
         var words = path.interface
         switch path.kind {
-        case "wifi": words += ", Wi-Fi"
+        case "wifi": words += ", Wi-Fi" + (ssid.map { " “\($0)”" } ?? "")
         case "ethernet": words += ", Ethernet"
         case "wwan": words += ", mobile broadband"
         default: break
@@ -256,9 +263,22 @@ public struct PortalBanner: Equatable, Sendable {
     /// The login page, when the agent knows it.
     public var url: String?
     public var interface: String?
+    /// The Wi-Fi network's name, when it is one.
+    public var ssid: String?
+
+    public init(url: String?, interface: String?, ssid: String? = nil) {
+        self.url = url
+        self.interface = interface
+        self.ssid = ssid
+    }
 
     public var text: String {
-        "The network" + (interface.map { " on \($0)" } ?? "") + " needs a login before the tunnel can connect."
+        let network = switch (ssid, interface) {
+        case (let ssid?, _): "The Wi-Fi network “\(ssid)”"
+        case (nil, let interface?): "The network on \(interface)"
+        case (nil, nil): "The network"
+        }
+        return network + " needs a login before the tunnel can connect."
     }
     public var button: String { "Log in" }
 }

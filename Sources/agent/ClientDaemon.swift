@@ -188,7 +188,10 @@ extension ClientDaemon {
                 let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
                 if let slept = checkSuspend() { woke(after: slept) }
-                if ready.contains(monitor.fileDescriptor) { monitorSpoke() }
+                if ready.contains(monitor.fileDescriptor) {
+                    facts.linksChanged()
+                    monitorSpoke()
+                }
                 watchesSpoke(ready: ready)
                 for fact in facts.noticesArrived(ready: ready, about: core.onDemand.network, tunnelSearch: tunnelSearch) {
                     feed(.networkFact(fact))

@@ -146,6 +146,9 @@ extension ClientDaemon.CoreRunner {
         var fields: [(String, JSON)] = [
             ("role", .string("client")), ("state", .string(reconnector.state.name)), ("server", .object(server)),
             ("path", reconnector.state.path.map(Self.pathJSON) ?? .null),
+            ("ssid", reconnector.state.path.flatMap { $0.kind == .wifi ? facts.wifiName(of: $0.linkIndex) : nil }.map { .string($0) } ?? .null),
+            ("profile", .object([("name", Profiles.name(ofFile: configPath).map { .string($0) } ?? .null), ("file", .string(configPath))])),
+            ("profiles", Profiles.names().map { .array($0.map { .string($0) }) } ?? .null),
             ("rtt_ms", reconnector.roundTripTime.map(\.milliseconds) ?? .null),
             ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
                              ("floor", .int(Int64(reconnector.floorMTU))),

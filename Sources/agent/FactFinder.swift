@@ -20,6 +20,9 @@ final class FactFinder {
     private var neighbourEvents: NeighbourEvents?
     private var wirelessEvents: WirelessEvents?
     private var resolvConf: ResolvConfWatch?
+    /// The Wi-Fi network a link was on when last read, for the status: it asks on every event a
+    /// watcher hears, the kernel is asked again only after the links or the associations changed.
+    private var wifiName: (linkIndex: Int32, name: Fact<String>)?
 
     init(log: Logger) {
         self.log = log
@@ -92,6 +95,7 @@ final class FactFinder {
             }
         }
         if let events = wirelessEvents, ready.contains(events.fileDescriptor) {
+            wifiName = nil
             for notice in events.take() {
                 guard let network else { break }
                 let link = network.path.linkIndex
@@ -112,9 +116,23 @@ final class FactFinder {
     }
 
     private func ssid(of linkIndex: Int32) -> Fact<String> {
-        switch Wireless.ssid(ofInterface: linkIndex) {
+        let name: Fact<String> = switch Wireless.ssid(ofInterface: linkIndex) {
         case .ssid(let ssid): .known(ssid.description)
         case .notAssociated, .notWireless, .failed: .absent
         }
+        wifiName = (linkIndex, name)
+        return name
     }
+
+    /// The name of the Wi-Fi network link `index` is on, for the status; nil when it is on none.
+    /// Read from the kernel once per change (`linksChanged`, an association's notice).
+    func wifiName(of index: Int32) -> String? {
+        let name = if let known = wifiName, known.linkIndex == index { known.name } else { ssid(of: index) }
+        if case .known(let ssid) = name { return ssid }
+        return nil
+    }
+
+    /// The kernel told of a change to the links (a Wi-Fi link that joins another network loses
+    /// its carrier first): the Wi-Fi network's name is read again when next asked.
+    func linksChanged() { wifiName = nil }
 }

@@ -18,7 +18,7 @@ struct ProfilesCommand: ParsableCommand {
             """)
 
     @Option(help: "Where the profiles are.")
-    var directory = "/etc/roam"
+    var directory = Profiles.directory
     @Option(help: "Where running agents have their control sockets.")
     var runtime = "/run/roam"
     @Flag(help: "Print one JSON object per profile.")
@@ -31,10 +31,9 @@ struct ProfilesCommand: ParsableCommand {
     }
 
     func run() throws {
-        guard let files = SystemFiles.names(in: directory) else {
+        guard let names = Profiles.names(in: directory) else {
             throw AgentError("cannot list \(directory): \(String(cString: strerror(errno)))" + (errno == EACCES ? " (it is root's)" : ""))
         }
-        let names = files.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) }
         var rows: [Row] = []
         for name in names {
             let path = directory + "/" + name + ".yaml"

@@ -76,7 +76,7 @@ final class DesktopApp {
     }
 
     private func show(_ report: AgentReport) {
-        let profiles = Profiles.names(in: options.profiles)
+        let profiles = Profiles.names(in: options.profiles) ?? []
         let screen = Screen(report: report, profiles: profiles)
         switch AlertChange.between(showing: alert, report: report, previous: self.report) {
         case .keep: break
@@ -137,12 +137,4 @@ enum Delivery: Sendable {
     case report(AgentReport)
     /// A request the agent refused or that could not reach it, said for the user.
     case refused(String)
-}
-
-/// The names of the profiles on this computer (`NAME.yaml`): names only, never their contents.
-enum Profiles {
-    static func names(in directory: String) -> [String] {
-        (SystemFiles.names(in: directory) ?? []).filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }
-            .map { String($0.dropLast(5)) }.sorted()
-    }
 }

@@ -8,7 +8,7 @@ struct DesktopOptions: Sendable {
     /// The agent's control socket (`ROAM_CONTROL_SOCKET`, else the client's default).
     var socket = ControlSocket.defaultPath
     /// Where the profiles are (`ROAM_PROFILES`, else /etc/roam).
-    var profiles = "/etc/roam"
+    var profiles = Profiles.directory
     /// The program `agent portal --run` opens the login page with.
     var browser = "xdg-open"
     /// The agent's executable, for `agent portal` (`ROAM_AGENT`, else `agent` in PATH).

@@ -164,7 +164,11 @@ struct DaemonLabTests {
         usleep(2_000_000)
         #expect(lab.clientCPU() - cpu < .milliseconds(50), "CPU while idle: \(lab.clientCPU() - cpu)")
         #expect(lab.clientWakeups() - wakeups <= 2, "wakeups while idle: \(lab.clientWakeups() - wakeups)")
-        #expect(lab.status()["state"] == "connected")
+        let status = lab.status()
+        #expect(status["state"] == "connected")
+        // What the desktop shows besides: the profile it runs, and no Wi-Fi name on a cable.
+        #expect(status["profile.name"] == "client" && status["profile.file"] == lab.directory + "/client.yaml", "\(status)")
+        #expect(status["ssid"] == "none" && status["profiles"] != nil, "\(status)")
     }
 
     /// At boot the server's name may not resolve yet (no name server reachable): the agent

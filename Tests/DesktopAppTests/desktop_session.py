@@ -37,7 +37,9 @@ def status(state, **extra):
     body = {
         "role": "client", "state": state,
         "server": {"name": "fra1", "address": "198.51.100.7:51820"},
-        "path": path, "rtt_ms": 1.051 if state == "connected" else None,
+        "path": path, "ssid": "Hotel Lobby" if state == "portal" else None,
+        "profile": {"name": "work", "file": "/etc/roam/work.yaml"}, "profiles": ["home", "work"],
+        "rtt_ms": 1.051 if state == "connected" else None,
         "mtu": {"tunnel": 1340, "configured": 1420, "floor": 1280, "searching": False, "size_probes": 9},
         "since": "2026-11-23T18:05:17Z", "for_ms": 5310.2,
         "last_transition": {"at": "2026-11-23T18:05:17Z", "from": "connecting", "to": state, "trigger": "handshake-ok",
@@ -511,6 +513,8 @@ def main():
         if not toggle.get_state_set().contains(Atspi.StateType.CHECKED):
             raise AssertionError("the switch is off while the agent is connected")
         find(Atspi, lambda n: n.get_name() == "Round trip", what='the "Round trip" row')
+        # The profiles are the agent's list (the directory holds only work.yaml), its own marked.
+        find(Atspi, lambda n: n.get_name() == "home, work (this tunnel)", what="the agent's profiles")
         print("details: state label %r, switch found as a %s" % (state.get_name(), toggle.get_role_name()))
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "details.png"))
@@ -543,6 +547,8 @@ def main():
         find(Atspi, lambda n: "needs a login before the tunnel can connect" in (n.get_name() or ""),
              what="the portal banner")
         find(Atspi, lambda n: n.get_name() == "Log in" and n.get_n_actions() > 0, what='the "Log in" button')
+        find(Atspi, lambda n: n.get_name() == "wifi0, Wi-Fi \u201cHotel Lobby\u201d, from 10.31.1.2",
+             what="the network's row with the Wi-Fi network's name")
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "portal.png"))
 

@@ -97,12 +97,19 @@ import Testing
         #expect(value(.since, in: view) == "2026-11-23 18:05:17 UTC")
         #expect(value(.lockdown, in: view) == "On, 13 stopped so far")
         #expect(value(.excluded, in: view) == "steam (4242)")
+        #expect(value(.profiles, in: view) == "home, work (this tunnel)", "the agent's list, not the directory's")
+    }
+
+    /// An agent that does not name its profiles: the app's own listing stands in.
+    @Test func anOlderAgentsProfilesAreTheDirectorys() throws {
+        let view = try details(Statuses.connectedOlder, profiles: ["work"])
         #expect(value(.profiles, in: view) == "work")
+        #expect(try Statuses.status(Statuses.connectedOlder).ssid == nil)
     }
 
     @Test func wifiAndALongerRoundTrip() throws {
         let view = try details(Statuses.connectedOnWifi)
-        #expect(value(.path, in: view) == "wifi0, Wi-Fi, from 10.31.1.2")
+        #expect(value(.path, in: view) == "wifi0, Wi-Fi “Hotel \"Lobby\"”, from 10.31.1.2")
         #expect(value(.roundTrip, in: view) == "23 ms")
     }
 
@@ -122,6 +129,8 @@ import Testing
         #expect(view.switchOn)
         #expect(view.banner == PortalBanner(url: "https://login.hotel.example/", interface: "wifi0"))
         #expect(view.banner?.text == "The network on wifi0 needs a login before the tunnel can connect.")
+        let named = try details(Statuses.client(state: "portal", path: Statuses.wifi, rtt: "null", session: "null", ssid: "Hotel Lobby"))
+        #expect(named.banner?.text == "The Wi-Fi network “Hotel Lobby” needs a login before the tunnel can connect.")
         #expect(view.stateDetail == "Login page: https://login.hotel.example/")
     }
 

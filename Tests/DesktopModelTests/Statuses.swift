@@ -18,13 +18,19 @@ enum Statuses {
     /// A client's status answer; `extra` goes where the agent puts the state's own fields.
     static func client(state: String, path: String? = Statuses.path, rtt: String = "1.051", extra: String = "",
                        transition: String? = nil, session: String = #"{"protocol":3,"cipher":"aes-256-gcm"}"#,
-                       lockdown: String = Statuses.lockdown(), excluded: String = #"[{"pid":4242,"name":"steam"}]"#) -> String {
+                       lockdown: String = Statuses.lockdown(), excluded: String = #"[{"pid":4242,"name":"steam"}]"#,
+                       ssid: String? = nil, profiles: String? = Statuses.profiles) -> String {
         let last = transition ?? #"{"at":"2026-11-23T18:05:17Z","from":"switching","to":"\#(state)","trigger":"probe-reply","reason":"switched(eth0 rtt 1ms)","path":\#(path ?? "null"),"attempt":0,"coalesced":0}"#
-        return #"{"version":1,"ok":true,"status":{"role":"client","state":"\#(state)","server":{"name":"fra1","address":"198.51.100.7:51820"},"path":\#(path ?? "null"),"rtt_ms":\#(rtt),"mtu":\#(mtu),"since":"2026-11-23T18:05:17Z","for_ms":5310.2,"last_transition":\#(last),\#(extra)"attempts":3,"budget_left":9,"connectivity_checks":0,"power":"ac",\#(traffic)"offload":"tso","session":\#(session),"lockdown":\#(lockdown),"dns":{"manager":"resolv.conf","resolvers":["10.77.0.1"],"search":["corp.example"],"problem":null},"diverting_routes":[],"excluded":\#(excluded),"guest_networks":["docker0 172.17.0.0/16"],"local_networks":["10.99.0.0/16"],"wider_claims":[],"other_tunnels":[],\#(upkeep)}}"#
+        return #"{"version":1,"ok":true,"status":{"role":"client","state":"\#(state)","server":{"name":"fra1","address":"198.51.100.7:51820"},"path":\#(path ?? "null"),\#(profiles.map { #""ssid":\#(ssid.map { "\"\($0)\"" } ?? "null"),\#($0)"# } ?? "")"rtt_ms":\#(rtt),"mtu":\#(mtu),"since":"2026-11-23T18:05:17Z","for_ms":5310.2,"last_transition":\#(last),\#(extra)"attempts":3,"budget_left":9,"connectivity_checks":0,"power":"ac",\#(traffic)"offload":"tso","session":\#(session),"lockdown":\#(lockdown),"dns":{"manager":"resolv.conf","resolvers":["10.77.0.1"],"search":["corp.example"],"problem":null},"diverting_routes":[],"excluded":\#(excluded),"guest_networks":["docker0 172.17.0.0/16"],"local_networks":["10.99.0.0/16"],"wider_claims":[],"other_tunnels":[],\#(upkeep)}}"#
     }
 
+    /// The profile the agent runs and the ones it sees installed (left out: an agent before them).
+    static let profiles = #""profile":{"name":"work","file":"/etc/roam/work.yaml"},"profiles":["home","work"],"#
+
     static let connected = client(state: "connected")
-    static let connectedOnWifi = client(state: "connected", path: wifi, rtt: "23.4")
+    static let connectedOnWifi = client(state: "connected", path: wifi, rtt: "23.4", ssid: "Hotel \\\"Lobby\\\"")
+    /// An agent from before the status named the Wi-Fi network and the profiles.
+    static let connectedOlder = client(state: "connected", profiles: nil)
     static let probing = client(state: "probing", path: wifi)
     static let portal = client(state: "portal", path: wifi, rtt: "null",
                                extra: #""portal":{"url":"https://login.hotel.example/","window_ms":291000.0,"next_check_ms":28000.0},"#,
