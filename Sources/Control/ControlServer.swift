@@ -51,6 +51,9 @@ public final class ControlServer: Sendable {
     public static let maxBacklog = 256 << 10
 
     private let socket: ControlSocket
+    /// The group whose members may ask what `ControlCommand.forOperators` says (a reload may
+    /// change it); nil: only root.
+    private let operators: Mutex<UInt32?>
     private let outgoing: Mailbox<Outgoing>
     private let handle: @Sendable (Call) -> Void
     private let watchers = Atomic<Int>(0)
@@ -60,10 +63,32 @@ public final class ControlServer: Sendable {
     /// Whether anyone watches: a status for them is worth making only then.
     public var watched: Bool { watchers.load(ordering: .relaxed) > 0 }
 
-    public init(socket: ControlSocket, handle: @escaping @Sendable (Call) -> Void) throws {
+    public init(socket: ControlSocket, operatorGroup: UInt32? = nil, handle: @escaping @Sendable (Call) -> Void) throws {
         self.socket = socket
         self.handle = handle
+        operators = Mutex(operatorGroup)
         outgoing = try Mailbox()
+    }
+
+    /// The group whose members may turn the tunnel on and off from now on; nil: only root.
+    public var operatorGroup: UInt32? {
+        get { operators.withLock { $0 } }
+        set { operators.withLock { $0 = newValue } }
+    }
+
+    /// Why `peer` may not ask `command`, or nil when it may: root (and the agent's own user) may
+    /// ask anything, whoever reached the socket may ask what is open to readers, and a member of
+    /// `operatorGroup` (its primary group or a supplementary one) what is for operators.
+    static func refusal(of command: ControlCommand, by peer: PeerProcess, operatorGroup: UInt32?) -> ControlFailure? {
+        if command.openToReaders || peer.uid == 0 || peer.uid == geteuid() { return nil }
+        guard command.forOperators else {
+            return ControlFailure(code: "not-permitted", message: "only root may ask '\(command.rawValue)'")
+        }
+        guard let group = operatorGroup else {
+            return ControlFailure(code: "not-permitted", message: "only root may ask '\(command.rawValue)' of this agent (its configuration says 'operators: root')")
+        }
+        if peer.gid == group || peer.groups.contains(group) { return nil }
+        return ControlFailure(code: "not-permitted", message: "only root and the operators' group may ask '\(command.rawValue)'")
     }
 
     public var path: String { socket.path }
@@ -198,7 +223,23 @@ public final class ControlServer: Sendable {
             var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
             var length = socklen_t(MemoryLayout.size(ofValue: credentials))
             guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, length == 12 else { return nil }
-            return PeerProcess(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+            return PeerProcess(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups(fd))
+        }
+
+        /// The peer's supplementary groups as it connected (`SO_PEERGROUPS`, Linux 4.13); none
+        /// when the kernel cannot say, which refuses what only they would allow.
+        static func groups(_ fd: Int32) -> [gid_t] {
+            var groups = [gid_t](repeating: 0, count: 64)
+            for _ in 0..<2 {
+                var length = socklen_t(groups.count * MemoryLayout<gid_t>.size)
+                if getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, &groups, &length) == 0 {
+                    return Array(groups.prefix(Int(length) / MemoryLayout<gid_t>.size))
+                }
+                // ERANGE: the length says how much room the list needs.
+                guard errno == ERANGE, Int(length) / MemoryLayout<gid_t>.size > groups.count else { return [] }
+                groups = [gid_t](repeating: 0, count: Int(length) / MemoryLayout<gid_t>.size)
+            }
+            return []
         }
 
         mutating func serve(_ id: Int, revents: Int16) {
@@ -235,8 +276,8 @@ public final class ControlServer: Sendable {
             case .failure(let failure):
                 fail(id, failure)
             case .success(let command):
-                guard command.openToReaders || c.uid == 0 || c.uid == geteuid() else {
-                    return fail(id, ControlFailure(code: "not-permitted", message: "only root may ask '\(command.rawValue)'"))
+                if let refusal = ControlServer.refusal(of: command, by: c.peer, operatorGroup: server.operatorGroup) {
+                    return fail(id, refusal)
                 }
                 let target: Int32?
                 switch ControlProtocol.target(in: line) {

@@ -8,15 +8,18 @@ public struct PeerProcess: Equatable, Sendable {
     public var pid: Int32
     public var uid: UInt32
     public var gid: UInt32
+    /// Its supplementary groups when it connected (`SO_PEERGROUPS`).
+    public var groups: [UInt32]
     /// When it started (/proc/PID/stat's 22nd field): a reused id shows another start time.
     public var started: UInt64?
     /// Its cgroup (/proc/PID/cgroup's v2 line).
     public var cgroup: String?
 
-    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32] = []) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
+        self.groups = groups
         started = Self.startTime(pid)
         cgroup = (SystemFiles.text("/proc/\(pid)/cgroup") ?? "").split(whereSeparator: \.isNewline)
             .first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) }

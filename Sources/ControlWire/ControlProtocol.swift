@@ -44,6 +44,13 @@ public enum ControlCommand: String, CaseIterable, Sendable {
     public var openToReaders: Bool {
         self == .status || self == .watch || self == .portalOpen || self == .portalClose || self == .exclude
     }
+
+    /// Whether the operators' group (the `roam` group, unless the configuration says
+    /// `operators: root`) may ask it too: turning the tunnel on and off and reconnecting it.
+    /// What is installed, the lockdown and the agent's life stay root's.
+    public var forOperators: Bool {
+        self == .up || self == .down || self == .reconnect
+    }
 }
 
 /// A request the agent refuses, with a code a program can act on.

@@ -3,8 +3,9 @@ import Basics
 import Synchronization
 
 /// The listening end of a control socket: a Unix stream socket in a runtime directory. Root may
-/// ask anything; members of the `roam` group, when the system has one, may read the status and
-/// watch (socket 0660 and directory 0750, both of that group); nobody else may connect.
+/// ask anything; members of the `roam` group, when the system has one, may connect (socket 0660
+/// and directory 0750, both of that group) to read the status and watch, and to ask what
+/// `ControlServer` lets its operators ask; nobody else may connect.
 public final class ControlSocket: Sendable {
     public static let defaultPath = "/run/roam/agent.sock"
     /// The group whose members may read status and watch.
@@ -68,7 +69,7 @@ public final class ControlSocket: Sendable {
     public static var serviceRuntimeDirectories: String? { getenv("RUNTIME_DIRECTORY").map { String(cString: $0) } }
 
     /// The `roam` group's id, when the system has that group.
-    static func readerGroupID() -> gid_t? {
+    public static func readerGroupID() -> UInt32? {
         var group = group()
         var result: UnsafeMutablePointer<group>?
         var buffer = [CChar](repeating: 0, count: 4096)

@@ -45,7 +45,7 @@ public enum ProblemReport {
         "flap-window", "gateway", "gateway-mac", "handshake-resend", "handshake-timeout", "interface",
         "interface-kind", "key", "listen-port", "liveness-timeout", "lockdown", "manager", "match", "max-hold-down",
         "max-probe-attempts", "metrics-file", "metrics-listen", "min-mtu", "mode", "mtu", "mtu-raise-after", "name",
-        "never-local", "offload", "on-demand", "password-file", "path-mtu-discovery", "persistent-keepalive", "pin",
+        "never-local", "offload", "on-demand", "operators", "password-file", "path-mtu-discovery", "persistent-keepalive", "pin",
         "port", "portal", "portal-check", "portal-recheck", "portal-recheck-cap", "portal-window",
         "portal-window-recheck", "priority", "private-key-file", "probe", "probe-attempts", "probe-timeout",
         "protocol", "protocol-fallback", "proxy", "public-key", "race-delay", "recheck", "recheck-cap", "reconnect",

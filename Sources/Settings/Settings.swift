@@ -57,6 +57,9 @@ public struct ClientSettings: Sendable {
     /// `exclusion: allow`: root and the roam group may keep applications outside the tunnel
     /// (`agent exclude`), a deliberate hole in the lockdown for them alone. Off by default.
     public var exclusionAllowed = false
+    /// `operators: group` (the default): members of the `roam` group may turn the tunnel on and
+    /// off and reconnect it over the control socket; `operators: root` keeps that root's.
+    public var groupOperates = true
     /// How the tunnel's resolvers reach the system, and which ones.
     public var dns = ClientDNSSettings()
     /// Where the metrics are written in node_exporter's textfile format; nil: nowhere.

@@ -12,7 +12,7 @@ extension YAMLReader {
         let f = try fields(root, "the client configuration", allowed: [
             "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
             "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "never-local", "dns", "metrics-file",
-            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp",
+            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp", "operators",
         ])
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
@@ -99,6 +99,14 @@ extension YAMLReader {
             if settings.exclusionAllowed, settings.mode.socketMark == nil || !settings.lockdown {
                 throw fail(node, "'exclusion' is for mode: full with the lockdown on; elsewhere an application reaches the network "
                     + "outside the tunnel already")
+            }
+        }
+        if let node = f.optional("operators") {
+            switch try string(node) {
+            case "group": settings.groupOperates = true
+            case "root": settings.groupOperates = false
+            case let other: throw fail(node, "'operators' is group (the default: the roam group may connect, disconnect and reconnect) "
+                + "or root, got \"\(other)\"")
             }
         }
         if let node = f.optional("dns") { settings.dns = try clientDNS(node) }

@@ -49,7 +49,9 @@ final class ClientDaemon {
          log: Logger, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
         self.mailbox = mailbox
-        let server = try ControlServer(socket: control) { [weak mailbox] call in mailbox?.post(.control(call)) }
+        let server = try ControlServer(socket: control, operatorGroup: settings.groupOperates ? ControlSocket.readerGroupID() : nil) {
+            [weak mailbox] call in mailbox?.post(.control(call))
+        }
         runner = try CoreRunner(settings: settings, configPath: configPath, key: key, credentials: credentials,
                         servers: servers, log: log, control: server,
                         waitForServer: waitForServer, firewall: firewall, mailbox: mailbox)

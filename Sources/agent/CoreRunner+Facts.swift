@@ -200,43 +200,6 @@ extension ClientDaemon.CoreRunner {
         }
     }
 
-    /// SIGHUP: reads the configuration again. Tunables (the `reconnect` section) apply at once
-    /// and the tunnel stays; a change to the server, keys, credentials, tunnel device, routing
-    /// mode, lockdown or DNS takes the tunnel down and starts the agent afresh; a file with a
-    /// mistake changes nothing.
-    func reload() {
-        let fresh: ClientSettings
-        do {
-            let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
-            fresh = try reader.client(root)
-        } catch {
-            log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
-            return
-        }
-        guard fresh.sameTunnel(as: settings) else {
-            log.warning("configuration reloaded: the tunnel itself changed; restarting")
-            restartRequested = true
-            feed(.request(.stop(.restarting)))
-            return
-        }
-        let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
-            || fresh.portal != settings.portal
-            || fresh.metricsFile != settings.metricsFile
-        if fresh.metricsFile != settings.metricsFile {
-            metricsFile = fresh.metricsFile.map(MetricsFile.init)
-            writeMetrics()
-        }
-        do {
-            try effects.firewall?.allowCheck(ports: fresh.checkPorts)
-        } catch {
-            log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
-        }
-        settings = fresh
-        feed(.reloaded(fresh.reconnect, fresh.onDemand))
-        effects.setPersistentKeepalive(fresh.persistentKeepalive)
-        log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
-    }
-
     /// After a suspend the machine may be on another network, where the server's name may
     /// resolve elsewhere. The time asleep was no time without an answer.
     func woke(after slept: Duration) {

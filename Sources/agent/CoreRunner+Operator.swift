@@ -11,9 +11,10 @@ import PathMonitor
 import Reconnector
 import Tunnel
 import Streams
+import Settings
 
-/// The operator: control requests, the portal window's owner, and the status the control socket
-/// and the metrics give.
+/// The operator: control requests, the configuration read again on SIGHUP, the portal window's
+/// owner, and the status the control socket and the metrics give.
 extension ClientDaemon.CoreRunner {
     /// Answers an operator's request from the control socket: what the core makes of it comes
     /// back as its `reply` effect.
@@ -44,8 +45,49 @@ extension ClientDaemon.CoreRunner {
         }
     }
 
+    /// SIGHUP: reads the configuration again. Tunables (the `reconnect` section) apply at once
+    /// and the tunnel stays; a change to the server, keys, credentials, tunnel device, routing
+    /// mode, lockdown or DNS takes the tunnel down and starts the agent afresh; a file with a
+    /// mistake changes nothing.
+    func reload() {
+        let fresh: ClientSettings
+        do {
+            let (reader, root) = try YAMLReader.load(configPath, as: .clientConfiguration)
+            fresh = try reader.client(root)
+        } catch {
+            log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
+            return
+        }
+        guard fresh.sameTunnel(as: settings) else {
+            log.warning("configuration reloaded: the tunnel itself changed; restarting")
+            restartRequested = true
+            feed(.request(.stop(.restarting)))
+            return
+        }
+        let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
+            || fresh.portal != settings.portal
+            || fresh.metricsFile != settings.metricsFile
+        if fresh.metricsFile != settings.metricsFile {
+            metricsFile = fresh.metricsFile.map(MetricsFile.init)
+            writeMetrics()
+        }
+        do {
+            try effects.firewall?.allowCheck(ports: fresh.checkPorts)
+        } catch {
+            log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
+        }
+        settings = fresh
+        control.operatorGroup = fresh.groupOperates ? ControlSocket.readerGroupID() : nil
+        feed(.reloaded(fresh.reconnect, fresh.onDemand))
+        effects.setPersistentKeepalive(fresh.persistentKeepalive)
+        log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
+    }
+
     /// Feeds the operator's `request`; the core's reply goes to `call`.
     private func ask(_ request: AgentEvent.Request, for call: ControlServer.Call) {
+        if call.command.forOperators, call.peer.uid != 0 {
+            log.notice("asked by a member of the operators' group", metadata: ["command": "\(call.command.rawValue)", "asked_by": "uid \(call.peer.uid)"])
+        }
         asking = call
         windowOpened = false
         feed(.request(request))

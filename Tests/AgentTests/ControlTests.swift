@@ -110,12 +110,12 @@ struct ControlTests {
 
         final class Counter: Sendable { let value = Atomic<Int>(0) }
 
-        init() throws {
+        init(operatorGroup: gid_t? = nil) throws {
             var template = Array("/tmp/roam-control.XXXXXX".utf8CString)
             let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
             directory = String(cString: try #require(made))
             let counter = self.counter
-            server = try ControlServer(socket: try ControlSocket(path: directory + "/agent.sock")) { call in
+            server = try ControlServer(socket: try ControlSocket(path: directory + "/agent.sock"), operatorGroup: operatorGroup) { call in
                 counter.value.add(1, ordering: .relaxed)
                 switch call.command {
                 case .status: call.reply(ControlProtocol.answer([("status", .object([("state", .string("connected"))]))]))
@@ -127,6 +127,18 @@ struct ControlTests {
         }
 
         var path: String { directory + "/agent.sock" }
+
+        /// Runs the built agent's `arguments` against the socket as `nobody`, with primary group
+        /// `gid` and supplementary `groups`, the socket reachable by them as by the `roam` group's
+        /// members.
+        func ask(_ arguments: [String], groups: [gid_t], gid: gid_t = 65534) throws -> (Int32, String) {
+            chmod(directory, 0o755)
+            chmod(path, 0o666)
+            let groupOption = groups.isEmpty ? "--clear-groups" : "--groups=" + groups.map(String.init).joined(separator: ",")
+            return try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/setpriv"),
+                                            ["--reuid=65534", "--regid=\(gid)", groupOption, RoamingLab.builtAgent.path]
+                                                + arguments + ["--control", path])
+        }
 
         deinit {
             server.stop()
@@ -274,23 +286,61 @@ struct ControlTests {
     /// read the status but change nothing. Needs root to run the built agent as `nobody`.
     @Test(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)))
     func onlyRootChangesAnythingWhoeverReachesTheSocket() throws {
-        let harness = try Harness()
-        // As the `roam` group's members would: the socket reachable by someone else.
-        chmod(harness.directory, 0o755)
-        chmod(harness.path, 0o666)
-        let asNobody = { (arguments: [String]) throws -> (Int32, String) in
-            try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/setpriv"), ["--reuid=65534", "--regid=65534", "--clear-groups", RoamingLab.builtAgent.path]
-                + arguments + ["--control", harness.path])
-        }
-        let (readStatus, read) = try asNobody(["status"])
+        let harness = try Harness(operatorGroup: Self.operators)
+        let (readStatus, read) = try harness.ask(["status"], groups: [])
         #expect(readStatus == 0 && read.contains("state=connected"), "\(read)")
         for command in ["down", "up", "reconnect", "sleep", "wake"] {
-            let (status, output) = try asNobody([command])
-            #expect(status == 1 && output.contains("only root may ask '\(command)'"), "\(command): \(output)")
+            let (status, output) = try harness.ask([command], groups: [])
+            #expect(status == 1 && output.contains("only root"), "\(command): \(output)")
         }
         #expect(harness.calls == 1, "only the status reached the agent")
         // Root reaches the handler (which, in this test, has nothing to do for it).
         #expect(throws: ControlError.self) { try ControlClient.ask(.down, at: harness.path) }
         #expect(harness.calls == 2)
+    }
+
+    /// A gid no account has, standing for the `roam` group: the kernel passes a process's groups
+    /// as numbers.
+    static let operators: gid_t = 47_113
+
+    /// Members of the operators' group (a supplementary group, as `usermod -aG roam` makes them) may
+    /// turn the tunnel on and off and reconnect, nothing else that changes the agent; with
+    /// `operators: root` (no operators' group) they may not, and a reload can take it away.
+    @Test(.enabled(if: NamespaceLab.isRoot, Comment(rawValue: NamespaceLab.skipReason)))
+    func theOperatorsGroupConnectsDisconnectsAndReconnects() throws {
+        let harness = try Harness(operatorGroup: Self.operators)
+        for command in ["down", "up", "reconnect"] {
+            let (_, output) = try harness.ask([command], groups: [Self.operators])
+            #expect(output.contains("not in this test"), "\(command) reached the agent: \(output)")
+        }
+        #expect(harness.calls == 3)
+        for command in ["sleep", "wake", "stop"] {
+            let (status, output) = try harness.ask([command], groups: [Self.operators])
+            #expect(status == 1 && output.contains("only root may ask '\(command)'"), "\(command): \(output)")
+        }
+        // Its primary group counts too.
+        let (_, primary) = try harness.ask(["down"], groups: [], gid: Self.operators)
+        #expect(primary.contains("not in this test"), "\(primary)")
+        #expect(harness.calls == 4)
+        // Turned off (`operators: root`, applied as a reload does): refused, and said why.
+        harness.server.operatorGroup = nil
+        let (status, output) = try harness.ask(["down"], groups: [Self.operators])
+        #expect(status == 1 && output.contains("'operators: root'"), "\(output)")
+        #expect(harness.calls == 4)
+    }
+
+    /// The decision alone, for every command: readers' commands for all, operators' commands for
+    /// the group, the rest for root.
+    @Test func whoMayAskWhat() {
+        let member = PeerProcess(pid: 1, uid: 1000, gid: 1000, groups: [27, Self.operators])
+        let other = PeerProcess(pid: 1, uid: 1001, gid: 1001, groups: [27])
+        let root = PeerProcess(pid: 1, uid: 0, gid: 0, groups: [])
+        for command in ControlCommand.allCases {
+            #expect(ControlServer.refusal(of: command, by: root, operatorGroup: Self.operators) == nil)
+            let memberMay = command.openToReaders || [.up, .down, .reconnect].contains(command)
+            #expect((ControlServer.refusal(of: command, by: member, operatorGroup: Self.operators) == nil) == memberMay, "\(command)")
+            #expect((ControlServer.refusal(of: command, by: member, operatorGroup: nil) == nil) == command.openToReaders, "\(command)")
+            #expect((ControlServer.refusal(of: command, by: other, operatorGroup: Self.operators) == nil) == command.openToReaders, "\(command)")
+        }
     }
 }

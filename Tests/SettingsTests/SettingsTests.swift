@@ -219,6 +219,15 @@ func badExclusionsPointAtTheirLine(text: String, line: Int, message: String) {
     expectClientRefusal("server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n" + text, line: line, message: message)
 }
 
+/// Who besides root turns the tunnel on and off: the `roam` group unless `operators: root`.
+@Test func operatorsAreTheGroupUnlessRootAlone() throws {
+    let base = "server: a:1\nserver-key: \(serverKey)\nprivate-key-file: k\n"
+    #expect(try parse(base) { try $0.client($1) }.groupOperates)
+    #expect(try parse(base + "operators: group") { try $0.client($1) }.groupOperates)
+    #expect(try !parse(base + "operators: root") { try $0.client($1) }.groupOperates)
+    expectClientRefusal(base + "operators: everyone", line: 4, message: "'operators' is group (the default")
+}
+
 @Test(arguments: [
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1}\n  - {address: A:1}", 5, "lists A:1 twice (first on line 4)"),
     ("private-key-file: k\nserver-key: \(serverKey)\nservers:\n  - {address: a:1, name: x}\n  - {address: b:1, name: x}", 5, "two servers x (first on line 4)"),
