@@ -203,7 +203,7 @@ let package = Package(
             name: "AgentTests",
             dependencies: [
                 "Basics", "Device", "Tunnel", "Control", "ControlWire", "SystemDNS", "agent", "NamespaceLab", "MarkedSender",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "DesktopModel", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),
         .testTarget(name: "LockdownTests", dependencies: ["Basics", "Netlink", "Device", "Lockdown", "Tunnel", "NamespaceLab"], swiftSettings: strict),

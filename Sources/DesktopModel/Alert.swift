@@ -30,9 +30,9 @@ public enum Alert: Equatable, Sendable {
         }
     }
 
-    /// A symbolic icon name from the icon theme.
+    /// A symbolic icon the package installs (as the tray's).
     public var icon: String {
-        if case .agentGaveUp = self { "network-vpn-disabled-symbolic" } else { "network-vpn-no-route-symbolic" }
+        if case .agentGaveUp = self { "roam-off-symbolic" } else { "roam-attention-symbolic" }
     }
 
     /// The notification's buttons: an action key (a `MenuAction`'s) and its label.

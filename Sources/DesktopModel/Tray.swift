@@ -1,13 +1,14 @@
 /// What the tray shows: an icon by state, a tooltip, and a flat menu.
 public struct TrayView: Equatable, Sendable {
-    /// A symbolic icon name from the icon theme.
+    /// A symbolic icon of the state, one of those the package installs in the hicolor theme
+    /// (contrib/desktop/icons).
     public var icon: String
     public var tooltip: String
     public var items: [MenuItem]
 
     public init(report: AgentReport) {
         guard case .status(let status) = report else {
-            icon = "network-vpn-disabled-symbolic"
+            icon = "roam-off-symbolic"
             tooltip = "Roam: not running"
             items = [MenuItem("Connect", .connect, enabled: false), MenuItem("Open Roam", .open), MenuItem("Quit", .quit)]
             return
@@ -22,12 +23,15 @@ public struct TrayView: Equatable, Sendable {
         self.items = items
     }
 
+    /// Every icon the tray and the notifications may name; the package installs each.
+    public static let icons = ["roam-connected-symbolic", "roam-connecting-symbolic", "roam-attention-symbolic", "roam-off-symbolic"]
+
     static func icon(for state: TunnelState) -> String {
         switch state {
-        case .connected, .probing, .switching: "network-vpn-symbolic"
-        case .connecting, .backingOff: "network-vpn-acquiring-symbolic"
-        case .portal, .failed: "network-vpn-no-route-symbolic"
-        case .offline, .sleeping, .paused, .disconnected, .other: "network-vpn-disabled-symbolic"
+        case .connected, .probing, .switching: "roam-connected-symbolic"
+        case .connecting, .backingOff: "roam-connecting-symbolic"
+        case .portal, .failed: "roam-attention-symbolic"
+        case .offline, .sleeping, .paused, .disconnected, .other: "roam-off-symbolic"
         }
     }
 }

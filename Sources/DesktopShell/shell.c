@@ -23,6 +23,8 @@ static struct {
     AdwPreferencesGroup *details;
     GPtrArray *rows;
     AdwToastOverlay *toasts;
+    // Started hidden: the app runs until Quit, its window only hidden when closed.
+    gboolean background;
     // The notification shown now (0: none), and the subscription to its actions.
     guint32 notification;
     guint action_subscription;
@@ -147,6 +149,13 @@ void roam_shell_build_window(const char *title) {
     shell.toasts = ADW_TOAST_OVERLAY(adw_toast_overlay_new());
     adw_toast_overlay_set_child(shell.toasts, content);
     adw_application_window_set_content(ADW_APPLICATION_WINDOW(shell.window), GTK_WIDGET(shell.toasts));
+    gtk_window_set_hide_on_close(shell.window, shell.background);
+}
+
+void roam_shell_keep_running(void) {
+    if (shell.background) return;
+    shell.background = TRUE;
+    g_application_hold(G_APPLICATION(shell.app));
 }
 
 void roam_shell_toast(const char *text) {
@@ -162,7 +171,8 @@ void roam_shell_toast(const char *text) {
 void roam_shell_quit(void) { g_application_quit(G_APPLICATION(shell.app)); }
 
 void roam_shell_hide_on_close(gboolean hide) {
-    if (shell.window != NULL) gtk_window_set_hide_on_close(shell.window, hide);
+    // A window that went away would leave the app running with nothing to show.
+    if (shell.window != NULL) gtk_window_set_hide_on_close(shell.window, hide || shell.background);
 }
 
 void roam_shell_present(void) {
@@ -174,7 +184,6 @@ void roam_shell_show_welcome(const char *title, const char *body, const char *de
     adw_status_page_set_description(shell.welcome, body);
     gtk_label_set_text(shell.welcome_detail, detail);
     gtk_stack_set_visible_child_name(shell.stack, "welcome");
-    gtk_window_present(shell.window);
 }
 
 void roam_shell_show_details(const char *state, const char *detail, bool switch_on, bool switch_enabled,
@@ -191,7 +200,6 @@ void roam_shell_show_details(const char *state, const char *detail, bool switch_
     gtk_widget_set_visible(GTK_WIDGET(shell.banner_group), banner != NULL);
     if (banner != NULL) adw_preferences_row_set_title(ADW_PREFERENCES_ROW(shell.banner), banner);
     gtk_stack_set_visible_child_name(shell.stack, "details");
-    gtk_window_present(shell.window);
 }
 
 void roam_shell_set_rows(int count, const char *const *titles, const char *const *values) {

@@ -194,7 +194,7 @@ static GVariant *item_property(GDBusConnection *bus, const char *sender, const c
     if (g_str_equal(name, "Id")) return g_variant_new_string("roam-desktop");
     if (g_str_equal(name, "Title")) return g_variant_new_string("Roam");
     if (g_str_equal(name, "Status")) return g_variant_new_string("Active");
-    if (g_str_equal(name, "IconName")) return g_variant_new_string(tray.icon ? tray.icon : "network-vpn-disabled-symbolic");
+    if (g_str_equal(name, "IconName")) return g_variant_new_string(tray.icon ? tray.icon : "roam-off-symbolic");
     if (g_str_equal(name, "Menu")) return g_variant_new_object_path(MENU_PATH);
     if (g_str_equal(name, "ItemIsMenu")) return g_variant_new_boolean(FALSE);
     GVariantBuilder pixmaps;

@@ -20,11 +20,13 @@ final class DesktopApp {
         self.options = options
     }
 
-    /// The window is wanted: build it, show what is known (nothing yet: not running), and start
-    /// following the agent.
+    /// The app starts: build the window, show what is known (nothing yet: not running), present
+    /// it unless started hidden, and start following the agent.
     func activate() {
+        if options.hidden { roam_shell_keep_running() }
         roam_shell_build_window("Roam")
         show(.unreachable(why: "Waiting for the agent at \(options.socket)…"))
+        if !options.hidden { roam_shell_present() }
         AgentLink.follow(socket: options.socket)
     }
 

@@ -2,7 +2,7 @@ import ControlWire
 import DesktopShell
 import Glibc
 
-/// `roam-desktop [--socket PATH] [--profiles DIR] [--browser PROGRAM]`: the desktop app, one per
+/// `roam-desktop [--hidden] [--socket PATH] [--profiles DIR] [--browser PROGRAM]`: the desktop app, one per
 /// session. It talks to the agent only through the control socket and holds no secrets.
 struct DesktopOptions: Sendable {
     /// The agent's control socket (`ROAM_CONTROL_SOCKET`, else the client's default).
@@ -13,9 +13,14 @@ struct DesktopOptions: Sendable {
     var browser = "xdg-open"
     /// The agent's executable, for `agent portal` (`ROAM_AGENT`, else `agent` in PATH).
     var agent = "agent"
+    /// Start in the background (the session's autostart): the tray and the notifications, no
+    /// window until one is asked for.
+    var hidden = false
 
     static let usage = """
-        usage: roam-desktop [--socket PATH] [--profiles DIR] [--browser PROGRAM]
+        usage: roam-desktop [--hidden] [--socket PATH] [--profiles DIR] [--browser PROGRAM]
+          --hidden            start in the background: the tray icon and notifications, no window until
+                              it is opened (from the tray, a notification or starting roam-desktop again)
           --socket PATH       the agent's control socket (default: $ROAM_CONTROL_SOCKET, else \(ControlSocket.defaultPath))
           --profiles DIR      where the profiles are (default: $ROAM_PROFILES, else /etc/roam)
           --browser PROGRAM   what opens a captive portal's login page (default: xdg-open)
@@ -37,6 +42,7 @@ struct DesktopOptions: Sendable {
                 case "--profiles": profiles = value
                 default: browser = value
                 }
+            case "--hidden": hidden = true
             case "-h", "--help": throw UsageError(nil)
             default: throw UsageError("unknown argument '\(argument)'")
             }

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NamespaceLab
+import DesktopModel
 import Testing
 @testable import agent
 
@@ -50,15 +51,21 @@ struct PackageTests {
         let tool = Self.repository.appendingPathComponent(".build/debug/generate-manual").path
         try #require(access(tool, X_OK) == 0, "no \(tool): scripts/setup builds it")
 
+        let desktop = RoamingLab.builtAgent.deletingLastPathComponent().appendingPathComponent("roam-desktop").path
         let built = try NamespaceLab.capture(Self.repository.appendingPathComponent("scripts/package"),
-                                             ["--binary", RoamingLab.builtAgent.path, "--manual-tool", tool, "--output", work])
+                                             ["--binary", RoamingLab.builtAgent.path, "--desktop-binary", desktop,
+                                              "--manual-tool", tool, "--output", work])
         try #require(built.status == 0, "\(built.output)")
-        let deb = try #require(built.output.split(separator: "\n").last.map(String.init))
+        // The paths, among what the build said (its standard error, in the same capture).
+        let debs = built.output.split(separator: "\n").map(String.init).filter { $0.hasPrefix("/") && $0.hasSuffix(".deb") }
+        try #require(debs.count == 2, "\(built.output)")
+        let (deb, desktopDeb) = (debs[0], debs[1])
         // Named for this release and for the machine's own architecture, as dpkg names it.
         let architecture = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/dpkg"), ["--print-architecture"])
             .output.trimmingCharacters(in: .whitespacesAndNewlines)
         try #require(!architecture.isEmpty)
         #expect(deb.hasSuffix("/roam_\(Release.version)_\(architecture).deb"), "\(deb)")
+        #expect(desktopDeb.hasSuffix("/roam-desktop_\(Release.version)_\(architecture).deb"), "\(desktopDeb)")
 
         let dpkgDeb = URL(fileURLWithPath: "/usr/bin/dpkg-deb")
         let listing = try NamespaceLab.capture(dpkgDeb, ["--contents", deb]).output
@@ -136,6 +143,8 @@ struct PackageTests {
         let checked = try NamespaceLab.capture(agent, ["check", "--config", work + "/client.yaml"])
         #expect(checked.status == 0 && checked.output.contains("a client configuration"), "\(checked.output)")
 
+        try desktopPackage(desktopDeb, into: work + "/desktop-root")
+
         // The units: accepted by systemd, and rated at most 3.0 by its security analysis.
         let analyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
         try #require(access(analyze.path, X_OK) == 0, "systemd-analyze is needed (Debian's systemd package)")
@@ -160,5 +169,30 @@ struct PackageTests {
                 .flatMap { $0.split(separator: ":").last?.split(separator: " ").first }.flatMap { Double($0) }
             #expect(score.map { $0 <= 3.0 } == true, "\(unit): exposure \(score.map { "\($0)" } ?? "unknown")")
         }
+    }
+
+    /// roam-desktop's package: the app with its launcher, its autostart entry (hidden, in the
+    /// tray), the state's icons; the agent's package and GTK's and libadwaita's as dependencies.
+    private func desktopPackage(_ deb: String, into root: String) throws {
+        let dpkgDeb = URL(fileURLWithPath: "/usr/bin/dpkg-deb")
+        let info = try NamespaceLab.capture(dpkgDeb, ["--info", deb]).output
+        #expect(info.contains("Package: roam-desktop") && info.contains("Depends: roam (= \(Release.version)), "), "\(info)")
+        #expect(info.contains("libgtk-4-1") && info.contains("libadwaita-1-0"), "\(info)")
+        let unpacked = try NamespaceLab.capture(dpkgDeb, ["-x", deb, root])
+        try #require(unpacked.status == 0, "\(unpacked.output)")
+        var app = stat()
+        #expect(stat(root + "/usr/bin/roam-desktop", &app) == 0 && app.st_mode & 0o777 == 0o755, "the app")
+        let launcher = try String(contentsOfFile: root + "/usr/share/applications/org.roam.Desktop.desktop", encoding: .utf8)
+        #expect(Self.keys(launcher, section: "Desktop Entry")["Exec"] == "roam-desktop", "\(launcher)")
+        #expect(Self.keys(launcher, section: "Desktop Entry")["Icon"] == "org.roam.Desktop")
+        let autostart = try String(contentsOfFile: root + "/etc/xdg/autostart/roam-desktop.desktop", encoding: .utf8)
+        #expect(Self.keys(autostart, section: "Desktop Entry")["Exec"] == "roam-desktop --hidden", "\(autostart)")
+        // Every icon the app names (the tray's by state, the notifications') is there, as SVG.
+        let icons = Set(TrayView.icons).union(["org.roam.Desktop-symbolic"])
+        for icon in icons {
+            let text = (try? String(contentsOfFile: root + "/usr/share/icons/hicolor/symbolic/apps/\(icon).svg", encoding: .utf8)) ?? ""
+            #expect(text.hasPrefix("<svg") && text.contains("viewBox=\"0 0 16 16\""), "\(icon): \(text.prefix(80))")
+        }
+        #expect(access(root + "/usr/share/icons/hicolor/scalable/apps/org.roam.Desktop.svg", R_OK) == 0)
     }
 }

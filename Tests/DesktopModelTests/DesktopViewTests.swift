@@ -161,21 +161,31 @@ import Testing
 }
 
 @Suite struct TrayTests {
+    /// The icons named are the ones the package installs (its test checks each is there).
+    @Test func everyIconNamedIsOneThePackageInstalls() {
+        let states = ["offline", "connecting", "connected", "probing", "switching", "sleeping", "backing-off", "failed",
+                      "paused", "portal", "disconnected", "new-state"].map(TunnelState.init(name:))
+        for state in states { #expect(TrayView.icons.contains(TrayView.icon(for: state)), "\(state)") }
+        #expect(TrayView.icons.contains(TrayView(report: .unreachable(why: "")).icon))
+        let alerts: [Alert] = [.portalLogin(interface: nil), .tunnelFailed(why: nil), .agentGaveUp(why: "x"), .blockedWithoutTunnel(paused: true)]
+        for alert in alerts { #expect(TrayView.icons.contains(alert.icon), "\(alert)") }
+    }
+
     @Test func iconAndMenuFollowTheState() throws {
         let connected = TrayView(report: try Statuses.report(Statuses.connected))
-        #expect(connected.icon == "network-vpn-symbolic")
+        #expect(connected.icon == "roam-connected-symbolic")
         #expect(connected.tooltip == "Roam: Connected to fra1")
         #expect(connected.items.map(\.label) == ["Disconnect", "Open Roam", "Quit"])
 
         let paused = TrayView(report: try Statuses.report(Statuses.paused))
-        #expect(paused.icon == "network-vpn-disabled-symbolic")
+        #expect(paused.icon == "roam-off-symbolic")
         #expect(paused.items.map(\.action) == [.connect, .open, .quit])
 
         let portal = TrayView(report: try Statuses.report(Statuses.portal))
-        #expect(portal.icon == "network-vpn-no-route-symbolic")
+        #expect(portal.icon == "roam-attention-symbolic")
         #expect(portal.items.first == MenuItem("Log in to the network", .logIn))
 
-        #expect(TrayView(report: try Statuses.report(Statuses.backingOff)).icon == "network-vpn-acquiring-symbolic")
+        #expect(TrayView(report: try Statuses.report(Statuses.backingOff)).icon == "roam-connecting-symbolic")
         let gone = TrayView(report: .unreachable(why: "not running"))
         #expect(gone.items.first == MenuItem("Connect", .connect, enabled: false))
     }

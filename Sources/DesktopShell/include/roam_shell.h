@@ -29,16 +29,20 @@ typedef struct RoamShellCallbacks {
 /// first's window and returns at once. Returns the exit status.
 int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks);
 
-/// Makes the window (hidden until a screen is shown).
+/// Makes the window, hidden until roam_shell_present.
 void roam_shell_build_window(const char *title);
 
 /// Brings the window to the front.
 void roam_shell_present(void);
 
-/// Shows the Welcome screen.
+/// Keeps the app running while its window is closed or was never shown (started hidden): closing
+/// the window hides it, and only Quit ends the app. Call before roam_shell_build_window.
+void roam_shell_keep_running(void);
+
+/// Puts the Welcome screen in the window (shown or hidden).
 void roam_shell_show_welcome(const char *title, const char *body, const char *detail);
 
-/// Shows the Details screen: the state, a line under it, the switch, and the portal banner
+/// Puts the Details screen in the window: the state, a line under it, the switch, and the portal banner
 /// (NULL: none).
 void roam_shell_show_details(const char *state, const char *detail, bool switch_on, bool switch_enabled,
                              const char *banner, const char *banner_button);
