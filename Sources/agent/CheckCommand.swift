@@ -35,12 +35,9 @@ struct CheckCommand: ParsableCommand {
         switch kind {
         case .client:
             let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
-            let settings = try reader.client(root)
-            notes += try Self.secret(settings.privateKeyFile) { _ = try loadPrivateKey($0) }
-            if let file = settings.passwordFile { notes += try Self.secret(file) { _ = try readSecretFile($0) } }
-            let servers = settings.servers.count
-            print("\(config): a client configuration, \(servers) server\(servers == 1 ? "" : "s"), "
-                + "\(settings.tunnel.name), lockdown \(settings.lockdown ? "on" : "off")")
+            let (settings, more) = try Self.client(reader, root)
+            notes += more
+            print("\(config): \(Self.describe(settings))")
         case .server:
             let (reader, root) = try YAMLReader.load(config, as: .serverConfiguration)
             let settings = try reader.server(root)
@@ -84,6 +81,21 @@ struct CheckCommand: ParsableCommand {
 
     /// Checks a key or password file the configuration names; unreadable for want of privilege
     /// is a note, not a failure (the daemon reads it as root).
+    /// A client configuration read as `agent up` reads it, with the key and password files it
+    /// names; notes for those this user may not read.
+    static func client(_ reader: YAMLReader, _ root: Node) throws -> (ClientSettings, notes: [String]) {
+        let settings = try reader.client(root)
+        var notes = try Self.secret(settings.privateKeyFile) { _ = try loadPrivateKey($0) }
+        if let file = settings.passwordFile { notes += try Self.secret(file) { _ = try readSecretFile($0) } }
+        return (settings, notes)
+    }
+
+    /// A client configuration in a few words.
+    static func describe(_ settings: ClientSettings) -> String {
+        let servers = settings.servers.count
+        return "a client configuration, \(servers) server\(servers == 1 ? "" : "s"), \(settings.tunnel.name), lockdown \(settings.lockdown ? "on" : "off")"
+    }
+
     private static func secret(_ path: String, _ read: (String) throws -> Void) throws -> [String] {
         if geteuid() != 0, access(path, R_OK) != 0, errno == EACCES {
             return ["\(path) is not readable as uid \(geteuid()): not checked (the daemon reads it as root)"]

@@ -122,7 +122,7 @@ struct PackageTests {
         }
 
         // Man pages for every command, and completions for three shells.
-        for page in ["agent", "agent.up", "agent.status", "agent.down", "agent.check", "agent.profiles", "agent.serve"] {
+        for page in ["agent", "agent.up", "agent.status", "agent.down", "agent.check", "agent.profiles", "agent.install-profile", "agent.serve"] {
             #expect(access(root + "/usr/share/man/man8/\(page).8.gz", R_OK) == 0, "man page \(page)")
         }
         let status = try NamespaceLab.capture(URL(fileURLWithPath: "/bin/sh"),
@@ -194,5 +194,21 @@ struct PackageTests {
             #expect(text.hasPrefix("<svg") && text.contains("viewBox=\"0 0 16 16\""), "\(icon): \(text.prefix(80))")
         }
         #expect(access(root + "/usr/share/icons/hicolor/scalable/apps/org.roam.Desktop.svg", R_OK) == 0)
+        // The import's polkit action: an administrator's, kept a while, for a program that runs
+        // only `agent install-profile`.
+        let policy = root + "/usr/share/polkit-1/actions/org.roam.install-profile.policy"
+        let parsed = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/python3"), ["-c", """
+            import sys, xml.dom.minidom as m
+            action = m.parse(sys.argv[1]).getElementsByTagName("action")[0]
+            print(action.getAttribute("id"), action.getElementsByTagName("allow_active")[0].firstChild.data,
+                  [a.firstChild.data for a in action.getElementsByTagName("annotate")
+                   if a.getAttribute("key") == "org.freedesktop.policykit.exec.path"][0])
+            """, policy])
+        #expect(parsed.status == 0 && parsed.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            == "org.roam.install-profile auth_admin_keep /usr/libexec/roam/install-profile", "\(parsed.output)")
+        var helper = stat()
+        #expect(stat(root + "/usr/libexec/roam/install-profile", &helper) == 0 && helper.st_mode & 0o777 == 0o755)
+        let helperText = (try? String(contentsOfFile: root + "/usr/libexec/roam/install-profile", encoding: .utf8)) ?? ""
+        #expect(helperText.contains("exec /usr/bin/agent install-profile \"$@\""), "\(helperText)")
     }
 }
