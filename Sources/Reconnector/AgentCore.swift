@@ -898,9 +898,6 @@ public struct AgentCore: Sendable {
             case .restoreLockdown:
                 resolvers?.restore()
                 out.append(.restoreLockdown)
-            // Timers are read from `timers`; a quiesce needs nothing of a runner whose probes
-            // and handshakes are all the core's.
-            case .armTimer, .cancelTimer, .quiesce: break
             }
         }
         if attempted, !tunnelUp, unansweredSince == nil { unansweredSince = now }

@@ -372,7 +372,6 @@ public struct Reconnector: Sendable {
         }
         stateBeforeSleep = state
         enter(.sleeping, .goingToSleep, now, &out)
-        out.append(.quiesce)
     }
 
     private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
@@ -520,7 +519,7 @@ public struct Reconnector: Sendable {
         case .connected(let path), .probing(let path, _), .switching(let path, _, _):
             checkingHint = true
             sendProbe(via: path, &out)
-            arm(.probe, at: now + hintPatience(now), &out)
+            arm(.probe, at: now + hintPatience(now))
             enter(.probing(path, sent: 1), .sessionUnknownHint, now, &out)
         case .backingOff:
             // The retry's probe checks it: its silence then brings a handshake at once.
@@ -546,7 +545,7 @@ public struct Reconnector: Sendable {
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
-        if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait(now), &out) }
+        if deadlines[.liveness] == nil { arm(.liveness, at: now + livenessWait(now)) }
         refreshRTT(on: path, heardBefore: session?.lastHeard, now, &out)
     }
 
@@ -584,7 +583,7 @@ public struct Reconnector: Sendable {
         quietProofs = 0
         switch state {
         case .connected(let path):
-            if deadlines[.liveness] != nil { cancel(.liveness, &out) }
+            if deadlines[.liveness] != nil { cancel(.liveness) }
             refreshRTT(on: path, heardBefore: heardBefore, now, &out)
         case .probing(let path, _):
             // With a rescue probe out, the server follows the session to the rescue path and its
@@ -613,7 +612,7 @@ public struct Reconnector: Sendable {
             let waited = livenessWait(now)
             probe(path, now, &out)
             // A hint came since the server was last heard: its check is this probe.
-            if checkingHint { arm(.probe, at: now + hintPatience(now), &out) }
+            if checkingHint { arm(.probe, at: now + hintPatience(now)) }
             // Make-before-break for a path that may have died: the best other path is asked at
             // the same time, and takes over if the session's own stays silent.
             let other = paths.first { $0.id != path.id.over(.udp) && !isDead($0.id, now) }
@@ -625,7 +624,7 @@ public struct Reconnector: Sendable {
             // On a path that loses packets one silent probe proves nothing: the check sends as
             // many as the path's loss calls for (one on a clean path), as a dead-path verdict does.
             sendProbe(via: path, &out)
-            arm(.probe, at: now + hintPatience(now), &out)
+            arm(.probe, at: now + hintPatience(now))
             state = .probing(path, sent: sent + 1)
         case (.probe, .probing(let path, _)) where checkingHint:
             // Nothing authenticated came back: the server did lose the session.
@@ -672,7 +671,7 @@ public struct Reconnector: Sendable {
             guard let id = candidate, let uplink = paths.first(where: { $0.id == id }),
                   Self.isPreferred(uplink, over: current), !isDead(id, now), id != rulesWait?.path
             else { return considerBetterPath(now, &out) }
-            guard takeToken(now) else { return arm(.debounce, at: nextToken(), &out) }
+            guard takeToken(now) else { return arm(.debounce, at: nextToken()) }
             candidate = nil
             // Over the stream if its network is known to block UDP.
             let target = knownToBlockUDP(uplink, now) ? uplink.over(.stream) : uplink
@@ -704,7 +703,7 @@ public struct Reconnector: Sendable {
         case (.recheck, .portal(let path, _)):
             checkConnectivity(via: path, &out)
             rechecks += 1
-            arm(.recheck, at: now + recheckWait, &out)
+            arm(.recheck, at: now + recheckWait)
         case (.pathMTU, .connected(let path)):
             pathMTUTimer(on: path, now, &out)
         case (.race, .connecting(let path)) where path.transport == .udp,
@@ -716,7 +715,7 @@ public struct Reconnector: Sendable {
             portalWindowUntil = nil
             out.append(.closePortalWindow)
             enter(.portal(path, url: url), .portalWindowClosed(why: "timed out"), now, &out)
-            arm(.recheck, at: now + recheckWait, &out)
+            arm(.recheck, at: now + recheckWait)
         default:
             break
         }
@@ -730,7 +729,7 @@ public struct Reconnector: Sendable {
         // it again under the budget now in force, if that is sooner.
         guard case .backingOff = state, let due = deadlines[.retry] else { return }
         let wait = backoffWait(now)
-        if now + wait < due { arm(.retry, at: now + wait, &out) }
+        if now + wait < due { arm(.retry, at: now + wait) }
     }
 
     private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
@@ -913,7 +912,7 @@ public struct Reconnector: Sendable {
             // Whatever went unanswered there was the portal's doing, not the network's policy.
             transports.forget(NetworkKey(path))
             enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
-            arm(.recheck, at: now + recheckWait, &out)
+            arm(.recheck, at: now + recheckWait)
         case (.portal(let url), .portal(let path, let known)) where path.id == id && url != known:
             enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
         case (.online, .portal(let path, _)) where path.id == id:
@@ -941,8 +940,8 @@ public struct Reconnector: Sendable {
         recheckBeforeWindow = deadlines[.recheck]
         out.append(.openPortalWindow(via: path, portal: url, until: until))
         enter(.portal(path, url: url), .portalWindowOpened(config.portalWindow), now, &out)
-        arm(.portalWindow, at: until, &out)
-        arm(.recheck, at: now + config.portalWindowRecheck, &out)
+        arm(.portalWindow, at: until)
+        arm(.recheck, at: now + config.portalWindowRecheck)
     }
 
     /// The window's process ended: the user may just have logged in, so the network is checked
@@ -954,7 +953,7 @@ public struct Reconnector: Sendable {
         enter(.portal(path, url: url), .portalWindowClosed(why: "its process ended"), now, &out)
         checkConnectivity(via: path, &out)
         rechecks = 0
-        arm(.recheck, at: now + recheckWait, &out)
+        arm(.recheck, at: now + recheckWait)
     }
 
     /// The lockdown did not let the window through: no window stands, nothing is closed, and
@@ -963,9 +962,9 @@ public struct Reconnector: Sendable {
     private mutating func portalWindowRefused(_ now: Instant, _ out: inout [Action]) {
         guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
         portalWindowUntil = nil
-        cancel(.portalWindow, &out)
+        cancel(.portalWindow)
         enter(.portal(path, url: url), .portalWindowClosed(why: "the lockdown did not let it through"), now, &out)
-        arm(.recheck, at: max(now, recheckBeforeWindow ?? now + recheckWait), &out)
+        arm(.recheck, at: max(now, recheckBeforeWindow ?? now + recheckWait))
         recheckBeforeWindow = nil
     }
 
@@ -996,13 +995,13 @@ public struct Reconnector: Sendable {
     private mutating func prepareHandover(to next: Int, on path: Path, _ now: Instant, _ out: inout [Action]) {
         handover = next
         out.append(.prepareHandover(server: next, on: path))
-        arm(.handover, at: now + config.handshakeTimeout, &out)
+        arm(.handover, at: now + config.handshakeTimeout)
     }
 
     private mutating func handoverReady(rtt: Duration, sizedProbes sized: Bool, _ now: Instant, _ out: inout [Action]) {
         guard let next = handover, let path = state.path else { return }
         handover = nil
-        cancel(.handover, &out)
+        cancel(.handover)
         let old = server
         server = next
         session = (now, now)
@@ -1022,7 +1021,7 @@ public struct Reconnector: Sendable {
     private mutating func handoverFailed(_ now: Instant, _ out: inout [Action]) {
         guard let failed = handover else { return }
         markServer(failed, now)
-        if deadlines[.handover] != nil { cancel(.handover, &out) }
+        if deadlines[.handover] != nil { cancel(.handover) }
         if let next = nextServer(now, drainedToo: false), next != failed, let path = state.path {
             return prepareHandover(to: next, on: path, now, &out)
         }
@@ -1147,13 +1146,13 @@ public struct Reconnector: Sendable {
             notBefore = nil
         }
         if let due = notBefore, now < due {
-            arm(.retry, at: due, &out)
+            arm(.retry, at: due)
             return enter(.backingOff(path.over(.udp)), .backoff(nextIn: due - now), now, &out)
         }
         notBefore = nil
         guard takeToken(now) else {
             let next = nextToken()
-            arm(.retry, at: next, &out)
+            arm(.retry, at: next)
             return enter(.backingOff(path.over(.udp)), .budgetExhausted(nextIn: next - now), now, &out)
         }
         startAttempt(on: path, reason, now, &out, handshake: handshake)
@@ -1172,9 +1171,9 @@ public struct Reconnector: Sendable {
         if refusals?.path.id != path.id { refusals = nil }
         prove(path, reason, now, &out, handshake: handshake)
         if race {
-            arm(.race, at: now + raceDelay(now), &out)
+            arm(.race, at: now + raceDelay(now))
         } else if deadlines[.race] != nil {
-            cancel(.race, &out)  // an earlier attempt's
+            cancel(.race)  // an earlier attempt's
         }
     }
 
@@ -1188,7 +1187,7 @@ public struct Reconnector: Sendable {
             let first = preferredServer(now)
             if first != server { useServer(first, reason, &out) }
             out.append(.handshake(on: path, reason: reason))
-            arm(.handshake, at: now + config.handshakeTimeout, &out)
+            arm(.handshake, at: now + config.handshakeTimeout)
             enter(.connecting(path), reason, now, &out)
             resends = 0
             // A stream delivers what it carries or breaks: nothing to send again within it.
@@ -1245,7 +1244,7 @@ public struct Reconnector: Sendable {
         if case .connecting = state {
             // The UDP initiation's late answer no longer counts; the stream's handshake is
             // covered by what is left of the attempt's timeout.
-            if deadlines[.resend] != nil { cancel(.resend, &out) }
+            if deadlines[.resend] != nil { cancel(.resend) }
             out.append(.handshake(on: stream, reason: reason))
             enter(.connecting(stream), reason, now, &out)
         } else {
@@ -1261,7 +1260,7 @@ public struct Reconnector: Sendable {
         guard takeToken(now) else {
             let next = nextToken()
             retest?.due = next
-            return arm(.udpRetest, at: next, &out)
+            return arm(.udpRetest, at: next)
         }
         probe(udp, now, &out)
         enter(.switching(from: stream, to: udp, sent: 1), .udpRetest(udp.interface), now, &out)
@@ -1334,7 +1333,7 @@ public struct Reconnector: Sendable {
             return failed(on: path, .bindFailed(name, why: why, retryIn: nil), now, &out, blameServer: false)
         }
         let wait = Self.bindRetryAfter * (1 << (refused.count - 1))
-        arm(.rebind, at: now + wait, &out)
+        arm(.rebind, at: now + wait)
         enter(.backingOff(path.over(.udp)), .bindFailed(name, why: why, retryIn: wait), now, &out)
     }
 
@@ -1366,7 +1365,7 @@ public struct Reconnector: Sendable {
             streamProven = path.id
             let udp = path.id.over(.udp)
             if retest?.udp != udp { retest = (udp, now + config.udpRetest(after: 0, on: power), 0) }
-            if let due = retest?.due { arm(.udpRetest, at: max(due, now), &out) }
+            if let due = retest?.due { arm(.udpRetest, at: max(due, now)) }
         }
         raced = nil
     }
@@ -1410,7 +1409,7 @@ public struct Reconnector: Sendable {
             return attempt(on: twin, reason, now, &out, handshake: isHandshaking)
         }
         failures += 1
-        arm(.retry, at: now + backoffWait(now), &out)
+        arm(.retry, at: now + backoffWait(now))
         // Backing off is about the uplink: the retry chooses its transport afresh.
         enter(.backingOff(uplink), reason, now, &out)
         checkForPortal(on: uplink, &out)
@@ -1430,7 +1429,7 @@ public struct Reconnector: Sendable {
               let better = paths.first(where: { $0.id != current.id && $0.id != rulesWait?.path && Self.isPreferred($0, over: current) })
         else {
             candidate = nil
-            if deadlines[.debounce] != nil { cancel(.debounce, &out) }
+            if deadlines[.debounce] != nil { cancel(.debounce) }
             return
         }
         if candidate == better.id, deadlines[.debounce] != nil {
@@ -1440,7 +1439,7 @@ public struct Reconnector: Sendable {
         candidate = better.id
         let quietUntil = now + holdDown(for: better, now)
         let due = dead[better.id].map { max($0.until, quietUntil) } ?? quietUntil
-        arm(.debounce, at: due, &out)
+        arm(.debounce, at: due)
     }
 
     /// The debounce for a new path; for an interface lost recently the flap hold-down, doubled
@@ -1491,7 +1490,7 @@ public struct Reconnector: Sendable {
         guard let current = mtu else { return }
         if current.search.isDone {
             // The look for a bigger MTU, when it is due; at once if it fell due meanwhile.
-            if let raise = current.raiseAt { arm(.pathMTU, at: max(raise, now), &out) }
+            if let raise = current.raiseAt { arm(.pathMTU, at: max(raise, now)) }
         } else {
             startPathMTURound(on: path, now, &out)
         }
@@ -1522,7 +1521,7 @@ public struct Reconnector: Sendable {
             // search looks again later.
             mtu?.raiseAt = now + config.mtuRaiseAfter
             mtu?.search = .raise(floor: floorMTU, ceiling: config.maxMTU, current: tunnelMTU, tooBig: current.search.tooBig)
-            return arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
+            return arm(.pathMTU, at: now + config.mtuRaiseAfter)
         }
         startPathMTURound(on: path, now, &out)
     }
@@ -1539,7 +1538,7 @@ public struct Reconnector: Sendable {
         if let session, now - session.lastHeard >= wait { sendProbe(via: path, &out) }
         current.roundStart = now
         mtu = current
-        arm(.pathMTU, at: now + wait, &out)
+        arm(.pathMTU, at: now + wait)
     }
 
     /// The search is over: the next look for a bigger MTU, if the path is smaller than the tunnel's.
@@ -1548,10 +1547,10 @@ public struct Reconnector: Sendable {
         if tunnelMTU < config.maxMTU {
             let raise = now + config.mtuRaiseAfter
             mtu?.raiseAt = raise
-            arm(.pathMTU, at: raise, &out)
+            arm(.pathMTU, at: raise)
         } else {
             mtu?.raiseAt = nil
-            if deadlines[.pathMTU] != nil { cancel(.pathMTU, &out) }
+            if deadlines[.pathMTU] != nil { cancel(.pathMTU) }
         }
     }
 
@@ -1582,7 +1581,7 @@ public struct Reconnector: Sendable {
         // The finished search stays: a return to connected (a silence a small probe ended) waits
         // for the look upward, which asks the smallest size again.
         mtu?.raiseAt = now + config.mtuRaiseAfter
-        arm(.pathMTU, at: now + config.mtuRaiseAfter, &out)
+        arm(.pathMTU, at: now + config.mtuRaiseAfter)
         out.append(.reportFailure(reason))
     }
 
@@ -1614,7 +1613,7 @@ public struct Reconnector: Sendable {
             mtu = search
         }
         for kind in TimerKind.allCases {
-            if let due = deadlines[kind] { arm(kind, at: due + step, &out) }
+            if let due = deadlines[kind] { arm(kind, at: due + step) }
         }
     }
 
@@ -1631,7 +1630,7 @@ public struct Reconnector: Sendable {
         default: workingSince = nil
         }
         for kind in TimerKind.allCases where deadlines[kind] != nil && !Self.allows(new, kind) {
-            cancel(kind, &out)
+            cancel(kind)
         }
         if !Self.allows(new, .debounce) { candidate = nil }
         if !Self.allows(new, .handover) { dropHandover(&out) }
@@ -1680,14 +1679,13 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func arm(_ kind: TimerKind, at due: Instant, _ out: inout [Action]) {
+    /// Timers are state (`timers`), read by whoever runs the machine: nothing goes out for them.
+    private mutating func arm(_ kind: TimerKind, at due: Instant) {
         deadlines[kind] = due
-        out.append(.armTimer(kind, at: due))
     }
 
-    private mutating func cancel(_ kind: TimerKind, _ out: inout [Action]) {
+    private mutating func cancel(_ kind: TimerKind) {
         deadlines[kind] = nil
-        out.append(.cancelTimer(kind))
     }
 
     /// Sends a probe and waits for its echo: the path's patience (at least `probeTimeout`),
@@ -1706,7 +1704,7 @@ public struct Reconnector: Sendable {
         var wait = max(config.probeTimeout, patience(now)) * (1 << doublings)
         // A stream being opened takes two round trips (TCP, TLS) before the probe goes out.
         if path.transport == .stream, streamProven != path.id { wait = wait * 3 }
-        arm(.probe, at: now + wait, &out)
+        arm(.probe, at: now + wait)
     }
 
     /// Every probe goes out through here: those on the session's path count for its loss.
@@ -1742,7 +1740,7 @@ public struct Reconnector: Sendable {
     private mutating func armResend(_ now: Instant, _ out: inout [Action]) {
         guard let timeout = deadlines[.handshake] else { return }
         let due = now + max(config.handshakeResend, patience(now)) * (1 << min(resends, 10))
-        if due < timeout { arm(.resend, at: due, &out) }
+        if due < timeout { arm(.resend, at: due) }
     }
 
     /// How long an answer may take on the session's path before its absence means something:

@@ -33,7 +33,7 @@ public enum Input: Equatable, Sendable {
     case dataSent
     /// An authenticated packet arrived from the server.
     case dataReceived
-    /// A timer armed by `Action.armTimer` expired.
+    /// A timer the machine keeps (`Reconnector.timers`) is due.
     case timerFired(TimerKind)
     /// The machine switched between mains and battery.
     case powerChanged(PowerSource)
@@ -181,12 +181,6 @@ public enum Action: Equatable, Sendable {
     /// The tunnel device's MTU is now `mtu`: the largest the session's path carries (TCP's MSS
     /// follows it through the lockdown's clamp).
     case setTunnelMTU(Int, path: String)
-    /// Fire `timerFired(kind)` at `at`, replacing any timer of the same kind.
-    case armTimer(TimerKind, at: Instant)
-    /// Forget the timer of this kind.
-    case cancelTimer(TimerKind)
-    /// Stop probes and I/O timers for a suspend; keep the tunnel device and the session keys.
-    case quiesce
     /// Tell the operator that the tunnel cannot come up without their help.
     case reportFailure(Reason)
     /// Write this transition to the operator log.

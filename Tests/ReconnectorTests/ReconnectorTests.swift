@@ -42,12 +42,12 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     var r = Reconnector()
     let out = r.handle(.paths([eth0, wifi0]), now: at(0))
     #expect(out.binds == 1 && out.handshakes == ["eth0"])
-    #expect(out.contains(.armTimer(.handshake, at: at(5000))))
+    #expect(r.timers[.handshake] == at(5000))
     #expect(r.state == .connecting(eth0))
     #expect(out.reasons == ["pathAppeared(eth0)"])
-    let done = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
+    _ = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
     #expect(r.state == .connected(eth0))
-    #expect(done.contains(.cancelTimer(.handshake)))
+    #expect(r.timers[.handshake] == nil)
     #expect(r.nextDeadline == nil, "a connected, idle tunnel keeps no timer")
 }
 
@@ -73,9 +73,8 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     var r = connected([eth0])
     _ = r.handle(.dataSent, now: at(100))
     #expect(r.nextDeadline != nil)
-    let out = r.handle(.paths([]), now: at(200))
-    #expect(r.state == .offline && r.nextDeadline == nil)
-    #expect(out.contains(.cancelTimer(.liveness)))
+    _ = r.handle(.paths([]), now: at(200))
+    #expect(r.state == .offline && r.nextDeadline == nil && r.timers[.liveness] == nil)
     let result4 = r.handle(.dataSent, now: at(300))
     #expect(result4.isEmpty)
 }
@@ -83,7 +82,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func betterPathWaitsForDebounceThenProbesBeforeSwitching() {
     var r = connected([wifi0])
     let offer = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    #expect(offer == [.armTimer(.debounce, at: at(1002))])
+    #expect(offer.isEmpty && r.timers[.debounce] == at(1002))
     let start = r.handle(.timerFired(.debounce), now: at(1002))
     #expect(start.probes == ["eth0"] && start.rebinds.isEmpty)
     #expect(start.reasons == ["betterPath(eth0 metric 100 < wifi0 600)"])
@@ -96,8 +95,8 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func flapsInsideTheDebounceWindowAreCoalesced() {
     var r = connected([wifi0])
     _ = r.handle(.paths([eth0, wifi0]), now: at(1000))
-    let result5 = r.handle(.paths([wifi0]), now: at(1020))
-    #expect(result5.contains(.cancelTimer(.debounce)))
+    _ = r.handle(.paths([wifi0]), now: at(1020))
+    #expect(r.timers[.debounce] == nil)
     _ = r.handle(.paths([eth0, wifi0]), now: at(1200))
     // The loss at 1.02 s counts against eth0: it must stay up for the flap hold-down (1 s).
     #expect(r.timers[.debounce] == at(2200))
@@ -141,7 +140,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func silentBlackholeFailsOverToTheAlternative() {
     var r = connected([eth0, wifi0])
     let result6 = r.handle(.dataSent, now: at(100))
-    #expect(result6 == [.armTimer(.liveness, at: at(600))])
+    #expect(result6.isEmpty && r.timers[.liveness] == at(600))
     let result7 = r.handle(.dataSent, now: at(200))
     #expect(result7.isEmpty, "one liveness timer, however much is sent")
     let suspect = r.handle(.timerFired(.liveness), now: at(600))
@@ -159,16 +158,16 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     _ = r.handle(.dataSent, now: at(100))
     _ = r.handle(.timerFired(.liveness), now: at(600))
     let second = r.handle(.timerFired(.probe), now: at(850))
-    #expect(second.probes == ["eth0", "wifi0"] && second.contains(.armTimer(.probe, at: at(1350))))
-    let third = r.handle(.timerFired(.probe), now: at(1350))
-    #expect(third.contains(.armTimer(.probe, at: at(2350))))
+    #expect(second.probes == ["eth0", "wifi0"] && r.timers[.probe] == at(1350))
+    _ = r.handle(.timerFired(.probe), now: at(1350))
+    #expect(r.timers[.probe] == at(2350))
 }
 
 @Test func dataReceivedCancelsLiveness() {
     var r = connected([eth0])
     _ = r.handle(.dataSent, now: at(100))
     let result8 = r.handle(.dataReceived, now: at(120))
-    #expect(result8 == [.cancelTimer(.liveness)])
+    #expect(result8.isEmpty && r.timers[.liveness] == nil)
     #expect(r.nextDeadline == nil)
 }
 
@@ -253,7 +252,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     var r = connected([eth0, wifi0], config: config)  // one token spent
     _ = r.handle(.paths([wifi0]), now: at(1000))  // second token
     let out = r.handle(.paths([eth0, wifi0]), now: at(1100))
-    #expect(out.isEmpty || out == [.armTimer(.debounce, at: r.timers[.debounce]!)])
+    #expect(out.isEmpty, "the better path waits for its debounce: \(out)")
     let stuck = r.handle(.paths([eth0]), now: at(1200))
     #expect(r.state.name == "backing-off")
     #expect(stuck.reasons.first?.hasPrefix("budgetExhausted(next in ") == true)
@@ -262,7 +261,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
 @Test func shortSleepOnTheSameNetworkOnlyProbes() {
     var r = connected([eth0])
     let sleep = r.handle(.sleep, now: at(1000))
-    #expect(sleep.contains(.quiesce) && r.nextDeadline == nil)
+    #expect(sleep.transitions.count == 1 && r.state == .sleeping && r.nextDeadline == nil)
     let wake = r.handle(.wake(sleptFor: .seconds(42)), now: at(43_000))
     #expect(wake.handshakes.isEmpty && wake.rebinds.isEmpty && wake.probes == ["eth0"])
     #expect(wake.reasons == ["wokeAfter(42s)"])
@@ -322,7 +321,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     let redrawn = r.timers[.retry]!
     #expect(redrawn <= at(6000) + config.ac.backoffBase, "one failure on mains waits at most one base step")
     #expect(redrawn <= drawn)
-    #expect(plugged.isEmpty == (redrawn == drawn))
+    #expect(plugged.isEmpty, "a new wait is the only change")
 }
 
 @Test func serverMovedProvesALiveSessionWithAProbe() {
