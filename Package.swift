@@ -57,34 +57,37 @@ let package = Package(
         .target(name: "Basics", swiftSettings: strict),
         // rtnetlink through libmnl: links, addresses and routes as values, the socket that reads
         // and writes them, and network namespaces.
-        .target(name: "Netlink", dependencies: ["Basics", "CShims", "CMnl"], swiftSettings: strict),
+        // The machine's network as values (links, addresses, routes, rules, the paths to a server
+        // and the model that keeps them): what the pure core reads, with no I/O of its own.
+        .target(name: "Topology", dependencies: ["Basics"], swiftSettings: strict),
+        .target(name: "Netlink", dependencies: ["Basics", "Topology", "CShims", "CMnl"], swiftSettings: strict),
         // The kernel's devices and sockets: the TUN device and its offloads, UDP sockets and their
         // batches, the tunnel's routes.
-        .target(name: "Device", dependencies: ["Basics", "Netlink", "CShims"], swiftSettings: strict),
+        .target(name: "Device", dependencies: ["Basics", "Topology", "Netlink", "CShims"], swiftSettings: strict),
         // Facts from the kernel: the model of links, addresses and routes, the paths to the
         // server, Wi-Fi and neighbour facts.
-        .target(name: "PathMonitor", dependencies: ["Basics", "Netlink", "CShims", "CMnl"], swiftSettings: strict),
+        .target(name: "PathMonitor", dependencies: ["Basics", "Topology", "Netlink", "CShims", "CMnl"], swiftSettings: strict),
         // The pure decision core: events and time in, effects out.
-        .target(name: "Reconnector", dependencies: ["Basics", "Netlink", "PathMonitor"], swiftSettings: strict),
+        .target(name: "Reconnector", dependencies: ["Basics", "Topology"], swiftSettings: strict),
         // Line-numbered YAML, and the readers of the file formats built on it (the core's settings
         // and on-demand rules among them).
         .target(
-            name: "ConfigReader", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector"],
+            name: "ConfigReader", dependencies: ["Basics", "Topology", "Reconnector"],
             swiftSettings: strict),
         // The lockdown firewall: Roam's own nftables table, so nothing leaves outside the tunnel, and
         // the portal windows' cgroups it lets through.
-        .target(name: "Lockdown", dependencies: ["Basics", "Netlink", "CNftables"], swiftSettings: strict),
+        .target(name: "Lockdown", dependencies: ["Basics", "Topology", "Netlink", "CNftables"], swiftSettings: strict),
         // The tunnel's resolvers, given to systemd-resolved over D-Bus or written to resolv.conf,
         // and name look-ups.
         .target(name: "SystemDNS", dependencies: ["Basics", "Device"], swiftSettings: strict),
         // The stream transport for networks that drop UDP: the protocol's messages framed on TLS
         // over TCP (libssl, loaded on first use), directly or through an HTTP proxy.
-        .target(name: "Streams", dependencies: ["Basics", "Netlink", "Device", "CShims", "COpenSSL", "CBoring"], swiftSettings: strict),
+        .target(name: "Streams", dependencies: ["Basics", "Topology", "Netlink", "Device", "CShims", "COpenSSL", "CBoring"], swiftSettings: strict),
         // The data plane: the Noise IK protocol, the client's and the server's packet threads.
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Netlink", "Device", "Streams", "CShims", "CSodium", "CBoring",
+                "Basics", "Topology", "Netlink", "Device", "Streams", "CShims", "CSodium", "CBoring",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -94,7 +97,7 @@ let package = Package(
         // HTTPS probe of the on-demand rules (libssl).
         .target(
             name: "Connectivity",
-            dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel", "CShims", "COpenSSL"],
+            dependencies: ["Basics", "Topology", "Device", "PathMonitor", "Reconnector", "SystemDNS", "Tunnel", "CShims", "COpenSSL"],
             swiftSettings: strict),
         // The client's and the server's settings, their YAML reader, and the trusted-file reader for
         // the secrets and configurations: made of the types of the modules below.
@@ -116,7 +119,7 @@ let package = Package(
         .target(
             name: "Observability",
             dependencies: [
-                "Basics", "Device", "PathMonitor", "Reconnector", "Tunnel",
+                "Basics", "Topology", "Device", "PathMonitor", "Reconnector", "Tunnel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -125,19 +128,19 @@ let package = Package(
         // Timelines replayed through the real core on a virtual clock, in a simulated world.
         .target(
             name: "Replay",
-            dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"],
+            dependencies: ["Basics", "Topology", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"],
             swiftSettings: strict),
         // A replay drawn as a picture: a timeline model made from its report, and that model
         // written as SVG text (no Foundation, no plotting library).
         .target(
-            name: "Timeline", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "Replay"],
+            name: "Timeline", dependencies: ["Basics", "Topology", "Netlink", "PathMonitor", "Reconnector", "Replay"],
             swiftSettings: strict),
         // What `agent doctor` says of the machine: gathered facts in, findings out (pure).
-        .target(name: "Diagnosis", dependencies: ["Basics", "Netlink", "Device", "PathMonitor"], swiftSettings: strict),
+        .target(name: "Diagnosis", dependencies: ["Basics", "Topology", "Netlink", "Device", "PathMonitor"], swiftSettings: strict),
         .executableTarget(
             name: "agent",
             dependencies: [
-                "Basics", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
+                "Basics", "Topology", "Netlink", "Device", "PathMonitor", "Reconnector", "ConfigReader", "Lockdown",
                 "SystemDNS", "Streams", "Tunnel", "Connectivity", "Settings", "Control", "ControlWire", "Observability", "Replay", "Timeline", "Directory",
                 "Diagnosis", "CShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -155,7 +158,7 @@ let package = Package(
             name: "roam-desktop", dependencies: ["Basics", "ControlWire", "DesktopModel", "DesktopShell"],
             swiftSettings: strict),
         .executableTarget(
-            name: "ReplayBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "Replay"],
+            name: "ReplayBenchmark", dependencies: ["Basics", "Topology", "PathMonitor", "Reconnector", "Replay"],
             path: "Benchmarks/ReplayBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "RoamingBenchmark", dependencies: ["Basics", "Device", "Tunnel", "Reconnector", "NamespaceLab"],
@@ -163,7 +166,7 @@ let package = Package(
         .executableTarget(
             name: "FloodBenchmark",
             dependencies: [
-                "Basics", "Netlink", "Device", "Tunnel", "NamespaceLab",
+                "Basics", "Topology", "Netlink", "Device", "Tunnel", "NamespaceLab",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/FloodBenchmark", swiftSettings: strict),
@@ -174,10 +177,10 @@ let package = Package(
             name: "SessionBenchmark", dependencies: ["Basics", "Device", "Tunnel"],
             path: "Benchmarks/SessionBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "PortalBenchmark", dependencies: ["Basics", "PathMonitor", "Reconnector", "NamespaceLab"],
+            name: "PortalBenchmark", dependencies: ["Basics", "Topology", "PathMonitor", "Reconnector", "NamespaceLab"],
             path: "Benchmarks/PortalBenchmark", swiftSettings: strict),
         .executableTarget(
-            name: "MonitorBenchmark", dependencies: ["Basics", "Netlink", "PathMonitor"],
+            name: "MonitorBenchmark", dependencies: ["Basics", "Topology", "Netlink", "PathMonitor"],
             path: "Benchmarks/MonitorBenchmark", swiftSettings: strict),
 
         // The protocol cores under libFuzzer (scripts/fuzz protocol); built plainly, it replays
@@ -189,10 +192,10 @@ let package = Package(
         // A process that is not the agent but sets the session's mark, for the lockdown's lab tests.
         .executableTarget(name: "MarkedSender", path: "Tests/MarkedSender", swiftSettings: strict),
         // Throwaway network namespaces for the integration tests.
-        .target(name: "NamespaceLab", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
-        .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
-        .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
-        .testTarget(name: "DiagnosisTests", dependencies: ["Basics", "Netlink", "Device", "PathMonitor", "Diagnosis"], swiftSettings: strict),
+        .target(name: "NamespaceLab", dependencies: ["Basics", "Topology", "Netlink", "Device", "Streams", "Tunnel"], path: "Tests/NamespaceLab", swiftSettings: strict),
+        .testTarget(name: "PathMonitorTests", dependencies: ["Basics", "Topology", "Netlink", "PathMonitor", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "ReconnectorTests", dependencies: ["Basics", "Topology", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"], swiftSettings: strict),
+        .testTarget(name: "DiagnosisTests", dependencies: ["Basics", "Topology", "Netlink", "Device", "PathMonitor", "Diagnosis"], swiftSettings: strict),
         .testTarget(name: "DesktopModelTests", dependencies: ["ControlWire", "DesktopModel"], swiftSettings: strict),
         // roam-desktop's window under Xvfb through AT-SPI (a Python helper beside it); it runs the
         // built binary, which `swift build` makes with every product, so it links none of GTK.
@@ -206,24 +209,24 @@ let package = Package(
                 "DesktopModel", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict),
-        .testTarget(name: "LockdownTests", dependencies: ["Basics", "Netlink", "Device", "Lockdown", "Tunnel", "NamespaceLab"], swiftSettings: strict),
+        .testTarget(name: "LockdownTests", dependencies: ["Basics", "Topology", "Netlink", "Device", "Lockdown", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(
-            name: "SettingsTests", dependencies: ["Basics", "Device", "Netlink", "Reconnector", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
+            name: "SettingsTests", dependencies: ["Basics", "Topology", "Device", "Netlink", "Reconnector", "ConfigReader", "Tunnel", "Connectivity", "Settings"],
             swiftSettings: strict),
         .testTarget(
-            name: "ConnectivityTests", dependencies: ["Basics", "Device", "PathMonitor", "Reconnector", "Connectivity", "NamespaceLab"],
+            name: "ConnectivityTests", dependencies: ["Basics", "Topology", "Device", "PathMonitor", "Reconnector", "Connectivity", "NamespaceLab"],
             swiftSettings: strict),
         .testTarget(name: "DirectoryTests", dependencies: ["Basics", "Device", "Directory", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "SystemDNSTests", dependencies: ["Basics", "SystemDNS", "Tunnel", "NamespaceLab"], swiftSettings: strict),
         .testTarget(name: "StreamsTests", dependencies: ["Basics", "Device", "Streams"], swiftSettings: strict),
         .testTarget(name: "ConfigReaderTests", dependencies: ["Basics", "ConfigReader", "Reconnector"], swiftSettings: strict),
         .testTarget(
-            name: "TunnelTests", dependencies: ["Basics", "Netlink", "Device", "Streams", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
+            name: "TunnelTests", dependencies: ["Basics", "Topology", "Netlink", "Device", "Streams", "Tunnel", "NamespaceLab", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(
             name: "ObservabilityTests",
             dependencies: [
-                "Basics", "Device", "PathMonitor", "Reconnector", "Tunnel", "Observability",
+                "Basics", "Topology", "Device", "PathMonitor", "Reconnector", "Tunnel", "Observability",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),

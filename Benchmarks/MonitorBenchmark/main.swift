@@ -3,6 +3,7 @@
 // process's memory and wake-ups. Needs root.
 //
 // Usage: MonitorBenchmark [changes] [routes]
+import Topology
 import Foundation
 import Glibc
 import Basics

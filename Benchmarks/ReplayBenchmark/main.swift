@@ -3,6 +3,7 @@
 // Reconnector).
 //
 // Usage: swift run -c release ReplayBenchmark [hours] [seed]
+import Topology
 import Foundation
 import Basics
 import PathMonitor

@@ -1,7 +1,6 @@
+import Topology
 public import Reconnector
 import Basics
-import PathMonitor
-import Netlink
 
 extension YAMLReader {
     /// Reads an `on-demand:` list (the client's configuration, a scenario's `config`):

@@ -1,5 +1,6 @@
+public import Topology
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Reconnector
 import SystemDNS
 import Device

@@ -1,3 +1,4 @@
+public import Topology
 import Glibc
 public import Basics
 public import Netlink

@@ -1,3 +1,4 @@
+import Topology
 import Glibc
 public import Basics
 import Netlink

@@ -1,6 +1,7 @@
+public import Topology
 public import Basics
-public import Netlink
-public import PathMonitor
+import Netlink
+import PathMonitor
 public import Device
 
 /// What `agent doctor` looked at on this machine, now: gathered at the edge (netlink dumps, a

@@ -1,3 +1,4 @@
+import Topology
 import Basics
 public import Netlink
 

@@ -1,3 +1,4 @@
+import Topology
 import CNftables
 import Glibc
 import Basics

@@ -1,3 +1,4 @@
+public import Topology
 import Basics
 /// Decodes rtnetlink messages (links, addresses, routes) into model changes.
 ///

@@ -1,3 +1,4 @@
+import Topology
 import CShims
 import Glibc
 

@@ -1,3 +1,4 @@
+import Topology
 import CoreMetrics
 public import Basics
 import PathMonitor

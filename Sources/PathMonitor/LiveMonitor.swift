@@ -1,3 +1,4 @@
+public import Topology
 public import Basics
 import Glibc
 public import Netlink

@@ -1,36 +1,8 @@
+public import Topology
 public import Basics
 import CMnl
 import Glibc
 public import Netlink
-
-/// A link-layer address: 6 bytes on Ethernet and Wi-Fi, up to 32 on other links.
-public struct HardwareAddress: Hashable, Sendable, CustomStringConvertible {
-    /// The address as the link carries it.
-    public let bytes: [UInt8]
-
-    /// An address of 1 to 32 bytes (`MAX_ADDR_LEN`); nil for any other length.
-    public init?(bytes: some Collection<UInt8>) {
-        guard (1...32).contains(bytes.count) else { return nil }
-        self.bytes = Array(bytes)
-    }
-
-    /// Parses two hex digits per byte, separated by `:` or by `-` (`aa:bb:cc:dd:ee:ff`,
-    /// `AA-BB-CC-DD-EE-FF`); nil for anything else.
-    public init?(_ text: String) {
-        let separator: Character = text.contains("-") ? "-" : ":"
-        var bytes: [UInt8] = []
-        for part in text.split(separator: separator, omittingEmptySubsequences: false) {
-            guard part.utf8.count == 2, part.allSatisfy(\.isHexDigit), let byte = UInt8(part, radix: 16) else { return nil }
-            bytes.append(byte)
-        }
-        self.init(bytes: bytes)
-    }
-
-    /// Lowercase, colon-separated: `aa:bb:cc:dd:ee:ff`.
-    public var description: String {
-        bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")
-    }
-}
 
 /// The kernel's state for a neighbour entry (`NUD_*`); an entry is in one of them.
 public struct NeighbourState: OptionSet, Hashable, Sendable {

@@ -1,11 +1,8 @@
+public import Topology
 import Basics
 import CShims
 import Glibc
 
-/// Where the machine's power comes from.
-public enum PowerSource: String, Sendable, Equatable {
-    case ac, battery
-}
 
 /// Where the power comes from, read from sysfs the way upower does: any online mains (or USB
 /// power delivery) supply means AC; batteries with no such supply mean battery; a machine with

@@ -1,6 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
-public import Netlink
 
 /// A fact the agent learns, from the network, the data plane, the machine, an operator or a
 /// timer. Nothing here is a command.

@@ -1,4 +1,4 @@
-public import PathMonitor
+public import Topology
 
 /// Every duration and limit the state machine uses, with the defaults an always-on laptop
 /// VPN should start from.

@@ -1,5 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
 
 extension Reconnector {
     /// What outlives the agent's process: the reconnect budget, the backoff in force, the

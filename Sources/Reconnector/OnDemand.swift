@@ -1,6 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
-public import Netlink
 
 /// What an on-demand rule does on the networks it matches.
 public enum OnDemandAction: String, Equatable, Sendable, CaseIterable {

@@ -1,5 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
 
 /// Something the runner learnt about a network for the on-demand rules: the answer to a
 /// `FactRequest`, or a kernel notice that changed it.

@@ -1,5 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
 
 /// The pure decision core: facts and the time go in, commands come out.
 ///

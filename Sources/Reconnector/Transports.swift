@@ -1,5 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
 
 /// A network as the transport rules recognise it: the interface it is reached through and its
 /// gateway's address (the source address, for a network reached without a gateway).

@@ -1,5 +1,5 @@
+public import Topology
 public import Basics
-public import PathMonitor
 
 /// Why a handshake did not produce a session.
 public enum HandshakeFailure: Equatable, Sendable {

@@ -1,6 +1,7 @@
+public import Topology
 import Glibc
 public import Basics
-public import PathMonitor
+import PathMonitor
 public import Reconnector
 import Netlink
 

@@ -1,7 +1,8 @@
+public import Topology
 public import Basics
 public import Reconnector
-public import Netlink
-public import PathMonitor
+import Netlink
+import PathMonitor
 
 /// A timeline of a laptop's network life: where it starts, what happens when, and what the
 /// agent must have done by the end. Written by hand or recorded from the kernel.

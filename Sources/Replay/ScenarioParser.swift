@@ -1,3 +1,4 @@
+import Topology
 public import ConfigReader
 import Basics
 import Reconnector

@@ -1,3 +1,4 @@
+import Topology
 import Glibc
 public import Netlink
 import Synchronization

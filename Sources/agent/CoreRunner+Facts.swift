@@ -1,3 +1,4 @@
+import Topology
 import Connectivity
 import SystemDNS
 import Logging

@@ -1,3 +1,4 @@
+import Topology
 import Control
 import ControlWire
 import SystemDNS

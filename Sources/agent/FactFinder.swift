@@ -1,3 +1,4 @@
+import Topology
 import Logging
 import Basics
 import PathMonitor

@@ -1,3 +1,4 @@
+import Topology
 import Netlink
 import Logging
 import Lockdown

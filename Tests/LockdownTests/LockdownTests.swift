@@ -1,3 +1,4 @@
+import Topology
 import Foundation
 import Glibc
 @testable import Lockdown

@@ -1,3 +1,4 @@
+import Topology
 public import Foundation
 import Glibc
 import Basics

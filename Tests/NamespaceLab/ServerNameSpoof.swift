@@ -1,3 +1,4 @@
+import Topology
 import Foundation
 import Glibc
 import Synchronization

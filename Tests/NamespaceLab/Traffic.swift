@@ -1,3 +1,4 @@
+import Topology
 import Foundation
 public import Glibc
 import Synchronization

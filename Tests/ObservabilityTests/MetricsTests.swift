@@ -1,3 +1,4 @@
+import Topology
 @testable import Observability
 import Basics
 import PathMonitor

@@ -1,3 +1,4 @@
+import Topology
 import NamespaceLab
 import Testing
 import Basics

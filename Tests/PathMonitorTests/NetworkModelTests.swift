@@ -1,3 +1,4 @@
+import Topology
 import Testing
 import Basics
 @testable import PathMonitor

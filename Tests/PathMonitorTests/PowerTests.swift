@@ -1,3 +1,4 @@
+import Topology
 import Foundation
 @testable import PathMonitor
 import Testing

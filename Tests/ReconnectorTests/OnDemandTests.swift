@@ -1,3 +1,4 @@
+import Topology
 import ConfigReader
 import Basics
 import PathMonitor

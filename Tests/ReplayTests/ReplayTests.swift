@@ -1,3 +1,4 @@
+import Topology
 import Testing
 @testable import Replay
 import Reconnector

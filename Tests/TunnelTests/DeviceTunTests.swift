@@ -1,3 +1,4 @@
+import Topology
 import Glibc
 import Basics
 import NamespaceLab

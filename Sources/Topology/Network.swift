@@ -215,3 +215,46 @@ public struct RoutingNotice: Hashable, Sendable {
         self.sender = sender
     }
 }
+
+/// A policy routing rule (`ip rule`): which routing table a packet consults, chosen by its mark.
+public struct RoutingRule: Hashable, Sendable, CustomStringConvertible {
+    public var family: IPAddress.Family
+    /// Rules run in ascending priority; the main table's own rule is 32766.
+    public var priority: UInt32
+    /// The table to look up.
+    public var table: UInt32
+    /// Matches packets carrying exactly this mark (`SO_MARK`); nil matches every packet.
+    public var mark: UInt32?
+    /// `not`: matches the packets the rest of the rule does not (`FIB_RULE_INVERT`).
+    public var inverted: Bool
+    /// Ignores the table's answer when its prefix is this long or shorter: 0 skips default routes.
+    public var suppressPrefixLength: Int?
+    /// Matches only packets to this subnet (`to`, `FRA_DST`); nil matches every destination.
+    public var destination: Prefix?
+    /// Read from the kernel: the rule also matches on something this type does not say (a source
+    /// or destination, an interface, a mark mask other than every bit, ...) or does something
+    /// other than look a table up. Such a rule is never one the agent wrote, however alike.
+    public var matchesMore = false
+
+    public init(family: IPAddress.Family, priority: UInt32, table: UInt32, mark: UInt32? = nil,
+                inverted: Bool = false, suppressPrefixLength: Int? = nil, destination: Prefix? = nil) {
+        // A /0 selects nothing: the kernel reads it back as no destination.
+        self.destination = destination.flatMap { $0.length == 0 ? nil : $0.network }
+        self.family = family
+        self.priority = priority
+        self.table = table
+        self.mark = mark
+        self.inverted = inverted
+        self.suppressPrefixLength = suppressPrefixLength
+    }
+
+    /// As `ip rule` prints it, with the family in front.
+    public var description: String {
+        var text = "\(family) \(priority): \(inverted ? "not " : "")"
+        if let mark { text += "fwmark 0x\(String(mark, radix: 16)) " } else { text += "from all " }
+        if let destination { text += "to \(destination) " }
+        text += "lookup \(table == Route.mainTable ? "main" : String(table))"
+        if let suppressPrefixLength { text += " suppress_prefixlength \(suppressPrefixLength)" }
+        return text
+    }
+}

@@ -1,5 +1,4 @@
 public import Basics
-public import Netlink
 
 /// How the session's packets travel over an uplink to the gateway.
 public enum Transport: String, Hashable, Sendable {
@@ -543,4 +542,9 @@ public struct GuestNetwork: Hashable, Sendable, CustomStringConvertible {
 
     /// Where a guest network's subnets must lie: the private ranges (RFC 1918, unique local).
     static let privateRanges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"].compactMap { Prefix($0) }
+}
+
+/// Where the machine's power comes from.
+public enum PowerSource: String, Sendable, Equatable {
+    case ac, battery
 }
