@@ -22,6 +22,12 @@ public struct DoctorFacts: Sendable {
     public var uplinks: [Uplink]
     /// The main table's default routes, as `ip route` would say them.
     public var defaultRoutes: [String]
+    /// The connectivity check; nil when there was no uplink to make it over.
+    public var portal: PortalFact?
+    /// What the path to the first server reached carries; nil without a route to one.
+    public var pathMTU: PathMTUFacts?
+    /// resolv.conf as applications read it.
+    public var systemResolvers: SystemResolvers?
 
     public init(clock: WallClock, agent: AgentFact, servers: [ServerFacts], lockdown: LockdownFacts,
                 rules: Result<[RoutingRule], DoctorError>, mode: RoutingMode, uplinks: [Uplink], defaultRoutes: [String]) {
@@ -71,12 +77,23 @@ public struct AgentStatus: Equatable, Sendable {
     /// The last transition's reason and when it was.
     public var reason: String?
     public var since: String?
-    public init(state: String, server: String? = nil, path: String? = nil, reason: String? = nil, since: String? = nil) {
+    /// The login page the agent's connectivity check was sent to, while it waits behind a portal.
+    public var portal: String?
+    public var mtu: AgentMTU?
+    /// Nil when the agent leaves DNS alone.
+    public var dns: AgentDNS?
+    public var upkeep: [AgentUpkeep]
+    public init(state: String, server: String? = nil, path: String? = nil, reason: String? = nil, since: String? = nil,
+                portal: String? = nil, mtu: AgentMTU? = nil, dns: AgentDNS? = nil, upkeep: [AgentUpkeep] = []) {
         self.state = state
         self.server = server
         self.path = path
         self.reason = reason
         self.since = since
+        self.portal = portal
+        self.mtu = mtu
+        self.dns = dns
+        self.upkeep = upkeep
     }
 }
 
@@ -208,7 +225,7 @@ public struct Finding: Equatable, Sendable {
 
     /// What was checked.
     public enum Check: String, Sendable {
-        case agent, clock, lookup, route, udp, stream, lockdown, rules
+        case agent, clock, lookup, route, udp, stream, portal, mtu, lockdown, resolvers, rules, upkeep
     }
 
     public var check: Check
@@ -240,7 +257,8 @@ public enum Doctor {
     public static let slowLookup: Duration = .seconds(2)
 
     /// Every finding, in the order a person should read them: the agent, the clock, each server
-    /// (name, route, UDP, TLS), the lockdown, the policy rules.
+    /// (name, route, UDP, TLS), the network (a captive portal, the path MTU), the lockdown, the
+    /// resolvers, the policy rules, and what others keep taking away.
     public static func findings(_ facts: DoctorFacts) -> [Finding] {
         var found = [agent(facts.agent), clock(facts.clock)]
         for server in facts.servers {
@@ -248,8 +266,9 @@ public enum Doctor {
             found.append(udp(server, streamWorks: server.stream?.answered == true))
             if let stream = server.stream { found.append(self.stream(stream, server: server)) }
         }
+        found += [portal(facts.portal, agent: facts.agent), pathMTU(facts.pathMTU, agent: facts.agent)].compactMap { $0 }
         found.append(lockdown(facts.lockdown, agent: facts.agent))
-        if let rules = rules(facts.rules, mode: facts.mode) { found.append(rules) }
+        found += [resolvers(facts.systemResolvers, agent: facts.agent), rules(facts.rules, mode: facts.mode), upkeep(facts.agent)].compactMap { $0 }
         return found
     }
 

@@ -746,11 +746,8 @@ public struct Replay {
         id.transport == .stream || (interface(of: id).flatMap { pathMTU[$0] }.map { size <= $0 } ?? true)
     }
 
-    /// What the tunnel adds to an inner packet on the wire: the data header and the AEAD tag
-    /// (32), UDP (8) and the outer IP header (20, or 40 over IPv6).
-    static func overhead(_ id: Path.ID) -> Int {
-        32 + 8 + (id.source.family == .v4 ? 20 : 40)
-    }
+    /// What the tunnel adds to an inner packet on the wire over `id`.
+    static func overhead(_ id: Path.ID) -> Int { Path.tunnelOverhead(from: id.source) }
 
     /// The application's packet on the wire: at most the tunnel's MTU inside (the kernel makes
     /// the application's packets fit the device), plus the tunnel's overhead.

@@ -93,6 +93,14 @@ public struct ResolvConfFile: Sendable {
 
     // MARK: The file's text
 
+    /// The resolvers a resolv.conf's text names, in order (its `nameserver` lines).
+    public static func nameservers(in text: String) -> [String] {
+        text.split(separator: "\n").compactMap { line in
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            return words.count >= 2 && words[0] == "nameserver" ? String(words[1]) : nil
+        }
+    }
+
     static func render(_ settings: DNSSettings, tunnel: String, keeping original: Original) -> String {
         var lines = ["\(header) \(tunnel); the previous file is kept below and put back when roam stops."]
         lines += settings.resolvers.map { "nameserver \($0)" }

@@ -28,10 +28,7 @@ public final class TunnelDNS {
 
     /// Whether every resolver the system's resolv.conf names is systemd-resolved's stub.
     static func usesStub(_ file: ResolvConfFile) -> Bool {
-        let servers = (ResolvConfFile.systemText(at: file.path) ?? "").split(separator: "\n").compactMap { line -> Substring? in
-            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-            return words.count >= 2 && words[0] == "nameserver" ? words[1] : nil
-        }
+        let servers = ResolvConfFile.nameservers(in: ResolvConfFile.systemText(at: file.path) ?? "")
         return !servers.isEmpty && servers.allSatisfy { $0 == "127.0.0.53" || $0 == "127.0.0.54" }
     }
 

@@ -63,6 +63,12 @@ public struct Path: Hashable, Sendable, CustomStringConvertible {
 
     public var id: ID { ID(linkIndex: linkIndex, source: source, transport: transport) }
 
+    /// What the tunnel adds to an inner packet on the wire from `source`: the data header and
+    /// the AEAD tag (32), UDP (8) and the outer IP header (20, or 40 over IPv6).
+    public static func tunnelOverhead(from source: IPAddress) -> Int {
+        32 + 8 + (source.family == .v4 ? 20 : 40)
+    }
+
     /// The same uplink, source and route over `transport`.
     public func over(_ transport: Transport) -> Path {
         var path = self

@@ -7,7 +7,7 @@ import PathMonitor
 import Testing
 
 /// A laptop on its wired network with the agent connected: every finding ok.
-private func healthy() -> DoctorFacts {
+func healthy() -> DoctorFacts {
     let eth0 = Path(linkIndex: 2, interface: "eth0", kind: .ethernet, source: IPAddress("10.20.0.57")!, gateway: IPAddress("10.20.0.1")!,
                     metric: 100, prefixLength: 0, mtu: 1500)
     let server = ServerFacts(
@@ -24,7 +24,7 @@ private func healthy() -> DoctorFacts {
         defaultRoutes: ["default via 10.20.0.1 dev eth0 metric 100"])
 }
 
-private func finding(_ check: Finding.Check, _ facts: DoctorFacts) -> Finding? {
+func finding(_ check: Finding.Check, _ facts: DoctorFacts) -> Finding? {
     Doctor.findings(facts).first { $0.check == check }
 }
 
