@@ -184,6 +184,9 @@ func finding(_ check: Finding.Check, _ facts: DoctorFacts) -> Finding? {
 
 // MARK: Clock and agent
 
+/// The lab cannot set a namespace's wall clock (a time namespace offsets only the monotonic and
+/// boot clocks, and setting the real one would move the whole machine's): the clock's finding
+/// is tested on the fact, either side of the line.
 @Test func aClockBefore2024IsAProblem() {
     var facts = healthy()
     facts.clock = WallClock(unixSeconds: 1_704_067_199, text: "2023-12-31T23:59:59Z")
