@@ -28,6 +28,8 @@ public struct DoctorFacts: Sendable {
     public var pathMTU: PathMTUFacts?
     /// resolv.conf as applications read it.
     public var systemResolvers: SystemResolvers?
+    /// The systemd units that run this configuration; nil for one they do not run.
+    public var units: UnitFacts?
 
     public init(clock: WallClock, agent: AgentFact, servers: [ServerFacts], lockdown: LockdownFacts,
                 rules: Result<[RoutingRule], DoctorError>, mode: RoutingMode, uplinks: [Uplink], defaultRoutes: [String]) {
@@ -225,7 +227,7 @@ public struct Finding: Equatable, Sendable {
 
     /// What was checked.
     public enum Check: String, Sendable {
-        case agent, clock, lookup, route, udp, stream, portal, mtu, lockdown, resolvers, rules, upkeep
+        case agent, clock, lookup, route, udp, stream, portal, mtu, lockdown, resolvers, rules, upkeep, units
     }
 
     public var check: Check
@@ -258,7 +260,7 @@ public enum Doctor {
 
     /// Every finding, in the order a person should read them: the agent, the clock, each server
     /// (name, route, UDP, TLS), the network (a captive portal, the path MTU), the lockdown, the
-    /// resolvers, the policy rules, and what others keep taking away.
+    /// resolvers, the policy rules, what others keep taking away, and the systemd units.
     public static func findings(_ facts: DoctorFacts) -> [Finding] {
         var found = [agent(facts.agent), clock(facts.clock)]
         for server in facts.servers {
@@ -268,7 +270,8 @@ public enum Doctor {
         }
         found += [portal(facts.portal, agent: facts.agent), pathMTU(facts.pathMTU, agent: facts.agent)].compactMap { $0 }
         found.append(lockdown(facts.lockdown, agent: facts.agent))
-        found += [resolvers(facts.systemResolvers, agent: facts.agent), rules(facts.rules, mode: facts.mode), upkeep(facts.agent)].compactMap { $0 }
+        found += [resolvers(facts.systemResolvers, agent: facts.agent), rules(facts.rules, mode: facts.mode), upkeep(facts.agent),
+                  units(facts.units)].compactMap { $0 }
         return found
     }
 

@@ -34,7 +34,9 @@ struct DoctorCommand: ParsableCommand {
             found); whether Roam's nftables tables are loaded as the configuration and the agent's state call for; \
             while the agent writes resolv.conf, that the file still names the tunnel's resolvers; (full mode) \
             whether another VPN's policy rules decide before Roam's; and what others took away of the agent's \
-            routing, resolvers and lockdown, and whether the agent holds off a fight over them. Each finding has a \
+            routing, resolvers and lockdown, and whether the agent holds off a fight over them; the systemd units \
+            that run the configuration (roam-client, or a profile's roam@NAME, and roam-lockdown): installed, \
+            enabled, active. Each finding has a \
             severity (ok, warning, problem), what was seen, and what to do. It changes nothing on the machine: no \
             route, rule, firewall, resolver or link; its sockets carry the session's mark and are closed at once. \
             With the lockdown loaded by a running agent, only the agent's own sockets pass, so the doctor's \
@@ -44,11 +46,13 @@ struct DoctorCommand: ParsableCommand {
             Does not yet check: the gateway's certificate or a proxy's answer apart from the stream as a whole, \
             IPv6 and IPv4 separately when a name has both (the first address with a route is tried), the clock \
             against the gateway's, the path MTU beyond the first hop while no agent runs, systemd-resolved's \
-            setting of the tunnel's link, or the systemd units.
+            setting of the tunnel's link.
             """)
 
     @Option(help: "The client configuration file (as roam-client's `agent up` reads it).")
     var config = "/etc/roam/client.yaml"
+    @Option(help: "The systemd unit that runs this configuration (by default roam-client.service for /etc/roam/client.yaml, roam@NAME.service for /etc/roam/NAME.yaml, none for a file elsewhere).")
+    var unit: String?
     @OptionGroup var control: ControlOptions
     @Flag(help: "Print the findings as one JSON object.")
     var json = false
@@ -62,7 +66,7 @@ struct DoctorCommand: ParsableCommand {
     func run() throws {
         let (reader, root) = try YAMLReader.load(config, as: .clientConfiguration)
         let settings = try reader.client(root)
-        let facts = DoctorFacts.gather(settings, control: control.control)
+        let facts = DoctorFacts.gather(settings, configuration: config, unit: unit, control: control.control)
         let findings = Doctor.findings(facts)
         print(json ? Self.json(findings).text : Self.text(findings))
         if Doctor.exitStatus(findings) != 0 { throw ExitCode(Doctor.exitStatus(findings)) }

@@ -18,8 +18,9 @@ import Tunnel
 /// What `agent doctor` looks at, gathered at the edge: the clock, the agent, the kernel's
 /// links, routes and rules, nftables, resolv.conf and the connectivity check.
 extension DoctorFacts {
-    /// Looks at the machine, the network and the agent for `settings`.
-    static func gather(_ settings: ClientSettings, control: String) -> DoctorFacts {
+    /// Looks at the machine, the network and the agent for `settings`, read from `configuration`
+    /// and run by `unit` (nil: the unit the path names).
+    static func gather(_ settings: ClientSettings, configuration: String, unit: String?, control: String) -> DoctorFacts {
         // Without root the mark, nftables and the key cannot be used: the checks that need them say so.
         let privileged = Preflight.hasNetworkAdmin(processStatus: SystemFiles.text("/proc/self/status") ?? "")
         let mark = privileged ? settings.mode.socketMark : nil
@@ -58,6 +59,7 @@ extension DoctorFacts {
             facts.portal = Self.portal(settings, via: best, mark: mark, agent: agent, tables: tables)
         }
         facts.systemResolvers = systemResolvers
+        facts.units = (unit ?? Self.serviceUnit(for: configuration)).map { Self.units($0, lockdown: settings.lockdown) }
         return facts
     }
 

@@ -41,6 +41,31 @@ extension DoctorFacts {
         return SystemResolvers(file: file, nameservers: .success(ResolvConfFile.nameservers(in: String(decoding: bytes, as: UTF8.self))))
     }
 
+    /// `service` and, with the lockdown, the boot lockdown's unit, as `systemctl show` says them.
+    static func units(_ service: String, lockdown: Bool) -> UnitFacts {
+        let names = [service] + (lockdown ? [UnitFacts.lockdownUnit] : [])
+        guard let systemctl = PortalCommand.find("systemctl", path: CommandOutput.path) else {
+            return UnitFacts(service: service, lockdown: lockdown, states: .failure(DoctorError("systemctl is not installed")))
+        }
+        let text = CommandOutput.run(systemctl, ["systemctl", "show", "--property=" + UnitState.properties] + names,
+                                     limit: 64 << 10, timeout: .seconds(5))
+        guard let states = UnitState.parse(text) else {
+            let said = text.split(separator: "\n").first.map(String.init) ?? "no output"
+            return UnitFacts(service: service, lockdown: lockdown, states: .failure(DoctorError("systemctl cannot say: \(said)")))
+        }
+        return UnitFacts(service: service, lockdown: lockdown, states: .success(states))
+    }
+
+    /// The unit that runs the configuration at `path`, by the units' own convention (roam-client
+    /// for /etc/roam/client.yaml, a profile's roam@NAME for /etc/roam/NAME.yaml); nil for a
+    /// file elsewhere, which no unit of Roam's runs.
+    static func serviceUnit(for path: String) -> String? {
+        guard path.hasPrefix("/etc/roam/"), path.hasSuffix(".yaml") else { return nil }
+        let name = path.dropFirst("/etc/roam/".count).dropLast(".yaml".count)
+        guard !name.isEmpty, !name.contains("/") else { return nil }
+        return name == "client" ? "roam-client.service" : "roam@\(name).service"
+    }
+
     // MARK: The agent's status
 
     static func mtu(_ json: JSON?) -> AgentMTU? {

@@ -121,3 +121,36 @@ extension DoctorLabTests {
     /// A JSON `false` as the lab's flattened status reads it.
     static func isFalse(_ value: String?) -> Bool { value == "0" || value == "false" }
 }
+
+/// The doctor's word on the systemd units, where systemctl can run (not in a container without
+/// systemd as PID 1): the units' state as `systemctl show` says it, and a unit that is not
+/// there named as not installed.
+@Suite(.enabled(if: NamespaceLab.isRoot && Systemctl.cannotRun == nil,
+                Comment(rawValue: NamespaceLab.isRoot ? "systemctl cannot run here: \(Systemctl.cannotRun ?? "")" : NamespaceLab.skipReason)),
+       .serialized)
+struct DoctorUnitsLabTests {
+    @Test func theUnitsAreReportedAsSystemdHasThemAndAMissingOneIsNamed() throws {
+        let lab = try RoamingLab(vpn: .roam, routing: .full)
+        let (status, output) = try NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/systemctl"),
+                                                        ["show", "--property=Id,LoadState,UnitFileState,ActiveState,SubState", "roam-client.service"])
+        try #require(status == 0, "\(output)")
+        let field = { (key: String) in output.split(separator: "\n").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) } ?? "" }
+        let (_, installed, _) = try DoctorLabTests().doctor(lab, ["--unit", "roam-client.service"])
+        let units = try #require(installed.first { $0.check == "units" })
+        #expect(units.evidence.first?.hasPrefix("roam-client.service: \(field("LoadState"))") == true
+                && units.evidence.first?.hasSuffix("\(field("ActiveState")) (\(field("SubState")))") == true, "\(units) against \(output)")
+
+        let (_, missing, _) = try DoctorLabTests().doctor(lab, ["--unit", "roam-no-such-unit.service"])
+        let absent = try #require(missing.first { $0.check == "units" })
+        #expect(absent.severity == "warning" && absent.title == "roam-no-such-unit.service is not installed", "\(absent)")
+    }
+}
+
+enum Systemctl {
+    /// Why systemctl cannot answer here (no systemd as PID 1, as in a container); nil when it can.
+    static let cannotRun: String? = {
+        guard let (status, output) = try? NamespaceLab.capture(URL(fileURLWithPath: "/usr/bin/systemctl"), ["show", "--property=Id", "init.scope"])
+        else { return "/usr/bin/systemctl is not installed" }
+        return status == 0 && output.hasPrefix("Id=") ? nil : output.split(separator: "\n").first.map(String.init) ?? "exit status \(status)"
+    }()
+}

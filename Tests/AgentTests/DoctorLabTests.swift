@@ -14,8 +14,8 @@ struct DoctorLabTests {
     }
 
     /// Runs the doctor in the laptop and returns its exit status, its findings and its output.
-    func doctor(_ lab: RoamingLab) throws -> (status: Int32, findings: [Seen], output: String) {
-        let (status, output) = try lab.runAgent(["doctor", "--config", lab.directory + "/client.yaml", "--control", lab.controlSocket, "--json"],
+    func doctor(_ lab: RoamingLab, _ extra: [String] = []) throws -> (status: Int32, findings: [Seen], output: String) {
+        let (status, output) = try lab.runAgent(["doctor", "--config", lab.directory + "/client.yaml", "--control", lab.controlSocket, "--json"] + extra,
                                                 seconds: 30)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "\(output)")
         let findings = (object["findings"] as? [[String: Any]] ?? []).map {
