@@ -1,3 +1,4 @@
+import Topology
 import Basics
 import Connectivity
 import ControlWire

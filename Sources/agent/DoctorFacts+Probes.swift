@@ -1,3 +1,4 @@
+import Topology
 import ArgumentParser
 import Basics
 import ConfigReader
