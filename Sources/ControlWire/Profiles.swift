@@ -6,6 +6,28 @@ public enum Profiles {
     /// Where the profiles are installed.
     public static let directory = "/etc/roam"
 
+    /// The most a profile may be: a configuration is a few kilobytes.
+    public static let maxBytes = 256 << 10
+
+    /// Whether `name` can be a profile's: a file name in the directory and a systemd instance
+    /// name as it stands (letters, digits, `-` and `_`, at most 32, starting with a letter or
+    /// digit).
+    public static func isName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard let first = bytes.first, bytes.count <= 32, isAlphanumeric(first) else { return false }
+        return bytes.allSatisfy { isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+    }
+
+    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+    }
+
+    /// The file a profile is installed as.
+    public static func file(of name: String, in directory: String = Profiles.directory) -> String {
+        directory + "/" + name + ".yaml"
+    }
+
     /// The profiles' names in `directory`, sorted; nil when it cannot be listed.
     public static func names(in directory: String = Profiles.directory) -> [String]? {
         SystemFiles.names(in: directory).map { files in

@@ -36,12 +36,12 @@ public enum Screen: Equatable, Sendable {
     case details(DetailsView)
 
     /// The screen for what the agent reported, with the profiles found on the machine (their
-    /// names only: the app never reads a profile's contents).
-    public init(report: AgentReport, profiles: [String]) {
+    /// names only: the app never reads a profile's contents) and where an import stands.
+    public init(report: AgentReport, profiles: [String], importing: ImportStatus? = nil) {
         if case .status = report {
             self = .details(DetailsView(report: report, profiles: profiles))
         } else if profiles.isEmpty {
-            self = .welcome(WelcomeView(report: report))
+            self = .welcome(WelcomeView(report: report, importing: importing))
         } else {
             self = .details(DetailsView(report: report, profiles: profiles))
         }
@@ -54,11 +54,15 @@ public struct WelcomeView: Equatable, Sendable {
     public var body: String
     /// What the app met at the socket, for the curious.
     public var detail: String
+    public var importButton = "Import a profile…"
+    /// Where the import of a profile stands, once one was chosen.
+    public var importing: ImportStatus?
 
-    public init(report: AgentReport) {
+    public init(report: AgentReport, importing: ImportStatus? = nil) {
         body = "Roam keeps this computer's traffic in its VPN tunnel wherever it goes. "
-            + "To start, install a profile from your administrator as /etc/roam/NAME.yaml "
-            + "(check it with \"agent check FILE\"), then start it with \"systemctl start roam@NAME\"."
+            + "To start, import the profile your administrator gave you: Roam checks it, then installs it "
+            + "with an administrator's password. Then start it with \"systemctl start roam@NAME\"."
+        self.importing = importing
         switch report {
         case .status: detail = ""
         case .unreachable(let why): detail = why

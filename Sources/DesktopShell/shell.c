@@ -14,6 +14,8 @@ static struct {
     GtkStack *stack;
     AdwStatusPage *welcome;
     GtkLabel *welcome_detail;
+    GtkButton *import;
+    GtkLabel *import_status;
     GtkLabel *state;
     GtkLabel *state_detail;
     GtkSwitch *toggle;
@@ -65,13 +67,34 @@ static void log_in_pressed(GtkButton *button, gpointer unused) {
     roam_shell_callbacks.log_in(roam_shell_callbacks.context);
 }
 
+static void import_pressed(GtkButton *button, gpointer unused) {
+    (void)button;
+    (void)unused;
+    roam_shell_choose_profile(shell.window);
+}
+
 static GtkWidget *welcome_page(void) {
     shell.welcome = ADW_STATUS_PAGE(adw_status_page_new());
     adw_status_page_set_icon_name(shell.welcome, "network-vpn-symbolic");
+    GtkWidget *column = gtk_box_new(GTK_ORIENTATION_VERTICAL, 12);
+    shell.import = GTK_BUTTON(gtk_button_new_with_label(""));
+    gtk_widget_set_halign(GTK_WIDGET(shell.import), GTK_ALIGN_CENTER);
+    gtk_widget_add_css_class(GTK_WIDGET(shell.import), "pill");
+    gtk_widget_add_css_class(GTK_WIDGET(shell.import), "suggested-action");
+    g_signal_connect(shell.import, "clicked", G_CALLBACK(import_pressed), NULL);
+    shell.import_status = GTK_LABEL(gtk_label_new(""));
+    gtk_label_set_wrap(shell.import_status, TRUE);
+    gtk_label_set_selectable(shell.import_status, TRUE);
+    gtk_label_set_justify(shell.import_status, GTK_JUSTIFY_CENTER);
+    // Screen readers (and the tests) find where the import stands by this description.
+    gtk_accessible_update_property(GTK_ACCESSIBLE(shell.import_status), GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, "Import status", -1);
     shell.welcome_detail = GTK_LABEL(gtk_label_new(""));
     gtk_label_set_wrap(shell.welcome_detail, TRUE);
     gtk_widget_add_css_class(GTK_WIDGET(shell.welcome_detail), "dim-label");
-    adw_status_page_set_child(shell.welcome, GTK_WIDGET(shell.welcome_detail));
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.import));
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.import_status));
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.welcome_detail));
+    adw_status_page_set_child(shell.welcome, column);
     return GTK_WIDGET(shell.welcome);
 }
 
@@ -179,10 +202,20 @@ void roam_shell_present(void) {
     if (shell.window != NULL) gtk_window_present(shell.window);
 }
 
-void roam_shell_show_welcome(const char *title, const char *body, const char *detail) {
+void roam_shell_show_welcome(const char *title, const char *body, const char *detail, const char *import_label,
+                             const char *import_status, bool import_failed, bool busy) {
     adw_status_page_set_title(shell.welcome, title);
     adw_status_page_set_description(shell.welcome, body);
     gtk_label_set_text(shell.welcome_detail, detail);
+    gtk_button_set_label(shell.import, import_label);
+    gtk_widget_set_sensitive(GTK_WIDGET(shell.import), !busy);
+    gtk_label_set_text(shell.import_status, import_status);
+    gtk_widget_set_visible(GTK_WIDGET(shell.import_status), import_status[0] != '\0');
+    if (import_failed) {
+        gtk_widget_add_css_class(GTK_WIDGET(shell.import_status), "error");
+    } else {
+        gtk_widget_remove_css_class(GTK_WIDGET(shell.import_status), "error");
+    }
     gtk_stack_set_visible_child_name(shell.stack, "welcome");
 }
 

@@ -3,6 +3,7 @@ import ConfigReader
 import ControlWire
 import Glibc
 import Basics
+import Settings
 
 /// `agent install-profile NAME`: a client profile read from standard input, checked as `agent
 /// check` checks it, installed as /etc/roam/NAME.yaml (root's, 0600). The desktop app's import
@@ -16,7 +17,10 @@ struct InstallProfileCommand: ParsableCommand {
             and the key and password files it names, which must be installed already (root's, 0600). A profile \
             with a mistake is refused with 'NAME.yaml:LINE: message' (exit status 2) and nothing is written. \
             The file is written whole or not at all, owned by root and 0600; an installed profile is replaced \
-            only with --replace. Start it with 'systemctl start roam@NAME'.
+            only with --replace. Start it with 'systemctl start roam@NAME'. A key or password file the profile \
+            names that is not on the machine is refused with where it must be: a profile carries no secret. \
+            --check checks the profile the same way and writes nothing (the desktop app's import, before it asks \
+            for an administrator).
             """)
 
     @Argument(help: "The profile's name: letters, digits, '-' and '_', at most 32, starting with a letter or digit.")
@@ -28,47 +32,52 @@ struct InstallProfileCommand: ParsableCommand {
     @Flag(help: "Replace an installed profile of that name.")
     var replace = false
 
-    /// The most a profile may be: a configuration is a few kilobytes.
-    static let maxBytes = 256 << 10
+    @Flag(help: "Only check the profile, as its installation would, writing nothing; needs no privilege (a key file only root may read is then not checked).")
+    var check = false
 
     func validate() throws {
-        guard Self.isProfileName(name) else {
+        guard Profiles.isName(name) else {
             throw ValidationError("'\(name)' cannot be a profile's name: letters, digits, '-' and '_', at most 32, "
                 + "starting with a letter or digit (it becomes the file NAME.yaml and the service roam@NAME)")
         }
     }
 
-    /// A name that is a file name in the directory and a systemd instance name as it stands.
-    static func isProfileName(_ name: String) -> Bool {
-        let bytes = Array(name.utf8)
-        guard let first = bytes.first, bytes.count <= 32, isAlphanumeric(first) else { return false }
-        return bytes.allSatisfy { isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
-    }
-
-    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
-        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-    }
-
     func run() throws {
-        guard geteuid() == 0 else {
+        guard check || geteuid() == 0 else {
             throw AgentError("install-profile writes \(directory), which is root's: run it as root (the desktop app asks through pkexec)")
         }
-        let bytes = try Self.readInput(limit: Self.maxBytes)
+        let bytes = try Self.readInput(limit: Profiles.maxBytes)
         guard let text = String(validating: bytes, as: UTF8.self) else { throw AgentError("the profile is not UTF-8 text") }
         let file = name + ".yaml"
         let reader = YAMLReader(file: file)
-        let (settings, notes) = try CheckCommand.client(reader, try reader.document(text))
+        let root = try reader.document(text)
+        try Self.requireInstalled(secretsOf: try reader.client(root), file: file)
+        let (settings, notes) = try CheckCommand.client(reader, root)
+        if check {
+            for note in notes { print("note: \(note)") }
+            return print("\(file): \(CheckCommand.describe(settings))")
+        }
         guard notes.isEmpty else { throw AgentError(notes.joined(separator: "; ")) }
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw AgentError("cannot make \(directory): \(String(cString: strerror(errno)))")
         }
-        let path = directory + "/" + file
+        let path = Profiles.file(of: name, in: directory)
         if !replace, access(path, F_OK) == 0 {
             throw AgentError("\(path) is installed already: --replace replaces it")
         }
         try Self.install(bytes, at: path)
         print("installed \(path): \(CheckCommand.describe(settings)); start it with: systemctl start roam@\(name)")
+    }
+
+    /// A profile names its key (and password) file and carries neither: one that is not on the
+    /// machine is refused saying where it must be, before anything else of it is read.
+    static func requireInstalled(secretsOf settings: ClientSettings, file: String) throws {
+        for (what, path) in [("key", settings.privateKeyFile), ("password", settings.passwordFile)] {
+            guard let path, access(path, F_OK) != 0, errno == ENOENT else { continue }
+            throw AgentError("\(file) names its \(what) file \(path), which is not installed: the profile carries no secret. "
+                + "Have an administrator install it there first, root's and 0600 (install -m 0600 FILE \(path)), "
+                + "then install the profile")
+        }
     }
 
     /// Standard input, whole; more than `limit` bytes is refused.

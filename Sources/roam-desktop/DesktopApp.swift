@@ -15,6 +15,9 @@ final class DesktopApp {
     private var alert: Alert?
     /// The tray's menu as last shown, to know what an entry's index means.
     private var tray: TrayView?
+    /// The profile being imported: its name and bytes, and where it stands.
+    private var importing: (name: String, bytes: [UInt8])?
+    private var importStatus: ImportStatus?
 
     init(options: DesktopOptions) {
         self.options = options
@@ -67,6 +70,51 @@ final class DesktopApp {
         perform(items[index].action)
     }
 
+    /// The user chose `path` to import: read it (as the user: it is theirs), then check it.
+    func importChosen(_ path: String) {
+        guard importStatus?.isBusy != true else { return }
+        let name: String
+        do {
+            name = try ProfileImport.name(ofFile: path)
+        } catch {
+            return showImport(.refused(error.message))
+        }
+        guard let bytes = SystemFiles.bytes(path, limit: Profiles.maxBytes + 1) else {
+            return showImport(.refused("Cannot read \(path): \(String(cString: strerror(errno)))"))
+        }
+        guard bytes.count <= Profiles.maxBytes else {
+            return showImport(.refused("\(path) is larger than \(Profiles.maxBytes >> 10) KiB: not a profile"))
+        }
+        importing = (name, bytes)
+        showImport(.checking(name))
+        run(.check, name: name, bytes: bytes)
+    }
+
+    /// A step of the import ended: the check's pass starts the installation.
+    func commandFinished(tag: Int, status: Int32, output: String) {
+        guard let importing, let step = [ProfileImport.Step.check, .install].first(where: { Self.tag(of: $0) == tag }) else { return }
+        let next = ProfileImport.status(after: step, name: importing.name, exitStatus: status, output: output)
+        showImport(next)
+        if case .installing = next {
+            run(.install, name: importing.name, bytes: importing.bytes)
+        } else {
+            self.importing = nil
+        }
+    }
+
+    private static func tag(of step: ProfileImport.Step) -> Int { step == .check ? 0 : 1 }
+
+    private func run(_ step: ProfileImport.Step, name: String, bytes: [UInt8]) {
+        Self.withCStrings(ProfileImport.arguments(step, name: name, agent: options.agent)) { argv in
+            roam_shell_run_command(argv + [nil], bytes, bytes.count, Int32(Self.tag(of: step)))
+        }
+    }
+
+    private func showImport(_ status: ImportStatus) {
+        importStatus = status
+        if let report { show(report) }
+    }
+
     private func perform(_ action: MenuAction) {
         switch action {
         case .connect: AgentLink.ask(.up, socket: options.socket)
@@ -79,7 +127,7 @@ final class DesktopApp {
 
     private func show(_ report: AgentReport) {
         let profiles = Profiles.names(in: options.profiles) ?? []
-        let screen = Screen(report: report, profiles: profiles)
+        let screen = Screen(report: report, profiles: profiles, importing: importStatus)
         switch AlertChange.between(showing: alert, report: report, previous: self.report) {
         case .keep: break
         case .show(let alert):
@@ -109,7 +157,9 @@ final class DesktopApp {
     private func render(_ screen: Screen) {
         switch screen {
         case .welcome(let welcome):
-            roam_shell_show_welcome(welcome.title, welcome.body, welcome.detail)
+            roam_shell_show_welcome(welcome.title, welcome.body, welcome.detail, welcome.importButton,
+                                    welcome.importing?.text ?? "", welcome.importing?.isError ?? false,
+                                    welcome.importing?.isBusy ?? false)
         case .details(let details):
             if let banner = details.banner {
                 roam_shell_show_details(details.state, details.stateDetail, details.switchOn, details.switchEnabled,

@@ -92,5 +92,14 @@ let callbacks = RoamShellCallbacks(
         let key = key.map { String(cString: $0) } ?? ""
         MainActor.assumeIsolated { desktopApp(context)?.notificationAction(key) }
     },
-    menu_chosen: { context, index in MainActor.assumeIsolated { desktopApp(context)?.menuChosen(Int(index)) } })
+    menu_chosen: { context, index in MainActor.assumeIsolated { desktopApp(context)?.menuChosen(Int(index)) } },
+    import_chosen: { context, path in
+        guard let path else { return }
+        let chosen = String(cString: path)
+        MainActor.assumeIsolated { desktopApp(context)?.importChosen(chosen) }
+    },
+    command_finished: { context, tag, status, output in
+        let said = output.map { String(cString: $0) } ?? ""
+        MainActor.assumeIsolated { desktopApp(context)?.commandFinished(tag: Int(tag), status: status, output: said) }
+    })
 exit(roam_shell_run("org.roam.Desktop", callbacks))

@@ -1,3 +1,4 @@
+import ControlWire
 import Foundation
 import Glibc
 import NamespaceLab
@@ -45,9 +46,15 @@ struct InstallProfileTests {
         let bad = try Self.install(["work", "--directory", directory], input: profile + "mode: sideways\n")
         #expect(bad.status == 2 && bad.output.contains("work.yaml:4: 'mode' is full or split"), "\(bad.output)")
         #expect(access(directory + "/work.yaml", F_OK) != 0)
-        // A key file that is not there: the agent could not start it.
+        // A key file that is not there: the agent could not start it, and the refusal says where it must be.
         let keyless = try Self.install(["work", "--directory", directory], input: profile.replacingOccurrences(of: "work.key", with: "none.key"))
-        #expect(keyless.status != 0 && keyless.output.contains("none.key"), "\(keyless.output)")
+        #expect(keyless.status == 1 && keyless.output.contains("names its key file \(work)/none.key, which is not installed"), "\(keyless.output)")
+        // --check: the same check, by anyone, writing nothing.
+        let checked = try Self.install(["work", "--check", "--directory", directory], input: profile, asNobody: true)
+        #expect(checked.status == 0 && checked.output.contains("work.yaml: a client configuration"), "\(checked.output)")
+        let checkedBad = try Self.install(["work", "--check", "--directory", directory], input: profile + "mode: sideways\n", asNobody: true)
+        #expect(checkedBad.status == 2 && checkedBad.output.contains("work.yaml:4: 'mode' is full or split"), "\(checkedBad.output)")
+        #expect(access(directory, F_OK) != 0, "a check wrote nothing")
         // A server's configuration is not a profile; a name that is not one is refused before anything is read.
         let server = try Self.install(["work", "--directory", directory], input: "listen-port: 51820\nprivate-key-file: \(work)/work.key\nusers: {}\n")
         #expect(server.status != 0 && access(directory + "/work.yaml", F_OK) != 0, "\(server.output)")
@@ -76,9 +83,9 @@ struct InstallProfileTests {
     }
 
     @Test func profileNames() {
-        for name in ["work", "Home-2", "a_b", "0"] { #expect(InstallProfileCommand.isProfileName(name), "\(name)") }
+        for name in ["work", "Home-2", "a_b", "0"] { #expect(Profiles.isName(name), "\(name)") }
         for name in ["", "../x", "a/b", "a.yaml", "-a", "_a", "é", "a b", String(repeating: "x", count: 33)] {
-            #expect(!InstallProfileCommand.isProfileName(name), "\(name)")
+            #expect(!Profiles.isName(name), "\(name)")
         }
     }
 }

@@ -3,13 +3,16 @@ import Testing
 
 /// roam-desktop's window in a throwaway X server (Xvfb) and session bus, driven through AT-SPI
 /// by desktop_session.py against a fake agent on a temporary control socket: the Welcome
-/// screen, the Details screen reading what the fake reports, the switch sending `down`, the
+/// screen and its import through GTK's file chooser (the real agent's check, a fake pkexec that
+/// writes down its arguments and input), the Details screen reading what the fake reports, the switch sending `down`, the
 /// portal banner and its notification (through dunst), the tray item and its menu (through a fake
 /// StatusNotifierWatcher). Screenshots of each screen are kept in
 /// .build/desktop-screenshots/.
 @Suite(.serialized) struct DesktopWindowTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let app = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("roam-desktop")
+    /// The agent, for the import's check.
+    static let agent = app.deletingLastPathComponent().appendingPathComponent("agent")
     /// Debian's Python, which has python3-gi and the Atspi typelib (not a Python of the user's).
     static let python = "/usr/bin/python3"
 
@@ -26,7 +29,7 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.python)
         process.arguments = [Self.repository.appendingPathComponent("Tests/DesktopAppTests/desktop_session.py").path,
-                             "--app", Self.app.path, "--screenshots", screenshots.path]
+                             "--app", Self.app.path, "--agent", Self.agent.path, "--screenshots", screenshots.path]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
@@ -43,7 +46,7 @@ import Testing
         print(said)
         switch process.terminationStatus {
         case 0:
-            for screen in ["welcome", "details", "details-off", "portal"] {
+            for screen in ["welcome", "import-refused", "details", "details-off", "portal"] {
                 #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent("\(screen).png").path))
             }
             // With a notification server (scripts/setup installs dunst) the portal's notification
@@ -54,6 +57,9 @@ import Testing
             // The tray item, with a watcher that appears after the app: registered, its menu's
             // labels, Disconnect sending `down`, then a new icon.
             #expect(said.contains("tray: org.kde.StatusNotifierItem-"))
+            // The import: the broken profile refused at its line, the good one through pkexec
+            // with only the name as its argument.
+            #expect(said.contains("import: ") && said.contains("broken.yaml:3:"))
         case 77:
             print("skipped: " + said.trimmingCharacters(in: .whitespacesAndNewlines))
         default:

@@ -430,6 +430,62 @@ def check_notifications(agent, env, display, scratch, screenshots):
           "its Log in ran agent " + " ".join(words))
 
 
+def check_import(Atspi, scratch, agent_binary, display, screenshots):
+    """The Welcome screen's import, through GTK's file chooser: a broken profile is refused by the
+    check with its line and never reaches pkexec; a good one goes to the fake pkexec with only
+    the helper and the name as arguments and the file's bytes on standard input, never the key."""
+    folder = os.path.join(scratch, "import")
+    os.mkdir(folder)
+    key_file = os.path.join(folder, "work.key")
+    public = subprocess.run([agent_binary, "keygen", "--out", key_file], capture_output=True, timeout=20, check=True)
+    with open(key_file) as key:
+        secret = key.read().strip()
+    profile = "server: 192.0.2.1:51820\nserver-key: %s\nprivate-key-file: %s\n" % (public.stdout.decode().strip(), key_file)
+    with open(os.path.join(folder, "broken.yaml"), "w") as broken:
+        broken.write(profile.replace("private-key-file", "mode: sideways\nprivate-key-file", 1))
+    with open(os.path.join(folder, "work.yaml"), "w") as work:
+        work.write(profile)
+
+    def choose(path):
+        button = find(Atspi, lambda n: n.get_name() == "Import a profile\u2026" and n.get_n_actions() > 0,
+                      what='the "Import a profile\u2026" button')
+        wait_for(lambda: button.get_state_set().contains(Atspi.StateType.SENSITIVE), 10, "the import button stayed busy")
+        button.do_action(0)
+        # GTK 4.8 gives the dialog no window role: it is known by its title.
+        dialog = find(Atspi, lambda n: n.get_name() == "Import a profile", what="the file chooser")
+        time.sleep(1)
+        # GTK's chooser opens its location entry on a typed "/"; Enter chooses the file.
+        Atspi.generate_keyboard_event(0, path, Atspi.KeySynthType.STRING)
+        time.sleep(0.5)
+        Atspi.generate_keyboard_event(0xff0d, None, Atspi.KeySynthType.PRESSRELEASE | Atspi.KeySynthType.SYM)
+        wait_for(lambda: dialog.get_state_set().contains(Atspi.StateType.DEFUNCT) or not dialog.get_state_set().contains(
+            Atspi.StateType.VISIBLE), 10, "the file chooser did not close after Enter")
+
+    choose(os.path.join(folder, "broken.yaml"))
+    refused = find(Atspi, lambda n: n.get_description() == "Import status" and "broken.yaml:3:" in (n.get_name() or ""),
+                   what="the broken profile's mistake with its line").get_name()
+    if os.path.exists(os.path.join(scratch, "pkexec-arguments")):
+        raise AssertionError("a profile the check refused went on to pkexec")
+    time.sleep(0.5)
+    screenshot(display, os.path.join(screenshots, "import-refused.png"))
+
+    choose(os.path.join(folder, "work.yaml"))
+    installed = find(Atspi, lambda n: n.get_description() == "Import status" and "roam@work" in (n.get_name() or ""),
+                     what="the installed profile's message").get_name()
+    with open(os.path.join(scratch, "pkexec-arguments")) as arguments:
+        argv = arguments.read().split("\n")[:-1]
+    with open(os.path.join(scratch, "pkexec-input")) as given:
+        stdin = given.read()
+    if argv != ["/usr/libexec/roam/install-profile", "work"]:
+        raise AssertionError("pkexec was given %s" % argv)
+    if any(secret in word for word in argv) or secret in stdin:
+        raise AssertionError("the private key went to pkexec")
+    if stdin != profile:
+        raise AssertionError("pkexec's standard input was %r, not the profile" % stdin)
+    print("import: %r refused before pkexec; work.yaml installed through pkexec %s with the profile on standard "
+          "input and no key; the screen says %r" % (refused, " ".join(argv), installed))
+
+
 def screenshot(display, path, window="Roam"):
     """The window named `window` (None: the whole screen), as X shows it, to a PNG."""
     which = ["-name", window] if window else ["-root"]
@@ -451,6 +507,7 @@ def main():
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     parser = argparse.ArgumentParser()
     parser.add_argument("--app", required=True)
+    parser.add_argument("--agent", required=True)
     parser.add_argument("--screenshots", required=True)
     arguments = parser.parse_args()
 
@@ -483,12 +540,22 @@ def main():
         Atspi.init()
 
         # The agent's `portal` command, as the app runs it for "Log in": here it writes down its
-        # arguments.
+        # arguments. Its other commands (the import's check) are the real agent's.
         agent_stub = os.path.join(scratch, "agent")
         with open(agent_stub, "w") as stub:
-            stub.write('#!/bin/sh\nprintf "%%s\\n" "$@" > "%s"\n' % os.path.join(scratch, "portal-arguments"))
+            stub.write('#!/bin/sh\nif [ "$1" != portal ]; then exec "%s" "$@"; fi\nprintf "%%s\\n" "$@" > "%s"\n' % (
+                arguments.agent, os.path.join(scratch, "portal-arguments")))
         os.chmod(agent_stub, 0o755)
         env["ROAM_AGENT"] = agent_stub
+        # pkexec, as the import runs it: here it writes down its arguments and standard input.
+        bin_dir = os.path.join(scratch, "bin")
+        os.mkdir(bin_dir)
+        with open(os.path.join(bin_dir, "pkexec"), "w") as fake:
+            fake.write('#!/bin/sh\nprintf "%%s\\n" "$@" > "%s"\ncat > "%s"\n'
+                       'echo "installed /etc/roam/$2.yaml: a client configuration; start it with: systemctl start roam@$2"\n'
+                       % (os.path.join(scratch, "pkexec-arguments"), os.path.join(scratch, "pkexec-input")))
+        os.chmod(os.path.join(bin_dir, "pkexec"), 0o755)
+        env["PATH"] = bin_dir + ":" + env.get("PATH", "/usr/bin:/bin")
         notifications = session.notification_server(env)
         if notifications is None:
             print("notifications not checked: dunst is not installed or did not start (scripts/setup installs it)")
@@ -502,6 +569,7 @@ def main():
         print("start-up: the Welcome screen readable through AT-SPI %.2f s after the start" % (time.monotonic() - started))
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "welcome.png"))
+        check_import(Atspi, scratch, arguments.agent, display, arguments.screenshots)
 
         # A profile and an agent that is connected: the Details screen reads what it reports.
         with open(os.path.join(profiles, "work.yaml"), "w") as profile:

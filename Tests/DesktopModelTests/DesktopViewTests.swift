@@ -70,7 +70,7 @@ import Testing
             return
         }
         #expect(welcome.detail == "no control socket at /run/roam/agent.sock")
-        #expect(welcome.body.contains("/etc/roam/NAME.yaml"))
+        #expect(welcome.body.contains("import the profile") && welcome.body.contains("roam@NAME"))
     }
 
     @Test func aProfileWithoutAnAgentShowsNotRunning() {

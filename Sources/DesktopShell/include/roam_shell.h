@@ -23,6 +23,12 @@ typedef struct RoamShellCallbacks {
     void (*notification_action)(void *context, const char *key);
     /// The user chose the tray menu's entry at `index` (as last given to roam_shell_tray_update).
     void (*menu_chosen)(void *context, int index);
+    /// The user chose the file at `path` to import, in the file chooser the Welcome screen's
+    /// import button opened.
+    void (*import_chosen)(void *context, const char *path);
+    /// A command roam_shell_run_command started, known by `tag`, ended with `status` (-1: it could
+    /// not be started) after writing `output` (its standard output and error together).
+    void (*command_finished)(void *context, int tag, int status, const char *output);
 } RoamShellCallbacks;
 
 /// Runs the application with id `app_id` until its window closes; a second instance raises the
@@ -39,8 +45,11 @@ void roam_shell_present(void);
 /// the window hides it, and only Quit ends the app. Call before roam_shell_build_window.
 void roam_shell_keep_running(void);
 
-/// Puts the Welcome screen in the window (shown or hidden).
-void roam_shell_show_welcome(const char *title, const char *body, const char *detail);
+/// Puts the Welcome screen in the window (shown or hidden): its words, the import button's label
+/// (insensitive while `busy`), and where an import stands (`import_status`, "" for nothing yet; an
+/// error when `import_failed`).
+void roam_shell_show_welcome(const char *title, const char *body, const char *detail, const char *import_label,
+                             const char *import_status, bool import_failed, bool busy);
 
 /// Puts the Details screen in the window: the state, a line under it, the switch, and the portal banner
 /// (NULL: none).
@@ -57,6 +66,11 @@ void roam_shell_toast(const char *text);
 /// Starts `argv` (NULL-terminated; argv[0] looked up in PATH) without waiting for it. Returns NULL,
 /// or why it could not start (free it with free()).
 char *roam_shell_spawn(const char *const *argv);
+
+/// Starts `argv` (NULL-terminated; argv[0] looked up in PATH) with the `length` bytes of `input`
+/// on its standard input, without waiting: command_finished gets `tag`, its exit status and what
+/// it wrote. No argument may hold a secret (any user can read a process's arguments).
+void roam_shell_run_command(const char *const *argv, const unsigned char *input, long length, int tag);
 
 /// Shows the app's one notification through org.freedesktop.Notifications on the session bus,
 /// replacing the one shown before: `count` actions, each a key and a label.
