@@ -21,6 +21,8 @@ public final class ControlServer: Sendable {
         /// asker saw it (`"started"`).
         public let target: Int32?
         public let targetStarted: UInt64?
+        /// The profile the request names (`"profile"`), if any.
+        public let profile: String?
 
         /// Answers with `line`; with `watch`, published lines follow on the same connection.
         public func reply(_ line: String, watch: Bool = false) { server.outgoing.post(.reply(id, line, watch: watch)) }
@@ -284,12 +286,17 @@ public final class ControlServer: Sendable {
                 case .success(let pid): target = pid
                 case .failure(let failure): return fail(id, failure)
                 }
+                let profile: String?
+                switch ControlProtocol.profile(in: line) {
+                case .success(let name): profile = name
+                case .failure(let failure): return fail(id, failure)
+                }
                 c.phase = .answering
                 c.deadline = Instant.now() + ControlServer.answerTimeout
                 c.input = []
                 connections[id] = c
                 server.handle(Call(id: id, server: server, command: command, peer: c.peer, target: target,
-                                   targetStarted: ControlProtocol.targetStarted(in: line)))
+                                   targetStarted: ControlProtocol.targetStarted(in: line), profile: profile))
             }
         }
 

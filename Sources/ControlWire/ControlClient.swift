@@ -6,14 +6,15 @@ import Synchronization
 public enum ControlClient {
     /// Sends `command` to the agent at `path` and returns its answer; an answer that is an
     /// error becomes an `ControlError` with its message.
-    public static func ask(_ command: ControlCommand, at path: String, pid: Int32? = nil, started: UInt64? = nil) throws -> JSON {
+    public static func ask(_ command: ControlCommand, at path: String, pid: Int32? = nil, started: UInt64? = nil,
+                           profile: String? = nil) throws -> JSON {
         let fd = try connect(path)
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         // An agent with no room answers and closes at once, maybe before the request is
         // written: its answer says why, better than the failed write would.
-        let unsent = send(command, pid: pid, started: started, on: fd)
+        let unsent = send(command, pid: pid, started: started, profile: profile, on: fd)
         var reader = LineReader(fd: fd)
         guard let line = reader.next() else { throw unsent ?? ControlError("the agent at \(path) gave no answer") }
         return try answer(line)
@@ -46,8 +47,9 @@ public enum ControlClient {
 
     /// Sends the request; nil when it went, else why not. Never SIGPIPE: an agent that closed
     /// the connection is an error to report, not a reason to die without a word.
-    private static func send(_ command: ControlCommand, pid: Int32? = nil, started: UInt64? = nil, on fd: Int32) -> ControlError? {
-        let bytes = Array((ControlProtocol.request(command, pid: pid, started: started) + "\n").utf8)
+    private static func send(_ command: ControlCommand, pid: Int32? = nil, started: UInt64? = nil, profile: String? = nil,
+                             on fd: Int32) -> ControlError? {
+        let bytes = Array((ControlProtocol.request(command, pid: pid, started: started, profile: profile) + "\n").utf8)
         let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         return sent == bytes.count ? nil : ControlError("cannot send to the agent: \(String(cString: strerror(errno)))")
     }

@@ -37,6 +37,10 @@ public enum ControlCommand: String, CaseIterable, Sendable {
     /// asker), and the processes it starts, outside the tunnel (`agent exclude`; needs
     /// `exclusion: allow`).
     case exclude
+    /// Run another installed profile (the request's `profile`, `/etc/roam/NAME.yaml` beside the
+    /// configuration the agent runs) in place of this one: checked first, then the agent starts
+    /// afresh in place with it, the lockdown kept throughout.
+    case useProfile = "use-profile"
 
     /// Whether members of the `roam` group may ask it too: reading status, watching, logging in
     /// to a portal, keeping their own applications outside the tunnel where the configuration
@@ -46,10 +50,11 @@ public enum ControlCommand: String, CaseIterable, Sendable {
     }
 
     /// Whether the operators' group (the `roam` group, unless the configuration says
-    /// `operators: root`) may ask it too: turning the tunnel on and off and reconnecting it.
-    /// What is installed, the lockdown and the agent's life stay root's.
+    /// `operators: root`) may ask it too: turning the tunnel on and off, reconnecting it and
+    /// choosing which installed profile it runs. What is installed, the lockdown and the agent's
+    /// life stay root's.
     public var forOperators: Bool {
-        self == .up || self == .down || self == .reconnect
+        self == .up || self == .down || self == .reconnect || self == .useProfile
     }
 }
 
@@ -105,10 +110,21 @@ extension ControlProtocol {
 
     /// The request line for `command`, about process `pid` when given, which started at `started`
     /// (/proc/PID/stat's start time, as the asker read it: the agent moves no other process that
-    /// came to have the id since).
-    public static func request(_ command: ControlCommand, pid: Int32? = nil, started: UInt64? = nil) -> String {
+    /// came to have the id since), or naming `profile`.
+    public static func request(_ command: ControlCommand, pid: Int32? = nil, started: UInt64? = nil, profile: String? = nil) -> String {
         JSON.object([("version", .int(version)), ("command", .string(command.rawValue))]
-            + (pid.map { [("pid", .int(Int64($0)))] } ?? []) + (started.map { [("started", .int(Int64(clamping: $0)))] } ?? [])).text
+            + (pid.map { [("pid", .int(Int64($0)))] } ?? []) + (started.map { [("started", .int(Int64(clamping: $0)))] } ?? [])
+            + (profile.map { [("profile", .string($0))] } ?? [])).text
+    }
+
+    /// The profile a request names (`"profile"`): nil when it names none; one that cannot be a
+    /// profile's name is refused, never made into a path.
+    public static func profile(in line: String) -> Result<String?, ControlFailure> {
+        guard line.trimmed.first == "{", let request = try? JSON.parse(line.trimmed), let value = request["profile"] else { return .success(nil) }
+        guard let name = value.string, Profiles.isName(name) else {
+            return .failure(ControlFailure(code: "bad-request", message: "\"profile\" is a profile's name: letters, digits, '-' and '_'"))
+        }
+        return .success(name)
     }
 
     /// When the process a request names started, as the asker read it; nil when not said.

@@ -85,6 +85,9 @@ public struct DetailsView: Equatable, Sendable {
     /// Shown while the network holds everything back until someone logs in.
     public var banner: PortalBanner?
     public var profiles: [String]
+    /// The Profiles list: each installed profile, the one the agent runs marked, the others to
+    /// switch to (empty while no agent answers: there is no one to ask).
+    public var choices: [ProfileChoice] = []
 
     public init(report: AgentReport, profiles: [String]) {
         self.profiles = profiles
@@ -108,9 +111,7 @@ public struct DetailsView: Equatable, Sendable {
         rows = Self.rows(for: status)
         // The agent sees the profiles where the app may not (a directory only root can list).
         self.profiles = status.profiles ?? profiles
-        if !self.profiles.isEmpty {
-            rows.append(DetailRow(.profiles, self.profiles.map { $0 == status.profile ? "\($0) (this tunnel)" : $0 }.joined(separator: ", ")))
-        }
+        choices = self.profiles.map { ProfileChoice(name: $0, inUse: $0 == status.profile) }
         if status.state == .portal || status.portal != nil {
             banner = PortalBanner(url: status.portal?.url, interface: status.path?.interface, ssid: status.ssid)
         } else {
@@ -235,7 +236,7 @@ public struct DetailsView: Equatable, Sendable {
 /// One line of the Details screen's list.
 public struct DetailRow: Equatable, Sendable {
     public enum Kind: String, Sendable, CaseIterable {
-        case server, path, roundTrip, session, since, onDemand, lockdown, excluded, profiles
+        case server, path, roundTrip, session, since, onDemand, lockdown, excluded
 
         /// The row's title.
         public var title: String {
@@ -248,7 +249,6 @@ public struct DetailRow: Equatable, Sendable {
             case .onDemand: "On-demand rule"
             case .lockdown: "Lockdown"
             case .excluded: "Outside the tunnel"
-            case .profiles: "Profiles on this computer"
             }
         }
     }
@@ -260,6 +260,24 @@ public struct DetailRow: Equatable, Sendable {
         self.kind = kind
         self.value = value
     }
+}
+
+/// A row of the Profiles list.
+public struct ProfileChoice: Equatable, Sendable {
+    public var name: String
+    /// The agent runs it.
+    public var inUse: Bool
+
+    public init(name: String, inUse: Bool) {
+        self.name = name
+        self.inUse = inUse
+    }
+
+    /// Under the name: what it is.
+    public var subtitle: String { inUse ? "In use" : "Installed" }
+    /// The button that switches to it (none for the one in use), named for screen readers.
+    public var button: String? { inUse ? nil : "Use" }
+    public var buttonDescription: String { "Use \(name)" }
 }
 
 /// The banner of a network that needs a login.

@@ -19,6 +19,14 @@ public struct TrayView: Equatable, Sendable {
         var items: [MenuItem] = []
         if status.state == .portal { items.append(MenuItem("Log in to the network", .logIn)) }
         items.append(status.state == .paused ? MenuItem("Connect", .connect) : MenuItem("Disconnect", .disconnect))
+        // The Profiles section: a title, then each profile; the one in use is marked and does nothing.
+        if let profiles = status.profiles, !profiles.isEmpty {
+            items.append(MenuItem("Profiles", .heading, enabled: false))
+            items += profiles.map { name in
+                name == status.profile ? MenuItem("\(name) (in use)", .useProfile, enabled: false, profile: name)
+                    : MenuItem(name, .useProfile, profile: name)
+            }
+        }
         items += [MenuItem("Open Roam", .open), MenuItem("Quit", .quit)]
         self.items = items
     }
@@ -41,11 +49,14 @@ public struct MenuItem: Equatable, Sendable {
     public var label: String
     public var action: MenuAction
     public var enabled: Bool
+    /// The profile `useProfile` switches to.
+    public var profile: String?
 
-    public init(_ label: String, _ action: MenuAction, enabled: Bool = true) {
+    public init(_ label: String, _ action: MenuAction, enabled: Bool = true, profile: String? = nil) {
         self.label = label
         self.action = action
         self.enabled = enabled
+        self.profile = profile
     }
 }
 
@@ -57,6 +68,10 @@ public enum MenuAction: String, Sendable {
     case disconnect
     /// Open the portal's login page in the portal window.
     case logIn = "log-in"
+    /// Ask the agent to run the entry's profile (`use-profile`).
+    case useProfile = "use-profile"
+    /// A section's title: nothing.
+    case heading
     /// Show the window.
     case open
     /// End the app (the agent goes on).

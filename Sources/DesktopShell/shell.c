@@ -24,6 +24,8 @@ static struct {
     AdwActionRow *banner;
     AdwPreferencesGroup *details;
     GPtrArray *rows;
+    AdwPreferencesGroup *profiles;
+    GPtrArray *profile_rows;
     AdwToastOverlay *toasts;
     // Started hidden: the app runs until Quit, its window only hidden when closed.
     gboolean background;
@@ -46,6 +48,7 @@ static void activated(GApplication *app, gpointer unused) {
 int roam_shell_run(const char *app_id, RoamShellCallbacks callbacks) {
     roam_shell_callbacks = callbacks;
     shell.rows = g_ptr_array_new();
+    shell.profile_rows = g_ptr_array_new();
     shell.app = adw_application_new(app_id, G_APPLICATION_DEFAULT_FLAGS);
     g_signal_connect(shell.app, "activate", G_CALLBACK(activated), NULL);
     // The app's own options are Swift's; GTK sees none.
@@ -142,6 +145,12 @@ static GtkWidget *details_page(void) {
     adw_preferences_group_add(shell.banner_group, GTK_WIDGET(shell.banner));
     gtk_widget_set_visible(GTK_WIDGET(shell.banner_group), FALSE);
     gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.banner_group));
+
+    // The profiles first: which one runs is the first thing a user may want to change.
+    shell.profiles = ADW_PREFERENCES_GROUP(adw_preferences_group_new());
+    adw_preferences_group_set_title(shell.profiles, "Profiles");
+    gtk_widget_set_visible(GTK_WIDGET(shell.profiles), FALSE);
+    gtk_box_append(GTK_BOX(column), GTK_WIDGET(shell.profiles));
 
     shell.details = ADW_PREFERENCES_GROUP(adw_preferences_group_new());
     adw_preferences_group_set_title(shell.details, "Details");
@@ -252,6 +261,39 @@ void roam_shell_set_rows(int count, const char *const *titles, const char *const
         adw_action_row_set_subtitle(row, values[i]);
     }
     gtk_widget_set_visible(GTK_WIDGET(shell.details), count > 0);
+}
+
+static void use_pressed(GtkButton *button, gpointer index) {
+    (void)button;
+    roam_shell_callbacks.profile_chosen(roam_shell_callbacks.context, GPOINTER_TO_INT(index));
+}
+
+void roam_shell_set_profiles(int count, const char *const *names, const char *const *subtitles,
+                             const char *const *buttons, const char *const *descriptions) {
+    // Few rows, rarely changed: made afresh each time, so a button's index is always its row's.
+    for (guint i = 0; i < shell.profile_rows->len; i++) {
+        adw_preferences_group_remove(shell.profiles, g_ptr_array_index(shell.profile_rows, i));
+    }
+    g_ptr_array_set_size(shell.profile_rows, 0);
+    for (int i = 0; i < count; i++) {
+        GtkWidget *row = adw_action_row_new();
+        adw_preferences_row_set_use_markup(ADW_PREFERENCES_ROW(row), FALSE);
+        adw_preferences_row_set_title(ADW_PREFERENCES_ROW(row), names[i]);
+        adw_action_row_set_subtitle(ADW_ACTION_ROW(row), subtitles[i]);
+        if (buttons[i] != NULL) {
+            GtkWidget *use = gtk_button_new_with_label(buttons[i]);
+            gtk_widget_set_valign(use, GTK_ALIGN_CENTER);
+            gtk_accessible_update_property(GTK_ACCESSIBLE(use), GTK_ACCESSIBLE_PROPERTY_LABEL, descriptions[i], -1);
+            g_signal_connect(use, "clicked", G_CALLBACK(use_pressed), GINT_TO_POINTER(i));
+            adw_action_row_add_suffix(ADW_ACTION_ROW(row), use);
+        } else {
+            GtkWidget *mark = gtk_image_new_from_icon_name("object-select-symbolic");
+            adw_action_row_add_suffix(ADW_ACTION_ROW(row), mark);
+        }
+        adw_preferences_group_add(shell.profiles, row);
+        g_ptr_array_add(shell.profile_rows, row);
+    }
+    gtk_widget_set_visible(GTK_WIDGET(shell.profiles), count > 0);
 }
 
 char *roam_shell_spawn(const char *const *argv) {

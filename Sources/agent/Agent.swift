@@ -15,7 +15,7 @@ struct Agent: ParsableCommand {
             ReplayCommand.self, MonitorCommand.self, RecordCommand.self, KeygenCommand.self, PubkeyCommand.self,
             PasswdCommand.self, ServeCommand.self, UpCommand.self, StatusCommand.self, ReconnectCommand.self,
             SleepCommand.self, WakeCommand.self, DownCommand.self, StopCommand.self, LockdownCommand.self, DrainCommand.self, CheckCommand.self, ProfilesCommand.self,
-            PortalCommand.self, ExcludeCommand.self, InstallProfileCommand.self, DoctorCommand.self, BugReportCommand.self, TimelineCommand.self,
+            PortalCommand.self, ExcludeCommand.self, InstallProfileCommand.self, UseProfileCommand.self, DoctorCommand.self, BugReportCommand.self, TimelineCommand.self,
         ])
 
     /// Runs the command; a bad file a person wrote exits 2 with `file:line: message`, any other

@@ -67,6 +67,8 @@ final class ClientDaemon {
     var server: SocketAddress { runner.server }
     /// A reload changed more than tunables: the caller starts the agent afresh.
     var restartRequested: Bool { runner.restartRequested }
+    /// The configuration the restart runs, when an operator chose another profile (`use-profile`).
+    var nextConfigPath: String? { runner.nextConfigPath }
 }
 
 extension ClientDaemon {
@@ -77,6 +79,8 @@ extension ClientDaemon {
         /// Where the settings came from, read again on SIGHUP.
         let configPath: String
         var restartRequested = false
+        /// The profile an operator chose (`use-profile`), run by the restart.
+        var nextConfigPath: String?
         /// The core said the stop opens the machine: only the operator's does.
         var opensMachine = false
         var failure: String?

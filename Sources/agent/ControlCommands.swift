@@ -135,3 +135,27 @@ struct DownCommand: ParsableCommand {
     @OptionGroup var options: ControlOptions
     func run() throws { try ask(.down, options) }
 }
+
+/// `agent use-profile NAME`.
+struct UseProfileCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "use-profile", abstract: "Ask the running client to run another installed profile in place of its own.",
+        discussion: """
+            The profile is /etc/roam/NAME.yaml (beside the configuration the agent runs). The agent checks it as a \
+            start would and, when it passes, starts afresh in place with it, the lockdown kept throughout; a \
+            profile with a mistake changes nothing. Root and the operators' group may ask. The choice lasts \
+            until the agent's service starts again, which runs its own profile.
+            """)
+    @Argument(help: "The profile's name.")
+    var name: String
+    @OptionGroup var options: ControlOptions
+
+    func validate() throws {
+        guard Profiles.isName(name) else { throw ValidationError("'\(name)' cannot be a profile's name: letters, digits, '-' and '_'") }
+    }
+
+    func run() throws {
+        let answer = try ControlClient.ask(.useProfile, at: options.control, profile: name)
+        print(answer["message"]?.string ?? answer.text)
+    }
+}

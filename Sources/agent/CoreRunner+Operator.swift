@@ -43,6 +43,7 @@ extension ClientDaemon.CoreRunner {
         case .portalOpen: ask(.openPortalWindow(by: call.peer.uid), for: call)
         case .portalClose: ask(.closePortalWindow(by: call.peer.uid), for: call)
         case .exclude: ask(.exclude(by: call.peer.uid), for: call)
+        case .useProfile: useProfile(call)
         }
     }
 
@@ -191,7 +192,7 @@ extension ClientDaemon.CoreRunner {
             ("path", reconnector.state.path.map(Self.pathJSON) ?? .null),
             ("ssid", reconnector.state.path.flatMap { $0.kind == .wifi ? facts.wifiName(of: $0.linkIndex) : nil }.map { .string($0) } ?? .null),
             ("profile", .object([("name", Profiles.name(ofFile: configPath).map { .string($0) } ?? .null), ("file", .string(configPath))])),
-            ("profiles", Profiles.names().map { .array($0.map { .string($0) }) } ?? .null),
+            ("profiles", Profiles.names(in: configPath.parentDirectory).map { .array($0.map { .string($0) }) } ?? .null),
             ("rtt_ms", reconnector.roundTripTime.map(\.milliseconds) ?? .null),
             ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
                              ("floor", .int(Int64(reconnector.floorMTU))),

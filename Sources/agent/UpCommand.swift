@@ -167,7 +167,9 @@ struct UpCommand: ParsableCommand {
         session.run()
         log.info("down")
         if let failure = session.failure { throw AgentError(failure) }
-        if session.restartRequested { try restart(keeping: inherited) }
+        if session.restartRequested {
+            try restart(keeping: inherited, arguments: Self.arguments(CommandLine.arguments, config: session.nextConfigPath))
+        }
     }
 }
 
@@ -219,24 +221,43 @@ private func openDescriptors() -> Set<Int32> {
     Set((SystemFiles.names(in: "/proc/self/fd") ?? []).compactMap { Int32($0) }.filter { fcntl($0, F_GETFD) != -1 })
 }
 
-/// Starts this agent afresh in the same process (same PID, as systemd expects), with the same
-/// arguments, so a changed configuration is read from the start. Signals are unblocked first.
+/// Starts this agent afresh in the same process (same PID, as systemd expects), with
+/// `arguments` (its own, or another profile's configuration), read from the start. Signals are unblocked first.
 /// Nothing it opened goes across (a socket kept would keep what it holds, the lockdown's guard
 /// table among them, owned by that socket, which the new agent could not change); what it was
 /// given (`inherited`: a parent's, systemd's) does.
-private func restart(keeping inherited: Set<Int32>) throws -> Never {
+private func restart(keeping inherited: Set<Int32>, arguments: [String]) throws -> Never {
     var none = sigset_t()
     sigfillset(&none)
     pthread_sigmask(SIG_UNBLOCK, &none, nil)
     for fd in openDescriptors() where fd > 2 && !inherited.contains(fd) {
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
     }
-    var arguments = CommandLine.arguments.map { strdup($0) } + [nil]
-    execv("/proc/self/exe", &arguments)
+    var argv = arguments.map { strdup($0) } + [nil]
+    execv("/proc/self/exe", &argv)
     throw AgentError("cannot restart the agent: \(String(cString: strerror(errno)))")
 }
 
 extension UpCommand {
+    /// The agent's command line with `config` (when given) as its `--config`, in whichever form
+    /// it was given (`--config FILE`, `--config=FILE`).
+    static func arguments(_ arguments: [String], config: String?) -> [String] {
+        guard let config else { return arguments }
+        var result: [String] = []
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            if argument == "--config", rest.first != nil {
+                result += [argument, config]
+                rest = rest.dropFirst()
+            } else if argument.hasPrefix("--config=") {
+                result.append("--config=" + config)
+            } else {
+                result.append(argument)
+            }
+        }
+        return result
+    }
+
     /// The username and password the configuration names, read into the secret arena; nil
     /// without `username`.
     static func credentials(_ settings: ClientSettings) throws -> Credentials? {

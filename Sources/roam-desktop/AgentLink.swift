@@ -17,10 +17,10 @@ enum AgentLink {
 
     /// Asks the agent for `command` on a thread of its own (the agent may take up to 10 s to
     /// answer); a refusal is said to the user.
-    static func ask(_ command: ControlCommand, socket: String) {
+    static func ask(_ command: ControlCommand, socket: String, profile: String? = nil) {
         background(Job {
             do {
-                _ = try ControlClient.ask(command, at: socket)
+                _ = try ControlClient.ask(command, at: socket, profile: profile)
             } catch {
                 post(.refused("\(error)"))
             }

@@ -66,8 +66,20 @@ final class DesktopApp {
 
     /// The user chose the tray menu's entry at `index`.
     func menuChosen(_ index: Int) {
-        guard let items = tray?.items, items.indices.contains(index) else { return }
+        guard let items = tray?.items, items.indices.contains(index), items[index].enabled else { return }
+        if items[index].action == .useProfile, let profile = items[index].profile { return use(profile) }
         perform(items[index].action)
+    }
+
+    /// The user pressed "Use" on the Profiles list's row at `index`.
+    func profileChosen(_ index: Int) {
+        guard case .details(let details) = screen, details.choices.indices.contains(index) else { return }
+        use(details.choices[index].name)
+    }
+
+    /// Asks the agent to run `profile` instead of its own.
+    private func use(_ profile: String) {
+        AgentLink.ask(.useProfile, socket: options.socket, profile: profile)
     }
 
     /// The user chose `path` to import: read it (as the user: it is theirs), then check it.
@@ -122,6 +134,8 @@ final class DesktopApp {
         case .logIn: logIn()
         case .open: roam_shell_present()
         case .quit: roam_shell_quit()
+        // Only a tray entry names a profile (menuChosen); a heading does nothing.
+        case .useProfile, .heading: break
         }
     }
 
@@ -170,6 +184,17 @@ final class DesktopApp {
             Self.withCStrings(details.rows.map(\.kind.title)) { titles in
                 Self.withCStrings(details.rows.map(\.value)) { values in
                     roam_shell_set_rows(Int32(details.rows.count), titles, values)
+                }
+            }
+            let choices = details.choices
+            Self.withCStrings(choices.map(\.name)) { names in
+                Self.withCStrings(choices.map(\.subtitle)) { subtitles in
+                    Self.withCStrings(choices.map(\.buttonDescription)) { descriptions in
+                        Self.withCStrings(choices.map { $0.button ?? "" }) { buttons in
+                            let present = zip(buttons, choices).map { $1.button == nil ? nil : $0 }
+                            roam_shell_set_profiles(Int32(choices.count), names, subtitles, present, descriptions)
+                        }
+                    }
                 }
             }
         }

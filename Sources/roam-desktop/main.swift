@@ -101,5 +101,6 @@ let callbacks = RoamShellCallbacks(
     command_finished: { context, tag, status, output in
         let said = output.map { String(cString: $0) } ?? ""
         MainActor.assumeIsolated { desktopApp(context)?.commandFinished(tag: Int(tag), status: status, output: said) }
-    })
+    },
+    profile_chosen: { context, index in MainActor.assumeIsolated { desktopApp(context)?.profileChosen(Int(index)) } })
 exit(roam_shell_run("org.roam.Desktop", callbacks))

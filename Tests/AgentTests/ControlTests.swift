@@ -329,6 +329,32 @@ struct ControlTests {
         #expect(harness.calls == 4)
     }
 
+    /// `use-profile` names a profile, never a path: anything else is refused before it is asked.
+    @Test func aProfileIsNamedNeverAPath() {
+        let line = ControlProtocol.request(.useProfile, profile: "home")
+        #expect(line == #"{"version":1,"command":"use-profile","profile":"home"}"#)
+        #expect(ControlProtocol.command(in: line) == .success(.useProfile))
+        #expect(ControlProtocol.profile(in: line) == .success("home"))
+        #expect(ControlProtocol.profile(in: #"{"command":"status"}"#) == .success(nil))
+        for bad in [#""../../tmp/x""#, #""home.yaml""#, "7", #""""#] {
+            guard case .failure(let failure) = ControlProtocol.profile(in: #"{"command":"use-profile","profile":\#(bad)}"#) else {
+                Issue.record("\(bad) was taken as a profile")
+                continue
+            }
+            #expect(failure.code == "bad-request")
+        }
+    }
+
+    /// The restart after `use-profile` runs the agent's own command line with the chosen file.
+    @Test func theRestartRunsTheChosenProfile() {
+        let given = ["/usr/bin/agent", "up", "--config", "/etc/roam/work.yaml", "--control", "/run/roam/work.sock"]
+        #expect(UpCommand.arguments(given, config: "/etc/roam/home.yaml")
+            == ["/usr/bin/agent", "up", "--config", "/etc/roam/home.yaml", "--control", "/run/roam/work.sock"])
+        #expect(UpCommand.arguments(["agent", "up", "--config=/etc/roam/work.yaml"], config: "/etc/roam/home.yaml")
+            == ["agent", "up", "--config=/etc/roam/home.yaml"])
+        #expect(UpCommand.arguments(given, config: nil) == given)
+    }
+
     /// The decision alone, for every command: readers' commands for all, operators' commands for
     /// the group, the rest for root.
     @Test func whoMayAskWhat() {
@@ -337,7 +363,7 @@ struct ControlTests {
         let root = PeerProcess(pid: 1, uid: 0, gid: 0, groups: [])
         for command in ControlCommand.allCases {
             #expect(ControlServer.refusal(of: command, by: root, operatorGroup: Self.operators) == nil)
-            let memberMay = command.openToReaders || [.up, .down, .reconnect].contains(command)
+            let memberMay = command.openToReaders || [.up, .down, .reconnect, .useProfile].contains(command)
             #expect((ControlServer.refusal(of: command, by: member, operatorGroup: Self.operators) == nil) == memberMay, "\(command)")
             #expect((ControlServer.refusal(of: command, by: member, operatorGroup: nil) == nil) == command.openToReaders, "\(command)")
             #expect((ControlServer.refusal(of: command, by: other, operatorGroup: Self.operators) == nil) == command.openToReaders, "\(command)")

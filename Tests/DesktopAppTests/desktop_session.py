@@ -94,15 +94,22 @@ class FakeAgent:
             connection.close()
             return
         text = line.decode().strip()
-        command = json.loads(text)["command"] if text.startswith("{") else text
+        request = json.loads(text) if text.startswith("{") else {"command": text}
+        command = request["command"]
         with self.lock:
-            self.received.append(command)
+            self.received.append(command + (" " + request["profile"] if "profile" in request else ""))
             if command == "watch":
                 self.send(connection, {"version": 1, "event": "status", "status": self.state})
                 self.watchers.append(connection)
                 return
             if command == "status":
                 self.send(connection, {"version": 1, "ok": True, "status": self.state})
+            elif command == "use-profile":
+                # The agent starts again with the profile: a watcher sees it stop and comes back.
+                self.send(connection, {"version": 1, "ok": True, "message": "switching to " + request["profile"],
+                                       "state": self.state["state"]})
+                self.change(dict(self.state, profile={"name": request["profile"],
+                                                      "file": "/etc/roam/%s.yaml" % request["profile"]}))
             elif command in ("down", "up"):
                 self.send(connection, {"version": 1, "ok": True, "message": command, "state": self.state["state"]})
                 self.change(status("paused" if command == "down" else "connected"))
@@ -370,7 +377,7 @@ def check_tray(watcher, agent):
                              GLib.Variant("(iias)", (0, -1, [])), "(u(ia{sv}av))")
     entries = [(child[0], child[1].get("label")) for child in layout[2]]
     labels = [label for _, label in entries]
-    expected = ["Log in to the network", "Disconnect", "Open Roam", "Quit"]
+    expected = ["Log in to the network", "Disconnect", "Profiles", "home", "work (in use)", "Open Roam", "Quit"]
     if labels != expected:
         raise AssertionError("the tray menu reads %s, not %s" % (labels, expected))
     downs = agent.received.count("down")
@@ -380,10 +387,14 @@ def check_tray(watcher, agent):
                  GLib.Variant("(isvu)", (disconnect, "clicked", GLib.Variant("s", ""), 0)), None)
     wait_for(lambda: agent.received.count("down") > downs, 10, "Disconnect in the tray menu did not send down")
     wait_for(lambda: "NewIcon" in watcher.signals[heard:], 10, "the state change after down gave no NewIcon")
+    home = dict((label, id) for id, label in entries)["home"]
+    watcher.call(name, "/MenuBar", "com.canonical.dbusmenu", "Event",
+                 GLib.Variant("(isvu)", (home, "clicked", GLib.Variant("s", ""), 0)), None)
+    wait_for(lambda: "use-profile home" in agent.received, 10, "home in the tray menu did not send use-profile home")
     _, layout = watcher.call(name, "/MenuBar", "com.canonical.dbusmenu", "GetLayout",
                              GLib.Variant("(iias)", (0, -1, [])), "(u(ia{sv}av))")
     after = [child[1].get("label") for child in layout[2]]
-    print("tray: %s registered (icon %s); menu %s; Disconnect sent down; then NewIcon and menu %s" % (
+    print("tray: %s registered (icon %s); menu %s; Disconnect sent down; then NewIcon and menu %s; home sent use-profile home" % (
         name, icon, labels, after))
 
 
@@ -581,11 +592,24 @@ def main():
         if not toggle.get_state_set().contains(Atspi.StateType.CHECKED):
             raise AssertionError("the switch is off while the agent is connected")
         find(Atspi, lambda n: n.get_name() == "Round trip", what='the "Round trip" row')
-        # The profiles are the agent's list (the directory holds only work.yaml), its own marked.
-        find(Atspi, lambda n: n.get_name() == "home, work (this tunnel)", what="the agent's profiles")
+        # The profiles are the agent's list (the directory holds only work.yaml), its own marked,
+        # the other with a button that switches to it.
+        find(Atspi, lambda n: n.get_name() == "In use" and n.get_parent() is not None and "work" in [
+            n.get_parent().get_child_at_index(i).get_name() for i in range(n.get_parent().get_child_count())],
+            what="the profile in use, work, marked")
+        use_home = find(Atspi, lambda n: n.get_name() == "Use home" and n.get_n_actions() > 0, what='the "Use home" button')
         print("details: state label %r, switch found as a %s" % (state.get_name(), toggle.get_role_name()))
         time.sleep(0.5)
         screenshot(display, os.path.join(arguments.screenshots, "details.png"))
+
+        # Switching profiles asks the agent for use-profile, naming the profile.
+        use_home.do_action(0)
+        wait_for(lambda: "use-profile home" in agent.received, 10, "Use home did not send use-profile home")
+        find(Atspi, lambda n: n.get_name() == "Use work" and n.get_n_actions() > 0,
+             what='the "Use work" button once home is in use')
+        print("profiles: Use home sent use-profile home; then work was the one to switch to")
+        agent.set(status("connected"))
+        find(Atspi, lambda n: n.get_name() == "Use home" and n.get_n_actions() > 0, what='the "Use home" button again')
 
         # One instance per session: a second start hands over to the first and ends.
         second = session.start([arguments.app], env=env, stdout=log, stderr=subprocess.STDOUT)

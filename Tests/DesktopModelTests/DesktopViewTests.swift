@@ -89,7 +89,7 @@ import Testing
         #expect(view.stateDetail == "Through fra1.")
         #expect(view.switchOn && view.switchEnabled)
         #expect(view.banner == nil)
-        #expect(view.rows.map(\.kind) == [.server, .path, .roundTrip, .session, .since, .lockdown, .excluded, .profiles])
+        #expect(view.rows.map(\.kind) == [.server, .path, .roundTrip, .session, .since, .lockdown, .excluded])
         #expect(value(.server, in: view) == "fra1 (198.51.100.7:51820)")
         #expect(value(.path, in: view) == "eth0, Ethernet, from 10.31.2.2")
         #expect(value(.roundTrip, in: view) == "1.05 ms")
@@ -97,13 +97,16 @@ import Testing
         #expect(value(.since, in: view) == "2026-11-23 18:05:17 UTC")
         #expect(value(.lockdown, in: view) == "On, 13 stopped so far")
         #expect(value(.excluded, in: view) == "steam (4242)")
-        #expect(value(.profiles, in: view) == "home, work (this tunnel)", "the agent's list, not the directory's")
+        // The agent's list, not the directory's; the one it runs marked, the other to switch to.
+        #expect(view.choices == [ProfileChoice(name: "home", inUse: false), ProfileChoice(name: "work", inUse: true)])
+        #expect(view.choices.map(\.button) == ["Use", nil] && view.choices[0].buttonDescription == "Use home")
+        #expect(view.choices.map(\.subtitle) == ["Installed", "In use"])
     }
 
     /// An agent that does not name its profiles: the app's own listing stands in.
     @Test func anOlderAgentsProfilesAreTheDirectorys() throws {
         let view = try details(Statuses.connectedOlder, profiles: ["work"])
-        #expect(value(.profiles, in: view) == "work")
+        #expect(view.choices == [ProfileChoice(name: "work", inUse: false)])
         #expect(try Statuses.status(Statuses.connectedOlder).ssid == nil)
     }
 
@@ -175,11 +178,15 @@ import Testing
         let connected = TrayView(report: try Statuses.report(Statuses.connected))
         #expect(connected.icon == "roam-connected-symbolic")
         #expect(connected.tooltip == "Roam: Connected to fra1")
-        #expect(connected.items.map(\.label) == ["Disconnect", "Open Roam", "Quit"])
+        #expect(connected.items.map(\.label) == ["Disconnect", "Profiles", "home", "work (in use)", "Open Roam", "Quit"])
+        // The Profiles section: its title and the profile in use do nothing; another switches to itself.
+        #expect(connected.items.map(\.enabled) == [true, false, true, false, true, true])
+        #expect(connected.items[2] == MenuItem("home", .useProfile, profile: "home"))
 
         let paused = TrayView(report: try Statuses.report(Statuses.paused))
         #expect(paused.icon == "roam-off-symbolic")
-        #expect(paused.items.map(\.action) == [.connect, .open, .quit])
+        #expect(paused.items.map(\.action) == [.connect, .heading, .useProfile, .useProfile, .open, .quit])
+        #expect(TrayView(report: try Statuses.report(Statuses.connectedOlder)).items.map(\.label) == ["Disconnect", "Open Roam", "Quit"])
 
         let portal = TrayView(report: try Statuses.report(Statuses.portal))
         #expect(portal.icon == "roam-attention-symbolic")

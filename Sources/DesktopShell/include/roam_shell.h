@@ -29,6 +29,9 @@ typedef struct RoamShellCallbacks {
     /// A command roam_shell_run_command started, known by `tag`, ended with `status` (-1: it could
     /// not be started) after writing `output` (its standard output and error together).
     void (*command_finished)(void *context, int tag, int status, const char *output);
+    /// The user pressed "Use" on the Profiles list's row at `index` (as last given to
+    /// roam_shell_set_profiles).
+    void (*profile_chosen)(void *context, int index);
 } RoamShellCallbacks;
 
 /// Runs the application with id `app_id` until its window closes; a second instance raises the
@@ -58,6 +61,12 @@ void roam_shell_show_details(const char *state, const char *detail, bool switch_
 
 /// The Details screen's list: `count` rows of a title and a value, in order.
 void roam_shell_set_rows(int count, const char *const *titles, const char *const *values);
+
+/// The Details screen's Profiles list: `count` rows of a name and a subtitle; a row whose
+/// `buttons` entry is not NULL has a button of that label, named `descriptions`'s entry for screen
+/// readers, that calls profile_chosen.
+void roam_shell_set_profiles(int count, const char *const *names, const char *const *subtitles,
+                             const char *const *buttons, const char *const *descriptions);
 
 /// Says `text` briefly at the bottom of the window (a request refused, a login that could not
 /// start).
