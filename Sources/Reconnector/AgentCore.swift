@@ -211,8 +211,10 @@ public enum Effect: Equatable, Sendable {
     /// `AgentEvent.serverLookedUp`.
     case lookUpServer(Int)
     /// Let the session reach `address` of server `index` through the lockdown too; whether it
-    /// could comes back as `AgentEvent.serverAllowed`.
-    case allowServer(Int, address: IPAddress)
+    /// could comes back as `AgentEvent.serverAllowed`. `lockdown`: every server's addresses the
+    /// lockdown lets the session reach, this one among them (`ServerBook.allowed`): the runner
+    /// opens it to exactly these.
+    case allowServer(Int, address: IPAddress, lockdown: [[IPAddress]])
     /// The current server is at `address` now: the session's packets go there (`why`, for the log).
     case useAddress(IPAddress, why: String)
     /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
@@ -723,13 +725,16 @@ public struct AgentCore: Sendable {
     /// The lockdown is asked to let the session reach the new address; the session follows
     /// once it says yes.
     private mutating func propose(_ move: ServerBook.Move, _ out: inout [Effect]) {
+        var move = move
+        move.lockdown = servers.allowing(move.address, to: move.server, inUse: network.endpoint)
         servers.propose(move)
-        out.append(.allowServer(move.server, address: move.address))
+        out.append(.allowServer(move.server, address: move.address, lockdown: move.lockdown))
     }
 
     private mutating func serverAllowed(_ index: Int, _ address: IPAddress, _ allowed: Bool, _ now: Instant,
                                         _ out: inout [Effect]) {
         guard let move = servers.pending, move.server == index, move.address == address else { return }
+        if allowed { servers.allowedPending() }
         servers.propose(nil)
         guard allowed, index == reconnector.server, address != network.endpoint else {
             // The old address stays; the machine hears the paths to it as they are.

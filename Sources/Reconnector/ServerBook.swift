@@ -24,6 +24,11 @@ public struct ServerBook: Equatable, Sendable {
     }
 
     public private(set) var entries: [Entry]
+    /// Each server's addresses the lockdown lets the session reach: those its name gave at
+    /// start, then each it moved to (a session may still be on an older one), at most
+    /// `allowedPerServer`: answers for a name (forged ones too) cannot grow it without end.
+    public private(set) var allowed: [[IPAddress]]
+    public static let allowedPerServer = 8
     /// A look-up of the current server's name is out.
     public private(set) var lookingUp = false
     /// Another look-up was asked for while one was out.
@@ -42,9 +47,27 @@ public struct ServerBook: Equatable, Sendable {
         /// The core hears it as `serverMoved` (a new chance, ending a backoff); a move because
         /// the uplinks changed family is told by the new paths alone.
         public var announce: Bool
+        /// What the lockdown lets through once it allows the move (see `allowed`).
+        public var lockdown: [[IPAddress]] = []
     }
 
-    public init(_ entries: [Entry]) { self.entries = entries }
+    public init(_ entries: [Entry]) {
+        self.entries = entries
+        allowed = entries.map { Array($0.addresses.prefix(Self.allowedPerServer)) }
+    }
+
+    /// `allowed` with `address` added to server `index`'s, the oldest dropped past the bound
+    /// (never the address in use, `inUse`, nor the new one).
+    func allowing(_ address: IPAddress, to index: Int, inUse: IPAddress) -> [[IPAddress]] {
+        var lists = allowed
+        guard lists.indices.contains(index) else { return lists }
+        if !lists[index].contains(address) { lists[index].append(address) }
+        while lists[index].count > Self.allowedPerServer,
+              let oldest = lists[index].firstIndex(where: { $0 != address && $0 != inUse }) {
+            lists[index].remove(at: oldest)
+        }
+        return lists
+    }
 
     /// Whether server `index`'s name can be looked up.
     public func named(_ index: Int) -> Bool { entries.indices.contains(index) && entries[index].named }
@@ -71,4 +94,9 @@ public struct ServerBook: Equatable, Sendable {
     }
 
     mutating func propose(_ move: Move?) { pending = move }
+
+    /// The lockdown let the pending move through: what it allows now is the move's.
+    mutating func allowedPending() {
+        if let move = pending, !move.lockdown.isEmpty { allowed = move.lockdown }
+    }
 }

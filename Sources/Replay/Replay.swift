@@ -1296,7 +1296,7 @@ extension Replay {
             let uplink = kernel.model.paths(to: names[index].first ?? sendingTo).first
             let answer = uplink.map { filter($0.interface) == .udp } ?? true || sleeping ? nil : names[index]
             queue.push(now + scenario.rtt, .answer(.serverLookedUp(server: index, addresses: answer)))
-        case .allowServer(let index, let address):
+        case .allowServer(let index, let address, _):
             queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
         case .useAddress(let address, _): useAddress(address)
         case .localNetworks, .guestNetworks: break

@@ -82,8 +82,8 @@ extension ClientDaemon.CoreRunner {
         case .useServer(let index, let address): effects.useServer(index, at: address)
         case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
         case .lookUpServer(let index): lookUp(index)
-        case .allowServer(let index, let address):
-            produced.append(.serverAllowed(server: index, address: address, effects.allow(index, address)))
+        case .allowServer(let index, let address, let lockdown):
+            produced.append(.serverAllowed(server: index, address: address, effects.allow(lockdown)))
         case .useAddress(let address, let why): effects.useAddress(address, why: why)
         case .localNetworks(let prefixes, let widerClaims): effects.localNetworksChanged(prefixes, widerClaims: widerClaims)
         case .guestNetworks(let guests): effects.guestNetworksChanged(guests)

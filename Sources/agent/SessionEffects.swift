@@ -134,26 +134,19 @@ final class SessionEffects {
     /// Whether the session's inner addresses (the device's, once it is up) include an IPv6 one.
     var tunnelCarriesIPv6: Bool { client.map { $0.addresses.contains { $0.family == .v6 } } ?? true }
 
-    /// The most addresses the lockdown keeps open for one server's name.
-    static let addressesPerServer = 8
 
-    /// Lets the session reach `address` of server `index` through the lockdown too; false (and
-    /// logged) when the lockdown could not be changed.
-    func allow(_ index: Int, _ address: IPAddress) -> Bool {
-        guard servers.indices.contains(index) else { return false }
-        if !servers[index].addresses.contains(address) { servers[index].addresses.append(address) }
-        // Bounded: answers for the name (forged ones too) cannot grow the list without end; the
-        // oldest go first, never the address in use or the new one.
-        while servers[index].addresses.count > Self.addressesPerServer,
-              let oldest = servers[index].addresses.firstIndex(where: { $0 != address && $0 != server.ip }) {
-            servers[index].addresses.remove(at: oldest)
-        }
+    /// Opens the lockdown to exactly `lockdown`, each server's addresses the core allows
+    /// (`ServerBook.allowed`), beside the one in use; false, with the old ones kept, when it
+    /// cannot.
+    func allow(_ lockdown: [[IPAddress]]) -> Bool {
+        let before = servers.map(\.addresses)
+        for (index, addresses) in lockdown.enumerated() where servers.indices.contains(index) { servers[index].addresses = addresses }
         do {
             try openLockdown()
         } catch {
-            log.error("cannot open the lockdown firewall to the server's new address; keeping the old one",
-                metadata: ["server": "\(servers[index].entry.name)", "to": "\(address)", "error": "\(error)"])
-            servers[index].addresses.removeAll { $0 == address && $0 != server.ip }
+            log.error("cannot open the lockdown firewall to the server's new address; keeping the old ones",
+                      metadata: ["error": "\(error)"])
+            for (index, addresses) in before.enumerated() { servers[index].addresses = addresses }
             return false
         }
         return true

@@ -191,7 +191,7 @@ func onlyTheOperatorsStopOpensTheMachine(_ who: AgentEvent.Stop, _ opens: Bool) 
 
 extension [Effect] {
     var lookUps: [Int] { compactMap { if case .lookUpServer(let i) = $0 { i } else { nil } } }
-    var allowed: [IPAddress] { compactMap { if case .allowServer(_, let a) = $0 { a } else { nil } } }
+    var allowed: [IPAddress] { compactMap { if case .allowServer(_, let a, _) = $0 { a } else { nil } } }
     var usedAddresses: [IPAddress] { compactMap { if case .useAddress(let a, _) = $0 { a } else { nil } } }
     var notices: [Notice] { compactMap { if case .notice(let n) = $0 { n } else { nil } } }
 }
@@ -225,6 +225,34 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     #expect(core.serverAddress == moved && core.network.endpoint == moved)
     #expect(followed.probeIDs.count == 1, "one probe proves the session at the new address: \(followed)")
     #expect(followed.lookUps.isEmpty, "following asks nothing again")
+}
+
+/// The lockdown's addresses for a server are the core's: each address the session moved to is
+/// added, at most `allowedPerServer` are kept (a name's answers, forged ones too, cannot grow
+/// them), the oldest go first but never the one in use, and a refused one is never kept.
+@Test func theLockdownsAddressesForAServerAreBoundedAndKeepTheOneInUse() {
+    var core = connectedCore([eth0])
+    var inUse = server
+    for n in 0..<12 {
+        let next = IPAddress("198.51.100.\(20 + n)")!
+        let asked = core.handle(.serverLookedUp(server: 0, addresses: [next]), now: at(2_000 + Int64(n) * 100))
+        guard case .allowServer(0, next, let lockdown)? = asked.first(where: { if case .allowServer = $0 { true } else { false } }) else {
+            Issue.record("no lockdown asked for \(next): \(asked)")
+            return
+        }
+        #expect(lockdown[0].count <= ServerBook.allowedPerServer && lockdown[0].contains(next) && lockdown[0].contains(inUse),
+                "\(lockdown)")
+        // Every third is refused by the lockdown: the session stays, and the address is not kept.
+        let refused = n % 3 == 2
+        _ = core.handle(.serverAllowed(server: 0, address: next, !refused), now: at(2_001 + Int64(n) * 100))
+        if refused {
+            #expect(!core.servers.allowed[0].contains(next) && core.serverAddress == inUse)
+        } else {
+            #expect(core.servers.allowed[0] == lockdown[0] && core.serverAddress == next)
+            inUse = next
+        }
+    }
+    #expect(core.servers.allowed[0].count == ServerBook.allowedPerServer)
 }
 
 @Test func aNameThatMovesIntoTheTunnelsOwnRoutesIsNeverFollowedAndTheOperatorIsToldOnce() {
