@@ -198,8 +198,9 @@ let package = Package(
         .testTarget(name: "DiagnosisTests", dependencies: ["Basics", "Topology", "Netlink", "Device", "PathMonitor", "Diagnosis"], swiftSettings: strict),
         .testTarget(name: "DesktopModelTests", dependencies: ["ControlWire", "DesktopModel"], swiftSettings: strict),
         // roam-desktop's window under Xvfb through AT-SPI (a Python helper beside it); it runs the
-        // built binary, which `swift build` makes with every product, so it links none of GTK.
-        .testTarget(name: "DesktopAppTests", exclude: ["desktop_session.py"], swiftSettings: strict),
+        // built binaries, which `swift build` makes with every product, so it links none of GTK. Its
+        // lab test runs a real gateway and client in namespaces (NamespaceLab).
+        .testTarget(name: "DesktopAppTests", dependencies: ["NamespaceLab"], exclude: ["desktop_session.py"], swiftSettings: strict),
         .testTarget(name: "ReplayTests", dependencies: ["Reconnector", "Replay"], swiftSettings: strict),
         .testTarget(name: "TimelineTests", dependencies: ["Basics", "Reconnector", "Replay", "Timeline"], swiftSettings: strict),
         .testTarget(

@@ -9,42 +9,16 @@ import Testing
 /// StatusNotifierWatcher). Screenshots of each screen are kept in
 /// .build/desktop-screenshots/.
 @Suite(.serialized) struct DesktopWindowTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    static let app = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("roam-desktop")
-    /// The agent, for the import's check.
-    static let agent = app.deletingLastPathComponent().appendingPathComponent("agent")
-    /// Debian's Python, which has python3-gi and the Atspi typelib (not a Python of the user's).
-    static let python = "/usr/bin/python3"
-
     @Test func theWindowShowsWhatTheAgentReportsAndTheSwitchSendsDown() throws {
-        guard FileManager.default.isExecutableFile(atPath: Self.python) else {
-            print("skipped: \(Self.python) is missing (scripts/setup installs python3-gi)")
+        if let missing = DesktopSession.missing {
+            print("skipped: " + missing)
             return
         }
-        guard FileManager.default.isExecutableFile(atPath: Self.app.path) else {
-            Issue.record("roam-desktop was not built at \(Self.app.path)")
-            return
-        }
-        let screenshots = Self.repository.appendingPathComponent(".build/desktop-screenshots")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.python)
-        process.arguments = [Self.repository.appendingPathComponent("Tests/DesktopAppTests/desktop_session.py").path,
-                             "--app", Self.app.path, "--agent", Self.agent.path, "--screenshots", screenshots.path]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        // Bounded: the script takes seconds; a hang must not hold the suite.
-        let deadline = Date().addingTimeInterval(120)
-        while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-            Issue.record("the desktop session did not finish within 120 s")
-        }
-        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let outcome = try DesktopSession.run(seconds: 120)
+        let said = outcome.said
         print(said)
-        switch process.terminationStatus {
+        let screenshots = DesktopSession.screenshots
+        switch outcome.status {
         case 0:
             for screen in ["welcome", "import-refused", "details", "details-off", "portal"] {
                 #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent("\(screen).png").path))
@@ -63,7 +37,7 @@ import Testing
         case 77:
             print("skipped: " + said.trimmingCharacters(in: .whitespacesAndNewlines))
         default:
-            Issue.record("the desktop session failed (status \(process.terminationStatus)):\n\(said)")
+            Issue.record("the desktop session failed (status \(outcome.status)):\n\(said)")
         }
     }
 }

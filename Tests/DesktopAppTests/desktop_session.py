@@ -6,7 +6,10 @@ A fake agent answers on a control socket in a temporary directory with the docum
 `up` and `down`. The script checks the Welcome screen (no profile, no agent), the Details screen
 (the state label reads what the fake reports, the switch is on), that flipping the switch makes
 the fake receive `down` and the label follow, and the portal banner; it saves a screenshot of
-each screen. Exit status: 0 passed, 1 failed (what failed on stderr), 77 skipped (why on stdout).
+each screen. With --real-agent SOCKET the app is pointed at a real `agent up` instead (a lab's,
+DesktopLabTests), whose own `agent status` is checked against what the window shows: the switch
+taking it down and up, and a profile's "Use" button making it start again on that profile.
+Exit status: 0 passed, 1 failed (what failed on stderr), 77 skipped (why on stdout).
 
 Every process it starts is ended by its id; the temporary directory is removed.
 """
@@ -497,6 +500,142 @@ def check_import(Atspi, scratch, agent_binary, display, screenshots):
           "input and no key; the screen says %r" % (refused, " ".join(argv), installed))
 
 
+class RealAgent:
+    """A real `agent up`, asked through its control socket by the agent's own commands; `netns` is
+    the namespace it runs in, where its lockdown is."""
+
+    def __init__(self, agent_binary, socket_path, netns):
+        self.agent = agent_binary
+        self.socket = socket_path
+        self.netns = netns
+
+    def status(self):
+        """Its status (docs/CONTROL.md), or None while nothing answers (it is starting again)."""
+        said = subprocess.run([self.agent, "status", "--json", "--control", self.socket], capture_output=True, timeout=10)
+        if said.returncode != 0:
+            return None
+        try:
+            answer = json.loads(said.stdout)
+        except ValueError:
+            return None
+        return answer.get("status", answer)
+
+    def wait(self, condition, within, what):
+        """Waits for the status to meet `condition`; returns it, or fails with the last one seen."""
+        deadline = time.monotonic() + within
+        last = None
+        while time.monotonic() < deadline:
+            last = self.status()
+            if last is not None and condition(last):
+                return last
+            time.sleep(0.2)
+        raise AssertionError("%s within %.0f s; its status: %s" % (what, within, json.dumps(last)))
+
+    def ask(self, command, profile):
+        """Sends one request on the socket and returns the answer's line (it must come within 10 s)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(10)
+            connection.connect(self.socket)
+            connection.sendall((json.dumps({"version": 1, "command": command, "profile": profile}) + "\n").encode())
+            said = b""
+            while not said.endswith(b"\n"):
+                chunk = connection.recv(4096)
+                if not chunk:
+                    break
+                said += chunk
+        if not said.endswith(b"\n"):
+            raise AssertionError("%s %s: the agent hung up before answering (%r)" % (command, profile, said))
+        return json.loads(said)
+
+    def lockdown_loaded(self):
+        return subprocess.run(["ip", "netns", "exec", self.netns, "nft", "list", "table", "inet", "roam"],
+                              capture_output=True, timeout=10).returncode == 0
+
+
+class LockdownWatch:
+    """Looks at the lockdown's table every 50 ms on a thread of its own, counting the looks that
+    did not find it."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.looks = 0
+        self.missing = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopping.wait(0.05):
+            self.looks += 1
+            if not self.agent.lockdown_loaded():
+                self.missing += 1
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=15)
+
+
+def check_real_agent(Atspi, agent, other, display, screenshots):
+    """The window against a real client agent: Connected and its server; the switch taking the
+    agent down and up; "Use OTHER" making it start again on that profile, the lockdown loaded
+    throughout; and a use-profile asked on the socket answered before the agent restarts."""
+    def label(text, within=20):
+        return find(Atspi, lambda n: n.get_description() == "Tunnel state" and n.get_name() == text, within=within,
+                    what='the state label reading "%s"' % text)
+
+    def connected_on(profile):
+        return lambda s: s["state"] == "connected" and (s.get("profile") or {}).get("name") == profile
+
+    first = agent.wait(lambda s: s["state"] == "connected", 20, "the agent did not connect")
+    own = first["profile"]["name"]
+    if other not in (first.get("profiles") or []):
+        raise AssertionError("the agent lists the profiles %s, without %s" % (first.get("profiles"), other))
+    label("Connected")
+    server = "%s (%s)" % (first["server"]["name"], first["server"]["address"])
+    find(Atspi, lambda n: n.get_name() == server, what="the server's row reading %r" % server)
+    toggle = find(Atspi, lambda n: n.get_name() == "Tunnel" and n.get_n_actions() > 0, what="the switch")
+    if not toggle.get_state_set().contains(Atspi.StateType.CHECKED):
+        raise AssertionError("the switch is off while the agent is connected")
+    time.sleep(0.5)
+    screenshot(display, os.path.join(screenshots, "lab-connected.png"))
+    print("real agent: the window says Connected through %s, as the agent's status does" % server)
+
+    toggle.do_action(0)
+    agent.wait(lambda s: s["state"] == "paused", 15, "the switch turned off did not take the agent down")
+    label("Off")
+    wait_for(lambda: not toggle.get_state_set().contains(Atspi.StateType.CHECKED), 10, "the switch stayed on while the agent is down")
+    toggle.do_action(0)
+    agent.wait(lambda s: s["state"] == "connected", 20, "the switch turned on did not reconnect the agent")
+    label("Connected")
+    print("real agent: the switch took it down (paused, the label Off) and up again (connected, the label Connected)")
+
+    use = find(Atspi, lambda n: n.get_name() == "Use " + other and n.get_n_actions() > 0, what='the "Use %s" button' % other)
+    watch = LockdownWatch(agent)
+    try:
+        started = time.monotonic()
+        use.do_action(0)
+        switched = agent.wait(connected_on(other), 30, "Use %s did not make the agent connect on %s" % (other, other))
+        took = time.monotonic() - started
+    finally:
+        watch.stop()
+    if not (switched.get("lockdown") or {}).get("enabled"):
+        raise AssertionError("the lockdown is off after the switch: %s" % json.dumps(switched.get("lockdown")))
+    if watch.missing or not watch.looks:
+        raise AssertionError("the lockdown's table was missing %d of %d looks during the switch" % (watch.missing, watch.looks))
+    label("Connected")
+    find(Atspi, lambda n: n.get_name() == "Use " + own and n.get_n_actions() > 0, what='the "Use %s" button once %s runs' % (own, other))
+    print("real agent: Use %s restarted it on %s (%s), connected %.1f s after the press, the lockdown loaded in all %d looks; "
+          "the label is Connected again" % (other, switched["profile"]["name"], switched["profile"]["file"], took, watch.looks))
+
+    answer = agent.ask("use-profile", own)
+    if not answer.get("ok"):
+        raise AssertionError("use-profile %s was answered %s" % (own, json.dumps(answer)))
+    agent.wait(connected_on(own), 30, "use-profile %s did not make the agent connect on it" % own)
+    label("Connected")
+    print("real agent: use-profile %s asked on the socket was answered %r before the restart, and it connected on %s" % (
+        own, answer.get("message"), own))
+
+
 def screenshot(display, path, window="Roam"):
     """The window named `window` (None: the whole screen), as X shows it, to a PNG."""
     which = ["-name", window] if window else ["-root"]
@@ -520,6 +659,10 @@ def main():
     parser.add_argument("--app", required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--screenshots", required=True)
+    parser.add_argument("--real-agent", metavar="SOCKET", help="a real client agent's control socket, instead of the fake")
+    parser.add_argument("--netns", help="with --real-agent: the network namespace it runs in")
+    parser.add_argument("--profiles", help="with --real-agent: the directory of its profiles")
+    parser.add_argument("--other-profile", help="with --real-agent: the profile to switch to")
     arguments = parser.parse_args()
 
     missing = [tool for tool in ("dbus-daemon", "xwd", "xwdtopnm", "pnmtopng") if shutil.which(tool) is None]
@@ -540,8 +683,8 @@ def main():
         os.mkdir(profiles)
         os.mkdir(runtime, 0o700)
         env = dict(os.environ, DISPLAY=display, XDG_RUNTIME_DIR=runtime, GSETTINGS_BACKEND="memory",
-                   NO_AT_BRIDGE="0", GTK_A11Y="atspi", ROAM_PROFILES=profiles,
-                   ROAM_CONTROL_SOCKET=os.path.join(scratch, "agent.sock"))
+                   NO_AT_BRIDGE="0", GTK_A11Y="atspi", ROAM_PROFILES=arguments.profiles or profiles,
+                   ROAM_CONTROL_SOCKET=arguments.real_agent or os.path.join(scratch, "agent.sock"))
         env.pop("WAYLAND_DISPLAY", None)
         env["DBUS_SESSION_BUS_ADDRESS"] = session.bus(env)
         os.environ.update(env)
@@ -574,6 +717,12 @@ def main():
         log = open(os.path.join(scratch, "app.log"), "wb")
         started = time.monotonic()
         app = session.start([arguments.app], env=env, stdout=log, stderr=subprocess.STDOUT)
+        if arguments.real_agent:
+            check_real_agent(Atspi, RealAgent(arguments.agent, arguments.real_agent, arguments.netns),
+                             arguments.other_profile, display, arguments.screenshots)
+            if app.poll() is not None:
+                raise AssertionError("the app exited with status %d" % app.returncode)
+            return 0
 
         # No profile and no agent: the Welcome screen.
         find(Atspi, lambda n: n.get_name() == "Welcome to Roam", within=20, what="the Welcome screen's title")
