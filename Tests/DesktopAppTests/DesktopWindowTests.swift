@@ -5,8 +5,8 @@ import Testing
 /// by desktop_session.py against a fake agent on a temporary control socket: the Welcome
 /// screen and its import through GTK's file chooser (the real agent's check, a fake pkexec that
 /// writes down its arguments and input), the Details screen reading what the fake reports, the switch sending `down`, the
-/// portal banner and its notification (through dunst), the tray item and its menu (through a fake
-/// StatusNotifierWatcher). Screenshots of each screen are kept in
+/// portal banner and its notification (through dunst), the tray item and its menu (through Debian's
+/// status-notifier-watcher). Screenshots of each screen are kept in
 /// .build/desktop-screenshots/.
 @Suite(.serialized) struct DesktopWindowTests {
     @Test func theWindowShowsWhatTheAgentReportsAndTheSwitchSendsDown() throws {

@@ -368,6 +368,47 @@ class FakeWatcher:
         self.thread.join(timeout=5)
 
 
+class DebianWatcher(FakeWatcher):
+    """Debian's StatusNotifierWatcher (`status-notifier-watcher`, from gtk-sni-tray) started in the
+    session as a desktop's tray host would; the items are what it says is registered, and the
+    items' signals are heard as the fake's are."""
+
+    def __init__(self, session, env):
+        self.process = session.start(["status-notifier-watcher"], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        super().__init__()
+
+    def run(self):
+        Gio, GLib = self.Gio, self.GLib
+        self.context = GLib.MainContext.new()
+        self.context.push_thread_default()
+        self.bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        self.bus.signal_subscribe(None, "org.kde.StatusNotifierItem", None, "/StatusNotifierItem", None,
+                                  Gio.DBusSignalFlags.NONE, self.heard)
+        self.bus.signal_subscribe(None, "com.canonical.dbusmenu", None, "/MenuBar", None,
+                                  Gio.DBusSignalFlags.NONE, self.heard)
+        self.loop = GLib.MainLoop.new(self.context, False)
+        # Ready once the watcher owns its name on the bus.
+        Gio.bus_watch_name_on_connection(self.bus, "org.kde.StatusNotifierWatcher", Gio.BusNameWatcherFlags.NONE,
+                                         lambda *_: self.ready.set(), None)
+        self.loop.run()
+
+    @property
+    def items(self):
+        """(None, the item's bus name) for each item the watcher has registered."""
+        try:
+            registered = self.call("org.kde.StatusNotifierWatcher", "/StatusNotifierWatcher", "org.freedesktop.DBus.Properties",
+                                   "Get", self.GLib.Variant("(ss)", ("org.kde.StatusNotifierWatcher",
+                                                                     "RegisteredStatusNotifierItems")), "(v)")[0]
+        except Exception:
+            return []
+        return [(None, entry.split("/", 1)[0]) for entry in registered]
+
+    @items.setter
+    def items(self, value):
+        pass  # what is registered is the watcher's
+
+
 def check_tray(watcher, agent):
     """The item registered with the watcher that appeared after the app; its menu's labels; a
     click on Disconnect sends `down`; the state change that follows gives a new icon."""
@@ -795,8 +836,10 @@ def main():
 
         if notifications:
             check_notifications(agent, env, display, scratch, arguments.screenshots)
-        # The tray's watcher comes after the app, as a panel may: the item shows up then.
-        watcher = FakeWatcher()
+        # The tray's watcher (Debian's) comes after the app, as a panel may: the item shows up then.
+        if shutil.which("status-notifier-watcher") is None:
+            raise AssertionError("no status-notifier-watcher (Debian's haskell-status-notifier-item-utils; scripts/setup installs it)")
+        watcher = DebianWatcher(session, env)
         try:
             check_tray(watcher, agent)
         finally:
