@@ -309,74 +309,22 @@ def resident(pid):
     return "VmRSS %s, peak VmHWM %s" % (fields["VmRSS"].strip(), fields["VmHWM"].strip())
 
 
-class FakeWatcher:
-    """A StatusNotifierWatcher on the session bus, as a desktop's tray host runs one: it takes the
-    items' registrations and hears their signals, on a thread with its own GLib main loop."""
+class DebianWatcher:
+    """Debian's StatusNotifierWatcher (`status-notifier-watcher`, from gtk-sni-tray) started in the
+    session as a desktop's tray host would; the items are what it says is registered, and the
+    items' signals are heard on a thread with its own GLib main loop."""
 
-    XML = ("<node><interface name='org.kde.StatusNotifierWatcher'>"
-           "<method name='RegisterStatusNotifierItem'><arg type='s' direction='in'/></method>"
-           "<method name='RegisterStatusNotifierHost'><arg type='s' direction='in'/></method>"
-           "<property name='RegisteredStatusNotifierItems' type='as' access='read'/>"
-           "<property name='IsStatusNotifierHostRegistered' type='b' access='read'/>"
-           "<property name='ProtocolVersion' type='i' access='read'/>"
-           "</interface></node>")
-
-    def __init__(self):
+    def __init__(self, session, env):
         from gi.repository import Gio, GLib
         self.Gio, self.GLib = Gio, GLib
-        self.items = []
         self.signals = []
+        self.process = session.start(["status-notifier-watcher"], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
         if not self.ready.wait(10):
-            raise AssertionError("the fake StatusNotifierWatcher did not start within 10 s")
-
-    def run(self):
-        Gio, GLib = self.Gio, self.GLib
-        self.context = GLib.MainContext.new()
-        self.context.push_thread_default()
-        self.bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
-        node = Gio.DBusNodeInfo.new_for_xml(self.XML)
-        self.bus.register_object("/StatusNotifierWatcher", node.interfaces[0], self.called, None, None)
-        self.bus.signal_subscribe(None, "org.kde.StatusNotifierItem", None, "/StatusNotifierItem", None,
-                                  Gio.DBusSignalFlags.NONE, self.heard)
-        self.bus.signal_subscribe(None, "com.canonical.dbusmenu", None, "/MenuBar", None,
-                                  Gio.DBusSignalFlags.NONE, self.heard)
-        self.loop = GLib.MainLoop.new(self.context, False)
-        Gio.bus_own_name_on_connection(self.bus, "org.kde.StatusNotifierWatcher", Gio.BusNameOwnerFlags.NONE,
-                                       lambda *_: self.ready.set(), None)
-        self.loop.run()
-
-    def called(self, bus, sender, path, interface, method, parameters, invocation):
-        if method == "RegisterStatusNotifierItem":
-            self.items.append((sender, parameters.unpack()[0]))
-        invocation.return_value(None)
-
-    def heard(self, bus, sender, path, interface, signal, parameters):
-        self.signals.append(signal)
-
-    def call(self, name, path, interface, method, parameters, reply):
-        """A method call to the item, from another connection than the loop's thread."""
-        Gio, GLib = self.Gio, self.GLib
-        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
-        return bus.call_sync(name, path, interface, method, parameters, GLib.VariantType(reply) if reply else None,
-                             Gio.DBusCallFlags.NONE, 5000, None).unpack()
-
-    def stop(self):
-        self.loop.quit()
-        self.thread.join(timeout=5)
-
-
-class DebianWatcher(FakeWatcher):
-    """Debian's StatusNotifierWatcher (`status-notifier-watcher`, from gtk-sni-tray) started in the
-    session as a desktop's tray host would; the items are what it says is registered, and the
-    items' signals are heard as the fake's are."""
-
-    def __init__(self, session, env):
-        self.process = session.start(["status-notifier-watcher"], env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        super().__init__()
+            raise AssertionError("status-notifier-watcher did not take its name on the bus within 10 s")
 
     def run(self):
         Gio, GLib = self.Gio, self.GLib
@@ -404,9 +352,19 @@ class DebianWatcher(FakeWatcher):
             return []
         return [(None, entry.split("/", 1)[0]) for entry in registered]
 
-    @items.setter
-    def items(self, value):
-        pass  # what is registered is the watcher's
+    def heard(self, bus, sender, path, interface, signal, parameters):
+        self.signals.append(signal)
+
+    def call(self, name, path, interface, method, parameters, reply):
+        """A method call on the bus, from another connection than the loop's thread."""
+        Gio, GLib = self.Gio, self.GLib
+        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        return bus.call_sync(name, path, interface, method, parameters, GLib.VariantType(reply) if reply else None,
+                             Gio.DBusCallFlags.NONE, 5000, None).unpack()
+
+    def stop(self):
+        self.loop.quit()
+        self.thread.join(timeout=5)
 
 
 def check_tray(watcher, agent):

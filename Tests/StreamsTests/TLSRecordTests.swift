@@ -115,27 +115,8 @@ func theClientsRecordsAreLibsslsRecords(suite: String) throws {
 }
 
 @Test func theGatewaysRecordsAreLibsslsRecords() throws {
-    let listener = try StreamListener(on: [loopback], context: try .server(name: "vpn.example.net"))
-    let connection = try TCPConnection.connect(to: listener.sockets[0].local, deadline: .now + .seconds(2))
-    let channel = try TLSChannel(try .client(serverName: "vpn.example.net"), over: connection, accepting: false)
-    var stream: GatewayStream?
-    for _ in 0..<200 where stream == nil { stream = try listener.accept(on: listener.sockets[0], now: .now()) }
-    let gateway = try #require(stream)
+    let (gateway, channel, _) = try handshakenPair()
     var buffer = [UInt8](repeating: 0, count: 65_536)
-    // Both handshakes move on in turn (one thread).
-    var done = false
-    for _ in 0..<500 where !done || !gateway.isOpen {
-        if !done {
-            switch channel.handshake() {
-            case .done: done = true
-            case .closed(let why): throw StreamError(why)
-            default: break
-            }
-        }
-        _ = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
-        usleep(2_000)
-    }
-    #expect(done && gateway.isOpen)
 
     func gatewayReceives(_ count: Int) -> [[UInt8]] {
         var got: [[UInt8]] = []
@@ -234,6 +215,15 @@ private func writeRecords(_ records: [(type: UInt8, content: [UInt8])], with pro
     #expect(try connection.write(wire, deadline: .now + .seconds(2)))
 }
 
+/// What the gateway's stream gives first that is not a wait, within 5 s; nil when only waits came.
+private func firstProgress(of gateway: GatewayStream, into buffer: inout [UInt8]) -> GatewayStream.Progress? {
+    for _ in 0..<500 {
+        let got = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
+        if case .waiting = got { usleep(10_000) } else { return got }
+    }
+    return nil
+}
+
 /// How the gateway's stream ends within 5 s of reading; nil when it did not.
 private func closing(_ gateway: GatewayStream) -> String? {
     var buffer = [UInt8](repeating: 0, count: 65_536)
@@ -253,11 +243,7 @@ private func closing(_ gateway: GatewayStream) -> String? {
     // Empty records cost an open each and give nothing: a few are fine, a run of them is not.
     try writeRecords([(Record.applicationData, [])] + [(Record.applicationData, [0, 1, 7])], with: keys.sending, to: connection)
     var buffer = [UInt8](repeating: 0, count: 65_536)
-    var got: GatewayStream.Progress?
-    for _ in 0..<500 {
-        got = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
-        if case .waiting = got { usleep(10_000) } else { break }
-    }
+    let got = firstProgress(of: gateway, into: &buffer)
     #expect(got == .messages(length: 1, segment: 1) && buffer[0] == 7)
     try writeRecords(Array(repeating: (Record.applicationData, []), count: 40), with: keys.sending, to: connection)
     let why = closing(gateway)
@@ -273,11 +259,7 @@ private func closing(_ gateway: GatewayStream) -> String? {
     try keys.sending.update()
     try writeRecords([(Record.applicationData, [0, 1, 9])], with: keys.sending, to: connection)
     var buffer = [UInt8](repeating: 0, count: 65_536)
-    var got: GatewayStream.Progress?
-    for _ in 0..<500 {
-        got = buffer.withUnsafeMutableBytes { gateway.advance(into: $0, now: .now()) }
-        if case .waiting = got { usleep(10_000) } else { break }
-    }
+    let got = firstProgress(of: gateway, into: &buffer)
     #expect(got == .messages(length: 1, segment: 1) && buffer[0] == 9)
     // Another at once: each costs key derivations, so a peer may not send them back to back.
     try writeRecords([(Record.handshake, update)], with: keys.sending, to: connection)
