@@ -143,7 +143,7 @@ extension YAMLReader {
             scenario.splitRoutes.append(prefix)
         }
         if let node = top.optional("server-dns") {
-            scenario.serverDNS = try list(node).map { (item) throws(ScenarioError) in try ipAddress(item, "'server-dns'") }
+            scenario.serverDNS = try list(node).map { (item) throws(ScenarioError) in try ip(item) }
         }
         for node in try list(top.optional("lockdown-refuses")) {
             let text = try string(node)
@@ -666,8 +666,8 @@ extension YAMLReader {
         }
         for item in try list(f.optional("resolvers-at")) {
             let r = try fields(item, "a resolvers-at entry", allowed: ["at", "use", "in-clear"])
-            let use = try list(try r.required("use")).map { (n) throws(ScenarioError) in try ipAddress(n, "'use'") }
-            let inClear = try list(r.optional("in-clear")).map { (n) throws(ScenarioError) in try ipAddress(n, "'in-clear'") }
+            let use = try list(try r.required("use")).map { (n) throws(ScenarioError) in try ip(n) }
+            let inClear = try list(r.optional("in-clear")).map { (n) throws(ScenarioError) in try ip(n) }
             e.resolversAt.append((try instant(try r.required("at")), use, inClear))
         }
         for item in try list(f.optional("path-at")) {
@@ -698,13 +698,6 @@ extension YAMLReader {
         let text = try string(node)
         guard let source = PowerSource(rawValue: text) else { throw fail(node, "'power' is ac or battery, got \"\(text)\"") }
         return source
-    }
-
-    /// One IP address, for `what`.
-    func ipAddress(_ node: Node, _ what: String) throws(ScenarioError) -> IPAddress {
-        let text = try string(node)
-        guard let address = IPAddress(text) else { throw fail(node, "\(what) lists IP addresses, got \"\(text)\"") }
-        return address
     }
 
     func instant(_ node: Node) throws(ScenarioError) -> Instant { Instant.zero + (try duration(node)) }
