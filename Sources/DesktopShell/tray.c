@@ -61,6 +61,9 @@ static struct {
     guint32 revision;
     guint watch;
     gboolean held;
+    /// A watcher is on the bus, and how many times in a row it refused the item.
+    gboolean watched;
+    int refusals;
 } tray;
 
 // The properties of menu item `id` (0: the root).
@@ -202,11 +205,43 @@ static GVariant *item_property(GDBusConnection *bus, const char *sender, const c
     return g_variant_new("(sa(iiay)ss)", "", &pixmaps, "Roam", tray.tooltip ? tray.tooltip : "");
 }
 
-static void watcher_appeared(GDBusConnection *bus, const char *name, const char *owner, gpointer unused) {
-    (void)name, (void)owner, (void)unused;
-    g_dbus_connection_call(bus, "org.kde.StatusNotifierWatcher", "/StatusNotifierWatcher",
+static void register_item(void);
+
+static gboolean register_again(gpointer unused) {
+    (void)unused;
+    if (tray.watched) register_item();
+    return G_SOURCE_REMOVE;
+}
+
+/// A watcher that has taken its name but not yet put up its object refuses the registration:
+/// it is asked again every half second, 20 times at most, while it stays on the bus.
+static void registered(GObject *source, GAsyncResult *result, gpointer unused) {
+    (void)unused;
+    GError *error = NULL;
+    GVariant *reply = g_dbus_connection_call_finish(G_DBUS_CONNECTION(source), result, &error);
+    if (reply != NULL) {
+        g_variant_unref(reply);
+        tray.refusals = 0;
+        return;
+    }
+    g_error_free(error);
+    if (tray.watched && tray.refusals < 20) {
+        tray.refusals++;
+        g_timeout_add(500, register_again, NULL);
+    }
+}
+
+static void register_item(void) {
+    g_dbus_connection_call(tray.bus, "org.kde.StatusNotifierWatcher", "/StatusNotifierWatcher",
                            "org.kde.StatusNotifierWatcher", "RegisterStatusNotifierItem",
-                           g_variant_new("(s)", tray.bus_name), NULL, G_DBUS_CALL_FLAGS_NONE, 5000, NULL, NULL, NULL);
+                           g_variant_new("(s)", tray.bus_name), NULL, G_DBUS_CALL_FLAGS_NONE, 5000, NULL, registered, NULL);
+}
+
+static void watcher_appeared(GDBusConnection *bus, const char *name, const char *owner, gpointer unused) {
+    (void)bus, (void)name, (void)owner, (void)unused;
+    tray.watched = TRUE;
+    tray.refusals = 0;
+    register_item();
     // With a tray, closing the window leaves the app in the tray; "Quit" ends it.
     if (!tray.held) {
         tray.held = TRUE;
@@ -217,6 +252,7 @@ static void watcher_appeared(GDBusConnection *bus, const char *name, const char 
 
 static void watcher_vanished(GDBusConnection *bus, const char *name, gpointer unused) {
     (void)bus, (void)name, (void)unused;
+    tray.watched = FALSE;
     if (tray.held) {
         tray.held = FALSE;
         roam_shell_hide_on_close(FALSE);
