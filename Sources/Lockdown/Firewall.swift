@@ -134,6 +134,14 @@ public final class Firewall {
         try change { $0.servers = unique }
     }
 
+    /// The HTTP proxy (named by host) is at `addresses` on the networks the machine is on now:
+    /// the session's streams may open TCP to them at its port, and to no other address of it.
+    public func proxyAt(_ addresses: [IPAddress]) throws(LockdownError) {
+        guard var proxy = wanted.proxy, proxy.addresses != addresses else { return }
+        proxy.addresses = addresses
+        try change { $0.proxy = proxy }
+    }
+
     /// The tunnel device has these inner addresses now: nothing for them comes in on an uplink.
     /// A refusal is tried again, as a closing is.
     public func tunnelAddresses(_ addresses: [IPAddress]) throws(LockdownError) {

@@ -58,8 +58,20 @@ public struct LockdownPolicy: Hashable, Sendable {
     /// marked sockets may open TCP to each server's address on it; nil: UDP only.
     public var streamPort: UInt16?
     /// The HTTP proxy the stream transport goes through, when configured: the session's marked
-    /// sockets may open TCP to it (and to nothing else through it but what the proxy relays).
-    public var proxy: Server?
+    /// sockets may open TCP to it (and to nothing else through it but what the proxy relays),
+    /// and no more to the servers' stream port directly.
+    public var proxy: Proxy?
+
+    /// The HTTP proxy's port and its addresses: the one the configuration gives, or those its
+    /// name gave on the networks the machine is on (none until a look-up answered).
+    public struct Proxy: Hashable, Sendable {
+        public var addresses: [IPAddress]
+        public var port: UInt16
+        public init(addresses: [IPAddress], port: UInt16) {
+            self.addresses = addresses
+            self.port = port
+        }
+    }
     /// Whose marked sockets the session's exceptions are for (full mode): nil before an agent
     /// runs (`agent lockdown on` at early boot), when nothing but DHCP and neighbour discovery
     /// leaves and the agent loads its own table once it starts.
@@ -305,8 +317,10 @@ public struct LockdownPolicy: Hashable, Sendable {
                 }
             }
             if let proxy, streamPort != nil {
-                let family = proxy.address.family == .v4 ? "ip" : "ip6"
-                lines.append("        \(own) \(family) daddr \(proxy.address) tcp dport \(proxy.port) accept")
+                for address in proxy.addresses {
+                    let family = address.family == .v4 ? "ip" : "ip6"
+                    lines.append("        \(own) \(family) daddr \(address) tcp dport \(proxy.port) accept")
+                }
             }
             // The agent's own look-ups of the server's name, on marked sockets like the session's.
             lines.append("        \(own) meta l4proto { tcp, udp } th dport 53 accept")

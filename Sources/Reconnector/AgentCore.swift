@@ -77,6 +77,12 @@ public enum AgentEvent: Equatable, Sendable {
     /// The runner could not open or bind the socket on path `id` (see `Effect.bind`), and why:
     /// nothing went out on that path, and the session is not there.
     case bindFailed(Path.ID, why: String)
+    /// What a look-up of the HTTP proxy's name on `path`'s network gave (see
+    /// `Effect.lookUpProxy`); nil when it failed.
+    case proxyLookedUp(on: Path, addresses: [IPAddress]?)
+    /// Whether the lockdown now lets the streams reach the proxy at `address` on `network`'s
+    /// network (see `Effect.allowProxy`).
+    case proxyAllowed(on: NetworkKey, address: IPAddress, Bool)
 
     /// Short name of the event, as the `trigger` of a log line.
     public var name: String {
@@ -116,6 +122,8 @@ public enum AgentEvent: Equatable, Sendable {
         case .request(.stop): "stop"
         case .streamFailed: "stream-failed"
         case .bindFailed: "bind-failed"
+        case .proxyLookedUp: "proxy-looked-up"
+        case .proxyAllowed: "proxy-allowed"
         }
     }
 
@@ -215,6 +223,14 @@ public enum Effect: Equatable, Sendable {
     /// lockdown lets the session reach, this one among them (`ServerBook.allowed`): the runner
     /// opens it to exactly these.
     case allowServer(Int, address: IPAddress, lockdown: [[IPAddress]])
+    /// Look up the HTTP proxy's name on `path`'s network (its queries over that uplink), off the
+    /// deciding thread; the answer comes back as `AgentEvent.proxyLookedUp`.
+    case lookUpProxy(on: Path)
+    /// Streams on `network`'s network go through the proxy at `address` from now on, once the
+    /// lockdown lets the agent's streams reach exactly `lockdown` at the proxy's port (every
+    /// network's proxy address, `ProxyBook`); whether it could comes back as
+    /// `AgentEvent.proxyAllowed`, and until it says yes the network's streams go where they went.
+    case allowProxy(on: NetworkKey, address: IPAddress, lockdown: [IPAddress])
     /// The current server is at `address` now: the session's packets go there (`why`, for the log).
     case useAddress(IPAddress, why: String)
     /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
@@ -395,14 +411,18 @@ public struct AgentCore: Sendable {
     private var awaitingDevice: (rtt: Duration, sized: Bool, v6: Bool)?
     /// The tunnel's resolvers, decided here (nil: the agent leaves the system's DNS alone).
     private var resolvers: ResolverChoice?
+    /// Where the HTTP proxy is on each network, when the configuration names it by host (nil:
+    /// no proxy, or one at a literal address, which every network reaches alike).
+    public private(set) var proxies: ProxyBook?
 
     /// `model` is the network as the first dump showed it; `servers` every server of the list
     /// with the addresses its name gave at start. The session starts with the first server, on
     /// the first of its addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
                 rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true,
-                tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil) {
+                tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil, proxyNamed: Bool = false) {
         self.reconnector = reconnector
+        proxies = proxyNamed ? ProxyBook() : nil
         self.tunnelCarries = tunnelCarries
         self.resolvers = resolvers
         flaps = FlapNotices(window: reconnector.config.flapStableAfter)
@@ -453,6 +473,8 @@ public struct AgentCore: Sendable {
         flaps.window = reconnector.config.flapStableAfter  // a reload may change it
         let interfaces = Set(reconnector.paths.map(\.interface))
         var out = decide(event, now: now)
+        // The proxy's name is looked up on every network the machine is on that has not been asked.
+        if !stopped { askProxy(&out) { $1 == nil } }
         // The tunnel's resolvers follow what the event changed (a handshake, the device, the
         // local networks, the lockdown lifted or back).
         if !stopped, let decision = resolvers?.decision() { out.append(.resolvers(decision)) }
@@ -474,6 +496,8 @@ public struct AgentCore: Sendable {
             guests = network.model.guestNetworks
             out.append(.guestNetworks(guests))
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
+            // No stream is tried on a network before the proxy's name gave an address there.
+            if let proxies { run(.streamNetworks(proxies.reachable), now, &out) }
             pathsChanged(now, &out)
         case .network(let change): networkChanged(change, now, &out)
         case .serverLookedUp(let index, let addresses): lookedUp(index, addresses, now, &out)
@@ -487,6 +511,7 @@ public struct AgentCore: Sendable {
             afterRules(.wake(sleptFor: slept), now, &out)
             // Perhaps on another network, where the name may resolve elsewhere.
             lookUp(&out)
+            askProxy(&out) { _, _ in true }
         case .powerChanged(let source): run(.powerChanged(source), now, &out)
         case .probeEcho(let id, let rtt, let size):
             guard let probe = probes.removeValue(forKey: id) else { break }
@@ -532,6 +557,7 @@ public struct AgentCore: Sendable {
             guard let due = lookUpAt, due <= now else { break }
             lookUpAt = now + ServerBook.lookUpEvery
             lookUp(&out)
+            askProxy(&out) { $1?.address == nil }
         case .timerFired(.onDemand):
             var asks: [FactRequest] = []
             onDemand.timerFired(now: now, &asks)
@@ -553,7 +579,16 @@ public struct AgentCore: Sendable {
         case .request(let request): operatorAsked(request, now, &out)
         case .portalWindowOpened(let opened): portalWindowOpened(opened, now, &out)
         case .exclusionOpened(let opened): exclusionOpened(opened, &out)
-        case .streamFailed(let id, let why): run(.streamFailed(on: id, why: why), now, &out)
+        case .streamFailed(let id, let why):
+            // The proxy may have moved on that network (a new lease, another front end).
+            if let uplink = network.paths.first(where: { $0.id == id.over(.udp) }) {
+                askProxy(&out) { key, entry in key == NetworkKey(uplink) && entry?.address != nil }
+            }
+            run(.streamFailed(on: id, why: why), now, &out)
+        case .proxyLookedUp(let path, let addresses): proxyLookedUp(on: path, addresses, &out)
+        case .proxyAllowed(let key, let address, let ok):
+            guard proxies?.allowed(key, address, ok) == true, let reachable = proxies?.reachable else { break }
+            run(.streamNetworks(reachable), now, &out)
         case .bindFailed(let id, let why):
             // Probes sent on that path went nowhere the session is: a late echo of one proves nothing.
             probes = probes.filter { $0.value.path != id }
@@ -680,6 +715,29 @@ public struct AgentCore: Sendable {
                                  announce: false), &out)
         }
         if let paths { afterRules(.paths(paths), now, &out) }
+    }
+
+    // MARK: The proxy
+
+    /// Asks for a look-up of the proxy's name on each network the paths are on that `which`
+    /// picks (given its entry, nil when never asked), unless one is out there.
+    private mutating func askProxy(_ out: inout [Effect], which: (NetworkKey, ProxyBook.Entry?) -> Bool) {
+        guard proxies != nil else { return }
+        for path in network.paths where path.transport == .udp && which(NetworkKey(path), proxies?[NetworkKey(path)]) {
+            if proxies?.ask(NetworkKey(path)) == true { out.append(.lookUpProxy(on: path)) }
+        }
+    }
+
+    /// A look-up of the proxy's name on `path`'s network answered: its first address that
+    /// network's streams can reach (the path's family, outside the tunnel's own routes) is
+    /// proposed to the lockdown.
+    private mutating func proxyLookedUp(on path: Path, _ addresses: [IPAddress]?, _ out: inout [Effect]) {
+        let usable = addresses?.first { address in
+            address.family == path.source.family && !tunnelCarries.contains { $0.contains(address) }
+        }
+        let key = NetworkKey(path)
+        guard let lockdown = proxies?.answered(key, usable), let usable else { return }
+        out.append(.allowProxy(on: key, address: usable, lockdown: lockdown))
     }
 
     /// Asks for a look-up of the current server's name (one at a time).
@@ -905,6 +963,9 @@ public struct AgentCore: Sendable {
             }
         }
         if attempted, !tunnelUp, unansweredSince == nil { unansweredSince = now }
+        // Each attempt asks the proxy's name again where it gave nothing yet (the network's DNS
+        // may not have answered the first time): the attempt goes to the stream once it does.
+        if attempted { askProxy(&out) { $1?.address == nil } }
         if reconnector.portalWindowUntil == nil { portalWindowOwner = nil }
         switch reconnector.state {
         case .offline, .disconnected, .portal:

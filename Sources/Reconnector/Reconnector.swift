@@ -152,6 +152,10 @@ public struct Reconnector: Sendable {
     /// The UDP re-test while the session is on the stream: the uplink's UDP path, when the next
     /// re-test is due, and how many went unanswered on it.
     private var retest: (udp: Path.ID, due: Instant, failed: Int)?
+    /// The networks a stream can open on, when that depends on the network (the HTTP proxy is
+    /// named by host, and only some networks' look-ups gave its address): nil, every network.
+    /// A stream elsewhere counts as failed lately (`isDead`), so no attempt goes there.
+    public private(set) var streamNetworks: Set<NetworkKey>?
     /// A path MTU search is under way on the session's path.
     public var isSearchingPathMTU: Bool { mtu.map { !$0.search.isDone } ?? false }
 
@@ -260,6 +264,7 @@ public struct Reconnector: Sendable {
         case .onDemand(let decision): onDemand(decision, now, &out)
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         case .bindFailed(let id, let why): bindFailed(on: id, why: why, now, &out)
+        case .streamNetworks(let networks): streamNetworksChanged(networks, now, &out)
         }
         return out
     }
@@ -1211,7 +1216,7 @@ public struct Reconnector: Sendable {
     ///   same uplink if UDP has not answered within the race delay (happy eyeballs).
     private func transport(for uplink: Path, _ reason: Reason, _ now: Instant) -> (Path, Reason, race: Bool) {
         guard config.stream != nil else { return (uplink, reason, false) }
-        if transports[NetworkKey(uplink)] == .blocked {
+        if transports[NetworkKey(uplink)] == .blocked, streamNetworks?.contains(NetworkKey(uplink)) ?? true {
             return (uplink.over(.stream), .knownToBlockUDP(uplink.interface, because: reason), false)
         }
         guard !isDead(uplink.id.over(.stream), now) else { return (uplink, reason, false) }
@@ -1288,6 +1293,28 @@ public struct Reconnector: Sendable {
             considerBetterPath(now, &out)
         default:
             coalesced += 1  // a stream the session has left
+        }
+    }
+
+    /// A stream can open on `networks` now (a proxy's name gave an address there). An attempt
+    /// that could not use the stream on a network it now can gets it at once: a backoff on that
+    /// uplink ends with an attempt (within the budget), and an attempt over its UDP races the
+    /// stream from now on, as if it had from the start.
+    private mutating func streamNetworksChanged(_ networks: Set<NetworkKey>, _ now: Instant, _ out: inout [Action]) {
+        let before = streamNetworks
+        streamNetworks = networks
+        guard config.stream != nil, let uplink = state.path?.over(.udp),
+              let udp = paths.first(where: { $0.id == uplink.id }), networks.contains(NetworkKey(udp)),
+              !(before?.contains(NetworkKey(udp)) ?? true) else { return coalesced += 1 }
+        switch state {
+        case .backingOff:
+            guard takeToken(now) else { return coalesced += 1 }
+            notBefore = nil
+            startAttempt(on: udp, .proxyFound(udp.interface), now, &out, handshake: false)
+        case .connecting(let path) where path.transport == .udp && raced == nil && deadlines[.race] == nil:
+            arm(.race, at: max(now, enteredAt + raceDelay(now)))
+        default:
+            coalesced += 1
         }
     }
 
@@ -1854,7 +1881,11 @@ public struct Reconnector: Sendable {
     }
 
     private func isDead(_ id: Path.ID, _ now: Instant) -> Bool {
-        dead[id].map { now < $0.until } ?? false
+        if id.transport == .stream, let networks = streamNetworks,
+           !paths.contains(where: { $0.id == id.over(.udp) && networks.contains(NetworkKey($0)) }) {
+            return true  // no stream opens on that network
+        }
+        return dead[id].map { now < $0.until } ?? false
     }
 
     private mutating func markDead(_ id: Path.ID, _ now: Instant) {

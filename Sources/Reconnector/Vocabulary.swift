@@ -74,6 +74,10 @@ public enum Input: Equatable, Sendable {
     /// address or an IPv6 address is tentative), and why: nothing was sent on that path, and the
     /// session is not there.
     case bindFailed(on: Path.ID, why: String)
+    /// The networks a stream can open on now, when that depends on the network: the HTTP
+    /// proxy is named by host, and these are the networks whose look-up of its name gave an
+    /// address the lockdown lets the streams reach (see `ProxyBook`).
+    case streamNetworks(Set<NetworkKey>)
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -103,6 +107,7 @@ public enum Input: Equatable, Sendable {
         case .onDemand: "on-demand"
         case .streamFailed: "stream-failed"
         case .bindFailed: "bind-failed"
+        case .streamNetworks: "stream-networks"
         }
     }
 }
@@ -364,6 +369,9 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     /// The socket on this path could not be bound, and why; it is bound again after `retryIn`,
     /// or (nil) the path is given up as a failed attempt.
     case bindFailed(String, why: String, retryIn: Duration?)
+    /// The HTTP proxy's name gave an address on the network on this interface: a stream can
+    /// open there now.
+    case proxyFound(String)
     /// On the stream: UDP over the same uplink is tried again with a probe.
     case udpRetest(String)
     /// UDP answered the re-test: the session moved back to it, keys and all.
@@ -423,6 +431,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .streamFailed(let p, let why): "streamFailed(\(p): \(why))"
         case .bindFailed(let p, let why, let retry?): "bindFailed(\(p): \(why); again in \(retry.short))"
         case .bindFailed(let p, let why, nil): "bindFailed(\(p): \(why); path given up)"
+        case .proxyFound(let i): "proxyFound(\(i))"
         case .udpRetest(let i): "udpRetest(\(i))"
         case .udpAnswered(let i, let rtt): "udpAnswered(\(i) rtt \(rtt.short))"
         case .udpStillSilent(let i, let n): "udpStillSilent(\(i) \(n) probes)"

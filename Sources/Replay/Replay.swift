@@ -44,6 +44,9 @@ public struct ReplayReport: Sendable {
     public var portalWindowsFailed = 0
     /// Interfaces the operator was told flap (the first line of each flapping spell).
     public var flapNotices = 0
+    /// Proxy addresses the lockdown let through, and those it refused (a proxy named by host).
+    public var proxiesAllowed = 0
+    public var proxiesRefused = 0
     /// Look-ups of the server's name that gave nothing the session can use.
     public var serverNamesUnusable = 0
     /// Each decision on the tunnel's resolvers, when it was given.
@@ -119,6 +122,11 @@ public struct Replay {
     /// The agent's streams, by their path: when each is open (TCP, TLS and the proxy's CONNECT
     /// done); one that never opens (its SYN dropped) is absent, its socket in `sockets` all the same.
     private var streamReady: [Path.ID: Instant] = [:]
+    /// Where the agent's streams reach the proxy named by host on each network, as the lockdown
+    /// was opened to it (`Effect.allowProxy`): the runner dials that address.
+    private var proxyAt: [NetworkKey: IPAddress] = [:]
+    /// What the proxy's name gives on each interface's network now (`proxy-dns`).
+    private var proxyNames: [String: [IPAddress]]
     /// What on-demand rules can learn of the network behind each link.
     private var networks: [String: NetworkFacts] = [:]
     /// What a network says of itself and what its probes find, as the scenario describes it.
@@ -267,6 +275,7 @@ public struct Replay {
         serverStream = scenario.serverTraffic
         tunnelMTU = scenario.config.maxMTU
         configured = (scenario.config, scenario.onDemand)
+        proxyNames = scenario.proxyDNS
         chance = SeededRandom(seed: scenario.seed ^ 0x6C6F_7373)
     }
 
@@ -434,6 +443,7 @@ public struct Replay {
         case .restore(let name): dropped.remove(name)
         case .portal(let name, let url): portals[name] = url
         case .login(let name): portals[name] = nil
+        case .proxyDNS(let dev, let addresses): proxyNames[dev] = addresses
         case .portalWindow(let open):
             // `agent portal`, run by the user who logs in; its command ends, or it is closed.
             feed(.request(open ? .openPortalWindow(by: Self.user) : .closePortalWindow(by: Self.user)))
@@ -499,6 +509,7 @@ public struct Replay {
     /// names give now), and starts on the first address an uplink reaches.
     private mutating func startAgent(power: PowerSource, seed: UInt64, now: Instant, memory: Reconnector.Memory? = nil) {
         deviceAttached = false
+        proxyAt = [:]  // a new process knows no proxy address yet
         let reconnector = if let memory {
             Reconnector(config: configured.config, power: power, seed: seed, now: now, memory: memory, servers: scenario.gateways)
         } else {
@@ -511,7 +522,7 @@ public struct Replay {
                          resolvers: scenario.serverDNS.map { _ in
                              ResolverChoice(override: nil, carried: scenario.splitRoutes.isEmpty ? [.any(.v4), .any(.v6)] : scenario.splitRoutes,
                                             lockdown: true)
-                         })
+                         }, proxyNamed: scenario.proxyNamed)
         _ = kernel.retarget(to: core.serverAddress)
     }
 
@@ -666,14 +677,27 @@ public struct Replay {
         case .allButProxy where scenario.streamProxy == nil: return .fails(after: rtt, "connection refused")
         default: break
         }
+        if scenario.proxyNamed {
+            // The runner dials the address the core had the lockdown let through on this network.
+            guard let at = proxyAddress(for: id) else { return .fails(after: .zero, "no address for the proxy on \(name)") }
+            guard (proxyNames[name] ?? []).contains(at) else { return .silent }  // no proxy at that address here
+        }
         guard gateways[target].up else { return .fails(after: rtt, "connection refused") }
         return .opens(roundTrips: scenario.streamProxy == nil ? 2 : 3)
     }
 
     /// The stream on `id`, opened on first use as the runner opens it: a new connection (a new
     /// socket, where nothing sent to an earlier one arrives).
+    /// The proxy's address the runner dials for a stream on `id`'s network (a proxy named by host).
+    private func proxyAddress(for id: Path.ID) -> IPAddress? {
+        kernel.paths.first { $0.id == id.over(.udp) }.flatMap { proxyAt[NetworkKey($0)] }
+    }
+
     private mutating func openStream(on id: Path.ID) {
         guard sockets[id] == nil else { return }
+        if scenario.proxyNamed, proxyAddress(for: id) == nil {
+            violation("a stream on \(interface(of: id) ?? "?") before the proxy's name gave an address there")
+        }
         socketsMade += 1
         let socket = socketsMade
         sockets[id] = socket
@@ -1117,6 +1141,8 @@ public struct Replay {
             ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
             ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
             ("portal windows failed", e.portalWindowsFailed, e.portalWindowsFailed, report.portalWindowsFailed),
+            ("proxy addresses allowed", e.proxiesAllowed, e.proxiesAllowed, report.proxiesAllowed),
+            ("proxy addresses refused", e.proxiesRefused, e.proxiesRefused, report.proxiesRefused),
             ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
             ("resolver decisions", e.resolverDecisions, e.resolverDecisions, report.resolvers.count),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
@@ -1296,6 +1322,15 @@ extension Replay {
             let uplink = kernel.model.paths(to: names[index].first ?? sendingTo).first
             let answer = uplink.map { filter($0.interface) == .udp } ?? true || sleeping ? nil : names[index]
             queue.push(now + scenario.rtt, .answer(.serverLookedUp(server: index, addresses: answer)))
+        case .lookUpProxy(let path):
+            // The network's resolver answers after a round trip, as for the server's name.
+            let answer = sleeping || filter(path.interface) == .udp ? nil : proxyNames[path.interface].flatMap { $0.isEmpty ? nil : $0 }
+            queue.push(now + roundTrip(path.id), .answer(.proxyLookedUp(on: path, addresses: answer)))
+        case .allowProxy(let key, let address, _):
+            let refused = scenario.lockdownRefuses.contains(.proxy)
+            if !refused { proxyAt[key] = address }
+            if refused { report.proxiesRefused += 1 } else { report.proxiesAllowed += 1 }
+            queue.push(now, .answer(.proxyAllowed(on: key, address: address, !refused)))
         case .allowServer(let index, let address, _):
             queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
         case .useAddress(let address, _): useAddress(address)

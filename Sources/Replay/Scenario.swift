@@ -79,12 +79,19 @@ public struct Scenario: Sendable {
     public enum LockdownOpening: String, Hashable, Sendable, CaseIterable {
         case portalWindow = "portal-window"
         case exclusion
+        /// The proxy named by host, at the address its name gave on a network.
+        case proxy
     }
     /// The TCP port of the gateway's stream transport in the client's configuration (443 by
     /// default), and the HTTP proxy it goes through, if it names one: what a network that lets
     /// only some TCP out decides on. Whether the core uses the stream is `config.stream`.
     public var streamPort = 443
     public var streamProxy: String?
+    /// What the proxy's name gives on each interface's network (`proxy-dns`), when
+    /// `stream-proxy` is a name: no entry, or none, is a name that network does not know.
+    public var proxyDNS: [String: [IPAddress]] = [:]
+    /// The proxy is named by host: the core looks its name up on each network.
+    public var proxyNamed: Bool { streamProxy.map { Endpoint($0)?.address == nil } ?? false }
     public var expect: Expectations
 
     /// Where the scenario library lives in the source tree.
@@ -157,6 +164,9 @@ public enum ScenarioEvent: Sendable {
     case portal(dev: String, url: String)
     /// Someone logged in: the portal on the interface opens.
     case login(String)
+    /// The proxy's name gives `addresses` on the interface's network from now on (none: a name
+    /// that network does not know).
+    case proxyDNS(dev: String, addresses: [IPAddress])
     /// An operator runs `agent portal` (true), or its process ends (false).
     case portalWindow(Bool)
     /// The server starts accepting or rejecting our credentials.
@@ -352,6 +362,9 @@ public struct Expectations: Sendable {
     public var portalWindowsNotNeeded: Int?
     /// How many portal window requests failed (the lockdown refused to open for the window).
     public var portalWindowsFailed: Int?
+    /// How many addresses of a proxy named by host the lockdown let through, and refused.
+    public var proxiesAllowed: Int?
+    public var proxiesRefused: Int?
     /// How many times the server's name gave nothing the session can use (the operator is told).
     public var serverNamesUnusable: Int?
     /// The tunnel's resolvers in force at given times (`resolvers-at`): those given to the

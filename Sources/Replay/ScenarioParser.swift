@@ -37,7 +37,7 @@ extension YAMLReader {
             "name", "about", "server", "tunnel", "config", "power", "seed", "traffic", "traffic-size", "rtt", "network",
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
-            "stream-port", "stream-proxy", "portal-windows", "lockdown-refuses", "split-routes", "server-dns",
+            "stream-port", "stream-proxy", "proxy-dns", "portal-windows", "lockdown-refuses", "split-routes", "server-dns",
         ])
         var gateways: [String] = []
         for item in try list(top.optional("gateways")) {
@@ -148,12 +148,21 @@ extension YAMLReader {
         for node in try list(top.optional("lockdown-refuses")) {
             let text = try string(node)
             guard let opening = Scenario.LockdownOpening(rawValue: text) else {
-                throw fail(node, "'lockdown-refuses' lists portal-window and exclusion, got \"\(text)\"")
+                throw fail(node, "'lockdown-refuses' lists portal-window, exclusion and proxy, got \"\(text)\"")
             }
             scenario.lockdownRefuses.insert(opening)
         }
         if let node = top.optional("stream-port") { scenario.streamPort = try int(node, 1...65535) }
         if let node = top.optional("stream-proxy") { scenario.streamProxy = try string(node) }
+        if let node = top.optional("proxy-dns") {
+            guard scenario.proxyNamed else { throw fail(node, "'proxy-dns' needs a 'stream-proxy' named by host") }
+            guard case .mapping(let entries) = node.value else {
+                throw fail(node, "'proxy-dns' maps interfaces to what the proxy's name gives there, e.g. {wifi0: [10.0.0.8]}")
+            }
+            for (key, value) in entries {
+                scenario.proxyDNS[try string(key)] = try list(value).map { (item) throws(ScenarioError) in try ip(item) }
+            }
+        }
         if let node = top.optional("wait-for-server") {
             // As the agent's `--wait-for-server`: 0 waits for ever.
             let wait = try duration(node)
@@ -225,7 +234,7 @@ extension YAMLReader {
         "link", "link-del", "addr-add", "addr-del", "route-add", "route-del", "sleep", "wake", "suspend",
         "clock-jump", "power", "server", "drop", "restore", "auth", "reconnect", "operator", "flap", "netlink", "restart", "stop", "reload",
         "forged-hint", "gateway-down", "gateway-up", "drain", "portal", "login", "portal-window", "traffic", "server-traffic",
-        "taken", "exclude", "refuse-bind",
+        "taken", "exclude", "refuse-bind", "proxy-dns",
     ]
 
     /// The most events a scenario may hold once its flaps and restarts are expanded, and the most
@@ -338,6 +347,10 @@ extension YAMLReader {
                 let portal = try fields(value, "'portal'", allowed: ["dev", "url"])
                 add(.portal(dev: try string(try portal.required("dev")), url: try string(try portal.required("url"))))
             case "login": add(.login(try string(value)))
+            case "proxy-dns":
+                let answer = try fields(value, "'proxy-dns'", allowed: ["dev", "addresses"])
+                add(.proxyDNS(dev: try string(try answer.required("dev")),
+                              addresses: try list(try answer.required("addresses")).map { (item) throws(ScenarioError) in try ip(item) }))
             case "portal-window":
                 let text = try string(value)
                 guard text == "open" || text == "close" else { throw fail(value, "'portal-window' is open or close, got \"\(text)\"") }
@@ -588,7 +601,7 @@ extension YAMLReader {
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
             "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address", "resolvers-at",
-            "resolver-decisions",
+            "resolver-decisions", "proxies-allowed", "proxies-refused",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -623,6 +636,7 @@ extension YAMLReader {
             ("excluded", \.excluded), ("exclusions-refused", \.exclusionsRefused),
             ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
             ("server-names-unusable", \.serverNamesUnusable), ("resolver-decisions", \.resolverDecisions),
+            ("proxies-allowed", \.proxiesAllowed), ("proxies-refused", \.proxiesRefused),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

@@ -104,9 +104,16 @@ public struct ClientStreamSettings: Equatable, Sendable {
     public init() {}
 }
 
-/// An HTTP proxy as the configuration names it: an address, and a user with a password file.
+/// An HTTP proxy as the configuration names it: an address or a host name with a port, and a
+/// user with a password file.
 public struct ProxySettings: Equatable, Sendable {
-    public var address: SocketAddress
+    /// Where the proxy listens: a literal address, or a name looked up on each network the
+    /// machine is on (a proxy's name is usually the local network's own).
+    public var endpoint: Endpoint
+    /// Its port (the endpoint's, always given).
+    public var port: UInt16 { endpoint.port ?? 0 }
+    /// Its address, when the configuration gives one; nil for a name.
+    public var address: SocketAddress? { endpoint.address.map { SocketAddress($0, port: port) } }
     public var user: String?
     /// A file only root (or the agent's user) can read, holding the password.
     public var passwordFile: String?
@@ -248,7 +255,8 @@ extension ClientSettings {
         if case .full(let full) = mode { policy.neverLocal = full.neverLocal }
         policy.checkPorts = checkPorts
         policy.streamPort = stream?.port
-        policy.proxy = stream?.proxy.map { LockdownPolicy.Server($0.address) }
+        // A proxy named by host: no address until a network's look-up gives one (`AgentCore`).
+        policy.proxy = stream?.proxy.map { LockdownPolicy.Proxy(addresses: $0.endpoint.address.map { [$0] } ?? [], port: $0.port) }
         return policy
     }
 }

@@ -357,10 +357,12 @@ extension YAMLReader {
         if let n = f.optional("proxy") {
             let p: Fields? = if case .mapping = n.value { try fields(n, "'proxy'", allowed: ["address", "user", "password-file"]) } else { nil }
             let addressNode = try p?.required("address") ?? n
-            guard let endpoint = Endpoint(try string(addressNode)), let address = SocketAddress(endpoint), !address.ip.isUnspecified else {
-                throw fail(addressNode, "a proxy is an IP address and a port, e.g. 192.0.2.8:3128 or [2001:db8::8]:3128")
+            let example = "a proxy is a host name or an IP address, and a port, e.g. proxy.corp.example:3128, 192.0.2.8:3128 or [2001:db8::8]:3128"
+            guard let endpoint = Endpoint(try string(addressNode)), endpoint.port != nil,
+                  endpoint.address.map({ !$0.isUnspecified }) ?? Self.isHostName(endpoint.host) else {
+                throw fail(addressNode, example)
             }
-            var proxy = ProxySettings(address: address)
+            var proxy = ProxySettings(endpoint: endpoint)
             if let u = p?.optional("user") {
                 let user = try string(u)
                 guard !user.isEmpty, !user.contains(":"), !user.contains(where: { $0.isWhitespace || $0.isNewline }) else {
@@ -380,14 +382,18 @@ extension YAMLReader {
     /// A DNS name as SNI and certificates carry it: letters, digits, '-' and '.'.
     private func hostLikeName(_ node: Node, _ what: String) throws(ConfigError) -> String {
         let name = try string(node)
-        let valid = (1...253).contains(name.utf8.count) && IPAddress(name) == nil
+        guard Self.isHostName(name) else { throw fail(node, "\(what) is a host name, e.g. vpn.example.net") }
+        return name
+    }
+
+    /// Whether `name` is a DNS host name (not an address): letters, digits and '-' in labels.
+    static func isHostName(_ name: String) -> Bool {
+        (1...253).contains(name.utf8.count) && IPAddress(name) == nil
             && name.split(separator: ".", omittingEmptySubsequences: false).allSatisfy {
                 (1...63).contains($0.utf8.count) && $0.utf8.allSatisfy { c in
                     (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2D
                 }
             }
-        guard valid else { throw fail(node, "\(what) is a host name, e.g. vpn.example.net") }
-        return name
     }
 
     /// `users-from`: a URL alone, or `{url, password-file, snapshot, gateway}`.

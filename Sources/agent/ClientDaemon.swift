@@ -27,6 +27,8 @@ final class ClientDaemon {
         case signal(Int32)
         /// What a look-up of server `server`'s name gave.
         case lookedUp(server: Int, Result<[IPAddress], ResolverError>)
+        /// What a look-up of the proxy's name on the path's network gave.
+        case proxyLookedUp(Path, Result<[IPAddress], ResolverError>)
         /// An operator's request from the control socket, to answer through `ControlServer.reply`.
         case control(ControlServer.Call)
         /// A connectivity check over the path ended.
@@ -155,7 +157,8 @@ extension ClientDaemon {
                              portalWindows: settings.lockdown && settings.mode.socketMark != nil,
                              tunnelCarries: settings.mode.splitPrefixes,
                              resolvers: settings.dns.manager == .off ? nil
-                                 : ResolverChoice(override: settings.dns.override, carried: settings.mode.carried, lockdown: settings.lockdown))
+                                 : ResolverChoice(override: settings.dns.override, carried: settings.mode.carried, lockdown: settings.lockdown),
+                             proxyNamed: settings.stream?.proxy.map { $0.address == nil } ?? false)
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,
@@ -164,12 +167,15 @@ extension ClientDaemon {
             if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
         }
 
-        /// The proxy of the `tcp` section, with the password from its file (read once, here).
-        static func proxy(_ settings: ClientSettings) throws -> HTTPProxy? {
+        /// The proxy of the `tcp` section, with the password from its file (read once, here). A
+        /// proxy named by host is at `at` (the address its name gave on the network), or at the
+        /// unspecified address until a look-up gives one.
+        static func proxy(_ settings: ClientSettings, at: IPAddress? = nil) throws -> HTTPProxy? {
             guard let proxy = settings.stream?.proxy else { return nil }
-            guard let user = proxy.user, let file = proxy.passwordFile else { return HTTPProxy(address: proxy.address) }
+            let address = proxy.address ?? SocketAddress(at ?? .v4(0), port: proxy.port)
+            guard let user = proxy.user, let file = proxy.passwordFile else { return HTTPProxy(address: address) }
             do {
-                return HTTPProxy(address: proxy.address, credentials: (user, try readSecretFile(file)))
+                return HTTPProxy(address: address, credentials: (user, try readSecretFile(file)))
             } catch {
                 throw AgentError("the proxy's password: \(error)")
             }

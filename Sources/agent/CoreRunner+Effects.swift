@@ -82,6 +82,9 @@ extension ClientDaemon.CoreRunner {
         case .useServer(let index, let address): effects.useServer(index, at: address)
         case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
         case .lookUpServer(let index): lookUp(index)
+        case .lookUpProxy(let path): lookUpProxy(on: path)
+        case .allowProxy(let network, let address, let lockdown):
+            produced.append(.proxyAllowed(on: network, address: address, effects.allowProxy(on: network, at: address, lockdown: lockdown)))
         case .allowServer(let index, let address, let lockdown):
             produced.append(.serverAllowed(server: index, address: address, effects.allow(lockdown)))
         case .useAddress(let address, let why): effects.useAddress(address, why: why)

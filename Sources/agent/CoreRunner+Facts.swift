@@ -99,6 +99,11 @@ extension ClientDaemon.CoreRunner {
             feed(.request(.stop(.bySignal)))
         case .lookedUp(let index, let result):
             lookedUp(index, result)
+        case .proxyLookedUp(let path, let result):
+            if case .failure(let error) = result {
+                log.warning("the proxy's name has no address on this network", metadata: ["path": "\(path.interface)", "error": "\(error)"])
+            }
+            feed(.proxyLookedUp(on: path, addresses: try? result.get()))
         case .notice(let notice):
             handle(notice)
         case .control(let call):
@@ -168,6 +173,20 @@ extension ClientDaemon.CoreRunner {
         } catch {
             log.warning("cannot look up the server's name", metadata: ["error": "\(error)"])
             produced.append(.serverLookedUp(server: index, addresses: nil))
+        }
+    }
+
+    /// Looks up the proxy's name for the core over `path`'s uplink, off the deciding thread.
+    func lookUpProxy(on path: Path) {
+        guard let host = settings.stream?.proxy?.endpoint.host else { return }
+        do {
+            try ServerLookup.start(host, mark: settings.mode.socketMark, avoiding: effects.dns?.applied?.resolvers ?? [],
+                                   device: path.interface) { [weak mailbox] result in
+                mailbox?.post(.proxyLookedUp(path, result))
+            }
+        } catch {
+            log.warning("cannot look up the proxy's name", metadata: ["error": "\(error)"])
+            produced.append(.proxyLookedUp(on: path, addresses: nil))
         }
     }
 

@@ -225,8 +225,15 @@ extension ClientDaemon.CoreRunner {
             // What carries the session, and what each network the agent has met blocks.
             let known = reconnector.transportStatus
             var stream: [(String, JSON)] = [("port", .int(Int64(settings.stream?.port ?? 0))),
-                                            ("proxy", settings.stream?.proxy.map { .string("\($0.address)") } ?? .null)]
+                                            ("proxy", settings.stream?.proxy.map { .string("\($0.endpoint)") } ?? .null)]
             if let carrier = effects.client?.socket as? StreamCarrier { stream.append(("dropped", .int(Int64(carrier.drops)))) }
+            if let proxies = core.proxies {
+                // A proxy named by host: where its name put it on each network (null: nowhere yet).
+                stream.append(("proxy_at", .array(proxies.networks.sorted { $0.key < $1.key }.map {
+                    .object([("interface", .string($0.key.interface)), ("gateway", .string("\($0.key.gateway)")),
+                             ("address", $0.value.address.map { .string("\($0)") } ?? .null)])
+                })))
+            }
             fields.append(("transports", .object([
                 ("stream", .object(stream)),
                 ("networks", .array(known.networks.map {

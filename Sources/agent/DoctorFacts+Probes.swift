@@ -106,7 +106,16 @@ extension DoctorFacts {
         let proxy: HTTPProxy?
         do {
             context = try TLSContext.client(serverName: stream.serverName ?? entry.endpoint.host)
-            proxy = try ClientDaemon.CoreRunner.proxy(settings)
+            var at: IPAddress?
+            if let named = stream.proxy, named.address == nil {
+                // Named by host: as the agent does, its name is looked up over this path's uplink.
+                let found = try Resolver.addresses(of: named.endpoint.host, mark: mark, device: path.interface)
+                guard let usable = found.first(where: { $0.family == path.source.family }) else {
+                    return .notTried("the proxy's name \(named.endpoint.host) gave no \(path.source.family) address on \(path.interface)")
+                }
+                at = usable
+            }
+            proxy = try ClientDaemon.CoreRunner.proxy(settings, at: at)
         } catch {
             return .notTried("\(error)")
         }

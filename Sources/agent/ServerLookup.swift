@@ -11,10 +11,11 @@ enum ServerLookup {
     /// Starts a look-up of `host`, whose result comes back through `post`. `mark` is the
     /// session's (full mode): look-ups go past the lockdown and the tunnel's routes; `avoiding`
     /// names the tunnel's own resolvers, which cannot answer while it is down.
-    static func start(_ host: String, mark: UInt32?, avoiding: [IPAddress],
+    /// `device`: the queries go out over that interface alone (full mode).
+    static func start(_ host: String, mark: UInt32?, avoiding: [IPAddress], device: String? = nil,
                       post: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void) throws {
         try OSThread.detach {
-            post(Result { () throws(ResolverError) in try Resolver.addresses(of: host, mark: mark, avoiding: avoiding) })
+            post(Result { () throws(ResolverError) in try Resolver.addresses(of: host, mark: mark, avoiding: avoiding, device: device) })
         }
     }
 }

@@ -106,6 +106,14 @@ extension SessionEffects {
             throw .stream("cannot make a TLS context: \(error)")
         }
         streamContexts[name] = context
+        var proxy = self.proxy
+        if let named = stream.proxy, named.address == nil {
+            // Named by host: the address its name gave on this path's network, which the lockdown lets through.
+            guard let at = proxyAt[NetworkKey(path)] else {
+                throw .stream("the proxy's name \(named.endpoint.host) has no address on \(path.interface) yet")
+            }
+            proxy?.address = SocketAddress(at, port: named.port)
+        }
         let id = path.id
         let told = streamTold
         let endpoint = servers[serverIndex].entry.endpoint

@@ -50,6 +50,8 @@ final class SessionEffects {
     let streamTold: @Sendable (Path.ID, StreamCarrier, StreamCarrier.Event) -> Void
     /// The HTTP proxy streams go through, with its credentials, when configured.
     let proxy: HTTPProxy?
+    /// A proxy named by host: its address on each network, as the core had the lockdown let it through.
+    var proxyAt: [NetworkKey: IPAddress] = [:]
     /// The TLS contexts of the streams, by the name they send (SNI): libssl loads with the first.
     var streamContexts: [String: TLSContext] = [:]
     /// The paths the open streams are on, to open them again to a server's new address.
@@ -149,6 +151,23 @@ final class SessionEffects {
             for (index, addresses) in before.enumerated() { servers[index].addresses = addresses }
             return false
         }
+        return true
+    }
+
+    /// Streams on `network`'s network go through the proxy at `address`, once the lockdown lets
+    /// the streams reach exactly `lockdown` (every network's proxy address); false, with the
+    /// old ones kept, when it cannot.
+    func allowProxy(on network: NetworkKey, at address: IPAddress, lockdown: [IPAddress]) -> Bool {
+        do {
+            try firewall?.proxyAt(lockdown)
+        } catch {
+            log.error("cannot open the lockdown firewall to the proxy's address; its streams stay closed on that network",
+                      metadata: ["network": "\(network)", "proxy": "\(address)", "error": "\(error)"])
+            return false
+        }
+        proxyAt = proxyAt.filter { lockdown.contains($0.value) }
+        proxyAt[network] = address
+        log.info("proxy found", metadata: ["network": "\(network)", "proxy": "\(SocketAddress(address, port: proxy?.address.port ?? 0))"])
         return true
     }
 

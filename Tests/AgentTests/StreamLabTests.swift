@@ -133,14 +133,20 @@ struct StreamLabTests {
 
     /// A network that lets out nothing but its HTTP proxy, which wants a user and a password: the
     /// tunnel comes up through the proxy with the credentials from the password file, and the
-    /// lockdown lets nothing else out meanwhile.
-    @Test func aNetworkThatLetsOutOnlyItsProxyGetsTheTunnelThroughIt() throws {
-        let (lab, proxy) = try proxyOnlyLab { directory in
-            let passwordFile = directory + "/proxy.password"
-            try writeSecret("proxy secret\n", to: passwordFile)
-            return "tcp: {port: 443, proxy: {address: 10.20.0.1:3128, user: alice, password-file: \(passwordFile)}}"
-        }
+    /// lockdown lets nothing else out meanwhile. `named`: the configuration names the proxy by
+    /// host, as offices do, and the network's own resolver (the only one the laptop has) knows the
+    /// name: the agent looks it up over that network's uplink, and the lockdown opens to the
+    /// address it gave and to nothing else; nothing leaves in clear but that one look-up.
+    @Test(arguments: [false, true]) func aNetworkThatLetsOutOnlyItsProxyGetsTheTunnelThroughIt(named: Bool) throws {
+        let (lab, proxy) = try proxyOnlyLab { try Self.aliceThrough(named ? "proxy.corp.example:3128" : "10.20.0.1:3128", directory: $0) }
         defer { proxy.stop() }
+        // The office's resolver, at an address of the router's own that no application here asks.
+        let dns = IPAddress("10.20.0.53")!
+        _ = try lab.server.ip("addr add \(dns)/32 dev eth-l")
+        let resolver = try LabResolver(at: dns, in: lab.server, names: ["proxy.corp.example": IPAddress("10.20.0.1")!])
+        defer { resolver.stop() }
+        try lab.laptop.setResolvConf("nameserver \(dns)\n")
+        try nft(lab.server, "insert rule inet block in iifname eth-l ip daddr \(dns) udp dport 53 accept")
         try lab.startServer()
         let (tap, bait, probes) = try startWatched(lab, web: [proxy.address])
         defer {
@@ -151,7 +157,15 @@ struct StreamLabTests {
         #expect(proxy.counts.opened >= 1 && proxy.counts.refused == 0, "\(proxy.counts)")
         let log = lab.log("client.log")
         #expect(!log.contains("proxy secret"), "the proxy's password is never logged")
-        #expect(tap.leaks().isEmpty, "left in clear: \(tap.leaks())")
+        #expect(resolver.queries.contains("proxy.corp.example") == named, "\(resolver.queries)")
+        if named {
+            #expect(lab.status()["transports.stream.proxy_at"]?.contains("10.20.0.1") == true, "\(lab.status())")
+            #expect(log.contains("msg=\"proxy found\" network=\"eth0 via"), "\(log)")
+        }
+        let ruleset = try NamespaceLab.capture(NamespaceLab.ipTool, ["netns", "exec", lab.laptop.name, "nft", "list", "table", "inet", "roam"]).output
+        #expect(ruleset.contains("ip daddr 10.20.0.1 tcp dport 3128 accept"), "the lockdown opened to the proxy's address")
+        let leaks = tap.leaks().filter { !(named && $0.contains("-> \(dns):53")) }
+        #expect(leaks.isEmpty, "left in clear: \(leaks)")
     }
 
     /// The same proxy, but the client was given no credentials: each stream fails with the
@@ -234,6 +248,14 @@ struct StreamLabTests {
         try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv4 counter drop")
         try nft(lab.server, "add rule inet block in iifname eth-l meta nfproto ipv6 counter drop")
         return (lab, proxy)
+    }
+
+    /// The client's `tcp` section for the proxy at `address` as alice, her password in a file of
+    /// the lab's `directory`.
+    private static func aliceThrough(_ address: String, directory: String) throws -> String {
+        let passwordFile = directory + "/proxy.password"
+        try writeSecret("proxy secret\n", to: passwordFile)
+        return "tcp: {port: 443, proxy: {address: \(address), user: alice, password-file: \(passwordFile)}}"
     }
 
     private func nft(_ lab: NamespaceLab, _ command: String) throws { try lab.nft(command) }

@@ -394,9 +394,15 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
           proxy: {address: 192.0.2.8:3128, user: alice, password-file: /etc/roam/proxy.password}
         """) { try $0.client($1) }
     #expect(full.stream?.port == 443 && full.stream?.serverName == "www.example.net")
-    #expect(full.stream?.proxy == ProxySettings(address: SocketAddress(IPAddress("192.0.2.8")!, port: 3128), user: "alice",
+    #expect(full.stream?.proxy == ProxySettings(endpoint: Endpoint("192.0.2.8:3128")!, user: "alice",
                                                 passwordFile: "/etc/roam/proxy.password"))
-    #expect(full.lockdownPolicy.proxy == .init(IPAddress("192.0.2.8")!, port: 3128))
+    #expect(full.stream?.proxy?.address == SocketAddress(IPAddress("192.0.2.8")!, port: 3128))
+    #expect(full.lockdownPolicy.proxy == .init(addresses: [IPAddress("192.0.2.8")!], port: 3128))
+    // A proxy named by host: no address, and the lockdown opens to none until a network's look-up gives one.
+    let named = try parse(client + "tcp: {proxy: proxy.corp.example:3128}") { try $0.client($1) }
+    #expect(named.stream?.proxy?.endpoint.host == "proxy.corp.example" && named.stream?.proxy?.port == 3128)
+    #expect(named.stream?.proxy?.address == nil)
+    #expect(named.lockdownPolicy.proxy == .init(addresses: [], port: 3128))
 
     let server = "listen-port: 51820\nprivate-key-file: k\ntunnel: {addresses: [10.77.0.1/16]}\nusers:\n  - {name: a, public-key: \(serverKey), addresses: [10.77.0.2]}\n"
     #expect(try parse(server) { try $0.server($1) }.stream == nil)
@@ -422,7 +428,9 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
 }
 
 @Test(arguments: [
-    ("tcp: {proxy: proxy.example:3128}", 4, "an IP address and a port"),
+    ("tcp: {proxy: proxy.example}", 4, "a host name or an IP address, and a port"),
+    ("tcp: {proxy: \"proxy_1.example:3128\"}", 4, "a host name or an IP address, and a port"),
+    ("tcp: {proxy: 0.0.0.0:3128}", 4, "a host name or an IP address, and a port"),
     ("tcp: {proxy: {address: 192.0.2.8:3128, user: alice}}", 4, "needs 'password-file'"),
     ("tcp: {proxy: {address: 192.0.2.8:3128, password-file: /p}}", 4, "needs 'user'"),
     ("tcp: {name: \"a b\"}", 4, "a host name"),
