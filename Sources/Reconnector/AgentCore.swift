@@ -49,10 +49,9 @@ public enum AgentEvent: Equatable, Sendable {
     /// Something learnt about the best path's network for the on-demand rules (see
     /// `Effect.findOut`), or a notice that changed it.
     case networkFact(NetworkFact)
-    /// The configuration was read again (SIGHUP) and describes the same tunnel: the reconnect
-    /// tunables and the on-demand rules it gives now.
-    /// (Boxed: the tunables are big, and every event would be as big as the largest.)
-    indirect case reloaded(Config, OnDemandRules)
+    /// The configuration was read again (SIGHUP): what it gives now, and what of the tunnel
+    /// itself it changes. (Boxed: the tunables are big, and every event would be as big as the largest.)
+    indirect case reloaded(Reload)
     /// Whether the lockdown let the portal window's process tree through (see
     /// `Effect.openPortalWindow`).
     case portalWindowOpened(Bool)
@@ -154,6 +153,22 @@ public enum AgentEvent: Equatable, Sendable {
         case bySignal
         /// The configuration now describes another tunnel: a new agent starts in place.
         case restarting
+    }
+}
+
+/// What a reading of the configuration again (SIGHUP) found: the reconnect tunables and the
+/// on-demand rules it gives now, and what it changes of the tunnel itself, by the configuration's
+/// keys (the servers, keys, credentials, device, routing, lockdown, DNS, protocol or stream),
+/// none when it describes the same tunnel.
+public struct Reload: Equatable, Sendable {
+    public var config: Config
+    public var rules: OnDemandRules
+    public var tunnelChanges: [String]
+
+    public init(config: Config, rules: OnDemandRules, tunnelChanges: [String] = []) {
+        self.config = config
+        self.rules = rules
+        self.tunnelChanges = tunnelChanges
     }
 }
 
@@ -279,6 +294,10 @@ public enum Effect: Equatable, Sendable {
     /// The agent ends: the session closes and the tunnel's routes go; only when `opensMachine`
     /// do the lockdown and the tunnel's resolvers go too.
     case stop(opensMachine: Bool)
+    /// The configuration now describes another tunnel (what changed, by its keys): the agent
+    /// ends, the lockdown and the tunnel's resolvers staying, and a new one starts in its place
+    /// on the configuration as it is now.
+    case restart(because: [String])
     /// Find out something about the best path's network for the on-demand rules; the answer
     /// comes back as `AgentEvent.networkFact`.
     case findOut(FactRequest)
@@ -570,9 +589,14 @@ public struct AgentCore: Sendable {
         case .intact(let holding): upkeep.intact(holding)
         case .networkFact(let fact):
             if onDemand.learn(fact, now: now) { judge(now, &out) }
-        case .reloaded(let config, let rules):
-            reconnector.reconfigure(config)
-            rulesChanged(rules, now, &out)
+        case .reloaded(let reload):
+            // Tunables and rules apply to the running tunnel; another tunnel is another agent.
+            guard reload.tunnelChanges.isEmpty else {
+                stopped = true
+                return [.restart(because: reload.tunnelChanges)]
+            }
+            reconnector.reconfigure(reload.config)
+            rulesChanged(reload.rules, now, &out)
         case .tunnelFailed(let why):
             awaitingDevice = nil
             return giveUp(.tunnelFailed(why))

@@ -44,6 +44,8 @@ public struct ReplayReport: Sendable {
     public var portalWindowsFailed = 0
     /// Interfaces the operator was told flap (the first line of each flapping spell).
     public var flapNotices = 0
+    /// Restarts of the agent in place that a reload changing the tunnel asked for.
+    public var restartsInPlace = 0
     /// Proxy addresses the lockdown let through, and those it refused (a proxy named by host).
     public var proxiesAllowed = 0
     public var proxiesRefused = 0
@@ -368,6 +370,7 @@ public struct Replay {
                 pathAtResults[i] = reconnector.state.path?.name
             case .stateCheck(let i):
                 stateAtResults[i] = reconnector.state.name
+            case .restartAgent: restartAgent()
             }
             updateOutage()
         }
@@ -466,9 +469,9 @@ public struct Replay {
             // The operator asked for fresh keys: the old session no longer counts as alive.
             lastHeard = nil
             feed(.request(.reconnect))
-        case .reload(let config, let rules):
-            configured = (config, rules)
-            feed(.reloaded(config, rules))
+        case .reload(let config, let rules, let changes):
+            configured = (config, rules)  // a new process, if the tunnel changed, reads them too
+            feed(.reloaded(Reload(config: config, rules: rules, tunnelChanges: changes)))
         case .operatorPause(let down):
             feed(.request(down ? .pause : .resume))
         case .exclude: feed(.request(.exclude(by: Self.user)))
@@ -477,29 +480,33 @@ public struct Replay {
             if lockdownLifted && holding != .lockdown { break }
             if let fighting { takers[holding] = (by, now + fighting) }
             take(holding, by: by)
-        case .restart:
-            // What the real agent keeps across processes, and nothing else. The new process reads
-            // the clock the old one read (stepped back, if it was), not the world's.
-            restarts += 1
-            startAgent(power: reconnector.power, seed: scenario.seed &+ restarts, now: now + skew, memory: reconnector.memory)
-            target = 0
-            standby = nil
-            socket = nil
-            sockets.removeAll()
-            awaitingReply = false
-            clientHasSession = false
-            clientKeys += 1
-            lastHeard = nil
-            armed.removeAll()
-            handshakeInFlight = nil
-            handshakeGeneration += 1
-            windowOpen = false  // the new process loads the lockdown whole
-            lockdownLifted = false
-            notices = FactNotices()
-            // The new process loads the lockdown and, once the tunnel is up, its routes and resolvers whole.
-            for holding in Array(missing.keys) { putBack(holding) }
-            feed(.start)
+        case .restart: restartAgent()
         }
+    }
+
+    /// The agent's process ends and a new one starts: what the real agent keeps across
+    /// processes, and nothing else. The new process reads the clock the old one read (stepped
+    /// back, if it was), not the world's.
+    private mutating func restartAgent() {
+        restarts += 1
+        startAgent(power: reconnector.power, seed: scenario.seed &+ restarts, now: now + skew, memory: reconnector.memory)
+        target = 0
+        standby = nil
+        socket = nil
+        sockets.removeAll()
+        awaitingReply = false
+        clientHasSession = false
+        clientKeys += 1
+        lastHeard = nil
+        armed.removeAll()
+        handshakeInFlight = nil
+        handshakeGeneration += 1
+        windowOpen = false  // the new process loads the lockdown whole
+        lockdownLifted = false
+        notices = FactNotices()
+        // The new process loads the lockdown and, once the tunnel is up, its routes and resolvers whole.
+        for holding in Array(missing.keys) { putBack(holding) }
+        feed(.start)
     }
     private var trafficPaused = false
     /// This process of the agent has its tunnel device.
@@ -1141,6 +1148,7 @@ public struct Replay {
             ("exclusions refused", e.exclusionsRefused, e.exclusionsRefused, report.exclusionsRefused),
             ("portal windows not needed", e.portalWindowsNotNeeded, e.portalWindowsNotNeeded, report.portalWindowsNotNeeded),
             ("portal windows failed", e.portalWindowsFailed, e.portalWindowsFailed, report.portalWindowsFailed),
+            ("restarts in place", e.restartsInPlace, e.restartsInPlace, report.restartsInPlace),
             ("proxy addresses allowed", e.proxiesAllowed, e.proxiesAllowed, report.proxiesAllowed),
             ("proxy addresses refused", e.proxiesRefused, e.proxiesRefused, report.proxiesRefused),
             ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
@@ -1261,6 +1269,8 @@ struct EventQueue {
         case retake(Holding)
         case checkpoint(Int)
         case stateCheck(Int)
+        /// The agent restarts itself in place (`Effect.restart`).
+        case restartAgent
     }
     struct Entry {
         var at: Instant
@@ -1356,6 +1366,10 @@ extension Replay {
         case .ready: break
         case .giveUp(let why): report.gaveUp = (now, why)
         case .stop(let opens): report.stopped = (now, opens)
+        case .restart:
+            // The agent starts again in place (it execs itself), on the configuration as it is now.
+            report.restartsInPlace += 1
+            queue.push(now, .restartAgent)
         case .findOut(let request): findOut(request)
         case .followNotices(let wanted): notices = wanted
         case .reply(.excluded): report.excluded += 1

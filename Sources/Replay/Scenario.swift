@@ -187,7 +187,7 @@ public enum ScenarioEvent: Sendable {
     case stop(AgentEvent.Stop)
     /// The configuration is read again (SIGHUP) and describes the same tunnel: these tunables
     /// and on-demand rules from now on.
-    case reload(Config, OnDemandRules)
+    case reload(Config, OnDemandRules, tunnelChanges: [String])
     /// The agent's process ends and another starts: it keeps only what the real agent keeps in
     /// its runtime directory (`Reconnector.Memory`); sockets, timers and session keys are gone.
     case restart
@@ -362,6 +362,8 @@ public struct Expectations: Sendable {
     public var portalWindowsNotNeeded: Int?
     /// How many portal window requests failed (the lockdown refused to open for the window).
     public var portalWindowsFailed: Int?
+    /// How many times the agent restarted itself in place (a reload that changed the tunnel).
+    public var restartsInPlace: Int?
     /// How many addresses of a proxy named by host the lockdown let through, and refused.
     public var proxiesAllowed: Int?
     public var proxiesRefused: Int?

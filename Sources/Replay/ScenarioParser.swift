@@ -389,13 +389,15 @@ extension YAMLReader {
                 case let text: throw fail(value, "'stop' is signal (SIGTERM: the lockdown stays) or operator (agent stop: the machine opens), got \"\(text)\"")
                 }
             case "reload":
-                // The configuration read again (SIGHUP), describing the same tunnel: the scenario's
-                // `config` with these tunables on top, and the on-demand rules it gives now.
-                let reload = try fields(value, "'reload'", allowed: ["config", "on-demand"])
+                // The configuration read again (SIGHUP): the scenario's `config` with these tunables
+                // on top, the on-demand rules it gives now, and what of the tunnel it changes
+                // (`tunnel-changes`, by the configuration's keys; none: the same tunnel).
+                let reload = try fields(value, "'reload'", allowed: ["config", "on-demand", "tunnel-changes"])
                 var tunables = config
                 if let node = reload.optional("config") { try reconnectConfig(node, section: "'config'", into: &tunables) }
                 let rules = try opt(reload.optional("on-demand")) { node throws(ScenarioError) in try onDemandRules(node) }
-                add(.reload(tunables, rules ?? OnDemandRules()))
+                let changes = try list(reload.optional("tunnel-changes")).map { (item) throws(ScenarioError) in try string(item) }
+                add(.reload(tunables, rules ?? OnDemandRules(), tunnelChanges: changes))
             case "restart":
                 // The agent's process ends and a new one starts (a crash, a service manager's
                 // restart): once, or `{every, for}`.
@@ -601,7 +603,7 @@ extension YAMLReader {
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
             "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address", "resolvers-at",
-            "resolver-decisions", "proxies-allowed", "proxies-refused",
+            "resolver-decisions", "proxies-allowed", "proxies-refused", "restarts-in-place",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -637,6 +639,7 @@ extension YAMLReader {
             ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
             ("server-names-unusable", \.serverNamesUnusable), ("resolver-decisions", \.resolverDecisions),
             ("proxies-allowed", \.proxiesAllowed), ("proxies-refused", \.proxiesRefused),
+            ("restarts-in-place", \.restartsInPlace),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

@@ -129,6 +129,11 @@ extension ClientDaemon.CoreRunner {
         case .stop(let opens):
             opensMachine = opens
             running = false
+        case .restart(let changes):
+            log.warning("configuration reloaded: the tunnel itself changed; restarting", metadata: ["changed": "\(changes.joined(separator: ","))"])
+            restartRequested = true
+            opensMachine = false
+            running = false
         case .findOut(.probe(let probe, let path, let generation)): startProbe(probe, via: path, generation: generation)
         case .findOut(let request):
             if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }

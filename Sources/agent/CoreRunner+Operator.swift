@@ -47,10 +47,9 @@ extension ClientDaemon.CoreRunner {
         }
     }
 
-    /// SIGHUP: reads the configuration again. Tunables (the `reconnect` section) apply at once
-    /// and the tunnel stays; a change to the server, keys, credentials, tunnel device, routing
-    /// mode, lockdown or DNS takes the tunnel down and starts the agent afresh; a file with a
-    /// mistake changes nothing.
+    /// SIGHUP: reads the configuration again and tells the core what it gives and what of the
+    /// tunnel it changes; the core decides (tunables and rules apply to the running tunnel, another
+    /// tunnel restarts the agent in place: `Effect.restart`). A file with a mistake changes nothing.
     func reload() {
         let fresh: ClientSettings
         do {
@@ -60,12 +59,8 @@ extension ClientDaemon.CoreRunner {
             log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
             return
         }
-        guard fresh.sameTunnel(as: settings) else {
-            log.warning("configuration reloaded: the tunnel itself changed; restarting")
-            restartRequested = true
-            feed(.request(.stop(.restarting)))
-            return
-        }
+        feed(.reloaded(Reload(config: fresh.reconnect, rules: fresh.onDemand, tunnelChanges: settings.tunnelChanges(to: fresh))))
+        guard !restartRequested else { return }
         let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
             || fresh.portal != settings.portal
             || fresh.metricsFile != settings.metricsFile
@@ -80,7 +75,6 @@ extension ClientDaemon.CoreRunner {
         }
         settings = fresh
         control.operatorGroup = fresh.groupOperates ? ControlSocket.readerGroupID() : nil
-        feed(.reloaded(fresh.reconnect, fresh.onDemand))
         effects.setPersistentKeepalive(fresh.persistentKeepalive)
         log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
     }

@@ -407,11 +407,25 @@ extension [Effect] {
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
     _ = core.handle(proven(core, on: eth0), now: at(1))
-    #expect(core.handle(.reloaded(Config(), OnDemandRules([officeRule])), now: at(2)).isEmpty, "the same rules change nothing")
-    let reload = core.handle(.reloaded(Config(), OnDemandRules()), now: at(3))
+    #expect(core.handle(.reloaded(Reload(config: Config(), rules: OnDemandRules([officeRule]))), now: at(2)).isEmpty,
+            "the same rules change nothing")
+    let reload = core.handle(.reloaded(Reload(config: Config(), rules: OnDemandRules())), now: at(3))
     #expect(reload.contains(.followNotices(FactNotices())))
     #expect(reload.contains(.restoreLockdown))
     #expect(reload.attempts > 0)
+}
+
+/// A reload that changes the tunnel itself ends this agent for a new one in place, keeping the
+/// machine closed; its tunables are not applied to the tunnel it leaves.
+@Test func aReloadThatChangesTheTunnelRestartsTheAgentInPlace() {
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
+    var faster = Config()
+    faster.livenessTimeout = .milliseconds(300)
+    let effects = core.handle(.reloaded(Reload(config: faster, rules: OnDemandRules(), tunnelChanges: ["servers", "tcp"])), now: at(1))
+    #expect(effects == [.restart(because: ["servers", "tcp"])])
+    #expect(core.stopped && core.reconnector.config.livenessTimeout != .milliseconds(300))
+    #expect(core.handle(.timerFired(.handshake), now: at(5000)).isEmpty, "a stopping agent decides nothing more")
 }
 
 // MARK: The operator
