@@ -19,8 +19,9 @@ public final class Firewall {
     /// When to load what is wanted again after a refusal (a closing stays wanted; after a
     /// refused opening, what was there before is loaded again), until a load succeeds.
     public private(set) var retryDue: Instant?
-    /// Refusals since the table last held what it should.
+    /// Refusals since the table last held what it should, and the last one's error.
     public private(set) var refusals = 0
+    public private(set) var lastRefusal: LockdownError?
 
     /// How soon a refused closing change is tried again.
     public static let retryEvery: Duration = .seconds(1)
@@ -45,16 +46,18 @@ public final class Firewall {
         loaded = policy
     }
 
-    /// Makes `edit` to the policy and loads it. When nftables refuses, a change that opens
-    /// something is forgotten (the table keeps what it had); one that `closes` stays wanted and
-    /// is tried again, so a refusal can delay a closing but never undo it.
-    private func change(closes: Bool = false, _ edit: (inout LockdownPolicy) -> Void) throws(LockdownError) {
+    /// Makes `edit` to the policy and loads it. When nftables refuses, a change whose refusal the
+    /// caller answers (an opening the decision core asked for and hears the answer of: a server's
+    /// address, the proxy's, a portal window, the exclusion, a trusted network) is forgotten, and the table keeps what
+    /// it had; any other (a closing, or an opening nobody is told of: the local and guest networks,
+    /// the check's ports) stays wanted and is tried again, so a refusal can delay it but never undo it.
+    private func change(kept: Bool = false, _ edit: (inout LockdownPolicy) -> Void) throws(LockdownError) {
         let before = wanted
         edit(&wanted)
         do {
             try sync()
         } catch {
-            if !closes { wanted = before }
+            if !kept { wanted = before }
             throw error
         }
     }
@@ -67,6 +70,7 @@ public final class Firewall {
         } catch {
             refused = wanted
             refusals += 1
+            lastRefusal = error
             // A close that keeps failing with other changes is not put off by each of them.
             retryDue = min(retryDue ?? .now() + Self.retryEvery, .now() + Self.retryEvery)
             throw error
@@ -75,6 +79,7 @@ public final class Firewall {
         refused = nil
         retryDue = nil
         refusals = 0
+        lastRefusal = nil
     }
 
     /// Tries again to load what was refused; nil when the table now holds what it should.
@@ -90,7 +95,7 @@ public final class Firewall {
     /// The connectivity check's ports and the on-demand probes' (empty: none): the agent's marked
     /// sockets may open TCP to them.
     public func allowCheck(ports: [UInt16]) throws(LockdownError) {
-        try change { $0.checkPorts = ports }
+        try change(kept: true) { $0.checkPorts = ports }
     }
 
     /// An on-demand rule trusts the network on `interface`: the machine may talk to it directly
@@ -102,7 +107,7 @@ public final class Firewall {
 
     /// The trusted interface is locked again (tried again until it holds).
     public func restore() throws(LockdownError) {
-        try change(closes: true) { $0.trustedInterface = nil }
+        try change(kept: true) { $0.trustedInterface = nil }
     }
 
     /// Whose sockets get the session's exceptions.
@@ -115,13 +120,13 @@ public final class Firewall {
 
     /// Opens (or, with nil, closes: tried again until it holds) the portal window in the table.
     public func portalWindow(_ window: LockdownPolicy.PortalWindow?) throws(LockdownError) {
-        try change(closes: window == nil) { $0.portalWindow = window }
+        try change(kept: window == nil) { $0.portalWindow = window }
     }
 
     /// The excluded applications' cgroup is let through (or, with nil, no longer).
     public func exclusion(_ exclusion: LockdownPolicy.Exclusion?) throws(LockdownError) {
         guard case .full = wanted.scope, wanted.exclusion != exclusion else { return }
-        try change(closes: exclusion == nil) { $0.exclusion = exclusion }
+        try change(kept: exclusion == nil) { $0.exclusion = exclusion }
     }
 
     /// The network's resolvers the excluded applications' look-ups go to.
@@ -136,22 +141,23 @@ public final class Firewall {
 
     /// The HTTP proxy (named by host) is at `addresses` on the networks the machine is on now:
     /// the session's streams may open TCP to them at its port, and to no other address of it.
-    public func proxyAt(_ addresses: [IPAddress]) throws(LockdownError) {
+    /// A `closing` (addresses only taken out) stays wanted when refused, and is tried again.
+    public func proxyAt(_ addresses: [IPAddress], closing: Bool = false) throws(LockdownError) {
         guard var proxy = wanted.proxy, proxy.addresses != addresses else { return }
         proxy.addresses = addresses
-        try change { $0.proxy = proxy }
+        try change(kept: closing) { $0.proxy = proxy }
     }
 
     /// The tunnel device has these inner addresses now: nothing for them comes in on an uplink.
     /// A refusal is tried again, as a closing is.
     public func tunnelAddresses(_ addresses: [IPAddress]) throws(LockdownError) {
-        try change(closes: true) { $0.innerAddresses = addresses }
+        try change(kept: true) { $0.innerAddresses = addresses }
     }
 
     /// The tunnel's resolvers now: with allow-lan, they stay out of the LAN the firewall opens.
     public func tunnelResolvers(_ addresses: [IPAddress]) throws(LockdownError) {
         guard wanted.allowLAN, wanted.tunnelOnly != addresses else { return }
-        try change(closes: true) { $0.tunnelOnly = addresses }
+        try change(kept: true) { $0.tunnelOnly = addresses }
     }
 
     /// The bridges the machine's containers and VMs sit behind are these now: their traffic,
@@ -159,13 +165,13 @@ public final class Firewall {
     public func guestNetworks(_ interfaces: [String]) throws(LockdownError) {
         let names = interfaces.filter(LockdownPolicy.canQuote)
         guard wanted.guests != names else { return }
-        try change { $0.guests = names }
+        try change(kept: true) { $0.guests = names }
     }
 
     /// The uplinks' subnets changed: with allow-lan, the LAN the firewall lets through follows.
     public func localNetworksChanged(_ networks: [Prefix]) throws(LockdownError) {
         guard wanted.allowLAN else { return }
-        try change { $0.localNetworks = networks }
+        try change(kept: true) { $0.localNetworks = networks }
     }
 
     /// Someone else changed or deleted the table: what is wanted is loaded again, whole (a

@@ -57,6 +57,12 @@ public enum AgentEvent: Equatable, Sendable {
     case portalWindowOpened(Bool)
     /// The tunnel device is set up (see `Effect.attachTunnel`).
     case tunnelAttached
+    /// The lockdown could not be lifted as `Effect.liftLockdown` asked, and why: it stays whole.
+    case liftRefused(String)
+    /// The session cannot go on with the server it is to talk to (its protocol core could not be
+    /// made for `useServer`, `useAddress` or the first `bind`, or the session's thread could not
+    /// start), and why.
+    case sessionFailed(String)
     /// The tunnel device could not be set up for the session that just came up: why.
     case tunnelFailed(String)
     /// Whether the lockdown let the excluded applications' cgroup through (see
@@ -77,10 +83,11 @@ public enum AgentEvent: Equatable, Sendable {
     /// nothing went out on that path, and the session is not there.
     case bindFailed(Path.ID, why: String)
     /// What a look-up of the HTTP proxy's name on `path`'s network gave (see
-    /// `Effect.lookUpProxy`); nil when it failed.
+    /// `Effect.lookUpProxy`): its addresses; none when the name has none there (it does not
+    /// exist); nil when no name server answered.
     case proxyLookedUp(on: Path, addresses: [IPAddress]?)
     /// Whether the lockdown now lets the streams reach the proxy at `address` on `network`'s
-    /// network (see `Effect.allowProxy`).
+    /// network (see `Effect.proxyAt`).
     case proxyAllowed(on: NetworkKey, address: IPAddress, Bool)
 
     /// Short name of the event, as the `trigger` of a log line.
@@ -122,6 +129,8 @@ public enum AgentEvent: Equatable, Sendable {
         case .streamFailed: "stream-failed"
         case .bindFailed: "bind-failed"
         case .proxyLookedUp: "proxy-looked-up"
+        case .liftRefused: "lift-refused"
+        case .sessionFailed: "session-failed"
         case .proxyAllowed: "proxy-allowed"
         }
     }
@@ -181,6 +190,8 @@ public enum GiveUp: Equatable, Sendable {
     case rejected
     /// The tunnel device could not be set up.
     case tunnelFailed(String)
+    /// The session could not go on with its server (see `AgentEvent.sessionFailed`).
+    case sessionFailed(String)
 }
 
 /// What the operator should hear about a decision that leaves something as it was.
@@ -241,11 +252,12 @@ public enum Effect: Equatable, Sendable {
     /// Look up the HTTP proxy's name on `path`'s network (its queries over that uplink), off the
     /// deciding thread; the answer comes back as `AgentEvent.proxyLookedUp`.
     case lookUpProxy(on: Path)
-    /// Streams on `network`'s network go through the proxy at `address` from now on, once the
-    /// lockdown lets the agent's streams reach exactly `lockdown` at the proxy's port (every
-    /// network's proxy address, `ProxyBook`); whether it could comes back as
-    /// `AgentEvent.proxyAllowed`, and until it says yes the network's streams go where they went.
-    case allowProxy(on: NetworkKey, address: IPAddress, lockdown: [IPAddress])
+    /// Streams go through the proxy at the address `addresses` gives for their path's network,
+    /// and the lockdown lets the agent's streams reach exactly these addresses at the proxy's
+    /// port (`ProxyBook.lockdown`). `opening`: the network whose address is new, an opening
+    /// whose answer comes back as `AgentEvent.proxyAllowed` (until it says yes, that network's
+    /// streams go nowhere); nil when addresses only left (a closing, tried until it holds).
+    case proxyAt([NetworkKey: IPAddress], opening: NetworkKey?)
     /// The current server is at `address` now: the session's packets go there (`why`, for the log).
     case useAddress(IPAddress, why: String)
     /// The networks on the uplinks changed (the lockdown's local networks, the resolvers the
@@ -282,7 +294,8 @@ public enum Effect: Equatable, Sendable {
     /// `AgentEvent.exclusionOpened`. It stays until the agent ends.
     case openExclusion
     /// An on-demand rule trusts the network on `interface`: the lockdown, the tunnel's routes
-    /// and its resolvers step aside.
+    /// and its resolvers step aside. A lockdown that cannot be lifted comes back as
+    /// `AgentEvent.liftRefused` (and the routes and resolvers stay).
     case liftLockdown(interface: String)
     /// The lockdown, the tunnel's routes and its resolvers are back.
     case restoreLockdown
@@ -492,8 +505,11 @@ public struct AgentCore: Sendable {
         flaps.window = reconnector.config.flapStableAfter  // a reload may change it
         let interfaces = Set(reconnector.paths.map(\.interface))
         var out = decide(event, now: now)
-        // The proxy's name is looked up on every network the machine is on that has not been asked.
-        if !stopped { askProxy(&out) { $1 == nil } }
+        // Networks the machine left are forgotten; those it has not asked about are asked.
+        if !stopped, proxies != nil {
+            keepProxies(now, &out)
+            askProxy(&out) { $1 == nil }
+        }
         // The tunnel's resolvers follow what the event changed (a handshake, the device, the
         // local networks, the lockdown lifted or back).
         if !stopped, let decision = resolvers?.decision() { out.append(.resolvers(decision)) }
@@ -609,7 +625,15 @@ public struct AgentCore: Sendable {
                 askProxy(&out) { key, entry in key == NetworkKey(uplink) && entry?.address != nil }
             }
             run(.streamFailed(on: id, why: why), now, &out)
-        case .proxyLookedUp(let path, let addresses): proxyLookedUp(on: path, addresses, &out)
+        case .proxyLookedUp(let path, let addresses): proxyLookedUp(on: path, addresses, now, &out)
+        case .sessionFailed(let why):
+            // A session that cannot talk to its server would send nothing and hear nothing: the
+            // agent ends, with why, for its service manager to start it afresh (the lockdown stays).
+            return giveUp(.sessionFailed(why))
+        case .liftRefused(let why):
+            guard lockdownLifted else { break }
+            resolvers?.restore()
+            run(.liftRefused(why: why), now, &out)
         case .proxyAllowed(let key, let address, let ok):
             guard proxies?.allowed(key, address, ok) == true, let reachable = proxies?.reachable else { break }
             run(.streamNetworks(reachable), now, &out)
@@ -752,16 +776,48 @@ public struct AgentCore: Sendable {
         }
     }
 
+    /// Forgets the networks the machine is no longer on: their addresses leave the lockdown and
+    /// the networks a stream can open on.
+    private mutating func keepProxies(_ now: Instant, _ out: inout [Effect]) {
+        guard var book = proxies else { return }
+        let before = book.reachable
+        let current = Set(network.paths.filter { $0.transport == .udp }.map(NetworkKey.init))
+        guard book.keep(only: current) else { return }
+        proxies = book
+        out.append(.proxyAt(book.lockdown, opening: nil))
+        if book.reachable != before { run(.streamNetworks(book.reachable), now, &out) }
+    }
+
     /// A look-up of the proxy's name on `path`'s network answered: its first address that
-    /// network's streams can reach (the path's family, outside the tunnel's own routes) is
-    /// proposed to the lockdown.
-    private mutating func proxyLookedUp(on path: Path, _ addresses: [IPAddress]?, _ out: inout [Effect]) {
-        let usable = addresses?.first { address in
-            address.family == path.source.family && !tunnelCarries.contains { $0.contains(address) }
-        }
+    /// network's streams may reach (`mayDial`) is proposed to the lockdown; a name with none
+    /// there takes what was known out; no answer changes nothing.
+    private mutating func proxyLookedUp(on path: Path, _ addresses: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
+        guard var book = proxies else { return }
         let key = NetworkKey(path)
-        guard let lockdown = proxies?.answered(key, usable), let usable else { return }
-        out.append(.allowProxy(on: key, address: usable, lockdown: lockdown))
+        let answer: ProxyBook.Answer = switch addresses?.first(where: { Self.mayDial($0, from: path, carried: tunnelCarries) }) {
+        case let usable?: .address(usable)
+        case nil: addresses == nil ? .noAnswer : .none
+        }
+        let before = book.reachable
+        let change = book.answered(key, answer)
+        proxies = book
+        switch change {
+        case .open?: out.append(.proxyAt(book.lockdown, opening: key))
+        case .close?:
+            out.append(.proxyAt(book.lockdown, opening: nil))
+            if book.reachable != before { run(.streamNetworks(book.reachable), now, &out) }
+        case nil: break
+        }
+    }
+
+    /// Whether the agent may open its streams to a proxy at `address` (as a name's answer gives
+    /// it) from `path`: the path's family, outside the tunnel's own routes, and a host on a
+    /// network, never this machine, a multicast or broadcast group, an unspecified or a
+    /// link-local address (which a forged answer could point the proxy's password at).
+    public static func mayDial(_ address: IPAddress, from path: Path, carried: [Prefix]) -> Bool {
+        address.family == path.source.family && !carried.contains { $0.contains(address) }
+            && !address.isUnspecified && !address.isLoopback && !address.isMulticast && !address.isLinkLocal
+            && !address.isV4Mapped && address != .v4(0xFFFF_FFFF)
     }
 
     /// Asks for a look-up of the current server's name (one at a time).

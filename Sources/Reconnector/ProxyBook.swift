@@ -1,14 +1,16 @@
 public import Basics
 
-/// Where the HTTP proxy is on each network, when the configuration names it by host. Kept by
-/// `AgentCore`; pure.
+/// Where the HTTP proxy is on each network the machine is on, when the configuration names it by
+/// host. Kept by `AgentCore`; pure.
 ///
 /// A proxy's name is usually the local network's own (its DHCP search domain, its split-horizon
-/// DNS): it is looked up on each network the machine is on, over that network's uplink, and the
-/// lockdown lets the agent's streams reach the addresses those look-ups gave and nothing else.
-/// No stream is tried on a network before its look-up answered and the lockdown let the answer
-/// through. A network's name is asked again when a stream through the proxy fails there, after
-/// a wake, and every `ServerBook.lookUpEvery` while the agent backs off on a network with none.
+/// DNS): it is looked up on each network, over that network's uplink, and the lockdown lets the
+/// agent's streams reach the addresses those look-ups gave and nothing else. No stream is tried
+/// on a network before its look-up answered and the lockdown let the answer through. Only the
+/// networks the machine is on now are kept: one it left is forgotten, so a network that comes
+/// back, or another that looks the same (the same interface and gateway address at a café as at
+/// the office), is asked afresh, and a proxy's password never goes to an address another
+/// network's answer gave.
 public struct ProxyBook: Equatable, Sendable {
     public struct Entry: Equatable, Sendable {
         /// The address streams on this network go to, once the lockdown let it through.
@@ -19,53 +21,73 @@ public struct ProxyBook: Equatable, Sendable {
         public var proposed: IPAddress?
     }
 
+    /// What a look-up of the name on a network gave.
+    public enum Answer: Equatable, Sendable {
+        /// The address that network's streams go to.
+        case address(IPAddress)
+        /// The name has no usable address there (it does not exist, has none of the path's
+        /// family, or only ones no stream may go to): what was known there is forgotten.
+        case none
+        /// No answer (no name server answered in time): what was known stays.
+        case noAnswer
+    }
+
     public private(set) var networks: [NetworkKey: Entry] = [:]
-    /// The networks asked about, least recently first.
-    private var order: [NetworkKey] = []
-    /// At most this many networks are remembered (and as many addresses let through); the one
-    /// asked about longest ago goes first.
+    /// At most this many networks are asked about (and as many addresses let through).
     public static let networksKept = 8
 
     public init() {}
 
     public subscript(key: NetworkKey) -> Entry? { networks[key] }
 
+    /// Each network's address that streams may reach: those the lockdown let through, and those
+    /// it is being asked to.
+    public var lockdown: [NetworkKey: IPAddress] { networks.compactMapValues { $0.proposed ?? $0.address } }
+
     /// The networks a stream can open on: those with an address the lockdown lets through.
     public var reachable: Set<NetworkKey> { Set(networks.compactMap { $0.value.address == nil ? nil : $0.key }) }
 
-    /// Asks for a look-up on `key`'s network: true when one should start now (none is out there).
+    /// Forgets every network but `current`: true when an address left what the lockdown holds.
+    mutating func keep(only current: Set<NetworkKey>) -> Bool {
+        let gone = networks.keys.filter { !current.contains($0) }
+        let had = gone.contains { networks[$0]?.address != nil || networks[$0]?.proposed != nil }
+        for key in gone { networks[key] = nil }
+        return had
+    }
+
+    /// Asks for a look-up on `key`'s network: true when one should start now (none is out there,
+    /// and fewer than `networksKept` networks are kept).
     mutating func ask(_ key: NetworkKey) -> Bool {
-        guard networks[key]?.asking != true else { return false }
-        networks[key, default: Entry()].asking = true
-        order.removeAll { $0 == key }
-        order.append(key)
-        if order.count > Self.networksKept, let oldest = order.first(where: { networks[$0]?.asking != true }) {
-            order.removeAll { $0 == oldest }
-            networks[oldest] = nil
+        if let entry = networks[key] {
+            guard !entry.asking else { return false }
+        } else if networks.count >= Self.networksKept {
+            return false
         }
+        networks[key, default: Entry()].asking = true
         return true
     }
 
-    /// The look-up on `key`'s network answered with `address` to use there (nil: nothing usable,
-    /// and what was known stays). What the lockdown should let through, when it must change.
-    mutating func answered(_ key: NetworkKey, _ address: IPAddress?) -> [IPAddress]? {
-        guard var entry = networks[key] else { return nil }
+    /// What changes when a look-up on `key`'s network answered: an address to let through (an
+    /// opening, which the lockdown answers), one to take out (a closing), or nothing.
+    enum Change: Equatable { case open(IPAddress), close }
+
+    mutating func answered(_ key: NetworkKey, _ answer: Answer) -> Change? {
+        guard var entry = networks[key] else { return nil }  // a network left since
         entry.asking = false
         defer { networks[key] = entry }
-        guard let address, address != entry.address else { return nil }
-        entry.proposed = address
-        return lockdown(with: address, on: key)
-    }
-
-    /// The addresses the lockdown lets through once `key`'s network is at `address`: every
-    /// network's, that one's new one in place of its old.
-    private func lockdown(with address: IPAddress, on key: NetworkKey) -> [IPAddress] {
-        var all: [IPAddress] = []
-        for other in order {
-            let entry = other == key ? address : networks[other]?.address
-            if let entry, !all.contains(entry) { all.append(entry) }
+        switch answer {
+        case .noAnswer:
+            return nil
+        case .none:
+            guard entry.address != nil || entry.proposed != nil else { return nil }
+            entry.address = nil
+            entry.proposed = nil
+            return .close
+        case .address(let address):
+            guard address != entry.address else { return nil }
+            entry.proposed = address
+            return .open(address)
         }
-        return all
     }
 
     /// The lockdown said whether it lets the streams reach `address` on `key`'s network: true

@@ -265,6 +265,10 @@ public struct Reconnector: Sendable {
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         case .bindFailed(let id, let why): bindFailed(on: id, why: why, now, &out)
         case .streamNetworks(let networks): streamNetworksChanged(networks, now, &out)
+        case .liftRefused(let why):
+            // The rule's word on the tunnel stands; the machine stays closed, and says so.
+            guard case .disconnected(let rule, _?) = state else { coalesced += 1; break }
+            enter(.disconnected(rule: rule, lifted: nil), .liftRefused(why), now, &out)
         }
         return out
     }

@@ -74,6 +74,9 @@ public enum Input: Equatable, Sendable {
     /// address or an IPv6 address is tentative), and why: nothing was sent on that path, and the
     /// session is not there.
     case bindFailed(on: Path.ID, why: String)
+    /// The lockdown could not be lifted as a rule asked (nftables refused), and why: it stays
+    /// whole, and the tunnel stays down as the rule said.
+    case liftRefused(why: String)
     /// The networks a stream can open on now, when that depends on the network: the HTTP
     /// proxy is named by host, and these are the networks whose look-up of its name gave an
     /// address the lockdown lets the streams reach (see `ProxyBook`).
@@ -108,6 +111,7 @@ public enum Input: Equatable, Sendable {
         case .streamFailed: "stream-failed"
         case .bindFailed: "bind-failed"
         case .streamNetworks: "stream-networks"
+        case .liftRefused: "lift-refused"
         }
     }
 }
@@ -369,6 +373,8 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
     /// The socket on this path could not be bound, and why; it is bound again after `retryIn`,
     /// or (nil) the path is given up as a failed attempt.
     case bindFailed(String, why: String, retryIn: Duration?)
+    /// A rule lifted the lockdown, but it could not be lifted (why): it stays whole.
+    case liftRefused(String)
     /// The HTTP proxy's name gave an address on the network on this interface: a stream can
     /// open there now.
     case proxyFound(String)
@@ -432,6 +438,7 @@ public enum Reason: Equatable, Sendable, CustomStringConvertible {
         case .bindFailed(let p, let why, let retry?): "bindFailed(\(p): \(why); again in \(retry.short))"
         case .bindFailed(let p, let why, nil): "bindFailed(\(p): \(why); path given up)"
         case .proxyFound(let i): "proxyFound(\(i))"
+        case .liftRefused(let why): "liftRefused(\(why))"
         case .udpRetest(let i): "udpRetest(\(i))"
         case .udpAnswered(let i, let rtt): "udpAnswered(\(i) rtt \(rtt.short))"
         case .udpStillSilent(let i, let n): "udpStillSilent(\(i) \(n) probes)"

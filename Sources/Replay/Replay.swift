@@ -509,6 +509,8 @@ public struct Replay {
         feed(.start)
     }
     private var trafficPaused = false
+    /// The world refused to lift the lockdown and the core has not heard yet.
+    private var liftRefusalOnItsWay = false
     /// This process of the agent has its tunnel device.
     private var deviceAttached = false
 
@@ -942,6 +944,7 @@ public struct Replay {
 
     private mutating func feed(_ event: AgentEvent) {
         report.inputs += 1
+        if case .liftRefused = event { liftRefusalOnItsWay = false }
         if keepsTrace { report.trace.append((now, event)) }
         let before = reconnector.state
         feeding = (event, before, false)
@@ -1003,7 +1006,7 @@ public struct Replay {
         // The lockdown is lifted only while a rule keeps the tunnel down on the very network it
         // trusts, and never anywhere else.
         if case .disconnected(_, let lifted) = reconnector.state, let lifted {
-            if !lockdownLifted { violation("the core says the lockdown is lifted, the world's is whole") }
+            if !lockdownLifted, !liftRefusalOnItsWay { violation("the core says the lockdown is lifted, the world's is whole") }
             if kernel.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
         } else if lockdownLifted {
             violation("the lockdown is lifted in \(reconnector.state.name), on \(event.name)")
@@ -1334,11 +1337,17 @@ extension Replay {
             queue.push(now + scenario.rtt, .answer(.serverLookedUp(server: index, addresses: answer)))
         case .lookUpProxy(let path):
             // The network's resolver answers after a round trip, as for the server's name.
-            let answer = sleeping || filter(path.interface) == .udp ? nil : proxyNames[path.interface].flatMap { $0.isEmpty ? nil : $0 }
+            // A name the network does not know is answered so (none); nothing answers on a
+            // network that drops every datagram, or while asleep.
+            let answer = sleeping || filter(path.interface) == .udp ? nil : proxyNames[path.interface] ?? []
             queue.push(now + roundTrip(path.id), .answer(.proxyLookedUp(on: path, addresses: answer)))
-        case .allowProxy(let key, let address, _):
+        case .proxyAt(let addresses, let opening):
+            guard let key = opening, let address = addresses[key] else {
+                proxyAt = addresses  // a closing holds
+                break
+            }
             let refused = scenario.lockdownRefuses.contains(.proxy)
-            if !refused { proxyAt[key] = address }
+            if !refused { proxyAt = addresses }
             if refused { report.proxiesRefused += 1 } else { report.proxiesAllowed += 1 }
             queue.push(now, .answer(.proxyAllowed(on: key, address: address, !refused)))
         case .allowServer(let index, let address, _):
@@ -1361,7 +1370,12 @@ extension Replay {
             if !refused { openPortalWindow(via: path) }
             queue.push(now, .answer(.portalWindowOpened(!refused)))
         case .closePortalWindow: closePortalWindow()
-        case .liftLockdown(let interface): liftLockdown(interface: interface)
+        case .liftLockdown(let interface):
+            guard !scenario.lockdownRefuses.contains(.lift) else {
+                liftRefusalOnItsWay = true
+                return queue.push(now, .answer(.liftRefused("Error: Could not process rule: Device or resource busy")))
+            }
+            liftLockdown(interface: interface)
         case .restoreLockdown: restoreLockdown()
         case .ready: break
         case .giveUp(let why): report.gaveUp = (now, why)

@@ -81,6 +81,8 @@ public struct Scenario: Sendable {
         case exclusion
         /// The proxy named by host, at the address its name gave on a network.
         case proxy
+        /// A trusted network an on-demand rule lifts the lockdown for.
+        case lift
     }
     /// The TCP port of the gateway's stream transport in the client's configuration (443 by
     /// default), and the HTTP proxy it goes through, if it names one: what a network that lets

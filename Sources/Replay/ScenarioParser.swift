@@ -148,7 +148,7 @@ extension YAMLReader {
         for node in try list(top.optional("lockdown-refuses")) {
             let text = try string(node)
             guard let opening = Scenario.LockdownOpening(rawValue: text) else {
-                throw fail(node, "'lockdown-refuses' lists portal-window, exclusion and proxy, got \"\(text)\"")
+                throw fail(node, "'lockdown-refuses' lists portal-window, exclusion, proxy and lift, got \"\(text)\"")
             }
             scenario.lockdownRefuses.insert(opening)
         }

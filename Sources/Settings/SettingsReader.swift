@@ -386,10 +386,15 @@ extension YAMLReader {
         return name
     }
 
-    /// Whether `name` is a DNS host name (not an address): letters, digits and '-' in labels.
+    /// Whether `name` is a DNS host name (not an address): letters, digits and '-' in labels,
+    /// the last not a number (decimal, or hexadecimal after `0x`), which the C library's resolver
+    /// would read as an address (`127.1`, `0x7f000001`).
     static func isHostName(_ name: String) -> Bool {
-        (1...253).contains(name.utf8.count) && IPAddress(name) == nil
-            && name.split(separator: ".", omittingEmptySubsequences: false).allSatisfy {
+        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        let last = labels.last.map { $0.lowercased() } ?? ""
+        let numeric = last.allSatisfy(\.isNumber) || (last.hasPrefix("0x") && last.dropFirst(2).allSatisfy(\.isHexDigit))
+        return (1...253).contains(name.utf8.count) && IPAddress(name) == nil && !numeric
+            && labels.allSatisfy {
                 (1...63).contains($0.utf8.count) && $0.utf8.allSatisfy { c in
                     (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2D
                 }

@@ -13,7 +13,7 @@ public enum MarkedLookup {
     /// `avoiding`: the tunnel's own resolvers, which the system's configuration lists while the
     /// tunnel is up (resolv.conf saves the previous file, systemd-resolved's list has every link's).
     /// `device`: the queries go out over that interface alone (a name of that network's own).
-    public static func addresses(of host: String, mark: UInt32, avoiding: [IPAddress] = [], device: String? = nil,
+    public static func addresses(of host: String, mark: UInt32?, avoiding: [IPAddress] = [], device: String? = nil,
                                  etc: String = "/etc") throws(ResolverError) -> [IPAddress] {
         let name = host.lowercased().hasSuffix(".") ? String(host.lowercased().dropLast()) : host.lowercased()
         let fromHosts = hostsFile(SystemFiles.text(etc + "/hosts") ?? "", name: name)
@@ -53,7 +53,7 @@ public enum MarkedLookup {
     }
 
     /// Asks each name server in turn for A and AAAA records of `name`.
-    private static func query(_ name: String, _ configuration: ResolvConf, mark: UInt32, device: String?) -> Outcome {
+    private static func query(_ name: String, _ configuration: ResolvConf, mark: UInt32?, device: String?) -> Outcome {
         let queries = [DNSMessage.query(name, type: DNSMessage.a, id: UInt16.random(in: 0...UInt16.max)),
                        DNSMessage.query(name, type: DNSMessage.aaaa, id: UInt16.random(in: 0...UInt16.max))]
         for _ in 0..<configuration.attempts {
@@ -71,7 +71,7 @@ public enum MarkedLookup {
     /// Sends `queries` to `server` port 53 from a marked socket and waits up to `timeout` for
     /// an answer to each, from that server alone; nil when the socket cannot be made or nothing came.
     private static func ask(_ server: IPAddress, _ queries: [(id: UInt16, bytes: [UInt8])], timeout: Duration,
-                            mark: UInt32, device: String?) -> [DNSMessage.Answer]? {
+                            mark: UInt32?, device: String?) -> [DNSMessage.Answer]? {
         let peer = SocketAddress(server, port: 53)
         let any: IPAddress = server.family == .v4 ? .v4(0) : .v6(0, 0)
         guard let socket = try? UDPSocket(bindingTo: SocketAddress(any, port: 0), device: device, mark: mark) else { return nil }

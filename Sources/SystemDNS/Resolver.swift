@@ -9,11 +9,11 @@ public enum Resolver {
     /// With `mark` (full mode), the look-up goes out on marked sockets (`MarkedLookup`), past
     /// the lockdown and the tunnel's routes.
     /// `avoiding` names the tunnel's own resolvers, which cannot answer while it is down.
-    /// `device` (with `mark`): the queries go out over that interface alone.
+    /// `device`: the queries go out over that interface alone (`MarkedLookup`, marked or not).
     public static func addresses(of host: String, mark: UInt32? = nil, avoiding: [IPAddress] = [],
                                  device: String? = nil) throws(ResolverError) -> [IPAddress] {
         if let address = IPAddress(host) { return [address] }
-        if let mark { return try MarkedLookup.addresses(of: host, mark: mark, avoiding: avoiding, device: device) }
+        if mark != nil || device != nil { return try MarkedLookup.addresses(of: host, mark: mark, avoiding: avoiding, device: device) }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
         var result: UnsafeMutablePointer<addrinfo>?

@@ -165,6 +165,11 @@ extension ClientDaemon {
                                      notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) },
                                      streamTold: { [weak mailbox] id, carrier, event in mailbox?.post(.stream(id, carrier, event)) })
             if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
+            // Every server's protocol core can be made (its key is one a session can pin): a
+            // failover never finds out late that it cannot turn to one.
+            for (index, server) in servers.enumerated() {
+                do { _ = try effects.core(for: index) } catch { throw AgentError("server \(server.entry.name): \(error)") }
+            }
         }
 
         /// The proxy of the `tcp` section, with the password from its file (read once, here). A

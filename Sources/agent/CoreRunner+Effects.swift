@@ -55,8 +55,21 @@ extension ClientDaemon.CoreRunner {
     }
 
     /// Carries one of the core's effects out on the session's sockets, the lockdown and the
-    /// resolvers.
+    /// resolvers. A change of the lockdown that nftables refused and that no answer tells the core
+    /// of (the local and guest networks, a restore, a window closed, the tunnel's addresses) is
+    /// the lockdown not being as it should: the core hears it as damage (`Upkeep`), and has it
+    /// put back; meanwhile the firewall tries it again every second.
     func perform(_ effect: Effect) {
+        let refusals = effects.firewall?.refusals ?? 0
+        carryOut(effect)
+        guard let firewall = effects.firewall, firewall.refusals > refusals, let error = firewall.lastRefusal else { return }
+        switch effect {
+        case .restore, .allowServer, .proxyAt(_, opening: _?), .openPortalWindow, .openExclusion, .liftLockdown: return  // answered
+        default: produced.append(.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil)))
+        }
+    }
+
+    private func carryOut(_ effect: Effect) {
         switch effect {
         // A socket that could not be had is the core's to decide on: it hears of it.
         case .bind(let path, _, _):
@@ -79,15 +92,18 @@ extension ClientDaemon.CoreRunner {
             service.transition(transition)
             metrics.record(transition)
             log.info("transition", metadata: transition.metadata)
-        case .useServer(let index, let address): effects.useServer(index, at: address)
+        case .useServer(let index, let address):
+            if let failure = effects.useServer(index, at: address) { produced.append(.sessionFailed(failure)) }
         case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
         case .lookUpServer(let index): lookUp(index)
         case .lookUpProxy(let path): lookUpProxy(on: path)
-        case .allowProxy(let network, let address, let lockdown):
-            produced.append(.proxyAllowed(on: network, address: address, effects.allowProxy(on: network, at: address, lockdown: lockdown)))
+        case .proxyAt(let addresses, let opening):
+            let allowed = effects.proxyAt(addresses, opening: opening)
+            if let opening, let address = addresses[opening] { produced.append(.proxyAllowed(on: opening, address: address, allowed)) }
         case .allowServer(let index, let address, let lockdown):
             produced.append(.serverAllowed(server: index, address: address, effects.allow(lockdown)))
-        case .useAddress(let address, let why): effects.useAddress(address, why: why)
+        case .useAddress(let address, let why):
+            if let failure = effects.useAddress(address, why: why) { produced.append(.sessionFailed(failure)) }
         case .localNetworks(let prefixes, let widerClaims): effects.localNetworksChanged(prefixes, widerClaims: widerClaims)
         case .guestNetworks(let guests): effects.guestNetworksChanged(guests)
         case .completeHandover: effects.completeHandover()
@@ -112,8 +128,8 @@ extension ClientDaemon.CoreRunner {
             metrics.portalWindow(open: false)
             effects.closePortalWindow()
         case .liftLockdown(let interface):
+            if let refused = effects.liftLockdown(interface: interface) { return produced.append(.liftRefused(refused)) }
             metrics.lockdownLifted(true)
-            effects.liftLockdown(interface: interface)
         case .restoreLockdown:
             metrics.lockdownLifted(false)
             effects.restoreLockdown()
@@ -125,7 +141,7 @@ extension ClientDaemon.CoreRunner {
         case .giveUp(.rejected):
             giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
                 + "users list this client's public key")
-        case .giveUp(.tunnelFailed(let why)): giveUp(why)
+        case .giveUp(.tunnelFailed(let why)), .giveUp(.sessionFailed(let why)): giveUp(why)
         case .stop(let opens):
             opensMachine = opens
             running = false

@@ -100,10 +100,13 @@ extension ClientDaemon.CoreRunner {
         case .lookedUp(let index, let result):
             lookedUp(index, result)
         case .proxyLookedUp(let path, let result):
-            if case .failure(let error) = result {
+            switch result {
+            case .success(let addresses): feed(.proxyLookedUp(on: path, addresses: addresses))
+            case .failure(let error):
+                // A name the network does not know is an answer; no answer is none.
                 log.warning("the proxy's name has no address on this network", metadata: ["path": "\(path.interface)", "error": "\(error)"])
+                feed(.proxyLookedUp(on: path, addresses: error.isTemporary ? nil : []))
             }
-            feed(.proxyLookedUp(on: path, addresses: try? result.get()))
         case .notice(let notice):
             handle(notice)
         case .control(let call):

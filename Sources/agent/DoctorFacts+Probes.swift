@@ -10,6 +10,7 @@ import Glibc
 import Lockdown
 import Netlink
 import PathMonitor
+import Reconnector
 import Settings
 import Streams
 import Synchronization
@@ -110,8 +111,9 @@ extension DoctorFacts {
             if let named = stream.proxy, named.address == nil {
                 // Named by host: as the agent does, its name is looked up over this path's uplink.
                 let found = try Resolver.addresses(of: named.endpoint.host, mark: mark, device: path.interface)
-                guard let usable = found.first(where: { $0.family == path.source.family }) else {
-                    return .notTried("the proxy's name \(named.endpoint.host) gave no \(path.source.family) address on \(path.interface)")
+                guard let usable = found.first(where: { AgentCore.mayDial($0, from: path, carried: settings.mode.splitPrefixes) }) else {
+                    return .notTried("the proxy's name \(named.endpoint.host) gave no address a stream from \(path.interface) may go to "
+                        + "(\(found.map(\.description).joined(separator: ", ")))")
                 }
                 at = usable
             }

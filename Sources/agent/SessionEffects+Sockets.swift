@@ -15,12 +15,15 @@ enum SocketFailure: Error {
     case bind(String)
     /// The stream could not be started.
     case stream(String)
+    /// The session could not be started on its first socket (its protocol core, its thread).
+    case session(String)
 
     /// The event that tells the core of it.
     func event(on id: Path.ID) -> AgentEvent {
         switch self {
         case .bind(let why): .bindFailed(id, why: why)
         case .stream(let why): .streamFailed(id, why: why)
+        case .session(let why): .sessionFailed(why)
         }
     }
 }
@@ -52,12 +55,12 @@ extension SessionEffects {
             forgetSocketsNotOn(paths)
             throw error
         }
+        defer { forgetSocketsNotOn(paths) }
         if let client {
             client.rebind(to: socket)
-        } else {
-            start(on: socket)
+        } else if let failure = start(on: socket) {
+            throw .session(failure)
         }
-        forgetSocketsNotOn(paths)
     }
 
     func handshake(on path: Path) throws(SocketFailure) {

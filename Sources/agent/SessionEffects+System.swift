@@ -74,10 +74,17 @@ extension SessionEffects {
 
     // MARK: On-demand rules
 
-    /// An on-demand rule trusts the network: the tunnel's routes, its resolvers and the
-    /// lockdown step aside (the session has ended already), and the machine talks to the
-    /// network directly. Each step that fails is logged; the others still happen.
-    func liftLockdown(interface: String) {
+    /// An on-demand rule trusts the network: the lockdown, then the tunnel's routes and its
+    /// resolvers step aside (the session has ended already), and the machine talks to the
+    /// network directly. A lockdown that cannot be lifted leaves all three as they are: why is
+    /// returned, for the core. A route or resolver step that fails is logged; the others still happen.
+    func liftLockdown(interface: String) -> String? {
+        do {
+            try firewall?.lift(for: interface)
+        } catch {
+            log.error("cannot lift the lockdown; it stays, with the tunnel's routes and resolvers", metadata: ["error": "\(error)"])
+            return "\(error)"
+        }
         lockdownLifted = true
         do {
             try routes?.remove()
@@ -92,13 +99,9 @@ extension SessionEffects {
                 log.error("cannot take the tunnel's resolvers back", metadata: ["error": "\(error)"])
             }
         }
-        do {
-            try firewall?.lift(for: interface)
-        } catch {
-            log.error("cannot lift the lockdown; it stays", metadata: ["error": "\(error)"])
-        }
         log.notice("lockdown lifted: the network is trusted", metadata: ["interface": "\(interface)",
             "routes": "\(routes == nil ? "removed" : "kept")", "lockdown": "\(firewall?.trustedInterface.map { "open on \($0) only" } ?? "none")"])
+        return nil
     }
 
     /// The lockdown first (so nothing leaves in clear meanwhile), then the tunnel's routes and

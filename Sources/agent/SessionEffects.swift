@@ -154,31 +154,43 @@ final class SessionEffects {
         return true
     }
 
-    /// Streams on `network`'s network go through the proxy at `address`, once the lockdown lets
-    /// the streams reach exactly `lockdown` (every network's proxy address); false, with the
-    /// old ones kept, when it cannot.
-    func allowProxy(on network: NetworkKey, at address: IPAddress, lockdown: [IPAddress]) -> Bool {
+    /// Streams go through the proxy at each network's address in `addresses`, once the lockdown
+    /// lets the streams reach exactly those; `opening` names the network whose address is new.
+    /// False, with what was there kept, when the lockdown cannot open to it; a closing (nil) is
+    /// kept wanted and tried again by the firewall, and no stream goes to an address that left.
+    func proxyAt(_ addresses: [NetworkKey: IPAddress], opening: NetworkKey?) -> Bool {
+        let lockdown = Array(Set(addresses.values)).sorted { $0.description < $1.description }
         do {
-            try firewall?.proxyAt(lockdown)
+            try firewall?.proxyAt(lockdown, closing: opening == nil)
         } catch {
+            guard let opening else {
+                log.error("cannot take the proxy's old addresses out of the lockdown; tried again", metadata: ["error": "\(error)"])
+                proxyAt = addresses
+                return false
+            }
             log.error("cannot open the lockdown firewall to the proxy's address; its streams stay closed on that network",
-                      metadata: ["network": "\(network)", "proxy": "\(address)", "error": "\(error)"])
+                      metadata: ["network": "\(opening)", "proxy": "\(addresses[opening].map { "\($0)" } ?? "-")", "error": "\(error)"])
             return false
         }
-        proxyAt = proxyAt.filter { lockdown.contains($0.value) }
-        proxyAt[network] = address
-        log.info("proxy found", metadata: ["network": "\(network)", "proxy": "\(SocketAddress(address, port: proxy?.address.port ?? 0))"])
+        proxyAt = addresses
+        if let opening, let address = addresses[opening] {
+            log.info("proxy found", metadata: ["network": "\(opening)", "proxy": "\(SocketAddress(address, port: proxy?.address.port ?? 0))"])
+        }
         return true
     }
 
-    /// The current server is at `address` now.
-    func useAddress(_ address: IPAddress, why: String) {
+    /// The current server is at `address` now; why the session cannot turn to it, if it cannot.
+    func useAddress(_ address: IPAddress, why: String) -> String? {
         let moved = SocketAddress(address, port: server.port)
         log.info("server address changed", metadata: ["server": "\(serverName)", "from": "\(server)", "to": "\(moved)", "why": "\(why)"])
         server = moved
         // A server turned to before it had an address gets the session now.
-        if clientServer == serverIndex { client?.setServer(moved) } else { turnClient() }
-        restreamToServer()
+        defer { restreamToServer() }
+        if clientServer == serverIndex {
+            client?.setServer(moved)
+            return nil
+        }
+        return turnClient()
     }
 
     // MARK: Several servers
@@ -186,29 +198,34 @@ final class SessionEffects {
     /// The current server, by name.
     var serverName: String { servers[serverIndex].entry.name }
 
-    /// The session is with server `index` at `address` from now on; its handshake follows.
-    func useServer(_ index: Int, at address: IPAddress?) {
-        guard servers.indices.contains(index) else { return }
+    /// The session is with server `index` at `address` from now on; its handshake follows. Why
+    /// the session cannot turn to it, if it cannot.
+    func useServer(_ index: Int, at address: IPAddress?) -> String? {
+        guard servers.indices.contains(index) else { return nil }
         serverIndex = index
         handover = nil
         guard let address = address.flatMap({ socketAddress(index, $0) }) else {
             // Its name is looked up; the session turns to it once it has an address.
-            return log.warning("a server has no usable address now", metadata: ["server": "\(serverName)"])
+            log.warning("a server has no usable address now", metadata: ["server": "\(serverName)"])
+            return nil
         }
         server = address
-        turnClient()
-        restreamToServer()
+        defer { restreamToServer() }
+        return turnClient()
     }
 
-    /// The session's client talks to the current server, at its address, from now on.
-    func turnClient() {
-        guard let client else { return }  // the first socket starts the session with this server
+    /// The session's client talks to the current server, at its address, from now on; why it
+    /// cannot, if it cannot (its protocol core cannot be made).
+    func turnClient() -> String? {
+        guard let client else { return nil }  // the first socket starts the session with this server
         do {
             client.useServer(try core(for: serverIndex), at: server)
             clientServer = serverIndex
             log.info("server", metadata: ["server": "\(serverName)", "address": "\(server)"])
+            return nil
         } catch {
             log.error("cannot use server \(serverName)", metadata: ["error": "\(error)"])
+            return "cannot use server \(serverName): \(error)"
         }
     }
 
@@ -271,7 +288,8 @@ final class SessionEffects {
 
     func setPersistentKeepalive(_ interval: Duration?) { client?.setPersistentKeepalive(interval) }
 
-    func start(on socket: any PacketCarrier) {
+    /// Starts the session with the current server on its first socket; why it cannot, if it cannot.
+    func start(on socket: any PacketCarrier) -> String? {
         do {
             let core = try core(for: serverIndex)
             let client = try TunnelClient(core: core, socket: socket, server: server, answersHints: false,
@@ -280,8 +298,10 @@ final class SessionEffects {
             self.client = client
             clientServer = serverIndex
             clientThread = try OSThread { client.run() }
+            return nil
         } catch {
             log.error("cannot start the session", metadata: ["error": "\(error)"])
+            return "cannot start the session: \(error)"
         }
     }
 }

@@ -94,3 +94,18 @@ private func lockedFirewall() -> (Firewall, Table) {
     table.refusing = false
     #expect(firewall.retry() == nil && table.held.portalWindow == nil)
 }
+
+/// A change nobody is told the answer of (the local networks with allow-lan) stays wanted when
+/// refused, and the retry loads it: the table comes to hold what the core decided.
+@Test func aRefusedLocalNetworksChangeStaysWantedAndIsRetried() throws {
+    var policy = LockdownPolicy(scope: .full(mark: 0xca6c), tunnelInterface: "roam0", allowLAN: true, localNetworks: [])
+    policy.owner = .anyMarked
+    let table = Table(policy)
+    let firewall = Firewall(holding: policy, apply: table.apply)
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.localNetworksChanged([Prefix("192.168.1.0/24")!]) }
+    #expect(firewall.refusals == 1 && firewall.lastRefusal != nil)
+    table.refusing = false
+    #expect(firewall.retry() == nil)
+    #expect(table.held.localNetworks == [Prefix("192.168.1.0/24")!] && firewall.lastRefusal == nil)
+}

@@ -374,16 +374,23 @@ extension [Effect] {
     #expect(later.attempts == 0, "nothing tried on the office network, \(t) ms")
 }
 
-/// The lift holds only while the proof does: the pinned probe is made again on the network,
-/// and the first recheck that fails (the key not shown, no answer) closes the lockdown and
-/// brings the tunnel up there.
-@Test func aProofLostOnRecheckPutsTheLockdownBackAndConnects() {
+/// A core on eth0 at the office, whose pinned probe proved the network: the rule lifted the
+/// lockdown there.
+private func liftedAtTheOffice() -> AgentCore {
     var core = agentCore(on: [eth0])
     core = AgentCore(core.reconnector, model: core.network.model, servers: [ServerBook.Entry(named: true, addresses: [server])],
                      rules: OnDemandRules([officeRule]))
     _ = core.handle(.start, now: at(0))
     _ = core.handle(.networkFact(.gateway(linkIndex: eth0.linkIndex, eth0.gateway!, mac: officeGateway)), now: at(1))
     #expect(core.handle(proven(core, on: eth0), now: at(2)).contains(.liftLockdown(interface: "eth0")))
+    return core
+}
+
+/// The lift holds only while the proof does: the pinned probe is made again on the network,
+/// and the first recheck that fails (the key not shown, no answer) closes the lockdown and
+/// brings the tunnel up there.
+@Test func aProofLostOnRecheckPutsTheLockdownBackAndConnects() {
+    var core = liftedAtTheOffice()
     var rechecks: [FactRequest] = []
     var fired = 0
     while rechecks.isEmpty, let due = core.nextDeadline, fired < 100 {
@@ -397,6 +404,28 @@ extension [Effect] {
     #expect(lost.contains(.restoreLockdown) && lost.attempts > 0, "\(lost)")
     #expect(lost.firstIndex(of: .restoreLockdown)! < lost.firstIndex { if case .bind = $0 { true } else { false } }!,
             "the lockdown closes before anything is sent")
+}
+
+/// A lockdown that cannot be lifted stays whole: the rule's disconnect stands, the state says
+/// the lockdown is not lifted and why, and nothing is restored that was never lifted.
+@Test func aLiftTheLockdownRefusesLeavesTheMachineClosed() {
+    var core = liftedAtTheOffice()
+    let refused = core.handle(.liftRefused("busy"), now: at(3))
+    #expect(core.reconnector.state == .disconnected(rule: "office", lifted: nil))
+    let reasons = refused.compactMap { if case .transition(let t) = $0 { t.reason.description } else { nil } }
+    #expect(reasons == ["liftRefused(busy)"])
+    #expect(!refused.contains(.restoreLockdown) && refused.attempts == 0)
+    #expect(core.handle(.liftRefused("busy"), now: at(4)).isEmpty, "a second refusal of a lift no longer asked changes nothing")
+}
+
+/// A session that cannot turn to its server (its protocol core cannot be made) ends the agent
+/// with why, rather than sending into nothing until attempts time out.
+@Test func aSessionThatCannotGoOnEndsTheAgentWithWhy() {
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
+    let effects = core.handle(.sessionFailed("cannot use server gateway0: bad key"), now: at(1))
+    #expect(effects.gaveUp == .sessionFailed("cannot use server gateway0: bad key"))
+    #expect(core.stopped && core.handle(.timerFired(.handshake), now: at(5000)).isEmpty)
 }
 
 /// A reload that drops every rule brings the tunnel up where a rule kept it down.

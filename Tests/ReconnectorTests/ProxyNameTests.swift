@@ -25,8 +25,16 @@ private func proxiedCore(on paths: [Path], tunnelCarries: [Prefix] = []) -> Agen
 
 extension [Effect] {
     fileprivate var proxyLookUps: [String] { compactMap { if case .lookUpProxy(let p) = $0 { p.interface } else { nil } } }
+    /// Each opening asked of the lockdown: the network, its new address, and every address let through.
     fileprivate var proxyAllowances: [(NetworkKey, IPAddress, [IPAddress])] {
-        compactMap { if case .allowProxy(let key, let address, let lockdown) = $0 { (key, address, lockdown) } else { nil } }
+        compactMap { effect -> (NetworkKey, IPAddress, [IPAddress])? in
+            guard case .proxyAt(let all, let key?) = effect, let address = all[key] else { return nil }
+            return (key, address, [IPAddress](Set(all.values)).sorted { $0.description < $1.description })
+        }
+    }
+    /// Each closing: what the lockdown still lets through.
+    fileprivate var proxyClosings: [[NetworkKey: IPAddress]] {
+        compactMap { if case .proxyAt(let all, nil) = $0 { all } else { nil } }
     }
     fileprivate var streamEffects: [Path] {
         compactMap {
@@ -116,7 +124,8 @@ extension [Effect] {
     let other = IPAddress("192.168.1.3")!
     let second = core.handle(.proxyLookedUp(on: home, addresses: [other]), now: at(12))
     #expect(first.proxyAllowances.map(\.2) == [[proxyAddress]])
-    #expect(second.proxyAllowances.map(\.2) == [[proxyAddress, other]], "every network's address, the new one added")
+    #expect(second.proxyAllowances.map(\.2) == [[proxyAddress, other].sorted { $0.description < $1.description }],
+            "every network's address, the new one added")
     _ = core.handle(.proxyAllowed(on: NetworkKey(home), address: other, true), now: at(13))
     #expect(core.proxies?.reachable == [NetworkKey(office), NetworkKey(home)])
     // The same answer again asks nothing of the lockdown.
@@ -134,22 +143,64 @@ extension [Effect] {
     #expect(core.handle(.timerFired(.race), now: at(300)).streamEffects.first == office.over(.stream))
 }
 
-@Test func theBookKeepsEightNetworksAndForgetsTheOneAskedAboutLongestAgo() {
+@Test func theBookAsksAboutEightNetworksAtMostAndTheLockdownNeverHoldsMore() {
     var book = ProxyBook()
-    let keys = (0..<9).map { NetworkKey(interface: "wifi0", gateway: .v4(0x0A00_0001 + UInt32($0) << 8)) }
-    for (n, key) in keys.enumerated() {
-        let asked = book.ask(key)
-        #expect(asked)
-        let lockdown = book.answered(key, .v4(0x0A00_0008 + UInt32(n) << 8))
-        let gained = book.allowed(key, .v4(0x0A00_0008 + UInt32(n) << 8), true)
-        #expect(gained, "a network gained a stream")
-        #expect((lockdown?.count ?? 0) <= ProxyBook.networksKept)
+    let keys = (0..<20).map { NetworkKey(interface: "wwan0", gateway: .v4(0x0A00_0001 + UInt32($0) << 8)) }
+    // Twenty networks at once, none answered yet: eight look-ups, no more.
+    let asked = keys.filter { book.ask($0) }
+    #expect(asked.count == ProxyBook.networksKept)
+    for (n, key) in asked.enumerated() {
+        #expect(book.answered(key, .address(.v4(0x0A00_0008 + UInt32(n) << 8))) == .open(.v4(0x0A00_0008 + UInt32(n) << 8)))
     }
-    #expect(book.networks.count == ProxyBook.networksKept && book[keys[0]] == nil)
-    #expect(book.reachable.count == ProxyBook.networksKept)
-    // The lockdown then holds the eight networks' addresses, the forgotten one's gone.
-    let asked = book.ask(keys[8])
-    #expect(asked)
-    let moved = book.answered(keys[8], .v4(0x0A00_0063))
-    #expect(moved?.count == ProxyBook.networksKept && moved?.contains(.v4(0x0A00_0008)) == false)
+    #expect(book.lockdown.count == ProxyBook.networksKept)
+    // A network that is not kept gets no answer in.
+    #expect(book.answered(keys[19], .address(.v4(0x0A00_1308))) == nil && book.lockdown.count == ProxyBook.networksKept)
+}
+
+/// The office's network and a café's that looks the same (the same interface and gateway
+/// address): the office's proxy address is forgotten when its path goes, and the café is asked
+/// afresh; no stream (with the proxy's password) goes to the office's address there.
+@Test func aNetworkLeftIsForgottenAndOneThatLooksTheSameIsAskedAfresh() {
+    var core = proxiedCore(on: [office])
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.proxyLookedUp(on: office, addresses: [proxyAddress]), now: at(10))
+    _ = core.handle(.proxyAllowed(on: NetworkKey(office), address: proxyAddress, true), now: at(11))
+    #expect(core.proxies?.reachable == [NetworkKey(office)])
+    // The laptop leaves: the path goes, and with it the address, from the lockdown too.
+    let left = core.handle(.network(carrier(office, false)), now: at(20_000))
+    #expect(left.proxyClosings == [[:]], "\(left)")
+    #expect(core.proxies?.networks.isEmpty == true && core.reconnector.streamNetworks == [])
+    // The café: same interface, same gateway. Its look-up is asked; nothing streams before it.
+    let cafe = core.handle(.network(carrier(office, true)), now: at(60_000))
+    #expect(cafe.proxyLookUps == ["eth0"])
+    #expect(cafe.streamEffects.isEmpty)
+    // The café's DNS does not know the name: no stream there, and the office's address stays out.
+    let unknown = core.handle(.proxyLookedUp(on: office, addresses: []), now: at(60_010))
+    #expect(unknown.proxyAllowances.isEmpty && core.proxies?.reachable == [])
+    #expect(core.handle(.timerFired(.race), now: at(60_300)).streamEffects.isEmpty)
+}
+
+/// A name the network says it does not know takes an address known there out; a look-up that
+/// nobody answered keeps it.
+@Test func aNameThatIsGoneTakesItsAddressOutButSilenceKeepsIt() {
+    var core = proxiedCore(on: [office])
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.proxyLookedUp(on: office, addresses: [proxyAddress]), now: at(10))
+    _ = core.handle(.proxyAllowed(on: NetworkKey(office), address: proxyAddress, true), now: at(11))
+    _ = core.handle(.wake(sleptFor: .seconds(60)), now: at(70_000))
+    #expect(core.handle(.proxyLookedUp(on: office, addresses: nil), now: at(70_010)).proxyClosings.isEmpty)
+    #expect(core.proxies?.reachable == [NetworkKey(office)])
+    _ = core.handle(.wake(sleptFor: .seconds(60)), now: at(140_000))
+    let gone = core.handle(.proxyLookedUp(on: office, addresses: []), now: at(140_010))
+    #expect(gone.proxyClosings == [[:]] && core.proxies?.reachable == [])
+}
+
+/// What a forged answer could point the proxy's password at is never dialled.
+@Test func anAnswerOfThisMachineOrNoHostIsNotUsed() {
+    for forged in ["127.0.0.1", "0.0.0.0", "169.254.1.1", "224.0.0.1", "255.255.255.255"] {
+        var core = proxiedCore(on: [office])
+        _ = core.handle(.start, now: at(0))
+        let effects = core.handle(.proxyLookedUp(on: office, addresses: [IPAddress(forged)!]), now: at(10))
+        #expect(effects.proxyAllowances.isEmpty, "\(forged)")
+    }
 }

@@ -431,6 +431,8 @@ func badPortalSettingsPointAtTheLine(text: String, line: Int, message: String) {
     ("tcp: {proxy: proxy.example}", 4, "a host name or an IP address, and a port"),
     ("tcp: {proxy: \"proxy_1.example:3128\"}", 4, "a host name or an IP address, and a port"),
     ("tcp: {proxy: 0.0.0.0:3128}", 4, "a host name or an IP address, and a port"),
+    ("tcp: {proxy: \"127.1:3128\"}", 4, "a host name or an IP address, and a port"),
+    ("tcp: {proxy: 0x7f000001:3128}", 4, "a host name or an IP address, and a port"),
     ("tcp: {proxy: {address: 192.0.2.8:3128, user: alice}}", 4, "needs 'password-file'"),
     ("tcp: {proxy: {address: 192.0.2.8:3128, password-file: /p}}", 4, "needs 'user'"),
     ("tcp: {name: \"a b\"}", 4, "a host name"),
