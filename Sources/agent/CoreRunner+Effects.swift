@@ -42,9 +42,12 @@ extension ClientDaemon.CoreRunner {
             if attempted { attempts += 1 }
             // Told to watchers once the machine has settled: the status they get beside each
             // transition is the one it led to.
-            if control.watched {
+            if control.watched, !made.isEmpty {
+                let now = Instant.now()
+                let status = status(now: now).json
                 for transition in made {
-                    control.publish(ControlProtocol.event("transition", [("transition", transitionJSON(transition)), ("status", statusJSON)]))
+                    let fields = [("transition", transitionStatus(transition, now: now).json), ("status", status)]
+                    control.publish(ControlProtocol.event("transition", fields))
                 }
             }
             if !made.isEmpty { writeMetrics() }

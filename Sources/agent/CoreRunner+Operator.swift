@@ -22,9 +22,9 @@ extension ClientDaemon.CoreRunner {
     func answer(_ call: ControlServer.Call) {
         switch call.command {
         case .status:
-            call.reply(ControlProtocol.answer([("status", statusJSON)]))
+            call.reply(ControlProtocol.answer([("status", status(now: Instant.now()).json)]))
         case .watch:
-            call.reply(ControlProtocol.event("status", [("status", statusJSON)]), watch: true)
+            call.reply(ControlProtocol.event("status", [("status", status(now: Instant.now()).json)]), watch: true)
         case .reconnect: ask(.reconnect, for: call)
         case .sleep:
             handle(.signal(SIGTSTP))
@@ -157,127 +157,84 @@ extension ClientDaemon.CoreRunner {
     }
 
     /// A transition as the control socket gives it.
-    func transitionJSON(_ t: Transition) -> JSON {
-        var fields: [(String, JSON)] = [
-            ("at", .string(wallClock(ago: Instant.now() - t.at))), ("from", .string(t.from.name)), ("to", .string(t.to.name)),
-            ("trigger", .string(t.trigger)), ("reason", .string(t.reason.description)),
-            ("path", t.to.path.map(Self.pathJSON) ?? .null),
-        ]
-        if case .switching(_, let candidate, _) = t.to { fields.append(("candidate", Self.pathJSON(candidate))) }
-        if let server = t.server { fields.append(("server", .string(server))) }
-        fields.append(("attempt", .int(Int64(t.attempt))))
-        if let next = t.nextRetry { fields.append(("next_retry_ms", (next - t.at).milliseconds)) }
-        fields.append(("coalesced", .int(Int64(t.coalesced))))
-        return .object(fields)
+    func transitionStatus(_ t: Transition, now: Instant) -> ClientStatus.Transition {
+        var candidate: Path?
+        if case .switching(_, let tried, _) = t.to { candidate = tried }
+        return ClientStatus.Transition(
+            at: wallClock(ago: now - t.at), from: t.from.name, to: t.to.name, trigger: t.trigger, reason: t.reason.description,
+            path: t.to.path.map(Self.pathStatus), candidate: candidate.map(Self.pathStatus), server: t.server, attempt: t.attempt,
+            nextRetry: t.nextRetry.map { $0 - t.at }, coalesced: t.coalesced)
     }
 
-    static func pathJSON(_ path: Path) -> JSON {
-        .object([("interface", .string(path.interface)), ("kind", .string(path.kind.rawValue)), ("source", .string("\(path.source)")),
-                 ("transport", .string(path.transport.rawValue))])
+    static func pathStatus(_ path: Path) -> ClientStatus.Path {
+        ClientStatus.Path(interface: path.interface, kind: path.kind.rawValue, source: "\(path.source)", transport: path.transport.rawValue)
     }
 
-    /// The client's status, typed (docs/CONTROL.md).
-    var statusJSON: JSON {
-        let now = Instant.now()
-        var server: [(String, JSON)] = [("name", .string(effects.serverName)), ("address", .string("\(effects.server)"))]
-        if let next = reconnector.handover { server.append(("handover_to", .string(settings.servers[next].name))) }
-        var fields: [(String, JSON)] = [
-            ("role", .string("client")), ("state", .string(reconnector.state.name)), ("server", .object(server)),
-            ("path", reconnector.state.path.map(Self.pathJSON) ?? .null),
-            ("ssid", reconnector.state.path.flatMap { $0.kind == .wifi ? facts.wifiName(of: $0.linkIndex) : nil }.map { .string($0) } ?? .null),
-            ("profile", .object([("name", Profiles.name(ofFile: configPath).map { .string($0) } ?? .null), ("file", .string(configPath))])),
-            ("profiles", Profiles.names(in: configPath.parentDirectory).map { .array($0.map { .string($0) }) } ?? .null),
-            ("rtt_ms", reconnector.roundTripTime.map(\.milliseconds) ?? .null),
-            ("mtu", .object([("tunnel", .int(Int64(effects.tunnelMTU))), ("configured", .int(Int64(settings.tunnel.mtu))),
-                             ("floor", .int(Int64(reconnector.floorMTU))),
-                             ("searching", .bool(reconnector.isSearchingPathMTU)),
-                             ("size_probes", .int(Int64(reconnector.sizeProbes)))])),
-        ]
-        if let t = lastTransition {
-            fields += [("since", .string(wallClock(ago: now - t.at))), ("for_ms", (now - t.at).milliseconds),
-                       ("last_transition", transitionJSON(t))]
+    /// The client's status (docs/CONTROL.md).
+    func status(now: Instant) -> ClientStatus {
+        let state = reconnector.state
+        var portal: ClientStatus.Portal?
+        if case .portal(_, let url) = state {
+            portal = ClientStatus.Portal(url: url, window: reconnector.portalWindowUntil.map { $0 - now },
+                                         nextCheck: reconnector.timers[.recheck].map { $0 - now })
         }
-        if case .portal(_, let url) = reconnector.state {
-            var portal: [(String, JSON)] = [("url", .string(url))]
-            if let until = reconnector.portalWindowUntil { portal.append(("window_ms", (until - now).milliseconds)) }
-            if let due = reconnector.timers[.recheck] { portal.append(("next_check_ms", (due - now).milliseconds)) }
-            fields.append(("portal", .object(portal)))
-        }
-        if case .disconnected(let rule, let lifted) = reconnector.state {
-            fields.append(("on_demand", .object([("rule", .string(rule)), ("lockdown_lifted", .bool(lifted != nil))])))
-        }
-        fields += [("attempts", .int(Int64(attempts))), ("budget_left", .int(Int64(reconnector.tokens))),
-                   ("connectivity_checks", .int(Int64(reconnector.connectivityChecks))),
-                   ("power", .string(reconnector.power.rawValue))]
-        if let client = effects.client {
-            let traffic = client.traffic
-            fields += [("traffic", .traffic(traffic)),
-                       ("drops", .drops(client.drops, traffic, extra: [("no_session", .count(traffic.noSession))]))]
-        }
-        fields.append(("offload", effects.offload.map { .string($0.description) } ?? .null))
-        if settings.stream != nil {
-            // What carries the session, and what each network the agent has met blocks.
-            let known = reconnector.transportStatus
-            var stream: [(String, JSON)] = [("port", .int(Int64(settings.stream?.port ?? 0))),
-                                            ("proxy", settings.stream?.proxy.map { .string("\($0.endpoint)") } ?? .null)]
-            if let carrier = effects.client?.socket as? StreamCarrier { stream.append(("dropped", .int(Int64(carrier.drops)))) }
-            if let proxies = core.proxies {
-                // A proxy named by host: where its name put it on each network (null: nowhere yet).
-                stream.append(("proxy_at", .array(proxies.networks.sorted { $0.key < $1.key }.map {
-                    .object([("interface", .string($0.key.interface)), ("gateway", .string("\($0.key.gateway)")),
-                             ("address", $0.value.address.map { .string("\($0)") } ?? .null)])
-                })))
+        var onDemand: ClientStatus.OnDemand?
+        if case .disconnected(let rule, let lifted) = state { onDemand = ClientStatus.OnDemand(rule: rule, lockdownLifted: lifted != nil) }
+        return ClientStatus(
+            state: state.name,
+            server: ClientStatus.Server(name: effects.serverName, address: "\(effects.server)",
+                                        handoverTo: reconnector.handover.map { settings.servers[$0].name }),
+            path: state.path.map(Self.pathStatus), ssid: state.path.flatMap { $0.kind == .wifi ? facts.wifiName(of: $0.linkIndex) : nil },
+            profile: ClientStatus.Profile(name: Profiles.name(ofFile: configPath), file: configPath),
+            profiles: Profiles.names(in: configPath.parentDirectory), roundTripTime: reconnector.roundTripTime,
+            mtu: ClientStatus.MTU(tunnel: effects.tunnelMTU, configured: settings.tunnel.mtu, floor: reconnector.floorMTU,
+                                  searching: reconnector.isSearchingPathMTU, sizeProbes: reconnector.sizeProbes),
+            since: lastTransition.map {
+                ClientStatus.Since(at: wallClock(ago: now - $0.at), duration: now - $0.at, transition: transitionStatus($0, now: now))
+            },
+            portal: portal, onDemand: onDemand, attempts: attempts, budgetLeft: reconnector.tokens,
+            connectivityChecks: reconnector.connectivityChecks, power: reconnector.power.rawValue,
+            dataPlane: effects.client.map { ClientStatus.DataPlane(traffic: $0.traffic, drops: $0.drops) },
+            offload: effects.offload?.description, transports: transports, session: effects.client?.sessionProtocol,
+            lockdown: effects.firewall.map { firewall in
+                let counters = firewall.counters()
+                return ClientStatus.Lockdown(blocked: BlockCause.allCases.map { ($0.rawValue, counters[$0] ?? 0) }, openOn: firewall.trustedInterface,
+                                             exceptionsFor: firewall.owner?.kind, refusedLoads: firewall.refusals)
+            },
+            dns: effects.dns.map { dns in
+                ClientStatus.DNS(manager: dns.manager.rawValue, applied: dns.applied.map { ($0.resolvers.map { "\($0)" }, $0.searchDomains) },
+                                 problem: effects.dnsProblem)
+            },
+            divertingRoutes: effects.divertingRoutes.map(\.description),
+            excluded: effects.excludedProcesses.map { ClientStatus.Excluded(pid: $0.pid, name: $0.name) },
+            guestNetworks: effects.guestNetworks.map(\.description),
+            // What counts as the LAN, and the networks that claimed more.
+            localNetworks: effects.localNetworks.map(\.description), widerClaims: effects.widerClaims.map(\.description),
+            // Other tunnels and policy rules that may take traffic this tunnel would carry.
+            otherTunnels: effects.otherTunnelRoutes.map(\.description) + effects.rulesBefore.map { "rule \($0)" },
+            // What others took away of the agent's routing, resolvers and lockdown, put back or held off.
+            upkeep: Holding.allCases.map { holding in
+                let record = core.upkeep.records[holding] ?? Upkeep.Record()
+                return ClientStatus.Upkeep(holding: holding.rawValue, missing: record.damage?.what, restores: record.restores,
+                                           lastRemovedBy: record.lastBy, heldFor: record.heldUntil.map { $0 - now })
+            })
+    }
+
+    /// With a stream transport configured: what carries the session, and what each network the
+    /// agent has met blocks.
+    private var transports: ClientStatus.Transports? {
+        guard let stream = settings.stream else { return nil }
+        // A proxy named by host: where its name put it on each network (nil: nowhere yet).
+        let proxyAt = core.proxies.map { proxies in
+            proxies.networks.sorted { $0.key < $1.key }.map {
+                ClientStatus.ProxyAddress(interface: $0.key.interface, gateway: "\($0.key.gateway)", address: $0.value.address.map { "\($0)" })
             }
-            fields.append(("transports", .object([
-                ("stream", .object(stream)),
-                ("networks", .array(known.networks.map {
-                    .object([("interface", .string($0.key.interface)), ("gateway", .string("\($0.key.gateway)")),
-                             ("udp", .string($0.udp.rawValue))])
-                })),
-            ])))
         }
-        fields.append(("session", effects.client?.sessionProtocol.map {
-            .object([("protocol", .int(Int64($0.version))), ("cipher", .string($0.cipher.description))])
-        } ?? .null))
-        var lockdown: [(String, JSON)] = [("enabled", .bool(effects.firewall != nil))]
-        if let firewall = effects.firewall {
-            let counters = firewall.counters()
-            lockdown.append(("blocked", .object(BlockCause.allCases.map { ($0.rawValue, .int(Int64(clamping: counters[$0] ?? 0))) })))
-            lockdown += [("open_on", firewall.trustedInterface.map { .string($0) } ?? .null),
-                         ("exceptions_for", firewall.owner.map { .string($0.kind) } ?? .null),
-                         ("refused_loads", .int(Int64(firewall.refusals)))]
-        }
-        fields.append(("lockdown", .object(lockdown)))
-        if let dns = effects.dns {
-            var entry: [(String, JSON)] = [("manager", .string(dns.manager.rawValue))]
-            if let applied = dns.applied {
-                entry += [("resolvers", .array(applied.resolvers.map { .string("\($0)") })),
-                          ("search", .array(applied.searchDomains.map { .string($0) }))]
-            }
-            entry.append(("problem", effects.dnsProblem.map { .string($0) } ?? .null))
-            fields.append(("dns", .object(entry)))
-        }
-        fields.append(("diverting_routes", .array(effects.divertingRoutes.map { .string($0.description) })))
-        fields.append(("excluded", .array(effects.excludedProcesses.map {
-            .object([("pid", .int(Int64($0.pid))), ("name", .string($0.name))])
-        })))
-        fields.append(("guest_networks", .array(effects.guestNetworks.map { .string($0.description) })))
-        // What counts as the LAN, and the networks that claimed more.
-        fields.append(("local_networks", .array(effects.localNetworks.map { .string($0.description) })))
-        fields.append(("wider_claims", .array(effects.widerClaims.map { .string($0.description) })))
-        // Other tunnels and policy rules that may take traffic this tunnel would carry.
-        let others = effects.otherTunnelRoutes.map(\.description) + effects.rulesBefore.map { "rule \($0)" }
-        fields.append(("other_tunnels", .array(others.map { JSON.string($0) })))
-        // What others took away of the agent's routing, resolvers and lockdown, put back or held off.
-        fields.append(("upkeep", .object(Holding.allCases.map { holding in
-            let record = core.upkeep.records[holding] ?? Upkeep.Record()
-            return (holding.rawValue, .object([
-                ("missing", record.damage.map { .string($0.what) } ?? .null),
-                ("restores", .int(Int64(record.restores))),
-                ("last_removed_by", record.lastBy.map { .string($0) } ?? .null),
-                ("held_for_ms", record.heldUntil.map { ($0 - now).milliseconds } ?? .null),
-            ]))
-        })))
-        return .object(fields)
+        return ClientStatus.Transports(
+            stream: ClientStatus.Stream(port: Int(stream.port), proxy: stream.proxy.map { "\($0.endpoint)" },
+                                        dropped: (effects.client?.socket as? StreamCarrier)?.drops, proxyAt: proxyAt),
+            networks: reconnector.transportStatus.networks.map {
+                ClientStatus.Network(interface: $0.key.interface, gateway: "\($0.key.gateway)", udp: $0.udp.rawValue)
+            })
     }
 }

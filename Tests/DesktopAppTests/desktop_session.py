@@ -32,7 +32,7 @@ SKIP = 77
 
 
 def status(state, **extra):
-    """A client's status, with the fields and shapes the agent's statusJSON writes."""
+    """A client's status, with the fields and shapes the agent's ClientStatus writes."""
     path = None if state in ("paused", "offline", "disconnected") else {
         "interface": "wifi0" if state == "portal" else "eth0",
         "kind": "wifi" if state == "portal" else "ethernet",

@@ -2,8 +2,8 @@ import ControlWire
 @testable import DesktopModel
 import Testing
 
-/// Status lines as the agent writes them: the fields and their order are `CoreRunner.statusJSON`'s
-/// (Sources/agent/CoreRunner+Operator.swift), the values docs/CONTROL.md's examples.
+/// Status lines as the agent writes them: the fields and their order are `ClientStatus.json`'s
+/// (Sources/Control/ClientStatus.swift), the values docs/CONTROL.md's examples.
 enum Statuses {
     static let path = #"{"interface":"eth0","kind":"ethernet","source":"10.31.2.2","transport":"udp"}"#
     static let wifi = #"{"interface":"wifi0","kind":"wifi","source":"10.31.1.2","transport":"udp"}"#
