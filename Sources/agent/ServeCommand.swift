@@ -175,30 +175,17 @@ struct ServeCommand: ParsableCommand {
         if let control {
             // Answered on the control socket's own thread: everything read here is safe to read from any.
             let status = { @Sendable [unowned server] () -> JSON in
-                let traffic = server.traffic
-                let admissions = server.admissions
-                return .object([
-                    ("role", .string("server")), ("sessions", .int(Int64(server.liveSessions))),
-                    ("draining", .bool(stopping.load(ordering: .relaxed))), ("workers", .int(Int64(server.workers.count))),
-                    ("offload", .string(tun.offload.description)),
-                    ("traffic", .traffic(traffic, extra: [("initiations_overflowed", .count(traffic.initiationsOverflowed))])),
-                    ("drops", .drops(server.drops, traffic)),
-                    ("admissions", .object([("general", .int(Int64(admissions.general))), ("peer", .int(Int64(admissions.peer)))])),
-                    ("users", .int(Int64(server.userCount))),
-                    ("streams", server.servesStreams ? .object([
-                        ("port", .int(Int64(settings.stream?.port ?? 0))), ("open", .int(Int64(server.streamCounts.open))),
-                        ("accepted", .int(Int64(server.streamCounts.accepted))), ("refused", .int(Int64(server.streamCounts.refused))),
-                        ("sessions", .int(Int64(server.sessionsOnStreams))),
-                    ]) : .null),
-                    ("directory", directory.map { JSON.directory($0.figures, source: $0.source) } ?? .null),
-                    ("protocols", .object([
-                        ("allowed", .array(settings.protocols.versions.sorted().map { .int(Int64($0)) })),
-                        ("cipher", settings.protocols.cipher.map { .string($0.description) } ?? .string("negotiated")),
-                        ("sessions", .array(server.sessionsByProtocol.sorted { ($0.key.version, $0.key.cipher.rawValue) < ($1.key.version, $1.key.cipher.rawValue) }
-                            .map { .object([("version", .int(Int64($0.key.version))), ("cipher", .string($0.key.cipher.description)),
-                                            ("count", .int(Int64($0.value)))]) })),
-                    ])),
-                ])
+                let counts = server.streamCounts
+                let streams = !server.servesStreams ? nil : ServerStatus.Streams(
+                    port: Int(settings.stream?.port ?? 0), open: counts.open, accepted: counts.accepted, refused: counts.refused,
+                    sessions: server.sessionsOnStreams)
+                return ServerStatus(
+                    sessions: server.liveSessions, draining: stopping.load(ordering: .relaxed), workers: server.workers.count,
+                    offload: tun.offload.description, traffic: server.traffic, drops: server.drops, admissions: server.admissions,
+                    users: server.userCount, streams: streams,
+                    directory: directory.map { ServerStatus.Directory($0.figures, source: $0.source, now: Instant.now()) },
+                    protocols: settings.protocols, sessionsByProtocol: server.sessionsByProtocol
+                ).json
             }
             let served = try ControlServer(socket: try ControlSocket(path: control)) { call in
                 switch call.command {
@@ -268,18 +255,12 @@ extension ServerSettings {
     }
 }
 
-extension JSON {
+extension ServerStatus.Directory {
     /// A gateway's following of the user directory, for `agent status`.
-    static func directory(_ figures: DirectoryFigures, source: UserSource) -> JSON {
-        let now = Instant.now()
-        let ago = { (instant: Instant?) -> JSON in instant.map { .int((now - $0).nanoseconds / 1_000_000) } ?? .null }
-        return .object([
-            ("state", .string(figures.reachable ? "following" : "unreachable")), ("origin", .string(figures.origin)),
-            ("for_ms", ago(figures.since)), ("users", .int(Int64(figures.users))), ("refused", .int(Int64(figures.refused))),
-            ("changes", .int(Int64(figures.changes))), ("reconnects", .int(Int64(figures.reconnects))),
-            ("last_change_ms_ago", ago(figures.lastChange)), ("error", figures.error.map(JSON.string) ?? .null),
-            ("snapshot", .string(source.snapshot)), ("snapshot_written_ms_ago", ago(figures.snapshotWritten)),
-            ("snapshot_error", figures.snapshotError.map(JSON.string) ?? .null), ("gateway", .string(source.gateway)),
-        ])
+    init(_ figures: DirectoryFigures, source: UserSource, now: Instant) {
+        self.init(reachable: figures.reachable, origin: figures.origin, duration: now - figures.since, users: figures.users,
+                  refused: figures.refused, changes: figures.changes, reconnects: figures.reconnects,
+                  lastChange: figures.lastChange.map { now - $0 }, error: figures.error, snapshot: source.snapshot,
+                  snapshotWritten: figures.snapshotWritten.map { now - $0 }, snapshotError: figures.snapshotError, gateway: source.gateway)
     }
 }
