@@ -59,6 +59,8 @@ public enum AgentEvent: Equatable, Sendable {
     case tunnelAttached
     /// The lockdown could not be lifted as `Effect.liftLockdown` asked, and why: it stays whole.
     case liftRefused(String)
+    /// The tunnel device kept MTU `actual` where `Effect.setTunnelMTU` asked for another, and why.
+    case tunnelMTUFailed(actual: Int, why: String)
     /// The session cannot go on with the server it is to talk to (its protocol core could not be
     /// made for `useServer`, `useAddress` or the first `bind`, or the session's thread could not
     /// start), and why.
@@ -131,6 +133,7 @@ public enum AgentEvent: Equatable, Sendable {
         case .proxyLookedUp: "proxy-looked-up"
         case .liftRefused: "lift-refused"
         case .sessionFailed: "session-failed"
+        case .tunnelMTUFailed: "tunnel-mtu-failed"
         case .proxyAllowed: "proxy-allowed"
         }
     }
@@ -229,7 +232,8 @@ public enum Effect: Equatable, Sendable {
     /// path the session is not on, a socket is opened there first; one that cannot be comes back
     /// as `AgentEvent.bindFailed`.
     case probe(id: UInt64, via: Path, size: Int?)
-    /// Set the tunnel device's MTU.
+    /// Set the tunnel device's MTU; a device that keeps another comes back as
+    /// `AgentEvent.tunnelMTUFailed`.
     case setTunnelMTU(Int)
     /// The tunnel cannot come up without an operator (the agent keeps running).
     case reportFailure(Reason)
@@ -626,6 +630,7 @@ public struct AgentCore: Sendable {
             }
             run(.streamFailed(on: id, why: why), now, &out)
         case .proxyLookedUp(let path, let addresses): proxyLookedUp(on: path, addresses, now, &out)
+        case .tunnelMTUFailed(let actual, _): run(.tunnelMTUFailed(actual: actual), now, &out)
         case .sessionFailed(let why):
             // A session that cannot talk to its server would send nothing and hear nothing: the
             // agent ends, with why, for its service manager to start it afresh (the lockdown stays).

@@ -265,6 +265,9 @@ public struct Reconnector: Sendable {
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         case .bindFailed(let id, let why): bindFailed(on: id, why: why, now, &out)
         case .streamNetworks(let networks): streamNetworksChanged(networks, now, &out)
+        case .tunnelMTUFailed(let actual):
+            tunnelMTU = actual
+            coalesced += 1  // no state changes: the next search's result is compared with the device as it is
         case .liftRefused(let why):
             // The rule's word on the tunnel stands; the machine stays closed, and says so.
             guard case .disconnected(let rule, _?) = state else { coalesced += 1; break }

@@ -77,6 +77,10 @@ public enum Input: Equatable, Sendable {
     /// The lockdown could not be lifted as a rule asked (nftables refused), and why: it stays
     /// whole, and the tunnel stays down as the rule said.
     case liftRefused(why: String)
+    /// The tunnel device kept MTU `actual` where `Action.setTunnelMTU` asked for another (the
+    /// kernel refused): the machine knows the device as it is, and a search that finds another
+    /// size asks again.
+    case tunnelMTUFailed(actual: Int)
     /// The networks a stream can open on now, when that depends on the network: the HTTP
     /// proxy is named by host, and these are the networks whose look-up of its name gave an
     /// address the lockdown lets the streams reach (see `ProxyBook`).
@@ -112,6 +116,7 @@ public enum Input: Equatable, Sendable {
         case .bindFailed: "bind-failed"
         case .streamNetworks: "stream-networks"
         case .liftRefused: "lift-refused"
+        case .tunnelMTUFailed: "tunnel-mtu-failed"
         }
     }
 }

@@ -86,7 +86,7 @@ extension ClientDaemon.CoreRunner {
             if size == nil { metrics.probed() } else { metrics.sizeProbed() }
             do { try effects.probe(id, via: path, size: size) } catch { produced.append(error.event(on: path.id)) }
         case .setTunnelMTU(let mtu):
-            effects.setTunnelMTU(mtu)
+            if let kept = effects.setTunnelMTU(mtu) { produced.append(.tunnelMTUFailed(actual: kept.actual, why: kept.why)) }
             metrics.tunnelMTU(effects.tunnelMTU)
         case .reportFailure(let reason):
             log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])

@@ -115,17 +115,21 @@ final class SessionEffects {
 
     // MARK: The decision core's actions
 
-    /// The tunnel's MTU as the session's path allows; the device takes it now, or when it comes up.
-    func setTunnelMTU(_ mtu: Int) {
+    /// The tunnel's MTU as the session's path allows; the device takes it now, or when it comes
+    /// up. What the device kept, and why, when it refused.
+    func setTunnelMTU(_ mtu: Int) -> (actual: Int, why: String)? {
         wantedMTU = mtu
         // The server keeps what it sends within it, and answers bigger packets as a router would.
         client?.announcePathMTU(mtu)
-        guard let tun, tun.mtu != mtu else { return }
+        guard let tun, tun.mtu != mtu else { return nil }
         do {
             try tun.setMTU(mtu)
             log.info("tunnel MTU set", metadata: ["tunnel": "\(tun.name)", "mtu": "\(mtu)"])
+            return nil
         } catch {
             log.error("cannot set the tunnel's MTU", metadata: ["tunnel": "\(tun.name)", "mtu": "\(mtu)", "error": "\(error)"])
+            wantedMTU = tun.mtu
+            return (tun.mtu, "\(error)")
         }
     }
 

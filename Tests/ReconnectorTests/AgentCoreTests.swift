@@ -595,3 +595,13 @@ extension [Effect] {
     let none = outside.handle(.tunnelAttached, now: at(21)).resolverDecisions
     #expect(none.first?.use == nil && none.first?.why == "every resolver for the tunnel would be asked in clear")
 }
+
+/// A device that keeps its MTU where the core asked for another is known as it is: the next
+/// size a search finds is asked for again, not taken as set.
+@Test func aTunnelMTUTheDeviceRefusedIsKnownAsItIs() {
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
+    let before = core.reconnector.tunnelMTU
+    _ = core.handle(.tunnelMTUFailed(actual: 1500, why: "Operation not permitted"), now: at(1))
+    #expect(before != 1500 && core.reconnector.tunnelMTU == 1500)
+}
