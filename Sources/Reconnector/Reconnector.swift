@@ -56,14 +56,8 @@ public struct Reconnector: Sendable {
     private var failures = 0
     private var enteredAt: Instant
     private var coalesced = 0
-    private var smoothedRTT: Duration?
-    private var rttVariance: Duration = .zero
-    /// When the RTT estimate last had a sample, and the lowest sample on the session's path
-    /// (what the path does with its queues empty).
-    private var rttSampledAt: Instant?
-    private var minimumRTT: Duration?
-    /// When the estimate was last refreshed with a probe while traffic flowed.
-    private var refreshedAt: Instant?
+    /// The session path's round-trip time (RFC 6298) and its lowest.
+    private var rtt = RTTEstimator()
     /// Probes sent on the session's path and answers that came back, halved as they grow: the
     /// path's recent loss, which decides how many probes in a row it may miss before it is dead.
     private var probeRecord: (sent: Int, answered: Int) = (0, 0)
@@ -208,7 +202,7 @@ public struct Reconnector: Sendable {
     }
 
     /// The smoothed round-trip time to the server, from probe echoes and handshakes.
-    public var roundTripTime: Duration? { smoothedRTT }
+    public var roundTripTime: Duration? { rtt.smoothed }
 
     /// The earliest armed timer, so a driver or a replay knows when to wake next.
     public var nextDeadline: Instant? { deadlines.earliest }
@@ -490,7 +484,7 @@ public struct Reconnector: Sendable {
         // The handshake's time includes the server's work on it, so it bounds the path's RTT from
         // above: a sample when no estimate is known or when the estimate is slower than that
         // (a queue that has drained since the last probe).
-        if smoothedRTT.map({ rtt < $0 }) ?? true { sampleRTT(rtt, now) }
+        if self.rtt.smoothed.map({ rtt < $0 }) ?? true { sampleRTT(rtt, now) }
         dead[path.id] = nil
         enter(.connected(path), .handshakeSucceeded(rtt: rtt), now, &out)
         considerBetterPath(now, &out)
@@ -547,9 +541,9 @@ public struct Reconnector: Sendable {
     /// RTT rose since), so the check then waits twice the path's patience, at least the probe
     /// timeout.
     private func hintPatience(_ now: Instant) -> Duration {
-        guard let smoothed = smoothedRTT else { return config.probeTimeout }
-        if !rttIsStale(now) { return max(.milliseconds(20), smoothed * 2) }
-        return max(config.probeTimeout, (smoothed * 2 + rttVariance * 4) * 2)
+        guard let smoothed = rtt.smoothed else { return config.probeTimeout }
+        if !rtt.isStale(now, staleAfter: config.rttStaleAfter) { return max(.milliseconds(20), smoothed * 2) }
+        return max(config.probeTimeout, (smoothed * 2 + rtt.variance * 4) * 2)
     }
 
     private mutating func dataSent(_ now: Instant, _ out: inout [Action]) {
@@ -570,11 +564,7 @@ public struct Reconnector: Sendable {
     /// minute costs no probes.
     private mutating func refreshRTT(on path: Path, heardBefore: Instant?, _ now: Instant, _ out: inout [Action]) {
         let answering = heardBefore.map { now - $0 < config.rttStaleAfter } ?? false
-        let refreshedLately = refreshedAt.map { now - $0 < rttRefreshDue } ?? false
-        if smoothedRTT != nil, answering, rttIsAged(now), !refreshedLately {
-            refreshedAt = now
-            sendProbe(via: path, &out)
-        }
+        if answering, rtt.refresh(now, staleAfter: config.rttStaleAfter) { sendProbe(via: path, &out) }
     }
 
     /// Replaces a finished search on `id` with one look at the MTU in use (one padded probe,
@@ -1060,10 +1050,7 @@ public struct Reconnector: Sendable {
         dead.removeAll()
         tooSmall.removeAll()
         mtu = nil
-        smoothedRTT = nil
-        rttVariance = .zero
-        minimumRTT = nil
-        rttSampledAt = nil
+        rtt.forget()
         out.append(.useServer(index, reason: reason))
     }
 
@@ -1633,8 +1620,7 @@ public struct Reconnector: Sendable {
         drained = drained.mapValues { $0 + step }
         losses = losses.mapValues { ($0.count, $0.first + step, $0.last + step) }
         notBefore = notBefore.map { $0 + step }
-        rttSampledAt = rttSampledAt.map { $0 + step }
-        refreshedAt = refreshedAt.map { $0 + step }
+        rtt.shift(by: step)
         workingSince = workingSince.map { $0 + step }
         mtuVerifiedAt = mtuVerifiedAt.map { $0 + step }
         if var next = retest {
@@ -1777,32 +1763,9 @@ public struct Reconnector: Sendable {
         if due < timeout { arm(.resend, at: due) }
     }
 
-    /// How long an answer may take on the session's path before its absence means something:
-    /// twice the smoothed RTT plus four deviations (TCP's retransmission timeout, with room
-    /// for the far end's own delays). An estimate with no sample for `rttStaleAfter` is not
-    /// trusted to be that slow: a queue that filled may have drained since (as TCP restarts
-    /// from scratch after an idle spell), so the wait starts from the path's lowest RTT; an
-    /// answer later than that costs one more probe.
-    private func patience(_ now: Instant) -> Duration {
-        guard let smoothed = smoothedRTT else { return .zero }
-        if rttIsStale(now), let lowest = minimumRTT, lowest < smoothed {
-            return lowest * 4  // 2 × RTT + 4 × RTT/2: a first sample's wait
-        }
-        return smoothed * 2 + rttVariance * 4
-    }
-
-    /// No RTT sample for `rttStaleAfter` (or none at all).
-    private func rttIsStale(_ now: Instant) -> Bool {
-        rttSampledAt.map { now - $0 >= config.rttStaleAfter } ?? true
-    }
-
-    /// A sample this long after the last one refreshes the estimate: it starts it over rather
-    /// than being averaged into what the path was several seconds ago.
-    private var rttRefreshDue: Duration { config.rttStaleAfter * 3 / 4 }
-
-    private func rttIsAged(_ now: Instant) -> Bool {
-        rttSampledAt.map { now - $0 >= rttRefreshDue } ?? true
-    }
+    /// How long an answer may take on the session's path before its absence means something
+    /// (`RTTEstimator.patience`).
+    private func patience(_ now: Instant) -> Duration { rtt.patience(now, staleAfter: config.rttStaleAfter) }
 
     /// Data unanswered this long makes the path suspect.
     private func livenessWait(_ now: Instant) -> Duration {
@@ -1855,27 +1818,9 @@ public struct Reconnector: Sendable {
         }
     }
 
-    /// One RTT sample of the session's path (RFC 6298's estimator); `newPath` starts over, and
-    /// so does a sample that follows a stale estimate (the smoothing is for samples that come
-    /// often: one from 10 s later is worth more than the average of what came before it). The
-    /// path's lowest RTT follows the lowest samples at once and higher ones slowly (an eighth
-    /// of the way each), so a path whose base RTT rose for good is not waited on too briefly.
-    private mutating func sampleRTT(_ rtt: Duration, _ now: Instant, newPath: Bool = false) {
-        let newPath = newPath || rttIsAged(now)
-        rttSampledAt = now
-        if let lowest = minimumRTT, !newPath {
-            minimumRTT = rtt < lowest ? rtt : lowest + (rtt - lowest) / 8
-        } else {
-            minimumRTT = rtt
-        }
-        guard let smoothed = smoothedRTT, !newPath else {
-            smoothedRTT = rtt
-            rttVariance = rtt / 2
-            return
-        }
-        let deviation = smoothed > rtt ? smoothed - rtt : rtt - smoothed
-        rttVariance = (rttVariance * 3 + deviation) / 4
-        smoothedRTT = (smoothed * 7 + rtt) / 8
+    /// One RTT sample of the session's path (`RTTEstimator.sample`).
+    private mutating func sampleRTT(_ sample: Duration, _ now: Instant, newPath: Bool = false) {
+        rtt.sample(sample, now, staleAfter: config.rttStaleAfter, newPath: newPath)
     }
 
     /// Counts a path's disappearance against its interface, whether or not the session used it.
