@@ -334,6 +334,16 @@ public enum Effect: Equatable, Sendable {
     case upkeepHeld(Holding, Upkeep.Damage, restores: Int, until: Instant)
 }
 
+extension Effect {
+    /// It binds the session's socket or starts a handshake: the event that gave it is an attempt.
+    public var isAttempt: Bool {
+        switch self {
+        case .bind, .handshake: true
+        default: false
+        }
+    }
+}
+
 /// What the agent answers an operator's request (`AgentEvent.request`); the runner words it.
 public enum OperatorReply: Equatable, Sendable {
     /// Fresh keys are on their way.
@@ -392,6 +402,9 @@ public struct AgentCore: Sendable {
     public private(set) var upkeep = Upkeep()
     /// The containers' and VMs' bridges, as last told.
     public private(set) var guests: [GuestNetwork] = []
+    /// Events that bound a socket or started a handshake (one each, whatever else they did),
+    /// since this core began.
+    public private(set) var attempts = 0
     /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
     /// made up) proves nothing.
     private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
@@ -523,6 +536,7 @@ public struct AgentCore: Sendable {
             let machine = reconnector
             out += flaps.paths(after, now: now) { machine.flapping($0, now) }.map(Effect.notice)
         }
+        if out.contains(where: \.isAttempt) { attempts += 1 }
         return out
     }
 

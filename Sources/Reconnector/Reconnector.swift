@@ -16,6 +16,8 @@ public struct Reconnector: Sendable {
     public private(set) var attempt = 0
     /// Reconnect tokens left now.
     public private(set) var tokens: Int
+    /// Reconnect tokens taken since this state machine was made (a refill takes none back).
+    public private(set) var tokensTaken = 0
     /// The servers, by name, in the order they are tried: the first that is not held down.
     public let servers: [String]
     /// The server the session is with, or heading for (an index into `servers`).
@@ -1871,6 +1873,7 @@ public struct Reconnector: Sendable {
         guard tokens > 0 else { return false }
         if tokens == config.budget(on: power).burst { refilledAt = now }
         tokens -= 1
+        tokensTaken += 1
         return true
     }
 
