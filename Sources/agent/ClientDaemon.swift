@@ -94,8 +94,6 @@ extension ClientDaemon {
         var reconnector: Reconnector { core.reconnector }
         let monitor: LiveMonitor
         let effects: SessionEffects
-        /// What the effects being carried out produced, fed once the current event's are done.
-        var produced: [AgentEvent] = []
         var service: ServiceReporter
         var suspends: SuspendDetector
         /// When the suspend hook announced a suspend (CLOCK_BOOTTIME, so the sleep counts).
@@ -104,7 +102,7 @@ extension ClientDaemon {
         let power = PowerEvents()
         var lastTransition: Transition?
         /// Decisions that bound, rebound or handshook, since start.
-        var attempts = 0
+        var attempts: Int { core.attempts }
         var running = true
         let metrics = ClientMetrics()
         var metricsFile: MetricsFile?
@@ -220,9 +218,7 @@ extension ClientDaemon {
                 let after = Instant.now()
                 if let due = metricsDue, due <= after { writeMetrics() }
                 if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
-                for (kind, due) in core.timers.sorted(by: { $0.value < $1.value }) where due <= after {
-                    feed(.timerFired(kind))
-                }
+                fireDueTimers(at: after)
             }
             service.stopping()
             writeMetrics()

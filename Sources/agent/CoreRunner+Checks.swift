@@ -39,15 +39,15 @@ extension ClientDaemon.CoreRunner {
 
     /// One on-demand probe over `path`, outside the tunnel, made as the connectivity check is:
     /// a plain one as the check itself, a pinned one over TLS. Why a probe proved nothing is
-    /// logged; the core hears only what it showed.
-    func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) {
+    /// logged; the core hears only what it showed (at once, for a probe that cannot be made).
+    func startProbe(_ probe: OnDemandRule.Probe, via path: Path, generation: UInt64) -> [AgentEvent] {
         log.info("on-demand probe", metadata: ["path": "\(path.interface)", "url": "\(probe.url)"])
         if probe.pin != nil {
             guard let pinned = PinnedProbe(probe) else {
-                return produced.append(.networkFact(.probeAnswered(probe, generation: generation, .unexpected)))
+                return [.networkFact(.probeAnswered(probe, generation: generation, .unexpected))]
             }
             let log = log
-            return offThread(failed: .found(.probeAnswered(probe, generation: generation, .unexpected))) { mark, avoiding in
+            offThread(failed: .found(.probeAnswered(probe, generation: generation, .unexpected))) { mark, avoiding in
                 switch pinned.run(via: path, mark: mark, avoiding: avoiding) {
                 case .success(let proof):
                     return .found(.probeAnswered(probe, generation: generation, .expected(proof: proof)))
@@ -57,13 +57,15 @@ extension ClientDaemon.CoreRunner {
                     return .found(.probeAnswered(probe, generation: generation, .unexpected))
                 }
             }
+            return []
         }
         guard let url = CheckURL(probe.url), !url.isHTTPS else {
-            return produced.append(.networkFact(.probeAnswered(probe, generation: generation, .unexpected)))
+            return [.networkFact(.probeAnswered(probe, generation: generation, .unexpected))]
         }
         run(PortalCheck(url: url, expect: probe.expect), via: path) {
             .found(.probeAnswered(probe, generation: generation, $0 == .online ? .expected(proof: nil) : .unexpected))
         }
+        return []
     }
 
     /// Makes `check` over `path` on a thread of its own (marked sockets, the tunnel's resolvers

@@ -13,81 +13,64 @@ import Tunnel
 import Settings
 import PathMonitor
 
-/// Decisions out: each event into the core, and its effects carried out on the session's sockets,
-/// the lockdown and the resolvers; what the core keeps across processes.
-extension ClientDaemon.CoreRunner {
-    /// An event into the core the replays run too; its effects are carried out here, in order.
-    func feed(_ event: AgentEvent) {
-        var next = [event]
-        // What the effects produce is fed after them, in order (a bound keeps a runaway
-        // exchange from holding the loop; none has more than a few rounds).
-        for round in 0... {
-            guard running, !next.isEmpty else { break }
-            guard round < 1000 else {
-                log.error("effects kept producing events; the rest are dropped", metadata: ["left": "\(next.count)"])
-                break
+/// Decisions out: the core's effects carried out on the session's sockets, the lockdown and the
+/// resolvers, through the driver every runner of the core shares (`CoreRunning`); what the core
+/// keeps across processes.
+extension ClientDaemon.CoreRunner: CoreRunning {
+    var coreNow: Instant { Instant.now() }
+
+    /// After each event: its transitions told to watchers once the machine has settled (the
+    /// status beside each is the one it led to), the metrics written, the memory kept.
+    func handled(_ event: AgentEvent, effects: [Effect]) {
+        let made = effects.compactMap { if case .transition(let transition) = $0 { transition } else { nil } }
+        if control.watched, !made.isEmpty {
+            let now = Instant.now()
+            let status = status(now: now).json
+            for transition in made {
+                let fields = [("transition", transitionStatus(transition, now: now).json), ("status", status)]
+                control.publish(ControlProtocol.event("transition", fields))
             }
-            let event = next.removeFirst()
-            let out = core.handle(event, now: Instant.now())
-            var made: [Transition] = []
-            var attempted = false
-            for effect in out {
-                switch effect {
-                case .transition(let transition): made.append(transition)
-                case .bind, .handshake: attempted = true
-                default: break
-                }
-                perform(effect)
-            }
-            if attempted { attempts += 1 }
-            // Told to watchers once the machine has settled: the status they get beside each
-            // transition is the one it led to.
-            if control.watched, !made.isEmpty {
-                let now = Instant.now()
-                let status = status(now: now).json
-                for transition in made {
-                    let fields = [("transition", transitionStatus(transition, now: now).json), ("status", status)]
-                    control.publish(ControlProtocol.event("transition", fields))
-                }
-            }
-            if !made.isEmpty { writeMetrics() }
-            next += produced
-            produced = []
         }
+        if !made.isEmpty { writeMetrics() }
         saveMemory()
     }
 
+    func ranAway(dropping dropped: [AgentEvent]) {
+        log.error("effects kept producing events; the rest are dropped", metadata: ["left": "\(dropped.count)"])
+    }
+
     /// Carries one of the core's effects out on the session's sockets, the lockdown and the
-    /// resolvers. A change of the lockdown that nftables refused and that no answer tells the core
-    /// of (the local and guest networks, a restore, a window closed, the tunnel's addresses) is
-    /// the lockdown not being as it should: the core hears it as damage (`Upkeep`), and has it
-    /// put back; meanwhile the firewall tries it again every second.
-    func perform(_ effect: Effect) {
+    /// resolvers; returns what it produced at once. A change of the lockdown that nftables refused
+    /// and that no answer tells the core of (the local and guest networks, a restore, a window
+    /// closed, the tunnel's addresses) is the lockdown not being as it should: the core hears it
+    /// as damage (`Upkeep`), and has it put back; meanwhile the firewall tries it again every second.
+    func perform(_ effect: Effect) -> [AgentEvent] {
         let refusals = effects.firewall?.refusals ?? 0
-        carryOut(effect)
-        guard let firewall = effects.firewall, firewall.refusals > refusals, let error = firewall.lastRefusal else { return }
+        let produced = carryOut(effect)
+        guard let firewall = effects.firewall, firewall.refusals > refusals, let error = firewall.lastRefusal else { return produced }
         switch effect {
-        case .restore, .allowServer, .proxyAt(_, opening: _?), .openPortalWindow, .openExclusion, .liftLockdown: return  // answered
-        default: produced.append(.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil)))
+        case .restore, .allowServer, .proxyAt(_, opening: _?), .openPortalWindow, .openExclusion, .liftLockdown: return produced  // answered
+        default: return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil))]
         }
     }
 
-    private func carryOut(_ effect: Effect) {
+    private func carryOut(_ effect: Effect) -> [AgentEvent] {
         switch effect {
         // A socket that could not be had is the core's to decide on: it hears of it.
         case .bind(let path, _, _):
-            do { try effects.bind(path, paths: reconnector.paths) } catch { produced.append(error.event(on: path.id)) }
+            do { try effects.bind(path, paths: reconnector.paths) } catch { return [error.event(on: path.id)] }
         case .handshake(let path, _):
-            do { try effects.handshake(on: path) } catch { produced.append(error.event(on: path.id)) }
+            do { try effects.handshake(on: path) } catch { return [error.event(on: path.id)] }
         case .resendHandshake(let path):
             metrics.resentHandshake()
-            do { try effects.handshake(on: path) } catch { produced.append(error.event(on: path.id)) }
+            do { try effects.handshake(on: path) } catch { return [error.event(on: path.id)] }
         case .probe(let id, let path, let size):
             if size == nil { metrics.probed() } else { metrics.sizeProbed() }
-            do { try effects.probe(id, via: path, size: size) } catch { produced.append(error.event(on: path.id)) }
+            do { try effects.probe(id, via: path, size: size) } catch { return [error.event(on: path.id)] }
         case .setTunnelMTU(let mtu):
-            if let kept = effects.setTunnelMTU(mtu) { produced.append(.tunnelMTUFailed(actual: kept.actual, why: kept.why)) }
+            let kept = effects.setTunnelMTU(mtu)
             metrics.tunnelMTU(effects.tunnelMTU)
+            if let kept { return [.tunnelMTUFailed(actual: kept.actual, why: kept.why)] }
         case .reportFailure(let reason):
             log.error("the tunnel cannot come up without help", metadata: ["reason": "\(reason.description)"])
         case .transition(let transition):
@@ -96,17 +79,17 @@ extension ClientDaemon.CoreRunner {
             metrics.record(transition)
             log.info("transition", metadata: transition.metadata)
         case .useServer(let index, let address):
-            if let failure = effects.useServer(index, at: address) { produced.append(.sessionFailed(failure)) }
+            if let failure = effects.useServer(index, at: address) { return [.sessionFailed(failure)] }
         case .prepareHandover(let index, let address, let path): effects.prepareHandover(to: index, at: address, on: path)
-        case .lookUpServer(let index): lookUp(index)
-        case .lookUpProxy(let path): lookUpProxy(on: path)
+        case .lookUpServer(let index): return lookUp(index)
+        case .lookUpProxy(let path): return lookUpProxy(on: path)
         case .proxyAt(let addresses, let opening):
             let allowed = effects.proxyAt(addresses, opening: opening)
-            if let opening, let address = addresses[opening] { produced.append(.proxyAllowed(on: opening, address: address, allowed)) }
+            if let opening, let address = addresses[opening] { return [.proxyAllowed(on: opening, address: address, allowed)] }
         case .allowServer(let index, let address, let lockdown):
-            produced.append(.serverAllowed(server: index, address: address, effects.allow(lockdown)))
+            return [.serverAllowed(server: index, address: address, effects.allow(lockdown))]
         case .useAddress(let address, let why):
-            if let failure = effects.useAddress(address, why: why) { produced.append(.sessionFailed(failure)) }
+            if let failure = effects.useAddress(address, why: why) { return [.sessionFailed(failure)] }
         case .localNetworks(let prefixes, let widerClaims): effects.localNetworksChanged(prefixes, widerClaims: widerClaims)
         case .guestNetworks(let guests): effects.guestNetworksChanged(guests)
         case .completeHandover: effects.completeHandover()
@@ -116,22 +99,21 @@ extension ClientDaemon.CoreRunner {
             do {
                 try effects.attachTunnel()
                 metrics.tunnelMTU(effects.tunnelMTU)
-                produced.append(.tunnelAttached)
+                return [.tunnelAttached]
             } catch {
-                produced.append(.tunnelFailed(error.message))
+                return [.tunnelFailed(error.message)]
             }
         case .resolvers(let decision): effects.useResolvers(decision)
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, let url, _):
             metrics.portalWindow(open: true)
             windowOpened = true
-            produced.append(.portalWindowOpened(effects.openPortalWindow(via: path, portal: url,
-                                                                         runtimeDirectory: control.path.parentDirectory)))
+            return [.portalWindowOpened(effects.openPortalWindow(via: path, portal: url, runtimeDirectory: control.path.parentDirectory))]
         case .closePortalWindow:
             metrics.portalWindow(open: false)
             effects.closePortalWindow()
         case .liftLockdown(let interface):
-            if let refused = effects.liftLockdown(interface: interface) { return produced.append(.liftRefused(refused)) }
+            if let refused = effects.liftLockdown(interface: interface) { return [.liftRefused(refused)] }
             metrics.lockdownLifted(true)
         case .restoreLockdown:
             metrics.lockdownLifted(false)
@@ -153,20 +135,20 @@ extension ClientDaemon.CoreRunner {
             restartRequested = true
             opensMachine = false
             running = false
-        case .findOut(.probe(let probe, let path, let generation)): startProbe(probe, via: path, generation: generation)
+        case .findOut(.probe(let probe, let path, let generation)): return startProbe(probe, via: path, generation: generation)
         case .findOut(let request):
-            if let fact = facts.read(request, tunnelSearch: tunnelSearch) { produced.append(.networkFact(fact)) }
+            return facts.read(request, tunnelSearch: tunnelSearch).map { [.networkFact($0)] } ?? []
         case .followNotices(let notices): facts.follow(notices)
         case .onDemandDecided(let decision): report(decision)
-        case .restore(let holding, let damage): restore(holding, damage)
+        case .restore(let holding, let damage): return [restore(holding, damage)]
         case .openExclusion:
-            produced.append(.exclusionOpened(effects.openExclusion(runtimeDirectory: control.path.parentDirectory)))
+            return [.exclusionOpened(effects.openExclusion(runtimeDirectory: control.path.parentDirectory))]
         case .upkeepHeld(let holding, let damage, let restores, let until):
             metrics.upkeepHeld(holding.rawValue)
             log.error("someone keeps taking it away: holding off before putting it back again",
                       metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
                                  "restores": "\(restores) in \(Upkeep.window.short)", "until": "\((until - Instant.now()).short)"])
-        case .reply(let answer): replied(answer)
+        case .reply(let answer): return replied(answer)
         case .notice(.flapping(let interface, let losses, let over, let next)):
             log.warning("interface flapping", metadata: ["interface": "\(interface)", "losses": "\(losses)", "in": "\(over.short)",
                                                          "next_summary": "\(next.short)"])
@@ -184,6 +166,7 @@ extension ClientDaemon.CoreRunner {
                         metadata: ["server": "\(settings.servers[index].name)",
                                    "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
         }
+        return []
     }
 
     /// The machine as the previous process of the agent left it, if it left anything usable.

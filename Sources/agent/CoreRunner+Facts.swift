@@ -162,11 +162,12 @@ extension ClientDaemon.CoreRunner {
         feed(.wake(sleptFor: slept))
     }
 
-    /// Looks up server `index`'s name for the core, off the deciding thread.
-    func lookUp(_ index: Int) {
+    /// Looks up server `index`'s name for the core, off the deciding thread (at once, for a
+    /// server given by address or a look-up that cannot start).
+    func lookUp(_ index: Int) -> [AgentEvent] {
         let entry = settings.servers[index]
         guard entry.endpoint.address == nil else {
-            return produced.append(.serverLookedUp(server: index, addresses: [entry.endpoint.host].compactMap { IPAddress($0) }))
+            return [.serverLookedUp(server: index, addresses: [entry.endpoint.host].compactMap { IPAddress($0) })]
         }
         do {
             try ServerLookup.start(entry.endpoint.host, mark: settings.mode.socketMark,
@@ -175,13 +176,14 @@ extension ClientDaemon.CoreRunner {
             }
         } catch {
             log.warning("cannot look up the server's name", metadata: ["error": "\(error)"])
-            produced.append(.serverLookedUp(server: index, addresses: nil))
+            return [.serverLookedUp(server: index, addresses: nil)]
         }
+        return []
     }
 
     /// Looks up the proxy's name for the core over `path`'s uplink, off the deciding thread.
-    func lookUpProxy(on path: Path) {
-        guard let host = settings.stream?.proxy?.endpoint.host else { return }
+    func lookUpProxy(on path: Path) -> [AgentEvent] {
+        guard let host = settings.stream?.proxy?.endpoint.host else { return [] }
         do {
             try ServerLookup.start(host, mark: settings.mode.socketMark, avoiding: effects.dns?.applied?.resolvers ?? [],
                                    device: path.interface) { [weak mailbox] result in
@@ -189,8 +191,9 @@ extension ClientDaemon.CoreRunner {
             }
         } catch {
             log.warning("cannot look up the proxy's name", metadata: ["error": "\(error)"])
-            produced.append(.proxyLookedUp(on: path, addresses: nil))
+            return [.proxyLookedUp(on: path, addresses: nil)]
         }
+        return []
     }
 
     /// A look-up ended: what it gave goes to the core, which follows the server when its name

@@ -98,9 +98,9 @@ extension ClientDaemon.CoreRunner {
     }
 
     /// The core's answer to the request being asked, worded for the operator; an `agent portal`
-    /// whose window is open goes into it.
-    func replied(_ answer: OperatorReply) {
-        guard let call = asking else { return }
+    /// whose window is open goes into it (a window it cannot join is closed again at once).
+    func replied(_ answer: OperatorReply) -> [AgentEvent] {
+        guard let call = asking else { return [] }
         asking = nil
         let refuse = { (code: String, message: String) in call.reply(ControlFailure(code: code, message: message).line) }
         switch answer {
@@ -141,9 +141,9 @@ extension ClientDaemon.CoreRunner {
                 try effects.joinPortalWindow(call.peer)
             } catch {
                 log.error("cannot put the process into the portal window", metadata: ["error": "\(error.message)", "pid": "\(call.peer.pid)"])
+                refuse("failed", error.message)
                 // A window opened for this process alone is of no use without it.
-                if windowOpened { produced.append(.request(.closePortalWindow(by: call.peer.uid))) }
-                return refuse("failed", error.message)
+                return windowOpened ? [.request(.closePortalWindow(by: call.peer.uid))] : []
             }
             if windowOpened {
                 log.notice("portal window opened", metadata: ["pid": "\(call.peer.pid)", "uid": "\(call.peer.uid)", "url": "\(url)"])
@@ -154,6 +154,7 @@ extension ClientDaemon.CoreRunner {
                                                ("interface", .string(interface)), ("for_ms", left.milliseconds),
                                                ("resolvers", .array(resolvers))]))
         }
+        return []
     }
 
     /// A transition as the control socket gives it.

@@ -72,7 +72,7 @@ extension ClientDaemon.CoreRunner {
 
     /// The core's `restore`: puts `holding` back, then reads it again; what is found goes back
     /// to the core (still missing: `damaged` again, which the core may hold off).
-    func restore(_ holding: Holding, _ damage: Upkeep.Damage) {
+    func restore(_ holding: Holding, _ damage: Upkeep.Damage) -> AgentEvent {
         metrics.restored(holding.rawValue)
         var failure: String?
         switch holding {
@@ -96,16 +96,16 @@ extension ClientDaemon.CoreRunner {
         // Read again from the kernel and the file, not assumed.
         switch holding {
         case .routing:
-            guard let routes = effects.routes else { return produced.append(.intact(holding)) }
+            guard let routes = effects.routes else { return .intact(holding) }
             let left = (try? routes.missing(routes: Self.kernelRoutes())) ?? [damage.what]
-            settle(holding, left, damage)
-        case .resolvers: settle(holding, effects.dns?.missing.map { [$0] } ?? [], damage)
-        case .lockdown: settle(holding, failure == nil ? [] : [damage.what], damage)
+            return settle(holding, left, damage)
+        case .resolvers: return settle(holding, effects.dns?.missing.map { [$0] } ?? [], damage)
+        case .lockdown: return settle(holding, failure == nil ? [] : [damage.what], damage)
         }
     }
 
-    private func settle(_ holding: Holding, _ left: [String], _ damage: Upkeep.Damage) {
-        produced.append(left.isEmpty ? .intact(holding) : .damaged(holding, Upkeep.Damage(what: left.joined(separator: "; "), by: damage.by)))
+    private func settle(_ holding: Holding, _ left: [String], _ damage: Upkeep.Damage) -> AgentEvent {
+        left.isEmpty ? .intact(holding) : .damaged(holding, Upkeep.Damage(what: left.joined(separator: "; "), by: damage.by))
     }
 
     /// The routes of every table as the kernel holds them now: the path model hears of the
