@@ -101,10 +101,11 @@ public struct Replay {
     private var kernel: PathTracker
     private var decoder = NetlinkDecoder()
     /// The core the daemon runs; the world carries out its effects.
-    private var core: AgentCore
+    package var core: AgentCore
     private var reconnector: Reconnector { core.reconnector }
-    /// The event being fed, the state before it, and whether it logged a transition.
-    private var feeding: (event: AgentEvent, before: State, reported: Bool) = (.sleep, .offline, false)
+    /// The event being fed, the state before it, whether it logged a transition, and the core's
+    /// attempts and the tokens its machine had taken before it.
+    private var feeding: (event: AgentEvent, before: State, reported: Bool, attempts: Int, tokens: Int) = (.sleep, .offline, false, 0, 0)
     private var now = Instant.zero
     private var queue = EventQueue()
     private var report = ReplayReport()
@@ -942,32 +943,20 @@ public struct Replay {
 
     // MARK: The driver
 
-    private mutating func feed(_ event: AgentEvent) {
+    /// The time on the agent's clock: the world's, stepped back as the scenario says.
+    package var coreNow: Instant { now + skew }
+
+    package mutating func willHandle(_ event: AgentEvent) {
         report.inputs += 1
         if case .liftRefused = event { liftRefusalOnItsWay = false }
         if keepsTrace { report.trace.append((now, event)) }
-        let before = reconnector.state
-        feeding = (event, before, false)
-        let effects = core.handle(event, now: now + skew)
-        var attempted = false
-        // A move off a path that is gone, with the session alive, is forced and costs no token.
-        var forced = false
-        for effect in effects {
-            switch effect {
-            case .handshake: attempted = true
-            case .bind(_, let first, let why):
-                attempted = true
-                guard !first else { break }
-                switch why.cause {
-                case .pathLost, .addressChanged: forced = forced || !reconnector.isHandshaking
-                // Back from no path with the session alive: the network moved it, nobody chose to.
-                case .pathAppeared where before == .offline: forced = forced || !reconnector.isHandshaking
-                default: break
-                }
-            default: break
-            }
-            perform(effect)
-        }
+        feeding = (event, reconnector.state, false, core.attempts, reconnector.tokensTaken)
+    }
+
+    /// After each event: the core's timers armed in the world's queue, the attempt counted, and
+    /// the invariants checked.
+    package mutating func handled(_ event: AgentEvent, effects: [Effect]) {
+        let before = feeding.before
         // The core's timers, one route: what it keeps is what the world's queue wakes it for.
         let timers = core.timers
         for (kind, at) in timers.sorted(by: { ($0.value, $0.key.rawValue) < ($1.value, $1.key.rawValue) }) where armed[kind] != at {
@@ -978,9 +967,12 @@ public struct Replay {
         }
         for kind in armed.keys where timers[kind] == nil { armed[kind] = nil }
         let reported = feeding.reported
+        let attempted = core.attempts > feeding.attempts
         if attempted {
-            report.attempts += 1
-            let budgeted = event != .request(.reconnect) && event != .request(.resume) && !forced
+            report.attempts += core.attempts - feeding.attempts
+            // An attempt that took no token (a forced move, an operator's request, a socket bound
+            // again) is outside the budget.
+            let budgeted = reconnector.tokensTaken > feeding.tokens
             let power: PowerSource = acSinceLastAttempt || reconnector.power == .ac ? .ac : .battery
             attemptLog.append((now, power, budgeted))
             if budgeted { acSinceLastAttempt = false }
@@ -1255,8 +1247,9 @@ struct EventQueue {
         /// A probe's echo (`size`: the tunnel packet a padded probe stood for, nil for a small
         /// one): the core knows which path its id went on.
         case echo(UInt64, rtt: Duration, size: Int?, via: Path.ID)
-        /// What an effect produced (a connectivity check's result, a look-up's answer, the
-        /// lockdown's word), fed as it arrives.
+        /// What an effect produced after a while in the world (a connectivity check's result, a
+        /// look-up's answer, a probe's), or a kernel notice of a network's facts, fed as it
+        /// arrives. What the runner has at once is fed with the effects that asked (`perform`).
         case answer(AgentEvent)
         /// The application's next packet, of the stream's generation.
         case traffic(Int)
@@ -1316,14 +1309,17 @@ struct EventQueue {
 
 /// The world as the core's runner: what the daemon's sockets, firewall and checks would do with
 /// each effect, with the checks every replay makes on each.
-extension Replay {
-    private mutating func perform(_ effect: Effect) {
+extension Replay: CoreRunning {
+    /// What the world does with `effect`; what it answers at once (the lockdown's word, the
+    /// device made, a socket refused, a fact read) is fed after the event's other effects, as
+    /// the daemon feeds it. What takes time in the world comes through its queue.
+    package mutating func perform(_ effect: Effect) -> [AgentEvent] {
         switch effect {
-        case .bind(let path, _, _): bind(path)
-        case .handshake(let path, _): handshake(on: path)
+        case .bind(let path, _, _): return bind(path)
+        case .handshake(let path, _): return handshake(on: path)
         case .resendHandshake(let path): resendHandshake(on: path)
-        case .probe(let id, let path, nil): probe(id, via: path)
-        case .probe(let id, let path, let size?): probe(id, via: path, size: size)
+        case .probe(let id, let path, nil): return probe(id, via: path)
+        case .probe(let id, let path, let size?): return probe(id, via: path, size: size)
         case .setTunnelMTU(let mtu): setTunnelMTU(mtu)
         case .reportFailure: break
         case .transition(let transition): transitioned(transition)
@@ -1349,9 +1345,9 @@ extension Replay {
             let refused = scenario.lockdownRefuses.contains(.proxy)
             if !refused { proxyAt = addresses }
             if refused { report.proxiesRefused += 1 } else { report.proxiesAllowed += 1 }
-            queue.push(now, .answer(.proxyAllowed(on: key, address: address, !refused)))
+            return [.proxyAllowed(on: key, address: address, !refused)]
         case .allowServer(let index, let address, _):
-            queue.push(now, .answer(.serverAllowed(server: index, address: address, true)))
+            return [.serverAllowed(server: index, address: address, true)]
         case .useAddress(let address, _): useAddress(address)
         case .localNetworks, .guestNetworks: break
         case .completeHandover: completeHandover()
@@ -1362,18 +1358,18 @@ extension Replay {
             if deviceAttached { violation("a second tunnel device asked for") }
             deviceAttached = true
             report.tunnelsAttached += 1
-            queue.push(now, .answer(.tunnelAttached))
+            return [.tunnelAttached]
         case .resolvers(let decision): report.resolvers.append((now, decision))
         case .checkConnectivity(let path): checkConnectivity(via: path)
         case .openPortalWindow(let path, _, _):
             let refused = scenario.lockdownRefuses.contains(.portalWindow)
             if !refused { openPortalWindow(via: path) }
-            queue.push(now, .answer(.portalWindowOpened(!refused)))
+            return [.portalWindowOpened(!refused)]
         case .closePortalWindow: closePortalWindow()
         case .liftLockdown(let interface):
             guard !scenario.lockdownRefuses.contains(.lift) else {
                 liftRefusalOnItsWay = true
-                return queue.push(now, .answer(.liftRefused("Error: Could not process rule: Device or resource busy")))
+                return [.liftRefused("Error: Could not process rule: Device or resource busy")]
             }
             liftLockdown(interface: interface)
         case .restoreLockdown: restoreLockdown()
@@ -1384,7 +1380,7 @@ extension Replay {
             // The agent starts again in place (it execs itself), on the configuration as it is now.
             report.restartsInPlace += 1
             queue.push(now, .restartAgent)
-        case .findOut(let request): findOut(request)
+        case .findOut(let request): return findOut(request)
         case .followNotices(let wanted): notices = wanted
         case .reply(.excluded): report.excluded += 1
         case .reply(.exclusionOff), .reply(.exclusionFailed): report.exclusionsRefused += 1
@@ -1397,15 +1393,16 @@ extension Replay {
         case .openExclusion:
             let refused = scenario.lockdownRefuses.contains(.exclusion)
             if !refused { report.exclusionsOpened += 1 }
-            queue.push(now, .answer(.exclusionOpened(!refused)))
+            return [.exclusionOpened(!refused)]
         case .restore(let holding, _):
             report.restores += 1
             if missing[holding] == nil { violation("\(holding.rawValue) put back while it was whole") }
             putBack(holding)
-            queue.push(now, .answer(.intact(holding)))
             if let taker = takers[holding], now < taker.until { queue.push(now + .milliseconds(100), .retake(holding)) }
+            return [.intact(holding)]
         case .upkeepHeld: report.holds += 1
         }
+        return []
     }
 
     /// Someone takes `holding` away; the agent hears of it at once, as the kernel's notice or
@@ -1424,15 +1421,15 @@ extension Replay {
     /// gateway's hardware address (every gateway has one; a scenario may name it), the search
     /// domains its DHCP server gave (written to resolv.conf by the best path's link), and a
     /// probe's answer after a round trip, if the network passes it and serves the URL.
-    private mutating func findOut(_ request: FactRequest) {
+    private mutating func findOut(_ request: FactRequest) -> [AgentEvent] {
         func name(_ index: Int32) -> String? { kernel.model.links[index]?.name }
         switch request {
         case .wifi(let index):
-            queue.push(now, .answer(.networkFact(.wifi(linkIndex: index, wifi(on: name(index))))))
+            return [.networkFact(.wifi(linkIndex: index, wifi(on: name(index))))]
         case .gateway(let address, let index, _):
-            queue.push(now, .answer(.networkFact(.gateway(linkIndex: index, address, mac: gatewayMAC(on: index)))))
+            return [.networkFact(.gateway(linkIndex: index, address, mac: gatewayMAC(on: index)))]
         case .searchDomains:
-            queue.push(now, .answer(.networkFact(.searchDomains(searchDomains, beforeBoot: false))))
+            return [.networkFact(.searchDomains(searchDomains, beforeBoot: false))]
         case .probe(let probe, let path, let generation):
             requireKnown(path, action: "on-demand probe")
             let name = interface(of: path.id)
@@ -1453,6 +1450,7 @@ extension Replay {
             }
             let at = passes ? now + roundTrip(path.id) : now + .seconds(5)
             queue.push(at, .answer(.networkFact(.probeAnswered(probe, generation: generation, result))))
+            return []
         }
     }
 
@@ -1489,9 +1487,10 @@ extension Replay {
         }
     }
 
-    private mutating func bind(_ path: Path) {
+    private mutating func bind(_ path: Path) -> [AgentEvent] {
         requireKnown(path, action: "bind")
-        let bound = openSocket(on: path.id)
+        let refused = openSocket(on: path.id)
+        let bound = refused == nil
         if bound { socket = path.id }
         // The sockets of paths gone go, as the daemon's effects close them: the session's own
         // too when the bind failed, and it then sends on none.
@@ -1501,17 +1500,17 @@ extension Replay {
         if let held = socket, sockets[held] == nil { socket = nil }
         // The session moved: a keepalive tells the server at once.
         if bound { sendKeepalive(persistent: false) }
+        return refused.map { [$0] } ?? []
     }
 
-    /// The socket on `id`, made on first use (a new port); false, and the agent told so, when
-    /// the kernel refuses to bind it (`refuse-bind`).
-    @discardableResult
-    private mutating func openSocket(on id: Path.ID) -> Bool {
+    /// The socket on `id`, made on first use (a new port); when the kernel refuses to bind it
+    /// (`refuse-bind`), what the agent is told of it.
+    private mutating func openSocket(on id: Path.ID) -> AgentEvent? {
         if id.transport == .stream {
             openStream(on: id)
-            return true
+            return nil
         }
-        guard sockets[id] == nil else { return true }
+        guard sockets[id] == nil else { return nil }
         if let name = interface(of: id), let refusal = bindRefusals[name] {
             var refuses = false
             if let times = refusal.times {
@@ -1522,19 +1521,16 @@ extension Replay {
             } else {
                 bindRefusals[name] = nil
             }
-            if refuses {
-                queue.push(now, .answer(.bindFailed(id, why: "\(id.source) is not an address of this host (any more)")))
-                return false
-            }
+            if refuses { return .bindFailed(id, why: "\(id.source) is not an address of this host (any more)") }
         }
         socketsMade += 1
         sockets[id] = socketsMade
-        return true
+        return nil
     }
 
-    private mutating func handshake(on path: Path) {
+    private mutating func handshake(on path: Path) -> [AgentEvent] {
         requireKnown(path, action: "handshake")
-        guard openSocket(on: path.id) else { return }
+        if let refused = openSocket(on: path.id) { return [refused] }
         if let inFlight = handshakeInFlight, inFlight == path.id {
             violation("a second handshake on \(path.interface) while one is in flight")
         }
@@ -1547,6 +1543,7 @@ extension Replay {
                 + "(the server answered \((now - heard).short) ago)")
         }
         serverHandshake(on: path)
+        return []
     }
 
     private mutating func resendHandshake(on path: Path) {
@@ -1557,26 +1554,28 @@ extension Replay {
         serverHandshake(on: path)
     }
 
-    private mutating func probe(_ id: UInt64, via path: Path) {
+    private mutating func probe(_ id: UInt64, via path: Path) -> [AgentEvent] {
         requireKnown(path, action: "probe")
-        guard openSocket(on: path.id) else { return }
+        if let refused = openSocket(on: path.id) { return [refused] }
         report.probes += 1
         probeTimes.append(now)
         answer(from: path.id, .probeEcho(id: id, rtt: .zero, size: nil))
+        return []
     }
 
     /// A padded probe is as big on the wire as a tunnel packet of `size`; a server that echoes
     /// sizes answers as big, an older one drops it (it reads the padding as malformed).
-    private mutating func probe(_ id: UInt64, via path: Path, size: Int) {
+    private mutating func probe(_ id: UInt64, via path: Path, size: Int) -> [AgentEvent] {
         requireKnown(path, action: "size probe")
-        guard openSocket(on: path.id) else { return }
+        if let refused = openSocket(on: path.id) { return [refused] }
         report.sizeProbes += 1
         if size < scenario.mtuFloor || size > scenario.config.maxMTU {
             violation("a size probe of \(size) bytes, outside \(scenario.mtuFloor)...\(scenario.config.maxMTU)")
         }
-        guard scenario.serverEchoesSizes else { return }
+        guard scenario.serverEchoesSizes else { return [] }
         let wire = size + Self.overhead(path.id)
         answer(from: path.id, .probeEcho(id: id, rtt: .zero, size: size), size: wire, downSize: wire)
+        return []
     }
 
     private mutating func setTunnelMTU(_ mtu: Int) {
