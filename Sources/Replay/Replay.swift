@@ -92,8 +92,9 @@ public struct ReplayError: Error, CustomStringConvertible, Sendable {
 /// Replays a scenario through the real NetworkModel and Reconnector on a virtual clock.
 ///
 /// The replay is also the world: it answers handshakes and probes as the server would over
-/// the paths that really pass traffic, delivers application data, and acts as the driver for
-/// the state machine's timers. It checks the machine's invariants after every input.
+/// the paths that really pass traffic, delivers application data, and wakes the core for its
+/// timers on the world's clock. It drives the core as the daemon does (`CoreRunning`) and
+/// checks the machine's invariants after every input.
 public struct Replay {
     public let scenario: Scenario
     /// The kernel's network: its links, addresses and routes, and the paths it would take to
