@@ -127,7 +127,7 @@ public struct Replay {
     /// done); one that never opens (its SYN dropped) is absent, its socket in `sockets` all the same.
     private var streamReady: [Path.ID: Instant] = [:]
     /// Where the agent's streams reach the proxy named by host on each network, as the lockdown
-    /// was opened to it (`Effect.allowProxy`): the runner dials that address.
+    /// was opened to it (`Effect.proxyAt`): the runner dials that address.
     private var proxyAt: [NetworkKey: IPAddress] = [:]
     /// What the proxy's name gives on each interface's network now (`proxy-dns`).
     private var proxyNames: [String: [IPAddress]]
