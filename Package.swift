@@ -128,7 +128,7 @@ let package = Package(
         // Timelines replayed through the real core on a virtual clock, in a simulated world.
         .target(
             name: "Replay",
-            dependencies: ["Basics", "Topology", "Netlink", "PathMonitor", "Reconnector", "ConfigReader"],
+            dependencies: ["Basics", "Topology", "Netlink", "Reconnector", "ConfigReader"],
             swiftSettings: strict),
         // A replay drawn as a picture: a timeline model made from its report, and that model
         // written as SVG text (no Foundation, no plotting library).

@@ -1,7 +1,6 @@
 import Topology
 import Basics
 import Reconnector
-import Netlink
 
 extension Scenario {
     /// A seeded random life of a laptop: uplinks losing carrier, going down, renumbering,

@@ -1,8 +1,6 @@
 public import Topology
 public import Basics
 public import Reconnector
-import Netlink
-import PathMonitor
 
 /// A timeline of a laptop's network life: where it starts, what happens when, and what the
 /// agent must have done by the end. Written by hand or recorded from the kernel.

@@ -2,8 +2,6 @@ import Topology
 public import ConfigReader
 import Basics
 import Reconnector
-import Netlink
-import PathMonitor
 
 /// A scenario file that cannot be replayed, with the line to look at.
 public typealias ScenarioError = ConfigError
