@@ -67,6 +67,45 @@ struct GatewayLabTests {
         print("mixed versions: both roamed, outages \(probes.map { $0.outage(from: start, to: end) })")
     }
 
+    /// One gateway, two laptops at once: one on a network where UDP gets through, one on a network
+    /// that drops it (its session over TLS on TCP 443). Both roam (each address changes under its
+    /// session): each keeps its transport and its keys, nothing of either TCP stream is lost, and
+    /// the gateway saw one handshake per laptop.
+    @Test func aGatewayServesAUDPAndAStreamClientAtOnceAndBothRoam() throws {
+        let lab = try GatewayLab(clients: 2, stream: true)
+        for laptop in lab.laptops {
+            try NamespaceLab.ip(["netns", "exec", laptop.name, "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1"])
+        }
+        try lab.dropUDP(from: "lap1")
+        try lab.start()
+        let (probes, streams) = try lab.traffic()
+        defer { for p in probes { p.stop() } }
+        let transports = (0..<2).map { n in
+            (try? NamespaceLab.capture(RoamingLab.builtAgent, ["status", "--json", "--control", lab.directory + "/agent\(n).sock"]).output) ?? ""
+        }
+        #expect(transports[0].contains("\"transport\":\"udp\"") && transports[1].contains("\"transport\":\"stream\""),
+                "client 0 on UDP, client 1 on the stream: \(transports)")
+        usleep(1_000_000)
+        let start = LabClock.now
+        for (n, laptop) in lab.laptops.enumerated() {
+            try laptop.batch(["address add 10.60.\(n).3/24 dev eth0", "address del 10.60.\(n).2/24 dev eth0"])
+        }
+        usleep(4_000_000)
+        let end = LabClock.now - .milliseconds(500)
+        let serverLog = lab.log("server.log")
+        for n in 0..<2 {
+            let clientLog = lab.log("client\(n).log")
+            let outage = probes[n].outage(from: start, to: end)
+            #expect(outage < .seconds(2), "client \(n): the roam cost \(outage)\n\(clientLog)")
+            let tcp = streams[n].finish()
+            #expect(tcp.failure == nil && tcp.intact && tcp.sent > 0 && tcp.received == tcp.sent,
+                    "client \(n): \(tcp.received) of \(tcp.sent) bytes, intact \(tcp.intact), \(tcp.failure ?? "")\n\(clientLog)")
+        }
+        let handshakes = serverLog.components(separatedBy: "msg=handshake from=").count - 1
+        #expect(handshakes == 2, "one handshake per client, none for the roams: \(handshakes)\nserver log:\n\(serverLog)")
+        print("udp and stream clients: both roamed, outages \(probes.map { $0.outage(from: start, to: end) })")
+    }
+
     /// Floods of handshakes from addresses that really receive, each source answering every
     /// cookie reply: first from the 256 /64s of one IPv6 /56, then from 64 IPv4 /24s of four
     /// addresses each, 3,000 initiations a second for 4.5 s. While each runs, three users with

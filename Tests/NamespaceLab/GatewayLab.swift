@@ -103,12 +103,13 @@ public final class GatewayLab {
         }
     }
 
-    /// The server's namespace drops every UDP datagram from the laptops (their gateways then
-    /// answer over TLS on TCP only, with `stream`).
-    public func dropUDP() throws {
+    /// The server's namespace drops every UDP datagram from the laptops whose side of the link
+    /// `laptops` names (an nftables interface pattern: all of them unless said), whose gateways
+    /// then answer over TLS on TCP only, with `stream`.
+    public func dropUDP(from laptops: String = "lap*") throws {
         try server.nft("add table inet noudp")
         try server.nft("add chain inet noudp in { type filter hook prerouting priority -300 ; }")
-        try server.nft("add rule inet noudp in iifname \"lap*\" meta l4proto udp counter drop")
+        try server.nft("add rule inet noudp in iifname \"\(laptops)\" meta l4proto udp counter drop")
     }
 
     private static func serverConfig(_ g: Int) -> String { g == 0 ? "server.yaml" : "server\(g).yaml" }
