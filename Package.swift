@@ -87,7 +87,7 @@ let package = Package(
         .target(
             name: "Tunnel",
             dependencies: [
-                "Basics", "Topology", "Netlink", "Device", "Streams", "CShims", "CSodium", "CBoring",
+                "Basics", "Topology", "Netlink", "Reconnector", "Device", "Streams", "CShims", "CSodium", "CBoring",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

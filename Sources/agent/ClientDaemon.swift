@@ -16,14 +16,15 @@ import Settings
 import Streams
 
 /// The always-on client, one direction of flow: facts (the path monitor, the data plane's
-/// notices, signals, the operator's requests, timers) go into the Reconnector; its actions go
-/// to `SessionEffects`, which carries them out. Other threads only post into the mailbox; one
+/// events, signals, the operator's requests, timers) go into the core (`AgentCore`); its effects
+/// go to `SessionEffects`, which carries them out. Other threads only post into the mailbox; one
 /// thread decides, and the data plane never waits for a decision. The daemon itself stays on
 /// the thread that made it: other threads get only its `mailbox`.
 final class ClientDaemon {
     /// Everything another thread may tell the deciding thread.
     enum Event: Sendable {
-        case notice(ClientNotice)
+        /// What the data plane told the core (a handshake, an echo, data sent or heard).
+        case dataPlane(AgentEvent)
         case signal(Int32)
         /// What a look-up of server `server`'s name gave.
         case lookedUp(server: Int, Result<[IPAddress], ResolverError>)
@@ -160,7 +161,7 @@ extension ClientDaemon {
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,
-                                     notify: { [weak mailbox] notice in mailbox?.post(.notice(notice)) },
+                                     notify: { [weak mailbox] event in mailbox?.post(.dataPlane(event)) },
                                      streamTold: { [weak mailbox] id, carrier, event in mailbox?.post(.stream(id, carrier, event)) })
             if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
             // Every server's protocol core can be made (its key is one a session can pin): a

@@ -107,8 +107,8 @@ extension ClientDaemon.CoreRunner {
                 log.warning("the proxy's name has no address on this network", metadata: ["path": "\(path.interface)", "error": "\(error)"])
                 feed(.proxyLookedUp(on: path, addresses: error.isTemporary ? nil : []))
             }
-        case .notice(let notice):
-            handle(notice)
+        case .dataPlane(let event):
+            dataPlane(event)
         case .control(let call):
             answer(call)
         case .connectivity(let result, let id):
@@ -134,26 +134,14 @@ extension ClientDaemon.CoreRunner {
         }
     }
 
-    func handle(_ notice: ClientNotice) {
-        switch notice {
-        case .handshakeCompleted(let rtt, let dns, let sized):
-            metrics.handshake("completed")
-            feed(.handshakeCompleted(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6, dns: dns))
-        case .rejected:
-            metrics.handshake("rejected")
-            feed(.handshakeRejected)
-        case .sessionUnknown: feed(.sessionUnknown)
-        case .probeEcho(let id, let rtt, let size): feed(.probeEcho(id: id, rtt: rtt, size: size))
-        case .dataSent: feed(.dataSent)
-        case .dataReceived: feed(.dataReceived)
-        case .serverDraining: feed(.serverDraining)
-        case .handoverReady(let rtt, let dns, let sized):
-            metrics.handshake("completed")
-            feed(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: effects.tunnelCarriesIPv6, dns: dns))
-        case .handoverRejected:
-            metrics.handshake("rejected")
-            feed(.handoverRejected)
+    /// What the data plane told the core, counted for the metrics on the way.
+    func dataPlane(_ event: AgentEvent) {
+        switch event {
+        case .handshakeCompleted, .handoverReady: metrics.handshake("completed")
+        case .handshakeRejected, .handoverRejected: metrics.handshake("rejected")
+        default: break
         }
+        feed(event)
     }
 
     /// After a suspend the machine may be on another network, where the server's name may

@@ -20,8 +20,8 @@ final class SessionEffects {
     let key: PrivateKey
     let credentials: Credentials?
     let log: Logger
-    /// Where the session's notices go (to the deciding thread's mailbox).
-    let notify: @Sendable (ClientNotice) -> Void
+    /// Where the data plane's events go (to the deciding thread's mailbox).
+    let notify: @Sendable (AgentEvent) -> Void
     /// The lockdown firewall, when the configuration wants it (the default).
     let firewall: Firewall?
     /// Who hears of the tunnel's resolvers; nil with `dns: {manager: off}`.
@@ -88,7 +88,7 @@ final class SessionEffects {
     var portalWindow: LockdownPolicy.PortalWindow?
 
     init(settings: ClientSettings, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer], server: SocketAddress,
-         firewall: Firewall?, proxy: HTTPProxy?, log: Logger, notify: @escaping @Sendable (ClientNotice) -> Void,
+         firewall: Firewall?, proxy: HTTPProxy?, log: Logger, notify: @escaping @Sendable (AgentEvent) -> Void,
          streamTold: @escaping @Sendable (Path.ID, StreamCarrier, StreamCarrier.Event) -> Void) {
         self.settings = settings
         self.proxy = proxy
@@ -135,10 +135,6 @@ final class SessionEffects {
 
     /// The tunnel device's MTU now (the configured one until a path asks for less).
     var tunnelMTU: Int { tun?.mtu ?? wantedMTU ?? settings.tunnel.mtu }
-    /// Whether the tunnel has an IPv6 address, which keeps its MTU at 1,280 or above (true
-    /// until the device exists: the cautious floor).
-    /// Whether the session's inner addresses (the device's, once it is up) include an IPv6 one.
-    var tunnelCarriesIPv6: Bool { client.map { $0.addresses.contains { $0.family == .v6 } } ?? true }
 
 
     /// The current server is at `address` now; why the session cannot turn to it, if it cannot.

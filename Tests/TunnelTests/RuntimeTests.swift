@@ -321,22 +321,6 @@ extension RuntimeTests {
     }
 }
 
-/// Notices a test collects from the client's threads.
-private final class Notices: Sendable {
-    private let list = Mutex<[ClientNotice]>([])
-    func append(_ notice: ClientNotice) { list.withLock { $0.append(notice) } }
-    var all: [ClientNotice] { list.withLock { $0 } }
-    /// Waits up to 3 s for `done` to hold.
-    func wait(_ done: ([ClientNotice]) -> Bool) -> Bool {
-        for _ in 0..<150 {
-            if done(all) { return true }
-            usleep(20_000)
-        }
-        return done(all)
-    }
-}
-
-/// A tiny lock-protected box for the reader thread's result.
 /// Runs nft in `lab`'s namespace with `arguments` (a failure is thrown, with nft's words).
 private func nft(_ lab: NamespaceLab, _ arguments: String) throws { try lab.nft(arguments) }
 

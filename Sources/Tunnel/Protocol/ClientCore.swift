@@ -86,6 +86,8 @@ public struct HandshakeCompletion: Equatable, Sendable {
     public var rtt: Duration
     /// The inner addresses the server holds for us.
     public var addresses: [IPAddress]
+    /// One of them is IPv6: the tunnel's MTU stays at 1,280 or above.
+    public var carriesIPv6: Bool { addresses.contains { $0.family == .v6 } }
     /// The resolvers and search domains the server gave, or why those it sent cannot be used.
     public var dns: Result<DNSSettings, DNSSettingsError>
     /// A keepalive on the new session: send it at once if no data is about to go, so the

@@ -1,4 +1,5 @@
 public import Basics
+public import Reconnector
 import Glibc
 public import Logging
 import Synchronization
@@ -19,32 +20,6 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
         case .device(let e): "\(e)"
         }
     }
-}
-
-/// What the client's data plane tells whoever decides (the state machine's driver): facts, each
-/// reported once per change, never per packet.
-public enum ClientNotice: Equatable, Sendable {
-    /// A handshake completed: the session has fresh keys. `sizedEchoes`: the server echoes
-    /// padded probes padded alike.
-    case handshakeCompleted(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>, sizedEchoes: Bool)
-    /// The server refused our key or credentials.
-    case rejected
-    /// The server says it holds no session for us.
-    case sessionUnknown
-    /// The echo of probe `id` came back, `rtt` after it was sent (over whichever socket sent it),
-    /// `size` bytes of plaintext (the tunnel packet a padded probe stood for).
-    case probeEcho(id: UInt64, rtt: Duration, size: Int)
-    /// Data went out more than `LivenessNotices.quietSpell` after the last arrival: the first such send.
-    case dataSent
-    /// An authenticated packet arrived after data had gone out unanswered, or `LivenessNotices.heardEvery`
-    /// after the last such report.
-    case dataReceived
-    /// The server said, on the session, that it is being taken down.
-    case serverDraining
-    /// The session prepared with another server (`prepareHandover`) is up.
-    case handoverReady(rtt: Duration, dns: Result<DNSSettings, DNSSettingsError>, sizedEchoes: Bool)
-    /// The server the session was to move to refused this client.
-    case handoverRejected
 }
 
 /// The client's data plane: the TUN device, the session's current UDP socket, and the protocol
@@ -74,7 +49,9 @@ public final class TunnelClient: Sendable {
     private let inboundWakeup: Wakeup
     private let outboundWakeup: Wakeup
     private let logger: Logger
-    private let notify: @Sendable (ClientNotice) -> Void
+    /// Where the facts the core needs go, as its events (`AgentEvent`): each reported once per
+    /// change, never per packet.
+    private let notify: @Sendable (AgentEvent) -> Void
     /// Whether `.dataSent` was reported and no packet has arrived since.
     private let awaitingReply = Atomic<Bool>(false)
     /// When the last authenticated packet arrived, and when an arrival was last reported
@@ -95,7 +72,7 @@ public final class TunnelClient: Sendable {
     /// `answersHints` also re-handshakes on a hint, so it works on its own as well.
     public init(core: ClientCore, socket: any PacketCarrier, server: SocketAddress, answersHints: Bool = true,
                 persistentKeepalive: Duration? = nil, logger: Logger,
-                notify: @escaping @Sendable (ClientNotice) -> Void = { _ in }) throws(DeviceError)
+                notify: @escaping @Sendable (AgentEvent) -> Void = { _ in }) throws(DeviceError)
     {
         self.answersHints = answersHints
         self.persistentKeepalive = Mutex(persistentKeepalive)
@@ -474,11 +451,12 @@ public final class TunnelClient: Sendable {
             send(completion.confirmation)
             logger.info("handshake completed", metadata: ["rtt": "\(completion.rtt.short)", "protocol": "\(completion.spoken.version)",
                                                           "cipher": "\(completion.spoken.cipher)"])
-            notify(.handshakeCompleted(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
+            notify(.handshakeCompleted(rtt: completion.rtt, sizedProbes: completion.sizedEchoes,
+                                       carriesIPv6: completion.carriesIPv6, dns: completion.dns))
             pathMTUUnheard()
         case .rejected:
             logger.warning("the server rejected a handshake")
-            notify(.rejected)
+            notify(.handshakeRejected)
         case .probeEcho(let id, let rtt, let size):
             lastEcho.withLock { $0 = (id, rtt) }
             notify(.probeEcho(id: id, rtt: rtt, size: size))
@@ -511,7 +489,8 @@ public final class TunnelClient: Sendable {
             case .established(let completion):
                 send(completion.confirmation, to: peer)
                 logger.info("handshake with the next server completed", metadata: ["rtt": "\(completion.rtt.short)"])
-                notify(.handoverReady(rtt: completion.rtt, dns: completion.dns, sizedEchoes: completion.sizedEchoes))
+                notify(.handoverReady(rtt: completion.rtt, sizedProbes: completion.sizedEchoes,
+                                      carriesIPv6: completion.carriesIPv6, dns: completion.dns))
             case .rejected:
                 logger.warning("the next server rejected a handshake")
                 notify(.handoverRejected)
