@@ -15,9 +15,11 @@ public struct Reconnector: Sendable {
     /// Reconnect attempts made since the session last worked.
     public private(set) var attempt = 0
     /// Reconnect tokens left now.
-    public private(set) var tokens: Int
+    public var tokens: Int { budget.tokens }
     /// Reconnect tokens taken since this state machine was made (a refill takes none back).
-    public private(set) var tokensTaken = 0
+    public var tokensTaken: Int { budget.taken }
+    /// The reconnect budget and the backoff after failed attempts.
+    private var budget: ReconnectBudget
     /// The servers, by name, in the order they are tried: the first that is not held down.
     public let servers: [String]
     /// The server the session is with, or heading for (an index into `servers`).
@@ -54,8 +56,6 @@ public struct Reconnector: Sendable {
     /// The better path the debounce timer waits for.
     private var candidate: Path.ID?
     private var deadlines = TimerTable()
-    private var refilledAt: Instant
-    private var failures = 0
     private var enteredAt: Instant
     private var coalesced = 0
     /// The session path's round-trip time (RFC 6298) and its lowest.
@@ -84,8 +84,6 @@ public struct Reconnector: Sendable {
     /// can answer.
     public private(set) var asleep = false
     private var trigger = ""
-    /// No budgeted attempt before this: a backoff the previous process of the agent drew.
-    private var notBefore: Instant?
     /// The latest instant an input came with: a clock seen going back is stepped, not trusted.
     private var lastNow: Instant?
     /// A "session unknown" hint waits for its check: the next authenticated answer disproves
@@ -162,8 +160,7 @@ public struct Reconnector: Sendable {
         self.config = config
         self.power = power
         self.rng = SeededRandom(seed: seed)
-        self.tokens = config.budget(on: power).burst
-        self.refilledAt = now
+        self.budget = ReconnectBudget(burst: config.budget(on: power).burst, now: now)
         self.enteredAt = now
         self.tunnelMTU = config.maxMTU
         self.floorMTU = config.mtuFloor(ipv6: true)
@@ -179,11 +176,7 @@ public struct Reconnector: Sendable {
         // What networks block is not about the clock: it holds after a reboot too.
         transports = memory.transports
         guard memory.refilledAt <= now else { return }
-        tokens = max(0, min(memory.tokens, config.budget(on: power).burst))
-        refilledAt = memory.refilledAt
-        refill(now)
-        failures = max(0, memory.failures)
-        notBefore = memory.notBefore.flatMap { $0 > now ? $0 : nil }
+        budget.restore(memory, inForce, now)
         // Verdicts whose hold-down ran out are kept with their strikes: such a path is re-checked
         // by a probe before it is trusted, and fails into a doubled hold-down if still dead.
         dead = memory.dead.mapValues { ($0.until, $0.strikes) }
@@ -193,7 +186,8 @@ public struct Reconnector: Sendable {
     public var memory: Memory {
         var retry: Instant?
         if case .backingOff = state { retry = deadlines[.retry] }
-        return Memory(tokens: tokens, refilledAt: refilledAt, failures: failures, notBefore: retry ?? notBefore,
+        return Memory(tokens: budget.tokens, refilledAt: budget.refilledAt, failures: budget.failures,
+                      notBefore: retry ?? budget.notBefore,
                       dead: dead.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) }, transports: transports)
     }
 
@@ -291,7 +285,7 @@ public struct Reconnector: Sendable {
             // The rules said connect for the network these paths now show.
             if let best, let verdict = onDemand, verdict.action == .connect || (heldForRules && verdict.action == .ignore),
                verdict.path == best.id {
-                failures = 0
+                budget.forgetFailures()
                 return attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
             }
             coalesced += 1
@@ -726,9 +720,8 @@ public struct Reconnector: Sendable {
     }
 
     private mutating func powerChanged(_ source: PowerSource, _ now: Instant, _ out: inout [Action]) {
-        refill(now)
+        budget.change(from: inForce, to: config.budget(on: source), now)
         power = source
-        tokens = min(tokens, config.budget(on: source).burst)
         // A wait drawn under battery's long backoff has lost its reason once on mains: draw
         // it again under the budget now in force, if that is sooner.
         guard case .backingOff = state, let due = deadlines[.retry] else { return }
@@ -742,7 +735,7 @@ public struct Reconnector: Sendable {
         case .connecting: coalesced += 1; return  // the fresh handshake asked for is already in flight
         default: break
         }
-        failures = 0
+        budget.forgetFailures()
         guard let best = preferred(now) else { return enter(.offline, .operatorRequest, now, &out) }
         // An operator's explicit request is not a storm: it bypasses the budget.
         session = nil
@@ -764,8 +757,7 @@ public struct Reconnector: Sendable {
     /// operator's request it bypasses the budget, and it forgets earlier failures.
     private mutating func resume(_ now: Instant, _ out: inout [Action]) {
         guard case .paused = state else { coalesced += 1; return }
-        failures = 0
-        notBefore = nil
+        budget.resetBackoff()
         if asleep {
             // Up again while the machine sleeps: the attempt waits for the wake.
             stateBeforeSleep = .offline
@@ -853,7 +845,7 @@ public struct Reconnector: Sendable {
                 return restoreLift(.lockdownRestored("left the network"), now, &out)
             }
             if lifted != nil { out.append(.restoreLockdown) }
-            failures = 0
+            budget.forgetFailures()
             attempt(on: best, .onDemand(verdict), now, &out, handshake: true)
         case .disconnect:
             disconnect(verdict, now, &out, from: .onDemand(verdict))
@@ -1138,19 +1130,18 @@ public struct Reconnector: Sendable {
     /// Spends a token on a reconnect to `path`, or backs off until one comes back.
     private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
                                   handshake: Bool = false) {
-        if failures > 0 || notBefore != nil, dead[path.id.over(.udp)] == nil, dead[path.id.over(.stream)] == nil {
+        if budget.isBackingOff, dead[path.id.over(.udp)] == nil, dead[path.id.over(.stream)] == nil {
             // The backoff was earned on paths that failed; this one has not failed since (a new
             // network, or one back after a long sleep): no step of it applies here. Its uplink
             // failed over either transport counts: a retry names the uplink, and its transport
             // is chosen afresh.
-            failures = 0
-            notBefore = nil
+            budget.resetBackoff()
         }
-        if let due = notBefore, now < due {
+        if let due = budget.notBefore, now < due {
             arm(.retry, at: due)
             return enter(.backingOff(path.over(.udp)), .backoff(nextIn: due - now), now, &out)
         }
-        notBefore = nil
+        budget.forgetWait()
         guard takeToken(now) else {
             let next = nextToken()
             arm(.retry, at: next)
@@ -1305,7 +1296,7 @@ public struct Reconnector: Sendable {
         switch state {
         case .backingOff:
             guard takeToken(now) else { return coalesced += 1 }
-            notBefore = nil
+            budget.forgetWait()
             startAttempt(on: udp, .proxyFound(udp.interface), now, &out, handshake: false)
         case .connecting(let path) where path.transport == .udp && raced == nil && deadlines[.race] == nil:
             arm(.race, at: max(now, enteredAt + raceDelay(now)))
@@ -1418,7 +1409,7 @@ public struct Reconnector: Sendable {
         let uplink = path.over(.udp)
         let otherPaths = paths.contains { $0.id != uplink.id && !isDead($0.id, now) }
         let rescueSilent = rescue.map { $0.rtt == nil } ?? false
-        if blameServer, rescueSilent || !otherPaths, failures == 0, let next = nextServer(now) {
+        if blameServer, rescueSilent || !otherPaths, budget.failures == 0, let next = nextServer(now) {
             return switchServer(to: next, now, &out)
         }
         markDead(path.id, now)
@@ -1431,20 +1422,15 @@ public struct Reconnector: Sendable {
         if let twin = otherTransport(of: path, now) {
             return attempt(on: twin, reason, now, &out, handshake: isHandshaking)
         }
-        failures += 1
+        budget.noteFailure()
         arm(.retry, at: now + backoffWait(now))
         // Backing off is about the uplink: the retry chooses its transport afresh.
         enter(.backingOff(uplink), reason, now, &out)
         checkForPortal(on: uplink, &out)
     }
 
-    /// Full jitter over the backoff step for the failures so far, but never before a token is back.
-    private mutating func backoffWait(_ now: Instant) -> Duration {
-        let budget = config.budget(on: power)
-        let step = min(budget.backoffCap, budget.backoffBase * (1 << min(max(failures, 1) - 1, 30)))
-        refill(now)
-        return max(rng.upTo(step), tokens > 0 ? .zero : nextToken() - now)
-    }
+    /// The backoff's wait after a failed attempt (`ReconnectBudget.backoffWait`).
+    private mutating func backoffWait(_ now: Instant) -> Duration { budget.backoffWait(now, inForce, &rng) }
 
     /// Starts or keeps the debounce for a path that ranks above the current one.
     private mutating func considerBetterPath(_ now: Instant, _ out: inout [Action]) {
@@ -1614,14 +1600,13 @@ public struct Reconnector: Sendable {
     /// freeze the budget or stretch every hold-down by the step): everything remembered moves
     /// with it, and armed timers keep the waits they had.
     private mutating func clockStepped(by step: Duration, _ out: inout [Action]) {
-        refilledAt = refilledAt + step
+        budget.shift(by: step)
         enteredAt = enteredAt + step
         if let known = session { session = (known.established + step, known.lastHeard + step) }
         dead = dead.mapValues { ($0.until + step, $0.strikes) }
         heldServers = heldServers.mapValues { ($0.until + step, $0.strikes) }
         drained = drained.mapValues { $0 + step }
         losses = losses.mapValues { ($0.count, $0.first + step, $0.last + step) }
-        notBefore = notBefore.map { $0 + step }
         rtt.shift(by: step)
         workingSince = workingSince.map { $0 + step }
         mtuVerifiedAt = mtuVerifiedAt.map { $0 + step }
@@ -1647,7 +1632,7 @@ public struct Reconnector: Sendable {
             if workingSince == nil { workingSince = now }
             // Working this long, with probes that ended in answers along the way (a lossy path
             // is probed often), the earlier failures are history.
-            if let since = workingSince, now - since >= config.stableAfter { failures = 0 }
+            if let since = workingSince, now - since >= config.stableAfter { budget.forgetFailures() }
         case .probing, .switching: break
         default: workingSince = nil
         }
@@ -1854,30 +1839,12 @@ public struct Reconnector: Sendable {
         return (now + hold, strikes)
     }
 
-    private mutating func refill(_ now: Instant) {
-        let budget = config.budget(on: power)
-        let step = max(budget.refill.nanoseconds, 1)
-        let earned = (now.nanoseconds - refilledAt.nanoseconds) / step
-        guard earned > 0 else { return }
-        if tokens + Int(clamping: earned) >= budget.burst {
-            tokens = budget.burst
-            refilledAt = now
-        } else {
-            tokens += Int(earned)
-            refilledAt = Instant(nanoseconds: refilledAt.nanoseconds + earned * step)
-        }
-    }
+    /// The budget in force: the configuration's for the power source now.
+    private var inForce: Config.Budget { config.budget(on: power) }
 
-    private mutating func takeToken(_ now: Instant) -> Bool {
-        refill(now)
-        guard tokens > 0 else { return false }
-        if tokens == config.budget(on: power).burst { refilledAt = now }
-        tokens -= 1
-        tokensTaken += 1
-        return true
-    }
+    private mutating func takeToken(_ now: Instant) -> Bool { budget.take(now, inForce) }
 
-    private func nextToken() -> Instant { refilledAt + config.budget(on: power).refill }
+    private func nextToken() -> Instant { budget.nextToken(inForce) }
 }
 
 /// One optional deadline per timer kind, without hashing on the hot path.
