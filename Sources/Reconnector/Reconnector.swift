@@ -27,7 +27,7 @@ public struct Reconnector: Sendable {
     /// The server a session is being prepared with while the current one carries the traffic.
     public private(set) var handover: Int?
     /// Servers avoided until the instant: they went silent on every path (with repeat count).
-    private var heldServers: [Int: (until: Instant, strikes: Int)] = [:]
+    private var heldServers = HoldDowns<Int>()
     /// Servers that announced they are being taken down, until when: tried last, and never
     /// the target of a handover.
     private var drained: [Int: Instant] = [:]
@@ -50,7 +50,7 @@ public struct Reconnector: Sendable {
     /// When the current session's keys were made and when the server was last heard.
     private var session: (established: Instant, lastHeard: Instant)?
     /// Paths that failed their probes, avoided until the instant, with repeat count.
-    private var dead: [Path.ID: (until: Instant, strikes: Int)] = [:]
+    private var dead = HoldDowns<Path.ID>()
     /// Recent losses per interface name, for flap damping.
     private var losses: [String: (count: Int, first: Instant, last: Instant)] = [:]
     /// The better path the debounce timer waits for.
@@ -179,7 +179,7 @@ public struct Reconnector: Sendable {
         budget.restore(memory, inForce, now)
         // Verdicts whose hold-down ran out are kept with their strikes: such a path is re-checked
         // by a probe before it is trusted, and fails into a doubled hold-down if still dead.
-        dead = memory.dead.mapValues { ($0.until, $0.strikes) }
+        dead = HoldDowns(memory.dead.mapValues { .init(until: $0.until, strikes: $0.strikes) })
     }
 
     /// What a restart of the agent must not forget.
@@ -188,7 +188,7 @@ public struct Reconnector: Sendable {
         if case .backingOff = state { retry = deadlines[.retry] }
         return Memory(tokens: budget.tokens, refilledAt: budget.refilledAt, failures: budget.failures,
                       notBefore: retry ?? budget.notBefore,
-                      dead: dead.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) }, transports: transports)
+                      dead: dead.entries.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) }, transports: transports)
     }
 
     /// Which transport carries the session, and what each known network blocks.
@@ -272,7 +272,7 @@ public struct Reconnector: Sendable {
         // A link's loss counts for flap damping; a change of its address does not.
         for old in paths where !new.contains(where: { $0.linkIndex == old.linkIndex }) { noteLoss(of: old, now) }
         paths = new
-        if !dead.isEmpty { dead = dead.filter { id, _ in new.contains { $0.id == id.over(.udp) } } }
+        dead.keep { id in new.contains { $0.id == id.over(.udp) } }
         if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
         switch state {
         case .sleeping, .failed, .paused:
@@ -392,7 +392,7 @@ public struct Reconnector: Sendable {
         if slept >= config.shortSleep {
             dead.removeAll()
         } else {
-            dead = dead.mapValues { ($0.until + slept, $0.strikes) }
+            dead.shift(by: slept)
         }
         candidate = nil
         guard let best = preferred(now) else { return enter(.offline, .wokeAfter(slept), now, &out) }
@@ -422,7 +422,7 @@ public struct Reconnector: Sendable {
         switch state {
         case .probing(let path, _) where path.id == id:
             sampleRTT(rtt, now)
-            dead[id] = nil
+            dead.clear(id)
             if suspectedByLiveness {
                 quietProofs = min(quietProofs + 1, 5)
                 // Data went unanswered, yet a small probe passes: the path may have begun to drop
@@ -439,7 +439,7 @@ public struct Reconnector: Sendable {
             // within the budget as on the probe timer's expiry.
             if sent > 1, takeToken(now) { failover(from: path, now, &out) }
         case .switching(let from, let to, _) where to.id == id:
-            dead[id] = nil
+            dead.clear(id)
             sampleRTT(rtt, now, newPath: true)
             // Back from the stream to UDP on the same uplink: a roam like any, no handshake.
             let reason: Reason = Self.isUDPRetest(from: from, to: to) ? .udpAnswered(to.interface, rtt: rtt)
@@ -452,7 +452,7 @@ public struct Reconnector: Sendable {
             // rose): the path works and the server still has the session. No handshake needed.
             guard session != nil, !unbound else { return }
             sampleRTT(rtt, now)
-            dead[id] = nil
+            dead.clear(id)
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
         default:
@@ -481,7 +481,7 @@ public struct Reconnector: Sendable {
         // above: a sample when no estimate is known or when the estimate is slower than that
         // (a queue that has drained since the last probe).
         if self.rtt.smoothed.map({ rtt < $0 }) ?? true { sampleRTT(rtt, now) }
-        dead[path.id] = nil
+        dead.clear(path.id)
         enter(.connected(path), .handshakeSucceeded(rtt: rtt), now, &out)
         considerBetterPath(now, &out)
     }
@@ -1063,7 +1063,7 @@ public struct Reconnector: Sendable {
     }
 
     private func isServerHeld(_ index: Int, _ now: Instant) -> Bool {
-        heldServers[index].map { now < $0.until } ?? false
+        heldServers.isHeld(index, now)
     }
 
     private func isDrained(_ index: Int, _ now: Instant) -> Bool {
@@ -1072,7 +1072,7 @@ public struct Reconnector: Sendable {
 
     /// A server that failed is avoided as a dead path is, doubling per repeat up to `maxHoldDown`.
     private mutating func markServer(_ index: Int, _ now: Instant) {
-        heldServers[index] = verdict(after: heldServers[index], now)
+        heldServers.strike(index, now, base: config.deadPathHoldDown, cap: config.maxHoldDown)
     }
 
     /// Forgets the session being prepared with another server, if there is one.
@@ -1106,7 +1106,7 @@ public struct Reconnector: Sendable {
     private mutating func failover(from path: Path, _ now: Instant, _ out: inout [Action]) {
         guard let (target, rtt) = rescue, let rtt else { return }
         markDead(path.id, now)
-        dead[target.id] = nil
+        dead.clear(target.id)
         sampleRTT(rtt, now, newPath: true)
         let reason = Reason.failover(from: path.interface, to: target.interface, rtt: rtt)
         moveSocket(to: target, reason, &out)
@@ -1603,8 +1603,8 @@ public struct Reconnector: Sendable {
         budget.shift(by: step)
         enteredAt = enteredAt + step
         if let known = session { session = (known.established + step, known.lastHeard + step) }
-        dead = dead.mapValues { ($0.until + step, $0.strikes) }
-        heldServers = heldServers.mapValues { ($0.until + step, $0.strikes) }
+        dead.shift(by: step)
+        heldServers.shift(by: step)
         drained = drained.mapValues { $0 + step }
         losses = losses.mapValues { ($0.count, $0.first + step, $0.last + step) }
         rtt.shift(by: step)
@@ -1824,19 +1824,11 @@ public struct Reconnector: Sendable {
            !paths.contains(where: { $0.id == id.over(.udp) && networks.contains(NetworkKey($0)) }) {
             return true  // no stream opens on that network
         }
-        return dead[id].map { now < $0.until } ?? false
+        return dead.isHeld(id, now)
     }
 
     private mutating func markDead(_ id: Path.ID, _ now: Instant) {
-        dead[id] = verdict(after: dead[id], now)
-    }
-
-    /// The verdict on a path or a server that failed again: avoided for `deadPathHoldDown`,
-    /// doubled for each earlier strike, up to `maxHoldDown`.
-    private func verdict(after previous: (until: Instant, strikes: Int)?, _ now: Instant) -> (until: Instant, strikes: Int) {
-        let strikes = (previous?.strikes ?? 0) + 1
-        let hold = min(config.maxHoldDown, config.deadPathHoldDown * (1 << min(strikes - 1, 20)))
-        return (now + hold, strikes)
+        dead.strike(id, now, base: config.deadPathHoldDown, cap: config.maxHoldDown)
     }
 
     /// The budget in force: the configuration's for the power source now.
