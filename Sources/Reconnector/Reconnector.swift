@@ -52,7 +52,7 @@ public struct Reconnector: Sendable {
     /// Paths that failed their probes, avoided until the instant, with repeat count.
     private var dead = HoldDowns<Path.ID>()
     /// Recent losses per interface name, for flap damping.
-    private var losses: [String: (count: Int, first: Instant, last: Instant)] = [:]
+    private var flaps = FlapRecord()
     /// The better path the debounce timer waits for.
     private var candidate: Path.ID?
     private var deadlines = TimerTable()
@@ -1456,7 +1456,7 @@ public struct Reconnector: Sendable {
     /// trusts it again.
     /// It never exceeds `flapStableAfter`: by then the interface counts as stable again.
     private func holdDown(for path: Path, _ now: Instant) -> Duration {
-        guard let loss = losses[path.interface], now - loss.last < config.flapWindow else { return config.debounce }
+        guard let loss = flaps.recent(path.interface, now, window: config.flapWindow) else { return config.debounce }
         let damped = min(config.flapStableAfter, config.flapHoldDown * (1 << min(loss.count - 1, 20)))
         return max(config.debounce, damped)
     }
@@ -1606,7 +1606,7 @@ public struct Reconnector: Sendable {
         dead.shift(by: step)
         heldServers.shift(by: step)
         drained = drained.mapValues { $0 + step }
-        losses = losses.mapValues { ($0.count, $0.first + step, $0.last + step) }
+        flaps.shift(by: step)
         rtt.shift(by: step)
         workingSince = workingSince.map { $0 + step }
         mtuVerifiedAt = mtuVerifiedAt.map { $0 + step }
@@ -1762,16 +1762,12 @@ public struct Reconnector: Sendable {
     /// The interface's losses when the flap damping counts it as flapping now (`isFlapping`):
     /// how many, since when. What the operator is told of a flap is decided by the same rule.
     public func flapping(_ interface: String, _ now: Instant) -> (losses: Int, since: Instant)? {
-        guard isFlapping(interface, now), let loss = losses[interface] else { return nil }
-        return (loss.count, loss.first)
+        flaps.flapping(interface, now, window: config.flapWindow, stableAfter: config.flapStableAfter)
     }
 
-    /// A link that lost its path three times or more in a row, each within `flapWindow` of the
-    /// one before, and stayed up less than `flapStableAfter` between them on average: a loose
-    /// cable, not an access point handing the laptop on every so often.
+    /// The link flaps (`FlapRecord.isFlapping`, under `flapWindow` and `flapStableAfter`).
     private func isFlapping(_ interface: String, _ now: Instant) -> Bool {
-        guard let loss = losses[interface], loss.count >= 3, now - loss.last < config.flapWindow else { return false }
-        return loss.last - loss.first < config.flapStableAfter * (loss.count - 1)
+        flaps.isFlapping(interface, now, window: config.flapWindow, stableAfter: config.flapStableAfter)
     }
 
     private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
@@ -1812,11 +1808,7 @@ public struct Reconnector: Sendable {
 
     /// Counts a path's disappearance against its interface, whether or not the session used it.
     private mutating func noteLoss(of path: Path, _ now: Instant) {
-        if let previous = losses[path.interface], now - previous.last < config.flapWindow {
-            losses[path.interface] = (previous.count + 1, previous.first, now)
-        } else {
-            losses[path.interface] = (1, now, now)
-        }
+        flaps.noteLoss(of: path.interface, now, window: config.flapWindow)
     }
 
     private func isDead(_ id: Path.ID, _ now: Instant) -> Bool {
