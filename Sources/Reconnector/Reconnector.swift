@@ -188,7 +188,8 @@ public struct Reconnector: Sendable {
         if case .backingOff = state { retry = deadlines[.retry] }
         return Memory(tokens: budget.tokens, refilledAt: budget.refilledAt, failures: budget.failures,
                       notBefore: retry ?? budget.notBefore,
-                      dead: dead.entries.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) }, transports: transports)
+                      dead: dead.entries.mapValues { Memory.Verdict(until: $0.until, strikes: $0.strikes) },
+                      transports: transports)
     }
 
     /// Which transport carries the session, and what each known network blocks.
