@@ -186,8 +186,15 @@ let package = Package(
         // The protocol cores under libFuzzer (scripts/fuzz protocol); built plainly, it replays
         // the inputs it is given, so a crash the fuzzer found can be run again anywhere.
         .executableTarget(
-            name: "ProtocolFuzz", dependencies: ["Basics", "Device", "Tunnel"],
+            name: "ProtocolFuzz", dependencies: ["Basics", "Device", "Tunnel", "FuzzInputs"],
             path: "Fuzz/Protocol", swiftSettings: strict),
+        // What a stream to the gateway and a proxy's answer could hold, under libFuzzer (scripts/fuzz
+        // streams); built plainly, it replays the inputs it is given.
+        .executableTarget(
+            name: "StreamsFuzz", dependencies: ["Basics", "Device", "Streams", "FuzzInputs"],
+            path: "Fuzz/Streams", swiftSettings: strict),
+        // The fuzz targets' plain runner: each input file fed to the entry, as libFuzzer would.
+        .target(name: "FuzzInputs", path: "Fuzz/Inputs", swiftSettings: strict),
 
         // A process that is not the agent but sets the session's mark, for the lockdown's lab tests.
         .executableTarget(name: "MarkedSender", path: "Tests/MarkedSender", swiftSettings: strict),

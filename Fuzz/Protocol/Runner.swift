@@ -5,14 +5,12 @@
 // Under libFuzzer (scripts/fuzz protocol builds with -DFUZZING) only the entry below is compiled
 // in; libFuzzer brings its own main.
 import Basics
+import FuzzInputs
 import Glibc
 
 nonisolated(unsafe) var harness: Harness?  // libFuzzer calls the entry from one thread
 
-func complain(_ message: String) {
-    let bytes = Array(("ProtocolFuzz: " + message + "\n").utf8)
-    _ = write(STDERR_FILENO, bytes, bytes.count)
-}
+func complain(_ message: String) { complain("ProtocolFuzz", message) }
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -53,24 +51,9 @@ struct Runner {
             complain("usage: ProtocolFuzz --seeds DIR | ProtocolFuzz FILE...")
             exit(2)
         } else {
-            for path in arguments {
-                guard let file = fopen(path, "rb") else {
-                    complain("cannot read \(path)")
-                    exit(1)
-                }
-                var bytes: [UInt8] = []
-                var chunk = [UInt8](repeating: 0, count: 4096)
-                while true {
-                    let n = fread(&chunk, 1, chunk.count, file)
-                    if n <= 0 { break }
-                    bytes += chunk[0..<n]
-                }
-                fclose(file)
-                bytes.withUnsafeBufferPointer { input in
-                    if let base = input.baseAddress { _ = fuzzOne(base, input.count) }
-                }
-            }
-            print("ProtocolFuzz: \(arguments.count) inputs, nothing crashed")
+            exit(replayInputs("ProtocolFuzz", arguments) { input in
+                if let base = input.baseAddress { _ = fuzzOne(base, input.count) }
+            })
         }
     }
 }

@@ -21,3 +21,39 @@ import Testing
         #expect(checked.status == 0, "Fuzz/\(target) does not compile: \(checked.output)")
     }
 }
+
+/// `scripts/fuzz` builds the modules a target needs one by one, each after the ones it imports:
+/// every module of the project a listed module's sources import is listed before it, or the
+/// build fails only when someone fuzzes (as it did once a module was split out).
+@Test func theFuzzScriptBuildsEveryModuleAfterTheOnesItImports() throws {
+    let repository = PackageTests.repository
+    let script = try String(contentsOf: repository.appendingPathComponent("scripts/fuzz"), encoding: .utf8)
+    let lists = script.split(separator: "\n").compactMap { line -> [String]? in
+        guard let open = line.range(of: "modules=("), let close = line.range(of: ")", range: open.upperBound..<line.endIndex) else { return nil }
+        return line[open.upperBound..<close.lowerBound].split(separator: " ").map(String.init)
+    }
+    try #require(lists.count >= 2, "the script's module lists: \(lists)")
+    let sources = repository.appendingPathComponent("Sources")
+    let swiftModules = Set(try FileManager.default.contentsOfDirectory(atPath: sources.path).filter { name in
+        (try? FileManager.default.contentsOfDirectory(atPath: sources.appendingPathComponent(name).path))?
+            .contains { $0.hasSuffix(".swift") } ?? false
+    })
+    for list in lists {
+        for (position, module) in list.enumerated() {
+            let directory = sources.appendingPathComponent(module)
+            let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".swift") }
+            var imported: Set<String> = []
+            for file in files {
+                let text = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+                for line in text.split(separator: "\n") {
+                    let words = line.split(separator: " ").map(String.init)
+                    guard let at = words.firstIndex(of: "import"), at + 1 < words.count,
+                          words[..<at].allSatisfy({ ["public", "package", "internal", "@testable"].contains($0) }) else { continue }
+                    if swiftModules.contains(words[at + 1]) { imported.insert(words[at + 1]) }
+                }
+            }
+            let missing = imported.subtracting(list[..<position]).subtracting([module])
+            #expect(missing.isEmpty, "scripts/fuzz builds \(module) before \(missing.sorted()), which it imports: \(list)")
+        }
+    }
+}

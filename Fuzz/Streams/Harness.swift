@@ -1,6 +1,6 @@
 import Basics
 import Device
-@testable import Streams
+import Streams
 
 /// libFuzzer's entry: every input is what a stream or a proxy could send. Its first byte says in
 /// pieces of how many bytes the rest arrives. Cut into messages by the stream's reader, the
