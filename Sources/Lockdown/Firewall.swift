@@ -21,6 +21,9 @@ public final class Firewall {
     public private(set) var retryDue: Instant?
     /// Refusals since the table last held what it should, and the last one's error.
     public private(set) var refusals = 0
+    /// Refusals since the firewall was made: it only grows, so a refusal between two loads
+    /// that succeed is never missed by whoever compares it before and after.
+    public private(set) var refusalsEver = 0
     public private(set) var lastRefusal: LockdownError?
 
     /// How soon a refused closing change is tried again.
@@ -70,6 +73,7 @@ public final class Firewall {
         } catch {
             refused = wanted
             refusals += 1
+            refusalsEver += 1
             lastRefusal = error
             // A close that keeps failing with other changes is not put off by each of them.
             retryDue = min(retryDue ?? .now() + Self.retryEvery, .now() + Self.retryEvery)
@@ -126,7 +130,9 @@ public final class Firewall {
     /// The excluded applications' cgroup is let through (or, with nil, no longer).
     public func exclusion(_ exclusion: LockdownPolicy.Exclusion?) throws(LockdownError) {
         guard case .full = wanted.scope, wanted.exclusion != exclusion else { return }
-        try change(kept: exclusion == nil) { $0.exclusion = exclusion }
+        // Opening it is answered (`exclusionOpened`); closing it, or a change of what it lets
+        // through (the network's resolvers), nobody is told of: kept, and tried again.
+        try change(kept: exclusion == nil || wanted.exclusion != nil) { $0.exclusion = exclusion }
     }
 
     /// The network's resolvers the excluded applications' look-ups go to.

@@ -455,6 +455,9 @@ public struct AgentCore: Sendable {
     private var held: [Input] = []
     /// The tunnel device is set up (it stays through every reconnect).
     public private(set) var tunnelAttached = false
+    /// The device has an IPv6 address (the first session's, which it keeps through every
+    /// reconnect): its MTU stays at 1,280 or above whatever a later server gives.
+    private var deviceCarriesIPv6 = false
     /// A handshake that completed while the device was being set up: the session counts as up
     /// once the device is.
     private var awaitingDevice: (rtt: Duration, sized: Bool, v6: Bool)?
@@ -584,9 +587,10 @@ public struct AgentCore: Sendable {
                 out.append(.attachTunnel)
                 return out
             }
-            sessionUp(rtt: rtt, sized: sized, v6: v6, now, &out)
+            sessionUp(rtt: rtt, sized: sized, v6: v6 || deviceCarriesIPv6, now, &out)
         case .tunnelAttached:
             tunnelAttached = true
+            deviceCarriesIPv6 = awaitingDevice?.v6 ?? false
             resolvers?.attached()
             guard let (rtt, sized, v6) = awaitingDevice else { break }
             awaitingDevice = nil
@@ -600,7 +604,7 @@ public struct AgentCore: Sendable {
         case .serverDraining: run(.serverDraining, now, &out)
         case .handoverReady(let rtt, let sized, let v6, let dns):
             resolvers?.handshake(gave: dns)
-            run(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: v6), now, &out)
+            run(.handoverReady(rtt: rtt, sizedProbes: sized, carriesIPv6: v6 || deviceCarriesIPv6), now, &out)
         case .handoverRejected: run(.handoverRejected, now, &out)
         case .connectivity(let result, let path): run(.connectivity(result, on: path), now, &out)
         case .timerFired(.startup):
@@ -801,8 +805,9 @@ public struct AgentCore: Sendable {
         guard var book = proxies else { return }
         let before = book.reachable
         let current = Set(network.paths.filter { $0.transport == .udp }.map(NetworkKey.init))
-        guard book.keep(only: current) else { return }
-        proxies = book
+        let addressLeft = book.keep(only: current)
+        proxies = book  // a network left while its look-up was out is forgotten too: its answer finds no entry
+        guard addressLeft else { return }
         out.append(.proxyAt(book.lockdown, opening: nil))
         if book.reachable != before { run(.streamNetworks(book.reachable), now, &out) }
     }
@@ -835,7 +840,7 @@ public struct AgentCore: Sendable {
     /// link-local address (which a forged answer could point the proxy's password at).
     public static func mayDial(_ address: IPAddress, from path: Path, carried: [Prefix]) -> Bool {
         address.family == path.source.family && !carried.contains { $0.contains(address) }
-            && !address.isUnspecified && !address.isLoopback && !address.isMulticast && !address.isLinkLocal
+            && address != path.source && !address.isUnspecified && !address.isLoopback && !address.isMulticast && !address.isLinkLocal
             && !address.isV4Mapped && address != .v4(0xFFFF_FFFF)
     }
 

@@ -51,6 +51,9 @@ public struct Upkeep: Sendable {
         public var lastBy: String?
         /// A restore went out and what the machine found after it has not come back yet.
         public var restoring = false
+        /// A restore the machine refused is tried again then (not at once: a refusal that lasts
+        /// would otherwise be asked again and again without a pause).
+        public var retryAt: Instant?
         /// Held off now: a fight, for status.
         public var fighting: Bool { heldUntil != nil }
 
@@ -61,13 +64,15 @@ public struct Upkeep: Sendable {
     public static let restoresPerWindow = 5
     public static let firstHold: Duration = .seconds(10)
     public static let longestHold: Duration = .seconds(300)
+    /// How soon a restore the machine refused is tried again.
+    public static let retryAfterRefusal: Duration = .seconds(1)
 
     public private(set) var records: [Holding: Record] = [:]
 
     public init() {}
 
     /// When the first hold ends.
-    public var nextDeadline: Instant? { records.values.compactMap(\.heldUntil).min() }
+    public var nextDeadline: Instant? { records.values.flatMap { [$0.heldUntil, $0.retryAt].compactMap { $0 } }.min() }
 
     /// `holding` is missing `damage`: put back now, or held off in a fight.
     /// Every look at the machine is told, whatever it found: what is known missing already is
@@ -86,17 +91,19 @@ public struct Upkeep: Sendable {
         if let by = damage.by { record.lastBy = by }
         record.recent.removeAll { now - $0 >= Self.window }
         if record.recent.isEmpty && record.heldUntil == nil { record.holds = 0 }
-        if holding == .lockdown {
-            // Fail closed: never held off.
-            restore(holding, &record, damage, now, &out)
-        } else if let until = record.heldUntil, until > now {
+        if let until = record.heldUntil, until > now, holding != .lockdown {
             // Put back when the hold is over.
-        } else if record.recent.count >= Self.restoresPerWindow || (record.holds > 0 && !record.recent.isEmpty) {
+        } else if holding != .lockdown,
+                  record.recent.count >= Self.restoresPerWindow || (record.holds > 0 && !record.recent.isEmpty) {
             // A fight, or one not over yet (a restore within the window after a hold): hold off.
             let hold = min(Self.firstHold * (1 << min(record.holds, 16)), Self.longestHold)
             record.holds += 1
             record.heldUntil = now + hold
             out.append(.upkeepHeld(holding, damage, restores: record.recent.count, until: now + hold))
+        } else if answersRestore {
+            // The restore itself did not hold (refused, or taken again at once): again in a
+            // moment, not at once. The lockdown too (fail closed, never held off for longer).
+            record.retryAt = now + Self.retryAfterRefusal
         } else {
             restore(holding, &record, damage, now, &out)
         }
@@ -112,14 +119,21 @@ public struct Upkeep: Sendable {
     mutating func intact(_ holding: Holding) {
         records[holding]?.damage = nil
         records[holding]?.restoring = false
+        records[holding]?.retryAt = nil
     }
 
     /// A hold is over: what is still missing goes back once.
     mutating func timerFired(now: Instant, _ out: inout [Effect]) {
         for holding in Holding.allCases {
-            guard var record = records[holding], let until = record.heldUntil, until <= now else { continue }
-            record.heldUntil = nil
-            if let damage = record.damage { restore(holding, &record, damage, now, &out) }
+            guard var record = records[holding] else { continue }
+            if let retry = record.retryAt, retry <= now {
+                record.retryAt = nil
+                if let damage = record.damage, record.heldUntil == nil { restore(holding, &record, damage, now, &out) }
+            }
+            if let until = record.heldUntil, until <= now {
+                record.heldUntil = nil
+                if let damage = record.damage, !record.restoring { restore(holding, &record, damage, now, &out) }
+            }
             records[holding] = record
         }
     }

@@ -45,9 +45,9 @@ extension ClientDaemon.CoreRunner: CoreRunning {
     /// closed, the tunnel's addresses) is the lockdown not being as it should: the core hears it
     /// as damage (`Upkeep`), and has it put back; meanwhile the firewall tries it again every second.
     func perform(_ effect: Effect) -> [AgentEvent] {
-        let refusals = effects.firewall?.refusals ?? 0
+        let refusals = effects.firewall?.refusalsEver ?? 0
         let produced = carryOut(effect)
-        guard let firewall = effects.firewall, firewall.refusals > refusals, let error = firewall.lastRefusal else { return produced }
+        guard let firewall = effects.firewall, firewall.refusalsEver > refusals, let error = firewall.lastRefusal else { return produced }
         switch effect {
         case .restore, .allowServer, .proxyAt(_, opening: _?), .openPortalWindow, .openExclusion, .liftLockdown: return produced  // answered
         default: return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil))]

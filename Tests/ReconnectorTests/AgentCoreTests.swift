@@ -605,3 +605,18 @@ extension [Effect] {
     _ = core.handle(.tunnelMTUFailed(actual: 1500, why: "Operation not permitted"), now: at(1))
     #expect(before != 1500 && core.reconnector.tunnelMTU == 1500)
 }
+
+/// The device keeps the first session's addresses through every reconnect: an IPv6 one keeps its
+/// MTU floor at 1,280 when a later server (a failover, a handover) gives IPv4 alone; Linux would
+/// take IPv6 off a device below 1,280.
+@Test func theDevicesIPv6KeepsTheFloorWhateverALaterServerGives() {
+    var core = agentCore(on: [eth0])
+    _ = core.handle(.start, now: at(0))
+    _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: true), now: at(20))
+    _ = core.handle(.tunnelAttached, now: at(21))
+    let floor = core.reconnector.floorMTU
+    _ = core.handle(.handshakeCompleted(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: false), now: at(200_000))
+    #expect(floor == Config().mtuFloor(ipv6: true) && core.reconnector.floorMTU == floor)
+    _ = core.handle(.handoverReady(rtt: .milliseconds(20), sizedProbes: true, carriesIPv6: false), now: at(200_100))
+    #expect(core.reconnector.floorMTU == floor)
+}

@@ -204,3 +204,15 @@ extension [Effect] {
         #expect(effects.proxyAllowances.isEmpty, "\(forged)")
     }
 }
+
+/// A network left while its look-up was out is forgotten too: its late answer opens nothing, and
+/// a network that looks the same when the laptop comes back is asked afresh.
+@Test func aNetworkLeftWhileItsLookUpWasOutIsForgotten() {
+    var core = proxiedCore(on: [office])
+    #expect(core.handle(.start, now: at(0)).proxyLookUps == ["eth0"])
+    _ = core.handle(.network(carrier(office, false)), now: at(100))
+    #expect(core.proxies?.networks.isEmpty == true)
+    let late = core.handle(.proxyLookedUp(on: office, addresses: [proxyAddress]), now: at(200))
+    #expect(late.proxyAllowances.isEmpty, "\(late)")
+    #expect(core.handle(.network(carrier(office, true)), now: at(60_000)).proxyLookUps == ["eth0"])
+}

@@ -51,9 +51,13 @@ struct UpkeepTests {
         let other = Upkeep.Damage(what: "nameserver 10.77.0.1 missing", by: nil)
         var out = core.handle(.damaged(.resolvers, other), now: .zero)
         #expect(taken(out) == 1 && restores(out) == 1, "\(out)")
-        // What the look after the restore finds is its answer, decided again (and not news).
+        // What the look after the restore finds is its answer, decided again (and not news): the
+        // restore did not hold, so it is tried again in a moment, not at once.
         out = core.handle(.damaged(.resolvers, other), now: .zero + .seconds(1))
-        #expect(taken(out) == 0 && restores(out) == 1, "\(out)")
+        #expect(taken(out) == 0 && restores(out) == 0, "\(out)")
+        #expect(core.timers[.upkeep] == Instant.zero + .seconds(1) + Upkeep.retryAfterRefusal)
+        out = core.handle(.timerFired(.upkeep), now: .zero + .seconds(2))
+        #expect(restores(out) == 1, "\(out)")
         #expect(core.upkeep.records[.resolvers]?.restoring == true)
         // Put back at last; then a notice's look finds it whole: nothing more.
         #expect(core.handle(.intact(.resolvers), now: .zero + .seconds(2)).isEmpty)
@@ -83,15 +87,27 @@ struct UpkeepTests {
 
     @Test func theLockdownIsNeverHeldOffAndHoldsAreEachHoldingsOwn() {
         var core = agentCore(on: [])
-        for i in 0..<50 {
-            let out = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: Instant.zero + .milliseconds(100 * i))
-            #expect(restores(out) == 1 && holds(out).isEmpty, "restore \(i): \(out)")
+        // Taken: put back at once. Each restore the machine refuses: again a second later, for
+        // as long as it takes, never a hold and never a restore loop without a pause.
+        let taken = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: .zero)
+        #expect(restores(taken) == 1 && holds(taken).isEmpty, "\(taken)")
+        for i in 1...50 {
+            let at = Instant.zero + .seconds(i)
+            let refused = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: at - .milliseconds(990))
+            #expect(restores(refused) == 0 && holds(refused).isEmpty, "refusal \(i): \(refused)")
+            let again = core.handle(.timerFired(.upkeep), now: at + .milliseconds(10))
+            #expect(restores(again) == 1 && holds(again).isEmpty, "restore \(i): \(again)")
         }
+        _ = core.handle(.intact(.lockdown), now: .zero + .seconds(52))
         #expect(core.timers[.upkeep] == nil)
         // A fight over the routing does not hold the resolvers back.
-        for i in 0..<6 { _ = core.handle(.damaged(.routing, damage), now: Instant.zero + .seconds(i)) }
+        // (Each restore of the routing taken again at once: retried a second later, then held off.)
+        for i in 0..<6 {
+            _ = core.handle(.damaged(.routing, damage), now: Instant.zero + .seconds(60 + 2 * i))
+            _ = core.handle(.timerFired(.upkeep), now: Instant.zero + .seconds(61 + 2 * i))
+        }
         #expect(core.upkeep.records[.routing]?.fighting == true)
-        #expect(restores(core.handle(.damaged(.resolvers, Upkeep.Damage(what: "/etc/resolv.conf rewritten")), now: .zero + .seconds(7))) == 1)
+        #expect(restores(core.handle(.damaged(.resolvers, Upkeep.Damage(what: "/etc/resolv.conf rewritten")), now: .zero + .seconds(75))) == 1)
     }
 
     @Test func aStoppedAgentPutsNothingBack() {
