@@ -32,7 +32,7 @@ import Testing
         guard let open = line.range(of: "modules=("), let close = line.range(of: ")", range: open.upperBound..<line.endIndex) else { return nil }
         return line[open.upperBound..<close.lowerBound].split(separator: " ").map(String.init)
     }
-    try #require(lists.count >= 2, "the script's module lists: \(lists)")
+    try #require(!lists.isEmpty, "the script's module lists: \(lists)")
     let sources = repository.appendingPathComponent("Sources")
     let swiftModules = Set(try FileManager.default.contentsOfDirectory(atPath: sources.path).filter { name in
         (try? FileManager.default.contentsOfDirectory(atPath: sources.appendingPathComponent(name).path))?
