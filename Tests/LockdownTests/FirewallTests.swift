@@ -109,3 +109,24 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(firewall.retry() == nil)
     #expect(table.held.localNetworks == [Prefix("192.168.1.0/24")!] && firewall.lastRefusal == nil)
 }
+
+/// Opening the exclusion is answered, so a refused opening is forgotten; a change of what it lets
+/// through (the network's resolvers) nobody is told of, so a refused one stays wanted and the
+/// retry loads it. The count of refusals only grows: a refusal between two loads that succeed is
+/// never missed by whoever compares it before and after.
+@Test func aRefusedChangeOfTheExclusionsResolversIsRetriedAndEveryRefusalIsCounted() throws {
+    let (firewall, table) = lockedFirewall()
+    let before = LockdownPolicy.Exclusion(cgroup: "roam/excluded", level: 2, resolvers: [IPAddress("10.0.0.1")!])
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.exclusion(before) }
+    table.refusing = false
+    #expect(firewall.retry() == nil && table.held.exclusion == nil, "a refused opening is forgotten")
+    try firewall.exclusion(before)
+    #expect(firewall.refusals == 0 && firewall.refusalsEver == 1)
+    let after = LockdownPolicy.Exclusion(cgroup: "roam/excluded", level: 2, resolvers: [IPAddress("192.168.1.1")!])
+    table.refusing = true
+    #expect(throws: LockdownError.self) { try firewall.exclusion(after) }
+    #expect(firewall.refusalsEver == 2)
+    table.refusing = false
+    #expect(firewall.retry() == nil && table.held.exclusion == after, "the new resolvers are loaded")
+}

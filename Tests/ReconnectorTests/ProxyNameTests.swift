@@ -197,7 +197,7 @@ extension [Effect] {
 
 /// What a forged answer could point the proxy's password at is never dialled.
 @Test func anAnswerOfThisMachineOrNoHostIsNotUsed() {
-    for forged in ["127.0.0.1", "0.0.0.0", "169.254.1.1", "224.0.0.1", "255.255.255.255"] {
+    for forged in ["127.0.0.1", "0.0.0.0", "169.254.1.1", "224.0.0.1", "255.255.255.255", "\(office.source)"] {
         var core = proxiedCore(on: [office])
         _ = core.handle(.start, now: at(0))
         let effects = core.handle(.proxyLookedUp(on: office, addresses: [IPAddress(forged)!]), now: at(10))
