@@ -51,7 +51,10 @@ public struct Upkeep: Sendable {
         public var lastBy: String?
         /// A restore went out and what the machine found after it has not come back yet.
         public var restoring = false
-        /// A restore the machine refused is tried again then (not at once: a refusal that lasts
+        /// Restores in a row whose answer found it still missing (refused, or taken again while
+        /// it went back): the first is tried again at once, the others `retryAfterRefusal` later.
+        public var unheldInRow = 0
+        /// A restore that did not hold is tried again then (not at once: a refusal that lasts
         /// would otherwise be asked again and again without a pause).
         public var retryAt: Instant?
         /// Held off now: a fight, for status.
@@ -64,7 +67,7 @@ public struct Upkeep: Sendable {
     public static let restoresPerWindow = 5
     public static let firstHold: Duration = .seconds(10)
     public static let longestHold: Duration = .seconds(300)
-    /// How soon a restore the machine refused is tried again.
+    /// How soon a restore that did not hold twice in a row is tried again.
     public static let retryAfterRefusal: Duration = .seconds(1)
 
     public private(set) var records: [Holding: Record] = [:]
@@ -100,11 +103,17 @@ public struct Upkeep: Sendable {
             record.holds += 1
             record.heldUntil = now + hold
             out.append(.upkeepHeld(holding, damage, restores: record.recent.count, until: now + hold))
-        } else if answersRestore {
-            // The restore itself did not hold (refused, or taken again at once): again in a
-            // moment, not at once. The lockdown too (fail closed, never held off for longer).
+        } else if answersRestore && record.unheldInRow > 0 {
+            // The restore did not hold again (a refusal that lasts, or a taker that keeps at
+            // it): again in a moment, not at once. The lockdown too (fail closed, never held off
+            // for longer).
+            record.unheldInRow += 1
             record.retryAt = now + Self.retryAfterRefusal
         } else {
+            // News, or the first restore that did not hold: a removal the kernel tells in parts
+            // (a flush deletes route after route) is still going on while the first part goes
+            // back, and what it took after that goes back at once too.
+            if answersRestore { record.unheldInRow += 1 }
             restore(holding, &record, damage, now, &out)
         }
         records[holding] = record
@@ -120,6 +129,7 @@ public struct Upkeep: Sendable {
         records[holding]?.damage = nil
         records[holding]?.restoring = false
         records[holding]?.retryAt = nil
+        records[holding]?.unheldInRow = 0
     }
 
     /// A hold is over: what is still missing goes back once.

@@ -52,7 +52,10 @@ struct UpkeepTests {
         var out = core.handle(.damaged(.resolvers, other), now: .zero)
         #expect(taken(out) == 1 && restores(out) == 1, "\(out)")
         // What the look after the restore finds is its answer, decided again (and not news): the
-        // restore did not hold, so it is tried again in a moment, not at once.
+        // first restore that did not hold goes again at once (a removal told in parts), a second
+        // in a row in a moment, not at once.
+        out = core.handle(.damaged(.resolvers, other), now: .zero + .milliseconds(1))
+        #expect(taken(out) == 0 && restores(out) == 1, "\(out)")
         out = core.handle(.damaged(.resolvers, other), now: .zero + .seconds(1))
         #expect(taken(out) == 0 && restores(out) == 0, "\(out)")
         #expect(core.timers[.upkeep] == Instant.zero + .seconds(1) + Upkeep.retryAfterRefusal)
@@ -87,10 +90,13 @@ struct UpkeepTests {
 
     @Test func theLockdownIsNeverHeldOffAndHoldsAreEachHoldingsOwn() {
         var core = agentCore(on: [])
-        // Taken: put back at once. Each restore the machine refuses: again a second later, for
-        // as long as it takes, never a hold and never a restore loop without a pause.
+        // Taken: put back at once; the first refusal, at once again. Each further restore the
+        // machine refuses: again a second later, for as long as it takes, never a hold and never
+        // a restore loop without a pause.
         let taken = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: .zero)
         #expect(restores(taken) == 1 && holds(taken).isEmpty, "\(taken)")
+        let first = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: .zero + .milliseconds(1))
+        #expect(restores(first) == 1 && holds(first).isEmpty, "\(first)")
         for i in 1...50 {
             let at = Instant.zero + .seconds(i)
             let refused = core.handle(.damaged(.lockdown, Upkeep.Damage(what: "table deleted")), now: at - .milliseconds(990))
