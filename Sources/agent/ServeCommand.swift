@@ -115,11 +115,13 @@ struct ServeCommand: ParsableCommand {
                                   publishesRoutes: true, logger: log)
         let drainPeriod = settings.drainPeriod
         let stopping = Atomic<Bool>(false)
-        /// Tells every session to move, then stops when none is left or `period` ends; false when
-        /// a drain or a stop is under way already.
-        @Sendable func drain(for period: Duration, why: String) -> Bool {
-            guard !stopping.exchange(true, ordering: .relaxed) else { return false }
-            log.info("draining", metadata: ["sessions": "\(server.liveSessions)", "period": "\(period.short)", "why": "\(why)"])
+        /// Tells every session to move, then stops when none is left or `period` ends. Says how
+        /// many sessions were live when it began (read before the first is told: one that moves
+        /// at once would not be counted after), nil when a drain or a stop is under way already.
+        @Sendable func drain(for period: Duration, why: String) -> Int? {
+            guard !stopping.exchange(true, ordering: .relaxed) else { return nil }
+            let sessions = server.liveSessions
+            log.info("draining", metadata: ["sessions": "\(sessions)", "period": "\(period.short)", "why": "\(why)"])
             SystemdNotifier().notify("STOPPING=1\nSTATUS=draining")
             server.drain()
             do {
@@ -132,7 +134,7 @@ struct ServeCommand: ParsableCommand {
             } catch {
                 server.stop()
             }
-            return true
+            return sessions
         }
         /// SIGHUP: the users are read again and replaced; sessions of users listed as before stay.
         /// A file with a mistake changes nothing; other settings need a restart.
@@ -162,7 +164,7 @@ struct ServeCommand: ParsableCommand {
         try forwardSignals([SIGINT, SIGTERM, SIGHUP]) { signal in
             if signal == SIGHUP { return reloadUsers() }
             // The first SIGTERM drains when a period is set; anything after it stops at once.
-            guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") else {
+            guard signal == SIGTERM, drainPeriod > .zero, drain(for: drainPeriod, why: "SIGTERM") != nil else {
                 stopping.store(true, ordering: .relaxed)
                 log.info("stopping", metadata: ["signal": "\(signal)"])
                 return server.stop()
@@ -192,8 +194,8 @@ struct ServeCommand: ParsableCommand {
                 case .status: call.reply(ControlProtocol.answer([("status", status())]))
                 case .watch: call.reply(ControlProtocol.event("status", [("status", status())]), watch: true)
                 case .drain:
-                    let started = drain(for: drainPeriod > .zero ? drainPeriod : ServerControl.defaultDrainPeriod, why: "agent drain")
-                    call.reply(ControlProtocol.answer([("message", .string(started ? "draining \(server.liveSessions) sessions" : "stopping already"))]))
+                    let sessions = drain(for: drainPeriod > .zero ? drainPeriod : ServerControl.defaultDrainPeriod, why: "agent drain")
+                    call.reply(ControlProtocol.answer([("message", .string(sessions.map { "draining \($0) sessions" } ?? "stopping already"))]))
                 default:
                     call.reply(ControlFailure(code: "not-here", message: "a server answers status, watch and drain").line)
                 }
