@@ -14,3 +14,15 @@ public struct Node: Sendable {
     /// 1-based; for a block scalar, the line of its `|` or `>`.
     public let line: Int
 }
+
+extension Node {
+    /// What the node says, as text without its lines (scalars quoted, mappings and lists in file
+    /// order): equal for two nodes that say the same wherever they stand in their files.
+    public var content: String {
+        switch value {
+        case .scalar(let text): String(reflecting: text)
+        case .mapping(let pairs): "{" + pairs.map { "\($0.key.content): \($0.value.content)" }.joined(separator: ", ") + "}"
+        case .sequence(let items): "[" + items.map(\.content).joined(separator: ", ") + "]"
+        }
+    }
+}

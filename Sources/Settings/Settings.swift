@@ -40,6 +40,9 @@ public struct ClientSettings: Sendable {
     public var privateKeyFile: String
     public var username: String?
     public var passwordFile: String?
+    /// What each top-level key of the file says, without its lines: a reload compares these
+    /// (`tunnelChanges(to:)`), so no key is missed by a comparison written out field by field.
+    public internal(set) var written: [String: String] = [:]
     public var tunnel = TunnelSettings()
     public var mode = RoutingMode.full(FullTunnel())
     public var reconnect = Config()

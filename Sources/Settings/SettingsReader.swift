@@ -8,12 +8,15 @@ import Lockdown
 
 /// The client's and the server's configuration files, read into settings.
 extension YAMLReader {
+    /// Every top-level key of the client's configuration, in the order a reload names them.
+    public static let clientKeys = [
+        "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
+        "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "never-local", "dns", "metrics-file",
+        "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp", "operators",
+    ]
+
     public func client(_ root: Node) throws(ConfigError) -> ClientSettings {
-        let f = try fields(root, "the client configuration", allowed: [
-            "server", "server-key", "servers", "private-key-file", "username", "password-file", "tunnel", "mode", "routes",
-            "reconnect", "persistent-keepalive", "lockdown", "allow-lan", "never-local", "dns", "metrics-file",
-            "portal", "on-demand", "protocol", "protocol-fallback", "cipher", "exclusion", "tcp", "operators",
-        ])
+        let f = try fields(root, "the client configuration", allowed: Self.clientKeys)
         let sharedKey = try opt(f.optional("server-key")) { node throws(ConfigError) in try publicKey(node) }
         let servers: [ServerEntry]
         switch (f.optional("server"), f.optional("servers")) {
@@ -34,7 +37,8 @@ extension YAMLReader {
             servers: servers,
             privateKeyFile: try string(try f.required("private-key-file")),
             username: try opt(f.optional("username")) { node throws(ConfigError) in try string(node) },
-            passwordFile: try opt(f.optional("password-file")) { node throws(ConfigError) in try string(node) })
+            passwordFile: try opt(f.optional("password-file")) { node throws(ConfigError) in try string(node) },
+            written: Dictionary(uniqueKeysWithValues: f.entries.map { ($0.key, $0.value.content) }))
         if settings.username != nil && settings.passwordFile == nil {
             throw fail(root, "'username' needs 'password-file' (a file only root can read, holding the password)")
         }

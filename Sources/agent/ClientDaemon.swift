@@ -231,20 +231,3 @@ extension ClientDaemon {
         }
     }
 }
-
-extension ClientSettings {
-    /// What of the tunnel itself `other` describes differently, by the configuration's keys:
-    /// everything but the tunables, the rules, the metrics file and who operates.
-    func tunnelChanges(to other: ClientSettings) -> [String] {
-        let differs: [(String, Bool)] = [
-            ("servers", servers != other.servers), ("private-key-file", privateKeyFile != other.privateKeyFile),
-            ("username", username != other.username), ("password-file", passwordFile != other.passwordFile),
-            ("tunnel", tunnel != other.tunnel), ("mode", mode != other.mode), ("lockdown", lockdown != other.lockdown),
-            ("allow-lan", allowLAN != other.allowLAN || lanRanges != other.lanRanges), ("dns", dns != other.dns),
-            ("exclusion", exclusionAllowed != other.exclusionAllowed), ("tcp", stream != other.stream),
-            ("protocol", protocolVersion != other.protocolVersion || protocolFallback != other.protocolFallback),
-            ("cipher", cipher != other.cipher),
-        ]
-        return differs.filter(\.1).map(\.0)
-    }
-}
