@@ -11,12 +11,6 @@ public enum RoutingMode: Hashable, Sendable {
     /// Everything, the way wg-quick does it: see `FullTunnel`.
     case full(FullTunnel)
 
-    /// Whether the tunnel's own routes would carry packets to `server`: a split prefix that
-    /// holds it (the tunnel's packets would loop into itself). Full mode's marked socket never is.
-    public func wouldLoop(to server: IPAddress) -> Bool {
-        splitPrefixes.contains { $0.contains(server) }
-    }
-
     /// The split prefixes; none in full mode, whose marked socket never loops into the tunnel.
     public var splitPrefixes: [Prefix] {
         if case .split(let prefixes) = self { prefixes } else { [] }

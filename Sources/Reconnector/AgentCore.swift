@@ -65,6 +65,9 @@ public struct AgentCore: Sendable {
     /// The prefixes the tunnel's own routes carry (split mode): a server address inside one is
     /// never used, for the session's packets to it would go into the tunnel they carry.
     public let tunnelCarries: [Prefix]
+    /// Servers whose every address at start lies inside the tunnel's own routes, with what their
+    /// names gave: the one the session starts with ends the agent as it starts, the others are told of.
+    private let carriedAtStart: [(server: Int, addresses: [IPAddress])]
     /// The server's last answer that gave nothing usable, once the operator was told of it.
     private var unusableAnswer: [IPAddress]?
     /// What the operator is told of flapping interfaces.
@@ -89,8 +92,9 @@ public struct AgentCore: Sendable {
     public private(set) var proxies: ProxyBook?
 
     /// `model` is the network as the first dump showed it; `servers` every server of the list
-    /// with the addresses its name gave at start. The session starts with the first server, on
-    /// the first of its addresses an uplink reaches now (the first, with no network yet).
+    /// with the addresses its name gave at start, which are judged as every later answer is
+    /// (`ServerBook.usable`). The session starts with the first server, on the first of its
+    /// usable addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
                 rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true,
                 tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil, proxyNamed: Bool = false) {
@@ -103,8 +107,12 @@ public struct AgentCore: Sendable {
         self.portalWindows = portalWindows
         onDemand = OnDemandJudge(rules: rules)
         self.startupWait = startupWait
-        self.servers = ServerBook(servers)
-        let addresses = servers.first?.addresses ?? []
+        let usable = servers.map { ServerBook.Entry(named: $0.named, addresses: ServerBook.usable($0.addresses, carried: tunnelCarries)) }
+        carriedAtStart = zip(servers, usable).enumerated().compactMap { index, entry in
+            entry.1.addresses.isEmpty && !entry.0.addresses.isEmpty ? (index, entry.0.addresses) : nil
+        }
+        self.servers = ServerBook(usable)
+        let addresses = usable.first?.addresses ?? []
         let first = PathTracker.preferred(addresses, in: model) ?? .v4(0)
         network = PathTracker(model: model, endpoint: first)
         network.learn(serverAddresses: addresses)
@@ -168,6 +176,11 @@ public struct AgentCore: Sendable {
         var out: [Effect] = []
         switch event {
         case .start:
+            // The session's packets to the server it starts with would go into the tunnel they carry.
+            if let carried = carriedAtStart.first(where: { $0.server == reconnector.server }) {
+                return giveUp(.serverCarried(server: carried.server, addresses: carried.addresses))
+            }
+            out += carriedAtStart.map { .notice(.serverCarried(server: $0.server, addresses: $0.addresses)) }
             out.append(.localNetworks(network.model.localNetworks, widerClaims: network.model.widerClaims))
             resolvers?.localNetworks(network.model.localNetworks)
             guests = network.model.guestNetworks
@@ -477,7 +490,7 @@ public struct AgentCore: Sendable {
     /// A look-up answered. The session follows the current server to an address its name gives
     /// now when it no longer gives the one in use, if an uplink reaches it.
     private mutating func lookedUp(_ index: Int, _ answer: [IPAddress]?, _ now: Instant, _ out: inout [Effect]) {
-        let addresses = answer?.filter { address in !tunnelCarries.contains { $0.contains(address) } }
+        let addresses = answer.map { ServerBook.usable($0, carried: tunnelCarries) }
         follow(index, addresses, now, &out)
         // A name that answered, for the server in use, with nothing the session follows or keeps:
         // said once for each answer, not for every look-up that repeats it.

@@ -51,6 +51,13 @@ public struct ServerBook: Equatable, Sendable {
         public var lockdown: [[IPAddress]] = []
     }
 
+    /// Of the addresses a server's name gave, those the session may use: none the tunnel's own
+    /// routes (`carried`) contain, for the session's packets to one would go into the tunnel they
+    /// carry. The one rule for the answers at start and for every later look-up.
+    public static func usable(_ answer: [IPAddress], carried: [Prefix]) -> [IPAddress] {
+        answer.filter { address in !carried.contains { $0.contains(address) } }
+    }
+
     public init(_ entries: [Entry]) {
         self.entries = entries
         allowed = entries.map { Array($0.addresses.prefix(Self.allowedPerServer)) }

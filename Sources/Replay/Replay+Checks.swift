@@ -93,6 +93,7 @@ extension Replay {
             ("proxy addresses allowed", e.proxiesAllowed, e.proxiesAllowed, report.proxiesAllowed),
             ("proxy addresses refused", e.proxiesRefused, e.proxiesRefused, report.proxiesRefused),
             ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
+            ("servers inside the routes at start", e.serversCarried, e.serversCarried, report.serversCarried),
             ("resolver decisions", e.resolverDecisions, e.resolverDecisions, report.resolvers.count),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]

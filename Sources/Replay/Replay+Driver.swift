@@ -201,6 +201,7 @@ extension Replay: CoreRunning {
         case .reply(.portalReachable): report.portalWindowsNotNeeded += 1
         case .reply(.portalWindowFailed): report.portalWindowsFailed += 1
         case .notice(.serverNameUnusable): report.serverNamesUnusable += 1
+        case .notice(.serverCarried): report.serversCarried += 1
         case .notice(.flapping): report.flapNotices += 1
         case .notice(.takenAway), .notice(.stillFlapping), .notice(.stoppedFlapping): break
         case .onDemandDecided, .reply: break

@@ -50,6 +50,8 @@ public struct ReplayReport: Sendable {
     public var proxiesRefused = 0
     /// Look-ups of the server's name that gave nothing the session can use.
     public var serverNamesUnusable = 0
+    /// Servers whose every address at start lay inside the tunnel's own routes, told of.
+    public var serversCarried = 0
     /// Each decision on the tunnel's resolvers, when it was given.
     public var resolvers: [(at: Instant, decision: ResolverDecision)] = []
     /// Tunnel devices set up.
@@ -272,7 +274,7 @@ public struct Replay {
         core = AgentCore(Reconnector(config: scenario.config, power: scenario.power, seed: scenario.seed,
                                      servers: scenario.gateways), startupWait: scenario.waitForServer,
                          model: kernel.model, servers: [])
-        names = Array(repeating: scenario.serverAddresses, count: scenario.gateways.count)
+        names = scenario.gateways.map { scenario.gatewayAddresses[$0] ?? scenario.serverAddresses }
         gateways = Array(repeating: Gateway(), count: scenario.gateways.count)
         clientStream = scenario.traffic.map { TrafficPhase(every: $0) }
         serverStream = scenario.serverTraffic

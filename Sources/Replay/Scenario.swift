@@ -55,6 +55,9 @@ public struct Scenario: Sendable {
     /// Several gateways behind the same address, by name, in the agent's order: the
     /// first is tried first. One unnamed gateway when the scenario names none.
     public var gateways: [String] = ["server"]
+    /// The gateways whose names give addresses of their own (`{name, server}`), by name; the
+    /// others are at `serverAddresses`.
+    public var gatewayAddresses: [String: [IPAddress]] = [:]
     /// The client's on-demand rules (none: always connect).
     public var onDemand = OnDemandRules()
     /// `exclusion: allow`: applications may be kept outside the tunnel.
@@ -369,6 +372,9 @@ public struct Expectations: Sendable {
     public var proxiesRefused: Int?
     /// How many times the server's name gave nothing the session can use (the operator is told).
     public var serverNamesUnusable: Int?
+    /// Servers whose every address at start lay inside `split-routes`, told to the operator (the
+    /// first ends the agent instead), exactly.
+    public var serversCarried: Int?
     /// The tunnel's resolvers in force at given times (`resolvers-at`): those given to the
     /// system (none: an empty list), and those left out for being asked in clear.
     public var resolversAt: [(at: Instant, use: [IPAddress], inClear: [IPAddress])] = []

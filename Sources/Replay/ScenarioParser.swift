@@ -38,22 +38,17 @@ extension YAMLReader {
             "stream-port", "stream-proxy", "proxy-dns", "portal-windows", "lockdown-refuses", "split-routes", "server-dns",
         ])
         var gateways: [String] = []
+        var gatewayAddresses: [String: [IPAddress]] = [:]
         for item in try list(top.optional("gateways")) {
-            let name = try string(item)
+            // A name, or {name, server}: a gateway whose name gives addresses of its own.
+            let own = if case .mapping = item.value { try fields(item, "a gateway", allowed: ["name", "server"]) } else { Fields?.none }
+            let name = try string(try own?.required("name") ?? item)
             guard !gateways.contains(name) else { throw fail(item, "'gateways' lists \(name) twice") }
             gateways.append(name)
+            if let node = try own?.required("server") { gatewayAddresses[name] = try serverAddresses(node) }
         }
-        // One address, or a list: every address of a dual-stack server, as its name gives them.
         let serverNode = try top.required("server")
-        var servers: [IPAddress] = []
-        for item in try oneOrMore(serverNode) {
-            let text = try string(item)
-            guard let address = Endpoint(text)?.address else {
-                throw fail(item, "'server' needs an IP address (with an optional port), got \"\(text)\"")
-            }
-            guard !servers.contains(address) else { throw fail(item, "'server' lists \(address) twice") }
-            servers.append(address)
-        }
+        let servers = try serverAddresses(serverNode)
         guard let server = servers.first else { throw fail(serverNode, "'server' lists no address") }
         let network = try opt(top.optional("network")) { node throws(ScenarioError) in try initialNetwork(node) } ?? []
         var config = Config()
@@ -113,6 +108,7 @@ extension YAMLReader {
                 ?? Expectations())
         scenario.linkKinds = kinds
         if !gateways.isEmpty { scenario.gateways = gateways }
+        scenario.gatewayAddresses = gatewayAddresses
         if let node = top.optional("traffic-size") { scenario.trafficSize = try int(node, 28...65535) }
         if let node = top.optional("server-echoes-sizes") { scenario.serverEchoesSizes = try bool(node) }
         if let node = top.optional("tunnel-ipv6") { scenario.tunnelCarriesIPv6 = try bool(node) }
@@ -591,6 +587,20 @@ extension YAMLReader {
             type: type)
     }
 
+    /// One address, or a list: every address of a dual-stack server, as its name gives them.
+    func serverAddresses(_ node: Node) throws(ScenarioError) -> [IPAddress] {
+        var servers: [IPAddress] = []
+        for item in try oneOrMore(node) {
+            let text = try string(item)
+            guard let address = Endpoint(text)?.address else {
+                throw fail(item, "'server' needs an IP address (with an optional port), got \"\(text)\"")
+            }
+            guard !servers.contains(address) else { throw fail(item, "'server' lists \(address) twice") }
+            servers.append(address)
+        }
+        return servers
+    }
+
     // MARK: Configuration and expectations
 
     func expectations(_ node: Node) throws(ScenarioError) -> Expectations {
@@ -601,7 +611,7 @@ extension YAMLReader {
             "max-lost-from-server", "min-from-server", "max-keepalives", "min-keepalives", "gives-up", "machine-opened",
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
             "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address", "resolvers-at",
-            "resolver-decisions", "proxies-allowed", "proxies-refused", "restarts-in-place",
+            "resolver-decisions", "proxies-allowed", "proxies-refused", "restarts-in-place", "servers-inside-the-routes",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -637,7 +647,7 @@ extension YAMLReader {
             ("portal-windows-not-needed", \.portalWindowsNotNeeded), ("portal-windows-failed", \.portalWindowsFailed),
             ("server-names-unusable", \.serverNamesUnusable), ("resolver-decisions", \.resolverDecisions),
             ("proxies-allowed", \.proxiesAllowed), ("proxies-refused", \.proxiesRefused),
-            ("restarts-in-place", \.restartsInPlace),
+            ("restarts-in-place", \.restartsInPlace), ("servers-inside-the-routes", \.serversCarried),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

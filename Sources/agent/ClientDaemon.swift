@@ -46,9 +46,9 @@ final class ClientDaemon {
     /// The deciding thread's state; nothing else touches it.
     private let runner: CoreRunner
 
-    /// `servers` are the configured servers with every address their names gave (the agent
-    /// starts on the first server, on the first address an uplink reaches, and changes family
-    /// when the uplinks do).
+    /// `servers` are the configured servers with every address their names gave at start, which
+    /// the core judges (the agent starts on the first server, on the first usable address an
+    /// uplink reaches, and changes family when the uplinks do).
     init(settings: ClientSettings, configPath: String, key: PrivateKey, credentials: Credentials?, servers: [ResolvedServer],
          log: Logger, control: ControlSocket, waitForServer: Duration?, firewall: Firewall?) throws {
         let mailbox = try Mailbox<Event>()
@@ -163,6 +163,16 @@ extension ClientDaemon {
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,
                                      notify: { [weak mailbox] event in mailbox?.post(.dataPlane(event)) },
                                      streamTold: { [weak mailbox] id, carrier, event in mailbox?.post(.stream(id, carrier, event)) })
+            // The lockdown lets the session reach what the core kept of each answer; a first
+            // server it kept nothing of ends the agent as it starts, with nothing opened for it.
+            for (index, addresses) in core.servers.allowed.enumerated() { effects.servers[index].addresses = addresses }
+            if !core.servers.allowed[0].isEmpty {
+                do {
+                    try effects.openLockdown()
+                } catch {
+                    throw AgentError("cannot open the lockdown firewall to the server: \(error)")
+                }
+            }
             if let owner = firewall?.owner { metrics.lockdownExceptions(for: owner.kind) }
             // Every server's protocol core can be made (its key is one a session can pin): a
             // failover never finds out late that it cannot turn to one.

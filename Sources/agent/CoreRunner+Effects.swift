@@ -127,6 +127,7 @@ extension ClientDaemon.CoreRunner: CoreRunning {
             giveUp("the server rejected this client: check 'username' and 'password-file', or that the server's "
                 + "users list this client's public key")
         case .giveUp(.tunnelFailed(let why)), .giveUp(.sessionFailed(let why)): giveUp(why)
+        case .giveUp(.serverCarried(let index, let addresses)): giveUp(carried(index, addresses))
         case .stop(let opens):
             opensMachine = opens
             running = false
@@ -161,12 +162,20 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         case .notice(.takenAway(let holding, let damage)):
             log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)",
                                                                  "by": "\(damage.by ?? "unknown")"])
+        case .notice(.serverCarried(let index, let addresses)): log.warning("\(carried(index, addresses))")
         case .notice(.serverNameUnusable(let index, let addresses)):
             log.warning("the server's name gives no address this machine can use now; keeping its address",
                         metadata: ["server": "\(settings.servers[index].name)",
                                    "addresses": "\(addresses.map(\.description).joined(separator: ","))"])
         }
         return []
+    }
+
+    /// Why server `index`, whose name gave `addresses` at start, is never used: words the
+    /// operator can act on.
+    private func carried(_ index: Int, _ addresses: [IPAddress]) -> String {
+        "the split routes contain server \(settings.servers[index].name) (\(addresses.map(\.description).joined(separator: ", "))): "
+            + "the tunnel would carry its own packets; narrow them"
     }
 
     /// The machine as the previous process of the agent left it, if it left anything usable.

@@ -21,7 +21,7 @@ enum ServerLookup {
 }
 
 /// A server of the client's list with the addresses its name gave (its own, for a literal
-/// address), those the tunnel's routes would carry left out.
+/// address): at start every one, for the core to judge; then those the core allows.
 struct ResolvedServer {
     let entry: ServerEntry
     var addresses: [IPAddress]

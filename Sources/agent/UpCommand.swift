@@ -142,19 +142,7 @@ struct UpCommand: ParsableCommand {
             } else {
                 addresses = ResolvedServer.lookUp(entry, mark: settings.mode.socketMark, log: log)
             }
-            let usable = addresses.filter { !settings.mode.wouldLoop(to: $0) }
-            if usable.isEmpty, !addresses.isEmpty {
-                let message = "the split routes contain server \(entry.name) (\(addresses.map(\.description).joined(separator: ", "))): "
-                    + "the tunnel would carry its own packets; narrow them"
-                if i == 0 { throw AgentError(message) }
-                log.warning("\(message)")
-            }
-            servers.append(ResolvedServer(entry: entry, addresses: usable))
-        }
-        do {
-            try firewall?.serve(servers.flatMap(\.socketAddresses).map(LockdownPolicy.Server.init))
-        } catch {
-            throw AgentError("cannot open the lockdown firewall to the server: \(error)")
+            servers.append(ResolvedServer(entry: entry, addresses: addresses))
         }
 
         let wait = YAMLReader.parseDuration(waitForServer).flatMap { $0 > .zero ? $0 : nil }

@@ -272,6 +272,30 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     #expect(usable.allowed == [outside] && usable.notices.isEmpty)
 }
 
+/// The answers at start are judged by the rule every later answer is: a first server whose name
+/// gives only addresses inside the split routes ends the agent as it starts, before any attempt.
+@Test func aFirstServerInsideTheSplitRoutesEndsTheAgentAtStart() {
+    let inside = IPAddress("198.51.100.9")!
+    var core = agentCore(on: [eth0], servers: [[inside]], tunnelCarries: [Prefix("198.51.100.8/29")!])
+    #expect(core.servers.allowed == [[]])
+    #expect(core.handle(.start, now: at(0)) == [.giveUp(.serverCarried(server: 0, addresses: [inside]))])
+    #expect(core.attempts == 0 && core.stopped && core.nextDeadline == nil)
+}
+
+/// Another server with nothing usable at start is told of and let through nothing; an answer
+/// with a usable address beside one inside keeps that one alone, and says nothing.
+@Test func theAnswersAtStartAreJudgedAsEveryLaterOne() {
+    let inside = IPAddress("198.51.100.9")!, alsoInside = IPAddress("198.51.100.10")!, outside = IPAddress("203.0.113.5")!
+    var core = agentCore(on: [eth0], servers: [[inside, server], [inside, alsoInside]], tunnelCarries: [Prefix("198.51.100.8/29")!])
+    #expect(core.servers.allowed == [[server], []] && core.serverAddress == server)
+    let started = core.handle(.start, now: at(0))
+    #expect(started.gaveUp == nil && started.notices == [.serverCarried(server: 1, addresses: [inside, alsoInside])])
+    #expect(started.contains { $0.isAttempt })
+    // A later answer for the same server is filtered by the same rule.
+    _ = core.handle(.serverLookedUp(server: 1, addresses: [alsoInside, outside]), now: at(10))
+    #expect(core.servers.entries[1].addresses == [outside])
+}
+
 @Test func aLockdownThatRefusesKeepsTheOldAddress() {
     var core = connectedCore([eth0])
     _ = core.handle(.dataSent, now: at(1_000))
