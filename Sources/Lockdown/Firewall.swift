@@ -14,20 +14,17 @@ public final class Firewall {
     private var loaded: LockdownPolicy
     /// The last policy nftables refused, until a load succeeds: nftables loads a policy whole
     /// or not at all, but a refusal reported after the kernel took it would leave this one in
-    /// place, so what the table holds is uncertain until the next load succeeds.
+    /// place, so what the table holds is uncertain until the next load succeeds. Whoever made
+    /// the change hears of the refusal, and has what is wanted loaded again (`reload`): the
+    /// agent's core, as damage to the lockdown, which it has put back until it holds (a closing
+    /// stays wanted; after a refused opening, what was there before is loaded again).
     private var refused: LockdownPolicy?
-    /// When to load what is wanted again after a refusal (a closing stays wanted; after a
-    /// refused opening, what was there before is loaded again), until a load succeeds.
-    public private(set) var retryDue: Instant?
     /// Refusals since the table last held what it should, and the last one's error.
     public private(set) var refusals = 0
     /// Refusals since the firewall was made: it only grows, so a refusal between two loads
     /// that succeed is never missed by whoever compares it before and after.
     public private(set) var refusalsEver = 0
     public private(set) var lastRefusal: LockdownError?
-
-    /// How soon a refused closing change is tried again.
-    public static let retryEvery: Duration = .seconds(1)
 
     /// Loads `policy` (a client's, with no server yet: its name may still need looking up):
     /// from here on nothing but DHCP and neighbour discovery leaves outside the tunnel.
@@ -75,18 +72,16 @@ public final class Firewall {
             refusals += 1
             refusalsEver += 1
             lastRefusal = error
-            // A close that keeps failing with other changes is not put off by each of them.
-            retryDue = min(retryDue ?? .now() + Self.retryEvery, .now() + Self.retryEvery)
             throw error
         }
         loaded = wanted
         refused = nil
-        retryDue = nil
         refusals = 0
         lastRefusal = nil
     }
 
-    /// Tries again to load what was refused; nil when the table now holds what it should.
+    /// Tries again to load what was refused, if anything was (a last try as the agent stops);
+    /// nil when the table now holds what it should.
     public func retry() -> LockdownError? {
         do {
             try sync()
@@ -118,7 +113,7 @@ public final class Firewall {
     public var owner: LockdownPolicy.Owner? { wanted.owner }
 
     /// The interface the table may let through now, when an on-demand rule lifted the lockdown
-    /// (a refused restore leaves it so until a retry holds; after a refusal, what was refused
+    /// (a refused restore leaves it so until a load holds; after a refusal, what was refused
     /// may be in place too).
     public var trustedInterface: String? { loaded.trustedInterface ?? refused?.trustedInterface }
 
@@ -180,8 +175,8 @@ public final class Firewall {
         try change(kept: true) { $0.localNetworks = networks }
     }
 
-    /// Someone else changed or deleted the table: what is wanted is loaded again, whole (a
-    /// refusal is tried again every second, as a closing is).
+    /// Someone else changed or deleted the table, or nftables refused a change: what is wanted
+    /// is loaded again, whole.
     public func reload() throws(LockdownError) {
         lockdown?.forget()
         refused = refused ?? wanted

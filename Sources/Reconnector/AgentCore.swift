@@ -90,6 +90,8 @@ public struct AgentCore: Sendable {
     /// Where the HTTP proxy is on each network, when the configuration names it by host (nil:
     /// no proxy, or one at a literal address, which every network reaches alike).
     public private(set) var proxies: ProxyBook?
+    /// The service manager's watchdog, a start still trying, and the metrics file.
+    public private(set) var heartbeats: Heartbeats
 
     /// `model` is the network as the first dump showed it; `servers` every server of the list
     /// with the addresses its name gave at start, which are judged as every later answer is
@@ -97,8 +99,10 @@ public struct AgentCore: Sendable {
     /// usable addresses an uplink reaches now (the first, with no network yet).
     public init(_ reconnector: Reconnector, startupWait: Duration? = nil, model: NetworkModel, servers: [ServerBook.Entry],
                 rules: OnDemandRules = OnDemandRules(), exclusionAllowed: Bool = false, portalWindows: Bool = true,
-                tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil, proxyNamed: Bool = false) {
+                tunnelCarries: [Prefix] = [], resolvers: ResolverChoice? = nil, proxyNamed: Bool = false,
+                heartbeats: Heartbeats = Heartbeats()) {
         self.reconnector = reconnector
+        self.heartbeats = heartbeats
         proxies = proxyNamed ? ProxyBook() : nil
         self.tunnelCarries = tunnelCarries
         self.resolvers = resolvers
@@ -131,14 +135,15 @@ public struct AgentCore: Sendable {
         if let due = onDemand.nextDeadline { all[.onDemand] = due }
         if let due = upkeep.nextDeadline { all[.upkeep] = due }
         if let due = flaps.nextDue { all[.flapSummary] = due }
+        all.merge(heartbeats.timers) { $1 }
         return all
     }
 
     /// The earliest of `timers`.
     public var nextDeadline: Instant? {
         guard !stopped else { return nil }
-        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline, upkeep.nextDeadline, flaps.nextDue]
-            .compactMap { $0 }.min()
+        return [reconnector.nextDeadline, giveUpAt, lookUpAt, onDemand.nextDeadline, upkeep.nextDeadline, flaps.nextDue,
+                heartbeats.nextDeadline].compactMap { $0 }.min()
     }
 
     private var giveUpAt: Instant? {
@@ -168,9 +173,12 @@ public struct AgentCore: Sendable {
             let machine = reconnector
             out += flaps.paths(after, now: now) { machine.flapping($0, now) }.map(Effect.notice)
         }
+        if !stopped { heartbeats.settle(&out, ready: announcedReady, connected: isConnected, now: now) }
         if out.contains(where: \.isAttempt) { attempts += 1 }
         return out
     }
+
+    private var isConnected: Bool { if case .connected = reconnector.state { true } else { false } }
 
     private mutating func decide(_ event: AgentEvent, now: Instant) -> [Effect] {
         var out: [Effect] = []
@@ -256,6 +264,8 @@ public struct AgentCore: Sendable {
             judge(now, &out)
         case .timerFired(.upkeep): upkeep.timerFired(now: now, &out)
         case .timerFired(.flapSummary): out += flaps.tick(now: now).map(Effect.notice)
+        case .timerFired(let kind) where [.watchdog, .extendStart, .metrics].contains(kind):
+            heartbeats.timerFired(kind, connected: isConnected, now: now, &out)
         case .timerFired(let kind): run(.timerFired(kind), now, &out)
         case .damaged(let holding, let damage): upkeep.damaged(holding, damage, now: now, &out)
         case .intact(let holding): upkeep.intact(holding)
@@ -269,6 +279,7 @@ public struct AgentCore: Sendable {
             }
             reconnector.reconfigure(reload.config)
             rulesChanged(reload.rules, now, &out)
+            heartbeats.metricsFile(reload.metricsFile, connected: isConnected, now: now, &out)
         case .tunnelFailed(let why):
             awaitingDevice = nil
             return giveUp(.tunnelFailed(why))

@@ -176,11 +176,14 @@ public struct Reload: Equatable, Sendable {
     public var config: Config
     public var rules: OnDemandRules
     public var tunnelChanges: [String]
+    /// The metrics file the configuration names now (nil: none).
+    public var metricsFile: String?
 
-    public init(config: Config, rules: OnDemandRules, tunnelChanges: [String] = []) {
+    public init(config: Config, rules: OnDemandRules, tunnelChanges: [String] = [], metricsFile: String? = nil) {
         self.config = config
         self.rules = rules
         self.tunnelChanges = tunnelChanges
+        self.metricsFile = metricsFile
     }
 }
 
@@ -338,6 +341,13 @@ public enum Effect: Equatable, Sendable {
     case restore(Holding, Upkeep.Damage)
     /// `holding` keeps being taken away: no restore before `until` (the log and status say so).
     case upkeepHeld(Holding, Upkeep.Damage, restores: Int, until: Instant)
+    /// Tell the service manager's watchdog the agent is alive (`WATCHDOG=1`; see `Heartbeats`).
+    case pingWatchdog
+    /// Ask the service manager for `by` more time to start (`EXTEND_TIMEOUT_USEC=`): the agent
+    /// is still trying, and not ready.
+    case extendStart(by: Duration)
+    /// Write the metrics file now.
+    case writeMetrics
 }
 
 extension Effect {

@@ -1865,6 +1865,9 @@ extension TimerKind {
         case .udpRetest: 15
         case .flapSummary: 16
         case .rebind: 17
+        case .watchdog: 18
+        case .extendStart: 19
+        case .metrics: 20
         }
     }
 }

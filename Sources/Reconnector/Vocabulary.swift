@@ -162,6 +162,12 @@ public enum TimerKind: String, CaseIterable, Sendable {
     case flapSummary = "flap-summary"
     /// The session's socket could not be bound on its path a moment ago: time to bind it again.
     case rebind
+    /// Time to tell the service manager's watchdog the agent is alive (kept by `AgentCore`'s `Heartbeats`).
+    case watchdog
+    /// A start still trying: time to ask the service manager for more time (kept by `Heartbeats`).
+    case extendStart = "extend-start"
+    /// Connected a minute since the metrics file was written: time to write it again (kept by `Heartbeats`).
+    case metrics
 }
 
 /// What a plain HTTP request to the connectivity check's URL, sent over one uplink outside the

@@ -94,6 +94,9 @@ extension Replay {
             ("proxy addresses refused", e.proxiesRefused, e.proxiesRefused, report.proxiesRefused),
             ("unusable server names", e.serverNamesUnusable, e.serverNamesUnusable, report.serverNamesUnusable),
             ("servers inside the routes at start", e.serversCarried, e.serversCarried, report.serversCarried),
+            ("watchdog pings", e.watchdogPings, e.watchdogPings, report.watchdogPings),
+            ("requests for more time to start", e.startExtensions, e.startExtensions, report.startExtensions),
+            ("metrics file writes", e.metricsWrites, e.metricsWrites, report.metricsWrites.count),
             ("resolver decisions", e.resolverDecisions, e.resolverDecisions, report.resolvers.count),
             ("held fights", e.minHolds, e.maxHolds, report.holds),
         ]

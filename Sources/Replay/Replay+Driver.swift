@@ -82,6 +82,16 @@ extension Replay {
         if windowOpen && reconnector.state.name != "portal" {
             violation("a portal window open in \(reconnector.state.name)")
         }
+        // What a scrape reads is never older than the refresh while connected, nor a state left.
+        if core.heartbeats.metricsFile != nil, !core.stopped {
+            let written = report.metricsWrites.last
+            if feeding.before.name != reconnector.state.name, written != coreNow {
+                violation("\(before.name) -> \(reconnector.state.name) on \(event.name) without the metrics file written")
+            }
+            if reconnector.state.name == "connected", let written, coreNow - written > Heartbeats.metricsRefresh {
+                violation("connected with the metrics file \((coreNow - written).short) old")
+            }
+        }
     }
 
     mutating func serverHandshake(on path: Path) {
@@ -216,6 +226,9 @@ extension Replay: CoreRunning {
             if let taker = takers[holding], now < taker.until { queue.push(now + .milliseconds(100), .retake(holding)) }
             return [.intact(holding)]
         case .upkeepHeld: report.holds += 1
+        case .pingWatchdog: report.watchdogPings += 1
+        case .extendStart: report.startExtensions += 1
+        case .writeMetrics: report.metricsWrites.append(coreNow)
         }
         return []
     }

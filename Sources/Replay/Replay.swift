@@ -52,6 +52,11 @@ public struct ReplayReport: Sendable {
     public var serverNamesUnusable = 0
     /// Servers whose every address at start lay inside the tunnel's own routes, told of.
     public var serversCarried = 0
+    /// Watchdog pings, and requests for more time to start, told to the service manager.
+    public var watchdogPings = 0
+    public var startExtensions = 0
+    /// When the metrics file was written, on the agent's clock.
+    public var metricsWrites: [Instant] = []
     /// Each decision on the tunnel's resolvers, when it was given.
     public var resolvers: [(at: Instant, decision: ResolverDecision)] = []
     /// Tunnel devices set up.
@@ -474,7 +479,7 @@ public struct Replay {
             feed(.request(.reconnect))
         case .reload(let config, let rules, let changes):
             configured = (config, rules)  // a new process, if the tunnel changed, reads them too
-            feed(.reloaded(Reload(config: config, rules: rules, tunnelChanges: changes)))
+            feed(.reloaded(Reload(config: config, rules: rules, tunnelChanges: changes, metricsFile: scenario.heartbeats.metricsFile)))
         case .operatorPause(let down):
             feed(.request(down ? .pause : .resume))
         case .exclude: feed(.request(.exclude(by: Self.user)))
@@ -534,7 +539,7 @@ public struct Replay {
                          resolvers: scenario.serverDNS.map { _ in
                              ResolverChoice(override: nil, carried: scenario.splitRoutes.isEmpty ? [.any(.v4), .any(.v6)] : scenario.splitRoutes,
                                             lockdown: true)
-                         }, proxyNamed: scenario.proxyNamed)
+                         }, proxyNamed: scenario.proxyNamed, heartbeats: scenario.heartbeats)
         _ = kernel.retarget(to: core.serverAddress)
     }
 

@@ -75,6 +75,21 @@ public struct Scenario: Sendable {
     /// The resolvers the gateway gives at each handshake (`server-dns`); with it the agent
     /// manages the tunnel's resolvers (`ResolverChoice`), without it it leaves DNS alone.
     public var serverDNS: [IPAddress]?
+    /// The agent runs under a service manager that waits for it to be ready (`service`).
+    public var service: Service?
+    /// The agent writes a metrics file (`metrics-file: true`).
+    public var metricsFile = false
+
+    /// The service manager the agent runs under (`Type=notify`).
+    public struct Service: Sendable {
+        /// Its watchdog's interval (`WatchdogSec`), when it keeps one: pinged at half of it.
+        public var watchdog: Duration?
+    }
+
+    /// What the agent tells those who watch it, as the daemon's `Heartbeats` would be set up.
+    public var heartbeats: Heartbeats {
+        Heartbeats(watchdog: service?.watchdog.map { $0 / 2 }, extendsStart: service != nil, metricsFile: metricsFile ? "roam.prom" : nil)
+    }
 
     /// An opening the agent asks of its lockdown.
     public enum LockdownOpening: String, Hashable, Sendable, CaseIterable {
@@ -375,6 +390,10 @@ public struct Expectations: Sendable {
     /// Servers whose every address at start lay inside `split-routes`, told to the operator (the
     /// first ends the agent instead), exactly.
     public var serversCarried: Int?
+    /// Watchdog pings, requests for more time to start, and writes of the metrics file, exactly.
+    public var watchdogPings: Int?
+    public var startExtensions: Int?
+    public var metricsWrites: Int?
     /// The tunnel's resolvers in force at given times (`resolvers-at`): those given to the
     /// system (none: an empty list), and those left out for being asked in clear.
     public var resolversAt: [(at: Instant, use: [IPAddress], inClear: [IPAddress])] = []

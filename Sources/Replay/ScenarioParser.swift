@@ -36,6 +36,7 @@ extension YAMLReader {
             "timeline", "until", "expect", "link-kinds", "recorded", "gateways", "on-demand", "tunnel-mtu",
             "server-echoes-sizes", "tunnel-ipv6", "server-traffic", "persistent-keepalive", "wait-for-server", "exclusion",
             "stream-port", "stream-proxy", "proxy-dns", "portal-windows", "lockdown-refuses", "split-routes", "server-dns",
+            "service", "metrics-file",
         ])
         var gateways: [String] = []
         var gatewayAddresses: [String: [IPAddress]] = [:]
@@ -136,6 +137,13 @@ extension YAMLReader {
             }
             scenario.splitRoutes.append(prefix)
         }
+        if let node = top.optional("service") {
+            let service = try fields(node, "'service'", allowed: ["watchdog"])
+            scenario.service = Scenario.Service(watchdog: try opt(service.optional("watchdog")) { node throws(ScenarioError) in
+                try positiveDuration(node)
+            })
+        }
+        if let node = top.optional("metrics-file") { scenario.metricsFile = try bool(node) }
         if let node = top.optional("server-dns") {
             scenario.serverDNS = try list(node).map { (item) throws(ScenarioError) in try ip(item) }
         }
@@ -612,6 +620,7 @@ extension YAMLReader {
             "max-restores", "min-restores", "max-holds", "min-holds", "max-missing", "excluded", "exclusions-refused",
             "portal-windows-not-needed", "portal-windows-failed", "server-names-unusable", "server-address", "resolvers-at",
             "resolver-decisions", "proxies-allowed", "proxies-refused", "restarts-in-place", "servers-inside-the-routes",
+            "watchdog-pings", "start-extensions", "metrics-writes",
         ])
         var e = Expectations()
         if let n = f.optional("state") { e.state = try stateName(n) }
@@ -648,6 +657,7 @@ extension YAMLReader {
             ("server-names-unusable", \.serverNamesUnusable), ("resolver-decisions", \.resolverDecisions),
             ("proxies-allowed", \.proxiesAllowed), ("proxies-refused", \.proxiesRefused),
             ("restarts-in-place", \.restartsInPlace), ("servers-inside-the-routes", \.serversCarried),
+            ("watchdog-pings", \.watchdogPings), ("start-extensions", \.startExtensions), ("metrics-writes", \.metricsWrites),
             ("max-restores", \.maxRestores), ("min-restores", \.minRestores), ("max-holds", \.maxHolds), ("min-holds", \.minHolds),
         ]
         for (key, field) in countKeys {

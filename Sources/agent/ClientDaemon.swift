@@ -76,7 +76,8 @@ final class ClientDaemon {
 
 extension ClientDaemon {
     /// The deciding thread: a poll over the monitor, the mailbox (where the control socket's
-    /// requests arrive too) and the power supply, with the core's next deadline as its timeout.
+    /// requests arrive too) and the power supply, with the core's next deadline as its timeout:
+    /// every timer is the core's, the watchdog's and the metrics file's too.
     final class CoreRunner {
         var settings: ClientSettings
         /// Where the settings came from, read again on SIGHUP.
@@ -107,9 +108,6 @@ extension ClientDaemon {
         var running = true
         let metrics = ClientMetrics()
         var metricsFile: MetricsFile?
-        /// While connected, the metrics file is written again this often (and on every transition).
-        static let metricsRefresh = Duration.seconds(60)
-        var metricsDue: Instant?
         /// The control call whose request is being fed: the core's reply goes to it.
         var asking: ControlServer.Call?
         /// A portal window opened while it was being fed.
@@ -138,7 +136,7 @@ extension ClientDaemon {
             }
             let clocks = SuspendDetector.clocks()
             suspends = SuspendDetector(monotonic: clocks.monotonic, boottime: clocks.boottime)
-            service = ServiceReporter(now: Instant.now())
+            service = ServiceReporter()
             memoryPath = control.path.parentDirectory + "/reconnect-state"
             metricsFile = settings.metricsFile.map(MetricsFile.init)
             facts = FactFinder(log: log)
@@ -157,7 +155,9 @@ extension ClientDaemon {
                              tunnelCarries: settings.mode.splitPrefixes,
                              resolvers: settings.dns.manager == .off ? nil
                                  : ResolverChoice(override: settings.dns.override, carried: settings.mode.carried, lockdown: settings.lockdown),
-                             proxyNamed: settings.stream?.proxy.map { $0.address == nil } ?? false)
+                             proxyNamed: settings.stream?.proxy.map { $0.address == nil } ?? false,
+                             heartbeats: Heartbeats(watchdog: SystemdNotifier.watchdogInterval(), extendsStart: SystemdNotifier().isActive,
+                                                    metricsFile: settings.metricsFile))
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,
@@ -207,12 +207,9 @@ extension ClientDaemon {
             feed(.start)
             while running {
                 let now = Instant.now()
-                service.tick(now: now)
-                let wakeAt = [core.nextDeadline, service.nextDeadline, metricsDue,
-                              effects.firewall?.retryDue].compactMap { $0 }.min()
                 let descriptors = [monitor.fileDescriptor, mailbox.fileDescriptor] + (power.map { [$0.fileDescriptor] } ?? [])
                     + facts.fileDescriptors + watchDescriptors
-                let ready = (try? pollReadable(descriptors, timeout: wakeAt.map { max($0 - now, .zero) })) ?? []
+                let ready = (try? pollReadable(descriptors, timeout: core.nextDeadline.map { max($0 - now, .zero) })) ?? []
                 if let power, ready.contains(power.fileDescriptor), power.drain() { powerMayHaveChanged() }
                 if let slept = checkSuspend() { woke(after: slept) }
                 if ready.contains(monitor.fileDescriptor) {
@@ -226,10 +223,7 @@ extension ClientDaemon {
                 if ready.contains(mailbox.fileDescriptor) {
                     for event in mailbox.take() { handle(event) }
                 }
-                let after = Instant.now()
-                if let due = metricsDue, due <= after { writeMetrics() }
-                if let due = effects.firewall?.retryDue, due <= after { effects.retryFirewall() }
-                fireDueTimers(at: after)
+                fireDueTimers(at: Instant.now())
             }
             service.stopping()
             writeMetrics()

@@ -20,7 +20,7 @@ extension ClientDaemon.CoreRunner: CoreRunning {
     var coreNow: Instant { Instant.now() }
 
     /// After each event: its transitions told to watchers once the machine has settled (the
-    /// status beside each is the one it led to), the metrics written, the memory kept.
+    /// status beside each is the one it led to), the memory kept.
     func handled(_ event: AgentEvent, effects: [Effect]) {
         let made = effects.compactMap { if case .transition(let transition) = $0 { transition } else { nil } }
         if control.watched, !made.isEmpty {
@@ -31,7 +31,6 @@ extension ClientDaemon.CoreRunner: CoreRunning {
                 control.publish(ControlProtocol.event("transition", fields))
             }
         }
-        if !made.isEmpty { writeMetrics() }
         saveMemory()
     }
 
@@ -41,17 +40,16 @@ extension ClientDaemon.CoreRunner: CoreRunning {
 
     /// Carries one of the core's effects out on the session's sockets, the lockdown and the
     /// resolvers; returns what it produced at once. A change of the lockdown that nftables refused
-    /// and that no answer tells the core of (the local and guest networks, a restore, a window
-    /// closed, the tunnel's addresses) is the lockdown not being as it should: the core hears it
-    /// as damage (`Upkeep`), and has it put back; meanwhile the firewall tries it again every second.
+    /// leaves the table uncertain (a closing still wanted; an opening refused, whose answer the
+    /// core hears too, may have been taken all the same): the lockdown is not as it should be, and
+    /// the core hears it as damage (`Upkeep`), and has it put back until it holds. A restore's
+    /// refusal is its own answer.
     func perform(_ effect: Effect) -> [AgentEvent] {
         let refusals = effects.firewall?.refusalsEver ?? 0
         let produced = carryOut(effect)
         guard let firewall = effects.firewall, firewall.refusalsEver > refusals, let error = firewall.lastRefusal else { return produced }
-        switch effect {
-        case .restore, .allowServer, .proxyAt(_, opening: _?), .openPortalWindow, .openExclusion, .liftLockdown: return produced  // answered
-        default: return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil))]
-        }
+        if case .restore = effect { return produced }
+        return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil))]
     }
 
     private func carryOut(_ effect: Effect) -> [AgentEvent] {
@@ -144,6 +142,9 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         case .restore(let holding, let damage): return [restore(holding, damage)]
         case .openExclusion:
             return [.exclusionOpened(effects.openExclusion(runtimeDirectory: control.path.parentDirectory))]
+        case .pingWatchdog: service.pingWatchdog()
+        case .extendStart(let more): service.extendStart(by: more)
+        case .writeMetrics: writeMetrics()
         case .upkeepHeld(let holding, let damage, let restores, let until):
             metrics.upkeepHeld(holding.rawValue)
             log.error("someone keeps taking it away: holding off before putting it back again",
@@ -196,8 +197,7 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         return reconnector
     }
 
-    /// The metrics file, now; again in a minute while connected. Idle and not connected,
-    /// nothing wakes for it.
+    /// The metrics file, now (the core says when: `Heartbeats`).
     func writeMetrics() {
         guard var file = metricsFile else { return }
         if let client = effects.client { metrics.sync(client) }
@@ -205,7 +205,6 @@ extension ClientDaemon.CoreRunner: CoreRunning {
             log.warning("cannot write the metrics file", metadata: ["error": "\(error)"])
         }
         metricsFile = file
-        metricsDue = reconnector.state.name == "connected" ? Instant.now() + Self.metricsRefresh : nil
     }
 
     func saveMemory() {

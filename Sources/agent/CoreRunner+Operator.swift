@@ -59,19 +59,20 @@ extension ClientDaemon.CoreRunner {
             log.error("configuration not reloaded; the running one stays", metadata: ["error": "\(error)"])
             return
         }
-        feed(.reloaded(Reload(config: fresh.reconnect, rules: fresh.onDemand, tunnelChanges: settings.tunnelChanges(to: fresh))))
+        // Another metrics file is the one the core has written from now on.
+        if fresh.metricsFile != settings.metricsFile { metricsFile = fresh.metricsFile.map(MetricsFile.init) }
+        feed(.reloaded(Reload(config: fresh.reconnect, rules: fresh.onDemand, tunnelChanges: settings.tunnelChanges(to: fresh),
+                              metricsFile: fresh.metricsFile)))
         guard !restartRequested else { return }
         let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
             || fresh.portal != settings.portal
             || fresh.metricsFile != settings.metricsFile
-        if fresh.metricsFile != settings.metricsFile {
-            metricsFile = fresh.metricsFile.map(MetricsFile.init)
-            writeMetrics()
-        }
         do {
             try effects.firewall?.allowCheck(ports: fresh.checkPorts)
         } catch {
+            // Still wanted: the core has the lockdown put back until it holds (`Upkeep`).
             log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
+            feed(.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)")))
         }
         settings = fresh
         control.operatorGroup = fresh.groupOperates ? ControlSocket.readerGroupID() : nil

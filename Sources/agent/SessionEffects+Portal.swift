@@ -95,7 +95,7 @@ extension SessionEffects {
         if let cgroup = portalCgroup, let cgroups {
             if let error = cgroup.close(fs: cgroups) {
                 log.error("the portal window's cgroup stays", metadata: ["error": "\(error)",
-                    "lockdown": "\(firewall?.retryDue == nil ? "closed to it" : "closing it is tried again every second")"])
+                    "lockdown": "\((firewall?.refusals ?? 0) == 0 ? "closed to it" : "closing it is tried again every second")"])
             }
             portalCgroup = nil
         }

@@ -128,19 +128,6 @@ extension SessionEffects {
         }
     }
 
-    /// Loads what nftables refused to close before (a trusted interface, a portal window).
-    func retryFirewall() {
-        guard let firewall, firewall.retryDue != nil else { return }
-        let refusals = firewall.refusals
-        if let error = firewall.retry() {
-            if firewall.refusals.isMultiple(of: 60) {
-                log.error("the lockdown still refuses to close", metadata: ["tries": "\(firewall.refusals)", "error": "\(error)"])
-            }
-        } else {
-            log.notice("the lockdown holds again", metadata: ["refused": "\(refusals)"])
-        }
-    }
-
     // MARK: The network
 
     /// The networks on the uplinks are `prefixes` now: the lockdown lets them through (with
@@ -250,7 +237,7 @@ extension SessionEffects {
         closeExclusion()
         cgroups?.unmount()
         // A closing still refused gets a last try; the next agent loads the table whole anyway.
-        if let firewall, firewall.retryDue != nil, let error = firewall.retry() {
+        if let firewall, firewall.refusals > 0, let error = firewall.retry() {
             log.error("the lockdown could not be put back whole before stopping", metadata: ["error": "\(error)"])
         }
         guard operatorStop else {

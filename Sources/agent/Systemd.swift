@@ -55,41 +55,21 @@ func environment(_ name: String) -> String? { getenv(name).map { String(cString:
 
 /// What the client tells systemd: READY=1 once, WATCHDOG=1 pings when the unit asks for them
 /// (WatchdogSec=), EXTEND_TIMEOUT_USEC= while it is still trying to start, STATUS= at each
-/// transition, STOPPING=1 at the end.
+/// transition, STOPPING=1 at the end. When to ping and to ask for time is the core's
+/// (`Heartbeats`): this only says it.
 struct ServiceReporter {
     private let systemd: SystemdNotifier
     private var readySent = false
-    private let watchdog = SystemdNotifier.watchdogInterval()
-    private var nextPing: Instant?
-    private var nextExtension: Instant?
 
-    /// How often a start that is still trying asks systemd for more time, and how much: a
-    /// start behind a dead server (with `--wait-for-server 0`) never times out while the
-    /// deciding loop runs, and one whose loop hangs times out within `extension`. A time-out
-    /// is a SIGTERM, which keeps the lockdown anyway.
-    static let extendEvery: Duration = .seconds(10)
-    static let `extension`: Duration = .seconds(30)
-
-    init(now: Instant, systemd: SystemdNotifier = SystemdNotifier()) {
+    init(systemd: SystemdNotifier = SystemdNotifier()) {
         self.systemd = systemd
-        if let watchdog { nextPing = now + watchdog }
-        if systemd.isActive {
-            nextExtension = now
-        }
     }
 
-    /// When the next WATCHDOG=1 or EXTEND_TIMEOUT_USEC= is due.
-    var nextDeadline: Instant? { [nextPing, nextExtension].compactMap { $0 }.min() }
+    func pingWatchdog() { systemd.notify("WATCHDOG=1") }
 
-    /// Pings the watchdog, and asks for more time to start, when due.
-    mutating func tick(now: Instant) {
-        if let due = nextExtension, due <= now, !readySent {
-            systemd.notify("EXTEND_TIMEOUT_USEC=\(Self.extension.nanoseconds / 1000)")
-            nextExtension = now + Self.extendEvery
-        }
-        guard let due = nextPing, let watchdog, due <= now else { return }
-        systemd.notify("WATCHDOG=1")
-        nextPing = now + watchdog
+    /// Asks for `more` time to start; a time-out is a SIGTERM, which keeps the lockdown anyway.
+    func extendStart(by more: Duration) {
+        systemd.notify("EXTEND_TIMEOUT_USEC=\(more.nanoseconds / 1000)")
     }
 
     /// READY=1, once: when the tunnel is up, or when there is no network to bring it up on (then
@@ -97,7 +77,6 @@ struct ServiceReporter {
     mutating func ready() {
         guard !readySent else { return }
         readySent = true
-        nextExtension = nil
         systemd.notify("READY=1")
     }
 

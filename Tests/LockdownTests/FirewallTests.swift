@@ -33,7 +33,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     table.refusing = true
     #expect(throws: LockdownError.self) { try firewall.restore() }
     #expect(firewall.trustedInterface == "eth0", "the table still lets eth0 through, and says so")
-    #expect(firewall.retryDue != nil && firewall.refusals == 1)
+    #expect(firewall.refusals == 1)
 
     // A change that opens something meanwhile is refused too, and forgotten; the restore is not.
     #expect(throws: LockdownError.self) { try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)]) }
@@ -43,7 +43,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     table.refusing = false
     #expect(firewall.retry() == nil)
     #expect(table.held.trustedInterface == nil && table.held.servers.isEmpty, "the restore holds; the refused opening does not come back")
-    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil && firewall.refusals == 0)
+    #expect(firewall.trustedInterface == nil && firewall.refusals == 0)
     let loads = table.loads
     #expect(firewall.retry() == nil && table.loads == loads, "nothing left to load")
 }
@@ -57,7 +57,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     // The next change loads the whole wanted policy: the lift does not come back with it.
     try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)])
     #expect(table.held.trustedInterface == nil && table.held.servers.count == 1)
-    #expect(firewall.retryDue == nil)
+    #expect(firewall.refusals == 0)
 }
 
 @Test func aRefusedLiftIsNotTriedAgainButTheLockdownIsLoadedAgain() {
@@ -66,22 +66,11 @@ private func lockedFirewall() -> (Firewall, Table) {
     #expect(throws: LockdownError.self) { try firewall.lift(for: "eth0") }
     // A refusal may have been reported after the kernel took the lift: until a load succeeds,
     // status says eth0 may be open, and the locked policy is loaded again.
-    #expect(firewall.trustedInterface == "eth0" && firewall.retryDue != nil)
+    #expect(firewall.trustedInterface == "eth0" && firewall.refusals == 1)
     table.refusing = false
     table.held.trustedInterface = "eth0"  // as if the refused load had committed
     #expect(firewall.retry() == nil && table.held.trustedInterface == nil)
-    #expect(firewall.trustedInterface == nil && firewall.retryDue == nil)
-}
-
-@Test func aRetryIsNotPutOffByEveryLaterRefusal() throws {
-    let (firewall, table) = lockedFirewall()
-    try firewall.lift(for: "eth0")
-    table.refusing = true
-    #expect(throws: LockdownError.self) { try firewall.restore() }
-    let due = try #require(firewall.retryDue)
-    usleep(20_000)
-    #expect(throws: LockdownError.self) { try firewall.serve([LockdownPolicy.Server(IPAddress("192.0.2.7")!, port: 51820)]) }
-    #expect(firewall.retryDue == due)
+    #expect(firewall.trustedInterface == nil && firewall.refusals == 0)
 }
 
 @Test func aRefusedPortalWindowClosingIsRetried() throws {
@@ -90,7 +79,7 @@ private func lockedFirewall() -> (Firewall, Table) {
     try firewall.portalWindow(window)
     table.refusing = true
     #expect(throws: LockdownError.self) { try firewall.portalWindow(nil) }
-    #expect(table.held.portalWindow == window && firewall.retryDue != nil)
+    #expect(table.held.portalWindow == window && firewall.refusals == 1)
     table.refusing = false
     #expect(firewall.retry() == nil && table.held.portalWindow == nil)
 }
