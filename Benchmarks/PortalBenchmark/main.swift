@@ -135,12 +135,12 @@ func rechecks(on power: PowerSource, hours: Int) -> (perHour: [Int], handshakesB
     var perHour = [Int](repeating: 0, count: hours)
     var handshakes = 0
     var now = Instant.zero
-    var pending: [Action] = reconnector.handle(.paths([path]), now: now)
+    var pending: [Effect] = reconnector.handle(.paths([path]), now: now)
     let end = Instant.zero + .seconds(3600 * hours)
     while now < end {
-        for action in pending {
-            if case .handshake = action, reconnector.connectivityChecks > 0 { handshakes += 1 }
-            if case .checkConnectivity = action {
+        for effect in pending {
+            if case .handshake = effect, reconnector.connectivityChecks > 0 { handshakes += 1 }
+            if case .checkConnectivity = effect {
                 let hour = Int((now - .zero).components.seconds / 3600)
                 if hour < hours { perHour[hour] += 1 }
             }

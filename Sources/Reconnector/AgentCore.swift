@@ -8,8 +8,8 @@ public import Basics
 /// Around the session's state machine (`Reconnector`) it keeps the network as the kernel
 /// reported it and the paths to the server's address (`network`), where the servers are and
 /// the look-ups of their names (`servers`), the on-demand rules and what they know of the best
-/// path's network (`onDemand`), which path each probe in flight went on (an echo names only its
-/// id), the start-up deadline, and that a stopping agent decides nothing more.
+/// path's network (`onDemand`), the start-up deadline, and that a stopping agent decides nothing
+/// more.
 public struct AgentCore: Sendable {
     /// The session's state machine.
     public private(set) var reconnector: Reconnector
@@ -26,12 +26,6 @@ public struct AgentCore: Sendable {
     /// Events that bound a socket or started a handshake (one each, whatever else they did),
     /// since this core began.
     public private(set) var attempts = 0
-    /// Probes in flight: an echo for an id not here (stale, from before the server moved, or
-    /// made up) proves nothing.
-    private var probes: [UInt64: (path: Path.ID, size: Int?)] = [:]
-    private var nextProbe: UInt64 = 1
-    /// At most this many probes are remembered; the oldest is forgotten first.
-    static let probesKept = 64
     /// The agent is stopping, or gave up: nothing is decided any more.
     public private(set) var stopped = false
     /// The tunnel came up once (a handshake completed): the start-up deadline no longer applies.
@@ -45,8 +39,8 @@ public struct AgentCore: Sendable {
     private var announcedReady = false
     /// While the agent backs off, when to ask the server's name again.
     private var lookUpAt: Instant?
-    /// The address each prepared handover goes to.
-    private var handoverAddress: IPAddress?
+    /// The server a prepared handover goes to, and its address.
+    private var handover: (server: Int, address: IPAddress?)?
     /// Who opened the portal window, while one is open: only they (or root) close it or join it.
     public private(set) var portalWindowOwner: UInt32?
     /// A window is being opened: the lockdown's answer is awaited.
@@ -212,15 +206,8 @@ public struct AgentCore: Sendable {
             askProxy(&out) { _, _ in true }
         case .powerChanged(let source): run(.powerChanged(source), now, &out)
         case .probeEcho(let id, let rtt, let size):
-            guard let probe = probes.removeValue(forKey: id) else { break }
-            if let wanted = probe.size {
-                // A size probe's echo counts only if it is as big as the probe: a server that
-                // echoed it short proved nothing.
-                guard let size, size >= wanted else { break }
-                run(.sizeProbeReply(on: probe.path, size: wanted, rtt: rtt), now, &out)
-            } else {
-                run(.probeReply(on: probe.path, rtt: rtt), now, &out)
-            }
+            guard let echo = reconnector.echo(of: id, rtt: rtt, size: size) else { break }
+            run(echo, now, &out)
         case .handshakeCompleted(let rtt, let sized, let v6, let dns):
             resolvers?.handshake(gave: dns)
             // A late answer after a rule lifted the lockdown brings no device or routes back.
@@ -306,8 +293,6 @@ public struct AgentCore: Sendable {
             guard proxies?.allowed(key, address, ok) == true, let reachable = proxies?.reachable else { break }
             run(.streamNetworks(reachable), now, &out)
         case .bindFailed(let id, let why):
-            // Probes sent on that path went nowhere the session is: a late echo of one proves nothing.
-            probes = probes.filter { $0.value.path != id }
             run(.bindFailed(on: id, why: why), now, &out)
         }
         return out
@@ -552,7 +537,7 @@ public struct AgentCore: Sendable {
             if reconnector.paths != network.paths { pathsChanged(now, &out) }
             return
         }
-        probes.removeAll()  // an echo from the old address proves nothing about the new one
+        reconnector.forgetProbes()
         out.append(.useAddress(address, why: move.why))
         following = true
         defer { following = false }
@@ -569,12 +554,6 @@ public struct AgentCore: Sendable {
         defer { following = false }
         if network.retarget(to: address) != nil { pathsChanged(now, &out) }
         network.learn(serverAddresses: servers.entries[index].addresses)
-    }
-
-    /// Of server `index`'s addresses, the one to use: the first an uplink reaches now.
-    private func address(of index: Int) -> IPAddress? {
-        guard servers.entries.indices.contains(index) else { return nil }
-        return PathTracker.preferred(servers.entries[index].addresses, in: network.model)
     }
 
     // MARK: On-demand rules
@@ -658,62 +637,41 @@ public struct AgentCore: Sendable {
         out.append(.ready)
     }
 
-    /// Feeds `input` to the machine and turns its actions into effects, in order.
+    /// Feeds `input` to the machine and adds its effects, in order, with what follows from them
+    /// here: the address of a server it turns to (and a look-up when none is known), the paths to
+    /// that server, the attempt's clock, the tunnel's resolvers stepping aside with the lockdown.
     private mutating func run(_ input: Input, _ now: Instant, _ out: inout [Effect]) {
         let before = reconnector.state
-        let actions = reconnector.handle(input, now: now)
         var attempted = false
         var rebound = false
         var turnedTo: (index: Int, address: IPAddress?)?
-        for action in actions {
-            switch action {
-            case .bind(let path, let why):
+        for effect in reconnector.handle(input, now: now) {
+            switch effect {
+            case .bind(_, let first, _):
                 attempted = true
-                out.append(.bind(path, first: true, reason: why))
-            case .rebind(let path, let why):
-                attempted = true
-                rebound = true
-                out.append(.bind(path, first: false, reason: why))
-            case .handshake(let path, let why):
-                attempted = true
-                out.append(.handshake(on: path, reason: why))
-            case .resendHandshake(let path): out.append(.resendHandshake(on: path))
-            case .probe(let path): out.append(.probe(id: remember(path, size: nil), via: path, size: nil))
-            case .probeSize(let size, let path): out.append(.probe(id: remember(path, size: size), via: path, size: size))
-            case .setTunnelMTU(let mtu, _): out.append(.setTunnelMTU(mtu))
-            case .reportFailure(let reason): out.append(.reportFailure(reason))
-            case .report(let transition): out.append(.transition(transition))
+                if !first { rebound = true }
+            case .handshake: attempted = true
+            // The machine names the server it turns to; where that server is reached now (the
+            // first of its addresses an uplink reaches) is the book's to say.
             case .useServer(let index, _):
-                // Echoes still on their way come from the old server: they prove nothing now.
-                probes.removeAll()
                 let address = address(of: index)
                 out.append(.useServer(index, at: address))
                 if address == nil, servers.ask(index) { out.append(.lookUpServer(index)) }
                 turnedTo = (index, address)
-            case .prepareHandover(let index, let path):
-                handoverAddress = address(of: index)
-                out.append(.prepareHandover(server: index, at: handoverAddress, on: path))
-            case .completeHandover(let index):
-                probes.removeAll()
-                out.append(.completeHandover)
-                turnedTo = (index, handoverAddress)
-                handoverAddress = nil
-            case .cancelHandover:
-                handoverAddress = nil
-                out.append(.cancelHandover)
-            case .disconnect:
-                probes.removeAll()
-                out.append(.disconnect)
-            case .checkConnectivity(let path): out.append(.checkConnectivity(via: path))
-            case .openPortalWindow(let path, let url, let until): out.append(.openPortalWindow(via: path, portal: url, until: until))
-            case .closePortalWindow: out.append(.closePortalWindow)
-            case .liftLockdown(let interface):
-                resolvers?.lift()
-                out.append(.liftLockdown(interface: interface))
-            case .restoreLockdown:
-                resolvers?.restore()
-                out.append(.restoreLockdown)
+                continue
+            case .prepareHandover(let index, _, let path):
+                handover = (index, address(of: index))
+                out.append(.prepareHandover(server: index, at: handover?.address, on: path))
+                continue
+            case .completeHandover:
+                turnedTo = handover.map { ($0.server, $0.address) }
+                handover = nil
+            case .cancelHandover: handover = nil
+            case .liftLockdown: resolvers?.lift()
+            case .restoreLockdown: resolvers?.restore()
+            default: break
             }
+            out.append(effect)
         }
         if attempted, !tunnelUp, unansweredSince == nil { unansweredSince = now }
         // Each attempt asks the proxy's name again where it gave nothing yet (the network's DNS
@@ -752,6 +710,12 @@ public struct AgentCore: Sendable {
         }
     }
 
+    /// Of server `index`'s addresses, the one to use: the first an uplink reaches now.
+    private func address(of index: Int) -> IPAddress? {
+        guard servers.entries.indices.contains(index) else { return nil }
+        return PathTracker.preferred(servers.entries[index].addresses, in: network.model)
+    }
+
     /// The current server's address after the one in use, in its name's order and round again,
     /// that an uplink reaches; nil when there is no other.
     private func nextAddress() -> IPAddress? {
@@ -771,14 +735,5 @@ public struct AgentCore: Sendable {
         case (.connected, .probing): true
         default: false
         }
-    }
-
-    /// A new probe's id, remembered with the path it goes on and its size.
-    private mutating func remember(_ path: Path, size: Int?) -> UInt64 {
-        let id = nextProbe
-        nextProbe += 1
-        probes[id] = (path.id, size)
-        if probes.count > Self.probesKept, let oldest = probes.keys.min() { probes[oldest] = nil }
-        return id
     }
 }

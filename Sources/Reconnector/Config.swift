@@ -96,7 +96,7 @@ public struct Config: Sendable, Equatable {
                                 backoffCap: .seconds(300))
 
     /// When every path's handshakes go unanswered on a path with a default route, check the
-    /// network with a plain HTTP request (`Action.checkConnectivity`) for a captive portal.
+    /// network with a plain HTTP request (`Effect.checkConnectivity`) for a captive portal.
     public var portalCheck = true
     /// Behind a portal, the first recheck comes after this; each further one waits twice as
     /// long (on battery four times this to begin with), up to `portalRecheckCap`.

@@ -3,9 +3,10 @@ public import Basics
 
 /// The pure decision core: facts and the time go in, commands come out.
 ///
-/// It owns no clock, socket or timer. The driver reports what happened (`Input`) with the
-/// current time and performs the returned actions in order; a replay does the same on a
-/// virtual clock, so a recorded day of roaming replays in milliseconds.
+/// It owns no clock, socket or timer. `AgentCore` tells it what happened (`Input`) with the
+/// current time, and its runner carries out the returned effects in order (the runner contract's
+/// `Effect`, one vocabulary from the machine to the runner); a replay does the same on a virtual
+/// clock, so a recorded day of roaming replays in milliseconds.
 public struct Reconnector: Sendable {
     public private(set) var state: State = .offline
     public private(set) var config: Config
@@ -150,6 +151,8 @@ public struct Reconnector: Sendable {
     /// named by host, and only some networks' look-ups gave its address): nil, every network.
     /// A stream elsewhere counts as failed lately (`isDead`), so no attempt goes there.
     public private(set) var streamNetworks: Set<NetworkKey>?
+    /// The probes out, by id, and the path each went on (see `echo(of:rtt:size:)`).
+    private var probes = ProbesInFlight()
     /// A path MTU search is under way on the session's path.
     public var isSearchingPathMTU: Bool { mtu.map { !$0.search.isDone } ?? false }
 
@@ -212,15 +215,35 @@ public struct Reconnector: Sendable {
     /// True while a handshake is in flight.
     public var isHandshaking: Bool { if case .connecting = state { true } else { false } }
 
-    /// Feeds one fact in; returns what to do, in order.
     /// New tunables from a reload: they apply from the next decision on (a wait already armed
     /// runs out as it was drawn).
     public mutating func reconfigure(_ config: Config) {
         self.config = config
     }
 
-    public mutating func handle(_ input: Input, now: Instant) -> [Action] {
-        var out: [Action] = []
+    /// What the echo of probe `id` tells, to be fed as the input it returns: nil when it proves
+    /// nothing, for a probe no longer out (stale, from before the server moved, or made up) or a
+    /// size probe echoed short (`size`: how big the echo was; nil for a small one).
+    public mutating func echo(of id: UInt64, rtt: Duration, size: Int?) -> Input? {
+        guard let probe = probes.answered(id) else { return nil }
+        guard let wanted = probe.size else { return .probeReply(on: probe.path, rtt: rtt) }
+        // A size probe's echo counts only if it is as big as the probe: a server that echoed it
+        // short proved nothing.
+        guard let size, size >= wanted else { return nil }
+        return .sizeProbeReply(on: probe.path, size: wanted, rtt: rtt)
+    }
+
+    /// The session's packets go to another address of its server: an echo from the old one
+    /// proves nothing about the new one.
+    public mutating func forgetProbes() {
+        probes.removeAll()
+    }
+
+    /// Feeds one fact in; returns what to do, in order. The effects that turn to a server
+    /// (`useServer`, `prepareHandover`) name it by its place in the list, with no address: where
+    /// it is reached now is for `AgentCore` to say, which keeps the servers' addresses.
+    public mutating func handle(_ input: Input, now: Instant) -> [Effect] {
+        var out: [Effect] = []
         trigger = input.name
         if let last = lastNow, now < last { clockStepped(by: now - last, &out) }
         lastNow = now
@@ -269,7 +292,7 @@ public struct Reconnector: Sendable {
 
     // MARK: Inputs
 
-    private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Action]) {
+    private mutating func pathsChanged(_ new: [Path], _ now: Instant, _ out: inout [Effect]) {
         // A link's loss counts for flap damping; a change of its address does not.
         for old in paths where !new.contains(where: { $0.linkIndex == old.linkIndex }) { noteLoss(of: old, now) }
         paths = new
@@ -333,7 +356,7 @@ public struct Reconnector: Sendable {
                     // until they know whether it is trusted.
                     session = nil
                     enter(.disconnected(rule: wait.rule, lifted: nil), .onDemandWaits(wait.rule, for: wait.wanted), now, &out)
-                    if socket != nil { out.append(.disconnect) }
+                    if socket != nil { goodbye(&out) }
                     return
                 }
                 // The session's path is gone and another exists: act at once. With the session
@@ -364,7 +387,7 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func sleep(_ now: Instant, _ out: inout [Action]) {
+    private mutating func sleep(_ now: Instant, _ out: inout [Effect]) {
         asleep = true
         switch state {
         case .disconnected(_, _?):
@@ -377,7 +400,7 @@ public struct Reconnector: Sendable {
         enter(.sleeping, .goingToSleep, now, &out)
     }
 
-    private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Action]) {
+    private mutating func wake(after slept: Duration, _ now: Instant, _ out: inout [Effect]) {
         asleep = false
         switch state {
         case .paused, .disconnected: coalesced += 1; return  // the operator or the rules bring it up, not a wake
@@ -404,7 +427,7 @@ public struct Reconnector: Sendable {
         if let wait = rulesWait {
             session = nil
             enter(.disconnected(rule: wait.rule, lifted: nil), .onDemandWaits(wait.rule, for: wait.wanted), now, &out)
-            if socket != nil { out.append(.disconnect) }
+            if socket != nil { goodbye(&out) }
             return
         }
         if isSessionFresh(now), let socket, !unbound, best.id == socket.over(.udp) {
@@ -417,7 +440,7 @@ public struct Reconnector: Sendable {
         attempt(on: best, .wokeAfter(slept), now, &out)
     }
 
-    private mutating func probeReply(on id: Path.ID, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+    private mutating func probeReply(on id: Path.ID, rtt: Duration, _ now: Instant, _ out: inout [Effect]) {
         noteHeard(now)
         if id == socket { probeRecord.answered = min(probeRecord.answered + 1, probeRecord.sent) }
         switch state {
@@ -461,7 +484,7 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+    private mutating func handshakeSucceeded(rtt: Duration, _ now: Instant, _ out: inout [Effect]) {
         // A handshake that was in flight when the operator took the tunnel down: its keys went
         // with the session.
         switch state {
@@ -487,7 +510,7 @@ public struct Reconnector: Sendable {
         considerBetterPath(now, &out)
     }
 
-    private mutating func handshakeFailed(_ failure: HandshakeFailure, _ now: Instant, _ out: inout [Action]) {
+    private mutating func handshakeFailed(_ failure: HandshakeFailure, _ now: Instant, _ out: inout [Effect]) {
         switch failure {
         case .timeout:
             if case .connecting(let path) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
@@ -508,7 +531,7 @@ public struct Reconnector: Sendable {
     /// session's keys: a server that still has the session answers it (and any data proves the
     /// same), and the forgery cost one probe. No answer within the path's patience confirms it,
     /// and a handshake follows at once.
-    private mutating func sessionUnknownHint(_ now: Instant, _ out: inout [Action]) {
+    private mutating func sessionUnknownHint(_ now: Instant, _ out: inout [Effect]) {
         guard session != nil else { coalesced += 1; return }
         if let quiet = hintsIgnoredUntil, now < quiet {
             // Soon after a forgery: no probe now, but not forgotten either. The next answer
@@ -543,7 +566,7 @@ public struct Reconnector: Sendable {
         return max(config.probeTimeout, (smoothed * 2 + rtt.variance * 4) * 2)
     }
 
-    private mutating func dataSent(_ now: Instant, _ out: inout [Action]) {
+    private mutating func dataSent(_ now: Instant, _ out: inout [Effect]) {
         guard case .connected(let path) = state else { return }
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
@@ -559,7 +582,7 @@ public struct Reconnector: Sendable {
     /// which reports only its arrivals (`LivenessNotices`). Traffic flows when the server was
     /// heard within `rttStaleAfter` before (`heardBefore`): an application that sends a packet a
     /// minute costs no probes.
-    private mutating func refreshRTT(on path: Path, heardBefore: Instant?, _ now: Instant, _ out: inout [Action]) {
+    private mutating func refreshRTT(on path: Path, heardBefore: Instant?, _ now: Instant, _ out: inout [Effect]) {
         let answering = heardBefore.map { now - $0 < config.rttStaleAfter } ?? false
         if answering, rtt.refresh(now, staleAfter: config.rttStaleAfter) { sendProbe(via: path, &out) }
     }
@@ -576,7 +599,7 @@ public struct Reconnector: Sendable {
                nil, nil)
     }
 
-    private mutating func dataReceived(_ now: Instant, _ out: inout [Action]) {
+    private mutating func dataReceived(_ now: Instant, _ out: inout [Effect]) {
         let heardBefore = session?.lastHeard
         noteHeard(now)
         quietProofs = 0
@@ -602,7 +625,7 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func timerFired(_ kind: TimerKind, _ now: Instant, _ out: inout [Action]) {
+    private mutating func timerFired(_ kind: TimerKind, _ now: Instant, _ out: inout [Effect]) {
         // A timer the state machine no longer wants (cancelled, or fired late) is ignored.
         guard let due = deadlines[kind], due <= now else { return }
         deadlines[kind] = nil
@@ -720,7 +743,7 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func powerChanged(_ source: PowerSource, _ now: Instant, _ out: inout [Action]) {
+    private mutating func powerChanged(_ source: PowerSource, _ now: Instant, _ out: inout [Effect]) {
         budget.change(from: inForce, to: config.budget(on: source), now)
         power = source
         // A wait drawn under battery's long backoff has lost its reason once on mains: draw
@@ -730,7 +753,7 @@ public struct Reconnector: Sendable {
         if now + wait < due { arm(.retry, at: now + wait) }
     }
 
-    private mutating func reconnectRequested(_ now: Instant, _ out: inout [Action]) {
+    private mutating func reconnectRequested(_ now: Instant, _ out: inout [Effect]) {
         switch state {
         case .sleeping, .paused, .disconnected: return  // down stays down until `agent up`, or the rules change
         case .connecting: coalesced += 1; return  // the fresh handshake asked for is already in flight
@@ -746,17 +769,17 @@ public struct Reconnector: Sendable {
     /// The operator takes the tunnel down without stopping the agent, as a paused always-on VPN
     /// is: the session ends with a goodbye, every timer stops, and nothing is tried until they
     /// bring it up again. The tunnel device and the lockdown stay, so nothing leaves in clear.
-    private mutating func pause(_ now: Instant, _ out: inout [Action]) {
+    private mutating func pause(_ now: Instant, _ out: inout [Effect]) {
         if case .paused = state { coalesced += 1; return }
         session = nil
         if case .disconnected(_, _?) = state { out.append(.restoreLockdown) }
         enter(.paused, .operatorDown, now, &out)
-        out.append(.disconnect)
+        goodbye(&out)
     }
 
     /// The operator brings the tunnel up again: fresh keys on the best path at once. Like any
     /// operator's request it bypasses the budget, and it forgets earlier failures.
-    private mutating func resume(_ now: Instant, _ out: inout [Action]) {
+    private mutating func resume(_ now: Instant, _ out: inout [Effect]) {
         guard case .paused = state else { coalesced += 1; return }
         budget.resetBackoff()
         if asleep {
@@ -776,7 +799,7 @@ public struct Reconnector: Sendable {
     /// same server keeps it; another one behind the name answers "session unknown", which brings
     /// a handshake); a handshake in flight to the old address starts afresh; a backoff drawn for
     /// the old address ends: the new one is a new chance, within the budget, as a new path is.
-    private mutating func serverMoved(_ now: Instant, _ out: inout [Action]) {
+    private mutating func serverMoved(_ now: Instant, _ out: inout [Effect]) {
         // Paths that failed their probes failed them towards the old address, and the path to
         // the new one may carry other sizes.
         dead.removeAll()
@@ -804,7 +827,7 @@ public struct Reconnector: Sendable {
     /// down up at once; `disconnect` ends the session with a goodbye and tries nothing while
     /// they hold (lifting the lockdown for that network only if the rule says so); `ignore`
     /// keeps what is. While they wait for a fact, a lifted lockdown is put back.
-    private mutating func onDemand(_ decision: OnDemandDecision, _ now: Instant, _ out: inout [Action]) {
+    private mutating func onDemand(_ decision: OnDemandDecision, _ now: Instant, _ out: inout [Effect]) {
         if case .waiting(let rule, let wanted, _) = decision {
             // What was decided is about a network the rules are looking at again.
             onDemand = nil
@@ -858,7 +881,7 @@ public struct Reconnector: Sendable {
     }
 
     /// The lockdown a rule lifted is whole again; the tunnel stays down as that rule said.
-    private mutating func restoreLift(_ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+    private mutating func restoreLift(_ reason: Reason, _ now: Instant, _ out: inout [Effect]) {
         guard case .disconnected(let rule, _?) = state else { return }
         out.append(.restoreLockdown)
         enter(.disconnected(rule: rule, lifted: nil), reason, now, &out)
@@ -866,7 +889,7 @@ public struct Reconnector: Sendable {
 
     /// Ends the session (with a goodbye, if there is one) as `verdict` says and keeps the
     /// tunnel down; the lockdown steps aside only if the rule lifts it.
-    private mutating func disconnect(_ verdict: OnDemandVerdict, _ now: Instant, _ out: inout [Action], from reason: Reason) {
+    private mutating func disconnect(_ verdict: OnDemandVerdict, _ now: Instant, _ out: inout [Effect], from reason: Reason) {
         let lift = verdict.liftsLockdown ? verdict.path : nil
         if case .disconnected(let rule, let lifted) = state {
             // Kept down already: a transition still names the rule that decides now, and ends a
@@ -878,7 +901,7 @@ public struct Reconnector: Sendable {
         }
         session = nil
         enter(.disconnected(rule: verdict.rule, lifted: lift), reason, now, &out)
-        if socket != nil { out.append(.disconnect) }  // a session, or one on its way: a goodbye
+        if socket != nil { goodbye(&out) }  // a session, or one on its way: a goodbye
         if lift != nil { out.append(.liftLockdown(interface: verdict.interface)) }
     }
 
@@ -887,19 +910,19 @@ public struct Reconnector: Sendable {
     /// Every attempt on `path` went unanswered: one plain HTTP request over it tells a captive
     /// portal (which holds everything back until a user logs in) from an outage. Only on a path
     /// through a default route (a network that claims to reach the internet), one at a time.
-    private mutating func checkForPortal(on path: Path, _ out: inout [Action]) {
+    private mutating func checkForPortal(on path: Path, _ out: inout [Effect]) {
         guard config.portalCheck, path.prefixLength == 0 else { return }
         checkConnectivity(via: path, &out)
     }
 
-    private mutating func checkConnectivity(via path: Path, _ out: inout [Action]) {
+    private mutating func checkConnectivity(via path: Path, _ out: inout [Effect]) {
         guard checking == nil else { return }
         checking = path.id
         connectivityChecks += 1
         out.append(.checkConnectivity(via: path))
     }
 
-    private mutating func connectivity(_ result: Connectivity, on id: Path.ID, _ now: Instant, _ out: inout [Action]) {
+    private mutating func connectivity(_ result: Connectivity, on id: Path.ID, _ now: Instant, _ out: inout [Effect]) {
         if checking == id { checking = nil }
         switch (result, state) {
         case (.portal(let url), .backingOff(let path)) where path.id == id:
@@ -930,7 +953,7 @@ public struct Reconnector: Sendable {
         return min(config.portalRecheckCap * factor, config.portalRecheck * factor * (1 << min(rechecks, 20)))
     }
 
-    private mutating func openPortalWindow(_ now: Instant, _ out: inout [Action]) {
+    private mutating func openPortalWindow(_ now: Instant, _ out: inout [Effect]) {
         guard case .portal(let path, let url) = state, portalWindowUntil == nil else { coalesced += 1; return }
         let until = now + config.portalWindow
         portalWindowUntil = until
@@ -943,7 +966,7 @@ public struct Reconnector: Sendable {
 
     /// The window's process ended: the user may just have logged in, so the network is checked
     /// at once, and the rechecks start over.
-    private mutating func closePortalWindow(_ now: Instant, _ out: inout [Action]) {
+    private mutating func closePortalWindow(_ now: Instant, _ out: inout [Effect]) {
         guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
         portalWindowUntil = nil
         out.append(.closePortalWindow)
@@ -956,7 +979,7 @@ public struct Reconnector: Sendable {
     /// The lockdown did not let the window through: no window stands, nothing is closed, and
     /// the backed-off rechecks go on as before it was asked for (no check at once: nobody
     /// could have logged in through a window that never opened).
-    private mutating func portalWindowRefused(_ now: Instant, _ out: inout [Action]) {
+    private mutating func portalWindowRefused(_ now: Instant, _ out: inout [Effect]) {
         guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
         portalWindowUntil = nil
         cancel(.portalWindow)
@@ -974,7 +997,7 @@ public struct Reconnector: Sendable {
     /// session's reaches only the server it was opened to: the session ends there with a
     /// goodbye (the draining server stops as soon as none is left) and moves break-before-make,
     /// at once, over a new stream on the same uplink (also without a token).
-    private mutating func serverDraining(_ now: Instant, _ out: inout [Action]) {
+    private mutating func serverDraining(_ now: Instant, _ out: inout [Effect]) {
         drained[server] = now + Self.drainHoldDown
         guard handover == nil, session != nil, Self.allows(state, .handover), let path = state.path,
               let next = nextServer(now, drainedToo: false) else {
@@ -982,20 +1005,20 @@ public struct Reconnector: Sendable {
             return
         }
         if path.transport == .stream {
-            out.append(.disconnect)
+            goodbye(&out)
             return startAttempt(on: path, .serverDraining(servers[server]), now, &out, handshake: true)
         }
         prepareHandover(to: next, on: path, now, &out)
         enter(state, .serverDraining(servers[server]), now, &out)
     }
 
-    private mutating func prepareHandover(to next: Int, on path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func prepareHandover(to next: Int, on path: Path, _ now: Instant, _ out: inout [Effect]) {
         handover = next
-        out.append(.prepareHandover(server: next, on: path))
+        out.append(.prepareHandover(server: next, at: nil, on: path))
         arm(.handover, at: now + config.handshakeTimeout)
     }
 
-    private mutating func handoverReady(rtt: Duration, sizedProbes sized: Bool, _ now: Instant, _ out: inout [Action]) {
+    private mutating func handoverReady(rtt: Duration, sizedProbes sized: Bool, _ now: Instant, _ out: inout [Effect]) {
         guard let next = handover, let path = state.path else { return }
         handover = nil
         cancel(.handover)
@@ -1008,14 +1031,16 @@ public struct Reconnector: Sendable {
         tooSmall.removeAll()
         mtu = nil
         sampleRTT(rtt, now, newPath: true)
-        out.append(.completeHandover(server: next))
+        // Echoes still on their way come from the old server: they prove nothing now.
+        probes.removeAll()
+        out.append(.completeHandover)
         enter(.connected(path), .handedOver(from: servers[old], to: servers[next], rtt: rtt), now, &out)
         considerBetterPath(now, &out)
     }
 
     /// The server the session was to move to stayed silent or refused: the next one is asked,
     /// or the traffic stays where it is.
-    private mutating func handoverFailed(_ now: Instant, _ out: inout [Action]) {
+    private mutating func handoverFailed(_ now: Instant, _ out: inout [Effect]) {
         guard let failed = handover else { return }
         markServer(failed, now)
         if deadlines[.handover] != nil { cancel(.handover) }
@@ -1028,16 +1053,16 @@ public struct Reconnector: Sendable {
 
     /// Break-before-make: the current server is silent, so its session is worth nothing; the
     /// next server gets a handshake at once (within the budget).
-    private mutating func switchServer(to next: Int, _ now: Instant, _ out: inout [Action]) {
+    private mutating func switchServer(to next: Int, _ now: Instant, _ out: inout [Effect]) {
         let old = server
         markServer(old, now)
         let reason = Reason.serverUnreachable(servers[old])
-        useServer(next, reason, &out)
+        useServer(next, &out)
         guard let path = preferred(now) else { return enter(.offline, reason, now, &out) }
         attempt(on: path, reason, now, &out, handshake: true)
     }
 
-    private mutating func useServer(_ index: Int, _ reason: Reason, _ out: inout [Action]) {
+    private mutating func useServer(_ index: Int, _ out: inout [Effect]) {
         dropHandover(&out)
         server = index
         session = nil
@@ -1046,7 +1071,8 @@ public struct Reconnector: Sendable {
         tooSmall.removeAll()
         mtu = nil
         rtt.forget()
-        out.append(.useServer(index, reason: reason))
+        probes.removeAll()  // echoes still on their way come from the old server
+        out.append(.useServer(index, at: nil))
     }
 
     /// The first server in the list that is neither held down nor drained, else the first not
@@ -1077,7 +1103,7 @@ public struct Reconnector: Sendable {
     }
 
     /// Forgets the session being prepared with another server, if there is one.
-    private mutating func dropHandover(_ out: inout [Action]) {
+    private mutating func dropHandover(_ out: inout [Effect]) {
         guard handover != nil else { return }
         handover = nil
         out.append(.cancelHandover)
@@ -1104,7 +1130,7 @@ public struct Reconnector: Sendable {
     }
 
     /// The session's path went silent and `rescue` answered: the session moves there at once.
-    private mutating func failover(from path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func failover(from path: Path, _ now: Instant, _ out: inout [Effect]) {
         guard let (target, rtt) = rescue, let rtt else { return }
         markDead(path.id, now)
         dead.clear(target.id)
@@ -1129,7 +1155,7 @@ public struct Reconnector: Sendable {
     }
 
     /// Spends a token on a reconnect to `path`, or backs off until one comes back.
-    private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+    private mutating func attempt(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Effect],
                                   handshake: Bool = false) {
         if budget.isBackingOff, dead[path.id.over(.udp)] == nil, dead[path.id.over(.stream)] == nil {
             // The backoff was earned on paths that failed; this one has not failed since (a new
@@ -1153,7 +1179,7 @@ public struct Reconnector: Sendable {
 
     /// Moves the socket if needed, then proves the path: a probe if the session is still
     /// alive (the server follows us on the first authenticated packet), else a handshake.
-    private mutating func startAttempt(on given: Path, _ because: Reason, _ now: Instant, _ out: inout [Action],
+    private mutating func startAttempt(on given: Path, _ because: Reason, _ now: Instant, _ out: inout [Effect],
                                        handshake: Bool) {
         attempt += 1
         raced = nil
@@ -1172,13 +1198,13 @@ public struct Reconnector: Sendable {
 
     /// Moves the socket to `path` if needed (binds it again after a refusal), then proves the
     /// path: a probe if the session is still alive, else a handshake.
-    private mutating func prove(_ path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action], handshake: Bool) {
+    private mutating func prove(_ path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Effect], handshake: Bool) {
         moveSocket(to: path, reason, &out)
         if handshake || !isSessionFresh(now) {
             checkingHint = false  // fresh keys settle it
             // New keys are a new start: with the first server in the list that is not held down.
             let first = preferredServer(now)
-            if first != server { useServer(first, reason, &out) }
+            if first != server { useServer(first, &out) }
             out.append(.handshake(on: path, reason: reason))
             arm(.handshake, at: now + config.handshakeTimeout)
             enter(.connecting(path), reason, now, &out)
@@ -1228,7 +1254,7 @@ public struct Reconnector: Sendable {
     /// uplink, a handshake if one was in flight, a probe if the session lives. It is the same
     /// attempt over another transport, yet a move of the socket all the same: it spends a token
     /// (without one, the attempt stays on UDP and its own timeout decides).
-    private mutating func raceToStream(from path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func raceToStream(from path: Path, _ now: Instant, _ out: inout [Effect]) {
         let stream = path.over(.stream)
         guard !isDead(stream.id, now), takeToken(now) else { return }
         let reason = Reason.udpSilent(path.interface, after: now - enteredAt)
@@ -1248,7 +1274,7 @@ public struct Reconnector: Sendable {
 
     /// The re-test is due: a make-before-break probe of UDP over the stream's uplink, within
     /// the budget as any move by choice.
-    private mutating func retestUDP(from stream: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func retestUDP(from stream: Path, _ now: Instant, _ out: inout [Effect]) {
         guard let udp = paths.first(where: { $0.id == stream.id.over(.udp) }) else { return }
         guard takeToken(now) else {
             let next = nextToken()
@@ -1263,7 +1289,7 @@ public struct Reconnector: Sendable {
     /// was opened broke (a middlebox's reset, a proxy that dropped it): the next attempt opens a
     /// new one at once, within the budget. One that never answered failed to open: a failed
     /// attempt on that path, as a handshake timeout would be, only sooner.
-    private mutating func streamFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Action]) {
+    private mutating func streamFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Effect]) {
         guard config.stream != nil, id.transport == .stream else { coalesced += 1; return }
         let broke = streamProven == id
         if broke { streamProven = nil }
@@ -1288,7 +1314,7 @@ public struct Reconnector: Sendable {
     /// that could not use the stream on a network it now can gets it at once: a backoff on that
     /// uplink ends with an attempt (within the budget), and an attempt over its UDP races the
     /// stream from now on, as if it had from the start.
-    private mutating func streamNetworksChanged(_ networks: Set<NetworkKey>, _ now: Instant, _ out: inout [Action]) {
+    private mutating func streamNetworksChanged(_ networks: Set<NetworkKey>, _ now: Instant, _ out: inout [Effect]) {
         let before = streamNetworks
         streamNetworks = networks
         guard config.stream != nil, let uplink = state.path?.over(.udp),
@@ -1314,7 +1340,9 @@ public struct Reconnector: Sendable {
     /// attempt; then the path is a failed attempt, and the session moves to the next path or
     /// backs off. A candidate or rescue path that cannot be bound is not probed: the session
     /// stays where it is.
-    private mutating func bindFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Action]) {
+    private mutating func bindFailed(on id: Path.ID, why: String, _ now: Instant, _ out: inout [Effect]) {
+        // Probes sent on that path went nowhere the session is: a late echo of one proves nothing.
+        probes.forget(on: id)
         guard id == socket, !unbound else {
             switch state {
             case .switching(let from, let to, _) where to.id == id:
@@ -1368,7 +1396,7 @@ public struct Reconnector: Sendable {
     /// Connected on `path`: what it shows of UDP on its network is remembered, and on the
     /// stream the next UDP re-test is scheduled (kept across the probing a silence brings, so a
     /// lossy stream does not put it off for ever).
-    private mutating func connectedOn(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func connectedOn(_ path: Path, _ now: Instant, _ out: inout [Effect]) {
         guard config.stream != nil else { return }
         let key = NetworkKey(path)
         switch path.transport {
@@ -1399,7 +1427,7 @@ public struct Reconnector: Sendable {
     /// An attempt on `path` failed: move to another path at once if one is left, else back off.
     /// `blameServer` false: the failure was the machine's own (a bind it refused), which says
     /// nothing of the server.
-    private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Action],
+    private mutating func failed(on path: Path, _ reason: Reason, _ now: Instant, _ out: inout [Effect],
                                  blameServer: Bool = true) {
         // Every path went silent towards this server (the rescue path's probes too), or it had
         // only this one: the server is the suspect. Another server is tried at once, on the
@@ -1434,7 +1462,7 @@ public struct Reconnector: Sendable {
     private mutating func backoffWait(_ now: Instant) -> Duration { budget.backoffWait(now, inForce, &rng) }
 
     /// Starts or keeps the debounce for a path that ranks above the current one.
-    private mutating func considerBetterPath(_ now: Instant, _ out: inout [Action]) {
+    private mutating func considerBetterPath(_ now: Instant, _ out: inout [Effect]) {
         guard case .connected(let current) = state,
               let better = paths.first(where: { $0.id != current.id && $0.id != rulesWait?.path && Self.isPreferred($0, over: current) })
         else {
@@ -1465,7 +1493,7 @@ public struct Reconnector: Sendable {
     // MARK: Path MTU
 
     /// The echo of a probe padded to `size`.
-    private mutating func sizeProbeReply(on id: Path.ID, size: Int, rtt: Duration, _ now: Instant, _ out: inout [Action]) {
+    private mutating func sizeProbeReply(on id: Path.ID, size: Int, rtt: Duration, _ now: Instant, _ out: inout [Effect]) {
         if case .switching(_, let to, _) = state, to.id == id, tooSmall.contains(id) {
             // A path found too small carries the smallest tunnel packet again: a candidate like any.
             guard size >= floorMTU else { return noteHeard(now) }
@@ -1491,7 +1519,7 @@ public struct Reconnector: Sendable {
 
     /// The session is connected on `path`: the path's MTU search starts (a new path), goes on
     /// (it was paused while the session was not connected), or waits for its next look upward.
-    private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func continuePathMTU(on path: Path, _ now: Instant, _ out: inout [Effect]) {
         // A stream carries tunnel packets of any size (TCP cuts them): nothing to search for.
         guard config.pathMTUDiscovery, sizedProbes, floorMTU < config.maxMTU, path.transport == .udp else { return }
         if mtu?.path != path.id {
@@ -1508,7 +1536,7 @@ public struct Reconnector: Sendable {
 
     /// The round's wait is over (or every echo of it came back, `force`), or it is time to look
     /// for a bigger MTU.
-    private mutating func pathMTUTimer(on path: Path, _ now: Instant, _ out: inout [Action], force: Bool = false) {
+    private mutating func pathMTUTimer(on path: Path, _ now: Instant, _ out: inout [Effect], force: Bool = false) {
         guard var current = mtu, current.path == path.id else { return continuePathMTU(on: path, now, &out) }
         if current.search.isDone {
             // Time to see whether the path grew: the ceiling is asked again, and what is known
@@ -1538,13 +1566,12 @@ public struct Reconnector: Sendable {
 
     /// Sends a round of size probes on the session's path, and a small probe with them when the
     /// server has not been heard lately: its echo tells a lost size from a silent path.
-    private mutating func startPathMTURound(on path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func startPathMTURound(on path: Path, _ now: Instant, _ out: inout [Effect]) {
         guard var current = mtu else { return }
         let sizes = current.search.startRound()
         guard !sizes.isEmpty else { return finishPathMTU(on: path, now, &out) }
         let wait = max(config.probeTimeout, patience(now))
-        for size in sizes { out.append(.probeSize(size, via: path)) }
-        sizeProbes += sizes.count
+        for size in sizes { sendSizeProbe(size, via: path, &out) }
         if let session, now - session.lastHeard >= wait { sendProbe(via: path, &out) }
         current.roundStart = now
         mtu = current
@@ -1552,7 +1579,7 @@ public struct Reconnector: Sendable {
     }
 
     /// The search is over: the next look for a bigger MTU, if the path is smaller than the tunnel's.
-    private mutating func finishPathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func finishPathMTU(on path: Path, _ now: Instant, _ out: inout [Effect]) {
         mtu?.roundStart = nil
         if tunnelMTU < config.maxMTU {
             let raise = now + config.mtuRaiseAfter
@@ -1566,20 +1593,20 @@ public struct Reconnector: Sendable {
 
     /// Sets the tunnel's MTU to what the search found, when it found something: lower as soon
     /// as a size failed (full packets are lost meanwhile), higher once the search is over.
-    private mutating func applyPathMTU(on path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func applyPathMTU(on path: Path, _ now: Instant, _ out: inout [Effect]) {
         guard let search = mtu?.search, let found = search.found, found != tunnelMTU, found < tunnelMTU || search.isDone
         else { return }
         tunnelMTU = found
-        out.append(.setTunnelMTU(found, path: path.interface))
+        out.append(.setTunnelMTU(found))
     }
 
     /// The path carries small probes but not the smallest tunnel packet: it is broken for the
     /// tunnel. Another path takes the session if there is one; else the tunnel stays at its
     /// smallest MTU here and looks again later.
-    private mutating func pathTooSmall(_ path: Path, _ now: Instant, _ out: inout [Action]) {
+    private mutating func pathTooSmall(_ path: Path, _ now: Instant, _ out: inout [Effect]) {
         if tunnelMTU != floorMTU {
             tunnelMTU = floorMTU
-            out.append(.setTunnelMTU(floorMTU, path: path.interface))
+            out.append(.setTunnelMTU(floorMTU))
         }
         let reason = Reason.pathTooSmall(path.interface, mtu: floorMTU)
         tooSmall.insert(path.id)
@@ -1600,7 +1627,7 @@ public struct Reconnector: Sendable {
     /// The driver's clock went back (CLOCK_BOOTTIME never does, but a clock that can must not
     /// freeze the budget or stretch every hold-down by the step): everything remembered moves
     /// with it, and armed timers keep the waits they had.
-    private mutating func clockStepped(by step: Duration, _ out: inout [Action]) {
+    private mutating func clockStepped(by step: Duration, _ out: inout [Effect]) {
         budget.shift(by: step)
         enteredAt = enteredAt + step
         if let known = session { session = (known.established + step, known.lastHeard + step) }
@@ -1625,7 +1652,7 @@ public struct Reconnector: Sendable {
         }
     }
 
-    private mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Action]) {
+    private mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Effect]) {
         switch new {
         case .connected:
             attempt = 0
@@ -1667,7 +1694,7 @@ public struct Reconnector: Sendable {
         case (.disconnected, _): break
         default: heldForRules = false
         }
-        out.append(.report(transition))
+        out.append(.transition(transition))
         if case .connected(let path) = new {
             connectedOn(path, now, &out)
             continuePathMTU(on: path, now, &out)
@@ -1700,11 +1727,10 @@ public struct Reconnector: Sendable {
     /// doubled for each probe in a row before it, as TCP backs off its retransmissions.
     /// The doubling stops at the wait of the last probe a clean path gets: a lossy path's
     /// further probes are about loss, not about a queue that needs more time.
-    private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Action], attempt: Int = 1) {
+    private mutating func probe(_ path: Path, _ now: Instant, _ out: inout [Effect], attempt: Int = 1) {
         if tooSmall.contains(path.id), path.id != socket {
             // A small echo proved nothing on this path before: only the smallest tunnel packet does.
-            sizeProbes += 1
-            out.append(.probeSize(floorMTU, via: path))
+            sendSizeProbe(floorMTU, via: path, &out)
         } else {
             sendProbe(via: path, &out)
         }
@@ -1715,12 +1741,25 @@ public struct Reconnector: Sendable {
         arm(.probe, at: now + wait)
     }
 
-    /// Every probe goes out through here: those on the session's path count for its loss.
-    private mutating func sendProbe(via path: Path, _ out: inout [Action]) {
-        out.append(.probe(via: path))
+    /// Every small probe goes out through here: those on the session's path count for its loss.
+    private mutating func sendProbe(via path: Path, _ out: inout [Effect]) {
+        out.append(.probe(id: probes.remember(path.id, size: nil), via: path, size: nil))
         guard path.id == socket else { return }
         probeRecord.sent += 1
         if probeRecord.sent >= 32 { probeRecord = (probeRecord.sent / 2, probeRecord.answered / 2) }
+    }
+
+    /// A probe padded to stand for a tunnel packet of `size` bytes: only an echo as big proves
+    /// that the path carries one.
+    private mutating func sendSizeProbe(_ size: Int, via path: Path, _ out: inout [Effect]) {
+        sizeProbes += 1
+        out.append(.probe(id: probes.remember(path.id, size: size), via: path, size: size))
+    }
+
+    /// Ends the session with a goodbye: echoes still on their way prove nothing of the next one.
+    private mutating func goodbye(_ out: inout [Effect]) {
+        probes.removeAll()
+        out.append(.disconnect)
     }
 
     /// Unanswered probes in a row that make the session's path dead, after `sent` of them in
@@ -1745,7 +1784,7 @@ public struct Reconnector: Sendable {
 
     /// Resends the handshake in flight after the path's patience (at least `handshakeResend`),
     /// doubled per resend, while that is before the attempt's own timeout.
-    private mutating func armResend(_ now: Instant, _ out: inout [Action]) {
+    private mutating func armResend(_ now: Instant, _ out: inout [Effect]) {
         guard let timeout = deadlines[.handshake] else { return }
         let due = now + max(config.handshakeResend, patience(now)) * (1 << min(resends, 10))
         if due < timeout { arm(.resend, at: due) }
@@ -1771,10 +1810,10 @@ public struct Reconnector: Sendable {
         flaps.isFlapping(interface, now, window: config.flapWindow, stableAfter: config.flapStableAfter)
     }
 
-    private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Action]) {
+    private mutating func moveSocket(to path: Path, _ reason: Reason, _ out: inout [Effect]) {
         guard socket != path.id || unbound else { return }
         if socket != path.id { probeRecord = (0, 0) }  // another path's losses are its own
-        out.append(socket == nil ? .bind(path, reason: reason) : .rebind(path, reason: reason))
+        out.append(.bind(path, first: socket == nil, reason: reason))
         socket = path.id
         unbound = false
     }

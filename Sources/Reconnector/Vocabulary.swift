@@ -19,9 +19,9 @@ public enum Input: Equatable, Sendable {
     case sleep
     /// The machine resumed after `sleptFor`; also sent for a suspend nobody announced.
     case wake(sleptFor: Duration)
-    /// A probe echo came back over the path `on`.
+    /// A probe echo came back over the path `on` (see `Reconnector.echo(of:rtt:size:)`).
     case probeReply(on: Path.ID, rtt: Duration)
-    /// The echo of a probe padded to `size` (see `Action.probeSize`) came back over the path `on`.
+    /// The echo of a probe padded to `size` (see `Effect.probe`) came back over the path `on`.
     case sizeProbeReply(on: Path.ID, size: Int, rtt: Duration)
     /// The handshake completed; the session has fresh keys. `sizedProbes`: the server said it
     /// echoes padded probes at their size, so the path's MTU can be discovered. `carriesIPv6`:
@@ -44,7 +44,7 @@ public enum Input: Equatable, Sendable {
     /// The current server said, authenticated, that it is being taken down: its sessions should
     /// move to another server now, while it still carries them.
     case serverDraining
-    /// The handshake with the server the session moves to (see `Action.prepareHandover`)
+    /// The handshake with the server the session moves to (see `Effect.prepareHandover`)
     /// completed; the current session still carries the traffic.
     case handoverReady(rtt: Duration, sizedProbes: Bool = false, carriesIPv6: Bool = true)
     /// The server the session was to move to refused it.
@@ -53,7 +53,7 @@ public enum Input: Equatable, Sendable {
     case pause
     /// An operator brought it back up (`agent up` on the running agent).
     case resume
-    /// What a connectivity check over the path `on` found (see `Action.checkConnectivity`).
+    /// What a connectivity check over the path `on` found (see `Effect.checkConnectivity`).
     case connectivity(Connectivity, on: Path.ID)
     /// An operator asked for a portal window (`agent portal`): for a while, one process tree
     /// may reach the network directly to log in.
@@ -77,7 +77,7 @@ public enum Input: Equatable, Sendable {
     /// The lockdown could not be lifted as a rule asked (nftables refused), and why: it stays
     /// whole, and the tunnel stays down as the rule said.
     case liftRefused(why: String)
-    /// The tunnel device kept MTU `actual` where `Action.setTunnelMTU` asked for another (the
+    /// The tunnel device kept MTU `actual` where `Effect.setTunnelMTU` asked for another (the
     /// kernel refused): the machine knows the device as it is, and a search that finds another
     /// size asks again.
     case tunnelMTUFailed(actual: Int)
@@ -179,60 +179,6 @@ public enum Connectivity: Equatable, Sendable {
     case portal(url: String)
     /// No usable answer (no route, no name, refused, timed out, not HTTP): nothing is known.
     case unknown(String)
-}
-
-/// A command for the driver. The tunnel device is deliberately absent: no decision can
-/// touch it, only the UDP session underneath.
-public enum Action: Equatable, Sendable {
-    /// Open the session's first UDP socket on `path`.
-    case bind(Path, reason: Reason)
-    /// Move the session's UDP socket to `path`; keys and tunnel stay.
-    case rebind(Path, reason: Reason)
-    /// Send a handshake initiation over the session's socket, on `path`, for fresh keys.
-    case handshake(on: Path, reason: Reason)
-    /// Send the handshake in flight on `path` again (a fresh initiation, whose answer replaces
-    /// the first one's): a lost datagram within the attempt, not a new attempt.
-    case resendHandshake(on: Path)
-    /// Send an authenticated probe over `path` (through a second socket if the session is elsewhere).
-    case probe(via: Path)
-    /// Send an authenticated probe over `path` padded to stand for a tunnel packet of `size`
-    /// bytes (the datagram a full tunnel packet at that MTU makes); the server's echo is as big.
-    case probeSize(Int, via: Path)
-    /// The tunnel device's MTU is now `mtu`: the largest the session's path carries (TCP's MSS
-    /// follows it through the lockdown's clamp).
-    case setTunnelMTU(Int, path: String)
-    /// Tell the operator that the tunnel cannot come up without their help.
-    case reportFailure(Reason)
-    /// Write this transition to the operator log.
-    case report(Transition)
-    /// From now on talk to server `index` of the configured list (priority order): the session
-    /// with the previous one is over, and a handshake follows.
-    case useServer(Int, reason: Reason)
-    /// Make-before-break across servers: handshake with server `index` over the session's
-    /// socket on `path` while the current session keeps carrying the traffic.
-    case prepareHandover(server: Int, on: Path)
-    /// The prepared session takes the traffic; the old server is told goodbye.
-    case completeHandover(server: Int)
-    /// Forget the prepared session: the traffic stays where it is.
-    case cancelHandover
-    /// End the session with a goodbye to the server. The tunnel device, the lockdown and the
-    /// resolvers stay, so nothing leaves in clear while there is no session.
-    case disconnect
-    /// Make one connectivity check over `path`, outside the tunnel; its result comes back as
-    /// `Input.connectivity`.
-    case checkConnectivity(via: Path)
-    /// Let the portal window's process tree reach the network through `path` directly (DNS to
-    /// the network's resolver, HTTP and HTTPS, and the login page at `portal`), until `until`
-    /// at the latest.
-    case openPortalWindow(via: Path, portal: String, until: Instant)
-    /// Close the portal window: the lockdown is whole again.
-    case closePortalWindow
-    /// An on-demand rule trusts the network on `interface`: the tunnel's routes and its resolvers
-    /// step aside and the lockdown lets that interface through (every other stays locked), so the
-    /// machine talks to the network directly.
-    case liftLockdown(interface: String)
-    /// Put the lockdown, the tunnel's routes and its resolvers back.
-    case restoreLockdown
 }
 
 /// The state of the session as the state machine sees it.

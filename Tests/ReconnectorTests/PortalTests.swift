@@ -4,14 +4,14 @@ import PathMonitor
 import Testing
 @testable import Reconnector
 
-extension [Action] {
+extension [Effect] {
     var checks: [String] { compactMap { if case .checkConnectivity(let p) = $0 { p.interface } else { nil } } }
     var windowOpened: Bool { contains { if case .openPortalWindow = $0 { true } else { false } } }
     var windowClosed: Bool { contains(.closePortalWindow) }
 }
 
 /// A machine whose only path's first handshake went unanswered: backing off, its check out.
-func unanswered(_ path: Path = wifi0, config: Config = Config()) -> (Reconnector, [Action]) {
+func unanswered(_ path: Path = wifi0, config: Config = Config()) -> (Reconnector, [Effect]) {
     var r = Reconnector(config: config)
     _ = r.handle(.paths([path]), now: at(0))
     let out = r.handle(.timerFired(.handshake), now: at(5000))

@@ -11,13 +11,13 @@ let wifi0 = Path(linkIndex: 2, interface: "wifi0", kind: .wifi, source: IPAddres
 
 func at(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
 
-extension [Action] {
-    var transitions: [Transition] { compactMap { if case .report(let t) = $0 { t } else { nil } } }
+extension [Effect] {
+    var transitions: [Transition] { compactMap { if case .transition(let t) = $0 { t } else { nil } } }
     var reasons: [String] { transitions.map(\.reason.description) }
-    var binds: Int { filter { if case .bind = $0 { true } else { false } }.count }
-    var rebinds: [String] { compactMap { if case .rebind(let p, _) = $0 { p.interface } else { nil } } }
+    var binds: Int { filter { if case .bind(_, true, _) = $0 { true } else { false } }.count }
+    var rebinds: [String] { compactMap { if case .bind(let p, false, _) = $0 { p.interface } else { nil } } }
     var handshakes: [String] { compactMap { if case .handshake(let p, _) = $0 { p.interface } else { nil } } }
-    var probes: [String] { compactMap { if case .probe(let p) = $0 { p.interface } else { nil } } }
+    var probes: [String] { compactMap { if case .probe(_, let p, nil) = $0 { p.interface } else { nil } } }
 }
 
 /// A machine connected on `paths.first` at 20 ms.
@@ -126,7 +126,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     _ = r.handle(.paths([eth0, wifi0]), now: at(1000))
     _ = r.handle(.timerFired(.debounce), now: at(1300))
     var t: Int64 = 1300
-    var last: [Action] = []
+    var last: [Effect] = []
     for _ in 0..<3 {
         t += 250
         last = r.handle(.timerFired(.probe), now: at(t))
@@ -380,7 +380,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     let down = r.handle(.pause, now: at(1100))
     #expect(down.contains(.disconnect) && down.reasons == ["operatorDown"])
     #expect(r.state == .paused && r.nextDeadline == nil, "down keeps no timer")
-    var later: [Action] = []
+    var later: [Effect] = []
     later += r.handle(.paths([wifi0]), now: at(2000))
     later += r.handle(.paths([wifi0, eth0]), now: at(3000))
     later += r.handle(.reconnectRequested, now: at(4000))

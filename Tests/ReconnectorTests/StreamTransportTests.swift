@@ -16,17 +16,17 @@ private func streamOn() -> Config {
 private let hotel = Path(linkIndex: 4, interface: "wifi1", kind: .wifi, source: IPAddress("10.99.4.23")!,
                          gateway: IPAddress("10.99.0.1"), metric: 600, prefixLength: 0, mtu: 1500)
 
-extension [Action] {
+extension [Effect] {
     fileprivate var moves: [Path] {
         compactMap {
             switch $0 {
-            case .bind(let p, _), .rebind(let p, _): p
+            case .bind(let p, _, _): p
             default: nil
             }
         }
     }
     fileprivate var handshakePaths: [Path] { compactMap { if case .handshake(let p, _) = $0 { p } else { nil } } }
-    fileprivate var probePaths: [Path] { compactMap { if case .probe(let p) = $0 { p } else { nil } } }
+    fileprivate var probePaths: [Path] { compactMap { if case .probe(_, let p, nil) = $0 { p } else { nil } } }
 }
 
 /// A machine that started on `hotel`, raced to its stream and was answered there: it knows the
