@@ -307,7 +307,7 @@ public struct AgentCore: Sendable {
         case .reconnect:
             switch reconnector.state {
             case .paused: out.append(.reply(.down))
-            case .disconnected(let rule, _): out.append(.reply(.keptDownByRule(rule)))
+            case .disconnected(let rule, _, _): out.append(.reply(.keptDownByRule(rule)))
             default:
                 run(.reconnectRequested, now, &out)
                 out.append(.reply(.reconnecting))
@@ -322,10 +322,10 @@ public struct AgentCore: Sendable {
             out.append(.reply(.connecting))
         case .openPortalWindow(let uid):
             guard portalWindows else {
-                let url = if case .portal(_, let url) = reconnector.state { url } else { String?.none }
+                let url = if case .portal(_, let url, _, _) = reconnector.state { url } else { String?.none }
                 return out.append(.reply(.portalReachable(url: url)))
             }
-            guard case .portal(let path, let url) = reconnector.state else { return out.append(.reply(.noPortal(reconnector.state.name))) }
+            guard case .portal(let path, let url, _, _) = reconnector.state else { return out.append(.reply(.noPortal(reconnector.state.name))) }
             if let until = reconnector.portalWindowUntil {
                 guard mayChangeWindow(uid) else { return out.append(.reply(.notPermitted)) }
                 return out.append(.reply(.portalWindowOpen(url: url, interface: path.interface, until: until)))
@@ -376,7 +376,7 @@ public struct AgentCore: Sendable {
             return out.append(.reply(.portalWindowFailed))
         }
         // Opened, but the machine moved on meanwhile (the portal opened): the window closes.
-        guard let until = reconnector.portalWindowUntil, case .portal(let path, let url) = reconnector.state else {
+        guard let until = reconnector.portalWindowUntil, case .portal(let path, let url, _, _) = reconnector.state else {
             run(.closePortalWindow, now, &out)
             return out.append(.reply(.portalWindowFailed))
         }
@@ -591,7 +591,7 @@ public struct AgentCore: Sendable {
         guard onDemand.awaitsAnswers else { return run(input, now, &out) }
         // A lockdown lifted for a network the best path has left is put back at once, before
         // the rules look at the next one (the machine tries nothing on a verdict for another path).
-        if case .paths = input, case .disconnected(_, let lifted?) = reconnector.state, lifted != network.paths.first?.id {
+        if case .paths = input, case .disconnected(_, let lifted?, _) = reconnector.state, lifted != network.paths.first?.id {
             return run(input, now, &out)
         }
         if case .paths = input { held.removeAll { if case .paths = $0 { true } else { false } } }
@@ -628,7 +628,7 @@ public struct AgentCore: Sendable {
 
     /// A rule lifted the lockdown for the network the agent is on.
     private var lockdownLifted: Bool {
-        if case .disconnected(_, .some) = reconnector.state { true } else { false }
+        if case .disconnected(_, .some, _) = reconnector.state { true } else { false }
     }
 
     private mutating func ready(_ out: inout [Effect]) {

@@ -80,7 +80,7 @@ extension Reconnector {
         // unless the driver could not bind the path since: the keys wait for the next bind.
         let path: Path
         switch state {
-        case .connecting(let p), .portal(let p, _): path = p
+        case .connecting(let p, _), .portal(let p, _, _, _): path = p
         case .backingOff(let p) where !unbound: path = onSocket(p)
         default: return
         }
@@ -96,7 +96,7 @@ extension Reconnector {
     mutating func handshakeFailed(_ failure: HandshakeFailure, _ now: Instant, _ out: inout [Effect]) {
         switch failure {
         case .timeout:
-            if case .connecting(let path) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
+            if case .connecting(let path, _) = state { failed(on: path, .handshakeTimeout(path.interface), now, &out) }
         case .rejected(let why):
             switch state {
             case .sleeping, .failed, .offline, .paused, .disconnected: return
@@ -193,7 +193,7 @@ extension Reconnector {
                 markDead(id, now)
                 enter(.connected(from), .bindFailed("\(to.name) \(to.source)", why: why, retryIn: nil), now, &out)
                 considerBetterPath(now, &out)
-            case .probing where rescue?.path.id == id:
+            case .probing where rescue?.path == id:
                 rescue = nil
                 coalesced += 1
             default:
@@ -205,8 +205,8 @@ extension Reconnector {
         let path: Path
         let handshake: Bool
         switch state {
-        case .connecting(let p) where p.id == id: (path, handshake) = (p, true)
-        case .probing(let p, _) where p.id == id, .connected(let p) where p.id == id: (path, handshake) = (p, false)
+        case .connecting(let p, _) where p.id == id: (path, handshake) = (p, true)
+        case .probing(let p, _, _, _) where p.id == id, .connected(let p, _) where p.id == id: (path, handshake) = (p, false)
         default:
             coalesced += 1
             return

@@ -13,7 +13,7 @@ extension Reconnector {
             onDemand = nil
             rulesWait = (rule, wanted.map(\.description), decision.path)
             switch state {
-            case .disconnected(_, _?):
+            case .disconnected(_, _?, _):
                 restoreLift(.lockdownRestored("the rules look at the network"), now, &out)
             case .offline:
                 // Nothing tried yet: nothing is, until the rules know whether this network is trusted
@@ -41,7 +41,7 @@ extension Reconnector {
         let action = heldForRules && verdict.action == .ignore ? .connect : verdict.action
         switch action {
         case .connect:
-            guard case .disconnected(_, let lifted) = state else { coalesced += 1; return }
+            guard case .disconnected(_, let lifted, _) = state else { coalesced += 1; return }
             guard let best = preferred(now), best.id == verdict.path else {
                 // The paths that show this network come next, and the attempt with them; the
                 // lockdown is whole meanwhile.
@@ -55,14 +55,14 @@ extension Reconnector {
             disconnect(verdict, now, &out, from: .onDemand(verdict))
         case .ignore:
             // Keep what is, but a lifted lockdown was the lifting rule's, not this one's.
-            guard case .disconnected(_, _?) = state else { coalesced += 1; return }
+            guard case .disconnected(_, _?, _) = state else { coalesced += 1; return }
             restoreLift(.onDemand(verdict), now, &out)
         }
     }
 
     /// The lockdown a rule lifted is whole again; the tunnel stays down as that rule said.
     mutating func restoreLift(_ reason: Reason, _ now: Instant, _ out: inout [Effect]) {
-        guard case .disconnected(let rule, _?) = state else { return }
+        guard case .disconnected(let rule, _?, _) = state else { return }
         out.append(.restoreLockdown)
         enter(.disconnected(rule: rule, lifted: nil), reason, now, &out)
     }
@@ -71,7 +71,7 @@ extension Reconnector {
     /// tunnel down; the lockdown steps aside only if the rule lifts it.
     mutating func disconnect(_ verdict: OnDemandVerdict, _ now: Instant, _ out: inout [Effect], from reason: Reason) {
         let lift = verdict.liftsLockdown ? verdict.path : nil
-        if case .disconnected(let rule, let lifted) = state {
+        if case .disconnected(let rule, let lifted, _) = state {
             // Kept down already: a transition still names the rule that decides now, and ends a
             // hold that was only for the rules to look.
             guard lifted != lift || rule != verdict.rule || heldForRules else { coalesced += 1; return }

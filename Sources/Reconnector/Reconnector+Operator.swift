@@ -6,7 +6,7 @@ extension Reconnector {
     mutating func sleep(_ now: Instant, _ out: inout [Effect]) {
         asleep = true
         switch state {
-        case .disconnected(_, _?):
+        case .disconnected(_, _?, _):
             // The machine may wake on another network: the lift does not outlive the sleep.
             return restoreLift(.goingToSleep, now, &out)
         case .sleeping, .paused, .disconnected: return  // there is nothing to quiesce, and no session to keep
@@ -85,7 +85,7 @@ extension Reconnector {
     mutating func pause(_ now: Instant, _ out: inout [Effect]) {
         if case .paused = state { coalesced += 1; return }
         session = nil
-        if case .disconnected(_, _?) = state { out.append(.restoreLockdown) }
+        if case .disconnected(_, _?, _) = state { out.append(.restoreLockdown) }
         enter(.paused, .operatorDown, now, &out)
         goodbye(&out)
     }

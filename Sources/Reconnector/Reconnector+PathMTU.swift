@@ -25,7 +25,7 @@ extension Reconnector {
         }
         noteHeard(now)
         if size >= floorMTU { tooSmall.remove(id) }
-        guard var current = mtu, current.path == id, case .connected(let path) = state, path.id == id else { return }
+        guard var current = mtu, current.path == id, case .connected(let path, _) = state, path.id == id else { return }
         current.search.answered(size)
         let roundOver = !current.search.inFlight.isEmpty
             && current.search.inFlight.allSatisfy { $0 <= (current.search.confirmed ?? 0) }

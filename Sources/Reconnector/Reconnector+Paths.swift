@@ -8,11 +8,11 @@ extension Reconnector {
         for old in paths where !new.contains(where: { $0.linkIndex == old.linkIndex }) { noteLoss(of: old, now) }
         paths = new
         dead.keep { id in new.contains { $0.id == id.over(.udp) } }
-        if let other = rescue { rescue = new.first { $0.id == other.path.id }.map { ($0, other.rtt) } }
+        if let other = rescue, !new.contains(where: { $0.id == other.path }) { rescue = nil }
         switch state {
         case .sleeping, .failed, .paused:
             coalesced += 1
-        case .disconnected(_, let lifted):
+        case .disconnected(_, let lifted, _):
             // A lifted lockdown belongs to the network it was lifted for: leaving it puts it back
             // at once, before the rules have looked at the next one.
             let best = preferred(now)
@@ -33,7 +33,7 @@ extension Reconnector {
                 return startAttempt(on: best, .pathAppeared(best.interface), now, &out, handshake: false)
             }
             attempt(on: best, .pathAppeared(best.interface), now, &out)
-        case .portal(let path, let url):
+        case .portal(let path, let url, _, _):
             // Behind the portal nothing is tried until the network changes: another path, or
             // another address on this one (a new lease is a new chance too).
             guard let best = preferred(now) else { return enter(.offline, .pathLost(path.interface), now, &out) }
@@ -42,7 +42,7 @@ extension Reconnector {
                 return attempt(on: best, .pathAppeared(best.interface), now, &out)
             }
             guard best.id != path.id else {
-                state = .portal(best, url: url)
+                stay(.portal(best, url: url))
                 coalesced += 1
                 return
             }
@@ -55,10 +55,10 @@ extension Reconnector {
                 // and no handshake while the session lives.
                 attempt(on: best, reasonForLeaving(path, to: best), now, &out)
             } else {
-                state = .backingOff(best)
+                stay(.backingOff(best))
                 coalesced += 1
             }
-        case .connecting(let current), .connected(let current), .probing(let current, _),
+        case .connecting(let current, _), .connected(let current, _), .probing(let current, _, _, _),
              .switching(let current, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
             guard let same = Self.refreshed(current, in: new) ?? Self.stillValid(current, in: new) else {
@@ -81,18 +81,18 @@ extension Reconnector {
                                handshake: isHandshaking)
             }
             switch state {
-            case .connecting: state = .connecting(same); coalesced += 1
-            case .probing(_, let sent): state = .probing(same, sent: sent); coalesced += 1
+            case .connecting: stay(.connecting(same)); coalesced += 1
+            case .probing(_, let sent, _, _): stay(.probing(same, sent: sent)); coalesced += 1
             case .switching(_, let to, let sent):
                 if let target = Self.refreshed(to, in: new) {
-                    state = .switching(from: same, to: target, sent: sent)
+                    stay(.switching(from: same, to: target, sent: sent))
                     coalesced += 1
                 } else {
                     enter(.connected(same), .candidateLost(to.interface), now, &out)
                     considerBetterPath(now, &out)
                 }
             default:
-                state = .connected(same)
+                stay(.connected(same))
                 considerBetterPath(now, &out)
             }
         }
@@ -136,7 +136,7 @@ extension Reconnector {
 
     /// Starts or keeps the debounce for a path that ranks above the current one.
     mutating func considerBetterPath(_ now: Instant, _ out: inout [Effect]) {
-        guard case .connected(let current) = state,
+        guard case .connected(let current, _) = state,
               let better = paths.first(where: { $0.id != current.id && $0.id != rulesWait?.path && Self.isPreferred($0, over: current) })
         else {
             candidate = nil

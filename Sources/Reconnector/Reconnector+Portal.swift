@@ -30,9 +30,9 @@ extension Reconnector {
             transports.forget(NetworkKey(path))
             enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
             arm(.recheck, at: now + recheckWait)
-        case (.portal(let url), .portal(let path, let known)) where path.id == id && url != known:
+        case (.portal(let url), .portal(let path, let known, _, _)) where path.id == id && url != known:
             enter(.portal(path, url: url), .captivePortal(path.interface, url: url), now, &out)
-        case (.online, .portal(let path, _)) where path.id == id:
+        case (.online, .portal(let path, _, _, _)) where path.id == id:
             // Logged in: the session comes up at once (a probe if its keys are still fresh).
             startAttempt(on: path, .portalOpened(path.interface), now, &out, handshake: false)
         default:
@@ -51,10 +51,9 @@ extension Reconnector {
     }
 
     mutating func openPortalWindow(_ now: Instant, _ out: inout [Effect]) {
-        guard case .portal(let path, let url) = state, portalWindowUntil == nil else { coalesced += 1; return }
+        guard case .portal(let path, let url, _, _) = state, portalWindowUntil == nil else { coalesced += 1; return }
         let until = now + config.portalWindow
-        portalWindowUntil = until
-        recheckBeforeWindow = deadlines[.recheck]
+        portalWindow = PortalWindow(until: until, recheckBefore: deadlines[.recheck])
         out.append(.openPortalWindow(via: path, portal: url, until: until))
         enter(.portal(path, url: url), .portalWindowOpened(config.portalWindow), now, &out)
         arm(.portalWindow, at: until)
@@ -64,8 +63,8 @@ extension Reconnector {
     /// The window's process ended: the user may just have logged in, so the network is checked
     /// at once, and the rechecks start over.
     mutating func closePortalWindow(_ now: Instant, _ out: inout [Effect]) {
-        guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
-        portalWindowUntil = nil
+        guard case .portal(let path, let url, _, _) = state, portalWindowUntil != nil else { coalesced += 1; return }
+        portalWindow = nil
         out.append(.closePortalWindow)
         enter(.portal(path, url: url), .portalWindowClosed(why: "its process ended"), now, &out)
         checkConnectivity(via: path, &out)
@@ -77,11 +76,11 @@ extension Reconnector {
     /// the backed-off rechecks go on as before it was asked for (no check at once: nobody
     /// could have logged in through a window that never opened).
     mutating func portalWindowRefused(_ now: Instant, _ out: inout [Effect]) {
-        guard case .portal(let path, let url) = state, portalWindowUntil != nil else { coalesced += 1; return }
-        portalWindowUntil = nil
+        guard case .portal(let path, let url, _, _) = state, portalWindowUntil != nil else { coalesced += 1; return }
+        let recheckBefore = portalWindow?.recheckBefore
+        portalWindow = nil
         cancel(.portalWindow)
         enter(.portal(path, url: url), .portalWindowClosed(why: "the lockdown did not let it through"), now, &out)
-        arm(.recheck, at: max(now, recheckBeforeWindow ?? now + recheckWait))
-        recheckBeforeWindow = nil
+        arm(.recheck, at: max(now, recheckBefore ?? now + recheckWait))
     }
 }

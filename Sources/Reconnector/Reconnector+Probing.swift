@@ -8,7 +8,7 @@ extension Reconnector {
         noteHeard(now)
         if id == socket { probeRecord.answered = min(probeRecord.answered + 1, probeRecord.sent) }
         switch state {
-        case .probing(let path, _) where path.id == id:
+        case .probing(let path, _, _, _) where path.id == id:
             sampleRTT(rtt, now)
             dead.clear(id)
             if suspectedByLiveness {
@@ -19,9 +19,9 @@ extension Reconnector {
             }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
-        case .connected(let path) where path.id == id:
+        case .connected(let path, _) where path.id == id:
             sampleRTT(rtt, now)  // an estimate's refresh, or a probe's late echo
-        case .probing(let path, let sent) where rescue?.path.id == id:
+        case .probing(let path, let sent, _, _) where rescue?.path == id:
             rescue?.rtt = rtt
             // Once the session's own path has missed a probe, the path that answers takes over,
             // within the budget as on the probe timer's expiry.
@@ -34,8 +34,8 @@ extension Reconnector {
                 : .switched(to.name, rtt: rtt)
             moveSocket(to: to, reason, &out)
             enter(.connected(to), reason, now, &out)
-        case .backingOff(let path) where path.id == id, .connecting(let path) where path.id == id,
-             .portal(let path, _) where path.id == id:
+        case .backingOff(let path) where path.id == id, .connecting(let path, _) where path.id == id,
+             .portal(let path, _, _, _) where path.id == id:
             // An echo on the session's keys that came later than the probes waited (an RTT that
             // rose): the path works and the server still has the session. No handshake needed.
             guard session != nil, !unbound else { return }
@@ -49,7 +49,7 @@ extension Reconnector {
     }
 
     mutating func dataSent(_ now: Instant, _ out: inout [Effect]) {
-        guard case .connected(let path) = state else { return }
+        guard case .connected(let path, _) = state else { return }
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
@@ -74,16 +74,16 @@ extension Reconnector {
         noteHeard(now)
         quietProofs = 0
         switch state {
-        case .connected(let path):
+        case .connected(let path, _):
             if deadlines[.liveness] != nil { cancel(.liveness) }
             refreshRTT(on: path, heardBefore: heardBefore, now, &out)
-        case .probing(let path, _):
+        case .probing(let path, _, _, _):
             // With a rescue probe out, the server follows the session to the rescue path and its
             // data may arrive there: no proof for the silent path. The probe timer decides.
             guard rescue == nil else { return }
             enter(.connected(path), .trafficResumed, now, &out)
             considerBetterPath(now, &out)
-        case .backingOff(let path), .connecting(let path), .portal(let path, _):
+        case .backingOff(let path), .connecting(let path, _), .portal(let path, _, _, _):
             // Data on the session's keys: the path works after all (its answers were only late)
             // and the server has the session. No handshake is needed. Not when the driver could
             // not bind the path: the data came over a socket the session is leaving.
@@ -97,7 +97,7 @@ extension Reconnector {
 
     /// The session's path went silent and `rescue` answered: the session moves there at once.
     mutating func failover(from path: Path, _ now: Instant, _ out: inout [Effect]) {
-        guard let (target, rtt) = rescue, let rtt else { return }
+        guard let rtt = rescue?.rtt, let target = paths.first(where: { $0.id == rescue?.path }) else { return }
         markDead(path.id, now)
         dead.clear(target.id)
         sampleRTT(rtt, now, newPath: true)
@@ -123,7 +123,7 @@ extension Reconnector {
         }
         if checkingHint, case .probing = state { coalesced += 1; return }  // its check is out
         switch state {
-        case .connected(let path), .probing(let path, _), .switching(let path, _, _):
+        case .connected(let path, _), .probing(let path, _, _, _), .switching(let path, _, _):
             checkingHint = true
             sendProbe(via: path, &out)
             arm(.probe, at: now + hintPatience(now))

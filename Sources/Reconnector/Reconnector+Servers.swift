@@ -21,10 +21,10 @@ extension Reconnector {
         case .backingOff:
             guard let best = preferred(now), takeToken(now) else { coalesced += 1; return }
             startAttempt(on: best, .serverAddressChanged, now, &out, handshake: false)
-        case .connected(let path), .probing(let path, _), .switching(let path, _, _):
+        case .connected(let path, _), .probing(let path, _, _, _), .switching(let path, _, _):
             probe(path, now, &out)
             enter(.probing(path, sent: 1), .serverAddressChanged, now, &out)
-        case .connecting(let path):
+        case .connecting(let path, _):
             // The initiation went to the old address: its answer will not come.
             attempt(on: preferred(now) ?? path, .serverAddressChanged, now, &out, handshake: true)
         }

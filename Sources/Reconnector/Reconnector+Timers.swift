@@ -8,7 +8,7 @@ extension Reconnector {
         guard let due = deadlines[kind], due <= now else { return }
         deadlines[kind] = nil
         switch (kind, state) {
-        case (.liveness, .connected(let path)):
+        case (.liveness, .connected(let path, _)):
             let waited = livenessWait(now)
             probe(path, now, &out)
             // A hint came since the server was last heard: its check is this probe.
@@ -17,33 +17,34 @@ extension Reconnector {
             // the same time, and takes over if the session's own stays silent.
             let other = paths.first { $0.id != path.id.over(.udp) && !isDead($0.id, now) }
             if let other { sendProbe(via: other, &out) }
-            enter(.probing(path, sent: 1), .livenessTimeout(waited), now, &out)
-            rescue = other.map { ($0, nil) }
-            suspectedByLiveness = true
-        case (.probe, .probing(let path, let sent)) where checkingHint && sent < probesBeforeDead(after: sent, atLeast: 1):
+            enter(.probing(path, sent: 1, rescue: other.map { Rescue(path: $0.id) }, byLiveness: true),
+                  .livenessTimeout(waited), now, &out)
+        case (.probe, .probing(let path, let sent, _, _)) where checkingHint && sent < probesBeforeDead(after: sent, atLeast: 1):
             // On a path that loses packets one silent probe proves nothing: the check sends as
             // many as the path's loss calls for (one on a clean path), as a dead-path verdict does.
             sendProbe(via: path, &out)
             arm(.probe, at: now + hintPatience(now))
-            state = .probing(path, sent: sent + 1)
-        case (.probe, .probing(let path, _)) where checkingHint:
+            stay(.probing(path, sent: sent + 1))
+        case (.probe, .probing(let path, _, _, _)) where checkingHint:
             // Nothing authenticated came back: the server did lose the session.
             checkingHint = false
             session = nil
             attempt(on: path, .sessionUnknown, now, &out, handshake: true)
-        case (.probe, .probing(let path, let sent)):
+        case (.probe, .probing(let path, let sent, _, _)):
             if rescue?.rtt != nil, takeToken(now) { return failover(from: path, now, &out) }
             if sent < probesBeforeDead(after: sent) {
                 probe(path, now, &out, attempt: sent + 1)
-                if let other = rescue, other.rtt == nil { sendProbe(via: other.path, &out) }
-                state = .probing(path, sent: sent + 1)
+                if let other = rescue, other.rtt == nil, let rescuePath = paths.first(where: { $0.id == other.path }) {
+                    sendProbe(via: rescuePath, &out)
+                }
+                stay(.probing(path, sent: sent + 1))
             } else {
                 failed(on: path, .probeTimeout(sent, of: config.probeAttempts), now, &out)
             }
         case (.probe, .switching(let from, let to, let sent)):
             if sent < config.probeAttempts {
                 probe(to, now, &out)
-                state = .switching(from: from, to: to, sent: sent + 1)
+                stay(.switching(from: from, to: to, sent: sent + 1))
             } else if Self.isUDPRetest(from: from, to: to) {
                 // Still blocked: no verdict against the UDP path (it is not dead, only blocked
                 // here), and the next re-test waits twice as long.
@@ -59,15 +60,15 @@ extension Reconnector {
                 enter(.connected(from), .candidateUnreachable(to.name, probes: sent), now, &out)
                 considerBetterPath(now, &out)
             }
-        case (.handshake, .connecting(let path)):
+        case (.handshake, .connecting(let path, _)):
             failed(on: path, .handshakeTimeout(path.interface), now, &out)
-        case (.resend, .connecting(let path)):
+        case (.resend, .connecting(let path, _)):
             // No transition: the attempt goes on, with a fresh initiation in case one was lost.
             resends += 1
             resentHandshakes += 1
             out.append(.resendHandshake(on: path))
             armResend(now, &out)
-        case (.debounce, .connected(let current)):
+        case (.debounce, .connected(let current, _)):
             guard let id = candidate, let uplink = paths.first(where: { $0.id == id }),
                   Self.isPreferred(uplink, over: current), !isDead(id, now), id != rulesWait?.path
             else { return considerBetterPath(now, &out) }
@@ -100,19 +101,19 @@ extension Reconnector {
             guard let best = preferred(now) else { return enter(.offline, .retry, now, &out) }
             // A probe while the session lives (the server keeps it), a handshake once it is gone.
             attempt(on: best, .retry, now, &out)
-        case (.recheck, .portal(let path, _)):
+        case (.recheck, .portal(let path, _, _, _)):
             checkConnectivity(via: path, &out)
             rechecks += 1
             arm(.recheck, at: now + recheckWait)
-        case (.pathMTU, .connected(let path)):
+        case (.pathMTU, .connected(let path, _)):
             pathMTUTimer(on: path, now, &out)
-        case (.race, .connecting(let path)) where path.transport == .udp,
-             (.race, .probing(let path, _)) where path.transport == .udp:
+        case (.race, .connecting(let path, _)) where path.transport == .udp,
+             (.race, .probing(let path, _, _, _)) where path.transport == .udp:
             raceToStream(from: path, now, &out)
-        case (.udpRetest, .connected(let path)) where path.transport == .stream:
+        case (.udpRetest, .connected(let path, _)) where path.transport == .stream:
             retestUDP(from: path, now, &out)
-        case (.portalWindow, .portal(let path, let url)):
-            portalWindowUntil = nil
+        case (.portalWindow, .portal(let path, let url, _, _)):
+            portalWindow = nil
             out.append(.closePortalWindow)
             enter(.portal(path, url: url), .portalWindowClosed(why: "timed out"), now, &out)
             arm(.recheck, at: now + recheckWait)

@@ -79,9 +79,9 @@ extension Reconnector {
         let broke = streamProven == id
         if broke { streamProven = nil }
         switch state {
-        case .connecting(let path) where path.id == id:
+        case .connecting(let path, _) where path.id == id:
             failed(on: path, .streamFailed(path.name, why: why), now, &out)
-        case .connected(let path) where path.id == id, .probing(let path, _) where path.id == id,
+        case .connected(let path, _) where path.id == id, .probing(let path, _, _, _) where path.id == id,
              .switching(let path, _, _) where path.id == id:
             let reason = Reason.streamFailed(path.name, why: why)
             if broke { return attempt(on: path, reason, now, &out) }
@@ -110,7 +110,7 @@ extension Reconnector {
             guard takeToken(now) else { return coalesced += 1 }
             budget.forgetWait()
             startAttempt(on: udp, .proxyFound(udp.interface), now, &out, handshake: false)
-        case .connecting(let path) where path.transport == .udp && raced == nil && deadlines[.race] == nil:
+        case .connecting(let path, _) where path.transport == .udp && raced == nil && deadlines[.race] == nil:
             arm(.race, at: max(now, enteredAt + raceDelay(now)))
         default:
             coalesced += 1

@@ -54,8 +54,6 @@ public struct Reconnector: Sendable {
     var dead = HoldDowns<Path.ID>()
     /// Recent losses per interface name, for flap damping.
     var flaps = FlapRecord()
-    /// The better path the debounce timer waits for.
-    var candidate: Path.ID?
     var deadlines = TimerTable()
     var enteredAt: Instant
     var coalesced = 0
@@ -64,17 +62,11 @@ public struct Reconnector: Sendable {
     /// Probes sent on the session's path and answers that came back, halved as they grow: the
     /// path's recent loss, which decides how many probes in a row it may miss before it is dead.
     var probeRecord: (sent: Int, answered: Int) = (0, 0)
-    /// Resends of the handshake in flight so far.
-    var resends = 0
     /// Initiations sent again within an attempt since start.
     public internal(set) var resentHandshakes = 0
     /// Since when the session has worked without an attempt failing (probing that ends in an
     /// answer does not interrupt it); `stableAfter` of it resets the backoff.
     var workingSince: Instant?
-    /// Another path probed while the session's path is suspect, and its echo's RTT once it answered.
-    var rescue: (path: Path, rtt: Duration?)?
-    /// The current probing began because data went unanswered.
-    var suspectedByLiveness = false
     /// Probes that proved the path while the application heard nothing back, since it last did:
     /// each doubles the liveness wait, so a one-way flow does not probe without end.
     var quietProofs = 0
@@ -99,20 +91,12 @@ public struct Reconnector: Sendable {
     public static let hintHoldDown: Duration = .seconds(1)
     /// The path a connectivity check is out on: one at a time.
     var checking: Path.ID?
-    /// Rechecks since the portal was found: each waits twice as long as the one before.
-    var rechecks = 0
     /// Connectivity checks asked for since start.
     public internal(set) var connectivityChecks = 0
     /// Until when the portal window is open, while it is.
-    public internal(set) var portalWindowUntil: Instant?
-    /// The recheck that was due when the window was asked for: where the rechecks go on if the
-    /// lockdown does not let the window through.
-    var recheckBeforeWindow: Instant?
+    public var portalWindowUntil: Instant? { portalWindow?.until }
     /// What the on-demand rules last decided, for the network of the path it names.
     public internal(set) var onDemand: OnDemandVerdict?
-    /// Held in `disconnected` only while the rules looked at a new network: whatever they then
-    /// say but `disconnect` brings the first attempt.
-    var heldForRules = false
     /// The rules wait for facts about the network of path `path` (the rule, and what it waits
     /// for): the session does not move there before they know whether it is trusted.
     var rulesWait: (rule: String, wanted: [String], path: Path.ID)?
@@ -284,10 +268,69 @@ public struct Reconnector: Sendable {
             coalesced += 1  // no state changes: the next search's result is compared with the device as it is
         case .liftRefused(let why):
             // The rule's word on the tunnel stands; the machine stays closed, and says so.
-            guard case .disconnected(let rule, _?) = state else { coalesced += 1; break }
+            guard case .disconnected(let rule, _?, _) = state else { coalesced += 1; break }
             enter(.disconnected(rule: rule, lifted: nil), .liftRefused(why), now, &out)
         }
         return out
+    }
+
+    /// Moves within the state the machine is in, without a transition (a path seen anew, one
+    /// more probe): what the state carries stays.
+    mutating func stay(_ same: State) {
+        state = same.carrying(from: state, because: nil)
+    }
+
+    /// The better path the debounce timer waits for, while connected.
+    var candidate: Path.ID? {
+        get { if case .connected(_, let candidate) = state { candidate } else { nil } }
+        set {
+            guard case .connected(let path, let candidate) = state, candidate != newValue else { return }
+            state = .connected(path, candidate: newValue)
+        }
+    }
+
+    /// Resends of the handshake in flight so far, while connecting.
+    var resends: Int {
+        get { if case .connecting(_, let resends) = state { resends } else { 0 } }
+        set { if case .connecting(let path, _) = state { state = .connecting(path, resends: newValue) } }
+    }
+
+    /// Another path probed while the session's path is suspect, while probing.
+    var rescue: Rescue? {
+        get { if case .probing(_, _, let rescue, _) = state { rescue } else { nil } }
+        set {
+            guard case .probing(let path, let sent, let rescue, let byLiveness) = state, rescue != newValue else { return }
+            state = .probing(path, sent: sent, rescue: newValue, byLiveness: byLiveness)
+        }
+    }
+
+    /// The current probing began because data went unanswered.
+    var suspectedByLiveness: Bool {
+        if case .probing(_, _, _, let byLiveness) = state { byLiveness } else { false }
+    }
+
+    /// Rechecks since the portal was found, while behind it: each waits twice as long as the one
+    /// before.
+    var rechecks: Int {
+        get { if case .portal(_, _, let rechecks, _) = state { rechecks } else { 0 } }
+        set {
+            guard case .portal(let path, let url, _, let window) = state else { return }
+            state = .portal(path, url: url, rechecks: newValue, window: window)
+        }
+    }
+
+    /// The portal window, while one is open behind the portal.
+    var portalWindow: PortalWindow? {
+        get { if case .portal(_, _, _, let window) = state { window } else { nil } }
+        set {
+            guard case .portal(let path, let url, let rechecks, _) = state else { return }
+            state = .portal(path, url: url, rechecks: rechecks, window: newValue)
+        }
+    }
+
+    /// Held in `disconnected` only while the rules look at a new network.
+    var heldForRules: Bool {
+        if case .disconnected(_, _, let forRules) = state { forRules } else { false }
     }
 
     /// The driver's clock went back (CLOCK_BOOTTIME never does, but a clock that can must not
@@ -318,7 +361,8 @@ public struct Reconnector: Sendable {
         }
     }
 
-    mutating func enter(_ new: State, _ reason: Reason, _ now: Instant, _ out: inout [Effect]) {
+    mutating func enter(_ next: State, _ reason: Reason, _ now: Instant, _ out: inout [Effect]) {
+        let new = next.carrying(from: state, because: reason)
         switch new {
         case .connected:
             attempt = 0
@@ -333,16 +377,10 @@ public struct Reconnector: Sendable {
         for kind in TimerKind.allCases where deadlines[kind] != nil && !Self.allows(new, kind) {
             cancel(kind)
         }
-        if !Self.allows(new, .debounce) { candidate = nil }
         if !Self.allows(new, .handover) { dropHandover(&out) }
         if portalWindowUntil != nil, !Self.allows(new, .portalWindow) {
             // Leaving the portal (it opened, the network changed, a suspend): the lockdown is whole.
-            portalWindowUntil = nil
             out.append(.closePortalWindow)
-        }
-        if case .probing = new {} else {
-            rescue = nil
-            suspectedByLiveness = false
         }
         switch new {
         case .offline, .sleeping, .failed, .paused, .disconnected: checkingHint = false  // what follows starts afresh
@@ -354,14 +392,8 @@ public struct Reconnector: Sendable {
         state = new
         enteredAt = now
         coalesced = 0
-        switch (new, reason) {
-        case (_, .onDemandWaits): heldForRules = true
-        case (.disconnected, .onDemand): heldForRules = false  // the rules decided: held by them now
-        case (.disconnected, _): break
-        default: heldForRules = false
-        }
         out.append(.transition(transition))
-        if case .connected(let path) = new {
+        if case .connected(let path, _) = new {
             connectedOn(path, now, &out)
             continuePathMTU(on: path, now, &out)
         }

@@ -185,12 +185,14 @@ public enum Connectivity: Equatable, Sendable {
 public enum State: Equatable, Sendable {
     /// No usable path: no attempts, no timers, nothing on the radio.
     case offline
-    /// A handshake is in flight on the path.
-    case connecting(Path)
-    /// The session works on the path.
-    case connected(Path)
-    /// The path is suspect (or newly joined): probes are out, waiting for an echo.
-    case probing(Path, sent: Int)
+    /// A handshake is in flight on the path; its initiation was sent again `resends` times.
+    case connecting(Path, resends: Int = 0)
+    /// The session works on the path; the debounce timer waits for the better path `candidate`.
+    case connected(Path, candidate: Path.ID? = nil)
+    /// The path is suspect (or newly joined): `sent` probes are out, waiting for an echo.
+    /// `rescue`: another path probed at the same time, which takes over if this one stays silent;
+    /// `byLiveness`: the probing began because data went unanswered.
+    case probing(Path, sent: Int, rescue: Rescue? = nil, byLiveness: Bool = false)
     /// Make-before-break: still on `from`, probing `to` before moving there.
     case switching(from: Path, to: Path, sent: Int)
     /// Quiesced for a suspend.
@@ -203,12 +205,14 @@ public enum State: Equatable, Sendable {
     /// they bring it up again; the tunnel device and the lockdown stay.
     case paused
     /// The network on the path holds everything back until a user logs in to its captive
-    /// portal at `url`: no attempts, only rechecks that back off.
-    case portal(Path, url: String)
+    /// portal at `url`: no attempts, only rechecks that back off, each twice as long as the one
+    /// before (`rechecks` so far), unless a portal `window` is open for a user to log in.
+    case portal(Path, url: String, rechecks: Int = 0, window: PortalWindow? = nil)
     /// An on-demand rule keeps the tunnel down on this network: no session and no attempts
     /// until the rules say otherwise. The lockdown stays, unless the rule lifted it for the
-    /// network of path `lifted`.
-    case disconnected(rule: String, lifted: Path.ID?)
+    /// network of path `lifted`. `forRules`: held only while the rules look at a new network,
+    /// so whatever they then say but `disconnect` brings the first attempt.
+    case disconnected(rule: String, lifted: Path.ID?, forRules: Bool = false)
 
     /// The state's name in logs and status.
     public var name: String {
@@ -227,13 +231,77 @@ public enum State: Equatable, Sendable {
         }
     }
 
+    /// The state without what it carries but its path (and a probing's or a switch's count, a
+    /// portal's page, a rule's lift): what the log shows of it. The machine changes what a state
+    /// carries without a transition (a better path to wait for, one more recheck), so the
+    /// states one transition leaves and the one before it entered are the same phase.
+    public var phase: State {
+        switch self {
+        case .connecting(let path, _): .connecting(path)
+        case .connected(let path, _): .connected(path)
+        case .probing(let path, let sent, _, _): .probing(path, sent: sent)
+        case .portal(let path, let url, _, _): .portal(path, url: url)
+        case .disconnected(let rule, let lifted, _): .disconnected(rule: rule, lifted: lifted)
+        case .offline, .switching, .sleeping, .backingOff, .failed, .paused: self
+        }
+    }
+
     /// The path the session is on or heading for.
     public var path: Path? {
         switch self {
-        case .connecting(let p), .connected(let p), .probing(let p, _), .backingOff(let p), .portal(let p, _): p
+        case .connecting(let p, _), .connected(let p, _), .probing(let p, _, _, _), .backingOff(let p), .portal(let p, _, _, _): p
         case .switching(let from, _, _): from
         case .offline, .sleeping, .failed, .paused, .disconnected: nil
         }
+    }
+}
+
+extension State {
+    /// This state as the machine enters it from `old` (`because`: the transition's reason; nil
+    /// for a move within the state). What a state carries lasts while the machine stays in that
+    /// kind of state (a probing that starts over keeps its rescue path, a connected session the
+    /// better path it waits for) and goes when it leaves. Held in `disconnected` for the rules
+    /// begins with their wait and ends with their decision.
+    func carrying(from old: State, because reason: Reason?) -> State {
+        switch (self, old) {
+        case (.connecting(let path, _), .connecting(_, let resends)):
+            return .connecting(path, resends: resends)
+        case (.connected(let path, _), .connected(_, let candidate)):
+            return .connected(path, candidate: candidate)
+        case (.probing(let path, let sent, _, _), .probing(_, _, let rescue, let byLiveness)):
+            return .probing(path, sent: sent, rescue: rescue, byLiveness: byLiveness)
+        case (.portal(let path, let url, _, _), .portal(_, _, let rechecks, let window)):
+            return .portal(path, url: url, rechecks: rechecks, window: window)
+        case (.disconnected(let rule, let lifted, _), _):
+            let held: Bool = switch (reason, old) {
+            case (.onDemandWaits?, _): true
+            case (.onDemand?, _): false
+            case (_, .disconnected(_, _, let forRules)): forRules
+            default: false
+            }
+            return .disconnected(rule: rule, lifted: lifted, forRules: held)
+        default:
+            return self
+        }
+    }
+}
+
+/// A portal window: until when one process tree may reach the network directly to log in, and
+/// the recheck that was due when it was asked for (where the rechecks go on if the lockdown does
+/// not let it through).
+public struct PortalWindow: Equatable, Sendable {
+    public var until: Instant
+    public var recheckBefore: Instant?
+}
+
+/// A path probed while the session's path is suspect, and its echo's RTT once it answered.
+public struct Rescue: Equatable, Sendable {
+    public var path: Path.ID
+    public var rtt: Duration?
+
+    public init(path: Path.ID, rtt: Duration? = nil) {
+        self.path = path
+        self.rtt = rtt
     }
 }
 

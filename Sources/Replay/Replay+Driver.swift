@@ -42,7 +42,7 @@ extension Replay {
         }
         if !reconnector.isHandshaking { handshakeInFlight = nil }
         // What the core says the session is on is what the data plane has.
-        if case .connected(let path) = reconnector.state, socket != path.id {
+        if case .connected(let path, _) = reconnector.state, socket != path.id {
             violation("connected on \(path.name)/\(path.source) while the session's socket is "
                 + "\(socket.map { "\($0)" } ?? "on no path"), on \(event.name)")
         }
@@ -60,7 +60,7 @@ extension Replay {
         }
         // The lockdown is lifted only while a rule keeps the tunnel down on the very network it
         // trusts, and never anywhere else.
-        if case .disconnected(_, let lifted) = reconnector.state, let lifted {
+        if case .disconnected(_, let lifted, _) = reconnector.state, let lifted {
             if !lockdownLifted, !liftRefusalOnItsWay { violation("the core says the lockdown is lifted, the world's is whole") }
             if kernel.paths.first?.id != lifted { violation("the lockdown is lifted for a network the best path is not on") }
         } else if lockdownLifted {
@@ -536,7 +536,7 @@ extension Replay: CoreRunning {
 
     mutating func transitioned(_ transition: Transition) {
         feeding.reported = true
-        if transition.from != feeding.before && report.transitions.last?.to != transition.from {
+        if transition.from.phase != feeding.before.phase && report.transitions.last?.to.phase != transition.from.phase {
             violation("transition from \(transition.from.name) but the machine was \(feeding.before.name)")
         }
         report.transitions.append(transition)

@@ -176,12 +176,12 @@ extension ClientDaemon.CoreRunner {
     func status(now: Instant) -> ClientStatus {
         let state = reconnector.state
         var portal: ClientStatus.Portal?
-        if case .portal(_, let url) = state {
+        if case .portal(_, let url, _, _) = state {
             portal = ClientStatus.Portal(url: url, window: reconnector.portalWindowUntil.map { $0 - now },
                                          nextCheck: reconnector.timers[.recheck].map { $0 - now })
         }
         var onDemand: ClientStatus.OnDemand?
-        if case .disconnected(let rule, let lifted) = state { onDemand = ClientStatus.OnDemand(rule: rule, lockdownLifted: lifted != nil) }
+        if case .disconnected(let rule, let lifted, _) = state { onDemand = ClientStatus.OnDemand(rule: rule, lockdownLifted: lifted != nil) }
         return ClientStatus(
             state: state.name,
             server: ClientStatus.Server(name: effects.serverName, address: "\(effects.server)",

@@ -67,7 +67,7 @@ private func movedToTheNewAddress(others: [Path] = []) -> Reconnector {
     #expect(r.state == .probing(wifi0, sent: 1))
     #expect(r.tokens == tokens - 1, "the move to wifi0 is an attempt like any")
     _ = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(30)), now: now + .milliseconds(30))
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: renumbered.id))
 }
 
 @Test func aRefusedBindOnTheOnlyPathBacksOffWithoutBlamingTheServer() {
@@ -113,7 +113,7 @@ private func movedToTheNewAddress(others: [Path] = []) -> Reconnector {
     #expect(switching.probes == ["eth0"] && switching.rebinds.isEmpty)
     let refused = r.handle(.bindFailed(on: eth0.id, why: "no such address"), now: at(5_000))
     #expect(refused.reasons == ["bindFailed(eth0 10.20.0.57: no such address; path given up)"])
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: eth0.id))
     #expect(r.handle(.probeReply(on: eth0.id, rtt: .milliseconds(5)), now: at(5_005)).transitions.isEmpty)
 }
 

@@ -82,7 +82,7 @@ private func eth6(_ source: IPAddress, others: [IPAddress]) -> Path {
         _ = r.handle(.timerFired(.liveness), now: at(600))
         _ = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(30)), now: at(630))
         _ = r.handle(.timerFired(.probe), now: at(850))
-        #expect(r.state == .connected(wifi0))
+        #expect(r.state == .connected(wifi0, candidate: eth0.id))
         _ = r.handle(.sleep, now: at(1000))
         let woke = at(1000) + slept
         _ = r.handle(.wake(sleptFor: slept), now: woke)

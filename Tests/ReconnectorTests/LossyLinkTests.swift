@@ -11,7 +11,7 @@ import Testing
     let tokens = r.tokens
     let resent = r.handle(.timerFired(.resend), now: at(1000))
     #expect(resent == [.resendHandshake(on: eth0)] && r.timers[.resend] == at(3000), "\(resent)")
-    #expect(r.tokens == tokens && r.state == .connecting(eth0) && r.attempt == 1)
+    #expect(r.tokens == tokens && r.state == .connecting(eth0, resends: 1) && r.attempt == 1)
     // The next would come after the handshake timeout: none is armed.
     let again = r.handle(.timerFired(.resend), now: at(3000))
     #expect(again == [.resendHandshake(on: eth0)] && r.timers[.resend] == nil && r.resentHandshakes == 2)
@@ -88,7 +88,7 @@ import Testing
     _ = r.handle(.timerFired(.liveness), now: r.timers[.liveness]!)
     _ = r.handle(.probeReply(on: wifi0.id, rtt: .milliseconds(20)), now: at(620))
     _ = r.handle(.timerFired(.probe), now: r.timers[.probe]!)
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: eth0.id))
     let memory = r.memory
     #expect(memory.dead[eth0.id]?.strikes == 1)
     // The new process starts after the hold-down ran out: it still prefers wifi0, which has no verdict.

@@ -324,7 +324,7 @@ private func verdict(_ rule: OnDemandRule, on path: Path) -> Input {
     _ = r.handle(.onDemand(.waiting(rule: "office", for: [.gatewayMAC], path: eth0.id)), now: at(200))
     _ = r.handle(.paths([eth0]), now: at(200))
     let wake = r.handle(.wake(sleptFor: .seconds(10)), now: at(10_200))
-    #expect(wake.handshakes.isEmpty && wake.probes.isEmpty && r.state == .disconnected(rule: "office", lifted: nil))
+    #expect(wake.handshakes.isEmpty && wake.probes.isEmpty && r.state == .disconnected(rule: "office", lifted: nil, forRules: true))
 }
 
 @Test func aDecisionAfterAWaitIsATransitionNamingItsRule() {

@@ -105,7 +105,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     _ = r.handle(.paths([eth0, wifi0]), now: at(1400))
     // A second loss doubles it.
     #expect(r.timers[.debounce] == at(3400))
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: eth0.id))
 }
 
 @Test func flappingInterfaceEarnsALongerHoldDown() {
@@ -131,7 +131,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
         t += 250
         last = r.handle(.timerFired(.probe), now: at(t))
     }
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: eth0.id))
     #expect(last.reasons == ["candidateUnreachable(eth0 3 probes)"])
     #expect(last.rebinds.isEmpty)
     // It is retried only after the dead-path hold-down.
@@ -151,7 +151,7 @@ func connected(_ paths: [Path], config: Config = Config()) -> Reconnector {
     let moved = r.handle(.timerFired(.probe), now: at(850))
     #expect(moved.reasons == ["failover(eth0 silent, wifi0 rtt 30ms)"])
     #expect(moved.rebinds == ["wifi0"] && moved.handshakes.isEmpty)
-    #expect(r.state == .connected(wifi0))
+    #expect(r.state == .connected(wifi0, candidate: eth0.id))
 }
 
 @Test func aSilentPathWhoseAlternativeIsSilentTooIsProbedWithGrowingWaits() {
