@@ -127,7 +127,7 @@ public final class ClientMetrics: RoamMetrics {
         state = transition.to.name
         gauge("roam_state", [("state", transition.to.name)], 1)
         if case .connected = transition.to { gauge("roam_connected", [], 1) } else { gauge("roam_connected", [], 0) }
-        if case .connected(let path, _) = transition.to {
+        if case .connected(let path, _, _) = transition.to {
             if let since = outageSince {
                 Timer(label: "roam_outage_seconds", factory: factory).recordNanoseconds((transition.at - since).nanoseconds)
                 outageSince = nil

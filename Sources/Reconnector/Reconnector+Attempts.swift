@@ -189,7 +189,7 @@ extension Reconnector {
         probes.forget(on: id)
         guard id == socket, !unbound else {
             switch state {
-            case .switching(let from, let to, _) where to.id == id:
+            case .switching(let from, let to, _, _) where to.id == id:
                 markDead(id, now)
                 enter(.connected(from), .bindFailed("\(to.name) \(to.source)", why: why, retryIn: nil), now, &out)
                 considerBetterPath(now, &out)
@@ -206,7 +206,7 @@ extension Reconnector {
         let handshake: Bool
         switch state {
         case .connecting(let p, _) where p.id == id: (path, handshake) = (p, true)
-        case .probing(let p, _, _, _) where p.id == id, .connected(let p, _) where p.id == id: (path, handshake) = (p, false)
+        case .probing(let p, _, _, _, _) where p.id == id, .connected(let p, _, _) where p.id == id: (path, handshake) = (p, false)
         default:
             coalesced += 1
             return

@@ -17,7 +17,7 @@ extension Reconnector {
 
     /// The echo of a probe padded to `size`.
     mutating func sizeProbeReply(on id: Path.ID, size: Int, rtt: Duration, _ now: Instant, _ out: inout [Effect]) {
-        if case .switching(_, let to, _) = state, to.id == id, tooSmall.contains(id) {
+        if case .switching(_, let to, _, _) = state, to.id == id, tooSmall.contains(id) {
             // A path found too small carries the smallest tunnel packet again: a candidate like any.
             guard size >= floorMTU else { return noteHeard(now) }
             tooSmall.remove(id)
@@ -25,7 +25,7 @@ extension Reconnector {
         }
         noteHeard(now)
         if size >= floorMTU { tooSmall.remove(id) }
-        guard var current = mtu, current.path == id, case .connected(let path, _) = state, path.id == id else { return }
+        guard var current = mtu, current.path == id, case .connected(let path, _, _) = state, path.id == id else { return }
         current.search.answered(size)
         let roundOver = !current.search.inFlight.isEmpty
             && current.search.inFlight.allSatisfy { $0 <= (current.search.confirmed ?? 0) }

@@ -58,8 +58,8 @@ extension Reconnector {
                 stay(.backingOff(best))
                 coalesced += 1
             }
-        case .connecting(let current, _), .connected(let current, _), .probing(let current, _, _, _),
-             .switching(let current, _, _):
+        case .connecting(let current, _), .connected(let current, _, _), .probing(let current, _, _, _, _),
+             .switching(let current, _, _, _):
             guard let best = preferred(now) else { return enter(.offline, .pathLost(current.interface), now, &out) }
             guard let same = Self.refreshed(current, in: new) ?? Self.stillValid(current, in: new) else {
                 if let wait = rulesWait, wait.path == best.id {
@@ -82,8 +82,8 @@ extension Reconnector {
             }
             switch state {
             case .connecting: stay(.connecting(same)); coalesced += 1
-            case .probing(_, let sent, _, _): stay(.probing(same, sent: sent)); coalesced += 1
-            case .switching(_, let to, let sent):
+            case .probing(_, let sent, _, _, _): stay(.probing(same, sent: sent)); coalesced += 1
+            case .switching(_, let to, let sent, _):
                 if let target = Self.refreshed(to, in: new) {
                     stay(.switching(from: same, to: target, sent: sent))
                     coalesced += 1
@@ -136,7 +136,7 @@ extension Reconnector {
 
     /// Starts or keeps the debounce for a path that ranks above the current one.
     mutating func considerBetterPath(_ now: Instant, _ out: inout [Effect]) {
-        guard case .connected(let current, _) = state,
+        guard case .connected(let current, _, _) = state,
               let better = paths.first(where: { $0.id != current.id && $0.id != rulesWait?.path && Self.isPreferred($0, over: current) })
         else {
             candidate = nil

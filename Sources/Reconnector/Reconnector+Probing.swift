@@ -8,7 +8,7 @@ extension Reconnector {
         noteHeard(now)
         if id == socket { probeRecord.answered = min(probeRecord.answered + 1, probeRecord.sent) }
         switch state {
-        case .probing(let path, _, _, _) where path.id == id:
+        case .probing(let path, _, _, _, _) where path.id == id:
             sampleRTT(rtt, now)
             dead.clear(id)
             if suspectedByLiveness {
@@ -19,14 +19,14 @@ extension Reconnector {
             }
             enter(.connected(path), .probeAnswered(rtt: rtt), now, &out)
             considerBetterPath(now, &out)
-        case .connected(let path, _) where path.id == id:
+        case .connected(let path, _, _) where path.id == id:
             sampleRTT(rtt, now)  // an estimate's refresh, or a probe's late echo
-        case .probing(let path, let sent, _, _) where rescue?.path == id:
+        case .probing(let path, let sent, _, _, _) where rescue?.path == id:
             rescue?.rtt = rtt
             // Once the session's own path has missed a probe, the path that answers takes over,
             // within the budget as on the probe timer's expiry.
             if sent > 1, takeToken(now) { failover(from: path, now, &out) }
-        case .switching(let from, let to, _) where to.id == id:
+        case .switching(let from, let to, _, _) where to.id == id:
             dead.clear(id)
             sampleRTT(rtt, now, newPath: true)
             // Back from the stream to UDP on the same uplink: a roam like any, no handshake.
@@ -49,7 +49,7 @@ extension Reconnector {
     }
 
     mutating func dataSent(_ now: Instant, _ out: inout [Effect]) {
-        guard case .connected(let path, _) = state else { return }
+        guard case .connected(let path, _, _) = state else { return }
         if let session, now - session.lastHeard >= config.sessionLifetime {
             return attempt(on: path, .sessionExpired(idle: now - session.lastHeard), now, &out, handshake: true)
         }
@@ -74,10 +74,10 @@ extension Reconnector {
         noteHeard(now)
         quietProofs = 0
         switch state {
-        case .connected(let path, _):
+        case .connected(let path, _, _):
             if deadlines[.liveness] != nil { cancel(.liveness) }
             refreshRTT(on: path, heardBefore: heardBefore, now, &out)
-        case .probing(let path, _, _, _):
+        case .probing(let path, _, _, _, _):
             // With a rescue probe out, the server follows the session to the rescue path and its
             // data may arrive there: no proof for the silent path. The probe timer decides.
             guard rescue == nil else { return }
@@ -123,7 +123,7 @@ extension Reconnector {
         }
         if checkingHint, case .probing = state { coalesced += 1; return }  // its check is out
         switch state {
-        case .connected(let path, _), .probing(let path, _, _, _), .switching(let path, _, _):
+        case .connected(let path, _, _), .probing(let path, _, _, _, _), .switching(let path, _, _, _):
             checkingHint = true
             sendProbe(via: path, &out)
             arm(.probe, at: now + hintPatience(now))

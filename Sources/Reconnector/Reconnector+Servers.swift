@@ -21,7 +21,7 @@ extension Reconnector {
         case .backingOff:
             guard let best = preferred(now), takeToken(now) else { coalesced += 1; return }
             startAttempt(on: best, .serverAddressChanged, now, &out, handshake: false)
-        case .connected(let path, _), .probing(let path, _, _, _), .switching(let path, _, _):
+        case .connected(let path, _, _), .probing(let path, _, _, _, _), .switching(let path, _, _, _):
             probe(path, now, &out)
             enter(.probing(path, sent: 1), .serverAddressChanged, now, &out)
         case .connecting(let path, _):

@@ -8,7 +8,7 @@ extension Reconnector {
         guard let due = deadlines[kind], due <= now else { return }
         deadlines[kind] = nil
         switch (kind, state) {
-        case (.liveness, .connected(let path, _)):
+        case (.liveness, .connected(let path, _, _)):
             let waited = livenessWait(now)
             probe(path, now, &out)
             // A hint came since the server was last heard: its check is this probe.
@@ -19,18 +19,18 @@ extension Reconnector {
             if let other { sendProbe(via: other, &out) }
             enter(.probing(path, sent: 1, rescue: other.map { Rescue(path: $0.id) }, byLiveness: true),
                   .livenessTimeout(waited), now, &out)
-        case (.probe, .probing(let path, let sent, _, _)) where checkingHint && sent < probesBeforeDead(after: sent, atLeast: 1):
+        case (.probe, .probing(let path, let sent, _, _, _)) where checkingHint && sent < probesBeforeDead(after: sent, atLeast: 1):
             // On a path that loses packets one silent probe proves nothing: the check sends as
             // many as the path's loss calls for (one on a clean path), as a dead-path verdict does.
             sendProbe(via: path, &out)
             arm(.probe, at: now + hintPatience(now))
             stay(.probing(path, sent: sent + 1))
-        case (.probe, .probing(let path, _, _, _)) where checkingHint:
+        case (.probe, .probing(let path, _, _, _, _)) where checkingHint:
             // Nothing authenticated came back: the server did lose the session.
             checkingHint = false
             session = nil
             attempt(on: path, .sessionUnknown, now, &out, handshake: true)
-        case (.probe, .probing(let path, let sent, _, _)):
+        case (.probe, .probing(let path, let sent, _, _, _)):
             if rescue?.rtt != nil, takeToken(now) { return failover(from: path, now, &out) }
             if sent < probesBeforeDead(after: sent) {
                 probe(path, now, &out, attempt: sent + 1)
@@ -41,7 +41,7 @@ extension Reconnector {
             } else {
                 failed(on: path, .probeTimeout(sent, of: config.probeAttempts), now, &out)
             }
-        case (.probe, .switching(let from, let to, let sent)):
+        case (.probe, .switching(let from, let to, let sent, _)):
             if sent < config.probeAttempts {
                 probe(to, now, &out)
                 stay(.switching(from: from, to: to, sent: sent + 1))
@@ -68,7 +68,7 @@ extension Reconnector {
             resentHandshakes += 1
             out.append(.resendHandshake(on: path))
             armResend(now, &out)
-        case (.debounce, .connected(let current, _)):
+        case (.debounce, .connected(let current, _, _)):
             guard let id = candidate, let uplink = paths.first(where: { $0.id == id }),
                   Self.isPreferred(uplink, over: current), !isDead(id, now), id != rulesWait?.path
             else { return considerBetterPath(now, &out) }
@@ -105,12 +105,12 @@ extension Reconnector {
             checkConnectivity(via: path, &out)
             rechecks += 1
             arm(.recheck, at: now + recheckWait)
-        case (.pathMTU, .connected(let path, _)):
+        case (.pathMTU, .connected(let path, _, _)):
             pathMTUTimer(on: path, now, &out)
         case (.race, .connecting(let path, _)) where path.transport == .udp,
-             (.race, .probing(let path, _, _, _)) where path.transport == .udp:
+             (.race, .probing(let path, _, _, _, _)) where path.transport == .udp:
             raceToStream(from: path, now, &out)
-        case (.udpRetest, .connected(let path, _)) where path.transport == .stream:
+        case (.udpRetest, .connected(let path, _, _)) where path.transport == .stream:
             retestUDP(from: path, now, &out)
         case (.portalWindow, .portal(let path, let url, _, _)):
             portalWindow = nil

@@ -81,12 +81,12 @@ extension Reconnector {
         switch state {
         case .connecting(let path, _) where path.id == id:
             failed(on: path, .streamFailed(path.name, why: why), now, &out)
-        case .connected(let path, _) where path.id == id, .probing(let path, _, _, _) where path.id == id,
-             .switching(let path, _, _) where path.id == id:
+        case .connected(let path, _, _) where path.id == id, .probing(let path, _, _, _, _) where path.id == id,
+             .switching(let path, _, _, _) where path.id == id:
             let reason = Reason.streamFailed(path.name, why: why)
             if broke { return attempt(on: path, reason, now, &out) }
             failed(on: path, reason, now, &out)
-        case .switching(let from, let to, _) where to.id == id:
+        case .switching(let from, let to, _, _) where to.id == id:
             markDead(id, now)
             enter(.connected(from), .streamFailed(to.name, why: why), now, &out)
             considerBetterPath(now, &out)

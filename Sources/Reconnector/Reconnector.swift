@@ -26,7 +26,20 @@ public struct Reconnector: Sendable {
     /// The server the session is with, or heading for (an index into `servers`).
     public internal(set) var server = 0
     /// The server a session is being prepared with while the current one carries the traffic.
-    public internal(set) var handover: Int?
+    public internal(set) var handover: Int? {
+        get { state.handover }
+        set {
+            switch state {
+            case .connected(let path, let candidate, _):
+                state = .connected(path, candidate: candidate, handover: newValue)
+            case .probing(let path, let sent, let rescue, let byLiveness, _):
+                state = .probing(path, sent: sent, rescue: rescue, byLiveness: byLiveness, handover: newValue)
+            case .switching(let from, let to, let sent, _):
+                state = .switching(from: from, to: to, sent: sent, handover: newValue)
+            default: break
+            }
+        }
+    }
     /// Servers avoided until the instant: they went silent on every path (with repeat count).
     var heldServers = HoldDowns<Int>()
     /// Servers that announced they are being taken down, until when: tried last, and never
@@ -282,10 +295,10 @@ public struct Reconnector: Sendable {
 
     /// The better path the debounce timer waits for, while connected.
     var candidate: Path.ID? {
-        get { if case .connected(_, let candidate) = state { candidate } else { nil } }
+        get { if case .connected(_, let candidate, _) = state { candidate } else { nil } }
         set {
-            guard case .connected(let path, let candidate) = state, candidate != newValue else { return }
-            state = .connected(path, candidate: newValue)
+            guard case .connected(let path, let candidate, let handover) = state, candidate != newValue else { return }
+            state = .connected(path, candidate: newValue, handover: handover)
         }
     }
 
@@ -297,16 +310,17 @@ public struct Reconnector: Sendable {
 
     /// Another path probed while the session's path is suspect, while probing.
     var rescue: Rescue? {
-        get { if case .probing(_, _, let rescue, _) = state { rescue } else { nil } }
+        get { if case .probing(_, _, let rescue, _, _) = state { rescue } else { nil } }
         set {
-            guard case .probing(let path, let sent, let rescue, let byLiveness) = state, rescue != newValue else { return }
-            state = .probing(path, sent: sent, rescue: newValue, byLiveness: byLiveness)
+            guard case .probing(let path, let sent, let rescue, let byLiveness, let handover) = state, rescue != newValue
+            else { return }
+            state = .probing(path, sent: sent, rescue: newValue, byLiveness: byLiveness, handover: handover)
         }
     }
 
     /// The current probing began because data went unanswered.
     var suspectedByLiveness: Bool {
-        if case .probing(_, _, _, let byLiveness) = state { byLiveness } else { false }
+        if case .probing(_, _, _, let byLiveness, _) = state { byLiveness } else { false }
     }
 
     /// Rechecks since the portal was found, while behind it: each waits twice as long as the one
@@ -393,7 +407,7 @@ public struct Reconnector: Sendable {
         enteredAt = now
         coalesced = 0
         out.append(.transition(transition))
-        if case .connected(let path, _) = new {
+        if case .connected(let path, _, _) = new {
             connectedOn(path, now, &out)
             continuePathMTU(on: path, now, &out)
         }

@@ -16,7 +16,7 @@ extension Transition {
             ("from", from.name), ("to", to.name), ("trigger", trigger), ("reason", reason.description),
             ("path", to.path.map { "\($0.interface)/\($0.source)" + ($0.transport == .stream ? "/tls" : "") } ?? "none"),
         ]
-        if case .switching(_, let candidate, _) = to { out.append(("candidate", candidate.name)) }
+        if case .switching(_, let candidate, _, _) = to { out.append(("candidate", candidate.name)) }
         if let server { out.append(("server", server)) }
         out.append(("attempt", String(attempt)))
         if let nextRetry { out.append(("next_retry", "in " + (nextRetry - at).short)) }

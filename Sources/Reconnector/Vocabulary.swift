@@ -188,13 +188,15 @@ public enum State: Equatable, Sendable {
     /// A handshake is in flight on the path; its initiation was sent again `resends` times.
     case connecting(Path, resends: Int = 0)
     /// The session works on the path; the debounce timer waits for the better path `candidate`.
-    case connected(Path, candidate: Path.ID? = nil)
+    /// `handover`: the server a session is being prepared with meanwhile (here, probing and
+    /// switching), which takes the traffic once it is up.
+    case connected(Path, candidate: Path.ID? = nil, handover: Int? = nil)
     /// The path is suspect (or newly joined): `sent` probes are out, waiting for an echo.
     /// `rescue`: another path probed at the same time, which takes over if this one stays silent;
     /// `byLiveness`: the probing began because data went unanswered.
-    case probing(Path, sent: Int, rescue: Rescue? = nil, byLiveness: Bool = false)
+    case probing(Path, sent: Int, rescue: Rescue? = nil, byLiveness: Bool = false, handover: Int? = nil)
     /// Make-before-break: still on `from`, probing `to` before moving there.
-    case switching(from: Path, to: Path, sent: Int)
+    case switching(from: Path, to: Path, sent: Int, handover: Int? = nil)
     /// Quiesced for a suspend.
     case sleeping
     /// Waiting for the reconnect budget or a backoff step before trying the path again.
@@ -238,19 +240,28 @@ public enum State: Equatable, Sendable {
     public var phase: State {
         switch self {
         case .connecting(let path, _): .connecting(path)
-        case .connected(let path, _): .connected(path)
-        case .probing(let path, let sent, _, _): .probing(path, sent: sent)
+        case .connected(let path, _, _): .connected(path)
+        case .probing(let path, let sent, _, _, _): .probing(path, sent: sent)
+        case .switching(let from, let to, let sent, _): .switching(from: from, to: to, sent: sent)
         case .portal(let path, let url, _, _): .portal(path, url: url)
         case .disconnected(let rule, let lifted, _): .disconnected(rule: rule, lifted: lifted)
-        case .offline, .switching, .sleeping, .backingOff, .failed, .paused: self
+        case .offline, .sleeping, .backingOff, .failed, .paused: self
+        }
+    }
+
+    /// The server a session is being prepared with while this one carries the traffic.
+    public var handover: Int? {
+        switch self {
+        case .connected(_, _, let handover), .probing(_, _, _, _, let handover), .switching(_, _, _, let handover): handover
+        default: nil
         }
     }
 
     /// The path the session is on or heading for.
     public var path: Path? {
         switch self {
-        case .connecting(let p, _), .connected(let p, _), .probing(let p, _, _, _), .backingOff(let p), .portal(let p, _, _, _): p
-        case .switching(let from, _, _): from
+        case .connecting(let p, _), .connected(let p, _, _), .probing(let p, _, _, _, _), .backingOff(let p), .portal(let p, _, _, _): p
+        case .switching(let from, _, _, _): from
         case .offline, .sleeping, .failed, .paused, .disconnected: nil
         }
     }
@@ -260,16 +271,24 @@ extension State {
     /// This state as the machine enters it from `old` (`because`: the transition's reason; nil
     /// for a move within the state). What a state carries lasts while the machine stays in that
     /// kind of state (a probing that starts over keeps its rescue path, a connected session the
-    /// better path it waits for) and goes when it leaves. Held in `disconnected` for the rules
+    /// better path it waits for) and goes when it leaves; a handover being prepared lasts while
+    /// the session is connected, probing or switching. Held in `disconnected` for the rules
     /// begins with their wait and ends with their decision.
     func carrying(from old: State, because reason: Reason?) -> State {
+        let handover = old.handover
         switch (self, old) {
         case (.connecting(let path, _), .connecting(_, let resends)):
             return .connecting(path, resends: resends)
-        case (.connected(let path, _), .connected(_, let candidate)):
-            return .connected(path, candidate: candidate)
-        case (.probing(let path, let sent, _, _), .probing(_, _, let rescue, let byLiveness)):
-            return .probing(path, sent: sent, rescue: rescue, byLiveness: byLiveness)
+        case (.connected(let path, _, _), .connected(_, let candidate, _)):
+            return .connected(path, candidate: candidate, handover: handover)
+        case (.connected(let path, let candidate, _), _):
+            return .connected(path, candidate: candidate, handover: handover)
+        case (.probing(let path, let sent, _, _, _), .probing(_, _, let rescue, let byLiveness, _)):
+            return .probing(path, sent: sent, rescue: rescue, byLiveness: byLiveness, handover: handover)
+        case (.probing(let path, let sent, let rescue, let byLiveness, _), _):
+            return .probing(path, sent: sent, rescue: rescue, byLiveness: byLiveness, handover: handover)
+        case (.switching(let from, let to, let sent, _), _):
+            return .switching(from: from, to: to, sent: sent, handover: handover)
         case (.portal(let path, let url, _, _), .portal(_, _, let rechecks, let window)):
             return .portal(path, url: url, rechecks: rechecks, window: window)
         case (.disconnected(let rule, let lifted, _), _):

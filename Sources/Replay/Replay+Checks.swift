@@ -29,7 +29,7 @@ extension Replay {
     func timeConnected(on interface: String) -> Duration {
         var total = Duration.zero
         for (i, t) in report.transitions.enumerated() {
-            guard case .connected(let path, _) = t.to, path.name == interface else { continue }
+            guard case .connected(let path, _, _) = t.to, path.name == interface else { continue }
             let end = i + 1 < report.transitions.count ? report.transitions[i + 1].at : now
             total += end - t.at
         }

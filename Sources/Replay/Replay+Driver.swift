@@ -42,7 +42,7 @@ extension Replay {
         }
         if !reconnector.isHandshaking { handshakeInFlight = nil }
         // What the core says the session is on is what the data plane has.
-        if case .connected(let path, _) = reconnector.state, socket != path.id {
+        if case .connected(let path, _, _) = reconnector.state, socket != path.id {
             violation("connected on \(path.name)/\(path.source) while the session's socket is "
                 + "\(socket.map { "\($0)" } ?? "on no path"), on \(event.name)")
         }

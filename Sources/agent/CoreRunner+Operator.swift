@@ -161,7 +161,7 @@ extension ClientDaemon.CoreRunner {
     /// A transition as the control socket gives it.
     func transitionStatus(_ t: Transition, now: Instant) -> ClientStatus.Transition {
         var candidate: Path?
-        if case .switching(_, let tried, _) = t.to { candidate = tried }
+        if case .switching(_, let tried, _, _) = t.to { candidate = tried }
         return ClientStatus.Transition(
             at: wallClock(ago: now - t.at), from: t.from.name, to: t.to.name, trigger: t.trigger, reason: t.reason.description,
             path: t.to.path.map(Self.pathStatus), candidate: candidate.map(Self.pathStatus), server: t.server, attempt: t.attempt,
