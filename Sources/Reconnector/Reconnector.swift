@@ -102,7 +102,9 @@ public struct Reconnector: Sendable {
     public internal(set) var disprovedHints = 0
     /// How long hints are ignored after one proved false.
     public static let hintHoldDown: Duration = .seconds(1)
-    /// The path a connectivity check is out on: one at a time.
+    /// The path a connectivity check is out on: one at a time. Not the state's: the answer
+    /// comes back whatever state the machine moved to meanwhile, and no other check goes out
+    /// before it does.
     var checking: Path.ID?
     /// Connectivity checks asked for since start.
     public internal(set) var connectivityChecks = 0
@@ -111,7 +113,8 @@ public struct Reconnector: Sendable {
     /// What the on-demand rules last decided, for the network of the path it names.
     public internal(set) var onDemand: OnDemandVerdict?
     /// The rules wait for facts about the network of path `path` (the rule, and what it waits
-    /// for): the session does not move there before they know whether it is trusted.
+    /// for): the session does not move there before they know whether it is trusted. The rules'
+    /// wait, not the state's: a session that works meanwhile keeps working, in whatever state.
     var rulesWait: (rule: String, wanted: [String], path: Path.ID)?
     /// The tunnel device's MTU as the core last set it (the configured one until a path is
     /// found smaller).
@@ -136,7 +139,8 @@ public struct Reconnector: Sendable {
     /// What is known of UDP on each network (see `TransportBook`), kept across restarts.
     public internal(set) var transports = TransportBook()
     /// The UDP path whose attempt went unanswered for the race delay, in the attempt under way:
-    /// the stream's answer then marks its network as blocking UDP.
+    /// the stream's answer then marks its network as blocking UDP. The attempt's, not a state's:
+    /// it goes through connecting, probing and backing off, and a late answer in any of them counts.
     var raced: Path.ID?
     /// The stream path that answered since it was last opened: its failure is a break (a reset
     /// mid-session, which a new stream mends), not a failure to open one.
