@@ -86,6 +86,13 @@ public enum IPAddress: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// True for 0.0.0.0 and ::, which name no host.
     public var isUnspecified: Bool { self == .v4(0) || self == .v6(0, 0) }
 
+    /// One other host a session or a stream can be sent to over an uplink: not this machine, no
+    /// link-local, multicast or broadcast address, none that names no host, and no IPv4 address
+    /// written as IPv6 (a socket of one family cannot send to it).
+    public var isRemoteUnicast: Bool {
+        !isUnspecified && !isLoopback && !isMulticast && !isLinkLocal && !isV4Mapped && self != .v4(0xFFFF_FFFF)
+    }
+
     /// True for 224.0.0.0/4 and ff00::/8.
     public var isMulticast: Bool {
         switch self {

@@ -473,9 +473,7 @@ public struct AgentCore: Sendable {
     /// network, never this machine, a multicast or broadcast group, an unspecified or a
     /// link-local address (which a forged answer could point the proxy's password at).
     public static func mayDial(_ address: IPAddress, from path: Path, carried: [Prefix]) -> Bool {
-        address.family == path.source.family && !carried.contains { $0.contains(address) }
-            && address != path.source && !address.isUnspecified && !address.isLoopback && !address.isMulticast && !address.isLinkLocal
-            && !address.isV4Mapped && address != .v4(0xFFFF_FFFF)
+        address.family == path.source.family && address != path.source && !ServerBook.usable([address], carried: carried).isEmpty
     }
 
     /// Asks for a look-up of the current server's name (one at a time).

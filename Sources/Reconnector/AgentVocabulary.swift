@@ -198,8 +198,9 @@ public enum GiveUp: Equatable, Sendable {
     case tunnelFailed(String)
     /// The session could not go on with its server (see `AgentEvent.sessionFailed`).
     case sessionFailed(String)
-    /// Every address server `server`'s name gave at start (`addresses`) lies inside the tunnel's
-    /// own routes: the tunnel would carry its own packets.
+    /// No address server `server`'s name gave at start (`addresses`) is usable
+    /// (`ServerBook.usable`): each lies inside the tunnel's own routes, where the tunnel would
+    /// carry its own packets, or is no other host's.
     case serverCarried(server: Int, addresses: [IPAddress])
 }
 
@@ -208,8 +209,8 @@ public enum Notice: Equatable, Sendable {
     /// Server `server`'s name gave `addresses`, none of which the session can use now (each
     /// inside the tunnel's own routes, or none reached): it stays at the address it has.
     case serverNameUnusable(server: Int, addresses: [IPAddress])
-    /// Every address server `server`'s name gave at start (`addresses`) lies inside the tunnel's
-    /// own routes: the session never turns to it until a later answer gives another.
+    /// No address server `server`'s name gave at start (`addresses`) is usable
+    /// (`ServerBook.usable`): the session never turns to it until a later answer gives another.
     case serverCarried(server: Int, addresses: [IPAddress])
     /// Someone else took `holding` away (the decision what to do follows as its own effect).
     case takenAway(Holding, Upkeep.Damage)

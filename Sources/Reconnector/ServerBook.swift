@@ -51,11 +51,13 @@ public struct ServerBook: Equatable, Sendable {
         public var lockdown: [[IPAddress]] = []
     }
 
-    /// Of the addresses a server's name gave, those the session may use: none the tunnel's own
-    /// routes (`carried`) contain, for the session's packets to one would go into the tunnel they
-    /// carry. The one rule for the answers at start and for every later look-up.
+    /// Of the addresses a name gave, those the session may use: another host's
+    /// (`IPAddress.isRemoteUnicast`: a name may answer `::ffff:10.1.2.3`, `127.0.0.1` or
+    /// `0.0.0.0`), and none the tunnel's own routes (`carried`) contain, for the session's packets
+    /// to one would go into the tunnel they carry. The one rule for the server's answers at start
+    /// and for every later look-up, and the proxy's.
     public static func usable(_ answer: [IPAddress], carried: [Prefix]) -> [IPAddress] {
-        answer.filter { address in !carried.contains { $0.contains(address) } }
+        answer.filter { address in address.isRemoteUnicast && !carried.contains { $0.contains(address) } }
     }
 
     public init(_ entries: [Entry]) {

@@ -29,9 +29,13 @@ public struct Upkeep: Sendable {
     public struct Damage: Equatable, Sendable {
         public var what: String
         public var by: String?
-        public init(what: String, by: String? = nil) {
+        /// Nobody took it: the machine refused one of the agent's own changes, which leaves it
+        /// uncertain (the lockdown), and it is put back as if taken.
+        public var refused: Bool
+        public init(what: String, by: String? = nil, refused: Bool = false) {
             self.what = what
             self.by = by
+            self.refused = refused
         }
     }
 

@@ -169,7 +169,7 @@ extension Replay: CoreRunning {
             let refused = scenario.lockdownRefuses.contains(.proxy)
             if !refused { proxyAt = addresses }
             if refused { report.proxiesRefused += 1 } else { report.proxiesAllowed += 1 }
-            return [.proxyAllowed(on: key, address: address, !refused)]
+            return [.proxyAllowed(on: key, address: address, !refused)] + refusal(refused)
         case .allowServer(let index, let address, _):
             return [.serverAllowed(server: index, address: address, true)]
         case .useAddress(let address, _): useAddress(address)
@@ -188,12 +188,12 @@ extension Replay: CoreRunning {
         case .openPortalWindow(let path, _, _):
             let refused = scenario.lockdownRefuses.contains(.portalWindow)
             if !refused { openPortalWindow(via: path) }
-            return [.portalWindowOpened(!refused)]
+            return [.portalWindowOpened(!refused)] + refusal(refused)
         case .closePortalWindow: closePortalWindow()
         case .liftLockdown(let interface):
             guard !scenario.lockdownRefuses.contains(.lift) else {
                 liftRefusalOnItsWay = true
-                return [.liftRefused("Error: Could not process rule: Device or resource busy")]
+                return [.liftRefused("Error: Could not process rule: Device or resource busy")] + refusal(true)
             }
             liftLockdown(interface: interface)
         case .restoreLockdown: restoreLockdown()
@@ -218,10 +218,13 @@ extension Replay: CoreRunning {
         case .openExclusion:
             let refused = scenario.lockdownRefuses.contains(.exclusion)
             if !refused { report.exclusionsOpened += 1 }
-            return [.exclusionOpened(!refused)]
+            return [.exclusionOpened(!refused)] + refusal(refused)
         case .restore(let holding, _):
             report.restores += 1
-            if missing[holding] == nil { violation("\(holding.rawValue) put back while it was whole") }
+            if missing[holding] == nil, !(holding == .lockdown && lockdownUncertain) {
+                violation("\(holding.rawValue) put back while it was whole")
+            }
+            if holding == .lockdown { lockdownUncertain = false }
             putBack(holding)
             if let taker = takers[holding], now < taker.until { queue.push(now + .milliseconds(100), .retake(holding)) }
             return [.intact(holding)]
@@ -231,6 +234,14 @@ extension Replay: CoreRunning {
         case .writeMetrics: report.metricsWrites.append(coreNow)
         }
         return []
+    }
+
+    /// After a change the lockdown refused (`refused`), what the daemon's runner adds to the
+    /// answer: the table is uncertain, damage the core puts back.
+    mutating func refusal(_ refused: Bool) -> [AgentEvent] {
+        guard refused else { return [] }
+        lockdownUncertain = true
+        return [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: Error: Could not process rule", refused: true))]
     }
 
     /// Someone takes `holding` away; the agent hears of it at once, as the kernel's notice or

@@ -519,6 +519,9 @@ public struct Replay {
     var trafficPaused = false
     /// The world refused to lift the lockdown and the core has not heard yet.
     var liftRefusalOnItsWay = false
+    /// The lockdown refused a change: the core hears it as damage, as the daemon's does (the
+    /// table is uncertain to it), and puts it back; the world's table stayed as it was.
+    var lockdownUncertain = false
     /// This process of the agent has its tunnel device.
     var deviceAttached = false
 

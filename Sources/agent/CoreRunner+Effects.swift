@@ -49,7 +49,7 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         let produced = carryOut(effect)
         guard let firewall = effects.firewall, firewall.refusalsEver > refusals, let error = firewall.lastRefusal else { return produced }
         if case .restore = effect { return produced }
-        return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", by: nil))]
+        return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", refused: true))]
     }
 
     private func carryOut(_ effect: Effect) -> [AgentEvent] {
@@ -160,6 +160,9 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         case .notice(.stoppedFlapping(let interface, let losses, let over, let up)):
             log.info("interface stopped flapping", metadata: ["interface": "\(interface)", "losses": "\(losses)", "for": "\(over.short)",
                                                               "up": "\(up ? "yes" : "no")"])
+        case .notice(.takenAway(let holding, let damage)) where damage.refused:
+            log.warning("not as it should be: the machine refused a change", metadata: ["what": "\(holding.rawValue)",
+                                                                                         "error": "\(damage.what)"])
         case .notice(.takenAway(let holding, let damage)):
             log.warning("taken away by someone else", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)",
                                                                  "by": "\(damage.by ?? "unknown")"])
@@ -175,7 +178,12 @@ extension ClientDaemon.CoreRunner: CoreRunning {
     /// Why server `index`, whose name gave `addresses` at start, is never used: words the
     /// operator can act on.
     private func carried(_ index: Int, _ addresses: [IPAddress]) -> String {
-        "the split routes contain server \(settings.servers[index].name) (\(addresses.map(\.description).joined(separator: ", "))): "
+        let listed = addresses.map(\.description).joined(separator: ", ")
+        guard addresses.contains(where: \.isRemoteUnicast) else {
+            return "server \(settings.servers[index].name) gives no address of another host (\(listed)): "
+                + "this machine, link-local, multicast, broadcast and IPv4-mapped addresses cannot carry the session"
+        }
+        return "the split routes contain server \(settings.servers[index].name) (\(listed)): "
             + "the tunnel would carry its own packets; narrow them"
     }
 

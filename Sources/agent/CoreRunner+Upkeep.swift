@@ -87,8 +87,12 @@ extension ClientDaemon.CoreRunner {
         // line in a hundred says so.
         let recent = core.upkeep.restoresWithin(window: Instant.now(), of: holding)
         let restores = core.upkeep.records[holding]?.restores ?? 0
+        // A refusal that lasts is tried again every second: the first few say so, then one in 60.
+        let inRow = core.upkeep.records[holding]?.unheldInRow ?? 0
         if let failure {
-            log.error("cannot put it back", metadata: ["what": "\(holding.rawValue)", "error": "\(failure)"])
+            if inRow < 3 || inRow.isMultiple(of: 60) {
+                log.error("cannot put it back", metadata: ["what": "\(holding.rawValue)", "error": "\(failure)", "tries": "\(inRow + 1)"])
+            }
         } else if recent <= Upkeep.restoresPerWindow || restores.isMultiple(of: 100) {
             log.notice("put back", metadata: ["what": "\(holding.rawValue)", "missing": "\(damage.what)", "by": "\(damage.by ?? "unknown")",
                                               "restores": "\(restores)"])

@@ -296,6 +296,25 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     #expect(core.servers.entries[1].addresses == [outside])
 }
 
+/// A name may answer with addresses no session can reach another host at (this machine, an
+/// IPv4 address written as IPv6, which a socket of the other family cannot send to, no host,
+/// multicast, link-local, broadcast): at start and later, none is kept, and the one usable beside
+/// them is.
+@Test func addressesOfNoOtherHostAreNeverTheServers() {
+    let useless = ["127.0.0.1", "::1", "::ffff:203.0.113.5", "0.0.0.0", "::", "224.0.0.1", "ff02::1", "fe80::1", "169.254.1.1",
+                   "255.255.255.255"].map { IPAddress($0)! }
+    let outside = IPAddress("203.0.113.5")!
+    for address in useless {
+        #expect(ServerBook.usable([address, outside], carried: []) == [outside], "\(address)")
+    }
+    var core = agentCore(on: [eth0], servers: [useless])
+    #expect(core.servers.allowed == [[]])
+    #expect(core.handle(.start, now: at(0)) == [.giveUp(.serverCarried(server: 0, addresses: useless))])
+    var later = connectedCore([eth0])
+    _ = later.handle(.serverLookedUp(server: 0, addresses: useless), now: at(1_700))
+    #expect(later.serverAddress == server && later.servers.entries[0].addresses.allSatisfy(\.isRemoteUnicast))
+}
+
 @Test func aLockdownThatRefusesKeepsTheOldAddress() {
     var core = connectedCore([eth0])
     _ = core.handle(.dataSent, now: at(1_000))

@@ -116,6 +116,23 @@ struct UpkeepTests {
         #expect(restores(core.handle(.damaged(.resolvers, Upkeep.Damage(what: "/etc/resolv.conf rewritten")), now: .zero + .seconds(75))) == 1)
     }
 
+    /// Refusals of the agent's own changes keep coming while a restore waits its second: the
+    /// retry keeps its time (a refusal a second would otherwise put it off for ever).
+    @Test func aRetryIsNotPutOffByLaterRefusals() {
+        var core = agentCore(on: [])
+        let refused = Upkeep.Damage(what: "nftables refused a change: busy", refused: true)
+        #expect(restores(core.handle(.damaged(.lockdown, refused), now: .zero)) == 1)
+        #expect(restores(core.handle(.damaged(.lockdown, refused), now: .zero)) == 1, "the first that did not hold: at once")
+        #expect(restores(core.handle(.damaged(.lockdown, refused), now: .zero)) == 0)
+        let due = Instant.zero + Upkeep.retryAfterRefusal
+        #expect(core.timers[.upkeep] == due)
+        for ms in stride(from: 100, to: 1_000, by: 100) {
+            #expect(core.handle(.damaged(.lockdown, refused), now: .zero + .milliseconds(ms)).isEmpty)
+            #expect(core.timers[.upkeep] == due, "at \(ms) ms")
+        }
+        #expect(restores(core.handle(.timerFired(.upkeep), now: due)) == 1)
+    }
+
     @Test func aStoppedAgentPutsNothingBack() {
         var core = agentCore(on: [])
         _ = core.handle(.request(.stop(.bySignal)), now: .zero)
