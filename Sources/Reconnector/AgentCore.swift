@@ -23,6 +23,10 @@ public struct AgentCore: Sendable {
     public private(set) var upkeep = Upkeep()
     /// The containers' and VMs' bridges, as last told.
     public private(set) var guests: [GuestNetwork] = []
+    /// The local networks and the wider claims (`NetworkModel.localNetworks`, `widerClaims`) as
+    /// the model held them after the last change that could move them: only a change of the
+    /// links' addresses can, so what a change moved is this against the model after it.
+    private var local: (networks: [Prefix], widerClaims: [Prefix]) = ([], [])
     /// Events that bound a socket or started a handshake (one each, whatever else they did),
     /// since this core began.
     public private(set) var attempts = 0
@@ -113,6 +117,7 @@ public struct AgentCore: Sendable {
         let addresses = usable.first?.addresses ?? []
         let first = PathTracker.preferred(addresses, in: model) ?? .v4(0)
         network = PathTracker(model: model, endpoint: first)
+        local = (model.localNetworks, model.widerClaims)
         network.learn(serverAddresses: addresses)
     }
 
@@ -151,7 +156,7 @@ public struct AgentCore: Sendable {
     public mutating func handle(_ event: AgentEvent, now: Instant) -> [Effect] {
         guard !stopped else { return [] }
         flaps.window = reconnector.config.flapStableAfter  // a reload may change it
-        let interfaces = Set(reconnector.paths.map(\.interface))
+        let pathsBefore = reconnector.paths
         var out = decide(event, now: now)
         // Networks the machine left are forgotten; those it has not asked about are asked.
         if !stopped, proxies != nil {
@@ -162,8 +167,8 @@ public struct AgentCore: Sendable {
         // local networks, the lockdown lifted or back).
         if !stopped, let decision = resolvers?.decision() { out.append(.resolvers(decision)) }
         // What the operator reads of flapping interfaces follows the paths the machine has.
-        let after = Set(reconnector.paths.map(\.interface))
-        if after != interfaces {
+        if reconnector.paths != pathsBefore, case let after = Set(reconnector.paths.map(\.interface)),
+           after != Set(pathsBefore.map(\.interface)) {
             let machine = reconnector
             out += flaps.paths(after, now: now) { machine.flapping($0, now) }.map(Effect.notice)
         }
@@ -390,17 +395,17 @@ public struct AgentCore: Sendable {
     /// network), the session moves there instead of going offline.
     private mutating func networkChanged(_ change: NetworkChange, _ now: Instant, _ out: inout [Effect]) {
         // Worked out only for a change that can move them: most are routes and carrier.
-        let localBefore = change.movesAddresses ? (network.model.localNetworks, network.model.widerClaims) : nil
+        let localBefore = change.movesAddresses ? local : nil
         let paths = network.apply(change)
         // The rules look at the network first (an address may match a rule's subnet), so a
         // trusted network is never tried.
         judge(now, &out)
         // The local networks are the links' own addresses' subnets: a route never moves them.
         if let localBefore {
-            let local = (network.model.localNetworks, network.model.widerClaims)
+            local = (network.model.localNetworks, network.model.widerClaims)
             if local != localBefore {
-                out.append(.localNetworks(local.0, widerClaims: local.1))
-                resolvers?.localNetworks(local.0)
+                out.append(.localNetworks(local.networks, widerClaims: local.widerClaims))
+                resolvers?.localNetworks(local.networks)
             }
         }
         // A bridge, its ports, its addresses or a default route through it.
