@@ -34,8 +34,14 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         saveMemory()
     }
 
+    /// The upkeep's news is not dropped with the rest: a lockdown the machine refused, or a
+    /// restore's answer, is all that has it put back. It comes again through the mailbox, after
+    /// what is waiting there.
     func ranAway(dropping dropped: [AgentEvent]) {
-        log.error("effects kept producing events; the rest are dropped", metadata: ["left": "\(dropped.count)"])
+        let kept = dropped.filter { if case .damaged = $0 { true } else if case .intact = $0 { true } else { false } }
+        log.error("effects kept producing events; the rest are dropped",
+                  metadata: ["left": "\(dropped.count - kept.count)", "fed_again": "\(kept.count)"])
+        for event in kept { mailbox.post(.dataPlane(event)) }
     }
 
     /// Carries one of the core's effects out on the session's sockets, the lockdown and the
