@@ -195,6 +195,7 @@ public struct AgentCore: Sendable {
             if onDemand.isActive { out.append(.followNotices(onDemand.notices)) }
             // No stream is tried on a network before the proxy's name gave an address there.
             if let proxies { run(.streamNetworks(proxies.reachable), now, &out) }
+            tellAddressless(now, &out)
             pathsChanged(now, &out)
         case .network(let change): networkChanged(change, now, &out)
         case .serverLookedUp(let index, let addresses): lookedUp(index, addresses, now, &out)
@@ -506,6 +507,7 @@ public struct AgentCore: Sendable {
         if servers.answered() { out.append(.lookUpServer(reconnector.server)) }
         guard let addresses, !addresses.isEmpty else { return }  // a failure keeps what was known
         servers.learn(index, addresses)
+        tellAddressless(now, &out)
         guard index == reconnector.server else { return }
         network.learn(serverAddresses: addresses)
         guard servers.pending == nil else { return }
@@ -519,6 +521,12 @@ public struct AgentCore: Sendable {
         // Not one no uplink reaches (IPv6 on an IPv4-only network): the old address is kept.
         guard let address = addresses.first(where: { !network.model.paths(to: $0).isEmpty }) else { return }
         propose(.init(server: index, address: address, why: "its name resolves there now", announce: true), &out)
+    }
+
+    /// Tells the state machine which servers have no address the session may use, when that changed.
+    private mutating func tellAddressless(_ now: Instant, _ out: inout [Effect]) {
+        let addressless = Set(servers.entries.indices.filter { servers.entries[$0].addresses.isEmpty })
+        if addressless != reconnector.addressless { run(.serversWithoutAddress(addressless), now, &out) }
     }
 
     /// The lockdown is asked to let the session reach the new address; the session follows

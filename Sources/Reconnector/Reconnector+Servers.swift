@@ -116,17 +116,24 @@ extension Reconnector {
     }
 
     /// The first server in the list that is neither held down nor drained, else the first not
-    /// held down; the current one if every server is held down.
+    /// held down; the current one if every server is held down. Of each kind, one with an
+    /// address the session may use comes first.
     func preferredServer(_ now: Instant) -> Int {
-        servers.indices.first { !isServerHeld($0, now) && !isDrained($0, now) }
-            ?? servers.indices.first { !isServerHeld($0, now) } ?? server
+        let open = servers.indices.filter { !isServerHeld($0, now) }
+        return firstWithAddress(open.filter { !isDrained($0, now) }) ?? firstWithAddress(open) ?? server
     }
 
     /// Another server to try: the first in the list that is not held down, preferring those not
-    /// drained (`drainedToo` false: only those).
+    /// drained (`drainedToo` false: only those), and of each kind one with an address the
+    /// session may use.
     func nextServer(_ now: Instant, drainedToo: Bool = true) -> Int? {
         let others = servers.indices.filter { $0 != server && !isServerHeld($0, now) }
-        return others.first { !isDrained($0, now) } ?? (drainedToo ? others.first : nil)
+        return firstWithAddress(others.filter { !isDrained($0, now) }) ?? (drainedToo ? firstWithAddress(others) : nil)
+    }
+
+    /// The first of `candidates` with an address the session may use, else the first.
+    private func firstWithAddress(_ candidates: [Int]) -> Int? {
+        candidates.first { !addressless.contains($0) } ?? candidates.first
     }
 
     func isServerHeld(_ index: Int, _ now: Instant) -> Bool {

@@ -152,6 +152,9 @@ public struct Reconnector: Sendable {
     /// named by host, and only some networks' look-ups gave its address): nil, every network.
     /// A stream elsewhere counts as failed lately (`isDead`), so no attempt goes there.
     public internal(set) var streamNetworks: Set<NetworkKey>?
+    /// The servers whose names gave no address the session may use yet: turned to only when no
+    /// other is left, for the session would handshake at no address of theirs.
+    public internal(set) var addressless: Set<Int> = []
     /// The probes out, by id, and the path each went on (see `echo(of:rtt:size:)`).
     var probes = ProbesInFlight()
     /// A path MTU search is under way on the session's path.
@@ -280,6 +283,9 @@ public struct Reconnector: Sendable {
         case .streamFailed(let id, let why): streamFailed(on: id, why: why, now, &out)
         case .bindFailed(let id, let why): bindFailed(on: id, why: why, now, &out)
         case .streamNetworks(let networks): streamNetworksChanged(networks, now, &out)
+        case .serversWithoutAddress(let servers):
+            addressless = servers
+            coalesced += 1  // nothing changes now: the next choice of a server reads it
         case .tunnelMTUFailed(let actual):
             tunnelMTU = actual
             coalesced += 1  // no state changes: the next search's result is compared with the device as it is

@@ -85,6 +85,9 @@ public enum Input: Equatable, Sendable {
     /// proxy is named by host, and these are the networks whose look-up of its name gave an
     /// address the lockdown lets the streams reach (see `ProxyBook`).
     case streamNetworks(Set<NetworkKey>)
+    /// The servers of the list (by index) whose names gave no address the session may use yet:
+    /// a failover passes them while another has one (see `AgentCore`'s `ServerBook`).
+    case serversWithoutAddress(Set<Int>)
 
     /// Short name of the input, as the `trigger` of a log line.
     public var name: String {
@@ -115,6 +118,7 @@ public enum Input: Equatable, Sendable {
         case .streamFailed: "stream-failed"
         case .bindFailed: "bind-failed"
         case .streamNetworks: "stream-networks"
+        case .serversWithoutAddress: "servers-without-address"
         case .liftRefused: "lift-refused"
         case .tunnelMTUFailed: "tunnel-mtu-failed"
         }

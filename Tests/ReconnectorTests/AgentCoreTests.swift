@@ -291,9 +291,11 @@ private func runTimers(_ core: inout AgentCore, until: Instant) -> [Effect] {
     let started = core.handle(.start, now: at(0))
     #expect(started.gaveUp == nil && started.notices == [.serverCarried(server: 1, addresses: [inside, alsoInside])])
     #expect(started.contains { $0.isAttempt })
+    #expect(core.reconnector.addressless == [1], "a failover passes it while another has an address")
     // A later answer for the same server is filtered by the same rule.
     _ = core.handle(.serverLookedUp(server: 1, addresses: [alsoInside, outside]), now: at(10))
     #expect(core.servers.entries[1].addresses == [outside])
+    #expect(core.reconnector.addressless.isEmpty)
 }
 
 /// A name may answer with addresses no session can reach another host at (this machine, an

@@ -140,3 +140,20 @@ private func movedToTheNewAddress(others: [Path] = []) -> Reconnector {
     _ = core.handle(.probeEcho(id: probes[0].0, rtt: .milliseconds(8), size: nil), now: due + .milliseconds(30))
     #expect(core.reconnector.state == .backingOff(eth0))
 }
+
+/// A server whose name gave no address the session may use is passed over while another has
+/// one (the session would handshake at none of its addresses), and turned to only when it is
+/// the one left.
+@Test func aServerWithoutAUsableAddressIsTheLastTurnedTo() {
+    func drainedTo(_ addressless: Set<Int>) -> Int? {
+        var r = Reconnector(servers: ["primary", "inner", "backup"])
+        _ = r.handle(.serversWithoutAddress(addressless), now: at(0))
+        _ = r.handle(.paths([eth0]), now: at(0))
+        _ = r.handle(.handshakeSucceeded(rtt: .milliseconds(20)), now: at(20))
+        let out = r.handle(.serverDraining, now: at(1_000))
+        return out.compactMap { if case .prepareHandover(let server, _, _) = $0 { server } else { nil } }.first
+    }
+    #expect(drainedTo([]) == 1)
+    #expect(drainedTo([1]) == 2, "backup, not inner")
+    #expect(drainedTo([1, 2]) == 1, "none has one: the list's order")
+}
