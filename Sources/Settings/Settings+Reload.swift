@@ -24,4 +24,10 @@ extension ClientSettings {
         }
         return names
     }
+
+    /// The tunables `other` writes differently (for the log of a reload that keeps the tunnel), in
+    /// the configuration's order.
+    public func tunableChanges(to other: ClientSettings) -> [String] {
+        YAMLReader.clientKeys.filter { Self.tunables.contains($0) && written[$0] != other.written[$0] }
+    }
 }

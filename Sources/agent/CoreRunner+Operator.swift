@@ -64,9 +64,7 @@ extension ClientDaemon.CoreRunner {
         feed(.reloaded(Reload(config: fresh.reconnect, rules: fresh.onDemand, tunnelChanges: settings.tunnelChanges(to: fresh),
                               metricsFile: fresh.metricsFile)))
         guard !restartRequested else { return }
-        let changed = fresh.reconnect != settings.reconnect || fresh.persistentKeepalive != settings.persistentKeepalive
-            || fresh.portal != settings.portal
-            || fresh.metricsFile != settings.metricsFile
+        let changed = settings.tunableChanges(to: fresh)
         do {
             try effects.firewall?.allowCheck(ports: fresh.checkPorts)
         } catch {
@@ -77,7 +75,8 @@ extension ClientDaemon.CoreRunner {
         settings = fresh
         control.operatorGroup = fresh.groupOperates ? ControlSocket.readerGroupID() : nil
         effects.setPersistentKeepalive(fresh.persistentKeepalive)
-        log.info("configuration reloaded", metadata: ["tunnel": "kept", "tunables": "\(changed ? "changed" : "unchanged")"])
+        log.info("configuration reloaded", metadata: ["tunnel": "kept",
+                                                      "tunables": "\(changed.isEmpty ? "unchanged" : changed.joined(separator: ","))"])
     }
 
     /// Feeds the operator's `request`; the core's reply goes to `call`.

@@ -87,7 +87,7 @@ struct DaemonLabTests {
         let original = try String(contentsOfFile: configuration, encoding: .utf8)
         try (original + "\nreconnect: {debounce: 80ms}\n").write(toFile: configuration, atomically: true, encoding: .utf8)
         kill(client.processIdentifier, SIGHUP)
-        #expect(lab.wait(for: "msg=\"configuration reloaded\" tunables=changed tunnel=kept", in: "client.log"), "\(lab.log("client.log"))")
+        #expect(lab.wait(for: "msg=\"configuration reloaded\" tunables=reconnect tunnel=kept", in: "client.log"), "\(lab.log("client.log"))")
         try (original + "\nnot-a-key: 1\n").write(toFile: configuration, atomically: true, encoding: .utf8)
         kill(client.processIdentifier, SIGHUP)
         #expect(lab.wait(for: "configuration not reloaded", in: "client.log"))
