@@ -158,6 +158,8 @@ extension ClientDaemon {
                              proxyNamed: settings.stream?.proxy.map { $0.address == nil } ?? false,
                              heartbeats: Heartbeats(watchdog: SystemdNotifier.watchdogInterval(), extendsStart: SystemdNotifier().isActive,
                                                     metricsFile: settings.metricsFile))
+            // The monitor follows the address the core judged usable, not the first answer.
+            if monitor.endpoint != core.serverAddress { _ = monitor.retarget(to: core.serverAddress) }
             effects = SessionEffects(settings: settings, key: key, credentials: credentials, servers: servers,
                                      server: SocketAddress(core.serverAddress, port: port),
                                      firewall: firewall, proxy: try Self.proxy(settings), log: log,
