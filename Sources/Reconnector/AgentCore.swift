@@ -479,7 +479,7 @@ public struct AgentCore: Sendable {
     /// network, never this machine, a multicast or broadcast group, an unspecified or a
     /// link-local address (which a forged answer could point the proxy's password at).
     public static func mayDial(_ address: IPAddress, from path: Path, carried: [Prefix]) -> Bool {
-        address.family == path.source.family && address != path.source && !ServerBook.usable([address], carried: carried).isEmpty
+        address.family == path.source.family && address != path.source && ServerBook.isUsable(address, carried: carried)
     }
 
     /// Asks for a look-up of the current server's name (one at a time).

@@ -57,7 +57,12 @@ public struct ServerBook: Equatable, Sendable {
     /// to one would go into the tunnel they carry. The one rule for the server's answers at start
     /// and for every later look-up, and the proxy's.
     public static func usable(_ answer: [IPAddress], carried: [Prefix]) -> [IPAddress] {
-        answer.filter { address in address.isRemoteUnicast && !carried.contains { $0.contains(address) } }
+        answer.filter { isUsable($0, carried: carried) }
+    }
+
+    /// One address by the rule of `usable`.
+    public static func isUsable(_ address: IPAddress, carried: [Prefix]) -> Bool {
+        address.isRemoteUnicast && !carried.contains { $0.contains(address) }
     }
 
     public init(_ entries: [Entry]) {

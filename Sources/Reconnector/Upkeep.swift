@@ -37,6 +37,12 @@ public struct Upkeep: Sendable {
             self.by = by
             self.refused = refused
         }
+
+        /// nftables refused one of the agent's changes (`error`, as it said it): the lockdown is
+        /// uncertain, put back as if taken.
+        public static func lockdownRefused(_ error: String) -> Damage {
+            Damage(what: "nftables refused a change: \(error)", refused: true)
+        }
     }
 
     /// One holding's history.

@@ -241,7 +241,7 @@ extension Replay: CoreRunning {
     mutating func refusal(_ refused: Bool) -> [AgentEvent] {
         guard refused else { return [] }
         lockdownUncertain = true
-        return [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: Error: Could not process rule", refused: true))]
+        return [.damaged(.lockdown, Upkeep.Damage.lockdownRefused("Error: Could not process rule"))]
     }
 
     /// Someone takes `holding` away; the agent hears of it at once, as the kernel's notice or

@@ -55,7 +55,7 @@ extension ClientDaemon.CoreRunner: CoreRunning {
         let produced = carryOut(effect)
         guard let firewall = effects.firewall, firewall.refusalsEver > refusals, let error = firewall.lastRefusal else { return produced }
         if case .restore = effect { return produced }
-        return produced + [.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", refused: true))]
+        return produced + [.damaged(.lockdown, Upkeep.Damage.lockdownRefused("\(error)"))]
     }
 
     private func carryOut(_ effect: Effect) -> [AgentEvent] {

@@ -70,7 +70,7 @@ extension ClientDaemon.CoreRunner {
         } catch {
             // Still wanted: the core has the lockdown put back until it holds (`Upkeep`).
             log.error("the lockdown could not follow the connectivity check's new port", metadata: ["error": "\(error)"])
-            feed(.damaged(.lockdown, Upkeep.Damage(what: "nftables refused a change: \(error)", refused: true)))
+            feed(.damaged(.lockdown, Upkeep.Damage.lockdownRefused("\(error)")))
         }
         settings = fresh
         control.operatorGroup = fresh.groupOperates ? ControlSocket.readerGroupID() : nil
